@@ -1,0 +1,83 @@
+/* config: the daemon's settings, read once from the environment and validated at start.
+ *
+ * Every variable of the reference project keeps its name and meaning; our own start with
+ * SANDBOX_. config_load() reports every bad value, one message per line, in err. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+enum net_filter_mode { NET_FILTER_NONE, NET_FILTER_ALLOW, NET_FILTER_DENY };
+
+struct config {
+	/* listening */
+	char *host;          /* HOST, default 127.0.0.1 */
+	int port;            /* PORT, default 3000; 0 picks a free port */
+	char *socket_path;   /* SANDBOX_SOCKET, optional Unix socket */
+	char *port_file;     /* SANDBOX_PORT_FILE: where the bound port is written (tests) */
+
+	/* places */
+	char *state_dir;     /* SANDBOX_STATE_DIR, default /var/lib/agent-sandbox/state */
+	char *run_dir;       /* SANDBOX_RUN_DIR, default /run/agent-sandbox */
+	char *artifacts_dir; /* FIRECRACKER_ARTIFACTS_DIR, default /var/lib/agent-sandbox/artifacts */
+	char *agent_bin;     /* SANDBOX_AGENT_BIN, default: sandbox-agent beside sandboxd */
+
+	/* sandboxes */
+	char *driver;            /* SANDBOX_DRIVER: auto|jail|qemu|firecracker */
+	char *default_template;  /* SANDBOX_DEFAULT_TEMPLATE, default node */
+	unsigned warm_pool;      /* SANDBOX_WARM_POOL, default 2 per template */
+	unsigned max_sessions;   /* SANDBOX_MAX_SESSIONS, default 64 */
+	unsigned idle_timeout_s; /* SESSION_IDLE_TIMEOUT (seconds), default 1800 */
+	unsigned max_lifetime_s; /* SESSION_MAX_LIFETIME (seconds), default 86400; 0 = none */
+	unsigned vcpus;          /* VM_VCPU_COUNT, default 1 */
+	unsigned mem_mib;        /* VM_MEM_SIZE_MIB, default 128 */
+	uint64_t cpu_quota_us;   /* VM_CPU_QUOTA_US, default 50000 */
+	uint64_t cpu_period_us;  /* VM_CPU_PERIOD_US, default 100000 */
+	uint64_t memory_limit;   /* VM_MEMORY_LIMIT_BYTES, default 128 MiB (host-side cgroup) */
+	unsigned nofile;         /* VM_NOFILE_LIMIT, default 1024 */
+	uint64_t disk_limit;     /* VM_DISK_LIMIT_BYTES, default 512 MiB (workspace size) */
+	unsigned pids_max;       /* SANDBOX_PIDS_MAX, default 256 */
+
+	/* requests */
+	size_t max_body_bytes;    /* SANDBOX_MAX_BODY_BYTES, default 96 MiB */
+	size_t max_output_bytes;  /* SANDBOX_MAX_OUTPUT_BYTES: buffered execute output, default 16 MiB */
+	size_t max_read_bytes;    /* SANDBOX_MAX_READ_BYTES: largest file read, default 64 MiB */
+	unsigned default_timeout_ms; /* SANDBOX_EXEC_TIMEOUT_MS: when a request gives none, default 0 = none */
+	unsigned workers;         /* SANDBOX_WORKERS: blocking-work threads, default 4 */
+
+	/* auth */
+	bool auth_enabled;       /* AUTH_ENABLED, default true */
+	char *key_prefix;        /* AUTH_KEY_PREFIX, default sk_test_ */
+	char *mcp_auth_token;    /* MCP_AUTH_TOKEN (legacy) */
+
+	/* firecracker */
+	char *fc_bin;            /* FIRECRACKER_BIN */
+	char *fc_jailer_bin;     /* FIRECRACKER_JAILER_BIN */
+	char *fc_jail_base;      /* FIRECRACKER_JAIL_BASE */
+	unsigned fc_uid;         /* FIRECRACKER_UID, default 997 */
+	unsigned fc_gid;         /* FIRECRACKER_GID, default 982 */
+
+	/* qemu */
+	char *qemu_bin;          /* SANDBOX_QEMU_BIN, default qemu-system-x86_64 */
+	char *qemu_accel;        /* SANDBOX_QEMU_ACCEL: auto|kvm|tcg */
+
+	/* network egress */
+	enum net_filter_mode dns_mode;  /* VM_DNS_MODE */
+	char *dns_domains;              /* VM_DNS_DOMAINS */
+	char *dns_upstream;             /* VM_DNS_UPSTREAM */
+	enum net_filter_mode dest_mode; /* VM_DEST_MODE */
+	char *dest_rules;               /* VM_DEST_RULES */
+	bool bw_enabled;                /* VM_BW_ENABLED */
+	unsigned bw_rate_kbit;          /* VM_BW_RATE_KBIT */
+	unsigned bw_burst_kbit;         /* VM_BW_BURST_KBIT */
+};
+
+/* Fills cfg from the environment (envp-style lookups through getenv). On any invalid value
+ * returns -EINVAL with every problem listed in err->msg; cfg is then still freeable. */
+int config_load(struct config *cfg, struct err *err);
+
+/* Frees the strings owned by cfg. */
+void config_free(struct config *cfg);

@@ -1,0 +1,82 @@
+/* driver: turns a template into a running sandbox and hands back a connected byte stream to
+ * the sandbox's agent. Everything above this interface is the same for every driver.
+ *
+ * Drivers are variants behind `struct driver` (one file each: jail.c, qemu.c, firecracker.c)
+ * listed in driver.c's table. create() and destroy() block and run on worker threads; they
+ * must not touch loop-owned state. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "session/template.h"
+#include "util/err.h"
+
+struct sandbox_limits {
+	uint64_t memory_bytes;   /* memory cgroup limit (0: none) */
+	uint64_t cpu_quota_us;   /* CPU bandwidth: quota per period (0: none) */
+	uint64_t cpu_period_us;
+	uint32_t pids_max;       /* pids cgroup limit (0: none) */
+	uint64_t workspace_bytes; /* size of the /workspace tmpfs */
+	uint32_t nofile;         /* RLIMIT_NOFILE inside the sandbox */
+	unsigned vcpus;          /* VM drivers */
+	unsigned mem_mib;        /* VM drivers: guest RAM */
+};
+
+struct sandbox_spec {
+	struct template *tmpl;   /* borrowed; the caller holds a reference until create returns */
+	const char *id;          /* unique id ([a-z0-9-], at most 40 chars): names cgroups and dirs */
+	struct sandbox_limits limits;
+	const char *netns_path;  /* network namespace to join (/run/netns/...), NULL: a new empty one */
+};
+
+struct sandbox {
+	const struct driver *driver;
+	char *id;
+	int agent_fd;            /* connected stream to the agent; the caller takes it (TAKE_FD) */
+	pid_t pid;               /* main process: the jail's init or the VMM; 0 if none */
+	json_t *record;          /* what cleanup_stale needs after a daemon crash (owned) */
+	void *priv;              /* driver state */
+};
+
+struct driver {
+	const char *name;        /* "jail", "qemu", "firecracker" */
+	const char *isolation;   /* "container" (namespaces, shared kernel) or "vm" */
+	bool snapshots;          /* restores from a template snapshot */
+
+	/* Whether the driver can run on this host; err says what is missing. Blocking. */
+	int (*probe)(const struct config *cfg, struct err *err);
+
+	/* One-time setup after the probe succeeded (parent cgroups, run dirs). Blocking. */
+	int (*init)(const struct config *cfg, struct err *err);
+
+	/* Per-template preparation, e.g. building its snapshot; NULL when not needed. Blocking. */
+	int (*prepare)(const struct config *cfg, struct template *t, struct err *err);
+
+	/* Creates and starts a sandbox. On success *ret is a sandbox whose agent answered on
+	 * agent_fd. On failure nothing is left behind (processes, mounts, cgroups, files). */
+	int (*create)(const struct config *cfg, const struct sandbox_spec *spec,
+		      struct sandbox **ret, struct err *err);
+
+	/* Stops the sandbox and removes all it owns; frees sb. Never fails: what cannot be
+	 * removed is logged. Blocking. */
+	void (*destroy)(struct sandbox *sb);
+
+	/* Removes what a previous daemon run left of a sandbox, given its saved record. Must
+	 * touch nothing it cannot prove is that sandbox's. Blocking. */
+	void (*cleanup_stale)(const struct config *cfg, const char *id, json_t *record);
+};
+
+/* The driver named `name`, or NULL. */
+const struct driver *driver_find(const char *name);
+
+/* Resolves SANDBOX_DRIVER (auto: firecracker, then qemu with a usable KVM, then jail), probes
+ * and initialises it. Blocking; called once at start. */
+int driver_select(const struct config *cfg, const struct driver **ret, struct err *err);
+
+extern const struct driver driver_jail;
+extern const struct driver driver_qemu;
+extern const struct driver driver_firecracker;

@@ -1,0 +1,83 @@
+/* guest protocol: the wire format between sandboxd and sandbox-agent.
+ *
+ * One byte stream per sandbox carries many concurrent operations. Every frame is
+ *
+ *     u32 length (big-endian, payload bytes only) | u8 type | u32 channel (big-endian) | payload
+ *
+ * The host opens an operation by sending REQUEST on a channel id it has not used yet on this
+ * connection (ids are never reused; channel 0 is reserved). The operation ends with exactly one
+ * terminal frame from the agent, RESULT or ERROR, after which the channel is closed.
+ *
+ * Control payloads (REQUEST, RESULT, ERROR) are UTF-8 JSON objects. Data payloads (DATA,
+ * STDOUT, STDERR, FILEDATA) are raw bytes, never base64.
+ *
+ * Flow control: data frames on a channel consume the receiver's credit for that channel.
+ * Each side starts with GUEST_WINDOW_INITIAL bytes of credit per channel per direction and
+ * must not send more data than the credit the peer has granted; the receiver grants more
+ * with WINDOW frames once it has consumed data. So neither side ever buffers more than one
+ * window per channel, whatever the other side does.
+ *
+ * Both sides treat the peer as hostile: a frame whose length exceeds the receiver's maximum
+ * is an error for that frame (its payload is skipped), never a reason to allocate it. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define GUEST_PROTO_VERSION 1
+#define GUEST_HDR_LEN 9
+#define GUEST_MAX_PAYLOAD (1u << 20)        /* largest payload either side accepts */
+#define GUEST_DATA_CHUNK (256u << 10)       /* data frames are at most this big */
+#define GUEST_WINDOW_INITIAL (1u << 20)     /* initial credit per channel and direction */
+
+enum guest_type {
+	/* host -> agent */
+	GUEST_REQUEST = 1, /* JSON: opens the channel, {"op": "...", ...} */
+	GUEST_DATA = 2,    /* raw: stdin bytes (exec) or file contents (write) */
+	GUEST_EOF = 3,     /* empty: no more DATA on this channel */
+	GUEST_CANCEL = 4,  /* empty: cancel the operation (its terminal frame still follows) */
+	/* both directions */
+	GUEST_WINDOW = 5,  /* 4 bytes: u32 big-endian credit increment for this channel */
+	/* agent -> host */
+	GUEST_STDOUT = 16,   /* raw */
+	GUEST_STDERR = 17,   /* raw */
+	GUEST_FILEDATA = 18, /* raw: contents of a read */
+	GUEST_RESULT = 32,   /* JSON, terminal */
+	GUEST_ERROR = 33,    /* JSON, terminal: {"error": "message", "code": "ENOENT"} */
+};
+
+struct guest_frame {
+	uint8_t type;
+	uint32_t channel;
+	uint32_t len;            /* payload length as announced */
+	const uint8_t *payload;  /* points into the caller's buffer; NULL when skipped */
+};
+
+/* Writes the 9-byte header for a frame. */
+void guest_frame_header(uint8_t hdr[GUEST_HDR_LEN], uint8_t type, uint32_t channel, uint32_t len);
+
+/* Whether `type` is a type that `from_host` (1) or the agent (0) may send. */
+int guest_type_valid(uint8_t type, int from_host);
+
+/* Incremental decoder. Feed it bytes as they arrive; it yields whole frames without ever
+ * allocating per frame. Frames longer than max_payload are reported with payload == NULL
+ * and GUEST_DECODE_OVERSIZE, and their payload is skipped as it arrives. */
+struct guest_decoder {
+	uint32_t max_payload;
+	uint64_t skip;     /* payload bytes of an oversize frame still to discard */
+};
+
+enum guest_decode_status {
+	GUEST_DECODE_NEED_MORE = 0, /* not enough bytes for a frame */
+	GUEST_DECODE_FRAME = 1,     /* *out holds a frame */
+	GUEST_DECODE_OVERSIZE = 2,  /* *out holds an oversize frame's header; payload skipped */
+};
+
+void guest_decoder_init(struct guest_decoder *d, uint32_t max_payload);
+
+/* Looks at buf[0..n). Returns a guest_decode_status and sets *consumed to the number of
+ * bytes the caller must drop from the front of its buffer (possibly nonzero with NEED_MORE
+ * while skipping). Never reads past n. */
+enum guest_decode_status guest_decode(struct guest_decoder *d, const uint8_t *buf, size_t n,
+				      struct guest_frame *out, size_t *consumed);

@@ -1,0 +1,83 @@
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static enum log_level min_level = LOG_INFO;
+static bool silent;
+
+static const char *const level_names[] = { "trace", "debug", "info", "warn", "error", "fatal" };
+
+void log_set_level(enum log_level level)
+{
+	min_level = level;
+	silent = false;
+}
+
+enum log_level log_get_level(void)
+{
+	return min_level;
+}
+
+int log_level_parse(const char *s, enum log_level *ret)
+{
+	for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+		if (strcmp(s, level_names[i]) == 0) {
+			*ret = (enum log_level)i;
+			return 0;
+		}
+	}
+	if (strcmp(s, "silent") == 0) {
+		*ret = LOG_FATAL + 1;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+bool log_enabled(enum log_level level)
+{
+	return !silent && level >= min_level;
+}
+
+void log_fields(enum log_level level, const char *module, json_t *fields, const char *fmt, ...)
+{
+	if (!log_enabled(level) || level > LOG_FATAL)
+		return;
+
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+
+	struct timespec ts;
+	struct tm tm;
+	char when[40];
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000);
+
+	json_t *line = json_object();
+	json_object_set_new(line, "ts", json_string(when));
+	json_object_set_new(line, "level", json_string(level_names[level]));
+	if (module)
+		json_object_set_new(line, "module", json_string(module));
+	json_object_set_new(line, "msg", json_string(msg));
+	if (fields)
+		json_object_update_missing(line, fields);
+
+	char *text = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII);
+	json_decref(line);
+	if (!text)
+		return;
+	size_t len = strlen(text);
+	text[len] = '\n'; /* json_dumps allocates len + 1: reuse the terminator */
+	ssize_t w = write(STDERR_FILENO, text, len + 1);
+	(void)w;
+	free(text);
+}

@@ -1,0 +1,31 @@
+/* log: JSON-lines logging on stderr.
+ *
+ * One line per event: {"ts":"...","level":"info","module":"session","msg":"...", ...fields}.
+ * Safe from any thread: each line is written with a single write(2). Secrets never reach a
+ * log call: callers redact URIs with http_redact_uri() and never pass header values. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+enum log_level { LOG_TRACE, LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_FATAL };
+
+/* Sets the minimum level written; the default is LOG_INFO. */
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+
+/* Parses "trace|debug|info|warn|error|fatal|silent" into *ret; returns 0 or -EINVAL. */
+int log_level_parse(const char *s, enum log_level *ret);
+
+/* Whether a message at `level` would be written. */
+bool log_enabled(enum log_level level);
+
+/* Writes one line. `fields` (may be NULL) is an object merged into the line; it is borrowed. */
+void log_fields(enum log_level level, const char *module, json_t *fields, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+#define log_trace(mod, ...) log_fields(LOG_TRACE, mod, NULL, __VA_ARGS__)
+#define log_debug(mod, ...) log_fields(LOG_DEBUG, mod, NULL, __VA_ARGS__)
+#define log_info(mod, ...) log_fields(LOG_INFO, mod, NULL, __VA_ARGS__)
+#define log_warn(mod, ...) log_fields(LOG_WARN, mod, NULL, __VA_ARGS__)
+#define log_error(mod, ...) log_fields(LOG_ERROR, mod, NULL, __VA_ARGS__)
