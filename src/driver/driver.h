@@ -56,8 +56,9 @@ struct driver {
 	/* Per-template preparation, e.g. building its snapshot; NULL when not needed. Blocking. */
 	int (*prepare)(const struct config *cfg, struct template *t, struct err *err);
 
-	/* Creates and starts a sandbox. On success *ret is a sandbox whose agent answered on
-	 * agent_fd. On failure nothing is left behind (processes, mounts, cgroups, files). */
+	/* Creates and starts a sandbox. On success *ret is a sandbox whose agent_fd is connected
+	 * to its agent (the session layer makes the first exchange, with a deadline). On failure
+	 * nothing is left behind (processes, mounts, cgroups, files). */
 	int (*create)(const struct config *cfg, const struct sandbox_spec *spec,
 		      struct sandbox **ret, struct err *err);
 
@@ -68,6 +69,10 @@ struct driver {
 	/* Removes what a previous daemon run left of a sandbox, given its saved record. Must
 	 * touch nothing it cannot prove is that sandbox's. Blocking. */
 	void (*cleanup_stale)(const struct config *cfg, const char *id, json_t *record);
+
+	/* How many processes the sandbox's memory limit has killed so far (for a clear result
+	 * when a command dies of it); NULL when the driver cannot tell. Cheap, loop-safe. */
+	uint64_t (*oom_kills)(struct sandbox *sb);
 };
 
 /* The driver named `name`, or NULL. */
