@@ -14,15 +14,16 @@ enum net_filter_mode { NET_FILTER_NONE, NET_FILTER_ALLOW, NET_FILTER_DENY };
 
 struct config {
 	/* listening */
-	char *host;          /* HOST, default 127.0.0.1 */
-	int port;            /* PORT, default 3000; 0 picks a free port */
-	char *socket_path;   /* SANDBOX_SOCKET, optional Unix socket */
-	char *port_file;     /* SANDBOX_PORT_FILE: where the bound port is written (tests) */
+	char *host;        /* HOST, default 127.0.0.1 */
+	int port;          /* PORT, default 3000; 0 picks a free port */
+	char *socket_path; /* SANDBOX_SOCKET, optional Unix socket */
+	char *port_file;   /* SANDBOX_PORT_FILE: where the bound port is written (tests) */
 
 	/* places */
 	char *state_dir;     /* SANDBOX_STATE_DIR, default /var/lib/agent-sandbox/state */
 	char *run_dir;       /* SANDBOX_RUN_DIR, default /run/agent-sandbox */
-	char *artifacts_dir; /* FIRECRACKER_ARTIFACTS_DIR, default /var/lib/agent-sandbox/artifacts */
+	char *artifacts_dir; /* FIRECRACKER_ARTIFACTS_DIR, default /var/lib/agent-sandbox/artifacts
+			      */
 	char *agent_bin;     /* SANDBOX_AGENT_BIN, default: sandbox-agent beside sandboxd */
 
 	/* sandboxes */
@@ -42,27 +43,29 @@ struct config {
 	unsigned pids_max;       /* SANDBOX_PIDS_MAX, default 256 */
 
 	/* requests */
-	size_t max_body_bytes;    /* SANDBOX_MAX_BODY_BYTES, default 96 MiB */
-	size_t max_output_bytes;  /* SANDBOX_MAX_OUTPUT_BYTES: buffered execute output, default 16 MiB */
-	size_t max_read_bytes;    /* SANDBOX_MAX_READ_BYTES: largest file read, default 64 MiB */
-	unsigned default_timeout_ms; /* SANDBOX_EXEC_TIMEOUT_MS: when a request gives none, default 0 = none */
-	unsigned workers;         /* SANDBOX_WORKERS: blocking-work threads, default 4 */
+	size_t max_body_bytes;   /* SANDBOX_MAX_BODY_BYTES, default 96 MiB */
+	size_t max_output_bytes; /* SANDBOX_MAX_OUTPUT_BYTES: buffered execute output, default 16
+				    MiB */
+	size_t max_read_bytes;   /* SANDBOX_MAX_READ_BYTES: largest file read, default 64 MiB */
+	unsigned default_timeout_ms; /* SANDBOX_EXEC_TIMEOUT_MS: when a request gives none, default
+					0 = none */
+	unsigned workers;            /* SANDBOX_WORKERS: blocking-work threads, default 4 */
 
 	/* auth */
-	bool auth_enabled;       /* AUTH_ENABLED, default true */
-	char *key_prefix;        /* AUTH_KEY_PREFIX, default sk_test_ */
-	char *mcp_auth_token;    /* MCP_AUTH_TOKEN (legacy) */
+	bool auth_enabled;    /* AUTH_ENABLED, default true */
+	char *key_prefix;     /* AUTH_KEY_PREFIX, default sk_test_ */
+	char *mcp_auth_token; /* MCP_AUTH_TOKEN (legacy) */
 
 	/* firecracker */
-	char *fc_bin;            /* FIRECRACKER_BIN */
-	char *fc_jailer_bin;     /* FIRECRACKER_JAILER_BIN */
-	char *fc_jail_base;      /* FIRECRACKER_JAIL_BASE */
-	unsigned fc_uid;         /* FIRECRACKER_UID, default 997 */
-	unsigned fc_gid;         /* FIRECRACKER_GID, default 982 */
+	char *fc_bin;        /* FIRECRACKER_BIN */
+	char *fc_jailer_bin; /* FIRECRACKER_JAILER_BIN */
+	char *fc_jail_base;  /* FIRECRACKER_JAIL_BASE */
+	unsigned fc_uid;     /* FIRECRACKER_UID, default 997 */
+	unsigned fc_gid;     /* FIRECRACKER_GID, default 982 */
 
 	/* qemu */
-	char *qemu_bin;          /* SANDBOX_QEMU_BIN, default qemu-system-x86_64 */
-	char *qemu_accel;        /* SANDBOX_QEMU_ACCEL: auto|kvm|tcg */
+	char *qemu_bin;   /* SANDBOX_QEMU_BIN, default qemu-system-x86_64 */
+	char *qemu_accel; /* SANDBOX_QEMU_ACCEL: auto|kvm|tcg */
 
 	/* network egress */
 	enum net_filter_mode dns_mode;  /* VM_DNS_MODE */

@@ -16,36 +16,37 @@
 #include "util/err.h"
 
 struct sandbox_limits {
-	uint64_t memory_bytes;   /* memory cgroup limit (0: none) */
-	uint64_t cpu_quota_us;   /* CPU bandwidth: quota per period (0: none) */
+	uint64_t memory_bytes; /* memory cgroup limit (0: none) */
+	uint64_t cpu_quota_us; /* CPU bandwidth: quota per period (0: none) */
 	uint64_t cpu_period_us;
-	uint32_t pids_max;       /* pids cgroup limit (0: none) */
+	uint32_t pids_max;        /* pids cgroup limit (0: none) */
 	uint64_t workspace_bytes; /* size of the /workspace tmpfs */
-	uint32_t nofile;         /* RLIMIT_NOFILE inside the sandbox */
-	unsigned vcpus;          /* VM drivers */
-	unsigned mem_mib;        /* VM drivers: guest RAM */
+	uint32_t nofile;          /* RLIMIT_NOFILE inside the sandbox */
+	unsigned vcpus;           /* VM drivers */
+	unsigned mem_mib;         /* VM drivers: guest RAM */
 };
 
 struct sandbox_spec {
-	struct template *tmpl;   /* borrowed; the caller holds a reference until create returns */
-	const char *id;          /* unique id ([a-z0-9-], at most 40 chars): names cgroups and dirs */
+	struct template *tmpl; /* borrowed; the caller holds a reference until create returns */
+	const char *id;        /* unique id ([a-z0-9-], at most 40 chars): names cgroups and dirs */
 	struct sandbox_limits limits;
-	const char *netns_path;  /* network namespace to join (/run/netns/...), NULL: a new empty one */
+	const char
+		*netns_path; /* network namespace to join (/run/netns/...), NULL: a new empty one */
 };
 
 struct sandbox {
 	const struct driver *driver;
 	char *id;
-	int agent_fd;            /* connected stream to the agent; the caller takes it (TAKE_FD) */
-	pid_t pid;               /* main process: the jail's init or the VMM; 0 if none */
-	json_t *record;          /* what cleanup_stale needs after a daemon crash (owned) */
-	void *priv;              /* driver state */
+	int agent_fd;   /* connected stream to the agent; the caller takes it (TAKE_FD) */
+	pid_t pid;      /* main process: the jail's init or the VMM; 0 if none */
+	json_t *record; /* what cleanup_stale needs after a daemon crash (owned) */
+	void *priv;     /* driver state */
 };
 
 struct driver {
-	const char *name;        /* "jail", "qemu", "firecracker" */
-	const char *isolation;   /* "container" (namespaces, shared kernel) or "vm" */
-	bool snapshots;          /* restores from a template snapshot */
+	const char *name;      /* "jail", "qemu", "firecracker" */
+	const char *isolation; /* "container" (namespaces, shared kernel) or "vm" */
+	bool snapshots;        /* restores from a template snapshot */
 
 	/* Whether the driver can run on this host; err says what is missing. Blocking. */
 	int (*probe)(const struct config *cfg, struct err *err);

@@ -25,11 +25,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define GUEST_PROTO_VERSION 1
-#define GUEST_HDR_LEN 9
-#define GUEST_MAX_PAYLOAD (1u << 20)        /* largest payload either side accepts */
-#define GUEST_DATA_CHUNK (256u << 10)       /* data frames are at most this big */
-#define GUEST_WINDOW_INITIAL (1u << 20)     /* initial credit per channel and direction */
+#define GUEST_PROTO_VERSION  1
+#define GUEST_HDR_LEN        9
+#define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
+#define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */
+#define GUEST_WINDOW_INITIAL (1u << 20)   /* initial credit per channel and direction */
 
 enum guest_type {
 	/* host -> agent */
@@ -38,7 +38,7 @@ enum guest_type {
 	GUEST_EOF = 3,     /* empty: no more DATA on this channel */
 	GUEST_CANCEL = 4,  /* empty: cancel the operation (its terminal frame still follows) */
 	/* both directions */
-	GUEST_WINDOW = 5,  /* 4 bytes: u32 big-endian credit increment for this channel */
+	GUEST_WINDOW = 5, /* 4 bytes: u32 big-endian credit increment for this channel */
 	/* agent -> host */
 	GUEST_STDOUT = 16,   /* raw */
 	GUEST_STDERR = 17,   /* raw */
@@ -50,8 +50,8 @@ enum guest_type {
 struct guest_frame {
 	uint8_t type;
 	uint32_t channel;
-	uint32_t len;            /* payload length as announced */
-	const uint8_t *payload;  /* points into the caller's buffer; NULL when skipped */
+	uint32_t len;           /* payload length as announced */
+	const uint8_t *payload; /* points into the caller's buffer; NULL when skipped */
 };
 
 /* Writes the 9-byte header for a frame. */
@@ -65,7 +65,7 @@ int guest_type_valid(uint8_t type, int from_host);
  * and GUEST_DECODE_OVERSIZE, and their payload is skipped as it arrives. */
 struct guest_decoder {
 	uint32_t max_payload;
-	uint64_t skip;     /* payload bytes of an oversize frame still to discard */
+	uint64_t skip; /* payload bytes of an oversize frame still to discard */
 };
 
 enum guest_decode_status {

@@ -11,15 +11,16 @@
 
 #include "util/err.h"
 
-struct template {
+struct template
+{
 	int refs;
 	char *name;
-	char *dir;         /* <artifacts>/templates/<name> */
-	char *rootfs_dir;  /* <dir>/rootfs when present, else NULL */
-	char *rootfs_img;  /* <dir>/rootfs.ext4 when present, else NULL */
-	unsigned mem_mib;  /* resources.memSizeMib (0: the server default) */
-	unsigned vcpus;    /* resources.vcpuCount (0: the server default) */
-	json_t *manifest;  /* template.json as loaded (owned) */
+	char *dir;        /* <artifacts>/templates/<name> */
+	char *rootfs_dir; /* <dir>/rootfs when present, else NULL */
+	char *rootfs_img; /* <dir>/rootfs.ext4 when present, else NULL */
+	unsigned mem_mib; /* resources.memSizeMib (0: the server default) */
+	unsigned vcpus;   /* resources.vcpuCount (0: the server default) */
+	json_t *manifest; /* template.json as loaded (owned) */
 };
 
 struct template *template_ref(struct template *t);

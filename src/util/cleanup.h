@@ -31,23 +31,23 @@ static inline void cleanup_closedirp(DIR **d)
 		closedir(*d);
 }
 
-#define _cleanup_free_ __attribute__((cleanup(cleanup_freep)))
-#define _cleanup_close_ __attribute__((cleanup(cleanup_closep)))
-#define _cleanup_fclose_ __attribute__((cleanup(cleanup_fclosep)))
+#define _cleanup_free_     __attribute__((cleanup(cleanup_freep)))
+#define _cleanup_close_    __attribute__((cleanup(cleanup_closep)))
+#define _cleanup_fclose_   __attribute__((cleanup(cleanup_fclosep)))
 #define _cleanup_closedir_ __attribute__((cleanup(cleanup_closedirp)))
 
-#define TAKE_PTR(p) \
-	({ \
+#define TAKE_PTR(p)                      \
+	({                               \
 		__typeof__(p) _tp = (p); \
-		(p) = NULL; \
-		_tp; \
+		(p) = NULL;              \
+		_tp;                     \
 	})
 
-#define TAKE_FD(fd) \
-	({ \
+#define TAKE_FD(fd)             \
+	({                      \
 		int _tf = (fd); \
-		(fd) = -1; \
-		_tf; \
+		(fd) = -1;      \
+		_tf;            \
 	})
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

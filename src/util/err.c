@@ -30,7 +30,8 @@ int err_sys(struct err *err, int errnum, const char *fmt, ...)
 		int n = vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 		va_end(ap);
 		if (n >= 0 && (size_t)n < sizeof(err->msg))
-			snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s", strerror(errnum));
+			snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s",
+				 strerror(errnum));
 		err->errnum = errnum > 0 ? errnum : EIO;
 	}
 	return err_ret(errnum);
@@ -68,22 +69,24 @@ int err_copy(struct err *dst, const struct err *src)
 	return err_ret(src->errnum);
 }
 
+/* clang-format off */
+static const struct { int num; const char *name; } err_names[] = {
+#define E(x) { x, #x }
+	E(EPERM), E(ENOENT), E(ESRCH), E(EINTR), E(EIO), E(E2BIG), E(ENOEXEC), E(EBADF),
+	E(ECHILD), E(EAGAIN), E(ENOMEM), E(EACCES), E(EFAULT), E(EBUSY), E(EEXIST), E(EXDEV),
+	E(ENODEV), E(ENOTDIR), E(EISDIR), E(EINVAL), E(ENFILE), E(EMFILE), E(ETXTBSY), E(EFBIG),
+	E(ENOSPC), E(EROFS), E(EMLINK), E(EPIPE), E(ERANGE), E(ENAMETOOLONG), E(ENOSYS),
+	E(ENOTEMPTY), E(ELOOP), E(EPROTO), E(EMSGSIZE), E(ENOTSUP), E(ECONNRESET),
+	E(ECONNREFUSED), E(ETIMEDOUT), E(ECANCELED), E(EOVERFLOW), E(EBADMSG), E(ENOTCONN),
+	E(ESHUTDOWN), E(EDQUOT), E(ENOTSOCK), E(EADDRINUSE),
+#undef E
+};
+/* clang-format on */
+
 const char *err_name(int errnum)
 {
-	switch (errnum) {
-#define E(x) \
-	case x: \
-		return #x
-		E(EPERM); E(ENOENT); E(ESRCH); E(EINTR); E(EIO); E(E2BIG); E(ENOEXEC);
-		E(EBADF); E(ECHILD); E(EAGAIN); E(ENOMEM); E(EACCES); E(EFAULT); E(EBUSY);
-		E(EEXIST); E(EXDEV); E(ENODEV); E(ENOTDIR); E(EISDIR); E(EINVAL); E(ENFILE);
-		E(EMFILE); E(ETXTBSY); E(EFBIG); E(ENOSPC); E(EROFS); E(EMLINK); E(EPIPE);
-		E(ERANGE); E(ENAMETOOLONG); E(ENOSYS); E(ENOTEMPTY); E(ELOOP); E(EPROTO);
-		E(EMSGSIZE); E(ENOTSUP); E(ECONNRESET); E(ECONNREFUSED); E(ETIMEDOUT);
-		E(ECANCELED); E(EOVERFLOW); E(EBADMSG); E(ENOTCONN); E(ESHUTDOWN);
-		E(EDQUOT); E(ENOTSOCK); E(EADDRINUSE);
-#undef E
-	default:
-		return "EIO";
-	}
+	for (size_t i = 0; i < sizeof(err_names) / sizeof(err_names[0]); i++)
+		if (err_names[i].num == errnum)
+			return err_names[i].name;
+	return "EIO";
 }

@@ -26,6 +26,6 @@ void log_fields(enum log_level level, const char *module, json_t *fields, const 
 
 #define log_trace(mod, ...) log_fields(LOG_TRACE, mod, NULL, __VA_ARGS__)
 #define log_debug(mod, ...) log_fields(LOG_DEBUG, mod, NULL, __VA_ARGS__)
-#define log_info(mod, ...) log_fields(LOG_INFO, mod, NULL, __VA_ARGS__)
-#define log_warn(mod, ...) log_fields(LOG_WARN, mod, NULL, __VA_ARGS__)
+#define log_info(mod, ...)  log_fields(LOG_INFO, mod, NULL, __VA_ARGS__)
+#define log_warn(mod, ...)  log_fields(LOG_WARN, mod, NULL, __VA_ARGS__)
 #define log_error(mod, ...) log_fields(LOG_ERROR, mod, NULL, __VA_ARGS__)
