@@ -78,6 +78,9 @@ void guest_decoder_init(struct guest_decoder *d, uint32_t max_payload);
 
 /* Looks at buf[0..n). Returns a guest_decode_status and sets *consumed to the number of
  * bytes the caller must drop from the front of its buffer (possibly nonzero with NEED_MORE
- * while skipping). Never reads past n. */
+ * while skipping). Never reads past n. The bytes that finish an earlier oversize frame's
+ * payload are counted in *consumed of the call that yields the next frame. out->payload
+ * points into buf (non-NULL even when len is 0): use it before dropping the bytes.
+ * The type is not checked here (see guest_type_valid). */
 enum guest_decode_status guest_decode(struct guest_decoder *d, const uint8_t *buf, size_t n,
 				      struct guest_frame *out, size_t *consumed);
