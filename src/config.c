@@ -1,0 +1,432 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+#include "util/log.h"
+
+#define KiB ((uint64_t)1024)
+#define MiB (KiB * 1024)
+#define GiB (MiB * 1024)
+#define TiB (GiB * 1024)
+
+/* Where `make install`-style layouts put the agent when no build tree is around it. */
+#define AGENT_BIN_INSTALLED "/usr/local/libexec/agent-sandbox/sandbox-agent"
+
+/* How much of a bad value is echoed back in a message. */
+#define ECHO_MAX     64
+
+#define SUN_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
+
+enum var_kind {
+	V_STRING, /* any string */
+	V_PATH,   /* a path, made absolute against the working directory */
+	V_SOCKET, /* an absolute path that fits in sockaddr_un */
+	V_NAME,   /* a template name */
+	V_PREFIX, /* an API key prefix */
+	V_INT,    /* int within [min, max] */
+	V_UINT,   /* unsigned within [min, max] */
+	V_U64,    /* uint64_t within [min, max] */
+	V_SIZE,   /* size_t within [min, max] */
+	V_BOOL,   /* bool */
+	V_MODE,   /* enum net_filter_mode */
+	V_CHOICE, /* a string, one of choices[] */
+};
+
+struct var {
+	const char *name;
+	enum var_kind kind;
+	size_t offset;
+	const char *def; /* default, parsed like a value from the environment; NULL = unset */
+	uint64_t min, max;
+	const char *const *choices;
+};
+
+static const char *const drivers[] = { "auto", "jail", "qemu", "firecracker", NULL };
+static const char *const accels[] = { "auto", "kvm", "tcg", NULL };
+static const char *const modes[] = { "none", "allow", "deny", NULL };
+
+#define F(field) offsetof(struct config, field)
+
+/* Every variable, in the order of struct config. Ranges keep each value inside what the
+ * kernel, the VMMs and our own arithmetic accept. */
+static const struct var vars[] = {
+	{ "HOST", V_STRING, F(host), "127.0.0.1" },
+	{ "PORT", V_INT, F(port), "3000", 0, 65535 },
+	{ "SANDBOX_SOCKET", V_SOCKET, F(socket_path), NULL },
+	{ "SANDBOX_PORT_FILE", V_PATH, F(port_file), NULL },
+
+	{ "SANDBOX_STATE_DIR", V_PATH, F(state_dir), "/var/lib/agent-sandbox/state" },
+	{ "SANDBOX_RUN_DIR", V_PATH, F(run_dir), "/run/agent-sandbox" },
+	{ "FIRECRACKER_ARTIFACTS_DIR", V_PATH, F(artifacts_dir),
+	  "/var/lib/agent-sandbox/artifacts" },
+	{ "SANDBOX_AGENT_BIN", V_PATH, F(agent_bin), NULL }, /* default: see agent_bin_default */
+
+	{ "SANDBOX_DRIVER", V_CHOICE, F(driver), "auto", 0, 0, drivers },
+	{ "SANDBOX_DEFAULT_TEMPLATE", V_NAME, F(default_template), "node" },
+	{ "SANDBOX_WARM_POOL", V_UINT, F(warm_pool), "2", 0, 256 },
+	{ "SANDBOX_MAX_SESSIONS", V_UINT, F(max_sessions), "64", 1, 65536 },
+	{ "SESSION_IDLE_TIMEOUT", V_UINT, F(idle_timeout_s), "1800", 1, 31536000 },
+	{ "SESSION_MAX_LIFETIME", V_UINT, F(max_lifetime_s), "86400", 0, 31536000 },
+	{ "VM_VCPU_COUNT", V_UINT, F(vcpus), "1", 1, 32 },
+	{ "VM_MEM_SIZE_MIB", V_UINT, F(mem_mib), "128", 16, 1048576 },
+	{ "VM_CPU_QUOTA_US", V_U64, F(cpu_quota_us), "50000", 1000, 1000000000 },
+	{ "VM_CPU_PERIOD_US", V_U64, F(cpu_period_us), "100000", 1000, 1000000 },
+	{ "VM_MEMORY_LIMIT_BYTES", V_U64, F(memory_limit), "134217728", MiB, TiB },
+	{ "VM_NOFILE_LIMIT", V_UINT, F(nofile), "1024", 16, 1048576 },
+	{ "VM_DISK_LIMIT_BYTES", V_U64, F(disk_limit), "536870912", MiB, 16 * TiB },
+	{ "SANDBOX_PIDS_MAX", V_UINT, F(pids_max), "256", 1, 4194304 },
+
+	{ "SANDBOX_MAX_BODY_BYTES", V_SIZE, F(max_body_bytes), "100663296", KiB, 4 * GiB },
+	{ "SANDBOX_MAX_OUTPUT_BYTES", V_SIZE, F(max_output_bytes), "16777216", KiB, 4 * GiB },
+	{ "SANDBOX_MAX_READ_BYTES", V_SIZE, F(max_read_bytes), "67108864", KiB, 4 * GiB },
+	{ "SANDBOX_EXEC_TIMEOUT_MS", V_UINT, F(default_timeout_ms), "0", 0, UINT_MAX },
+	{ "SANDBOX_WORKERS", V_UINT, F(workers), "4", 1, 256 },
+
+	{ "AUTH_ENABLED", V_BOOL, F(auth_enabled), "true" },
+	{ "AUTH_KEY_PREFIX", V_PREFIX, F(key_prefix), "sk_test_" },
+	{ "MCP_AUTH_TOKEN", V_STRING, F(mcp_auth_token), NULL },
+
+	{ "FIRECRACKER_BIN", V_PATH, F(fc_bin), "/usr/local/bin/firecracker" },
+	{ "FIRECRACKER_JAILER_BIN", V_PATH, F(fc_jailer_bin), "/usr/local/bin/jailer" },
+	{ "FIRECRACKER_JAIL_BASE", V_PATH, F(fc_jail_base), "/var/lib/agent-sandbox/jailer" },
+	{ "FIRECRACKER_UID", V_UINT, F(fc_uid), "997", 0, 4294967294u },
+	{ "FIRECRACKER_GID", V_UINT, F(fc_gid), "982", 0, 4294967294u },
+
+	{ "SANDBOX_QEMU_BIN", V_STRING, F(qemu_bin), "qemu-system-x86_64" },
+	{ "SANDBOX_QEMU_ACCEL", V_CHOICE, F(qemu_accel), "auto", 0, 0, accels },
+
+	{ "VM_DNS_MODE", V_MODE, F(dns_mode), "none", 0, 0, modes },
+	{ "VM_DNS_DOMAINS", V_STRING, F(dns_domains), "" },
+	{ "VM_DNS_UPSTREAM", V_STRING, F(dns_upstream), "8.8.8.8,1.1.1.1" },
+	{ "VM_DEST_MODE", V_MODE, F(dest_mode), "none", 0, 0, modes },
+	{ "VM_DEST_RULES", V_STRING, F(dest_rules), "" },
+	{ "VM_BW_ENABLED", V_BOOL, F(bw_enabled), "false" },
+	{ "VM_BW_RATE_KBIT", V_UINT, F(bw_rate_kbit), "10240", 1, 100000000 },
+	{ "VM_BW_BURST_KBIT", V_UINT, F(bw_burst_kbit), "1024", 1, 100000000 },
+};
+
+#undef F
+
+/* The problems found so far, one line each. */
+struct problems {
+	char *text;
+	size_t len;
+	unsigned count;
+};
+
+static void problem_add(struct problems *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void problem_add(struct problems *p, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	_cleanup_free_ char *line = NULL;
+	int n = vasprintf(&line, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		abort();
+	p->text = xrealloc(p->text, p->len + (size_t)n + 2);
+	if (p->len)
+		p->text[p->len++] = '\n';
+	memcpy(p->text + p->len, line, (size_t)n + 1);
+	p->len += (size_t)n;
+	p->count++;
+}
+
+/* Writes as many whole lines as fit into err, then how many were left out. */
+static int problems_report(struct problems *p, struct err *err)
+{
+	if (p->len < ERR_MSG_MAX)
+		return err_set(err, EINVAL, "%s", p->text);
+
+	char tail[64];
+	size_t room = ERR_MSG_MAX - sizeof(tail);
+	size_t cut = 0;
+	unsigned kept = 0;
+	for (size_t i = 0; i < p->len && i <= room; i++) {
+		if (p->text[i] == '\n') {
+			cut = i;
+			kept++;
+		}
+	}
+	snprintf(tail, sizeof(tail), "\n(and %u more)", p->count - kept);
+	return err_set(err, EINVAL, "%.*s%s", (int)cut, p->text, tail);
+}
+
+/* A bad value as shown in a message: cut short, control bytes replaced. */
+static void echo(char out[static ECHO_MAX + 4], const char *s)
+{
+	size_t i = 0;
+	for (; s[i] && i < ECHO_MAX; i++)
+		out[i] = isprint((unsigned char)s[i]) && s[i] != '`' ? s[i] : '?';
+	if (s[i]) {
+		memcpy(out + i, "...", 3);
+		i += 3;
+	}
+	out[i] = '\0';
+}
+
+/* A decimal integer, the whole string, within [min, max]. */
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
+{
+	if (!*s)
+		return -EINVAL;
+	for (const char *c = s; *c; c++)
+		if (*c < '0' || *c > '9')
+			return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, NULL, 10);
+	if (errno == ERANGE || v < min || v > max)
+		return -ERANGE;
+	*ret = v;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *ret)
+{
+	static const char *const yes[] = { "true", "1", "yes" };
+	static const char *const no[] = { "false", "0", "no" };
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*ret = true;
+			return 0;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*ret = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* The index of s in a NULL-terminated list, compared without case, or -1. */
+static int choice_index(const char *const *choices, const char *s)
+{
+	for (int i = 0; choices[i]; i++)
+		if (strcasecmp(s, choices[i]) == 0)
+			return i;
+	return -1;
+}
+
+static char *choices_list(const char *const *choices)
+{
+	char *out = xstrdup("");
+	for (int i = 0; choices[i]; i++) {
+		char *next = xasprintf("%s%s%s", out, i ? ", " : "", choices[i]);
+		free(out);
+		out = next;
+	}
+	return out;
+}
+
+/* Letters, digits and `charset`, 1 to max bytes, not starting with a dot. */
+static bool is_word(const char *s, const char *charset, size_t max)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > max || s[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr(charset, s[i]))
+			return false;
+	return true;
+}
+
+static char *absolute(const char *path)
+{
+	if (path[0] == '/')
+		return xstrdup(path);
+	_cleanup_free_ char *cwd = getcwd(NULL, 0);
+	if (!cwd)
+		return xstrdup(path); /* unreachable working directory: leave it to the user */
+	return xasprintf("%s/%s", cwd, path);
+}
+
+static void set_string(struct config *cfg, size_t offset, char *value)
+{
+	char **field = (char **)((char *)cfg + offset);
+	free(*field);
+	*field = value;
+}
+
+/* Parses one value into its field; a bad value adds a problem and leaves the field as is. */
+static void var_apply(struct config *cfg, const struct var *v, const char *s, struct problems *p)
+{
+	void *field = (char *)cfg + v->offset;
+	char shown[ECHO_MAX + 4];
+	uint64_t n;
+	bool b;
+	int i;
+
+	echo(shown, s);
+	switch (v->kind) {
+	case V_STRING:
+		set_string(cfg, v->offset, xstrdup(s));
+		return;
+	case V_PATH:
+		set_string(cfg, v->offset, absolute(s));
+		return;
+	case V_SOCKET:
+		if (s[0] != '/' || strlen(s) >= SUN_PATH_MAX) {
+			problem_add(p, "%s: `%s` is not an absolute path shorter than %zu bytes",
+				    v->name, shown, SUN_PATH_MAX);
+			return;
+		}
+		set_string(cfg, v->offset, xstrdup(s));
+		return;
+	case V_NAME:
+		if (!is_word(s, "._-", 64)) {
+			problem_add(p, "%s: `%s` is not a template name (%s)", v->name, shown,
+				    "up to 64 letters, digits, `.`, `_`, `-`; no leading `.`");
+			return;
+		}
+		set_string(cfg, v->offset, xstrdup(s));
+		return;
+	case V_PREFIX:
+		if (!is_word(s, "_-", 32)) {
+			problem_add(p, "%s: `%s` is not a key prefix (%s)", v->name, shown,
+				    "up to 32 letters, digits, `_`, `-`");
+			return;
+		}
+		set_string(cfg, v->offset, xstrdup(s));
+		return;
+	case V_INT:
+	case V_UINT:
+	case V_U64:
+	case V_SIZE:
+		if (parse_u64(s, v->min, v->max, &n) < 0) {
+			problem_add(p, "%s: `%s` is not a number between %llu and %llu", v->name,
+				    shown, (unsigned long long)v->min, (unsigned long long)v->max);
+			return;
+		}
+		if (v->kind == V_INT)
+			*(int *)field = (int)n;
+		else if (v->kind == V_UINT)
+			*(unsigned *)field = (unsigned)n;
+		else if (v->kind == V_U64)
+			*(uint64_t *)field = n;
+		else
+			*(size_t *)field = (size_t)n;
+		return;
+	case V_BOOL:
+		if (parse_bool(s, &b) < 0) {
+			problem_add(p, "%s: `%s` is not one of true, false, 1, 0, yes, no", v->name,
+				    shown);
+			return;
+		}
+		*(bool *)field = b;
+		return;
+	case V_MODE:
+	case V_CHOICE:
+		i = choice_index(v->choices, s);
+		if (i < 0) {
+			_cleanup_free_ char *list = choices_list(v->choices);
+			problem_add(p, "%s: `%s` is not one of %s", v->name, shown, list);
+			return;
+		}
+		if (v->kind == V_MODE)
+			*(enum net_filter_mode *)field = (enum net_filter_mode)i;
+		else
+			set_string(cfg, v->offset, xstrdup(v->choices[i]));
+		return;
+	}
+}
+
+/* The agent beside the daemon in a build tree (build/src/sandboxd, build/agent/sandbox-agent),
+ * else the installed one. */
+static char *agent_bin_default(void)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			_cleanup_free_ char *guess = xasprintf("%s/../agent/sandbox-agent", exe);
+			char *real = realpath(guess, NULL);
+			if (real)
+				return real;
+		}
+	}
+	return xstrdup(AGENT_BIN_INSTALLED);
+}
+
+/* An unset variable and an empty one both mean the default. */
+static const char *env(const char *name)
+{
+	const char *s = getenv(name);
+	return s && *s ? s : NULL;
+}
+
+int config_load(struct config *cfg, struct err *err)
+{
+	struct problems p = { 0 };
+
+	memset(cfg, 0, sizeof(*cfg));
+	for (size_t i = 0; i < ARRAY_SIZE(vars); i++) {
+		if (vars[i].def)
+			var_apply(cfg, &vars[i], vars[i].def, &p);
+	}
+	/* A default that does not parse is a bug in the table above, not a user error. */
+	if (p.count) {
+		fprintf(stderr, "config: bad built-in default: %s\n", p.text);
+		abort();
+	}
+
+	for (size_t i = 0; i < ARRAY_SIZE(vars); i++) {
+		const char *s = env(vars[i].name);
+		if (s)
+			var_apply(cfg, &vars[i], s, &p);
+	}
+	if (!cfg->agent_bin)
+		cfg->agent_bin = agent_bin_default();
+
+	enum log_level level = LOG_INFO;
+	const char *ls = env("LOG_LEVEL");
+	if (ls && log_level_parse(ls, &level) < 0) {
+		char shown[ECHO_MAX + 4];
+		echo(shown, ls);
+		problem_add(&p,
+			    "LOG_LEVEL: `%s` is not one of trace, debug, info, warn, error, fatal, "
+			    "silent",
+			    shown);
+	}
+	log_set_level(level);
+
+	if (!p.count)
+		return 0;
+	int r = problems_report(&p, err);
+	free(p.text);
+	return r;
+}
+
+void config_free(struct config *cfg)
+{
+	if (!cfg)
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(vars); i++) {
+		switch (vars[i].kind) {
+		case V_STRING:
+		case V_PATH:
+		case V_SOCKET:
+		case V_NAME:
+		case V_PREFIX:
+		case V_CHOICE:
+			set_string(cfg, vars[i].offset, NULL);
+			break;
+		default:
+			break;
+		}
+	}
+}
