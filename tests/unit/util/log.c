@@ -1,0 +1,168 @@
+/* Tests of src/util/log.c: level names, thresholds and the JSON line written to stderr. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "util/log.h"
+
+static void test_parse_names(void **state)
+{
+	static const struct {
+		const char *name;
+		enum log_level level;
+	} names[] = {
+		{ "trace", LOG_TRACE }, { "debug", LOG_DEBUG }, { "info", LOG_INFO },
+		{ "warn", LOG_WARN },   { "error", LOG_ERROR }, { "fatal", LOG_FATAL },
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		enum log_level l = LOG_TRACE;
+		assert_int_equal(log_level_parse(names[i].name, &l), 0);
+		assert_int_equal(l, names[i].level);
+	}
+}
+
+static void test_parse_silent(void **state)
+{
+	enum log_level l = LOG_TRACE;
+	assert_int_equal(log_level_parse("silent", &l), 0);
+	log_set_level(l);
+	assert_false(log_enabled(LOG_FATAL));
+	assert_false(log_enabled(LOG_ERROR));
+	log_set_level(LOG_INFO);
+}
+
+static void test_parse_rejects(void **state)
+{
+	static const char *const bad[] = { "",      "verbose", "warning", "info ",
+					   " info", "INFO",    "5",       "debugx" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		enum log_level l = LOG_WARN;
+		assert_int_equal(log_level_parse(bad[i], &l), -EINVAL);
+		assert_int_equal(l, LOG_WARN); /* untouched on failure */
+	}
+}
+
+static void test_thresholds(void **state)
+{
+	log_set_level(LOG_WARN);
+	assert_int_equal(log_get_level(), LOG_WARN);
+	assert_false(log_enabled(LOG_DEBUG));
+	assert_false(log_enabled(LOG_INFO));
+	assert_true(log_enabled(LOG_WARN));
+	assert_true(log_enabled(LOG_FATAL));
+
+	log_set_level(LOG_TRACE);
+	assert_true(log_enabled(LOG_TRACE));
+	log_set_level(LOG_INFO);
+}
+
+/* Runs fn with stderr sent to a pipe; returns what was written (caller frees). */
+static char *capture_stderr(void (*fn)(void))
+{
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	int saved = dup(STDERR_FILENO);
+	assert_true(saved >= 0);
+	assert_true(dup2(p[1], STDERR_FILENO) >= 0);
+	close(p[1]);
+	fn();
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	static char buf[65536];
+	size_t len = 0;
+	ssize_t n;
+	while ((n = read(p[0], buf + len, sizeof(buf) - 1 - len)) > 0)
+		len += (size_t)n;
+	close(p[0]);
+	buf[len] = '\0';
+	return strdup(buf);
+}
+
+static void write_one_line(void)
+{
+	json_t *fields = json_pack("{s:s, s:i, s:s}", "session", "abc", "port", 3000, "msg",
+				   "must not replace the message");
+	log_set_level(LOG_INFO);
+	log_fields(LOG_WARN, "config", fields, "port %d taken", 3000);
+	json_decref(fields);
+}
+
+static void test_line_is_json(void **state)
+{
+	char *out = capture_stderr(write_one_line);
+	size_t len = strlen(out);
+	assert_true(len > 1);
+	assert_int_equal(out[len - 1], '\n');
+	assert_null(memchr(out, '\n', len - 1)); /* exactly one line */
+
+	json_error_t jerr;
+	json_t *line = json_loads(out, 0, &jerr);
+	assert_non_null(line);
+	assert_string_equal(json_string_value(json_object_get(line, "level")), "warn");
+	assert_string_equal(json_string_value(json_object_get(line, "module")), "config");
+	assert_string_equal(json_string_value(json_object_get(line, "msg")), "port 3000 taken");
+	assert_string_equal(json_string_value(json_object_get(line, "session")), "abc");
+	assert_int_equal(json_integer_value(json_object_get(line, "port")), 3000);
+	const char *ts = json_string_value(json_object_get(line, "ts"));
+	assert_non_null(ts);
+	assert_int_equal(strlen(ts), strlen("2024-01-01T00:00:00.000Z"));
+	assert_int_equal(ts[strlen(ts) - 1], 'Z');
+	json_decref(line);
+	free(out);
+}
+
+static void write_below_threshold(void)
+{
+	log_set_level(LOG_ERROR);
+	log_info("test", "not written");
+	log_warn("test", "not written");
+	log_set_level(LOG_INFO);
+}
+
+static void test_below_threshold_writes_nothing(void **state)
+{
+	char *out = capture_stderr(write_below_threshold);
+	assert_string_equal(out, "");
+	free(out);
+}
+
+static void write_control_bytes(void)
+{
+	log_info(NULL, "tab\there \"quoted\" \x01 and \xc3\xa9");
+}
+
+static void test_message_is_escaped(void **state)
+{
+	char *out = capture_stderr(write_control_bytes);
+	json_t *line = json_loads(out, 0, NULL);
+	assert_non_null(line);
+	assert_null(json_object_get(line, "module"));
+	assert_string_equal(json_string_value(json_object_get(line, "msg")),
+			    "tab\there \"quoted\" \x01 and \xc3\xa9");
+	json_decref(line);
+	free(out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_names),
+		cmocka_unit_test(test_parse_silent),
+		cmocka_unit_test(test_parse_rejects),
+		cmocka_unit_test(test_thresholds),
+		cmocka_unit_test(test_line_is_json),
+		cmocka_unit_test(test_below_threshold_writes_nothing),
+		cmocka_unit_test(test_message_is_escaped),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
