@@ -28,3 +28,20 @@ void template_unref(struct template *t);
 
 /* Loads one template directory; fails with a reason when it is not a valid template. */
 int template_load(const char *dir, struct template **ret, struct err *err);
+
+/* The templates loaded from <artifacts>/templates. */
+struct template_registry {
+	struct template **items;
+	size_t n;
+};
+
+/* Loads every valid template under dir (invalid ones are skipped with a logged reason)
+ * into a fresh registry, replacing reg's contents (old templates are unreferenced). */
+int template_registry_load(struct template_registry *reg, const char *templates_dir,
+			   struct err *err);
+void template_registry_clear(struct template_registry *reg);
+struct template *template_find(const struct template_registry *reg, const char *name);
+/* Comma-separated names, for error messages (caller frees). */
+char *template_names(const struct template_registry *reg);
+/* The manifest as the API shows it. */
+json_t *template_json(const struct template *t);

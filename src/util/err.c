@@ -41,14 +41,15 @@ int err_wrap(struct err *err, const char *fmt, ...)
 {
 	if (!err)
 		return -EIO;
-	char prefix[ERR_MSG_MAX];
 	char old[ERR_MSG_MAX];
+	memcpy(old, err->msg, sizeof(old));
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(prefix, sizeof(prefix), fmt, ap);
+	int n = vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 	va_end(ap);
-	memcpy(old, err->msg, sizeof(old));
-	snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+	if (n >= 0 && (size_t)n < sizeof(err->msg))
+		snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %.*s",
+			 (int)(sizeof(err->msg) - (size_t)n), old);
 	return err_ret(err->errnum);
 }
 

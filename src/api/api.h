@@ -1,0 +1,39 @@
+/* api: sandboxd's HTTP routes. Handlers translate between HTTP/JSON and the session layer;
+ * they own no state of their own beyond one request. */
+#pragma once
+
+#include <stddef.h>
+
+#include "http/http.h"
+
+/* The route table (routes.c). */
+extern const struct http_route api_routes[];
+extern const size_t api_nroutes;
+
+/* The daemon's configuration, for handlers. */
+extern const struct config *api_cfg;
+extern struct event_base *api_base;
+
+/* Sets the configuration, what /health reports and when the daemon started. */
+void api_init(struct event_base *base, const struct config *cfg, const char *driver_name,
+	      const char *isolation);
+
+/* The owner of sessions created by this request: the caller's key id, "" without auth. */
+const char *api_owner(struct http_ctx *ctx);
+/* Whether the caller may act on every owner's sessions (admin scope). */
+bool api_is_admin(struct http_ctx *ctx);
+
+/* /exec routes (exec.c) */
+void api_exec_templates(struct http_ctx *ctx);
+void api_exec_list(struct http_ctx *ctx);
+void api_exec_create(struct http_ctx *ctx);
+void api_exec_execute(struct http_ctx *ctx);
+void api_exec_cancel(struct http_ctx *ctx);
+void api_exec_write(struct http_ctx *ctx);
+void api_exec_read(struct http_ctx *ctx);
+void api_exec_files(struct http_ctx *ctx);
+void api_exec_delete(struct http_ctx *ctx);
+
+/* health.c */
+void api_health(struct http_ctx *ctx);
+void api_ready(struct http_ctx *ctx);

@@ -1,0 +1,71 @@
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "api/api.h"
+#include "session/session.h"
+#include "store/store.h"
+#include "util/cleanup.h"
+
+static struct {
+	const struct config *cfg;
+	const char *driver;
+	const char *isolation;
+	struct timespec started;
+} H;
+
+const struct config *api_cfg;
+struct event_base *api_base;
+
+void api_init(struct event_base *base, const struct config *cfg, const char *driver_name,
+	      const char *isolation)
+{
+	api_base = base;
+	api_cfg = cfg;
+	H.cfg = cfg;
+	H.driver = driver_name;
+	H.isolation = isolation;
+	clock_gettime(CLOCK_MONOTONIC, &H.started);
+}
+
+static double uptime(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - H.started.tv_sec) +
+	       (double)(now.tv_nsec - H.started.tv_nsec) / 1e9;
+}
+
+void api_health(struct http_ctx *ctx)
+{
+	http_reply_json(ctx, 200,
+			json_pack("{s:s, s:f, s:s, s:s, s:s, s:i, s:i}", "status", "ok", "uptime",
+				  uptime(), "version", SANDBOX_VERSION, "driver", H.driver,
+				  "isolation", H.isolation, "sessions", (int)session_count(),
+				  "warmPool", (int)session_pool_size()));
+}
+
+/* Ready means a request for a session can succeed now: state can be written, the driver
+ * works, a template is loaded and there is room for another session. */
+void api_ready(struct http_ctx *ctx)
+{
+	json_t *failing = json_array();
+	struct err e;
+
+	if (store_check_writable(&e) < 0)
+		json_array_append_new(failing,
+				      json_pack("{s:s, s:s}", "check", "state", "error", e.msg));
+	if (!session_driver_healthy(&e))
+		json_array_append_new(failing,
+				      json_pack("{s:s, s:s}", "check", "driver", "error", e.msg));
+	if (session_templates()->n == 0)
+		json_array_append_new(failing, json_pack("{s:s, s:s}", "check", "templates",
+							 "error", "no template is loaded"));
+	if (session_count() >= H.cfg->max_sessions)
+		json_array_append_new(failing, json_pack("{s:s, s:s}", "check", "capacity", "error",
+							 "the session limit is reached"));
+	bool ok = json_array_size(failing) == 0;
+	json_t *body =
+		json_pack("{s:s, s:o}", "status", ok ? "ready" : "not ready", "failing", failing);
+	http_reply_json(ctx, ok ? 200 : 503, body);
+}

@@ -1,0 +1,22 @@
+#include "api/api.h"
+
+#define GET    EVHTTP_REQ_GET
+#define POST   EVHTTP_REQ_POST
+#define DELETE EVHTTP_REQ_DELETE
+
+/* Order matters: fixed paths before the :id patterns they would also match. */
+const struct http_route api_routes[] = {
+	{ GET, "/health", api_health, NULL },
+	{ GET, "/ready", api_ready, NULL },
+	{ GET, "/exec/templates", api_exec_templates, "exec" },
+	{ GET, "/exec", api_exec_list, "exec" },
+	{ POST, "/exec", api_exec_create, "exec" },
+	{ POST, "/exec/:id/execute", api_exec_execute, "exec" },
+	{ POST, "/exec/:id/cancel", api_exec_cancel, "exec" },
+	{ POST, "/exec/:id/write", api_exec_write, "exec" },
+	{ GET, "/exec/:id/read", api_exec_read, "exec" },
+	{ GET, "/exec/:id/files", api_exec_files, "exec" },
+	{ DELETE, "/exec/:id", api_exec_delete, "exec" },
+};
+
+const size_t api_nroutes = sizeof(api_routes) / sizeof(api_routes[0]);

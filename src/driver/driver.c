@@ -1,0 +1,51 @@
+#include "driver/driver.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "util/log.h"
+
+/* The drivers in the order `auto` tries them. */
+static const struct driver *const drivers[] = {
+	&driver_jail,
+};
+
+const struct driver *driver_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(drivers) / sizeof(drivers[0]); i++)
+		if (drivers[i] && strcmp(drivers[i]->name, name) == 0)
+			return drivers[i];
+	return NULL;
+}
+
+int driver_select(const struct config *cfg, const struct driver **ret, struct err *err)
+{
+	if (strcmp(cfg->driver, "auto") != 0) {
+		const struct driver *d = driver_find(cfg->driver);
+		if (!d)
+			return err_set(err, EINVAL, "unknown driver `%s`", cfg->driver);
+		int r = d->probe(cfg, err);
+		if (r < 0)
+			return err_wrap(err, "driver %s cannot run here", d->name);
+		r = d->init(cfg, err);
+		if (r < 0)
+			return err_wrap(err, "driver %s", d->name);
+		*ret = d;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(drivers) / sizeof(drivers[0]); i++) {
+		const struct driver *d = drivers[i];
+		struct err why;
+		if (d->probe(cfg, &why) < 0) {
+			log_info("driver", "driver %s not usable: %s", d->name, why.msg);
+			continue;
+		}
+		if (d->init(cfg, &why) < 0) {
+			log_warn("driver", "driver %s failed to initialise: %s", d->name, why.msg);
+			continue;
+		}
+		*ret = d;
+		return 0;
+	}
+	return err_set(err, ENODEV, "no sandbox driver can run on this host");
+}

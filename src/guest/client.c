@@ -1,0 +1,496 @@
+#include "guest/client.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <string.h>
+
+#include "guest/proto.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+
+struct guest_op {
+	struct guest_conn *conn;
+	uint32_t channel;
+	const struct guest_op_cbs *cbs;
+	void *arg;
+	bool detached;         /* no callbacks any more */
+	bool finished;         /* on_done ran (or was suppressed) */
+	int64_t recv_credit;   /* data bytes the agent may still send us */
+	uint64_t consumed;     /* delivered and released, not yet granted back */
+	int64_t send_credit;   /* data bytes we may still send */
+	struct evbuffer *outq; /* DATA not yet sent */
+	bool eof_queued, eof_sent;
+	struct event *timer;
+	char *timeout_what;
+	struct guest_op *next, *prev;
+};
+
+struct guest_conn {
+	struct bufferevent *bev;
+	struct guest_decoder dec;
+	guest_close_fn on_close;
+	void *arg;
+	bool dead;
+	struct err why;
+	uint32_t next_channel;
+	struct guest_op *ops; /* doubly linked */
+	size_t nops;
+	int dispatching; /* >0 while callbacks run: defer frees */
+	bool free_pending;
+};
+
+static guest_violation_fn violation_hook;
+
+void guest_set_violation_hook(guest_violation_fn fn)
+{
+	violation_hook = fn;
+}
+
+int guest_code_errno(const char *code)
+{
+	static const struct {
+		const char *code;
+		int num;
+	} map[] = {
+		{ "ENOENT", ENOENT },
+		{ "ESCAPE", EXDEV },
+		{ "EINVAL", EINVAL },
+		{ "EPROTO", EPROTO },
+		{ "EISDIR", EISDIR },
+		{ "ENOTDIR", ENOTDIR },
+		{ "EACCES", EACCES },
+		{ "EPERM", EPERM },
+		{ "EFBIG", EFBIG },
+		{ "E2BIG", E2BIG },
+		{ "EMSGSIZE", EMSGSIZE },
+		{ "ENOSPC", ENOSPC },
+		{ "EEXIST", EEXIST },
+		{ "EAGAIN", EAGAIN },
+		{ "ECANCELED", ECANCELED },
+		{ "ENOTSUP", ENOTSUP },
+		{ "ENOEXEC", ENOEXEC },
+		{ "ETIMEDOUT", ETIMEDOUT },
+		{ "ENAMETOOLONG", ENAMETOOLONG },
+		{ "ELOOP", ELOOP },
+		{ "ENOTEMPTY", ENOTEMPTY },
+		{ "EBUSY", EBUSY },
+		{ "EROFS", EROFS },
+		{ "EDQUOT", EDQUOT },
+		{ "ETXTBSY", ETXTBSY },
+		{ "ENOMEM", ENOMEM },
+	};
+	if (code)
+		for (size_t i = 0; i < ARRAY_SIZE(map); i++)
+			if (strcmp(map[i].code, code) == 0)
+				return map[i].num;
+	return EIO;
+}
+
+static void violation(const char *kind)
+{
+	if (violation_hook)
+		violation_hook(kind);
+}
+
+/* --- sending ------------------------------------------------------------------------ */
+
+static void send_frame(struct guest_conn *c, uint8_t type, uint32_t channel, const void *p,
+		       size_t len)
+{
+	if (c->dead)
+		return;
+	uint8_t hdr[GUEST_HDR_LEN];
+	guest_frame_header(hdr, type, channel, (uint32_t)len);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evbuffer_add(out, hdr, sizeof(hdr));
+	if (len)
+		evbuffer_add(out, p, len);
+}
+
+static void op_flush(struct guest_op *op)
+{
+	struct guest_conn *c = op->conn;
+	if (c->dead)
+		return;
+	size_t have;
+	while ((have = evbuffer_get_length(op->outq)) > 0 && op->send_credit > 0) {
+		size_t n = have;
+		if (n > GUEST_DATA_CHUNK)
+			n = GUEST_DATA_CHUNK;
+		if ((int64_t)n > op->send_credit)
+			n = (size_t)op->send_credit;
+		uint8_t hdr[GUEST_HDR_LEN];
+		guest_frame_header(hdr, GUEST_DATA, op->channel, (uint32_t)n);
+		struct evbuffer *out = bufferevent_get_output(c->bev);
+		evbuffer_add(out, hdr, sizeof(hdr));
+		evbuffer_remove_buffer(op->outq, out, n);
+		op->send_credit -= (int64_t)n;
+	}
+	if (op->eof_queued && !op->eof_sent && evbuffer_get_length(op->outq) == 0) {
+		send_frame(c, GUEST_EOF, op->channel, NULL, 0);
+		op->eof_sent = true;
+	}
+}
+
+/* --- op lifetime -------------------------------------------------------------------- */
+
+static void op_unlink_free(struct guest_op *op)
+{
+	struct guest_conn *c = op->conn;
+	if (op->prev)
+		op->prev->next = op->next;
+	else
+		c->ops = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
+	c->nops--;
+	if (op->timer)
+		event_free(op->timer);
+	evbuffer_free(op->outq);
+	free(op->timeout_what);
+	free(op);
+}
+
+/* Runs on_done once (unless detached). Does not unlink: the channel stays open until the
+ * agent's terminal frame arrives or the connection ends. */
+static void op_finish(struct guest_op *op, json_t *result, const struct err *err)
+{
+	if (op->finished)
+		return;
+	op->finished = true;
+	if (op->timer)
+		event_del(op->timer);
+	if (!op->detached && op->cbs->on_done) {
+		op->conn->dispatching++;
+		op->cbs->on_done(op, result, err, op->arg);
+		op->conn->dispatching--;
+	}
+	op->detached = true;
+}
+
+static void conn_fail(struct guest_conn *c, int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void conn_fail(struct guest_conn *c, int errnum, const char *fmt, ...)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	va_list ap;
+	va_start(ap, fmt);
+	char msg[ERR_MSG_MAX];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	err_set(&c->why, errnum, "%s", msg);
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+
+	c->dispatching++;
+	for (struct guest_op *op = c->ops; op; op = op->next)
+		op_finish(op, NULL, &c->why);
+	while (c->ops)
+		op_unlink_free(c->ops);
+	if (c->on_close)
+		c->on_close(c, &c->why, c->arg);
+	c->dispatching--;
+	if (c->free_pending && !c->dispatching)
+		guest_conn_free(c);
+}
+
+/* --- receiving ---------------------------------------------------------------------- */
+
+static struct guest_op *find_op(struct guest_conn *c, uint32_t channel)
+{
+	for (struct guest_op *op = c->ops; op; op = op->next)
+		if (op->channel == channel)
+			return op;
+	return NULL;
+}
+
+static void handle_terminal(struct guest_op *op, const struct guest_frame *f)
+{
+	json_error_t jerr;
+	json_t *j = json_loadb((const char *)f->payload, f->len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!j || !json_is_object(j)) {
+		json_decref(j);
+		violation("json");
+		struct err e;
+		err_set(&e, EPROTO, "sandbox agent sent a malformed reply");
+		op_finish(op, NULL, &e);
+	} else if (f->type == GUEST_RESULT) {
+		op_finish(op, j, NULL);
+		json_decref(j);
+	} else {
+		const char *msg = json_string_value(json_object_get(j, "error"));
+		const char *code = json_string_value(json_object_get(j, "code"));
+		struct err e;
+		err_set(&e, guest_code_errno(code), "%s", msg ? msg : "sandbox agent error");
+		json_decref(j);
+		op_finish(op, NULL, &e);
+	}
+	op_unlink_free(op);
+}
+
+static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
+{
+	if (!guest_type_valid(f->type, 0)) {
+		violation("frame");
+		conn_fail(c, EPROTO, "sandbox agent sent a frame of unknown type %u", f->type);
+		return;
+	}
+	struct guest_op *op = find_op(c, f->channel);
+	if (!op) {
+		/* Late frames for an op that timed out on our side end up here only if the
+		 * agent invents channels: count it and drop the frame. */
+		violation("channel");
+		return;
+	}
+	switch (f->type) {
+	case GUEST_WINDOW:
+		if (f->len != 4) {
+			violation("frame");
+			conn_fail(c, EPROTO, "sandbox agent sent a malformed window frame");
+			return;
+		}
+		op->send_credit += ((uint32_t)f->payload[0] << 24) |
+				   ((uint32_t)f->payload[1] << 16) |
+				   ((uint32_t)f->payload[2] << 8) | f->payload[3];
+		if (op->send_credit > (int64_t)GUEST_WINDOW_INITIAL * 64)
+			op->send_credit = (int64_t)GUEST_WINDOW_INITIAL * 64;
+		op_flush(op);
+		return;
+	case GUEST_STDOUT:
+	case GUEST_STDERR:
+	case GUEST_FILEDATA:
+		op->recv_credit -= f->len;
+		if (op->recv_credit < 0) {
+			violation("credit");
+			conn_fail(c, EPROTO, "sandbox agent sent more data than it was allowed");
+			return;
+		}
+		if (op->detached || !op->cbs->on_data) {
+			guest_op_consumed(op, f->len);
+			return;
+		}
+		c->dispatching++;
+		op->cbs->on_data(op, f->type, f->payload, f->len, op->arg);
+		c->dispatching--;
+		return;
+	case GUEST_RESULT:
+	case GUEST_ERROR:
+		handle_terminal(op, f);
+		return;
+	}
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+	struct guest_conn *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	c->dispatching++;
+	while (!c->dead) {
+		size_t avail = evbuffer_get_length(in);
+		if (avail < GUEST_HDR_LEN)
+			break;
+		const uint8_t *p = evbuffer_pullup(in, GUEST_HDR_LEN);
+		uint32_t len = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+			       ((uint32_t)p[2] << 8) | p[3];
+		if (len > GUEST_MAX_PAYLOAD) {
+			violation("frame");
+			conn_fail(c, EMSGSIZE, "sandbox agent sent an oversize frame (%u bytes)",
+				  len);
+			break;
+		}
+		size_t whole = GUEST_HDR_LEN + (size_t)len;
+		if (avail < whole)
+			break;
+		p = evbuffer_pullup(in, (ev_ssize_t)whole);
+		struct guest_frame f;
+		size_t consumed = 0;
+		if (guest_decode(&c->dec, p, whole, &f, &consumed) != GUEST_DECODE_FRAME ||
+		    consumed != whole) {
+			violation("frame");
+			conn_fail(c, EPROTO, "sandbox agent sent an undecodable frame");
+			break;
+		}
+		handle_frame(c, &f);
+		evbuffer_drain(in, whole);
+	}
+	c->dispatching--;
+	if (c->free_pending && !c->dispatching)
+		guest_conn_free(c);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct guest_conn *c = arg;
+	if (what & BEV_EVENT_EOF)
+		conn_fail(c, ECONNRESET, "sandbox connection closed (the sandbox stopped)");
+	else if (what & BEV_EVENT_ERROR)
+		conn_fail(c, ECONNRESET, "sandbox connection failed: %s",
+			  strerror(EVUTIL_SOCKET_ERROR()));
+}
+
+/* --- public ------------------------------------------------------------------------- */
+
+struct guest_conn *guest_conn_new(struct event_base *base, int fd, guest_close_fn on_close,
+				  void *arg)
+{
+	struct guest_conn *c = xcalloc(1, sizeof(*c));
+	evutil_make_socket_nonblocking(fd);
+	c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!c->bev)
+		abort();
+	guest_decoder_init(&c->dec, GUEST_MAX_PAYLOAD);
+	c->on_close = on_close;
+	c->arg = arg;
+	c->next_channel = 1;
+	/* Never hold more than a few frames of unread input: the agent's credit bounds the
+	 * rest, and reading stops while a consumer is slow. */
+	bufferevent_setwatermark(c->bev, EV_READ, 0, 4 * (GUEST_MAX_PAYLOAD + GUEST_HDR_LEN));
+	bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	return c;
+}
+
+void guest_conn_free(struct guest_conn *c)
+{
+	if (!c)
+		return;
+	c->on_close = NULL;
+	if (!c->dead)
+		conn_fail(c, ECONNRESET, "sandbox connection closed");
+	if (c->dispatching) {
+		c->free_pending = true; /* freed when the callbacks on the stack return */
+		return;
+	}
+	bufferevent_free(c->bev);
+	free(c);
+}
+
+void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *arg)
+{
+	c->on_close = on_close;
+	c->arg = arg;
+}
+
+bool guest_conn_alive(struct guest_conn *c)
+{
+	return c && !c->dead;
+}
+
+size_t guest_conn_ops(struct guest_conn *c)
+{
+	return c->nops;
+}
+
+struct guest_op *guest_op_start(struct guest_conn *c, json_t *request,
+				const struct guest_op_cbs *cbs, void *arg, struct err *err)
+{
+	if (c->dead) {
+		err_copy(err, &c->why);
+		return NULL;
+	}
+	char *text = json_dumps(request, JSON_COMPACT);
+	size_t len = strlen(text);
+	if (len > GUEST_MAX_PAYLOAD) {
+		free(text);
+		err_set(err, E2BIG, "request too large for the sandbox agent");
+		return NULL;
+	}
+	struct guest_op *op = xcalloc(1, sizeof(*op));
+	op->conn = c;
+	op->channel = c->next_channel++;
+	op->cbs = cbs;
+	op->arg = arg;
+	op->recv_credit = GUEST_WINDOW_INITIAL;
+	op->send_credit = GUEST_WINDOW_INITIAL;
+	op->outq = evbuffer_new();
+	op->next = c->ops;
+	if (c->ops)
+		c->ops->prev = op;
+	c->ops = op;
+	c->nops++;
+	send_frame(c, GUEST_REQUEST, op->channel, text, len);
+	free(text);
+	return op;
+}
+
+void guest_op_send(struct guest_op *op, const void *data, size_t len)
+{
+	if (op->eof_queued || op->finished)
+		return;
+	evbuffer_add(op->outq, data, len);
+	op_flush(op);
+}
+
+void guest_op_eof(struct guest_op *op)
+{
+	if (op->eof_queued)
+		return;
+	op->eof_queued = true;
+	op_flush(op);
+}
+
+void guest_op_cancel(struct guest_op *op)
+{
+	send_frame(op->conn, GUEST_CANCEL, op->channel, NULL, 0);
+}
+
+void guest_op_consumed(struct guest_op *op, size_t n)
+{
+	op->consumed += n;
+	if (op->consumed >= GUEST_WINDOW_INITIAL / 4) {
+		uint32_t inc = (uint32_t)op->consumed;
+		uint8_t be[4] = { (uint8_t)(inc >> 24), (uint8_t)(inc >> 16), (uint8_t)(inc >> 8),
+				  (uint8_t)inc };
+		op->recv_credit += inc;
+		op->consumed = 0;
+		send_frame(op->conn, GUEST_WINDOW, op->channel, be, 4);
+	}
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct guest_op *op = arg;
+	struct err e;
+	err_set(&e, ETIMEDOUT, "%s: the sandbox did not answer in time",
+		op->timeout_what ? op->timeout_what : "operation");
+	guest_op_cancel(op);
+	op_finish(op, NULL, &e);
+}
+
+void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what)
+{
+	if (!op->timer)
+		op->timer = evtimer_new(bufferevent_get_base(op->conn->bev), on_timeout, op);
+	free(op->timeout_what);
+	op->timeout_what = what ? xstrdup(what) : NULL;
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
+			      .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	evtimer_add(op->timer, &tv);
+}
+
+void guest_op_detach(struct guest_op *op)
+{
+	if (op->detached)
+		return;
+	op->detached = true;
+	op->finished = true;
+	if (op->timer)
+		event_del(op->timer);
+	guest_op_cancel(op);
+	/* Drop what we still meant to send, and let the agent flush its output freely. */
+	evbuffer_drain(op->outq, evbuffer_get_length(op->outq));
+	if (!op->eof_sent) {
+		op->eof_queued = true;
+		op_flush(op);
+	}
+	if (op->consumed)
+		guest_op_consumed(op, 0);
+}
+
+size_t guest_op_queued(struct guest_op *op)
+{
+	return evbuffer_get_length(op->outq);
+}

@@ -1,0 +1,76 @@
+/* guest client: sandboxd's end of the guest protocol (see proto.h), on the event loop.
+ *
+ * A guest_conn wraps the byte stream a driver handed over. Operations are independent
+ * channels on it; each gets exactly one on_done call: the agent's RESULT, its ERROR, a
+ * host-side timeout, or the connection's loss. The agent is not trusted: frames are
+ * bounded, JSON is parsed strictly, credit is enforced, and any protocol violation closes
+ * the connection (failing its operations) instead of being guessed around. */
+#pragma once
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+struct guest_conn;
+struct guest_op;
+
+struct guest_op_cbs {
+	/* Bytes arrived: type is GUEST_STDOUT, GUEST_STDERR or GUEST_FILEDATA. The consumer
+	 * calls guest_op_consumed() once it no longer holds the bytes; that is what lets the
+	 * agent send more. */
+	void (*on_data)(struct guest_op *op, uint8_t type, const uint8_t *data, size_t len,
+			void *arg);
+	/* Terminal. Exactly one of result (the agent's RESULT object, borrowed) and err is
+	 * non-NULL; for an agent ERROR, err->errnum is the errno its code names (ESCAPE maps
+	 * to EXDEV) and err->msg its message. The op is freed when this returns. */
+	void (*on_done)(struct guest_op *op, json_t *result, const struct err *err, void *arg);
+};
+
+typedef void (*guest_close_fn)(struct guest_conn *c, const struct err *why, void *arg);
+
+/* Takes ownership of fd. on_close runs once when the connection is lost (not on free). */
+struct guest_conn *guest_conn_new(struct event_base *base, int fd, guest_close_fn on_close,
+				  void *arg);
+
+/* Changes who hears about the connection's loss. */
+void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *arg);
+
+/* Fails every open operation with ECONNRESET ("sandbox connection closed") and frees. */
+void guest_conn_free(struct guest_conn *c);
+
+/* Whether the connection is still usable. */
+bool guest_conn_alive(struct guest_conn *c);
+
+/* Number of operations in flight. */
+size_t guest_conn_ops(struct guest_conn *c);
+
+/* Protocol violations seen (for metrics), by kind: "frame", "json", "credit", "channel". */
+typedef void (*guest_violation_fn)(const char *kind);
+void guest_set_violation_hook(guest_violation_fn fn);
+
+/* Opens an operation with `request` (borrowed; must have "op"). Returns NULL with err set
+ * when the connection is gone. */
+struct guest_op *guest_op_start(struct guest_conn *c, json_t *request,
+				const struct guest_op_cbs *cbs, void *arg, struct err *err);
+
+/* Queues DATA (stdin or file contents); sent as the agent grants credit. */
+void guest_op_send(struct guest_op *op, const void *data, size_t len);
+/* Queues EOF after the data. */
+void guest_op_eof(struct guest_op *op);
+/* Asks the agent to cancel; on_done still follows. */
+void guest_op_cancel(struct guest_op *op);
+/* Returns credit for n bytes delivered through on_data. */
+void guest_op_consumed(struct guest_op *op, size_t n);
+/* Fails the op with ETIMEDOUT (and cancels it in the agent) if it has not ended in `ms`. */
+void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what);
+/* The caller is no longer interested: cancels in the agent, no more callbacks. */
+void guest_op_detach(struct guest_op *op);
+/* Bytes queued toward the agent and not yet sent. */
+size_t guest_op_queued(struct guest_op *op);
+
+/* Maps an agent error code ("ENOENT", "ESCAPE", ...) to an errno value. */
+int guest_code_errno(const char *code);

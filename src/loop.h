@@ -1,0 +1,20 @@
+/* loop: the worker pool that runs blocking work off the event loop.
+ *
+ * Only the loop thread touches daemon state. Work that blocks (creating or destroying a
+ * sandbox, building a snapshot) runs on a worker; its completion runs back on the loop
+ * thread, in submission order per worker. */
+#pragma once
+
+#include <event2/event.h>
+
+/* Starts `nthreads` workers whose completions are delivered on `base`. */
+int loop_pool_start(struct event_base *base, unsigned nthreads);
+
+/* Runs work(arg) on a worker, then done(arg) on the loop thread (done may be NULL). */
+void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg);
+
+/* Number of jobs submitted whose done() has not run yet. */
+unsigned loop_pending(void);
+
+/* Lets queued jobs finish, joins the workers and delivers remaining completions. */
+void loop_pool_stop(void);

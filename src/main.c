@@ -1,0 +1,179 @@
+/* sandboxd: the agent-sandbox daemon. Reads its configuration from the environment, picks a
+ * driver, serves the HTTP API on one event loop and cleans up everything on the way out. */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "config.h"
+#include "driver/driver.h"
+#include "http/http.h"
+#include "loop.h"
+#include "session/session.h"
+#include "store/store.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+
+/* How long in-flight requests get to finish on SIGTERM before sessions are torn down. */
+#define DRAIN_SECONDS 10
+
+static struct {
+	struct event_base *base;
+	struct config cfg;
+	struct http_server *http;
+	struct event *sigterm, *sigint, *sighup, *drain_timer;
+	bool stopping;
+	int exit_code;
+} D;
+
+static void on_sessions_gone(void *arg)
+{
+	log_info("sandboxd", "all sandboxes removed; exiting");
+	event_base_loopexit(D.base, NULL);
+}
+
+static void finish_shutdown(void)
+{
+	if (D.drain_timer)
+		event_del(D.drain_timer);
+	session_shutdown(on_sessions_gone, NULL);
+}
+
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+	static int waited;
+	/* Streaming requests end when their sessions go; others get a few seconds. */
+	if (http_server_inflight(D.http) == 0 || ++waited >= DRAIN_SECONDS * 10)
+		finish_shutdown();
+}
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+	if (D.stopping) {
+		log_warn("sandboxd", "second signal: exiting now");
+		event_base_loopbreak(D.base);
+		D.exit_code = 1;
+		return;
+	}
+	D.stopping = true;
+	log_info("sandboxd", "received %s: no new connections; finishing in-flight requests",
+		 strsignal((int)sig));
+	http_server_stop_accepting(D.http);
+	D.drain_timer = event_new(D.base, -1, EV_PERSIST, on_drain_tick, NULL);
+	struct timeval tv = { .tv_usec = 100000 };
+	event_add(D.drain_timer, &tv);
+}
+
+static void on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+	struct err e;
+	if (session_reload_templates(&e) < 0)
+		log_error("sandboxd", "reloading templates failed: %s", e.msg);
+}
+
+static int write_port_file(const char *path, int port, struct err *err)
+{
+	_cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+	FILE *f = fopen(tmp, "we");
+	if (!f)
+		return err_sys(err, errno, "cannot write `%s`", tmp);
+	fprintf(f, "%d\n", port);
+	if (fclose(f) != 0 || rename(tmp, path) < 0)
+		return err_sys(err, errno, "cannot write `%s`", path);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct err e = { 0 };
+	if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+		printf("sandboxd %s\n", SANDBOX_VERSION);
+		return 0;
+	}
+	if (argc > 1) {
+		fprintf(stderr,
+			"usage: sandboxd [--version]\n"
+			"sandboxd takes its configuration from the environment; see the README.\n");
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	umask(022);
+
+	if (config_load(&D.cfg, &e) < 0) {
+		fprintf(stderr, "sandboxd: invalid configuration:\n%s\n", e.msg);
+		return 2;
+	}
+	evthread_use_pthreads();
+	D.base = event_base_new();
+	if (!D.base) {
+		log_error("sandboxd", "cannot create the event loop");
+		return 1;
+	}
+	if (loop_pool_start(D.base, D.cfg.workers) < 0) {
+		log_error("sandboxd", "cannot start worker threads");
+		return 1;
+	}
+	if (store_open(D.cfg.state_dir, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
+	const struct driver *drv = NULL;
+	if (driver_select(&D.cfg, &drv, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
+	log_info("sandboxd", "driver %s selected (isolation: %s)", drv->name, drv->isolation);
+	api_init(D.base, &D.cfg, drv->name, drv->isolation);
+
+	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
+	int port = 0;
+	if (http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, &port, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
+	if (D.cfg.socket_path && http_server_listen_unix(D.http, D.cfg.socket_path, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
+	if (session_init(D.base, &D.cfg, drv, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
+	if (strcmp(D.cfg.host, "127.0.0.1") != 0 && strcmp(D.cfg.host, "localhost") != 0 &&
+	    strcmp(D.cfg.host, "::1") != 0)
+		log_warn("sandboxd", "listening on %s: reachable from other hosts", D.cfg.host);
+	log_info("sandboxd", "listening on http://%s:%d%s%s", D.cfg.host, port,
+		 D.cfg.socket_path ? " and " : "", D.cfg.socket_path ? D.cfg.socket_path : "");
+	if (D.cfg.port_file && write_port_file(D.cfg.port_file, port, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
+
+	D.sigterm = evsignal_new(D.base, SIGTERM, on_stop_signal, NULL);
+	D.sigint = evsignal_new(D.base, SIGINT, on_stop_signal, NULL);
+	D.sighup = evsignal_new(D.base, SIGHUP, on_sighup, NULL);
+	event_add(D.sigterm, NULL);
+	event_add(D.sigint, NULL);
+	event_add(D.sighup, NULL);
+
+	event_base_dispatch(D.base);
+
+	loop_pool_stop();
+	event_free(D.sigterm);
+	event_free(D.sigint);
+	event_free(D.sighup);
+	if (D.drain_timer)
+		event_free(D.drain_timer);
+	http_server_free(D.http);
+	store_close();
+	event_base_free(D.base);
+	if (D.cfg.port_file)
+		unlink(D.cfg.port_file);
+	config_free(&D.cfg);
+	return D.exit_code;
+}

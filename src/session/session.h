@@ -1,0 +1,116 @@
+/* session: the table of sessions, their state machine, the warm pool and the reaper.
+ *
+ * creating -> ready -> destroying -> gone, or creating -> failed (the error is handed to
+ * every waiter and the session removed; nothing stays in `creating`). A session is named
+ * by its owner (the API key id, "" without auth) and an id the client chose or we made;
+ * owners never see each other's sessions. Only the loop thread touches this module. */
+#pragma once
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "driver/driver.h"
+#include "guest/client.h"
+#include "session/template.h"
+#include "util/err.h"
+
+enum session_state {
+	SESSION_CREATING,
+	SESSION_READY,
+	SESSION_DESTROYING,
+	SESSION_GONE,
+	SESSION_FAILED,
+};
+
+struct session {
+	char *id;         /* client-visible id */
+	char *owner;      /* API key id, "" when auth is off */
+	char *sandbox_id; /* internal id naming cgroups and dirs */
+	struct template *tmpl;
+	enum session_state state;
+	struct err failure;
+	struct sandbox *sb;
+	struct guest_conn *conn;
+	json_t *env;             /* default environment for commands (object) */
+	uint64_t created_ms;     /* wall clock */
+	uint64_t active_mono_ms; /* monotonic time of the last activity */
+	unsigned idle_timeout_s;
+	unsigned running; /* operations in flight: they count as activity */
+	uint64_t execs_total;
+	struct session_waiter *waiters;
+	struct session_exec *execs;
+	int refs;
+	struct session *next;
+};
+
+/* A running command that can be cancelled by id. */
+struct session_exec {
+	char id[25];
+	struct guest_op *op;
+	struct session_exec *next;
+};
+
+struct session_create_opts {
+	const char *template_name; /* NULL: the default template */
+	unsigned idle_timeout_s;   /* 0: the server default */
+	json_t *env;               /* borrowed, object or NULL */
+};
+
+typedef void (*session_ready_fn)(struct session *s, const struct err *err, void *arg);
+
+/* Starts the session layer: loads templates, cleans up what a previous run left (using the
+ * store), starts the reaper and fills the warm pools. */
+int session_init(struct event_base *base, const struct config *cfg, const struct driver *drv,
+		 struct err *err);
+
+/* Destroys every session and pooled sandbox, waiting (on the loop) until all are gone;
+ * calls done() when nothing of ours remains. */
+void session_shutdown(void (*done)(void *arg), void *arg);
+
+/* Reloads templates from disk (SIGHUP). */
+int session_reload_templates(struct err *err);
+const struct template_registry *session_templates(void);
+const struct driver *session_driver(void);
+
+/* Finds a session (NULL if it does not exist for this owner). */
+struct session *session_find(const char *owner, const char *id);
+
+/* Gets a ready session, creating it when it does not exist. cb runs exactly once, possibly
+ * before this returns; on failure err says why (ENOENT for an unknown template, EAGAIN at
+ * capacity...). `created` (optional) tells whether a new session was started. */
+void session_get_or_create(const char *owner, const char *id,
+			   const struct session_create_opts *opts, session_ready_fn cb, void *arg,
+			   bool *created);
+
+/* Validates a client-chosen session id. */
+bool session_id_valid(const char *id);
+/* Makes a fresh random session id (caller frees). */
+char *session_new_id(void);
+
+/* Starts destroying the session; it disappears from the table at once. */
+void session_destroy(struct session *s, const char *why);
+
+/* Keeps a session alive while an operation runs. */
+void session_ref(struct session *s);
+void session_unref(struct session *s);
+void session_touch(struct session *s);
+void session_op_begin(struct session *s);
+void session_op_end(struct session *s);
+
+/* Registers a running command so that it can be cancelled by id. */
+struct session_exec *session_exec_add(struct session *s, struct guest_op *op);
+void session_exec_remove(struct session *s, struct session_exec *e);
+struct session_exec *session_exec_find(struct session *s, const char *exec_id);
+
+/* Iterates over the sessions of `owner` (all sessions when owner is NULL). */
+void session_foreach(const char *owner, void (*fn)(struct session *s, void *arg), void *arg);
+size_t session_count(void);
+size_t session_pool_size(void);
+json_t *session_json(const struct session *s);
+const char *session_state_name(enum session_state st);
+
+/* Whether the driver can currently create sandboxes (for /ready). */
+bool session_driver_healthy(struct err *err);

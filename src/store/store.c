@@ -1,0 +1,150 @@
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+#include "util/log.h"
+
+static sqlite3 *db;
+static char *state_dir;
+
+static const char schema[] = "CREATE TABLE IF NOT EXISTS sandboxes ("
+			     "  id TEXT PRIMARY KEY,"
+			     "  driver TEXT NOT NULL,"
+			     "  owner TEXT,"
+			     "  session_id TEXT,"
+			     "  record TEXT NOT NULL,"
+			     "  created INTEGER NOT NULL DEFAULT (strftime('%s','now'))"
+			     ");";
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+	_cleanup_free_ char *p = xstrdup(path);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	if (mkdir(p, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int store_open(const char *dir, struct err *err)
+{
+	int r = mkdir_p(dir, 0700);
+	if (r < 0)
+		return err_sys(err, -r, "cannot create state directory `%s`", dir);
+	_cleanup_free_ char *path = xasprintf("%s/sandboxd.db", dir);
+	if (sqlite3_open_v2(path, &db,
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+			    NULL) != SQLITE_OK) {
+		r = err_set(err, EIO, "cannot open `%s`: %s", path, sqlite3_errmsg(db));
+		sqlite3_close(db);
+		db = NULL;
+		return r;
+	}
+	sqlite3_busy_timeout(db, 5000);
+	char *msg = NULL;
+	if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
+			 &msg) != SQLITE_OK ||
+	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+		r = err_set(err, EIO, "cannot initialise `%s`: %s", path, msg ? msg : "?");
+		sqlite3_free(msg);
+		store_close();
+		return r;
+	}
+	state_dir = xstrdup(dir);
+	return 0;
+}
+
+void store_close(void)
+{
+	if (db)
+		sqlite3_close(db);
+	db = NULL;
+	free(state_dir);
+	state_dir = NULL;
+}
+
+sqlite3 *store_db(void)
+{
+	return db;
+}
+
+int store_sandbox_put(const char *sandbox_id, const char *driver, const char *owner,
+		      const char *session_id, json_t *record, struct err *err)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db,
+			       "INSERT OR REPLACE INTO sandboxes(id, driver, owner, session_id, "
+			       "record) VALUES (?,?,?,?,?)",
+			       -1, &st, NULL) != SQLITE_OK)
+		return err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
+	char *text = record ? json_dumps(record, JSON_COMPACT) : xstrdup("{}");
+	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, driver, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, session_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 5, text, -1, free);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
+	return 0;
+}
+
+int store_sandbox_delete(const char *sandbox_id)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "DELETE FROM sandboxes WHERE id = ?", -1, &st, NULL) !=
+	    SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT id, driver, record FROM sandboxes", -1, &st, NULL) !=
+	    SQLITE_OK)
+		return err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *id = (const char *)sqlite3_column_text(st, 0);
+		const char *driver = (const char *)sqlite3_column_text(st, 1);
+		const char *text = (const char *)sqlite3_column_text(st, 2);
+		json_t *rec = text ? json_loads(text, 0, NULL) : NULL;
+		fn(id, driver, rec, arg);
+		json_decref(rec);
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
+}
+
+int store_check_writable(struct err *err)
+{
+	if (!state_dir)
+		return err_set(err, EIO, "the state database is not open");
+	_cleanup_free_ char *probe = xasprintf("%s/.ready-probe", state_dir);
+	int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return err_sys(err, errno, "state directory `%s` is not writable", state_dir);
+	ssize_t w = write(fd, "ok", 2);
+	int e = w == 2 ? 0 : errno ? errno : EIO;
+	close(fd);
+	unlink(probe);
+	if (e)
+		return err_sys(err, e, "state directory `%s` is not writable", state_dir);
+	return 0;
+}

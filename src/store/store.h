@@ -1,0 +1,24 @@
+/* store: the daemon's SQLite database (WAL) under SANDBOX_STATE_DIR.
+ *
+ * It remembers every sandbox the daemon created, so that a restarted daemon removes
+ * exactly what it had made and nothing else. Loop thread only; every statement is short. */
+#pragma once
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "util/err.h"
+
+int store_open(const char *state_dir, struct err *err);
+void store_close(void);
+/* The open database (for modules that keep their own tables). */
+sqlite3 *store_db(void);
+
+int store_sandbox_put(const char *sandbox_id, const char *driver, const char *owner,
+		      const char *session_id, json_t *record, struct err *err);
+int store_sandbox_delete(const char *sandbox_id);
+typedef void (*store_sandbox_fn)(const char *sandbox_id, const char *driver, json_t *record,
+				 void *arg);
+int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err);
+/* Checks that the state directory accepts writes (for /ready). */
+int store_check_writable(struct err *err);

@@ -1,0 +1,174 @@
+#include "util/text.h"
+
+#include <string.h>
+
+#include "util/cleanup.h"
+
+/* Length of the valid UTF-8 sequence starting at p (1-4), 0 if invalid, or -1 if the
+ * sequence is valid so far but cut by the end of the buffer. */
+static int utf8_seq(const uint8_t *p, size_t avail)
+{
+	uint8_t c = p[0];
+	int n;
+	uint32_t min;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2, min = 0x80;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3, min = 0x800;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4, min = 0x10000;
+	else
+		return 0;
+	uint32_t cp = c & (0x3f >> (n - 1));
+	for (int i = 1; i < n; i++) {
+		if ((size_t)i >= avail)
+			return -1;
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+		/* Reject overlongs and surrogates as early as the second byte allows. */
+		if (i == 1 && n == 3 && c == 0xe0 && p[1] < 0xa0)
+			return 0;
+		if (i == 1 && n == 3 && c == 0xed && p[1] > 0x9f)
+			return 0;
+		if (i == 1 && n == 4 && c == 0xf0 && p[1] < 0x90)
+			return 0;
+		if (i == 1 && n == 4 && c == 0xf4 && p[1] > 0x8f)
+			return 0;
+	}
+	if (cp < min || cp > 0x10ffff)
+		return 0;
+	return n;
+}
+
+size_t utf8_incomplete_tail(const uint8_t *buf, size_t len)
+{
+	size_t start = len > 3 ? len - 3 : 0;
+	for (size_t i = start; i < len; i++) {
+		if ((buf[i] & 0xc0) == 0x80)
+			continue;
+		if (utf8_seq(buf + i, len - i) == -1)
+			return len - i;
+	}
+	return 0;
+}
+
+bool utf8_valid(const uint8_t *buf, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		int n = utf8_seq(buf + i, len - i);
+		if (n <= 0)
+			return false;
+		i += (size_t)n;
+	}
+	return true;
+}
+
+char *utf8_sanitize(const uint8_t *buf, size_t len, size_t *outlen)
+{
+	char *out = xmalloc(len * 3 + 1);
+	size_t o = 0;
+	for (size_t i = 0; i < len;) {
+		int n = utf8_seq(buf + i, len - i);
+		if (n <= 0) {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+			continue;
+		}
+		memcpy(out + o, buf + i, (size_t)n);
+		o += (size_t)n;
+		i += (size_t)n;
+	}
+	out[o] = '\0';
+	if (outlen)
+		*outlen = o;
+	return out;
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *base64_encode(const uint8_t *buf, size_t len, size_t *outlen)
+{
+	size_t n = 4 * ((len + 2) / 3);
+	char *out = xmalloc(n + 1);
+	size_t o = 0, i = 0;
+	for (; i + 2 < len; i += 3) {
+		uint32_t v = (uint32_t)buf[i] << 16 | (uint32_t)buf[i + 1] << 8 | buf[i + 2];
+		out[o++] = b64[v >> 18];
+		out[o++] = b64[(v >> 12) & 63];
+		out[o++] = b64[(v >> 6) & 63];
+		out[o++] = b64[v & 63];
+	}
+	if (i < len) {
+		uint32_t v = (uint32_t)buf[i] << 16 | (i + 1 < len ? (uint32_t)buf[i + 1] << 8 : 0);
+		out[o++] = b64[v >> 18];
+		out[o++] = b64[(v >> 12) & 63];
+		out[o++] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+		out[o++] = '=';
+	}
+	out[o] = '\0';
+	if (outlen)
+		*outlen = o;
+	return out;
+}
+
+static int b64_val(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+' || c == '-')
+		return 62;
+	if (c == '/' || c == '_')
+		return 63;
+	return -1;
+}
+
+int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen)
+{
+	uint8_t *out = xmalloc(inlen / 4 * 3 + 3);
+	size_t o = 0;
+	uint32_t acc = 0;
+	int nacc = 0, pad = 0;
+	for (size_t i = 0; i < inlen; i++) {
+		char c = in[i];
+		if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
+			continue;
+		if (c == '=') {
+			pad++;
+			continue;
+		}
+		int v = b64_val(c);
+		if (v < 0 || pad) {
+			free(out);
+			return -1;
+		}
+		acc = acc << 6 | (uint32_t)v;
+		if (++nacc == 4) {
+			out[o++] = (uint8_t)(acc >> 16);
+			out[o++] = (uint8_t)(acc >> 8);
+			out[o++] = (uint8_t)acc;
+			acc = 0;
+			nacc = 0;
+		}
+	}
+	if (nacc == 1 || pad > 2 || (pad && nacc + pad != 4)) {
+		free(out);
+		return -1;
+	}
+	if (nacc == 2) {
+		out[o++] = (uint8_t)(acc >> 4);
+	} else if (nacc == 3) {
+		out[o++] = (uint8_t)(acc >> 10);
+		out[o++] = (uint8_t)(acc >> 2);
+	}
+	*ret = out;
+	*retlen = o;
+	return 0;
+}

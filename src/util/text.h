@@ -1,0 +1,23 @@
+/* text: UTF-8 and base64 helpers for moving bytes through JSON. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Length of the incomplete UTF-8 sequence at the end of buf (0-3): bytes a stream should
+ * hold back so that no chunk ends inside a character. */
+size_t utf8_incomplete_tail(const uint8_t *buf, size_t len);
+
+/* Whether buf is entirely valid UTF-8 (no NUL check). */
+bool utf8_valid(const uint8_t *buf, size_t len);
+
+/* Copies buf as valid UTF-8, each invalid byte replaced by U+FFFD. Returns a NUL-terminated
+ * string (caller frees); *outlen gets its length. */
+char *utf8_sanitize(const uint8_t *buf, size_t len, size_t *outlen);
+
+/* Base64 (RFC 4648, with padding). Encode returns a NUL-terminated string. */
+char *base64_encode(const uint8_t *buf, size_t len, size_t *outlen);
+/* Strict decode: padding required when the length is not a multiple of 4, no stray
+ * characters (whitespace is skipped). Returns -1 on bad input. */
+int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen);
