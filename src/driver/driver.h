@@ -54,7 +54,10 @@ struct driver {
 	/* One-time setup after the probe succeeded (parent cgroups, run dirs). Blocking. */
 	int (*init)(const struct config *cfg, struct err *err);
 
-	/* Per-template preparation, e.g. building its snapshot; NULL when not needed. Blocking. */
+	/* Per-template preparation, e.g. building its snapshot; NULL when not needed. Blocking.
+	 * Called before every create() from worker threads: it must be idempotent, safe to run
+	 * concurrently for the same template, and cheap when the template is already prepared
+	 * (and still matches its kernel, rootfs and VMM version). */
 	int (*prepare)(const struct config *cfg, struct template *t, struct err *err);
 
 	/* Creates and starts a sandbox. On success *ret is a sandbox whose agent_fd is connected

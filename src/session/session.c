@@ -201,6 +201,15 @@ static void spec_fill(struct sandbox_spec *spec, struct template *t, const char 
 static void create_work(void *arg)
 {
 	struct create_job *j = arg;
+	/* prepare() is idempotent, thread-safe and cheap once the template is ready (e.g. its
+	 * snapshot exists and matches); the first creation pays for it. */
+	if (S.drv->prepare) {
+		j->rc = S.drv->prepare(S.cfg, j->tmpl, &j->err);
+		if (j->rc < 0) {
+			err_wrap(&j->err, "preparing template %s", j->tmpl->name);
+			return;
+		}
+	}
 	j->rc = S.drv->create(S.cfg, &j->spec, &j->sb, &j->err);
 }
 
