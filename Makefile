@@ -1,0 +1,83 @@
+# agent-sandbox: the two commands of the README, and the targets developers use.
+#
+#   sudo make run    install what is missing, build, build the base template, run sandboxd
+#   sudo make test   install what is missing, build all three build trees, run every suite
+#
+# Both do all set-up themselves on a fresh Debian 12 machine. Meson and Ninja do the real
+# building; this file only strings the steps together.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+.NOTPARALLEL:
+
+BUILD        ?= build
+ASAN_BUILD   ?= build-asan
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+
+ASAN_OPTIONS_MESON := -Db_sanitize=address,undefined -Db_lundef=false
+FUZZ_OPTIONS_MESON := -Dfuzz=true -Dstatic_agent=false $(ASAN_OPTIONS_MESON)
+
+.PHONY: all build deps run test asan fuzz fuzz-build format format-check templates \
+	base-template kernel clean
+
+all: build
+
+# Debian packages (scripts/debian-packages.txt) and npm packages; only what is missing.
+deps:
+	@scripts/install-deps.sh
+
+# build/: sandboxd, sandbox-agent and sandbox in build/src, build/agent and build/cli.
+build: deps
+	@scripts/meson-setup.sh $(BUILD)
+	ninja -C $(BUILD)
+
+# build-asan/: everything with AddressSanitizer and UndefinedBehaviorSanitizer.
+asan: deps
+	@scripts/meson-setup.sh $(ASAN_BUILD) $(ASAN_OPTIONS_MESON)
+	ninja -C $(ASAN_BUILD)
+
+# build-fuzz/: clang, with the libFuzzer targets of tests/fuzz.
+fuzz-build: deps
+	@CC=clang scripts/meson-setup.sh $(FUZZ_BUILD) $(FUZZ_OPTIONS_MESON)
+	ninja -C $(FUZZ_BUILD)
+
+# Longer fuzzing than the test suite does: FUZZ_SECONDS per target.
+fuzz: fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh $(FUZZ_BUILD)
+
+base-template: build
+	@if [ -f templates/build.sh ]; then \
+		bash templates/build.sh base; \
+	else \
+		echo "templates/build.sh not found: the base template is not built"; \
+	fi
+
+# Every bundled template (base first: the others may start from it).
+templates: build
+	@[ -f templates/build.sh ] || { echo "templates/build.sh not found" >&2; exit 1; }
+	@for dir in templates/base/ templates/*/; do \
+		name=$$(basename "$$dir"); \
+		case " $$done " in *" $$name "*) continue ;; esac; \
+		done="$$done $$name"; \
+		[ -f "$$dir/Dockerfile" ] || continue; \
+		bash templates/build.sh "$$name" || exit 1; \
+	done
+
+kernel: deps
+	guest/kernel/build.sh
+
+run: build base-template
+	exec $(BUILD)/src/sandboxd
+
+test: build asan fuzz-build base-template
+	@ASAN_BUILD=$(ASAN_BUILD) FUZZ_BUILD=$(FUZZ_BUILD) scripts/test.sh
+
+format:
+	git ls-files -z '*.c' '*.h' | xargs -0 -r clang-format -i
+
+format-check:
+	git ls-files -z '*.c' '*.h' | xargs -0 -r clang-format --dry-run -Werror
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
