@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "auth/auth.h"
 #include "config.h"
 #include "driver/driver.h"
 #include "http/http.h"
@@ -130,7 +131,12 @@ int main(int argc, char **argv)
 	log_info("sandboxd", "driver %s selected (isolation: %s)", drv->name, drv->isolation);
 	api_init(D.base, &D.cfg, drv->name, drv->isolation);
 
+	if (auth_init(D.base, &D.cfg, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
+	http_server_set_auth(D.http, auth_http_check, NULL);
 	int port = 0;
 	if (http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, &port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
@@ -170,6 +176,7 @@ int main(int argc, char **argv)
 	if (D.drain_timer)
 		event_free(D.drain_timer);
 	http_server_free(D.http);
+	auth_shutdown();
 	store_close();
 	event_base_free(D.base);
 	if (D.cfg.port_file)

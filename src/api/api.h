@@ -34,6 +34,13 @@ void api_exec_read(struct http_ctx *ctx);
 void api_exec_files(struct http_ctx *ctx);
 void api_exec_delete(struct http_ctx *ctx);
 
+/* /admin/keys (admin.c) */
+void api_admin_keys_list(struct http_ctx *ctx);
+void api_admin_keys_create(struct http_ctx *ctx);
+void api_admin_keys_revoke(struct http_ctx *ctx);
+void api_admin_keys_rotate(struct http_ctx *ctx);
+void api_admin_keys_delete(struct http_ctx *ctx);
+
 /* health.c */
 void api_health(struct http_ctx *ctx);
 void api_ready(struct http_ctx *ctx);

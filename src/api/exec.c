@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "auth/auth.h"
 #include "guest/proto.h"
 #include "session/session.h"
 #include "util/cleanup.h"
@@ -18,15 +19,27 @@
 /* Extra time the host gives the agent beyond a command's own timeout before giving up. */
 #define EXEC_WATCHDOG_SLACK_MS 30000
 #define FILE_OP_TIMEOUT_MS     120000
+/* The longest command timeout the agent accepts. */
+#define EXEC_MAX_TIMEOUT_MS 604800000ull
 
 const char *api_owner(struct http_ctx *ctx)
 {
-	return ctx->user ? (const char *)ctx->user : "";
+	const struct auth_identity *id = auth_identity(ctx);
+	return id ? id->key_id : "";
 }
 
 bool api_is_admin(struct http_ctx *ctx)
 {
-	return false;
+	return auth_is_admin(ctx);
+}
+
+/* The caller's session `id`; an admin also reaches other owners' sessions by id. */
+static struct session *find_session(struct http_ctx *ctx, const char *id)
+{
+	struct session *s = session_find(api_owner(ctx), id);
+	if (!s && api_is_admin(ctx))
+		s = session_find_any(id);
+	return s;
 }
 
 static uint64_t wall_ms(void)
@@ -59,7 +72,7 @@ static const char *path_session_id(struct http_ctx *ctx)
  * session reports its failure once and is forgotten. */
 static struct session *existing_session(struct http_ctx *ctx, const char *id)
 {
-	struct session *s = session_find(api_owner(ctx), id);
+	struct session *s = find_session(ctx, id);
 	if (!s) {
 		http_reply_error(ctx, 404, "Session `%s` not found", id);
 		return NULL;
@@ -222,7 +235,7 @@ void api_exec_delete(struct http_ctx *ctx)
 	const char *id = path_session_id(ctx);
 	if (!id)
 		return;
-	struct session *s = session_find(api_owner(ctx), id);
+	struct session *s = find_session(ctx, id);
 	if (!s) {
 		http_reply_error(ctx, 404, "Session `%s` not found", id);
 		return;
@@ -319,19 +332,26 @@ static void exec_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 	x->carry_len[si] = tail;
 	total -= tail;
 
+	if (x->mode == EXEC_BUFFERED && total > 0) {
+		/* Past the cap the output is dropped (the command runs on); the part that still
+		 * fits is kept, cut on a character boundary. */
+		if (x->truncated) {
+			total = 0;
+		} else if (x->output_bytes + total > api_cfg->max_output_bytes) {
+			size_t room = api_cfg->max_output_bytes - x->output_bytes;
+			total = room - utf8_incomplete_tail(buf, room);
+			x->truncated = true;
+			x->carry_len[0] = x->carry_len[1] = 0;
+		}
+		x->output_bytes += total;
+	}
 	if (total > 0) {
 		size_t tlen;
 		_cleanup_free_ char *text = utf8_sanitize(buf, total, &tlen);
 		json_t *chunk = json_pack("{s:s, s:s%, s:I}", "stream", stream, "data", text, tlen,
 					  "ts", (json_int_t)wall_ms());
 		if (x->mode == EXEC_BUFFERED) {
-			if (x->output_bytes + total > api_cfg->max_output_bytes) {
-				x->truncated = true;
-				json_decref(chunk);
-			} else {
-				x->output_bytes += total;
-				json_array_append_new(x->output, chunk);
-			}
+			json_array_append_new(x->output, chunk);
 		} else {
 			json_object_set_new(chunk, "type", json_string("stream"));
 			stream_line(x, "stream", chunk);
@@ -355,7 +375,7 @@ static void exec_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 static void flush_carry(struct exec_req *x)
 {
 	for (int si = 0; si < 2; si++) {
-		if (!x->carry_len[si])
+		if (!x->carry_len[si] || x->truncated)
 			continue;
 		/* A stream ended inside a character: show the bytes as replacement chars. */
 		uint8_t held[4];
@@ -398,6 +418,20 @@ static json_t *exec_result_json(struct exec_req *x, json_t *result)
 	return r;
 }
 
+/* The status for a command that failed as a whole. The session exists, so a command or
+ * working directory that is missing or not executable is a bad request, not a 404. */
+static int exec_error_status(const struct err *err)
+{
+	switch (err->errnum) {
+	case ENOENT:
+	case ENOEXEC:
+	case ETXTBSY:
+		return 400;
+	default:
+		return http_status_for_errno(err->errnum);
+	}
+}
+
 static void exec_on_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
 {
 	struct exec_req *x = arg;
@@ -410,7 +444,7 @@ static void exec_on_done(struct guest_op *op, json_t *result, const struct err *
 
 	if (x->mode == EXEC_BUFFERED) {
 		if (err) {
-			http_reply_err(x->ctx, err);
+			http_reply_error(x->ctx, exec_error_status(err), "%s", err->msg);
 		} else {
 			json_t *r = exec_result_json(x, result);
 			json_object_set(r, "output", x->output);
@@ -544,6 +578,15 @@ void api_exec_execute(struct http_ctx *ctx)
 		goto fail;
 	if (!command || !*command) {
 		http_reply_error(ctx, 400, "\"command\" is required");
+		goto fail;
+	}
+	/* An absent timeout takes the server's default; an explicit 0 means none. */
+	json_t *tv = json_object_get(body, "timeout");
+	if (!tv || json_is_null(tv))
+		x->timeout_ms = api_cfg->default_timeout_ms;
+	if (x->timeout_ms > EXEC_MAX_TIMEOUT_MS) {
+		http_reply_error(ctx, 400, "\"timeout\" must be at most %llu ms (a week)",
+				 (unsigned long long)EXEC_MAX_TIMEOUT_MS);
 		goto fail;
 	}
 	json_t *args = json_object_get(body, "args");

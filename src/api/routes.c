@@ -17,6 +17,11 @@ const struct http_route api_routes[] = {
 	{ GET, "/exec/:id/read", api_exec_read, "exec" },
 	{ GET, "/exec/:id/files", api_exec_files, "exec" },
 	{ DELETE, "/exec/:id", api_exec_delete, "exec" },
+	{ GET, "/admin/keys", api_admin_keys_list, "admin" },
+	{ POST, "/admin/keys", api_admin_keys_create, "admin" },
+	{ POST, "/admin/keys/:id/revoke", api_admin_keys_revoke, "admin" },
+	{ POST, "/admin/keys/:id/rotate", api_admin_keys_rotate, "admin" },
+	{ DELETE, "/admin/keys/:id", api_admin_keys_delete, "admin" },
 };
 
 const size_t api_nroutes = sizeof(api_routes) / sizeof(api_routes[0]);

@@ -85,6 +85,9 @@ void session_get_or_create(const char *owner, const char *id,
 			   const struct session_create_opts *opts, session_ready_fn cb, void *arg,
 			   bool *created);
 
+/* Finds a session by id whoever owns it (for admins); the first match. */
+struct session *session_find_any(const char *id);
+
 /* Validates a client-chosen session id. */
 bool session_id_valid(const char *id);
 /* Makes a fresh random session id (caller frees). */

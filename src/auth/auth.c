@@ -1,0 +1,340 @@
+#include "auth/auth.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "auth/keys.h"
+#include "store/store.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+
+#define LAST_USED_FLUSH_S 30
+#define FAIL_WINDOW_S     60
+#define FAIL_LIMIT        30
+#define FAIL_TABLE        1024
+#define MAX_BUCKETS       4096
+
+struct bucket {
+	char key_id[40];
+	double tokens;
+	uint64_t last_ns;
+	int64_t limit;
+	int64_t last_used; /* unix seconds, not yet written when dirty */
+	bool dirty;
+};
+
+struct failure {
+	char addr[64];
+	unsigned count;
+	uint64_t window_start_ns;
+};
+
+static struct {
+	const struct config *cfg;
+	struct bucket *buckets;
+	size_t nbuckets;
+	struct failure fails[FAIL_TABLE];
+	struct event *flush;
+} A;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool auth_secure_equal(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char diff = (unsigned char)(la != lb);
+	for (size_t i = 0; i < la; i++)
+		diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+	return diff == 0;
+}
+
+static void flush_last_used(void)
+{
+	sqlite3 *db = store_db();
+	for (size_t i = 0; i < A.nbuckets; i++) {
+		struct bucket *b = &A.buckets[i];
+		if (b->dirty && db)
+			keys_touch(db, b->key_id, b->last_used);
+		b->dirty = false;
+	}
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+	flush_last_used();
+}
+
+int auth_init(struct event_base *base, const struct config *cfg, struct err *err)
+{
+	A.cfg = cfg;
+	int r = keys_init(store_db(), err);
+	if (r < 0)
+		return r;
+	A.flush = event_new(base, -1, EV_PERSIST, on_flush, NULL);
+	struct timeval tv = { .tv_sec = LAST_USED_FLUSH_S };
+	event_add(A.flush, &tv);
+	if (cfg->mcp_auth_token && *cfg->mcp_auth_token)
+		log_warn("auth", "MCP_AUTH_TOKEN is deprecated: create an API key with the exec "
+				 "scope and use it as the bearer token instead");
+	if (!cfg->auth_enabled) {
+		log_warn("auth", "AUTH_ENABLED=false: every request is accepted without a key; "
+				 "use this only on a trusted machine");
+		return 0;
+	}
+	int64_t n = 0;
+	if (keys_count(store_db(), &n) < 0)
+		return err_set(err, EIO, "cannot count API keys");
+	if (n == 0) {
+		struct key_info k;
+		_cleanup_free_ char *secret = NULL;
+		r = keys_create(store_db(), cfg->key_prefix, "admin (created at first start)",
+				KEYS_SCOPE_EXEC | KEYS_SCOPE_ADMIN | KEYS_SCOPE_METRICS, 0, 0, &k,
+				&secret, err);
+		if (r < 0)
+			return r;
+		/* Printed once, outside the JSON log, so that it is easy to copy. */
+		fprintf(stderr,
+			"\nsandboxd: no API key existed, so an admin key was created (id %s).\n"
+			"sandboxd: it is shown only this once:\n\n    %s\n\n",
+			k.id, secret);
+	}
+	return 0;
+}
+
+void auth_shutdown(void)
+{
+	flush_last_used();
+	if (A.flush)
+		event_free(A.flush);
+	A.flush = NULL;
+	free(A.buckets);
+	A.buckets = NULL;
+	A.nbuckets = 0;
+}
+
+const struct auth_identity *auth_identity(struct http_ctx *ctx)
+{
+	return ctx->user;
+}
+
+bool auth_is_admin(struct http_ctx *ctx)
+{
+	if (!A.cfg->auth_enabled)
+		return true;
+	const struct auth_identity *id = ctx->user;
+	return id && (id->scopes & KEYS_SCOPE_ADMIN);
+}
+
+/* The secret the request carries, from the header forms first. */
+static const char *request_secret(struct http_ctx *ctx)
+{
+	const char *h = http_header(ctx, "Authorization");
+	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+		h += 7;
+		while (*h == ' ')
+			h++;
+		if (*h)
+			return h;
+	}
+	h = http_header(ctx, "X-API-Key");
+	if (h && *h)
+		return h;
+	h = http_query(ctx, "api_key");
+	if (h && *h)
+		return h;
+	h = http_query(ctx, "apiKey");
+	if (h && *h)
+		return h;
+	return NULL;
+}
+
+static struct failure *failure_slot(const char *addr, bool create)
+{
+	struct failure *oldest = &A.fails[0];
+	for (size_t i = 0; i < FAIL_TABLE; i++) {
+		struct failure *f = &A.fails[i];
+		if (f->addr[0] && strcmp(f->addr, addr) == 0)
+			return f;
+		if (f->window_start_ns < oldest->window_start_ns)
+			oldest = f;
+	}
+	if (!create)
+		return NULL;
+	memset(oldest, 0, sizeof(*oldest));
+	snprintf(oldest->addr, sizeof(oldest->addr), "%s", addr);
+	oldest->window_start_ns = now_ns();
+	return oldest;
+}
+
+static bool throttled(const char *addr, unsigned *retry_after)
+{
+	struct failure *f = failure_slot(addr, false);
+	if (!f)
+		return false;
+	uint64_t now = now_ns();
+	uint64_t window = (uint64_t)FAIL_WINDOW_S * 1000000000u;
+	if (now - f->window_start_ns >= window) {
+		f->count = 0;
+		f->window_start_ns = now;
+		return false;
+	}
+	*retry_after = (unsigned)((window - (now - f->window_start_ns)) / 1000000000u) + 1;
+	return f->count >= FAIL_LIMIT;
+}
+
+static void note_failure(const char *addr)
+{
+	struct failure *f = failure_slot(addr, true);
+	f->count++;
+}
+
+static int deny(struct http_ctx *ctx, int status, const char *msg)
+{
+	if (status == 401) {
+		note_failure(http_peer(ctx));
+		http_add_header(ctx, "WWW-Authenticate", "Bearer");
+	}
+	http_reply_error(ctx, status, "%s", msg);
+	return -1;
+}
+
+static struct bucket *bucket_for(const struct key_info *k)
+{
+	for (size_t i = 0; i < A.nbuckets; i++)
+		if (strcmp(A.buckets[i].key_id, k->id) == 0)
+			return &A.buckets[i];
+	if (A.nbuckets == MAX_BUCKETS) {
+		flush_last_used();
+		A.nbuckets = 0; /* forget idle buckets: they refill to full anyway */
+	}
+	A.buckets = xrealloc(A.buckets, (A.nbuckets + 1) * sizeof(*A.buckets));
+	struct bucket *b = &A.buckets[A.nbuckets++];
+	memset(b, 0, sizeof(*b));
+	snprintf(b->key_id, sizeof(b->key_id), "%s", k->id);
+	b->tokens = (double)k->rate_limit;
+	b->limit = k->rate_limit;
+	b->last_ns = now_ns();
+	return b;
+}
+
+/* Token bucket: `limit` requests per minute, refilled continuously. */
+static int rate_limit(struct http_ctx *ctx, const struct key_info *k, struct bucket *b)
+{
+	if (k->rate_limit <= 0)
+		return 0;
+	uint64_t now = now_ns();
+	if (b->limit != k->rate_limit) {
+		b->limit = k->rate_limit;
+		if (b->tokens > (double)b->limit)
+			b->tokens = (double)b->limit;
+	}
+	double per_ns = (double)k->rate_limit / 60e9;
+	b->tokens += (double)(now - b->last_ns) * per_ns;
+	if (b->tokens > (double)k->rate_limit)
+		b->tokens = (double)k->rate_limit;
+	b->last_ns = now;
+
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%lld", (long long)k->rate_limit);
+	http_add_header(ctx, "RateLimit-Limit", buf);
+	if (b->tokens < 1.0) {
+		unsigned wait = (unsigned)((1.0 - b->tokens) / per_ns / 1e9) + 1;
+		snprintf(buf, sizeof(buf), "%u", wait);
+		http_add_header(ctx, "Retry-After", buf);
+		http_add_header(ctx, "RateLimit-Remaining", "0");
+		http_add_header(ctx, "RateLimit-Reset", buf);
+		http_reply_json(ctx, 429,
+				json_pack("{s:s, s:i}", "error", "Rate limit exceeded",
+					  "retryAfter", (int)wait));
+		return -1;
+	}
+	b->tokens -= 1.0;
+	snprintf(buf, sizeof(buf), "%lld", (long long)b->tokens);
+	http_add_header(ctx, "RateLimit-Remaining", buf);
+	unsigned full = (unsigned)(((double)k->rate_limit - b->tokens) / per_ns / 1e9);
+	snprintf(buf, sizeof(buf), "%u", full);
+	http_add_header(ctx, "RateLimit-Reset", buf);
+	return 0;
+}
+
+static unsigned scope_bit(const char *scope)
+{
+	if (strcmp(scope, "admin") == 0)
+		return KEYS_SCOPE_ADMIN;
+	if (strcmp(scope, "metrics") == 0)
+		return KEYS_SCOPE_METRICS;
+	return KEYS_SCOPE_EXEC;
+}
+
+static void identity_free(void *p)
+{
+	free(p);
+}
+
+static void set_identity(struct http_ctx *ctx, const char *key_id, unsigned scopes)
+{
+	struct auth_identity *id = xcalloc(1, sizeof(*id));
+	snprintf(id->key_id, sizeof(id->key_id), "%s", key_id);
+	id->scopes = scopes;
+	ctx->user = id;
+	ctx->user_free = identity_free;
+}
+
+int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
+{
+	if (!scope || !A.cfg->auth_enabled)
+		return 0;
+	unsigned retry;
+	if (throttled(http_peer(ctx), &retry)) {
+		char buf[16];
+		snprintf(buf, sizeof(buf), "%u", retry);
+		http_add_header(ctx, "Retry-After", buf);
+		http_reply_json(ctx, 429,
+				json_pack("{s:s, s:i}", "error",
+					  "Too many failed authentication attempts", "retryAfter",
+					  (int)retry));
+		return -1;
+	}
+	const char *secret = request_secret(ctx);
+	if (!secret)
+		return deny(ctx, 401, "API key required");
+
+	/* The deprecated single MCP token admits MCP requests only. */
+	const char *token = A.cfg->mcp_auth_token;
+	if (token && *token && ctx->route && strncmp(ctx->route->pattern, "/mcp", 4) == 0 &&
+	    auth_secure_equal(secret, token)) {
+		set_identity(ctx, "mcp-token", KEYS_SCOPE_EXEC);
+		return 0;
+	}
+
+	struct key_info k;
+	struct err e;
+	if (keys_lookup(store_db(), secret, &k, &e) < 0)
+		return deny(ctx, e.errnum == ENOENT ? 401 : 500,
+			    e.errnum == ENOENT ? "Invalid API key" : e.msg);
+	if (!k.enabled)
+		return deny(ctx, 401, "API key revoked");
+	if (k.expires && k.expires <= (int64_t)time(NULL))
+		return deny(ctx, 401, "API key expired");
+	if (!(k.scopes & scope_bit(scope))) {
+		char msg[96];
+		snprintf(msg, sizeof(msg), "Insufficient scope: this route requires `%s`", scope);
+		http_reply_error(ctx, 403, "%s", msg);
+		return -1;
+	}
+	struct bucket *b = bucket_for(&k);
+	if (rate_limit(ctx, &k, b) < 0)
+		return -1;
+	b->last_used = (int64_t)time(NULL);
+	b->dirty = true;
+	set_identity(ctx, k.id, k.scopes);
+	return 0;
+}

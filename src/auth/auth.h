@@ -1,0 +1,32 @@
+/* auth: who is calling. Authenticates each routed request by API key, checks the route's
+ * scope, applies the key's rate limit and throttles failed attempts per client address.
+ * The identity it attaches to the request is what session ownership is keyed on. */
+#pragma once
+
+#include <event2/event.h>
+#include <stdbool.h>
+
+#include "config.h"
+#include "http/http.h"
+#include "util/err.h"
+
+struct auth_identity {
+	char key_id[40]; /* "" when authentication is off */
+	unsigned scopes; /* KEYS_SCOPE_* */
+};
+
+/* Prepares the key table; on the first start with auth on and no key, creates an admin key
+ * and prints it once on stderr. */
+int auth_init(struct event_base *base, const struct config *cfg, struct err *err);
+/* Writes pending last-used times. */
+void auth_shutdown(void);
+
+/* The http_auth_fn hook. */
+int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg);
+
+/* The caller's identity, or NULL when authentication is off. */
+const struct auth_identity *auth_identity(struct http_ctx *ctx);
+bool auth_is_admin(struct http_ctx *ctx);
+
+/* Constant-time string equality. */
+bool auth_secure_equal(const char *a, const char *b);

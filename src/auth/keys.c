@@ -1,0 +1,310 @@
+#include "auth/keys.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "util/cleanup.h"
+#include "util/sha256.h"
+
+static const char schema[] = "CREATE TABLE IF NOT EXISTS api_keys ("
+			     "  id TEXT PRIMARY KEY,"
+			     "  name TEXT NOT NULL,"
+			     "  prefix TEXT NOT NULL,"
+			     "  hash TEXT NOT NULL UNIQUE,"
+			     "  scopes INTEGER NOT NULL,"
+			     "  rate_limit INTEGER NOT NULL DEFAULT 0,"
+			     "  created INTEGER NOT NULL,"
+			     "  last_used INTEGER NOT NULL DEFAULT 0,"
+			     "  expires INTEGER NOT NULL DEFAULT 0,"
+			     "  enabled INTEGER NOT NULL DEFAULT 1"
+			     ");";
+
+static const char *const scope_names[] = { "exec", "admin", "metrics" };
+
+int keys_init(sqlite3 *db, struct err *err)
+{
+	char *msg = NULL;
+	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+		int r = err_set(err, EIO, "cannot create the key table: %s", msg ? msg : "?");
+		sqlite3_free(msg);
+		return r;
+	}
+	return 0;
+}
+
+int keys_parse_scopes(const char *s, unsigned *ret, struct err *err)
+{
+	unsigned mask = 0;
+	_cleanup_free_ char *copy = xstrdup(s);
+	char *save = NULL;
+	for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+		size_t i;
+		for (i = 0; i < 3; i++)
+			if (strcmp(tok, scope_names[i]) == 0)
+				break;
+		if (i == 3)
+			return err_set(err, EINVAL,
+				       "unknown scope `%s` (scopes are exec, admin, metrics)", tok);
+		mask |= 1u << i;
+	}
+	if (!mask)
+		return err_set(err, EINVAL,
+			       "at least one scope is required (exec, admin, metrics)");
+	*ret = mask;
+	return 0;
+}
+
+json_t *keys_scopes_json(unsigned scopes)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < 3; i++)
+		if (scopes & (1u << i))
+			json_array_append_new(a, json_string(scope_names[i]));
+	return a;
+}
+
+static void random_hex(char *out, size_t nbytes)
+{
+	uint8_t buf[32];
+	if (getrandom(buf, nbytes, 0) != (ssize_t)nbytes)
+		abort();
+	for (size_t i = 0; i < nbytes; i++)
+		sprintf(out + 2 * i, "%02x", buf[i]);
+}
+
+static char *new_secret(const char *prefix)
+{
+	char hex[33];
+	random_hex(hex, 16);
+	return xasprintf("%s%s", prefix, hex);
+}
+
+static int db_error(sqlite3 *db, struct err *err, const char *what)
+{
+	return err_set(err, EIO, "key store: %s: %s", what, sqlite3_errmsg(db));
+}
+
+static void row_to_info(sqlite3_stmt *st, struct key_info *k)
+{
+	memset(k, 0, sizeof(*k));
+	snprintf(k->id, sizeof(k->id), "%s", (const char *)sqlite3_column_text(st, 0));
+	snprintf(k->name, sizeof(k->name), "%s", (const char *)sqlite3_column_text(st, 1));
+	snprintf(k->prefix, sizeof(k->prefix), "%s", (const char *)sqlite3_column_text(st, 2));
+	k->scopes = (unsigned)sqlite3_column_int(st, 3);
+	k->rate_limit = sqlite3_column_int64(st, 4);
+	k->created = sqlite3_column_int64(st, 5);
+	k->last_used = sqlite3_column_int64(st, 6);
+	k->expires = sqlite3_column_int64(st, 7);
+	k->enabled = sqlite3_column_int(st, 8) != 0;
+}
+
+#define KEY_COLUMNS "id, name, prefix, scopes, rate_limit, created, last_used, expires, enabled"
+
+int keys_create(sqlite3 *db, const char *prefix, const char *name, unsigned scopes,
+		int64_t rate_limit, int64_t expires, struct key_info *ret_info, char **ret_key,
+		struct err *err)
+{
+	if (!name || !*name || strlen(name) > 128)
+		return err_set(err, EINVAL, "a key name of 1 to 128 characters is required");
+	if (rate_limit < 0)
+		return err_set(err, EINVAL, "the rate limit must be 0 (none) or more");
+	char idhex[17];
+	random_hex(idhex, 8);
+	_cleanup_free_ char *id = xasprintf("key_%s", idhex);
+	_cleanup_free_ char *secret = new_secret(prefix);
+	char hash[65];
+	sha256_hex(secret, strlen(secret), hash);
+	char shown[24];
+	snprintf(shown, sizeof(shown), "%.*s", (int)strlen(prefix) + 4, secret);
+
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO api_keys(id, name, prefix, hash, scopes, rate_limit, "
+			       "created, expires) VALUES (?,?,?,?,?,?,?,?)",
+			       -1, &st, NULL) != SQLITE_OK)
+		return db_error(db, err, "insert");
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, shown, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 5, (int)scopes);
+	sqlite3_bind_int64(st, 6, rate_limit);
+	sqlite3_bind_int64(st, 7, (int64_t)time(NULL));
+	sqlite3_bind_int64(st, 8, expires);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return db_error(db, err, "insert");
+	if (ret_info && keys_get(db, id, ret_info, err) < 0)
+		return -EIO;
+	*ret_key = TAKE_PTR(secret);
+	return 0;
+}
+
+int keys_rotate(sqlite3 *db, const char *prefix, const char *id, char **ret_key, struct err *err)
+{
+	struct key_info k;
+	int r = keys_get(db, id, &k, err);
+	if (r < 0)
+		return r;
+	_cleanup_free_ char *secret = new_secret(prefix);
+	char hash[65];
+	sha256_hex(secret, strlen(secret), hash);
+	char shown[24];
+	snprintf(shown, sizeof(shown), "%.*s", (int)strlen(prefix) + 4, secret);
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "UPDATE api_keys SET hash = ?, prefix = ? WHERE id = ?", -1, &st,
+			       NULL) != SQLITE_OK)
+		return db_error(db, err, "rotate");
+	sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, shown, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return db_error(db, err, "rotate");
+	*ret_key = TAKE_PTR(secret);
+	return 0;
+}
+
+static int exec_on_id(sqlite3 *db, const char *sql, const char *id, int64_t v, struct err *err)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		return db_error(db, err, "update");
+	sqlite3_bind_int64(st, 1, v);
+	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return db_error(db, err, "update");
+	if (sqlite3_changes(db) == 0)
+		return err_set(err, ENOENT, "no key with id `%s`", id);
+	return 0;
+}
+
+int keys_set_enabled(sqlite3 *db, const char *id, bool enabled, struct err *err)
+{
+	return exec_on_id(db, "UPDATE api_keys SET enabled = ? WHERE id = ?", id, enabled, err);
+}
+
+int keys_delete(sqlite3 *db, const char *id, struct err *err)
+{
+	return exec_on_id(db, "DELETE FROM api_keys WHERE ? IS NOT NULL AND id = ?", id, 1, err);
+}
+
+int keys_touch(sqlite3 *db, const char *id, int64_t when)
+{
+	return exec_on_id(db, "UPDATE api_keys SET last_used = ? WHERE id = ?", id, when, NULL);
+}
+
+static int get_one(sqlite3 *db, const char *sql, const char *arg, struct key_info *ret,
+		   struct err *err, const char *missing)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		return db_error(db, err, "select");
+	sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		row_to_info(st, ret);
+	sqlite3_finalize(st);
+	if (rc == SQLITE_ROW)
+		return 0;
+	if (rc == SQLITE_DONE)
+		return err_set(err, ENOENT, "%s", missing);
+	return db_error(db, err, "select");
+}
+
+int keys_get(sqlite3 *db, const char *id, struct key_info *ret, struct err *err)
+{
+	char missing[96];
+	snprintf(missing, sizeof(missing), "no key with id `%.60s`", id);
+	return get_one(db, "SELECT " KEY_COLUMNS " FROM api_keys WHERE id = ?", id, ret, err,
+		       missing);
+}
+
+int keys_lookup(sqlite3 *db, const char *secret, struct key_info *ret, struct err *err)
+{
+	char hash[65];
+	sha256_hex(secret, strlen(secret), hash);
+	/* The lookup is by hash, so its timing says nothing about the secret. */
+	return get_one(db, "SELECT " KEY_COLUMNS " FROM api_keys WHERE hash = ?", hash, ret, err,
+		       "invalid API key");
+}
+
+int keys_count(sqlite3 *db, int64_t *ret)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT count(*) FROM api_keys", -1, &st, NULL) != SQLITE_OK)
+		return -EIO;
+	int rc = sqlite3_step(st);
+	*ret = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW ? 0 : -EIO;
+}
+
+int keys_foreach(sqlite3 *db, void (*fn)(const struct key_info *k, void *arg), void *arg,
+		 struct err *err)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT " KEY_COLUMNS " FROM api_keys ORDER BY created, id", -1,
+			       &st, NULL) != SQLITE_OK)
+		return db_error(db, err, "select");
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct key_info k;
+		row_to_info(st, &k);
+		fn(&k, arg);
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : db_error(db, err, "select");
+}
+
+static json_t *iso_or_null(int64_t t)
+{
+	if (!t)
+		return json_null();
+	time_t tt = (time_t)t;
+	struct tm tm;
+	gmtime_r(&tt, &tm);
+	char buf[32];
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_string(buf);
+}
+
+json_t *keys_info_json(const struct key_info *k)
+{
+	json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:I, s:b}", "id", k->id, "name", k->name,
+			      "prefix", k->prefix, "scopes", keys_scopes_json(k->scopes),
+			      "rateLimit", (json_int_t)k->rate_limit, "enabled", k->enabled);
+	json_object_set_new(j, "createdAt", iso_or_null(k->created));
+	json_object_set_new(j, "lastUsedAt", iso_or_null(k->last_used));
+	json_object_set_new(j, "expiresAt", iso_or_null(k->expires));
+	return j;
+}
+
+int keys_parse_duration(const char *s, int64_t *ret_seconds)
+{
+	char *end = NULL;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || v <= 0)
+		return -EINVAL;
+	int64_t mult = 1;
+	if (*end == 'd')
+		mult = 86400, end++;
+	else if (*end == 'h')
+		mult = 3600, end++;
+	else if (*end == 'm')
+		mult = 60, end++;
+	else if (*end == 's')
+		end++;
+	if (*end || v > INT64_MAX / mult)
+		return -EINVAL;
+	*ret_seconds = v * mult;
+	return 0;
+}

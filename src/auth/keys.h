@@ -1,0 +1,56 @@
+/* keys: the API key store in SQLite, shared by sandboxd and the `sandbox keys` CLI.
+ *
+ * A key is AUTH_KEY_PREFIX + 32 random hex characters. It is shown once, when created or
+ * rotated; only its SHA-256 is stored. Both processes open the same database (WAL), so a
+ * key the CLI creates or revokes takes effect on the daemon's next request. */
+#pragma once
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define KEYS_SCOPE_EXEC    1u
+#define KEYS_SCOPE_ADMIN   2u
+#define KEYS_SCOPE_METRICS 4u
+
+struct key_info {
+	char id[40];
+	char name[129];
+	char prefix[24];    /* the first characters of the key, for recognising it */
+	unsigned scopes;    /* KEYS_SCOPE_* */
+	int64_t rate_limit; /* requests per minute, 0 = unlimited */
+	int64_t created;    /* unix seconds */
+	int64_t last_used;  /* unix seconds, 0 = never */
+	int64_t expires;    /* unix seconds, 0 = never */
+	bool enabled;
+};
+
+/* Creates the keys table if needed. */
+int keys_init(sqlite3 *db, struct err *err);
+
+/* Parses "exec,admin" into a scope mask; unknown scopes are EINVAL naming the scope. */
+int keys_parse_scopes(const char *s, unsigned *ret, struct err *err);
+json_t *keys_scopes_json(unsigned scopes);
+
+/* Creates a key; *ret_key gets the secret (caller frees), shown once. */
+int keys_create(sqlite3 *db, const char *prefix, const char *name, unsigned scopes,
+		int64_t rate_limit, int64_t expires, struct key_info *ret_info, char **ret_key,
+		struct err *err);
+/* Replaces the secret of key `id`, keeping its id (and so its sessions). */
+int keys_rotate(sqlite3 *db, const char *prefix, const char *id, char **ret_key, struct err *err);
+int keys_set_enabled(sqlite3 *db, const char *id, bool enabled, struct err *err);
+int keys_delete(sqlite3 *db, const char *id, struct err *err);
+int keys_get(sqlite3 *db, const char *id, struct key_info *ret, struct err *err);
+/* Looks a secret up; ENOENT if no key has it. Does not check enabled/expiry. */
+int keys_lookup(sqlite3 *db, const char *secret, struct key_info *ret, struct err *err);
+int keys_count(sqlite3 *db, int64_t *ret);
+/* Calls fn for every key, oldest first. */
+int keys_foreach(sqlite3 *db, void (*fn)(const struct key_info *k, void *arg), void *arg,
+		 struct err *err);
+int keys_touch(sqlite3 *db, const char *id, int64_t when);
+json_t *keys_info_json(const struct key_info *k);
+/* Parses "30d", "12h", "90m", "3600s" or plain seconds. */
+int keys_parse_duration(const char *s, int64_t *ret_seconds);
