@@ -1,0 +1,156 @@
+/* sandbox-agent internals: the agent, its connection to the host and the operations running
+ * on that connection.
+ *
+ * One thread, one poll loop. The connection owns a table of operations keyed by channel id;
+ * each operation contributes file descriptors and a deadline to the poll set and is stepped
+ * after every poll. An operation ends by sending its one terminal frame (op_result or
+ * op_error); it is freed at the end of that loop iteration. */
+#pragma once
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "guest/proto.h"
+#include "json.h"
+#include "request.h"
+#include "util/err.h"
+#include "wspath.h"
+
+#define AGENT_NAME       "sandbox-agent"
+#define AGENT_MAX_OPS    256
+#define AGENT_OP_MAX_FDS 3
+/* Data is produced only while less than this is queued for the host. */
+#define AGENT_OUT_HIGH (1u << 20)
+/* Past this, no further requests are read until the host drains its replies. */
+#define AGENT_OUT_HARD (4u << 20)
+/* WINDOW credit is returned in batches of at least this much. */
+#define AGENT_WINDOW_GRANT (GUEST_WINDOW_INITIAL / 4)
+/* After a command's main process exits, its pipes are drained at most this long. */
+#define AGENT_DRAIN_NS (200 * 1000000LL)
+
+struct conn;
+struct op;
+
+struct agent {
+	struct workspace ws;
+	bool init;      /* the VM's init: mounts done, may power off */
+	bool pid1;      /* PID 1 (VM or pid namespace): reap every child */
+	int sigpipe[2]; /* signal handler -> loop */
+	bool stop;      /* SIGTERM/SIGINT: leave the loop */
+	bool poweroff;  /* a shutdown op was accepted */
+	struct conn *conn;
+};
+
+struct op_vt {
+	const char *name;
+	/* DATA payload; the op calls op_consumed() once the bytes are out of its hands. NULL:
+	 * data is dropped and credited at once. */
+	void (*data)(struct op *op, const uint8_t *p, size_t n);
+	void (*eof)(struct op *op);
+	/* CANCEL; NULL: ERROR ECANCELED. */
+	void (*cancel)(struct op *op);
+	/* Adds up to AGENT_OP_MAX_FDS entries to pfd and returns how many; lowers *deadline_ns
+	 * (monotonic) when it has a timer; 0 asks for an immediate step. */
+	int (*poll_fill)(struct op *op, struct pollfd *pfd, int64_t *deadline_ns);
+	/* Called after every poll with the entries it filled (n may be 0). */
+	void (*step)(struct op *op, const struct pollfd *pfd, int n);
+	/* The process `op->child` exited with `status` (as from waitpid). */
+	void (*child_exit)(struct op *op, int status);
+	/* Releases everything; when the op never ended (connection lost, protocol error) it
+	 * also kills its processes and removes its temporary files. Frees op. */
+	void (*destroy)(struct op *op);
+};
+
+struct op {
+	const struct op_vt *vt;
+	struct conn *conn;
+	uint32_t ch;
+	bool done;             /* terminal frame sent */
+	pid_t child;           /* process whose exit the op waits for, 0 when none */
+	uint64_t send_credit;  /* data bytes the host still accepts on this channel */
+	uint64_t recv_left;    /* data bytes the host may still send */
+	uint64_t recv_unacked; /* consumed but not yet granted back */
+	int pfd_first;         /* this iteration's entries in the poll set */
+	int pfd_n;
+};
+
+struct conn {
+	struct agent *a;
+	int fd;
+	bool hup;    /* the host went away */
+	bool failed; /* I/O error */
+	struct guest_decoder dec;
+	uint8_t *in;
+	size_t in_len;
+	size_t in_cap;
+	uint8_t *out;
+	size_t out_off; /* already written */
+	size_t out_len;
+	size_t out_cap;
+	struct op **ops;
+	size_t nops;   /* entries in ops (some may be done) */
+	size_t active; /* entries not done */
+};
+
+/* --- conn.c --- */
+
+/* Serves the protocol on fd until the host goes away (returns 0), an I/O error (negative
+ * errno) or a stop request (a->stop / a->poweroff). Every operation still running when it
+ * returns is destroyed (processes killed, temporary files removed). fd stays open. */
+int conn_serve(struct agent *a, int fd);
+
+/* Queues a frame. */
+void conn_frame(struct conn *c, uint8_t type, uint32_t ch, const void *p, size_t n);
+/* Reserves room for a frame of at most max payload bytes and returns where the payload goes;
+ * conn_commit() then queues it with its real length (<= max). */
+uint8_t *conn_reserve(struct conn *c, size_t max);
+void conn_commit(struct conn *c, uint8_t type, uint32_t ch, size_t n);
+/* Whether data frames may be produced now (the outgoing queue is not too long). */
+bool conn_may_send_data(const struct conn *c);
+/* Sends ERROR {"error": msg, "code": NAME} on ch (no op involved). */
+void conn_error(struct conn *c, uint32_t ch, const struct err *e);
+
+/* --- op.c helpers used by every operation --- */
+
+/* Initialises the common part and adds op to the connection's table. */
+void op_register(struct conn *c, struct op *op, const struct op_vt *vt, uint32_t ch);
+/* Terminal frames: mark the op done. */
+void op_result(struct op *op, const struct jw *w);
+void op_error(struct op *op, const struct err *e);
+/* Accounts for n received data bytes the op no longer holds; may send WINDOW. */
+void op_consumed(struct op *op, size_t n);
+/* How many data bytes the op may send now (credit, chunk size, queue). */
+size_t op_send_room(const struct op *op);
+/* The error code string for an errnum ("ENOENT", "ESCAPE"). */
+const char *agent_code(int errnum);
+
+/* --- operations --- */
+
+/* Each starts the operation for a validated request on channel ch: either it answers at
+ * once or it registers an op. */
+void op_ping(struct conn *c, uint32_t ch, const struct req *r);
+void op_resume(struct conn *c, uint32_t ch, const struct req *r);
+void op_shutdown(struct conn *c, uint32_t ch, const struct req *r);
+void op_exec(struct conn *c, uint32_t ch, const struct req *r);
+void op_write(struct conn *c, uint32_t ch, const struct req *r);
+void op_read(struct conn *c, uint32_t ch, const struct req *r);
+void op_list(struct conn *c, uint32_t ch, const struct req *r);
+void op_stat(struct conn *c, uint32_t ch, const struct req *r);
+void op_mkdir(struct conn *c, uint32_t ch, const struct req *r);
+void op_remove(struct conn *c, uint32_t ch, const struct req *r);
+
+/* --- agent.c: process-wide services --- */
+
+/* Monotonic clock in nanoseconds. */
+int64_t agent_now_ns(void);
+/* Reads pending signals and reaps children (dispatching exits to ops of a->conn). */
+void agent_handle_signals(struct agent *a);
+/* Kills every process the agent started (process groups of running commands, then any
+ * remaining child) and reaps them, for at most about two seconds. */
+void agent_kill_children(struct agent *a);
+/* The symbolic name of a signal ("SIGKILL"). */
+const char *agent_signame(int sig, char buf[16]);
+void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,0 +1,160 @@
+/* init: PID 1 duties in a VM (see init.h). */
+#include "init.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "util/cleanup.h"
+
+void init_parse_cmdline(const char *cmdline, struct init_config *cfg)
+{
+	snprintf(cfg->channel, sizeof(cfg->channel), "%s", INIT_DEFAULT_CHANNEL);
+	snprintf(cfg->hostname, sizeof(cfg->hostname), "%s", INIT_DEFAULT_HOSTNAME);
+	cfg->workspace_mib = INIT_DEFAULT_WORKSPACE_MIB;
+
+	const char *p = cmdline;
+	while (*p) {
+		while (*p == ' ' || *p == '\t' || *p == '\n')
+			p++;
+		const char *e = p;
+		while (*e && *e != ' ' && *e != '\t' && *e != '\n')
+			e++;
+		size_t n = (size_t)(e - p);
+		char word[256];
+		if (n && n < sizeof(word)) {
+			memcpy(word, p, n);
+			word[n] = '\0';
+			char *v = strchr(word, '=');
+			if (v) {
+				*v++ = '\0';
+				if (strcmp(word, "sandbox.channel") == 0 &&
+				    strlen(v) < sizeof(cfg->channel) &&
+				    (strncmp(v, "serial:", 7) == 0 || strncmp(v, "vsock:", 6) == 0))
+					snprintf(cfg->channel, sizeof(cfg->channel), "%s", v);
+				else if (strcmp(word, "sandbox.hostname") == 0 && *v &&
+					 strlen(v) < sizeof(cfg->hostname))
+					snprintf(cfg->hostname, sizeof(cfg->hostname), "%s", v);
+				else if (strcmp(word, "sandbox.workspace_mib") == 0) {
+					char *end;
+					unsigned long long mib = strtoull(v, &end, 10);
+					if (*v && !*end && mib > 0 && mib <= (1ull << 24))
+						cfg->workspace_mib = mib;
+				}
+			}
+		}
+		p = e;
+	}
+}
+
+static void do_mount(const char *src, const char *dst, const char *type, unsigned long flags,
+		     const char *data, mode_t dir_mode)
+{
+	if (mkdir(dst, dir_mode) < 0 && errno != EEXIST)
+		agent_log("mkdir %s: %s", dst, strerror(errno));
+	if (mount(src, dst, type, flags, data) < 0 && errno != EBUSY)
+		agent_log("mount %s on %s: %s", type, dst, strerror(errno));
+}
+
+static void lo_up(void)
+{
+	_cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		agent_log("lo: socket: %s", strerror(errno));
+		return;
+	}
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) {
+		agent_log("lo: %s", strerror(errno));
+		return;
+	}
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+		agent_log("lo up: %s", strerror(errno));
+}
+
+static void read_cmdline(struct init_config *cfg)
+{
+	char buf[4096] = "";
+	_cleanup_close_ int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = '\0';
+	}
+	init_parse_cmdline(buf, cfg);
+}
+
+void init_setup(struct init_config *cfg)
+{
+	umask(022);
+	do_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0555);
+	read_cmdline(cfg);
+	do_mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0555);
+	do_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755", 0755);
+	do_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		 "gid=5,mode=620,ptmxmode=666", 0755);
+	do_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 01777);
+	do_mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 01777);
+	do_mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755", 0755);
+	char opts[64];
+	snprintf(opts, sizeof(opts), "mode=0755,size=%llum",
+		 (unsigned long long)cfg->workspace_mib);
+	do_mount("tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV, opts, 0755);
+
+	/* devtmpfs does not provide these; shells and many tools expect them. */
+	static const char *const links[][2] = {
+		{ "/proc/self/fd", "/dev/fd" },
+		{ "/proc/self/fd/0", "/dev/stdin" },
+		{ "/proc/self/fd/1", "/dev/stdout" },
+		{ "/proc/self/fd/2", "/dev/stderr" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(links); i++)
+		if (symlink(links[i][0], links[i][1]) < 0 && errno != EEXIST)
+			agent_log("symlink %s: %s", links[i][1], strerror(errno));
+
+	lo_up();
+	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
+		agent_log("sethostname: %s", strerror(errno));
+}
+
+static void reap_for(int64_t ns)
+{
+	int64_t end = agent_now_ns() + ns;
+	while (agent_now_ns() < end) {
+		pid_t pid;
+		while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+			;
+		if (pid < 0 && errno == ECHILD)
+			return;
+		struct timespec ts = { 0, 20 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+void init_poweroff(void)
+{
+	agent_log("powering off");
+	kill(-1, SIGTERM);
+	reap_for(1000000000LL);
+	kill(-1, SIGKILL);
+	reap_for(500000000LL);
+	sync();
+	reboot(RB_POWER_OFF);
+	/* Not allowed to (a pid namespace, no capability): leaving is the next best thing. */
+	_exit(0);
+}

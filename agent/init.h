@@ -1,0 +1,31 @@
+/* init: what the agent does as the VM's init (PID 1 started without arguments): mount the
+ * basic filesystems, bring up lo, set the hostname, read its settings from the kernel command
+ * line, and power the machine off cleanly. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define INIT_DEFAULT_WORKSPACE_MIB 512
+#define INIT_DEFAULT_CHANNEL       "serial:agent"
+#define INIT_DEFAULT_HOSTNAME      "sandbox"
+
+struct init_config {
+	char channel[64]; /* "serial:NAME" or "vsock:PORT" */
+	uint64_t workspace_mib;
+	char hostname[65];
+};
+
+/* Reads sandbox.channel=, sandbox.workspace_mib= and sandbox.hostname= from a kernel command
+ * line; missing or malformed values keep their defaults. */
+void init_parse_cmdline(const char *cmdline, struct init_config *cfg);
+
+/* Mounts /proc, /sys, /dev, /dev/pts, /dev/shm, /tmp, /run and the /workspace tmpfs, reads
+ * the command line into *cfg, brings up lo and sets the hostname. Failures of single steps
+ * are logged, not fatal: a half-working guest still answers the host. */
+void init_setup(struct init_config *cfg);
+
+/* Terminates every process, syncs and powers off. Does not return. */
+void init_poweroff(void) __attribute__((noreturn));

@@ -1,0 +1,485 @@
+/* exec: runs a command in its own session and process group, streams its output within the
+ * channel's credit, feeds its stdin from DATA frames, and enforces timeout and cancel by
+ * signalling the whole group (SIGTERM, then SIGKILL after the grace period). */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct exec_op {
+	struct op op;
+	pid_t pid; /* main process, leader of its process group */
+	int out_fd, err_fd, in_fd;
+	uint8_t *inbuf; /* stdin bytes received but not yet taken by the child */
+	size_t in_off, in_len, in_cap;
+	bool in_eof;
+	bool stdin_pipe;
+	bool exited;
+	int status;
+	int64_t start_ns, end_ns;
+	int64_t timeout_at; /* 0: none */
+	int64_t kill_at;    /* SIGKILL due; 0: none */
+	int64_t grace_ns;
+	bool term_sent, timed_out, cancelled;
+	int64_t drain_left; /* time still allowed for draining the pipes after the exit */
+	int64_t drain_mark;
+	bool drain_eligible; /* the pipes were polled (not held back by credit) */
+	int pfd_out, pfd_err, pfd_in;
+};
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void start_kill(struct exec_op *x)
+{
+	if (x->term_sent)
+		return;
+	x->term_sent = true;
+	kill(-x->pid, SIGTERM);
+	/* Stopped processes would not act on SIGTERM before the grace period ends. */
+	kill(-x->pid, SIGCONT);
+	x->kill_at = agent_now_ns() + x->grace_ns;
+	if (x->grace_ns == 0) {
+		kill(-x->pid, SIGKILL);
+		x->kill_at = 0;
+	}
+}
+
+static void finish(struct exec_op *x)
+{
+	/* After a timeout or cancel nothing of the group may survive the result. */
+	if (x->timed_out || x->cancelled)
+		kill(-x->pid, SIGKILL);
+	close_fd(&x->out_fd);
+	close_fd(&x->err_fd);
+	close_fd(&x->in_fd);
+
+	struct jw w;
+	char sb[16];
+	jw_init(&w);
+	jw_obj_open(&w);
+	jw_key(&w, "exitCode");
+	if (WIFEXITED(x->status))
+		jw_int(&w, WEXITSTATUS(x->status));
+	else
+		jw_null(&w);
+	jw_key(&w, "signal");
+	if (WIFSIGNALED(x->status))
+		jw_str(&w, agent_signame(WTERMSIG(x->status), sb));
+	else
+		jw_null(&w);
+	jw_key(&w, "durationMs");
+	jw_fixed(&w, (double)(x->end_ns - x->start_ns) / 1e6, 3);
+	jw_key(&w, "timedOut");
+	jw_bool(&w, x->timed_out);
+	jw_key(&w, "cancelled");
+	jw_bool(&w, x->cancelled);
+	jw_key(&w, "pid");
+	jw_int(&w, x->pid);
+	jw_obj_close(&w);
+	op_result(&x->op, &w);
+	jw_free(&w);
+}
+
+static void pump(struct exec_op *x, int *fd, uint8_t type)
+{
+	size_t room = op_send_room(&x->op);
+	if (*fd < 0 || !room)
+		return;
+	uint8_t *dst = conn_reserve(x->op.conn, room);
+	ssize_t n = read(*fd, dst, room);
+	if (n > 0) {
+		conn_commit(x->op.conn, type, x->op.ch, (size_t)n);
+		x->op.send_credit -= (uint64_t)n;
+		return;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	close_fd(fd);
+}
+
+/* Moves buffered stdin into the pipe; the credit comes back as the child takes it. */
+static void feed_stdin(struct exec_op *x)
+{
+	while (x->in_fd >= 0 && x->in_off < x->in_len) {
+		ssize_t n = write(x->in_fd, x->inbuf + x->in_off, x->in_len - x->in_off);
+		if (n > 0) {
+			x->in_off += (size_t)n;
+			op_consumed(&x->op, (size_t)n);
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		/* The child closed its stdin: what it did not read is dropped. */
+		op_consumed(&x->op, x->in_len - x->in_off);
+		close_fd(&x->in_fd);
+	}
+	if (x->in_off == x->in_len) {
+		x->in_off = x->in_len = 0;
+		if (x->in_eof)
+			close_fd(&x->in_fd);
+	}
+}
+
+static void exec_data(struct op *op, const uint8_t *p, size_t n)
+{
+	struct exec_op *x = (struct exec_op *)op;
+	if (x->in_fd < 0 || x->in_eof) {
+		op_consumed(op, n);
+		return;
+	}
+	if (x->in_len + n > x->in_cap) {
+		x->in_cap = x->in_len + n;
+		x->inbuf = xrealloc(x->inbuf, x->in_cap);
+	}
+	memcpy(x->inbuf + x->in_len, p, n);
+	x->in_len += n;
+	feed_stdin(x);
+}
+
+static void exec_eof(struct op *op)
+{
+	struct exec_op *x = (struct exec_op *)op;
+	x->in_eof = true;
+	feed_stdin(x);
+}
+
+static void exec_cancel(struct op *op)
+{
+	struct exec_op *x = (struct exec_op *)op;
+	x->cancelled = true;
+	if (x->exited)
+		finish(x);
+	else
+		start_kill(x);
+}
+
+static int exec_poll_fill(struct op *op, struct pollfd *pfd, int64_t *deadline)
+{
+	struct exec_op *x = (struct exec_op *)op;
+	int n = 0;
+	bool room = op_send_room(op) > 0;
+	x->pfd_out = x->pfd_err = x->pfd_in = -1;
+	if (x->out_fd >= 0 && room) {
+		pfd[n] = (struct pollfd){ .fd = x->out_fd, .events = POLLIN };
+		x->pfd_out = n++;
+	}
+	if (x->err_fd >= 0 && room) {
+		pfd[n] = (struct pollfd){ .fd = x->err_fd, .events = POLLIN };
+		x->pfd_err = n++;
+	}
+	if (x->in_fd >= 0 && x->in_off < x->in_len) {
+		pfd[n] = (struct pollfd){ .fd = x->in_fd, .events = POLLOUT };
+		x->pfd_in = n++;
+	}
+	x->drain_eligible = room;
+	int64_t d = INT64_MAX;
+	if (x->timeout_at && !x->term_sent)
+		d = x->timeout_at;
+	if (x->kill_at && x->kill_at < d)
+		d = x->kill_at;
+	if (x->exited) {
+		int64_t now = agent_now_ns();
+		if (x->out_fd < 0 && x->err_fd < 0)
+			d = now;
+		else if (room && now + x->drain_left < d)
+			d = now + x->drain_left;
+	}
+	if (d < *deadline)
+		*deadline = d;
+	return n;
+}
+
+static void exec_step(struct op *op, const struct pollfd *pfd, int n)
+{
+	struct exec_op *x = (struct exec_op *)op;
+	if (n) {
+		if (x->pfd_out >= 0 && pfd[x->pfd_out].revents)
+			pump(x, &x->out_fd, GUEST_STDOUT);
+		if (x->pfd_err >= 0 && pfd[x->pfd_err].revents)
+			pump(x, &x->err_fd, GUEST_STDERR);
+		if (x->pfd_in >= 0 && pfd[x->pfd_in].revents)
+			feed_stdin(x);
+	}
+	int64_t now = agent_now_ns();
+	if (!x->exited) {
+		if (x->timeout_at && now >= x->timeout_at && !x->term_sent) {
+			x->timed_out = true;
+			start_kill(x);
+		}
+		if (x->kill_at && now >= x->kill_at) {
+			kill(-x->pid, SIGKILL);
+			x->kill_at = 0;
+		}
+		return;
+	}
+	/* Time spent waiting for credit does not count against the drain period: output
+	 * written before the exit is never lost to a slow host. */
+	if (x->drain_eligible)
+		x->drain_left -= now - x->drain_mark;
+	x->drain_mark = now;
+	if ((x->out_fd < 0 && x->err_fd < 0) || x->drain_left <= 0)
+		finish(x);
+}
+
+static void exec_child_exit(struct op *op, int status)
+{
+	struct exec_op *x = (struct exec_op *)op;
+	x->exited = true;
+	x->status = status;
+	x->end_ns = agent_now_ns();
+	x->drain_left = AGENT_DRAIN_NS;
+	x->drain_mark = x->end_ns;
+	x->kill_at = 0;
+}
+
+static void exec_destroy(struct op *op)
+{
+	struct exec_op *x = (struct exec_op *)op;
+	if (!op->done)
+		kill(-x->pid, SIGKILL);
+	close_fd(&x->out_fd);
+	close_fd(&x->err_fd);
+	close_fd(&x->in_fd);
+	free(x->inbuf);
+	free(x);
+}
+
+static const struct op_vt exec_vt = {
+	.name = "exec",
+	.data = exec_data,
+	.eof = exec_eof,
+	.cancel = exec_cancel,
+	.poll_fill = exec_poll_fill,
+	.step = exec_step,
+	.child_exit = exec_child_exit,
+	.destroy = exec_destroy,
+};
+
+/* What the child reports on its status pipe when it cannot exec. */
+struct start_failure {
+	int stage; /* 0: exec, 1: chdir, 2: other setup */
+	int errnum;
+};
+
+static char **build_env(const struct req_exec *r, const char *home, const char **ret_path)
+{
+	const char *defaults[][2] = {
+		{ "HOME", home },
+		{ "PATH", DEFAULT_PATH },
+		{ "LANG", "C.UTF-8" },
+	};
+	size_t nd = ARRAY_SIZE(defaults);
+	char **envp = xcalloc(nd + r->env_n + 1, sizeof(*envp));
+	size_t n = 0;
+	*ret_path = DEFAULT_PATH;
+	for (size_t i = 0; i < nd; i++) {
+		const char *v = defaults[i][1];
+		for (size_t j = 0; j < r->env_n; j++)
+			if (strcmp(r->env_keys[j], defaults[i][0]) == 0)
+				v = r->env_vals[j];
+		if (strcmp(defaults[i][0], "PATH") == 0)
+			*ret_path = v;
+		envp[n++] = xasprintf("%s=%s", defaults[i][0], v);
+	}
+	for (size_t j = 0; j < r->env_n; j++) {
+		bool is_default = false;
+		for (size_t i = 0; i < nd; i++)
+			if (strcmp(r->env_keys[j], defaults[i][0]) == 0)
+				is_default = true;
+		/* A later duplicate cannot happen: the JSON reader rejects duplicate keys. */
+		if (!is_default)
+			envp[n++] = xasprintf("%s=%s", r->env_keys[j], r->env_vals[j]);
+	}
+	return envp;
+}
+
+/* The files to try, in order, as execvp would: argv[0] itself when it has a slash, else
+ * each PATH entry (an empty one meaning the working directory). */
+static char **build_candidates(const char *cmd, const char *path)
+{
+	if (strchr(cmd, '/')) {
+		char **c = xcalloc(2, sizeof(*c));
+		c[0] = xstrdup(cmd);
+		return c;
+	}
+	size_t n = 1;
+	for (const char *p = path; *p; p++)
+		n += *p == ':';
+	char **c = xcalloc(n + 1, sizeof(*c));
+	size_t i = 0;
+	const char *p = path;
+	for (;;) {
+		const char *e = strchrnul(p, ':');
+		if (e == p)
+			c[i++] = xstrdup(cmd);
+		else
+			c[i++] = xasprintf("%.*s/%s", (int)(e - p), p, cmd);
+		if (!*e)
+			break;
+		p = e + 1;
+	}
+	return c;
+}
+
+static void free_strv(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+static void child_report(int fd, int stage, int errnum)
+{
+	struct start_failure f = { stage, errnum };
+	ssize_t k = write(fd, &f, sizeof(f));
+	(void)k;
+	_exit(127);
+}
+
+/* Runs in the child after fork: only async-signal-safe calls from here on. */
+static void __attribute__((noreturn))
+child_main(int cwd_fd, int in_fd, int out_fd, int err_fd, int status_fd, char **argv, char **envp,
+	   char **cand)
+{
+	static const int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGPIPE };
+	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+		signal(sigs[i], SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (setsid() < 0)
+		child_report(status_fd, 2, errno);
+	if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+		child_report(status_fd, 2, errno);
+	if (fchdir(cwd_fd) < 0)
+		child_report(status_fd, 1, errno);
+	int saved = ENOENT;
+	bool eacces = false;
+	for (char **c = cand; *c; c++) {
+		execve(*c, argv, envp);
+		saved = errno;
+		if (saved == EACCES)
+			eacces = true;
+		else if (saved != ENOENT && saved != ENOTDIR)
+			break;
+	}
+	child_report(status_fd, 0,
+		     eacces && (saved == ENOENT || saved == ENOTDIR) ? EACCES : saved);
+	_exit(127);
+}
+
+static int make_pipe(int p[2], bool parent_reads)
+{
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	int mine = parent_reads ? p[0] : p[1];
+	fcntl(mine, F_SETFL, fcntl(mine, F_GETFL) | O_NONBLOCK);
+	return 0;
+}
+
+void op_exec(struct conn *c, uint32_t ch, const struct req *r)
+{
+	const struct req_exec *rx = &r->u.exec;
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath wp = { 0 };
+	_cleanup_close_ int cwd_fd = -1;
+
+	if (wspath_init(&a->ws, rx->cwd ? rx->cwd : ".", &wp, &e) < 0 ||
+	    (cwd_fd = ws_open(&a->ws, &wp, O_PATH | O_DIRECTORY, 0, &e)) < 0) {
+		if (rx->cwd)
+			err_wrap(&e, "cwd");
+		wspath_fini(&wp);
+		conn_error(c, ch, &e);
+		return;
+	}
+	wspath_fini(&wp);
+
+	const char *path;
+	char **envp = build_env(rx, a->ws.path, &path);
+	char **cand = build_candidates(rx->argv[0], path);
+	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, st[2] = { -1, -1 };
+	int r1;
+	if ((r1 = make_pipe(in, false)) < 0 || (r1 = make_pipe(out, true)) < 0 ||
+	    (r1 = make_pipe(errp, true)) < 0 || (r1 = make_pipe(st, true)) < 0) {
+		err_sys(&e, -r1, "cannot execute `%s`: pipe", rx->argv[0]);
+		goto fail;
+	}
+	/* The status pipe is read blocking: the child writes to it or execs right away. */
+	fcntl(st[0], F_SETFL, fcntl(st[0], F_GETFL) & ~O_NONBLOCK);
+
+	int64_t start = agent_now_ns();
+	pid_t pid = fork();
+	if (pid < 0) {
+		err_sys(&e, errno, "cannot execute `%s`: fork", rx->argv[0]);
+		goto fail;
+	}
+	if (pid == 0)
+		child_main(cwd_fd, in[0], out[1], errp[1], st[1], (char **)rx->argv, envp, cand);
+
+	close_fd(&in[0]);
+	close_fd(&out[1]);
+	close_fd(&errp[1]);
+	close_fd(&st[1]);
+	struct start_failure f;
+	ssize_t k;
+	do
+		k = read(st[0], &f, sizeof(f));
+	while (k < 0 && errno == EINTR);
+	close_fd(&st[0]);
+	if (k == (ssize_t)sizeof(f)) {
+		/* The child is ours and not yet seen by the reaper: collect it here. */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		if (f.stage == 1)
+			err_sys(&e, f.errnum, "cannot change to the working directory");
+		else
+			err_sys(&e, f.errnum, "cannot execute `%s`", rx->argv[0]);
+		goto fail;
+	}
+
+	struct exec_op *x = xcalloc(1, sizeof(*x));
+	op_register(c, &x->op, &exec_vt, ch);
+	x->op.child = pid;
+	x->pid = pid;
+	x->in_fd = in[1];
+	x->out_fd = out[0];
+	x->err_fd = errp[0];
+	x->stdin_pipe = rx->stdin_pipe;
+	x->start_ns = start;
+	x->grace_ns = rx->kill_grace_ms * 1000000LL;
+	if (rx->timeout_ms)
+		x->timeout_at = start + rx->timeout_ms * 1000000LL;
+	if (!x->stdin_pipe)
+		close_fd(&x->in_fd);
+	free_strv(envp);
+	free_strv(cand);
+	return;
+
+fail:
+	for (int i = 0; i < 2; i++) {
+		close_fd(&in[i]);
+		close_fd(&out[i]);
+		close_fd(&errp[i]);
+		close_fd(&st[i]);
+	}
+	free_strv(envp);
+	free_strv(cand);
+	conn_error(c, ch, &e);
+}

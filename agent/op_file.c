@@ -1,0 +1,301 @@
+/* write and read: file contents as raw DATA / FILEDATA frames within the channel's credit.
+ *
+ * A write goes to a temporary file in the target's directory and is renamed over the target
+ * on EOF, so readers never see a torn file; the temporary file is removed on any failure or
+ * cancel. */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+
+struct write_op {
+	struct op op;
+	int dir_fd;
+	int fd;
+	const char *base;
+	char tmp[64];
+	char *rel;
+	mode_t mode;
+	int64_t max_bytes; /* -1: none */
+	uint64_t size;
+};
+
+static void write_cleanup(struct write_op *x)
+{
+	if (x->fd >= 0) {
+		close(x->fd);
+		x->fd = -1;
+		unlinkat(x->dir_fd, x->tmp, 0);
+	}
+}
+
+static void write_fail(struct write_op *x, struct err *e)
+{
+	write_cleanup(x);
+	op_error(&x->op, e);
+}
+
+static void write_data(struct op *op, const uint8_t *p, size_t n)
+{
+	struct write_op *x = (struct write_op *)op;
+	struct err e;
+	op_consumed(op, n);
+	if (x->max_bytes >= 0 && x->size + n > (uint64_t)x->max_bytes) {
+		err_set(&e, EFBIG, "`%s` exceeds the limit of %lld bytes", x->rel,
+			(long long)x->max_bytes);
+		write_fail(x, &e);
+		return;
+	}
+	while (n) {
+		ssize_t k = write(x->fd, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			err_sys(&e, k < 0 ? errno : EIO, "write `%s`", x->rel);
+			write_fail(x, &e);
+			return;
+		}
+		p += k;
+		n -= (size_t)k;
+		x->size += (uint64_t)k;
+	}
+}
+
+static void write_eof(struct op *op)
+{
+	struct write_op *x = (struct write_op *)op;
+	struct err e;
+	/* fchmod, not the creation mode: the umask must not change what was asked for. */
+	if (fchmod(x->fd, x->mode) < 0) {
+		err_sys(&e, errno, "chmod `%s`", x->rel);
+		write_fail(x, &e);
+		return;
+	}
+	int fd = x->fd;
+	x->fd = -1;
+	if (close(fd) < 0) {
+		err_sys(&e, errno, "write `%s`", x->rel);
+		unlinkat(x->dir_fd, x->tmp, 0);
+		op_error(op, &e);
+		return;
+	}
+	if (renameat(x->dir_fd, x->tmp, x->dir_fd, x->base) < 0) {
+		err_sys(&e, errno, "write `%s`", x->rel);
+		unlinkat(x->dir_fd, x->tmp, 0);
+		op_error(op, &e);
+		return;
+	}
+	struct jw w;
+	jw_init(&w);
+	jw_obj_open(&w);
+	jw_key(&w, "path");
+	jw_str(&w, x->rel);
+	jw_key(&w, "size");
+	jw_int(&w, (int64_t)x->size);
+	jw_obj_close(&w);
+	op_result(op, &w);
+	jw_free(&w);
+}
+
+static void write_cancel(struct op *op)
+{
+	struct write_op *x = (struct write_op *)op;
+	struct err e;
+	err_set(&e, ECANCELED, "write `%s` cancelled", x->rel);
+	write_fail(x, &e);
+}
+
+static void write_destroy(struct op *op)
+{
+	struct write_op *x = (struct write_op *)op;
+	write_cleanup(x);
+	if (x->dir_fd >= 0)
+		close(x->dir_fd);
+	free(x->rel);
+	free(x);
+}
+
+static const struct op_vt write_vt = {
+	.name = "write",
+	.data = write_data,
+	.eof = write_eof,
+	.cancel = write_cancel,
+	.destroy = write_destroy,
+};
+
+void op_write(struct conn *c, uint32_t ch, const struct req *r)
+{
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath wp;
+	const char *base;
+	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+		conn_error(c, ch, &e);
+		return;
+	}
+	int dfd = ws_open_parent(&a->ws, &wp, true, &base, &e);
+	if (dfd < 0) {
+		wspath_fini(&wp);
+		conn_error(c, ch, &e);
+		return;
+	}
+	/* Refuse a directory now rather than after all the data has arrived. */
+	struct stat st;
+	if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+		err_set(&e, EISDIR, "`%s` is a directory", r->path);
+		close(dfd);
+		wspath_fini(&wp);
+		conn_error(c, ch, &e);
+		return;
+	}
+
+	struct write_op *x = xcalloc(1, sizeof(*x));
+	x->dir_fd = dfd;
+	x->fd = -1;
+	x->base = base; /* points into wp.rel, now owned by x */
+	x->rel = TAKE_PTR(wp.rel);
+	x->mode = (mode_t)r->u.write.mode;
+	x->max_bytes = r->u.write.max_bytes;
+	static unsigned counter;
+	for (int tries = 0; tries < 16 && x->fd < 0; tries++) {
+		snprintf(x->tmp, sizeof(x->tmp), ".sandbox-write-%x-%x-%x.tmp", (unsigned)getpid(),
+			 ++counter, (unsigned)agent_now_ns());
+		x->fd = openat(dfd, x->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (x->fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (x->fd < 0) {
+		err_sys(&e, errno, "write `%s`", x->rel);
+		conn_error(c, ch, &e);
+		write_destroy(&x->op);
+		return;
+	}
+	op_register(c, &x->op, &write_vt, ch);
+}
+
+struct read_op {
+	struct op op;
+	int fd;
+	char *rel;
+	int64_t max_bytes;
+	uint64_t size;
+};
+
+static int read_poll_fill(struct op *op, struct pollfd *pfd, int64_t *deadline)
+{
+	/* Regular files are always ready: step again as soon as there is credit. */
+	if (op_send_room(op))
+		*deadline = 0;
+	return 0;
+}
+
+static void read_step(struct op *op, const struct pollfd *pfd, int n)
+{
+	struct read_op *x = (struct read_op *)op;
+	struct err e;
+	size_t room = op_send_room(op);
+	if (!room)
+		return;
+	uint8_t *dst = conn_reserve(op->conn, room);
+	ssize_t k = read(x->fd, dst, room);
+	if (k < 0) {
+		if (errno == EINTR)
+			return;
+		err_sys(&e, errno, "read `%s`", x->rel);
+		op_error(op, &e);
+		return;
+	}
+	if (k == 0) {
+		struct jw w;
+		jw_init(&w);
+		jw_obj_open(&w);
+		jw_key(&w, "size");
+		jw_int(&w, (int64_t)x->size);
+		jw_obj_close(&w);
+		op_result(op, &w);
+		jw_free(&w);
+		return;
+	}
+	if (x->max_bytes >= 0 && x->size + (uint64_t)k > (uint64_t)x->max_bytes) {
+		/* The file grew past the limit while being read. */
+		err_set(&e, EFBIG, "`%s` exceeds the limit of %lld bytes", x->rel,
+			(long long)x->max_bytes);
+		op_error(op, &e);
+		return;
+	}
+	conn_commit(op->conn, GUEST_FILEDATA, op->ch, (size_t)k);
+	op->send_credit -= (uint64_t)k;
+	x->size += (uint64_t)k;
+}
+
+static void read_cancel(struct op *op)
+{
+	struct read_op *x = (struct read_op *)op;
+	struct err e;
+	err_set(&e, ECANCELED, "read `%s` cancelled", x->rel);
+	op_error(op, &e);
+}
+
+static void read_destroy(struct op *op)
+{
+	struct read_op *x = (struct read_op *)op;
+	if (x->fd >= 0)
+		close(x->fd);
+	free(x->rel);
+	free(x);
+}
+
+static const struct op_vt read_vt = {
+	.name = "read",
+	.cancel = read_cancel,
+	.poll_fill = read_poll_fill,
+	.step = read_step,
+	.destroy = read_destroy,
+};
+
+void op_read(struct conn *c, uint32_t ch, const struct req *r)
+{
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath wp;
+	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+		conn_error(c, ch, &e);
+		return;
+	}
+	/* O_NONBLOCK: opening a FIFO must not hang the agent. */
+	_cleanup_close_ int fd = ws_open(&a->ws, &wp, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, &e);
+	if (fd < 0) {
+		wspath_fini(&wp);
+		conn_error(c, ch, &e);
+		return;
+	}
+	struct stat st;
+	int ret = 0;
+	if (fstat(fd, &st) < 0)
+		ret = err_sys(&e, errno, "stat `%s`", r->path);
+	else if (S_ISDIR(st.st_mode))
+		ret = err_set(&e, EISDIR, "`%s` is a directory", r->path);
+	else if (!S_ISREG(st.st_mode))
+		ret = err_set(&e, EINVAL, "`%s` is not a regular file", r->path);
+	else if (r->u.read.max_bytes >= 0 && st.st_size > r->u.read.max_bytes)
+		ret = err_set(&e, EFBIG, "`%s` is %lld bytes, over the limit of %lld", r->path,
+			      (long long)st.st_size, (long long)r->u.read.max_bytes);
+	if (ret < 0) {
+		wspath_fini(&wp);
+		conn_error(c, ch, &e);
+		return;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	struct read_op *x = xcalloc(1, sizeof(*x));
+	x->fd = TAKE_FD(fd);
+	x->rel = TAKE_PTR(wp.rel);
+	x->max_bytes = r->u.read.max_bytes;
+	op_register(c, &x->op, &read_vt, ch);
+}

@@ -1,0 +1,354 @@
+/* list, stat, mkdir, remove: metadata operations that answer at once.
+ *
+ * Nothing here follows a symlink found inside the tree being listed or removed: entries are
+ * examined with lstat semantics and descended into with O_NOFOLLOW. */
+#include "agent.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+
+#define LIST_MAX_DEPTH   64
+#define REMOVE_MAX_DEPTH 256
+
+static const char *type_name(mode_t m)
+{
+	if (S_ISREG(m))
+		return "file";
+	if (S_ISDIR(m))
+		return "dir";
+	if (S_ISLNK(m))
+		return "symlink";
+	return "other";
+}
+
+static void put_stat(struct jw *w, const struct stat *st)
+{
+	jw_key(w, "type");
+	jw_str(w, type_name(st->st_mode));
+	jw_key(w, "size");
+	jw_int(w, (int64_t)st->st_size);
+	jw_key(w, "mode");
+	jw_int(w, st->st_mode & 07777);
+	jw_key(w, "mtime");
+	jw_timespec(w, (int64_t)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+}
+
+static void send_result(struct conn *c, uint32_t ch, struct jw *w)
+{
+	conn_frame(c, GUEST_RESULT, ch, w->buf, w->len);
+	jw_free(w);
+}
+
+static const char *shown(const struct wspath *p)
+{
+	return *p->rel ? p->rel : ".";
+}
+
+struct lister {
+	struct jw w;
+	size_t limit; /* the RESULT must stay under GUEST_MAX_PAYLOAD */
+	int64_t max_entries;
+	int64_t count;
+	bool recursive;
+	bool truncated;
+};
+
+static int cmp_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Reads the names in a directory, sorted so that listings are stable. */
+static char **read_names(int dfd, size_t *ret_n)
+{
+	*ret_n = 0;
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return NULL;
+	}
+	char **v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			v = xrealloc(v, cap * sizeof(*v));
+		}
+		v[n++] = xstrdup(de->d_name);
+	}
+	closedir(d);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_names);
+	*ret_n = n;
+	return v;
+}
+
+static void list_dir(struct lister *l, int dfd, const char *prefix, int depth)
+{
+	size_t n;
+	char **names = read_names(dfd, &n);
+	for (size_t i = 0; i < n; i++) {
+		if (l->truncated)
+			break;
+		if (l->count >= l->max_entries) {
+			l->truncated = true;
+			break;
+		}
+		struct stat st;
+		if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue; /* removed meanwhile */
+		_cleanup_free_ char *path =
+			*prefix ? xasprintf("%s/%s", prefix, names[i]) : xstrdup(names[i]);
+
+		size_t saved_len = l->w.len;
+		bool saved_comma = l->w.comma;
+		jw_obj_open(&l->w);
+		jw_key(&l->w, "path");
+		jw_str(&l->w, path);
+		jw_key(&l->w, "name");
+		jw_str(&l->w, names[i]);
+		put_stat(&l->w, &st);
+		jw_obj_close(&l->w);
+		if (l->w.len > l->limit) {
+			/* Roll the entry back: the reply must fit one frame. */
+			l->w.len = saved_len;
+			l->w.buf[saved_len] = '\0';
+			l->w.comma = saved_comma;
+			l->truncated = true;
+			break;
+		}
+		l->count++;
+
+		if (l->recursive && S_ISDIR(st.st_mode)) {
+			if (depth + 1 >= LIST_MAX_DEPTH) {
+				l->truncated = true;
+				continue;
+			}
+			int sub = openat(dfd, names[i],
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				list_dir(l, sub, path, depth + 1);
+				close(sub);
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+void op_list(struct conn *c, uint32_t ch, const struct req *r)
+{
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath wp;
+	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+		conn_error(c, ch, &e);
+		return;
+	}
+	_cleanup_close_ int fd = ws_open(&a->ws, &wp, O_RDONLY | O_DIRECTORY, 0, &e);
+	if (fd < 0) {
+		wspath_fini(&wp);
+		conn_error(c, ch, &e);
+		return;
+	}
+	struct lister l = {
+		.max_entries = r->u.list.max_entries,
+		.recursive = r->u.list.recursive,
+	};
+	jw_init(&l.w);
+	jw_obj_open(&l.w);
+	jw_key(&l.w, "path");
+	jw_str(&l.w, shown(&wp));
+	jw_key(&l.w, "entries");
+	jw_arr_open(&l.w);
+	/* Room for closing the array and the "truncated" member. */
+	l.limit = GUEST_MAX_PAYLOAD - 64;
+	list_dir(&l, fd, "", 0);
+	jw_arr_close(&l.w);
+	jw_key(&l.w, "truncated");
+	jw_bool(&l.w, l.truncated);
+	jw_obj_close(&l.w);
+	wspath_fini(&wp);
+	send_result(c, ch, &l.w);
+}
+
+void op_stat(struct conn *c, uint32_t ch, const struct req *r)
+{
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath wp;
+	struct stat st;
+	const char *base;
+	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+		conn_error(c, ch, &e);
+		return;
+	}
+	if (!*wp.rel) {
+		if (fstat(a->ws.fd, &st) < 0) {
+			err_sys(&e, errno, "stat `.`");
+			goto fail;
+		}
+	} else {
+		_cleanup_close_ int dfd = ws_open_parent(&a->ws, &wp, false, &base, &e);
+		if (dfd < 0)
+			goto fail;
+		if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			err_sys(&e, errno, "stat `%s`", r->path);
+			goto fail;
+		}
+	}
+	struct jw w;
+	jw_init(&w);
+	jw_obj_open(&w);
+	jw_key(&w, "path");
+	jw_str(&w, shown(&wp));
+	put_stat(&w, &st);
+	jw_obj_close(&w);
+	wspath_fini(&wp);
+	send_result(c, ch, &w);
+	return;
+fail:
+	wspath_fini(&wp);
+	conn_error(c, ch, &e);
+}
+
+static void send_path(struct conn *c, uint32_t ch, const struct wspath *wp)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj_open(&w);
+	jw_key(&w, "path");
+	jw_str(&w, shown(wp));
+	jw_obj_close(&w);
+	send_result(c, ch, &w);
+}
+
+void op_mkdir(struct conn *c, uint32_t ch, const struct req *r)
+{
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath wp;
+	const char *base;
+	_cleanup_close_ int dfd = -1;
+	bool parents = r->u.mkdir.parents;
+	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+		conn_error(c, ch, &e);
+		return;
+	}
+	if (!*wp.rel) {
+		if (!parents) {
+			err_set(&e, EEXIST, "`%s` is the workspace root", r->path);
+			goto fail;
+		}
+		goto ok;
+	}
+	dfd = ws_open_parent(&a->ws, &wp, parents, &base, &e);
+	if (dfd < 0)
+		goto fail;
+	if (mkdirat(dfd, base, 0755) < 0) {
+		int er = errno;
+		struct stat st;
+		if (!(er == EEXIST && parents && fstatat(dfd, base, &st, 0) == 0 &&
+		      S_ISDIR(st.st_mode))) {
+			err_sys(&e, er, "mkdir `%s`", r->path);
+			goto fail;
+		}
+	}
+ok:
+	send_path(c, ch, &wp);
+	wspath_fini(&wp);
+	return;
+fail:
+	wspath_fini(&wp);
+	conn_error(c, ch, &e);
+}
+
+/* Removes the directory `name` in dfd and everything below it, never following symlinks. */
+static int remove_tree(int dfd, const char *name, int depth, struct err *e, const char *shown_path)
+{
+	if (depth >= REMOVE_MAX_DEPTH)
+		return err_set(e, ENAMETOOLONG, "remove `%s`: the tree is too deep", shown_path);
+	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return err_sys(e, errno, "remove `%s`", shown_path);
+	size_t n;
+	char **names = read_names(fd, &n);
+	int ret = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ret == 0) {
+			struct stat st;
+			if (fstatat(fd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				if (errno != ENOENT)
+					ret = err_sys(e, errno, "remove `%s`", shown_path);
+			} else if (S_ISDIR(st.st_mode)) {
+				ret = remove_tree(fd, names[i], depth + 1, e, shown_path);
+			} else if (unlinkat(fd, names[i], 0) < 0 && errno != ENOENT) {
+				ret = err_sys(e, errno, "remove `%s`", shown_path);
+			}
+		}
+		free(names[i]);
+	}
+	free(names);
+	if (ret < 0)
+		return ret;
+	if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		return err_sys(e, errno, "remove `%s`", shown_path);
+	return 0;
+}
+
+void op_remove(struct conn *c, uint32_t ch, const struct req *r)
+{
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath wp;
+	const char *base;
+	struct stat st;
+	_cleanup_close_ int dfd = -1;
+	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+		conn_error(c, ch, &e);
+		return;
+	}
+	if (!*wp.rel) {
+		err_set(&e, EPERM, "refusing to remove the workspace root");
+		goto fail;
+	}
+	dfd = ws_open_parent(&a->ws, &wp, false, &base, &e);
+	if (dfd < 0)
+		goto fail;
+	if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		err_sys(&e, errno, "remove `%s`", r->path);
+		goto fail;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		if (r->u.remove.recursive) {
+			if (remove_tree(dfd, base, 0, &e, r->path) < 0)
+				goto fail;
+		} else if (unlinkat(dfd, base, AT_REMOVEDIR) < 0) {
+			err_sys(&e, errno, "remove `%s`", r->path);
+			goto fail;
+		}
+	} else if (unlinkat(dfd, base, 0) < 0) {
+		err_sys(&e, errno, "remove `%s`", r->path);
+		goto fail;
+	}
+	send_path(c, ch, &wp);
+	wspath_fini(&wp);
+	return;
+fail:
+	wspath_fini(&wp);
+	conn_error(c, ch, &e);
+}

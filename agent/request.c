@@ -1,0 +1,271 @@
+/* request: REQUEST payload validation (see request.h). */
+#include "request.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "util/cleanup.h"
+
+static const struct {
+	const char *name;
+	enum req_op op;
+} ops[] = {
+	{ "ping", REQ_PING },         { "resume", REQ_RESUME }, { "exec", REQ_EXEC },
+	{ "write", REQ_WRITE },       { "read", REQ_READ },     { "list", REQ_LIST },
+	{ "stat", REQ_STAT },         { "mkdir", REQ_MKDIR },   { "remove", REQ_REMOVE },
+	{ "shutdown", REQ_SHUTDOWN },
+};
+
+static int wrong_type(const char *field, const char *want, const struct json *v, struct err *err)
+{
+	return err_set(err, EINVAL, "field `%s` must be %s, not %s", field, want,
+		       json_type_name(v->type));
+}
+
+/* Optional string: *ret untouched when absent (or null). */
+static int get_str(const struct json *o, const char *field, bool required, const char **ret,
+		   struct err *err)
+{
+	const struct json *v = json_get(o, field);
+	if (!v || v->type == JSON_NULL) {
+		if (required)
+			return err_set(err, EINVAL, "missing field `%s`", field);
+		return 0;
+	}
+	if (v->type != JSON_STRING)
+		return wrong_type(field, "a string", v, err);
+	const char *s = json_str(v);
+	if (!s)
+		return err_set(err, EINVAL, "field `%s` contains a NUL byte", field);
+	*ret = s;
+	return 0;
+}
+
+static int get_bool(const struct json *o, const char *field, bool *ret, struct err *err)
+{
+	const struct json *v = json_get(o, field);
+	if (!v || v->type == JSON_NULL)
+		return 0;
+	if (v->type != JSON_BOOL)
+		return wrong_type(field, "a boolean", v, err);
+	*ret = v->u.b;
+	return 0;
+}
+
+static int get_int(const struct json *o, const char *field, int64_t min, int64_t max, int64_t *ret,
+		   struct err *err)
+{
+	const struct json *v = json_get(o, field);
+	if (!v || v->type == JSON_NULL)
+		return 0;
+	if (v->type != JSON_INT)
+		return wrong_type(field, "an integer", v, err);
+	if (v->u.i < min || v->u.i > max)
+		return err_set(err, EINVAL, "field `%s` must be between %lld and %lld", field,
+			       (long long)min, (long long)max);
+	*ret = v->u.i;
+	return 0;
+}
+
+static int parse_exec(const struct json *o, struct req_exec *x, struct err *err)
+{
+	const struct json *argv = json_get(o, "argv");
+	if (!argv)
+		return err_set(err, EINVAL, "missing field `argv`");
+	if (argv->type != JSON_ARRAY)
+		return wrong_type("argv", "an array of strings", argv, err);
+	if (argv->u.kids.n == 0)
+		return err_set(err, EINVAL, "field `argv` must not be empty");
+	x->argv = xcalloc(argv->u.kids.n + 1, sizeof(*x->argv));
+	for (const struct json *a = argv->u.kids.first; a; a = a->next) {
+		if (a->type != JSON_STRING)
+			return err_set(err, EINVAL, "field `argv` must be an array of strings");
+		const char *s = json_str(a);
+		if (!s)
+			return err_set(err, EINVAL, "field `argv[%zu]` contains a NUL byte",
+				       x->argc);
+		x->argv[x->argc++] = s;
+	}
+	if (!*x->argv[0])
+		return err_set(err, EINVAL, "field `argv[0]` must not be empty");
+
+	const struct json *env = json_get(o, "env");
+	if (env && env->type != JSON_NULL) {
+		if (env->type != JSON_OBJECT)
+			return wrong_type("env", "an object of strings", env, err);
+		x->env_keys = xcalloc(env->u.kids.n + 1, sizeof(*x->env_keys));
+		x->env_vals = xcalloc(env->u.kids.n + 1, sizeof(*x->env_vals));
+		for (const struct json *m = env->u.kids.first; m; m = m->next) {
+			if (!*m->key || strchr(m->key, '='))
+				return err_set(err, EINVAL, "field `env`: bad variable name `%s`",
+					       m->key);
+			if (m->type != JSON_STRING)
+				return err_set(err, EINVAL, "field `env.%s` must be a string",
+					       m->key);
+			const char *s = json_str(m);
+			if (!s)
+				return err_set(err, EINVAL, "field `env.%s` contains a NUL byte",
+					       m->key);
+			x->env_keys[x->env_n] = m->key;
+			x->env_vals[x->env_n++] = s;
+		}
+	}
+	int r;
+	if ((r = get_str(o, "cwd", false, &x->cwd, err)) < 0)
+		return r;
+	if ((r = get_int(o, "timeoutMs", 0, REQ_MAX_TIMEOUT_MS, &x->timeout_ms, err)) < 0)
+		return r;
+	x->kill_grace_ms = REQ_DEFAULT_KILL_GRACE_MS;
+	if ((r = get_int(o, "killGraceMs", 0, REQ_MAX_TIMEOUT_MS, &x->kill_grace_ms, err)) < 0)
+		return r;
+	return get_bool(o, "stdin", &x->stdin_pipe, err);
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static int parse_resume(const struct json *o, struct req_resume *x, struct err *err)
+{
+	const struct json *t = json_get(o, "time");
+	if (t && t->type != JSON_NULL) {
+		if (t->type != JSON_OBJECT)
+			return wrong_type("time", "an object", t, err);
+		const struct json *s = json_get(t, "sec"), *ns = json_get(t, "nsec");
+		if (!s || s->type != JSON_INT || s->u.i < 0)
+			return err_set(err, EINVAL,
+				       "field `time.sec` must be a non-negative integer");
+		if (ns && (ns->type != JSON_INT || ns->u.i < 0 || ns->u.i > 999999999))
+			return err_set(err, EINVAL,
+				       "field `time.nsec` must be an integer below 1000000000");
+		x->has_time = true;
+		x->sec = s->u.i;
+		x->nsec = ns ? ns->u.i : 0;
+	}
+	const char *hex = NULL;
+	int r = get_str(o, "entropy", false, &hex, err);
+	if (r < 0)
+		return r;
+	if (hex) {
+		size_t n = strlen(hex);
+		if (n % 2 || n / 2 > REQ_MAX_ENTROPY)
+			return err_set(err, EINVAL,
+				       "field `entropy` must be an even number of hex digits (at "
+				       "most %d bytes)",
+				       REQ_MAX_ENTROPY);
+		for (size_t i = 0; i < n; i += 2) {
+			int hi = hexval(hex[i]), lo = hexval(hex[i + 1]);
+			if (hi < 0 || lo < 0)
+				return err_set(err, EINVAL, "field `entropy` is not hexadecimal");
+			x->entropy[i / 2] = (uint8_t)(hi << 4 | lo);
+		}
+		x->entropy_len = n / 2;
+	}
+	if ((r = get_str(o, "sessionId", false, &x->session_id, err)) < 0)
+		return r;
+	if ((r = get_str(o, "hostname", false, &x->hostname, err)) < 0)
+		return r;
+	if (x->hostname && (!*x->hostname || strlen(x->hostname) > 64))
+		return err_set(err, EINVAL, "field `hostname` must have 1 to 64 characters");
+	return 0;
+}
+
+static int parse_op(const struct json *o, struct req *r, struct err *err)
+{
+	int ret;
+	switch (r->op) {
+	case REQ_PING:
+	case REQ_SHUTDOWN:
+		return 0;
+	case REQ_RESUME:
+		return parse_resume(o, &r->u.resume, err);
+	case REQ_EXEC:
+		return parse_exec(o, &r->u.exec, err);
+	case REQ_WRITE:
+		r->u.write.mode = 0644;
+		r->u.write.max_bytes = -1;
+		if ((ret = get_str(o, "path", true, &r->path, err)) < 0)
+			return ret;
+		if ((ret = get_int(o, "mode", 0, 07777, &r->u.write.mode, err)) < 0)
+			return ret;
+		return get_int(o, "maxBytes", 0, JSON_INT_MAX, &r->u.write.max_bytes, err);
+	case REQ_READ:
+		r->u.read.max_bytes = -1;
+		if ((ret = get_str(o, "path", true, &r->path, err)) < 0)
+			return ret;
+		return get_int(o, "maxBytes", 0, JSON_INT_MAX, &r->u.read.max_bytes, err);
+	case REQ_LIST:
+		r->path = ".";
+		r->u.list.max_entries = REQ_DEFAULT_MAX_ENTRIES;
+		if ((ret = get_str(o, "path", false, &r->path, err)) < 0)
+			return ret;
+		if ((ret = get_bool(o, "recursive", &r->u.list.recursive, err)) < 0)
+			return ret;
+		return get_int(o, "maxEntries", 0, REQ_MAX_ENTRIES, &r->u.list.max_entries, err);
+	case REQ_STAT:
+		return get_str(o, "path", true, &r->path, err);
+	case REQ_MKDIR:
+		if ((ret = get_str(o, "path", true, &r->path, err)) < 0)
+			return ret;
+		return get_bool(o, "parents", &r->u.mkdir.parents, err);
+	case REQ_REMOVE:
+		if ((ret = get_str(o, "path", true, &r->path, err)) < 0)
+			return ret;
+		return get_bool(o, "recursive", &r->u.remove.recursive, err);
+	}
+	return err_set(err, EINVAL, "unknown op");
+}
+
+int req_parse(const void *payload, size_t len, struct req *ret, struct err *err)
+{
+	memset(ret, 0, sizeof(*ret));
+	int r = json_parse(payload, len, &ret->doc, err);
+	if (r < 0) {
+		if (err && err->errnum != EMSGSIZE)
+			err->errnum = EPROTO;
+		return r;
+	}
+	const struct json *o = json_root(ret->doc);
+	if (o->type != JSON_OBJECT) {
+		r = err_set(err, EPROTO, "request must be a JSON object, not %s",
+			    json_type_name(o->type));
+		goto fail;
+	}
+	const char *op = NULL;
+	if ((r = get_str(o, "op", true, &op, err)) < 0)
+		goto fail;
+	size_t i;
+	for (i = 0; i < ARRAY_SIZE(ops); i++)
+		if (strcmp(ops[i].name, op) == 0)
+			break;
+	if (i == ARRAY_SIZE(ops)) {
+		r = err_set(err, EINVAL, "unknown op `%s`", op);
+		goto fail;
+	}
+	ret->op = ops[i].op;
+	ret->op_name = ops[i].name;
+	if ((r = parse_op(o, ret, err)) < 0)
+		goto fail;
+	return 0;
+fail:
+	req_fini(ret);
+	return r;
+}
+
+void req_fini(struct req *r)
+{
+	if (r->op == REQ_EXEC) {
+		free(r->u.exec.argv);
+		free(r->u.exec.env_keys);
+		free(r->u.exec.env_vals);
+	}
+	json_doc_free(r->doc);
+	memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,88 @@
+/* request: turns a REQUEST payload into a checked, typed request.
+ *
+ * Everything the operations rely on is validated here (types, ranges, required fields), so
+ * the operations never look at JSON. Error codes: EPROTO for text that is not a JSON object,
+ * EINVAL for a missing, wrong-typed or out-of-range field or an unknown op; the message names
+ * the field. Strings with NUL bytes are rejected. Unknown fields are ignored. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "json.h"
+#include "util/err.h"
+
+#define REQ_MAX_ENTROPY           4096      /* bytes of entropy a resume may carry */
+#define REQ_MAX_TIMEOUT_MS        604800000 /* a week */
+#define REQ_DEFAULT_KILL_GRACE_MS 2000
+#define REQ_DEFAULT_MAX_ENTRIES   10000
+#define REQ_MAX_ENTRIES           1000000
+
+enum req_op {
+	REQ_PING,
+	REQ_RESUME,
+	REQ_EXEC,
+	REQ_WRITE,
+	REQ_READ,
+	REQ_LIST,
+	REQ_STAT,
+	REQ_MKDIR,
+	REQ_REMOVE,
+	REQ_SHUTDOWN,
+};
+
+struct req_exec {
+	const char **argv; /* NULL-terminated (array owned by the request) */
+	size_t argc;
+	const char **env_keys; /* env_n entries each (arrays owned by the request) */
+	const char **env_vals;
+	size_t env_n;
+	const char *cwd;    /* NULL: the workspace */
+	int64_t timeout_ms; /* 0: none */
+	bool stdin_pipe;
+	int64_t kill_grace_ms;
+};
+
+struct req_resume {
+	bool has_time;
+	int64_t sec;
+	int64_t nsec;
+	uint8_t entropy[REQ_MAX_ENTROPY];
+	size_t entropy_len;
+	const char *session_id; /* NULL when absent */
+	const char *hostname;   /* NULL when absent */
+};
+
+struct req {
+	enum req_op op;
+	const char *op_name;
+	struct json_doc *doc; /* owns every string below */
+	const char *path;     /* write, read, list, stat, mkdir, remove */
+	union {
+		struct req_exec exec;
+		struct req_resume resume;
+		struct {
+			int64_t mode;
+			int64_t max_bytes; /* -1: no limit */
+		} write;
+		struct {
+			int64_t max_bytes; /* -1: no limit */
+		} read;
+		struct {
+			bool recursive;
+			int64_t max_entries;
+		} list;
+		struct {
+			bool parents;
+		} mkdir;
+		struct {
+			bool recursive;
+		} remove;
+	} u;
+};
+
+/* Parses and validates payload[0..len). On success *ret owns its data (req_fini). */
+int req_parse(const void *payload, size_t len, struct req *ret, struct err *err);
+
+void req_fini(struct req *r);

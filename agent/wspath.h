@@ -1,0 +1,50 @@
+/* wspath: every path a request names is resolved inside the workspace, symlinks included.
+ *
+ * A request path is first normalized lexically ("./a//b/../c" -> "a/c"; an absolute path must
+ * start with the workspace path and is made relative; a ".." that climbs above the root is an
+ * escape). The result is then opened relative to an O_PATH descriptor of the workspace with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), so a symlink anywhere on the way that
+ * leads outside (absolute targets always do) is refused by the kernel; where openat2 is
+ * missing, a component-by-component walk with O_NOFOLLOW does the same in user space. */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "util/err.h"
+
+/* errnum for "the path leads outside the workspace"; reported with the code "ESCAPE". */
+#define WS_ESCAPE 10001
+
+struct workspace {
+	char *path; /* absolute, no trailing slash ("/" stays "/") */
+	int fd;     /* O_PATH | O_DIRECTORY */
+};
+
+struct wspath {
+	char *rel;        /* normalized relative path, "" for the workspace root (owned) */
+	const char *orig; /* as the request gave it, for messages (borrowed) */
+};
+
+/* Opens the workspace directory `path` (made absolute). */
+int ws_init(struct workspace *ws, const char *path, struct err *err);
+void ws_fini(struct workspace *ws);
+
+/* Normalizes `in` into *ret (free with wspath_fini). Errors: EINVAL (empty), ENAMETOOLONG,
+ * WS_ESCAPE. */
+int wspath_init(const struct workspace *ws, const char *in, struct wspath *ret, struct err *err);
+void wspath_fini(struct wspath *p);
+
+/* Opens p inside the workspace; flags as for openat(2) (O_CLOEXEC is added). Symlinks are
+ * followed while they stay inside; O_NOFOLLOW applies to the last component as usual.
+ * Returns the fd or a negative errno with err set (WS_ESCAPE when it leads outside). */
+int ws_open(const struct workspace *ws, const struct wspath *p, int flags, mode_t mode,
+	    struct err *err);
+
+/* Opens the directory that contains p's last component, creating missing directories (0755)
+ * when mkparents. *ret_base points into p->rel. p must not be the root (EINVAL). */
+int ws_open_parent(const struct workspace *ws, const struct wspath *p, bool mkparents,
+		   const char **ret_base, struct err *err);
+
+/* Forces the user-space walk even where openat2 exists (tests). */
+extern bool ws_force_walk;
