@@ -13,8 +13,11 @@
 #include "auth/auth.h"
 #include "config.h"
 #include "driver/driver.h"
+#include "guest/client.h"
 #include "http/http.h"
 #include "loop.h"
+#include "metrics/metrics.h"
+#include "metrics/process.h"
 #include "session/session.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -77,6 +80,33 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
 		log_error("sandboxd", "reloading templates failed: %s", e.msg);
 }
 
+static void on_http_done(const char *method, const char *route, int status, double seconds,
+			 void *arg)
+{
+	char code[8];
+	snprintf(code, sizeof(code), "%d", status);
+	metrics_add(M.http_requests_total, 1, route, method, code);
+	metrics_observe(M.http_request_duration, seconds, route, method);
+}
+
+static void on_guest_violation(const char *kind)
+{
+	metrics_add(M.guest_protocol_errors_total, 1, kind);
+	metrics_add(M.vsock_errors_total, 1, "protocol");
+}
+
+static void publish_config(const struct config *c)
+{
+	metrics_set(M.vm_resource_config, (double)c->vcpus, "vcpu_count");
+	metrics_set(M.vm_resource_config, (double)c->mem_mib, "mem_size_mib");
+	metrics_set(M.vm_resource_config, (double)c->cpu_quota_us, "cpu_quota_us");
+	metrics_set(M.vm_resource_config, (double)c->cpu_period_us, "cpu_period_us");
+	metrics_set(M.vm_resource_config, (double)c->memory_limit, "memory_limit_bytes");
+	metrics_set(M.vm_resource_config, (double)c->nofile, "nofile_limit");
+	metrics_set(M.vm_resource_config, (double)c->disk_limit, "disk_limit_bytes");
+	metrics_set(M.vm_resource_config, (double)c->pids_max, "pids_max");
+}
+
 static int write_port_file(const char *path, int port, struct err *err)
 {
 	_cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
@@ -110,6 +140,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	evthread_use_pthreads();
+	metrics_init();
+	metrics_process_init();
+	publish_config(&D.cfg);
+	guest_set_violation_hook(on_guest_violation);
 	D.base = event_base_new();
 	if (!D.base) {
 		log_error("sandboxd", "cannot create the event loop");
@@ -137,6 +171,7 @@ int main(int argc, char **argv)
 	}
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
 	http_server_set_auth(D.http, auth_http_check, NULL);
+	http_server_set_done(D.http, on_http_done, NULL);
 	int port = 0;
 	if (http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, &port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
@@ -182,5 +217,6 @@ int main(int argc, char **argv)
 	if (D.cfg.port_file)
 		unlink(D.cfg.port_file);
 	config_free(&D.cfg);
+	metrics_reset();
 	return D.exit_code;
 }

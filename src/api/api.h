@@ -41,6 +41,9 @@ void api_admin_keys_revoke(struct http_ctx *ctx);
 void api_admin_keys_rotate(struct http_ctx *ctx);
 void api_admin_keys_delete(struct http_ctx *ctx);
 
+/* metrics.c */
+void api_metrics(struct http_ctx *ctx);
+
 /* health.c */
 void api_health(struct http_ctx *ctx);
 void api_ready(struct http_ctx *ctx);

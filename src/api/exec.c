@@ -8,6 +8,7 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "guest/proto.h"
+#include "metrics/metrics.h"
 #include "session/session.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -441,6 +442,8 @@ static void exec_on_done(struct guest_op *op, json_t *result, const struct err *
 	x->reg = NULL;
 	session_op_end(x->s);
 	flush_carry(x);
+	metrics_add(M.exec_message_total, 1, "execute");
+	metrics_observe(M.exec_message_duration, (double)(mono_us() - x->t0_us) / 1e6, "execute");
 
 	if (x->mode == EXEC_BUFFERED) {
 		if (err) {
@@ -678,6 +681,7 @@ struct file_req {
 	bool raw; /* reply with the bytes themselves */
 	bool want_base64;
 	bool is_write;
+	uint64_t t0_us;
 	char *path;
 };
 
@@ -747,9 +751,21 @@ static void files_reply(struct file_req *f, json_t *result)
 	http_reply_json(f->ctx, 200, r);
 }
 
+static const char *file_message_type(const char *op)
+{
+	if (strcmp(op, "write") == 0)
+		return "write_file";
+	if (strcmp(op, "read") == 0)
+		return "read_file";
+	return "list_files";
+}
+
 static void file_on_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
 {
 	struct file_req *f = arg;
+	const char *type = file_message_type(json_string_value(json_object_get(f->request, "op")));
+	metrics_add(M.exec_message_total, 1, type);
+	metrics_observe(M.exec_message_duration, (double)(mono_us() - f->t0_us) / 1e6, type);
 	if (err) {
 		http_reply_err(f->ctx, err);
 	} else {
@@ -789,6 +805,7 @@ static void file_start(struct session *s, const struct err *err, void *arg)
 		return;
 	}
 	f->s = s;
+	f->t0_us = mono_us();
 	session_ref(s);
 	session_op_begin(s);
 	f->ctx->on_gone = file_on_gone;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "loop.h"
+#include "metrics/metrics.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -236,6 +237,11 @@ static void create_job_free(struct create_job *j)
 
 /* --- session lifetime --------------------------------------------------------------- */
 
+static void count_creation(const struct template *t, const char *result)
+{
+	metrics_add(M.session_creations_total, 1, t->name, S.drv->name, result);
+}
+
 void session_ref(struct session *s)
 {
 	s->refs++;
@@ -308,6 +314,7 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 	err_set(&s->failure, ECONNRESET, "the sandbox of session `%s` stopped unexpectedly (%s)",
 		s->id, why->msg);
 	log_warn("session", "%s", s->failure.msg);
+	metrics_add(M.vsock_errors_total, 1, "disconnect");
 	bool was_creating = s->state == SESSION_CREATING;
 	s->state = SESSION_FAILED;
 	if (s->sb) {
@@ -321,6 +328,7 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 
 static void session_fail_creation(struct session *s, const struct err *err)
 {
+	count_creation(s->tmpl, err->errnum == ECANCELED ? "cancelled" : "failure");
 	err_copy(&s->failure, err);
 	s->state = SESSION_FAILED;
 	log_warn("session", "creating session %s failed: %s", s->id, err->msg);
@@ -353,6 +361,8 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 	}
 	s->state = SESSION_READY;
 	session_touch(s);
+	count_creation(s->tmpl, "success");
+	metrics_observe(M.vsock_connection_time, (double)(mono_ms() - s->attach_mono_ms) / 1000.0);
 	log_info("session", "session %s ready (template %s, sandbox %s)", s->id, s->tmpl->name,
 		 s->sandbox_id);
 	fire_waiters(s, NULL);
@@ -364,6 +374,7 @@ static const struct guest_op_cbs resume_cbs = { .on_done = on_resume_done };
 /* Gives the session its sandbox and tells the agent who it is now. */
 static void session_attach(struct session *s, struct sandbox *sb, struct guest_conn *conn)
 {
+	s->attach_mono_ms = mono_ms();
 	s->sb = sb;
 	s->conn = conn;
 	free(s->sandbox_id);
@@ -394,6 +405,9 @@ static void session_create_done(void *arg)
 	struct create_job *j = arg;
 	struct session *s = j->s;
 	S.creating--;
+	if (j->rc >= 0)
+		metrics_observe(M.vm_creation_time, (double)(mono_ms() - j->t0) / 1000.0,
+				S.drv->name, "cold");
 	if (j->rc < 0) {
 		S.last_create_failed = true;
 		err_copy(&S.last_create_error, &j->err);
@@ -696,6 +710,9 @@ void session_get_or_create(const char *owner, const char *id,
 		free(pe);
 		guest_conn_set_close(conn, on_session_conn_closed, s);
 		session_attach(s, sb, conn);
+		metrics_observe(M.vm_creation_time,
+				(double)(mono_ms() - s->attach_mono_ms) / 1000.0, S.drv->name,
+				"pool");
 		pool_refill(p);
 		return;
 	}
@@ -712,6 +729,9 @@ void session_destroy(struct session *s, const char *why)
 	if (s->state == SESSION_DESTROYING || s->state == SESSION_GONE)
 		return;
 	log_info("session", "destroying session %s (%s)", s->id, why);
+	if (s->state == SESSION_READY || s->state == SESSION_FAILED)
+		metrics_observe(M.exec_session_duration,
+				(double)(wall_ms() - s->created_ms) / 1000.0);
 	bool creating = s->state == SESSION_CREATING;
 	s->state = SESSION_DESTROYING;
 	session_ref(s);
@@ -873,9 +893,28 @@ static void cleanup_stale(void)
 	}
 }
 
+static void on_scrape(void *arg)
+{
+	unsigned counts[SESSION_FAILED + 1] = { 0 };
+	for (struct session *s = S.sessions; s; s = s->next)
+		counts[s->state]++;
+	for (int st = SESSION_CREATING; st <= SESSION_FAILED; st++)
+		if (st != SESSION_GONE)
+			metrics_set(M.active_vm_count, counts[st], session_state_name(st));
+	metrics_set(M.active_vm_count, (double)session_pool_size(), "pooled");
+	metrics_set(M.exec_sessions_active, (double)S.nsessions);
+	for (struct pool *p = S.pools; p; p = p->next) {
+		unsigned ready = 0;
+		for (struct pool_entry *e = p->entries; e; e = e->next)
+			ready += e->ready;
+		metrics_set(M.warm_pool_size, ready, p->template_name);
+	}
+}
+
 int session_init(struct event_base *base, const struct config *cfg, const struct driver *drv,
 		 struct err *err)
 {
+	metrics_on_scrape(on_scrape, NULL);
 	S.base = base;
 	S.cfg = cfg;
 	S.drv = drv;

@@ -37,6 +37,7 @@ struct session {
 	json_t *env;             /* default environment for commands (object) */
 	uint64_t created_ms;     /* wall clock */
 	uint64_t active_mono_ms; /* monotonic time of the last activity */
+	uint64_t attach_mono_ms; /* when the sandbox was handed over */
 	unsigned idle_timeout_s;
 	unsigned running; /* operations in flight: they count as activity */
 	uint64_t execs_total;

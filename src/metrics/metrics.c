@@ -1,0 +1,347 @@
+#include "metrics/metrics.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/cleanup.h"
+
+#define MAX_LABELS 4
+#define MAX_SERIES 500
+
+struct series {
+	char *values[MAX_LABELS];
+	double value;   /* counter/gauge; histogram sum */
+	uint64_t count; /* histogram */
+	uint64_t *bucket_counts;
+};
+
+struct metric {
+	char *name;
+	char *help;
+	enum metric_type type;
+	char *labels[MAX_LABELS];
+	size_t nlabels;
+	double *buckets;
+	size_t nbuckets;
+	struct series *series;
+	size_t nseries;
+	struct metric *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct metric *all, **tail = &all;
+static struct {
+	void (*fn)(void *);
+	void *arg;
+} hooks[8];
+static size_t nhooks;
+
+struct sandbox_metrics M;
+
+static const double default_buckets[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+					  0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+					  1,      2.5,     5,      10,    30 };
+
+static struct metric *declare(const char *name, const char *help, const char *labels,
+			      enum metric_type type)
+{
+	struct metric *m = xcalloc(1, sizeof(*m));
+	m->name = xstrdup(name);
+	m->help = xstrdup(help);
+	m->type = type;
+	if (labels) {
+		_cleanup_free_ char *copy = xstrdup(labels);
+		char *save = NULL;
+		for (char *t = strtok_r(copy, ",", &save); t && m->nlabels < MAX_LABELS;
+		     t = strtok_r(NULL, ",", &save))
+			m->labels[m->nlabels++] = xstrdup(t);
+	}
+	pthread_mutex_lock(&lock);
+	*tail = m;
+	tail = &m->next;
+	pthread_mutex_unlock(&lock);
+	return m;
+}
+
+struct metric *metrics_counter(const char *name, const char *help, const char *labels)
+{
+	return declare(name, help, labels, METRIC_COUNTER);
+}
+
+struct metric *metrics_gauge(const char *name, const char *help, const char *labels)
+{
+	return declare(name, help, labels, METRIC_GAUGE);
+}
+
+struct metric *metrics_histogram(const char *name, const char *help, const char *labels,
+				 const double *buckets, size_t nbuckets)
+{
+	struct metric *m = declare(name, help, labels, METRIC_HISTOGRAM);
+	if (!buckets) {
+		buckets = default_buckets;
+		nbuckets = ARRAY_SIZE(default_buckets);
+	}
+	m->buckets = xcalloc(nbuckets, sizeof(double));
+	memcpy(m->buckets, buckets, nbuckets * sizeof(double));
+	m->nbuckets = nbuckets;
+	return m;
+}
+
+/* The series for these label values, created if needed (lock held). */
+static struct series *series_for(struct metric *m, va_list ap)
+{
+	const char *vals[MAX_LABELS];
+	for (size_t i = 0; i < m->nlabels; i++) {
+		vals[i] = va_arg(ap, const char *);
+		if (!vals[i])
+			vals[i] = "";
+	}
+	for (size_t s = 0; s < m->nseries; s++) {
+		size_t i;
+		for (i = 0; i < m->nlabels; i++)
+			if (strcmp(m->series[s].values[i], vals[i]) != 0)
+				break;
+		if (i == m->nlabels)
+			return &m->series[s];
+	}
+	if (m->nseries >= MAX_SERIES) {
+		/* Fold the excess into one "other" series. */
+		for (size_t i = 0; i < m->nlabels; i++)
+			vals[i] = "other";
+		for (size_t s = 0; s < m->nseries; s++) {
+			size_t i;
+			for (i = 0; i < m->nlabels; i++)
+				if (strcmp(m->series[s].values[i], "other") != 0)
+					break;
+			if (i == m->nlabels)
+				return &m->series[s];
+		}
+	}
+	m->series = xrealloc(m->series, (m->nseries + 1) * sizeof(*m->series));
+	struct series *s = &m->series[m->nseries++];
+	memset(s, 0, sizeof(*s));
+	for (size_t i = 0; i < m->nlabels; i++)
+		s->values[i] = xstrdup(vals[i]);
+	if (m->type == METRIC_HISTOGRAM)
+		s->bucket_counts = xcalloc(m->nbuckets, sizeof(uint64_t));
+	return s;
+}
+
+void metrics_add(struct metric *m, double v, ...)
+{
+	if (!m)
+		return;
+	va_list ap;
+	va_start(ap, v);
+	pthread_mutex_lock(&lock);
+	series_for(m, ap)->value += v;
+	pthread_mutex_unlock(&lock);
+	va_end(ap);
+}
+
+void metrics_set(struct metric *m, double v, ...)
+{
+	if (!m)
+		return;
+	va_list ap;
+	va_start(ap, v);
+	pthread_mutex_lock(&lock);
+	series_for(m, ap)->value = v;
+	pthread_mutex_unlock(&lock);
+	va_end(ap);
+}
+
+void metrics_observe(struct metric *m, double v, ...)
+{
+	if (!m)
+		return;
+	va_list ap;
+	va_start(ap, v);
+	pthread_mutex_lock(&lock);
+	struct series *s = series_for(m, ap);
+	s->value += v;
+	s->count++;
+	for (size_t i = 0; i < m->nbuckets; i++)
+		if (v <= m->buckets[i])
+			s->bucket_counts[i]++;
+	pthread_mutex_unlock(&lock);
+	va_end(ap);
+}
+
+void metrics_on_scrape(void (*fn)(void *arg), void *arg)
+{
+	if (nhooks < ARRAY_SIZE(hooks))
+		hooks[nhooks++] = (typeof(hooks[0])){ fn, arg };
+}
+
+/* Label values escaped as the text format requires. */
+static void put_escaped(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fputc('\\', f), fputc(*s, f);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+static void put_labels(FILE *f, const struct metric *m, const struct series *s,
+		       const char *extra_name, const char *extra_value)
+{
+	if (!m->nlabels && !extra_name)
+		return;
+	fputc('{', f);
+	for (size_t i = 0; i < m->nlabels; i++) {
+		fprintf(f, "%s%s=\"", i ? "," : "", m->labels[i]);
+		put_escaped(f, s->values[i]);
+		fputc('"', f);
+	}
+	if (extra_name)
+		fprintf(f, "%s%s=\"%s\"", m->nlabels ? "," : "", extra_name, extra_value);
+	fputc('}', f);
+}
+
+static void put_value(FILE *f, double v)
+{
+	if (isinf(v))
+		fputs(v > 0 ? "+Inf" : "-Inf", f);
+	else if (v == (double)(int64_t)v && fabs(v) < 1e15)
+		fprintf(f, "%lld", (long long)v);
+	else
+		fprintf(f, "%.9g", v);
+}
+
+char *metrics_render(size_t *len)
+{
+	for (size_t i = 0; i < nhooks; i++)
+		hooks[i].fn(hooks[i].arg);
+	char *buf = NULL;
+	size_t size = 0;
+	FILE *f = open_memstream(&buf, &size);
+	pthread_mutex_lock(&lock);
+	for (struct metric *m = all; m; m = m->next) {
+		static const char *const types[] = { "counter", "gauge", "histogram" };
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", m->name, m->help, m->name,
+			types[m->type]);
+		if (m->nseries == 0 && m->nlabels == 0 && m->type != METRIC_HISTOGRAM) {
+			fprintf(f, "%s 0\n", m->name);
+			continue;
+		}
+		for (size_t i = 0; i < m->nseries; i++) {
+			const struct series *s = &m->series[i];
+			if (m->type != METRIC_HISTOGRAM) {
+				fputs(m->name, f);
+				put_labels(f, m, s, NULL, NULL);
+				fputc(' ', f);
+				put_value(f, s->value);
+				fputc('\n', f);
+				continue;
+			}
+			for (size_t b = 0; b < m->nbuckets; b++) {
+				char le[32];
+				snprintf(le, sizeof(le), "%g", m->buckets[b]);
+				fprintf(f, "%s_bucket", m->name);
+				put_labels(f, m, s, "le", le);
+				fprintf(f, " %llu\n", (unsigned long long)s->bucket_counts[b]);
+			}
+			fprintf(f, "%s_bucket", m->name);
+			put_labels(f, m, s, "le", "+Inf");
+			fprintf(f, " %llu\n%s_sum", (unsigned long long)s->count, m->name);
+			put_labels(f, m, s, NULL, NULL);
+			fputc(' ', f);
+			put_value(f, s->value);
+			fprintf(f, "\n%s_count", m->name);
+			put_labels(f, m, s, NULL, NULL);
+			fprintf(f, " %llu\n", (unsigned long long)s->count);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	fclose(f);
+	if (len)
+		*len = size;
+	return buf;
+}
+
+void metrics_reset(void)
+{
+	pthread_mutex_lock(&lock);
+	while (all) {
+		struct metric *m = all;
+		all = m->next;
+		for (size_t i = 0; i < m->nseries; i++) {
+			for (size_t j = 0; j < m->nlabels; j++)
+				free(m->series[i].values[j]);
+			free(m->series[i].bucket_counts);
+		}
+		for (size_t j = 0; j < m->nlabels; j++)
+			free(m->labels[j]);
+		free(m->series);
+		free(m->buckets);
+		free(m->name);
+		free(m->help);
+		free(m);
+	}
+	tail = &all;
+	nhooks = 0;
+	memset(&M, 0, sizeof(M));
+	pthread_mutex_unlock(&lock);
+}
+
+void metrics_init(void)
+{
+	static const double vm_buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+					     0.25,  0.5,    1,     2,    5,     10,   30 };
+	static const double life_buckets[] = {
+		1, 10, 60, 300, 900, 1800, 3600, 7200, 21600, 86400
+	};
+	M.active_vm_count = metrics_gauge("active_vm_count", "Sandboxes by state", "state");
+	M.vm_creation_time = metrics_histogram("vm_creation_time",
+					       "Seconds to create a sandbox (snapshot restore or "
+					       "warm-pool hand-over)",
+					       "driver,source", vm_buckets, ARRAY_SIZE(vm_buckets));
+	M.exec_sessions_active = metrics_gauge("exec_sessions_active", "Sessions alive", NULL);
+	M.exec_session_duration =
+		metrics_histogram("exec_session_duration_seconds", "Session lifetimes", NULL,
+				  life_buckets, ARRAY_SIZE(life_buckets));
+	M.exec_message_total = metrics_counter("exec_message_total",
+					       "Operations sent to sandboxes by type", "type");
+	M.exec_message_duration =
+		metrics_histogram("exec_message_duration_seconds",
+				  "Operation round-trip time by type", "type", NULL, 0);
+	M.vsock_connection_time = metrics_histogram("vsock_connection_time",
+						    "Seconds from a new sandbox to its agent's "
+						    "first answer",
+						    NULL, vm_buckets, ARRAY_SIZE(vm_buckets));
+	M.vsock_errors_total = metrics_counter(
+		"vsock_errors_total", "Errors on sandbox agent connections by kind", "kind");
+	M.vm_resource_config = metrics_gauge("vm_resource_config",
+					     "Configured per-sandbox resource limits", "resource");
+	M.vm_egress_policy_applied_total = metrics_counter("vm_egress_policy_applied_total",
+							   "Egress policies applied to sandboxes",
+							   "dns_mode,dest_mode,bw_enabled");
+	M.http_requests_total = metrics_counter(
+		"http_requests_total", "HTTP requests by route template, method and status",
+		"route,method,status");
+	M.http_request_duration = metrics_histogram("http_request_duration_seconds",
+						    "HTTP request latency by route template",
+						    "route,method", NULL, 0);
+	M.session_creations_total = metrics_counter("session_creations_total",
+						    "Session creations by template, driver and "
+						    "result",
+						    "template,driver,result");
+	M.warm_pool_size = metrics_gauge("warm_pool_size",
+					 "Ready sandboxes waiting in the warm "
+					 "pool by template",
+					 "template");
+	M.guest_protocol_errors_total = metrics_counter(
+		"guest_protocol_errors_total", "Guest protocol violations by kind", "kind");
+	M.egress_decisions_total =
+		metrics_counter("egress_decisions_total",
+				"Egress policy decisions by outcome and reason", "decision,reason");
+}

@@ -1,0 +1,62 @@
+/* metrics: a small Prometheus registry and its text exposition (format 0.0.4).
+ *
+ * Metrics are declared once at start with a fixed list of label names; callers pass label
+ * values from bounded sets only (route templates, not paths; never session ids, commands
+ * or file names). Every metric also caps its series count: values past the cap are folded
+ * into one series whose labels are all "other", so no client can grow memory without
+ * bound. Safe from any thread. */
+#pragma once
+
+#include <stddef.h>
+
+enum metric_type { METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM };
+
+struct metric;
+
+/* `labels` is a comma-separated list of label names, or NULL. */
+struct metric *metrics_counter(const char *name, const char *help, const char *labels);
+struct metric *metrics_gauge(const char *name, const char *help, const char *labels);
+/* Buckets are upper bounds in increasing order (+Inf is implied); NULL: the default latency
+ * buckets (0.0001 s to 30 s). */
+struct metric *metrics_histogram(const char *name, const char *help, const char *labels,
+				 const double *buckets, size_t nbuckets);
+
+/* Label values follow v, one per declared label name, as const char *. */
+void metrics_add(struct metric *m, double v, ...);
+void metrics_set(struct metric *m, double v, ...);
+void metrics_observe(struct metric *m, double v, ...);
+
+/* Adds a hook called at each scrape before rendering (to refresh gauges). */
+void metrics_on_scrape(void (*fn)(void *arg), void *arg);
+
+/* The exposition text (caller frees). */
+char *metrics_render(size_t *len);
+
+/* Drops every metric (tests, shutdown). */
+void metrics_reset(void);
+
+/* The daemon's own metrics, declared by metrics_init() (sandboxd.c's names are the
+ * reference project's plus ours). */
+struct sandbox_metrics {
+	struct metric *active_vm_count;       /* gauge {state} */
+	struct metric *vm_creation_time;      /* histogram {driver, source} */
+	struct metric *exec_sessions_active;  /* gauge */
+	struct metric *exec_session_duration; /* histogram */
+	struct metric *exec_message_total;    /* counter {type} */
+	struct metric *exec_message_duration; /* histogram {type} */
+	struct metric *vsock_connection_time; /* histogram */
+	struct metric *vsock_errors_total;    /* counter {kind} */
+	struct metric *vm_resource_config;    /* gauge {resource} */
+	struct metric
+		*vm_egress_policy_applied_total;    /* counter {dns_mode, dest_mode, bw_enabled} */
+	struct metric *http_requests_total;         /* counter {route, method, status} */
+	struct metric *http_request_duration;       /* histogram {route, method} */
+	struct metric *session_creations_total;     /* counter {template, driver, result} */
+	struct metric *warm_pool_size;              /* gauge {template} */
+	struct metric *guest_protocol_errors_total; /* counter {kind} */
+	struct metric *egress_decisions_total;      /* counter {decision, reason} */
+};
+
+extern struct sandbox_metrics M;
+
+void metrics_init(void);

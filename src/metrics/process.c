@@ -1,0 +1,85 @@
+/* Process metrics of sandboxd itself, refreshed at each scrape from /proc/self. */
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "metrics/metrics.h"
+#include "metrics/process.h"
+
+static struct {
+	struct metric *cpu, *rss, *vsz, *fds, *max_fds, *start;
+	double start_time;
+} P;
+
+static double boot_time(void)
+{
+	FILE *f = fopen("/proc/stat", "re");
+	if (!f)
+		return 0;
+	char line[256];
+	double bt = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "btime %lf", &bt) == 1)
+			break;
+	fclose(f);
+	return bt;
+}
+
+static void refresh(void *arg)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		metrics_set(P.cpu, (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+					   (double)ru.ru_stime.tv_sec +
+					   (double)ru.ru_stime.tv_usec / 1e6);
+	FILE *f = fopen("/proc/self/statm", "re");
+	unsigned long size, resident;
+	if (f && fscanf(f, "%lu %lu", &size, &resident) == 2) {
+		long page = sysconf(_SC_PAGESIZE);
+		metrics_set(P.vsz, (double)size * (double)page);
+		metrics_set(P.rss, (double)resident * (double)page);
+	}
+	if (f)
+		fclose(f);
+	DIR *d = opendir("/proc/self/fd");
+	if (d) {
+		int n = -1; /* the directory's own fd */
+		while (readdir(d))
+			n++;
+		closedir(d);
+		metrics_set(P.fds, (double)(n - 2)); /* "." and ".." */
+	}
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		metrics_set(P.max_fds, (double)rl.rlim_cur);
+	metrics_set(P.start, P.start_time);
+}
+
+void metrics_process_init(void)
+{
+	P.cpu = metrics_counter("process_cpu_seconds_total", "User and system CPU seconds", NULL);
+	P.rss = metrics_gauge("process_resident_memory_bytes", "Resident memory in bytes", NULL);
+	P.vsz = metrics_gauge("process_virtual_memory_bytes", "Virtual memory in bytes", NULL);
+	P.fds = metrics_gauge("process_open_fds", "Open file descriptors", NULL);
+	P.max_fds = metrics_gauge("process_max_fds", "File descriptor limit", NULL);
+	P.start = metrics_gauge("process_start_time_seconds",
+				"Start time of the process since the epoch in seconds", NULL);
+	/* Field 22 of /proc/self/stat: start time in clock ticks since boot. */
+	FILE *f = fopen("/proc/self/stat", "re");
+	char buf[1024];
+	if (f && fgets(buf, sizeof(buf), f)) {
+		char *p = strrchr(buf, ')');
+		unsigned long long ticks = 0;
+		for (int field = 2; p && *p && field < 22; p++)
+			if (*p == ' ')
+				field++;
+		if (p && sscanf(p, "%llu", &ticks) == 1)
+			P.start_time = boot_time() + (double)ticks / (double)sysconf(_SC_CLK_TCK);
+	}
+	if (f)
+		fclose(f);
+	metrics_on_scrape(refresh, NULL);
+}

@@ -1,0 +1,4 @@
+/* Process metrics (CPU, memory, fds, start time) refreshed at each scrape. */
+#pragma once
+
+void metrics_process_init(void);
