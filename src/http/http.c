@@ -74,7 +74,7 @@ void evhttp_send_error(struct evhttp_request *req, int error, const char *reason
 		}
 	}
 	json_object_set_new(body, "error", json_string(msg));
-	char *text = json_dumps(body, JSON_COMPACT);
+	char *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(body);
 	evbuffer_add(buf, text, strlen(text));
 	free(text);
@@ -528,7 +528,7 @@ void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type
 
 void http_reply_json(struct http_ctx *ctx, int status, json_t *body)
 {
-	char *text = json_dumps(body, JSON_COMPACT);
+	char *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(body);
 	http_reply_bytes(ctx, status, "application/json", text, strlen(text));
 	free(text);

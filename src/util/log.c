@@ -71,7 +71,7 @@ void log_fields(enum log_level level, const char *module, json_t *fields, const 
 	if (fields)
 		json_object_update_missing(line, fields);
 
-	char *text = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII);
+	char *text = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
 	json_decref(line);
 	if (!text)
 		return;
