@@ -3,6 +3,8 @@
 # were), summing all suites. Exits non-zero if and only if something failed.
 #
 # Suites, in order; one whose runner is absent prints `suite X: not present` and counts nothing:
+#   build      `make build`, `make asan`, `make fuzz-build` and `make base-template`, one test
+#              each; Ninja keeps going past errors so that the other suites test what built
 #   format     clang-format --dry-run over the tracked C sources (one test)
 #   unit       `meson test --suite unit` in the ASan/UBSan build; every cmocka case counts
 #   fuzz       `meson test --suite fuzz` in the libFuzzer build; every target counts once
@@ -10,10 +12,10 @@
 #              line, `N passed, N failed[, N skipped]`, and one `SKIP <test>: <reason>` line
 #              per skipped test; it exits non-zero when anything failed.
 #
-# The builds are made beforehand (`make test` does it). Logs go to $TEST_LOG_DIR.
+# Logs go to $TEST_LOG_DIR.
 #
 # Environment:
-#   ASAN_BUILD, FUZZ_BUILD   build directories (build-asan, build-fuzz)
+#   BUILD, ASAN_BUILD, FUZZ_BUILD   build directories (build, build-asan, build-fuzz)
 #   TEST_LOG_DIR             where each suite's full output is kept (build/test-logs)
 #   TEST_BUDGET_SECONDS      time for all suites together (4200); a suite gets what is left
 #   TEST_SUITE_SECONDS       longest any one sub-runner may take (1800)
@@ -22,6 +24,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
 
+build=${BUILD:-build}
 asan_build=${ASAN_BUILD:-build-asan}
 fuzz_build=${FUZZ_BUILD:-build-fuzz}
 log_dir=${TEST_LOG_DIR:-build/test-logs}
@@ -40,6 +43,7 @@ runners=(
 )
 
 mkdir -p "$log_dir"
+export SANDBOXD=${SANDBOXD:-$root/$build/src/sandboxd}
 start=$SECONDS
 passed=0 failed=0 skipped=0
 skip_lines=()
@@ -61,6 +65,27 @@ show_tail() {
 	echo "--- last lines of $1:"
 	tail -n "${2:-80}" "$1"
 	echo "---"
+}
+
+suite_build() {
+	local target log p=0 f=0
+	for target in build asan fuzz-build base-template; do
+		if [[ $target == base-template && ! -f templates/build.sh ]]; then
+			echo "make base-template: not present (templates/build.sh)"
+			continue
+		fi
+		log="$log_dir/make-$target.log"
+		if make --no-print-directory NINJA_FLAGS="-k 0" BUILD="$build" \
+			ASAN_BUILD="$asan_build" FUZZ_BUILD="$fuzz_build" "$target" >"$log" 2>&1; then
+			echo "ok: make $target"
+			p=$((p + 1))
+		else
+			echo "FAILED: make $target (full log: $log)"
+			grep -E 'error|Error|FAILED' "$log" | head -n 40
+			f=$((f + 1))
+		fi
+	done
+	record build "$p" "$f" 0
 }
 
 suite_format() {
@@ -96,7 +121,7 @@ meson_suite() {
 		return
 	fi
 	rm -f "$dir/meson-logs/$name.json"
-	meson test -C "$dir" --suite "$name" --logbase "$name" --print-errorlogs \
+	meson test -C "$dir" --no-rebuild --suite "$name" --logbase "$name" --print-errorlogs \
 		--timeout-multiplier 3 --num-processes 2 >"$log" 2>&1
 	rc=$?
 	# The per-test result lines, without the repeat in meson's closing summary.
@@ -163,6 +188,7 @@ sub_runner() {
 	record "$name" "$p" "$f" "$s"
 }
 
+suite_build
 suite_format
 meson_suite unit "$asan_build" --cmocka
 meson_suite fuzz "$fuzz_build"
