@@ -12,6 +12,10 @@ to SANDBOX_PORT_FILE; its state and run directories are fresh temporary director
 stderr (JSON log lines) is kept in a file. stop() sends SIGTERM, expects exit status 0 and
 returns what the daemon logged.
 
+With a fresh state directory the daemon creates an admin API key and prints it once on stderr;
+the harness picks it up as `admin_key` and sends it with every request unless a request says
+otherwise (`api_key="..."`, or `api_key=""` for none).
+
 Environment read here:
   SANDBOXD                   the daemon binary (default build/src/sandboxd)
   DRIVER                     passed to the daemon as SANDBOX_DRIVER (default jail)
@@ -25,6 +29,7 @@ import ctypes
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -193,6 +198,7 @@ class Daemon:
         self.tmp = None
         self.port = None
         self.host = "127.0.0.1"
+        self.admin_key = None
         self.api_key = None
         self.returncode = None
         self._stderr_text = None
@@ -257,6 +263,7 @@ class Daemon:
                     text = f.read().strip()
                 if text.isdigit() and 0 < int(text) < 65536:
                     self.port = int(text)
+                    self._find_admin_key()
                     return
             except (OSError, UnicodeDecodeError):
                 pass
@@ -266,6 +273,13 @@ class Daemon:
             f"sandboxd wrote no port to {self.port_file} within {self.start_timeout:g}s:\n"
             + _tail(self.stderr())
         )
+
+    def _find_admin_key(self):
+        prefix = self.env.get("AUTH_KEY_PREFIX") or "sk_test_"
+        found = re.findall(re.escape(prefix) + r"[0-9a-f]{32}\b", self.stderr())
+        if found:
+            self.admin_key = found[-1]
+            self.api_key = self.admin_key
 
     def stop(self, timeout=20, check=True):
         """SIGTERM, wait at most timeout seconds, expect exit status 0 (when check) and return
