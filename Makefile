@@ -59,9 +59,9 @@ templates: build
 	@[ -f templates/build.sh ] || { echo "templates/build.sh not found" >&2; exit 1; }
 	@for dir in templates/base/ templates/*/; do \
 		name=$$(basename "$$dir"); \
-		case " $$done " in *" $$name "*) continue ;; esac; \
-		done="$$done $$name"; \
-		[ -f "$$dir/Dockerfile" ] || continue; \
+		case " $$seen " in *" $$name "*) continue ;; esac; \
+		seen="$$seen $$name"; \
+		[ -f "$$dir/template.json" ] || continue; \
 		bash templates/build.sh "$$name" || exit 1; \
 	done
 
