@@ -269,7 +269,7 @@ static int open_beneath(const struct workspace *ws, const char *rel, int flags, 
 	if (!ws_force_walk && !no_openat2) {
 		struct ws_open_how how = {
 			.flags = (uint64_t)(flags | O_CLOEXEC),
-			.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
+			.mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? mode : 0,
 			.resolve = WS_RESOLVE_BENEATH | WS_RESOLVE_NO_MAGICLINKS,
 		};
 		for (int tries = 0; tries < 16; tries++) {

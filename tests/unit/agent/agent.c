@@ -1,0 +1,914 @@
+/* Tests of sandbox-agent through its protocol: the real binary (sandbox-agent-host) on a
+ * socketpair with a fresh workspace per test. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+
+static int setup(void **state)
+{
+	struct client *c = malloc(sizeof(*c));
+	client_start(c);
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct client *c = *state;
+	int st = client_stop(c);
+	free(c);
+	/* EOF on the connection: the agent leaves with status 0. */
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void put_file(struct client *c, const char *rel, const char *content)
+{
+	FILE *f = fopen(ws_file(c, rel), "w");
+	assert_non_null(f);
+	fputs(content, f);
+	fclose(f);
+}
+
+/* Sends a request and expects an ERROR with `code`; then checks the agent still serves. */
+static void expect_error(struct client *c, uint32_t ch, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void expect_error(struct client *c, uint32_t ch, const char *code, const char *fmt, ...)
+{
+	char *s;
+	va_list ap;
+	va_start(ap, fmt);
+	assert_true(vasprintf(&s, fmt, ap) >= 0);
+	va_end(ap);
+	client_send(c, GUEST_REQUEST, ch, s, strlen(s));
+	struct reply r;
+	assert_int_equal(client_wait(c, ch, &r, 10000), 0);
+	if (r.type != GUEST_ERROR || strcmp(reply_str(&r, "code"), code) != 0) {
+		char *j = json_dumps(r.json, 0);
+		fprintf(stderr, "request %s: want %s, got %s\n", s, code, j);
+		free(j);
+		fail();
+	}
+	assert_non_null(reply_str(&r, "error"));
+	reply_free(&r);
+	free(s);
+	assert_true(client_ping(c, ch + 100000));
+}
+
+static void run(struct client *c, uint32_t ch, struct reply *r, const char *json)
+{
+	client_send(c, GUEST_REQUEST, ch, json, strlen(json));
+	assert_int_equal(client_wait(c, ch, r, 20000), 0);
+}
+
+static void test_ping(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	run(c, 1, &r, "{\"op\":\"ping\"}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_string_equal(reply_str(&r, "version"), "1");
+	assert_string_equal(reply_str(&r, "agent"), "sandbox-agent");
+	reply_free(&r);
+}
+
+static void test_exec_output_and_exit(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	run(c, 1, &r,
+	    "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"echo out; echo err >&2; exit 7\"]}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_string_equal(r.out, "out\n");
+	assert_string_equal(r.err, "err\n");
+	assert_int_equal(reply_int(&r, "exitCode"), 7);
+	assert_true(json_is_null(json_object_get(r.json, "signal")));
+	assert_true(json_is_false(json_object_get(r.json, "timedOut")));
+	assert_true(json_is_false(json_object_get(r.json, "cancelled")));
+	assert_true(json_is_number(json_object_get(r.json, "durationMs")));
+	assert_true(reply_int(&r, "pid") > 0);
+	reply_free(&r);
+
+	run(c, 2, &r, "{\"op\":\"exec\",\"argv\":[\"true\"]}");
+	assert_int_equal(reply_int(&r, "exitCode"), 0);
+	assert_int_equal(r.out_len, 0);
+	reply_free(&r);
+}
+
+static void test_exec_signal(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	run(c, 1, &r, "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"kill -KILL $$\"]}");
+	assert_true(json_is_null(json_object_get(r.json, "exitCode")));
+	assert_string_equal(reply_str(&r, "signal"), "SIGKILL");
+	reply_free(&r);
+	run(c, 2, &r, "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"kill -SEGV $$\"]}");
+	assert_string_equal(reply_str(&r, "signal"), "SIGSEGV");
+	reply_free(&r);
+}
+
+static void test_exec_env(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	run(c, 1, &r,
+	    "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"echo "
+	    "$FOO:$HOME:$LANG:$PATH:${TERM-unset}\"],"
+	    "\"env\":{\"FOO\":\"b a r\",\"HOME\":\"/h\"}}");
+	assert_string_equal(r.out, "b a r:/h:C.UTF-8:/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+				   "/usr/bin:/sbin:/bin:unset\n");
+	reply_free(&r);
+
+	/* The default HOME is the workspace. */
+	run(c, 2, &r, "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"printf %s \\\"$HOME\\\"\"]}");
+	char real[512];
+	assert_non_null(realpath(c->ws, real));
+	assert_string_equal(r.out, real);
+	reply_free(&r);
+
+	expect_error(c, 3, "EINVAL",
+		     "{\"op\":\"exec\",\"argv\":[\"true\"],\"env\":{\"A=B\":\"x\"}}");
+	expect_error(c, 4, "EINVAL", "{\"op\":\"exec\",\"argv\":[\"true\"],\"env\":{\"A\":1}}");
+}
+
+static void test_exec_cwd(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	char want[600], real[512];
+	assert_int_equal(mkdir(ws_file(c, "sub"), 0755), 0);
+	assert_int_equal(mkdir(ws_file(c, "sub/deeper"), 0755), 0);
+	assert_non_null(realpath(c->ws, real));
+	run(c, 1, &r, "{\"op\":\"exec\",\"argv\":[\"pwd\"],\"cwd\":\"sub/deeper\"}");
+	snprintf(want, sizeof(want), "%s/sub/deeper\n", real);
+	assert_string_equal(r.out, want);
+	reply_free(&r);
+	run(c, 2, &r, "{\"op\":\"exec\",\"argv\":[\"pwd\"]}");
+	snprintf(want, sizeof(want), "%s\n", real);
+	assert_string_equal(r.out, want);
+	reply_free(&r);
+	expect_error(c, 3, "ENOENT", "{\"op\":\"exec\",\"argv\":[\"pwd\"],\"cwd\":\"missing\"}");
+	expect_error(c, 4, "ESCAPE", "{\"op\":\"exec\",\"argv\":[\"pwd\"],\"cwd\":\"..\"}");
+	expect_error(c, 5, "ESCAPE", "{\"op\":\"exec\",\"argv\":[\"pwd\"],\"cwd\":\"/tmp\"}");
+}
+
+static void test_exec_stdin(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	client_request(c, 1, "{\"op\":\"exec\",\"argv\":[\"cat\"],\"stdin\":true}");
+	client_send(c, GUEST_DATA, 1, "hello ", 6);
+	client_send(c, GUEST_DATA, 1, "world", 5);
+	client_send(c, GUEST_EOF, 1, NULL, 0);
+	assert_int_equal(client_wait(c, 1, &r, 10000), 0);
+	assert_string_equal(r.out, "hello world");
+	assert_int_equal(reply_int(&r, "exitCode"), 0);
+	reply_free(&r);
+
+	/* Without "stdin" the command reads /dev/null-like EOF at once. */
+	run(c, 2, &r, "{\"op\":\"exec\",\"argv\":[\"cat\"]}");
+	assert_int_equal(r.out_len, 0);
+	assert_int_equal(reply_int(&r, "exitCode"), 0);
+	reply_free(&r);
+
+	/* More than a window of stdin: the agent grants credit as the child consumes it. */
+	size_t total = 3u << 20;
+	client_request(c, 3, "{\"op\":\"exec\",\"argv\":[\"wc\",\"-c\"],\"stdin\":true}");
+	uint64_t credit = GUEST_WINDOW_INITIAL, granted = 0;
+	static char chunk[65536];
+	memset(chunk, 'x', sizeof(chunk));
+	size_t sent = 0;
+	while (sent < total) {
+		while (credit < sizeof(chunk)) {
+			struct frame f;
+			assert_int_equal(client_next(c, 3, &f, 10000), 0);
+			assert_int_equal(f.ch, 3);
+			assert_int_equal(f.type, GUEST_WINDOW);
+			uint32_t g = (uint32_t)f.payload[0] << 24 | f.payload[1] << 16 |
+				     f.payload[2] << 8 | f.payload[3];
+			credit += g;
+			granted += g;
+			frame_free(&f);
+		}
+		client_send(c, GUEST_DATA, 3, chunk, sizeof(chunk));
+		credit -= sizeof(chunk);
+		sent += sizeof(chunk);
+	}
+	client_send(c, GUEST_EOF, 3, NULL, 0);
+	assert_int_equal(client_wait(c, 3, &r, 10000), 0);
+	assert_true(granted >= total - GUEST_WINDOW_INITIAL);
+	assert_int_equal(atoll(r.out), (long long)total);
+	reply_free(&r);
+}
+
+static void test_exec_timeout(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	double t0 = now_s();
+	run(c, 1, &r, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"10\"],\"timeoutMs\":300}");
+	double dt = now_s() - t0;
+	assert_true(dt >= 0.29 && dt < 3);
+	assert_true(json_is_true(json_object_get(r.json, "timedOut")));
+	assert_string_equal(reply_str(&r, "signal"), "SIGTERM");
+	reply_free(&r);
+}
+
+static void test_exec_cancel(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	client_request(c, 1, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"10\"]}");
+	usleep(100000);
+	double t0 = now_s();
+	client_send(c, GUEST_CANCEL, 1, NULL, 0);
+	assert_int_equal(client_wait(c, 1, &r, 5000), 0);
+	assert_true(now_s() - t0 < 2);
+	assert_true(json_is_true(json_object_get(r.json, "cancelled")));
+	assert_true(json_is_false(json_object_get(r.json, "timedOut")));
+	assert_string_equal(reply_str(&r, "signal"), "SIGTERM");
+	reply_free(&r);
+	/* A CANCEL after the end is ignored. */
+	client_send(c, GUEST_CANCEL, 1, NULL, 0);
+	assert_true(client_ping(c, 2));
+}
+
+static void test_exec_term_ignored(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	double t0 = now_s();
+	/* The whole group ignores SIGTERM (sleep inherits the ignored disposition). */
+	run(c, 1, &r,
+	    "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"trap '' TERM; sleep 30; echo survived\"],"
+	    "\"timeoutMs\":200,\"killGraceMs\":300}");
+	double dt = now_s() - t0;
+	assert_true(dt >= 0.49 && dt < 5);
+	assert_string_equal(reply_str(&r, "signal"), "SIGKILL");
+	assert_true(json_is_true(json_object_get(r.json, "timedOut")));
+	assert_int_equal(r.out_len, 0);
+	reply_free(&r);
+}
+
+static void test_exec_cannot_start(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	run(c, 1, &r, "{\"op\":\"exec\",\"argv\":[\"no-such-command-here\"]}");
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "ENOENT");
+	assert_string_equal(reply_str(&r, "error"),
+			    "cannot execute `no-such-command-here`: No such file or directory");
+	reply_free(&r);
+
+	put_file(c, "script.sh", "#!/bin/sh\necho hi\n");
+	chmod(ws_file(c, "script.sh"), 0644);
+	expect_error(c, 2, "EACCES", "{\"op\":\"exec\",\"argv\":[\"./script.sh\"]}");
+	chmod(ws_file(c, "script.sh"), 0755);
+	run(c, 3, &r, "{\"op\":\"exec\",\"argv\":[\"./script.sh\"]}");
+	assert_string_equal(r.out, "hi\n");
+	reply_free(&r);
+	expect_error(c, 4, "EINVAL", "{\"op\":\"exec\",\"argv\":[]}");
+	expect_error(c, 5, "EINVAL", "{\"op\":\"exec\"}");
+	expect_error(c, 6, "EINVAL", "{\"op\":\"exec\",\"argv\":[\"a\\u0000b\"]}");
+}
+
+static void test_exec_background_does_not_block(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	double t0 = now_s();
+	run(c, 1, &r, "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"sleep 5 & echo started\"]}");
+	assert_true(now_s() - t0 < 2);
+	assert_string_equal(r.out, "started\n");
+	assert_int_equal(reply_int(&r, "exitCode"), 0);
+	reply_free(&r);
+}
+
+static void test_concurrent(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	client_request(c, 1, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"3\"]}");
+	put_file(c, "f", "content");
+	double t0 = now_s();
+	assert_true(client_ping(c, 2));
+	run(c, 3, &r, "{\"op\":\"read\",\"path\":\"f\"}");
+	assert_string_equal(r.out, "content");
+	reply_free(&r);
+	run(c, 4, &r, "{\"op\":\"exec\",\"argv\":[\"echo\",\"quick\"]}");
+	assert_string_equal(r.out, "quick\n");
+	reply_free(&r);
+	assert_true(now_s() - t0 < 1.5);
+	client_send(c, GUEST_CANCEL, 1, NULL, 0);
+	assert_int_equal(client_wait(c, 1, &r, 5000), 0);
+	assert_true(json_is_true(json_object_get(r.json, "cancelled")));
+	reply_free(&r);
+}
+
+static void test_write_read_binary(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	unsigned char all[256 * 4];
+	for (size_t i = 0; i < sizeof(all); i++)
+		all[i] = (unsigned char)i;
+	assert_int_equal(client_write_file(c, 1, "bin/all.bin", all, sizeof(all), NULL, &r), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(reply_int(&r, "size"), sizeof(all));
+	assert_string_equal(reply_str(&r, "path"), "bin/all.bin");
+	reply_free(&r);
+	run(c, 2, &r, "{\"op\":\"read\",\"path\":\"bin/all.bin\"}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(r.out_len, sizeof(all));
+	assert_memory_equal(r.out, all, sizeof(all));
+	assert_int_equal(reply_int(&r, "size"), sizeof(all));
+	reply_free(&r);
+}
+
+static void test_write_read_large(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	size_t n = (5u << 20) + 12345;
+	unsigned char *data = malloc(n);
+	uint32_t x = 12345;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1103515245 + 12345;
+		data[i] = (unsigned char)(x >> 16);
+	}
+	assert_int_equal(client_write_file(c, 1, "big.bin", data, n, NULL, &r), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(reply_int(&r, "size"), (long long)n);
+	reply_free(&r);
+	run(c, 2, &r, "{\"op\":\"read\",\"path\":\"/big.bin\"}"); /* made relative below */
+	reply_free(&r);
+	char req[700];
+	snprintf(req, sizeof(req), "{\"op\":\"read\",\"path\":\"%s/big.bin\"}", c->ws);
+	run(c, 3, &r, req);
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(r.out_len, n);
+	assert_memory_equal(r.out, data, n);
+	assert_true(r.nframes >= n / GUEST_DATA_CHUNK);
+	reply_free(&r);
+	free(data);
+}
+
+static void test_write_empty_mode_parents(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	struct stat st;
+	assert_int_equal(client_write_file(c, 1, "empty", "", 0, NULL, &r), 0);
+	assert_int_equal(reply_int(&r, "size"), 0);
+	reply_free(&r);
+	assert_int_equal(stat(ws_file(c, "empty"), &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(st.st_mode & 07777, 0644);
+	run(c, 2, &r, "{\"op\":\"read\",\"path\":\"empty\"}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(r.nframes, 0);
+	assert_int_equal(reply_int(&r, "size"), 0);
+	reply_free(&r);
+
+	assert_int_equal(client_write_file(c, 3, "x.sh", "#!/bin/sh\n", 10, "\"mode\":493", &r), 0);
+	reply_free(&r);
+	assert_int_equal(stat(ws_file(c, "x.sh"), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0755);
+	assert_int_equal(client_write_file(c, 4, "secret", "s", 1, "\"mode\":384", &r), 0);
+	reply_free(&r);
+	assert_int_equal(stat(ws_file(c, "secret"), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+
+	assert_int_equal(client_write_file(c, 5, "p/q/r/s.txt", "deep", 4, NULL, &r), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	assert_int_equal(stat(ws_file(c, "p/q/r"), &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0755);
+
+	/* Overwrite. */
+	assert_int_equal(client_write_file(c, 6, "p/q/r/s.txt", "new", 3, NULL, &r), 0);
+	reply_free(&r);
+	run(c, 7, &r, "{\"op\":\"read\",\"path\":\"./p/q/r/s.txt\"}");
+	assert_string_equal(r.out, "new");
+	reply_free(&r);
+
+	assert_int_equal(mkdir(ws_file(c, "adir"), 0755), 0);
+	expect_error(c, 8, "EISDIR", "{\"op\":\"write\",\"path\":\"adir\"}");
+	expect_error(c, 9, "EINVAL", "{\"op\":\"write\",\"path\":\".\"}");
+	expect_error(c, 10, "EINVAL", "{\"op\":\"write\",\"path\":\"f\",\"mode\":\"644\"}");
+}
+
+static size_t count_entries(struct client *c, const char *rel)
+{
+	char cmd[700];
+	snprintf(cmd, sizeof(cmd), "ls -A '%s/%s' | wc -l", c->ws, rel);
+	FILE *p = popen(cmd, "r");
+	size_t n = 0;
+	assert_int_equal(fscanf(p, "%zu", &n), 1);
+	pclose(p);
+	return n;
+}
+
+static void test_write_no_torn_file(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	put_file(c, "f", "old");
+	client_request(c, 1, "{\"op\":\"write\",\"path\":\"f\"}");
+	client_send(c, GUEST_DATA, 1, "new-partial", 11);
+	/* Meanwhile the old content is intact. */
+	run(c, 2, &r, "{\"op\":\"read\",\"path\":\"f\"}");
+	assert_string_equal(r.out, "old");
+	reply_free(&r);
+	client_send(c, GUEST_CANCEL, 1, NULL, 0);
+	assert_int_equal(client_wait(c, 1, &r, 5000), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "ECANCELED");
+	reply_free(&r);
+	run(c, 3, &r, "{\"op\":\"read\",\"path\":\"f\"}");
+	assert_string_equal(r.out, "old");
+	reply_free(&r);
+	assert_int_equal(count_entries(c, "."), 1); /* no temporary file left */
+
+	/* maxBytes exceeded: error, target untouched, no temporary file. */
+	assert_int_equal(client_write_file(c, 4, "f", "0123456789", 10, "\"maxBytes\":5", &r), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "EFBIG");
+	reply_free(&r);
+	assert_int_equal(count_entries(c, "."), 1);
+	run(c, 5, &r, "{\"op\":\"read\",\"path\":\"f\"}");
+	assert_string_equal(r.out, "old");
+	reply_free(&r);
+	assert_true(client_ping(c, 6));
+
+	/* The connection goes away mid-write: the temporary file is removed too. */
+	client_request(c, 7, "{\"op\":\"write\",\"path\":\"g\"}");
+	client_send(c, GUEST_DATA, 7, "partial", 7);
+	assert_true(client_ping(c, 8));
+}
+
+static void test_read_errors(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	expect_error(c, 1, "ENOENT", "{\"op\":\"read\",\"path\":\"missing\"}");
+	assert_int_equal(mkdir(ws_file(c, "d"), 0755), 0);
+	expect_error(c, 2, "EISDIR", "{\"op\":\"read\",\"path\":\"d\"}");
+	expect_error(c, 3, "EISDIR", "{\"op\":\"read\",\"path\":\".\"}");
+	put_file(c, "ten", "0123456789");
+	expect_error(c, 4, "EFBIG", "{\"op\":\"read\",\"path\":\"ten\",\"maxBytes\":9}");
+	run(c, 5, &r, "{\"op\":\"read\",\"path\":\"ten\",\"maxBytes\":10}");
+	assert_string_equal(r.out, "0123456789");
+	reply_free(&r);
+	assert_int_equal(mkfifo(ws_file(c, "fifo"), 0644), 0);
+	expect_error(c, 6, "EINVAL", "{\"op\":\"read\",\"path\":\"fifo\"}");
+	expect_error(c, 7, "EINVAL", "{\"op\":\"read\"}");
+	expect_error(c, 8, "EINVAL", "{\"op\":\"read\",\"path\":\"\"}");
+}
+
+static json_t *find_entry(json_t *entries, const char *path)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach (entries, i, e) {
+		if (strcmp(json_string_value(json_object_get(e, "path")), path) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+static void test_list(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	assert_int_equal(mkdir(ws_file(c, "d"), 0755), 0);
+	assert_int_equal(mkdir(ws_file(c, "d/e"), 0700), 0);
+	put_file(c, "d/e/f.txt", "12345");
+	put_file(c, "top", "x");
+	assert_int_equal(symlink("nowhere", ws_file(c, "d/broken")), 0);
+	assert_int_equal(symlink("/etc", ws_file(c, "etc")), 0);
+	run(c, 1, &r, "{\"op\":\"list\",\"recursive\":true}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	json_t *entries = json_object_get(r.json, "entries");
+	assert_int_equal(json_array_size(entries), 6);
+	assert_true(json_is_false(json_object_get(r.json, "truncated")));
+	json_t *e = find_entry(entries, "d/e/f.txt");
+	assert_non_null(e);
+	assert_string_equal(json_string_value(json_object_get(e, "name")), "f.txt");
+	assert_string_equal(json_string_value(json_object_get(e, "type")), "file");
+	assert_int_equal(json_integer_value(json_object_get(e, "size")), 5);
+	assert_true(json_is_number(json_object_get(e, "mtime")));
+	e = find_entry(entries, "d/e");
+	assert_string_equal(json_string_value(json_object_get(e, "type")), "dir");
+	assert_int_equal(json_integer_value(json_object_get(e, "mode")), 0700);
+	e = find_entry(entries, "d/broken");
+	assert_non_null(e);
+	assert_string_equal(json_string_value(json_object_get(e, "type")), "symlink");
+	e = find_entry(entries, "etc");
+	assert_string_equal(json_string_value(json_object_get(e, "type")), "symlink");
+	assert_null(find_entry(entries, "etc/passwd")); /* not followed */
+	reply_free(&r);
+
+	run(c, 2, &r, "{\"op\":\"list\",\"path\":\"d\"}");
+	entries = json_object_get(r.json, "entries");
+	assert_int_equal(json_array_size(entries), 2);
+	assert_non_null(find_entry(entries, "e"));
+	assert_string_equal(reply_str(&r, "path"), "d");
+	reply_free(&r);
+
+	run(c, 3, &r, "{\"op\":\"list\",\"recursive\":true,\"maxEntries\":2}");
+	assert_int_equal(json_array_size(json_object_get(r.json, "entries")), 2);
+	assert_true(json_is_true(json_object_get(r.json, "truncated")));
+	reply_free(&r);
+
+	expect_error(c, 4, "ENOENT", "{\"op\":\"list\",\"path\":\"nope\"}");
+	expect_error(c, 5, "ENOTDIR", "{\"op\":\"list\",\"path\":\"top\"}");
+	expect_error(c, 6, "ESCAPE", "{\"op\":\"list\",\"path\":\"etc\"}");
+}
+
+static void test_list_bounded(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	/* Long names: the reply must stay within one frame and say it is truncated. */
+	char name[256];
+	memset(name, 'n', 200);
+	for (int i = 0; i < 6000; i++) {
+		snprintf(name + 200, sizeof(name) - 200, "%05d", i);
+		int fd = open(ws_file(c, name), O_CREAT | O_WRONLY, 0644);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	run(c, 1, &r, "{\"op\":\"list\"}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_true(json_is_true(json_object_get(r.json, "truncated")));
+	size_t n = json_array_size(json_object_get(r.json, "entries"));
+	assert_true(n > 1000 && n < 6000);
+	reply_free(&r);
+}
+
+static void test_stat_mkdir_remove(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	put_file(c, "f", "abc");
+	run(c, 1, &r, "{\"op\":\"stat\",\"path\":\"f\"}");
+	assert_string_equal(reply_str(&r, "type"), "file");
+	assert_int_equal(reply_int(&r, "size"), 3);
+	reply_free(&r);
+	run(c, 2, &r, "{\"op\":\"stat\",\"path\":\".\"}");
+	assert_string_equal(reply_str(&r, "type"), "dir");
+	reply_free(&r);
+	expect_error(c, 3, "ENOENT", "{\"op\":\"stat\",\"path\":\"nope\"}");
+
+	expect_error(c, 4, "ENOENT", "{\"op\":\"mkdir\",\"path\":\"a/b\"}");
+	run(c, 5, &r, "{\"op\":\"mkdir\",\"path\":\"a/b\",\"parents\":true}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	run(c, 6, &r, "{\"op\":\"mkdir\",\"path\":\"a/b\",\"parents\":true}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	expect_error(c, 7, "EEXIST", "{\"op\":\"mkdir\",\"path\":\"a/b\"}");
+	put_file(c, "a/b/file", "x");
+
+	expect_error(c, 8, "ENOTEMPTY", "{\"op\":\"remove\",\"path\":\"a\"}");
+	run(c, 9, &r, "{\"op\":\"remove\",\"path\":\"a\",\"recursive\":true}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	struct stat st;
+	assert_int_equal(stat(ws_file(c, "a"), &st), -1);
+	run(c, 10, &r, "{\"op\":\"remove\",\"path\":\"f\"}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	expect_error(c, 11, "ENOENT", "{\"op\":\"remove\",\"path\":\"f\"}");
+	expect_error(c, 12, "EPERM", "{\"op\":\"remove\",\"path\":\".\",\"recursive\":true}");
+	expect_error(c, 13, "EPERM", "{\"op\":\"remove\",\"path\":\"x/..\",\"recursive\":true}");
+	assert_int_equal(stat(c->ws, &st), 0);
+
+	/* A symlink to a directory outside is removed itself, never what it points at. */
+	assert_int_equal(mkdir("/tmp/agent-test-keep", 0755) == 0 || errno == EEXIST, 1);
+	put_file(c, "../agent-test-keep/keep", "");
+	assert_int_equal(symlink("/tmp/agent-test-keep", ws_file(c, "out")), 0);
+	run(c, 14, &r, "{\"op\":\"remove\",\"path\":\"out\",\"recursive\":true}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	assert_int_equal(stat("/tmp/agent-test-keep/keep", &st), 0);
+	unlink("/tmp/agent-test-keep/keep");
+	rmdir("/tmp/agent-test-keep");
+}
+
+static void test_escapes(void **state)
+{
+	struct client *c = *state;
+	assert_int_equal(symlink("/etc", ws_file(c, "etclink")), 0);
+	assert_int_equal(symlink("b", ws_file(c, "a")), 0);
+	assert_int_equal(symlink("../..", ws_file(c, "b")), 0);
+	assert_int_equal(mkdir(ws_file(c, "d"), 0755), 0);
+	assert_int_equal(symlink("../../..", ws_file(c, "d/up")), 0);
+	assert_int_equal(symlink("../inside", ws_file(c, "d/ok")), 0);
+	put_file(c, "inside", "in");
+
+	const char *ops[] = { "read", "stat", "list", "remove", "mkdir" };
+	const char *paths[] = { "../x", "/etc/passwd", "etclink/passwd",
+				"a/x",  "a/../../x",   "d/up/etc/passwd",
+				"..",   "d/../../x" };
+	uint32_t ch = 1;
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		for (size_t j = 0; j < sizeof(ops) / sizeof(ops[0]); j++)
+			expect_error(c, ch++, "ESCAPE", "{\"op\":\"%s\",\"path\":\"%s\"}", ops[j],
+				     paths[i]);
+		char w[300];
+		snprintf(w, sizeof(w), "{\"op\":\"write\",\"path\":\"%s/new\"}", paths[i]);
+		expect_error(c, ch++, "ESCAPE", "%s", w);
+	}
+	expect_error(c, ch++, "ESCAPE", "{\"op\":\"read\",\"path\":\"etclink\"}");
+	struct reply r;
+	run(c, ch++, &r, "{\"op\":\"read\",\"path\":\"d/ok\"}");
+	assert_string_equal(r.out, "in");
+	reply_free(&r);
+	/* The message names the path. */
+	run(c, ch++, &r, "{\"op\":\"read\",\"path\":\"../etc/passwd\"}");
+	assert_string_equal(reply_str(&r, "error"), "path `../etc/passwd` escapes the workspace");
+	reply_free(&r);
+	struct stat st;
+	assert_int_equal(stat("/etc/passwd", &st), 0);
+}
+
+static void test_protocol_errors(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+
+	/* Oversize frame: an error on its channel, the payload skipped, service goes on. */
+	size_t n = GUEST_MAX_PAYLOAD + 1;
+	char *big = calloc(1, n);
+	client_send(c, GUEST_REQUEST, 1, big, n);
+	free(big);
+	assert_int_equal(client_wait(c, 1, &r, 5000), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "EMSGSIZE");
+	reply_free(&r);
+	assert_true(client_ping(c, 2));
+
+	expect_error(c, 3, "EPROTO", "{\"op\":\"ping\"");
+	expect_error(c, 4, "EPROTO", "{\"op\":\"ping\"} x");
+	expect_error(c, 5, "EPROTO", "[1,2]");
+	expect_error(c, 6, "EINVAL", "{\"op\":\"frobnicate\"}");
+	expect_error(c, 7, "EINVAL", "{\"nop\":1}");
+	expect_error(c, 8, "EINVAL", "{\"op\":\"read\",\"path\":7}");
+	run(c, 9, &r, "{\"op\":\"read\",\"path\":7}");
+	assert_non_null(strstr(reply_str(&r, "error"), "`path`"));
+	reply_free(&r);
+
+	/* Unknown frame type and an agent-only type sent by the host. */
+	client_send(c, 99, 10, "x", 1);
+	assert_int_equal(client_wait(c, 10, &r, 5000), 0);
+	assert_string_equal(reply_str(&r, "code"), "EPROTO");
+	reply_free(&r);
+	client_send(c, GUEST_RESULT, 11, "{}", 2);
+	assert_int_equal(client_wait(c, 11, &r, 5000), 0);
+	assert_string_equal(reply_str(&r, "code"), "EPROTO");
+	reply_free(&r);
+	assert_true(client_ping(c, 12));
+
+	/* Channel 0 is reserved. */
+	client_request(c, 0, "{\"op\":\"ping\"}");
+	struct frame f;
+	assert_int_equal(client_next(c, 0, &f, 5000), 0);
+	assert_int_equal(f.type, GUEST_ERROR);
+	assert_int_equal(f.ch, 0);
+	frame_free(&f);
+
+	/* DATA, EOF, CANCEL and WINDOW for channels that are not open are ignored. */
+	client_send(c, GUEST_DATA, 5000, "zz", 2);
+	client_send(c, GUEST_EOF, 5001, NULL, 0);
+	client_send(c, GUEST_CANCEL, 5002, NULL, 0);
+	client_window(c, 5003, 100);
+	assert_true(client_ping(c, 13));
+
+	/* A second REQUEST on an open channel ends that operation with one ERROR. */
+	client_request(c, 14, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"5\"]}");
+	client_request(c, 14, "{\"op\":\"ping\"}");
+	assert_int_equal(client_wait(c, 14, &r, 5000), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "EPROTO");
+	reply_free(&r);
+	assert_true(client_ping(c, 15));
+	/* Nothing more arrives on 14. */
+	assert_int_equal(client_next(c, 14, &f, 300), -ETIMEDOUT);
+
+	/* A malformed WINDOW on an open channel. */
+	client_request(c, 16, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"5\"]}");
+	client_send(c, GUEST_WINDOW, 16, "abc", 3);
+	assert_int_equal(client_wait(c, 16, &r, 5000), 0);
+	assert_string_equal(reply_str(&r, "code"), "EPROTO");
+	reply_free(&r);
+
+	/* DATA beyond the granted window (the child reads nothing, so no credit comes back
+	 * beyond what the pipe buffer takes). */
+	client_request(c, 17, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"5\"],\"stdin\":true}");
+	char *chunk = calloc(1, GUEST_DATA_CHUNK);
+	for (int i = 0; i < 6; i++)
+		client_send(c, GUEST_DATA, 17, chunk, GUEST_DATA_CHUNK);
+	free(chunk);
+	assert_int_equal(client_wait(c, 17, &r, 5000), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "EPROTO");
+	reply_free(&r);
+	assert_true(client_ping(c, 18));
+
+	expect_error(c, 19, "ENOTSUP", "{\"op\":\"shutdown\"}");
+}
+
+static void test_resume(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	/* Outside a VM the agent never touches the clock (it would be the host's). */
+	run(c, 1, &r,
+	    "{\"op\":\"resume\",\"time\":{\"sec\":1000,\"nsec\":5},\"entropy\":\"00ff10\","
+	    "\"sessionId\":\"s-1\",\"hostname\":\"box\"}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_true(json_is_false(json_object_get(r.json, "clockSet")));
+	assert_int_equal(reply_int(&r, "entropyBytes"), 3);
+	assert_true(json_is_false(json_object_get(r.json, "entropyCredited")));
+	assert_string_equal(reply_str(&r, "sessionId"), "s-1");
+	reply_free(&r);
+	assert_true(time(NULL) > 1000000000);
+	expect_error(c, 2, "EINVAL", "{\"op\":\"resume\",\"entropy\":\"0g\"}");
+	expect_error(c, 3, "EINVAL", "{\"op\":\"resume\",\"time\":{\"nsec\":1}}");
+}
+
+static long rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "r");
+	long kb = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+static void test_flow_control(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	c->auto_window = false;
+	/* A flood of output with a reader that grants nothing: the agent stops at one window,
+	 * the child blocks on its pipe, memory stays flat. */
+	client_request(c, 1,
+		       "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"head -c 50000000 /dev/zero; "
+		       "echo done >&2\"]}");
+	uint64_t got = 0;
+	struct frame f;
+	while (client_next(c, 1, &f, 700) == 0) {
+		assert_int_equal(f.type, GUEST_STDOUT);
+		got += f.len;
+		frame_free(&f);
+	}
+	assert_int_equal(got, GUEST_WINDOW_INITIAL);
+	long kb = rss_kb(c->pid);
+	assert_true(kb > 0 && kb < 64 * 1024);
+
+	/* Granting credit lets it go on, slowly at first. */
+	client_window(c, 1, 4096);
+	assert_int_equal(client_next(c, 1, &f, 5000), 0);
+	assert_true(f.len <= 4096);
+	got += f.len;
+	frame_free(&f);
+
+	/* Then read everything with credit. */
+	c->auto_window = true;
+	client_window(c, 1, GUEST_WINDOW_INITIAL);
+	assert_int_equal(client_wait(c, 1, &r, 60000), 0);
+	assert_int_equal(got + r.out_len, 50000000);
+	assert_string_equal(r.err, "done\n");
+	assert_int_equal(reply_int(&r, "exitCode"), 0);
+	reply_free(&r);
+	kb = rss_kb(c->pid);
+	assert_true(kb > 0 && kb < 64 * 1024);
+}
+
+static void test_max_ops(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	for (uint32_t i = 1; i <= 256; i++)
+		client_request(c, i, "{\"op\":\"write\",\"path\":\"w%u\"}", i);
+	run(c, 257, &r, "{\"op\":\"write\",\"path\":\"over\"}");
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "EAGAIN");
+	reply_free(&r);
+	for (uint32_t i = 1; i <= 256; i++)
+		client_send(c, GUEST_EOF, i, NULL, 0);
+	for (uint32_t i = 1; i <= 256; i++) {
+		assert_int_equal(client_wait(c, i, &r, 5000), 0);
+		assert_int_equal(r.type, GUEST_RESULT);
+		reply_free(&r);
+	}
+	assert_true(client_ping(c, 300));
+}
+
+static bool gone(pid_t pid)
+{
+	for (int i = 0; i < 300; i++) {
+		if (kill(pid, 0) < 0 && errno == ESRCH)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+static void test_eof_kills_children(void **state)
+{
+	struct client c;
+	struct reply r;
+	client_start(&c);
+	/* A daemon left behind by a finished command ... */
+	run(&c, 1, &r,
+	    "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"sleep 100 >/dev/null 2>&1 & echo $!\"]}");
+	pid_t daemon = (pid_t)atoi(r.out);
+	reply_free(&r);
+	/* ... and a command still running. */
+	client_request(&c, 2,
+		       "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"echo $$; exec sleep 100\"]}");
+	struct frame f;
+	assert_int_equal(client_next(&c, 2, &f, 5000), 0);
+	pid_t running = (pid_t)atoi((char *)f.payload);
+	frame_free(&f);
+	assert_true(daemon > 0 && running > 0);
+	assert_int_equal(kill(daemon, 0), 0);
+	assert_int_equal(kill(running, 0), 0);
+	int st = client_stop(&c);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_true(gone(daemon));
+	assert_true(gone(running));
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+	const struct CMUnitTest tests[] = {
+		T(test_ping),
+		T(test_exec_output_and_exit),
+		T(test_exec_signal),
+		T(test_exec_env),
+		T(test_exec_cwd),
+		T(test_exec_stdin),
+		T(test_exec_timeout),
+		T(test_exec_cancel),
+		T(test_exec_term_ignored),
+		T(test_exec_cannot_start),
+		T(test_exec_background_does_not_block),
+		T(test_concurrent),
+		T(test_write_read_binary),
+		T(test_write_read_large),
+		T(test_write_empty_mode_parents),
+		T(test_write_no_torn_file),
+		T(test_read_errors),
+		T(test_list),
+		T(test_list_bounded),
+		T(test_stat_mkdir_remove),
+		T(test_escapes),
+		T(test_protocol_errors),
+		T(test_resume),
+		T(test_flow_control),
+		T(test_max_ops),
+		cmocka_unit_test(test_eof_kills_children),
+	};
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
