@@ -289,7 +289,7 @@ static void exec_req_free(struct exec_req *x)
 
 static void stream_line(struct exec_req *x, const char *event, json_t *obj)
 {
-	char *text = json_dumps(obj, JSON_COMPACT);
+	char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(obj);
 	if (x->mode == EXEC_SSE) {
 		_cleanup_free_ char *frame = xasprintf("event: %s\ndata: %s\n\n", event, text);
@@ -400,6 +400,7 @@ static json_t *exec_result_json(struct exec_req *x, json_t *result)
 {
 	json_t *exit_code = json_object_get(result, "exitCode");
 	json_t *sig = json_object_get(result, "signal");
+	/* Milliseconds, to the microsecond. */
 	double duration = (double)(mono_us() - x->t0_us) / 1000.0;
 	json_t *r = json_pack("{s:O, s:f, s:s}", "exitCode", exit_code ? exit_code : json_null(),
 			      "duration", duration, "execId", x->exec_id);
@@ -631,8 +632,9 @@ void api_exec_execute(struct http_ctx *ctx)
 		memcpy(x->stdin_data, stdin_text, x->stdin_len);
 	}
 	struct session_create_opts opts = { .template_name = tmpl };
-	json_decref(body);
+	/* opts points into body: release it only after the call. */
 	session_get_or_create(api_owner(ctx), id, &opts, exec_on_session, x, NULL);
+	json_decref(body);
 	return;
 fail:
 	json_decref(body);
@@ -869,8 +871,8 @@ void api_exec_write(struct http_ctx *ctx)
 	if (mode)
 		json_object_set(f->request, "mode", mode);
 	struct session_create_opts opts = { .template_name = tmpl };
-	json_decref(body);
 	session_get_or_create(api_owner(ctx), id, &opts, file_start, f, NULL);
+	json_decref(body);
 	return;
 out:
 	json_decref(body);

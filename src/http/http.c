@@ -17,6 +17,7 @@
 
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/text.h"
 
 struct http_listener {
 	struct evhttp_bound_socket *sock;
@@ -541,7 +542,9 @@ void http_reply_error(struct http_ctx *ctx, int status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	http_reply_json(ctx, status, json_pack("{s:s}", "error", msg));
+	/* Messages may quote what a client or a guest sent: keep the JSON valid whatever. */
+	_cleanup_free_ char *clean = utf8_sanitize((const uint8_t *)msg, strlen(msg), NULL);
+	http_reply_json(ctx, status, json_pack("{s:s}", "error", clean));
 }
 
 int http_status_for_errno(int errnum)
