@@ -1,0 +1,359 @@
+"""The client: Sandbox (a connection to sandboxd) and Session (one sandbox)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import socket
+import secrets
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+DEFAULT_URL = "http://127.0.0.1:3000"
+
+# Interpreters for run_code, by template name.
+_INTERPRETERS = {
+    "python": ["python3", "-c"],
+    "node": ["node", "-e"],
+    "base": ["sh", "-c"],
+}
+
+
+class SandboxError(Exception):
+    """An error reply from sandboxd (status is the HTTP status, 0 for transport errors)."""
+
+    def __init__(self, status: int, message: str, body: Any = None):
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+        self.body = body
+
+
+@dataclass
+class OutputChunk:
+    stream: str
+    data: str
+    ts: int
+
+
+@dataclass
+class ExecResult:
+    exit_code: Optional[int]
+    duration: float
+    output: List[OutputChunk]
+    exec_id: Optional[str] = None
+    signal: Optional[str] = None
+    timed_out: bool = False
+    cancelled: bool = False
+    truncated: bool = False
+    oom_killed: bool = False
+
+    @property
+    def stdout(self) -> str:
+        return "".join(c.data for c in self.output if c.stream == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(c.data for c in self.output if c.stream == "stderr")
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @classmethod
+    def from_json(cls, j: Dict[str, Any]) -> "ExecResult":
+        return cls(
+            exit_code=j.get("exitCode"),
+            duration=j.get("duration", 0.0),
+            output=[OutputChunk(c["stream"], c["data"], c.get("ts", 0)) for c in j.get("output", [])],
+            exec_id=j.get("execId"),
+            signal=j.get("signal"),
+            timed_out=bool(j.get("timedOut")),
+            cancelled=bool(j.get("cancelled")),
+            truncated=bool(j.get("truncated")),
+            oom_killed=bool(j.get("oomKilled")),
+        )
+
+
+@dataclass
+class StreamEvent:
+    """One line of a streamed execute: type is start, stream, result or error."""
+
+    type: str
+    stream: Optional[str] = None
+    data: Optional[str] = None
+    exec_id: Optional[str] = None
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    duration: Optional[float] = None
+    error: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FileEntry:
+    path: str
+    name: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: Optional[float]):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+class Sandbox:
+    """A connection to sandboxd.
+
+    base_url: "http://host:port" or "unix:/path/to/socket" (default: $SANDBOX_URL or
+    http://127.0.0.1:3000). api_key: default $SANDBOX_API_KEY.
+    """
+
+    def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None,
+                 timeout: float = 600.0):
+        self.base_url = base_url or os.environ.get("SANDBOX_URL") or DEFAULT_URL
+        self.api_key = api_key if api_key is not None else os.environ.get("SANDBOX_API_KEY")
+        self.timeout = timeout
+        if self.base_url.startswith("unix:"):
+            self._unix = self.base_url[5:]
+        else:
+            u = urllib.parse.urlsplit(self.base_url)
+            if u.scheme not in ("http", "https"):
+                raise ValueError(f"unsupported URL {self.base_url!r}")
+            self._unix = None
+            self._scheme, self._host, self._port = u.scheme, u.hostname, u.port
+            self._prefix = u.path.rstrip("/")
+
+    # -- context manager: nothing to release but kept for symmetry with Session --
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def _conn(self) -> http.client.HTTPConnection:
+        if self._unix:
+            return _UnixHTTPConnection(self._unix, self.timeout)
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+
+    def _headers(self, accept: str = "application/json") -> Dict[str, str]:
+        h = {"Accept": accept, "Content-Type": "application/json"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    def _path(self, path: str) -> str:
+        return (self._prefix if not self._unix else "") + path
+
+    def request(self, method: str, path: str, body: Any = None,
+                accept: str = "application/json") -> Any:
+        """Sends one request; returns the parsed JSON (or bytes for octet-stream)."""
+        conn = self._conn()
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            conn.request(method, self._path(path), body=data, headers=self._headers(accept))
+            resp = conn.getresponse()
+            raw = resp.read()
+        except OSError as e:
+            raise SandboxError(0, f"cannot reach sandboxd at {self.base_url}: {e}") from e
+        finally:
+            conn.close()
+        ctype = resp.getheader("Content-Type", "")
+        if resp.status >= 400:
+            try:
+                j = json.loads(raw)
+                msg = j.get("error", raw.decode(errors="replace"))
+            except ValueError:
+                j, msg = None, raw.decode(errors="replace")
+            raise SandboxError(resp.status, msg, j)
+        if "application/json" in ctype:
+            return json.loads(raw) if raw else None
+        return raw
+
+    def stream(self, method: str, path: str, body: Any) -> Iterator[Dict[str, Any]]:
+        """Yields the JSON objects of an NDJSON reply as they arrive."""
+        conn = self._conn()
+        try:
+            conn.request(method, self._path(path), body=json.dumps(body).encode(),
+                         headers=self._headers("application/x-ndjson"))
+            resp = conn.getresponse()
+            if resp.status >= 400:
+                raw = resp.read()
+                try:
+                    msg = json.loads(raw).get("error", "")
+                except ValueError:
+                    msg = raw.decode(errors="replace")
+                raise SandboxError(resp.status, msg)
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                line = line.strip()
+                if line:
+                    yield json.loads(line)
+        except OSError as e:
+            raise SandboxError(0, f"stream from sandboxd failed: {e}") from e
+        finally:
+            conn.close()
+
+    # -- top-level API --
+    def healthy(self) -> bool:
+        try:
+            return self.request("GET", "/health").get("status") == "ok"
+        except SandboxError:
+            return False
+
+    def health(self) -> Dict[str, Any]:
+        return self.request("GET", "/health")
+
+    def templates(self) -> List[Dict[str, Any]]:
+        return self.request("GET", "/exec/templates")["templates"]
+
+    def sessions(self) -> List[Dict[str, Any]]:
+        return self.request("GET", "/exec/")["sessions"]
+
+    def create(self, template: Optional[str] = None, id: Optional[str] = None,
+               env: Optional[Dict[str, str]] = None, idle_timeout: Optional[int] = None) -> "Session":
+        """Creates a session now (POST /exec/) and returns its handle."""
+        body: Dict[str, Any] = {}
+        if template:
+            body["template"] = template
+        if id:
+            body["id"] = id
+        if env:
+            body["env"] = env
+        if idle_timeout:
+            body["idleTimeout"] = idle_timeout
+        j = self.request("POST", "/exec/", body)
+        return Session(self, j["id"], j.get("template", template))
+
+    def session(self, id: Optional[str] = None, template: Optional[str] = None) -> "Session":
+        """A handle on session `id` (created by the server on first use if new)."""
+        return Session(self, id or f"py-{secrets.token_hex(6)}", template)
+
+
+class Session:
+    """One sandbox. Use as a context manager to destroy it on exit."""
+
+    def __init__(self, client: Sandbox, id: str, template: Optional[str] = None):
+        self.client = client
+        self.id = id
+        self.template = template
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.destroy()
+        except SandboxError as e:
+            if e.status != 404:
+                raise
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r}, template={self.template!r})"
+
+    def _p(self, suffix: str) -> str:
+        return f"/exec/{urllib.parse.quote(self.id, safe='')}{suffix}"
+
+    def _exec_body(self, command: str, args: Optional[Sequence[str]], env: Optional[Dict[str, str]],
+                   cwd: Optional[str], timeout: Optional[float], stdin: Optional[str]) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"command": command}
+        if args is not None:
+            body["args"] = list(args)
+        if self.template:
+            body["template"] = self.template
+        if env:
+            body["env"] = env
+        if cwd:
+            body["cwd"] = cwd
+        if timeout is not None:
+            body["timeout"] = int(timeout * 1000)
+        if stdin is not None:
+            body["stdin"] = stdin
+        return body
+
+    def exec(self, command: str, args: Optional[Sequence[str]] = None, *,
+             env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+             timeout: Optional[float] = None, stdin: Optional[str] = None) -> ExecResult:
+        """Runs a command and waits for it. timeout is in seconds. Without args, a command
+        string with shell syntax runs under /bin/sh -c."""
+        j = self.client.request("POST", self._p("/execute"),
+                                self._exec_body(command, args, env, cwd, timeout, stdin))
+        return ExecResult.from_json(j)
+
+    def run(self, command: str, **kw: Any) -> ExecResult:
+        """Runs a shell command line."""
+        return self.exec("/bin/sh", ["-c", command], **kw)
+
+    def run_code(self, code: str, language: Optional[str] = None, **kw: Any) -> ExecResult:
+        """Runs a snippet with the interpreter of the session's template (or `language`)."""
+        interp = _INTERPRETERS.get(language or self.template or "node")
+        if not interp:
+            raise ValueError(f"no interpreter known for {language or self.template!r}")
+        return self.exec(interp[0], [interp[1], code], **kw)
+
+    def exec_stream(self, command: str, args: Optional[Sequence[str]] = None, *,
+                    env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+                    timeout: Optional[float] = None, stdin: Optional[str] = None) -> Iterator[StreamEvent]:
+        """Runs a command, yielding output as it arrives, then a result (or error) event."""
+        body = self._exec_body(command, args, env, cwd, timeout, stdin)
+        for j in self.client.stream("POST", self._p("/execute"), body):
+            yield StreamEvent(type=j.get("type", ""), stream=j.get("stream"), data=j.get("data"),
+                              exec_id=j.get("execId"), exit_code=j.get("exitCode"),
+                              signal=j.get("signal"), duration=j.get("duration"),
+                              error=j.get("error"), raw=j)
+
+    def cancel(self, exec_id: str) -> None:
+        self.client.request("POST", self._p("/cancel"), {"execId": exec_id})
+
+    def write_file(self, path: str, content: Union[str, bytes], mode: Optional[int] = None) -> int:
+        """Writes a file (bytes are sent as base64, so any content is safe). Returns its size."""
+        body: Dict[str, Any] = {"path": path}
+        if isinstance(content, bytes):
+            body["content"] = base64.b64encode(content).decode()
+            body["encoding"] = "base64"
+        else:
+            body["content"] = content
+        if mode is not None:
+            body["mode"] = mode
+        if self.template:
+            body["template"] = self.template
+        return self.client.request("POST", self._p("/write"), body).get("size", 0)
+
+    def read_file(self, path: str) -> str:
+        """Reads a text file."""
+        j = self.client.request("GET", self._p("/read?" + urllib.parse.urlencode({"path": path})))
+        if j.get("encoding") == "base64":
+            return base64.b64decode(j["content"]).decode("utf-8", errors="replace")
+        return j["content"]
+
+    def read_bytes(self, path: str) -> bytes:
+        """Reads a file as bytes."""
+        q = urllib.parse.urlencode({"path": path, "encoding": "base64"})
+        j = self.client.request("GET", self._p("/read?" + q))
+        return base64.b64decode(j["content"])
+
+    def list_files(self, path: str = ".", recursive: bool = False) -> List[FileEntry]:
+        q = urllib.parse.urlencode({"path": path, "recursive": "true" if recursive else "false"})
+        j = self.client.request("GET", self._p("/files?" + q))
+        return [FileEntry(e["path"], e["name"], e["type"], e.get("size", 0), e.get("mode", 0),
+                          e.get("mtime", 0.0)) for e in j.get("files", [])]
+
+    def destroy(self) -> None:
+        self.client.request("DELETE", self._p(""))
