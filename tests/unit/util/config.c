@@ -211,7 +211,7 @@ static void test_values_are_read(void **state)
 		{ "SANDBOX_QEMU_BIN", "/usr/bin/qemu-system-x86_64" },
 		{ "SANDBOX_QEMU_ACCEL", "TCG" },
 		{ "VM_DNS_MODE", "allow" },
-		{ "VM_DNS_DOMAINS", "*.npmjs.org,github.com" },
+		{ "VM_DNS_DOMAINS", "*.example.com,example.org" },
 		{ "VM_DNS_UPSTREAM", "9.9.9.9" },
 		{ "VM_DEST_MODE", "Deny" },
 		{ "VM_DEST_RULES", "169.254.169.254/32,10.0.0.0/8:443/tcp" },
@@ -267,7 +267,7 @@ static void test_values_are_read(void **state)
 	assert_string_equal(cfg.qemu_bin, "/usr/bin/qemu-system-x86_64");
 	assert_string_equal(cfg.qemu_accel, "tcg"); /* stored in its canonical spelling */
 	assert_int_equal(cfg.dns_mode, NET_FILTER_ALLOW);
-	assert_string_equal(cfg.dns_domains, "*.npmjs.org,github.com");
+	assert_string_equal(cfg.dns_domains, "*.example.com,example.org");
 	assert_string_equal(cfg.dns_upstream, "9.9.9.9");
 	assert_int_equal(cfg.dest_mode, NET_FILTER_DENY);
 	assert_string_equal(cfg.dest_rules, "169.254.169.254/32,10.0.0.0/8:443/tcp");
