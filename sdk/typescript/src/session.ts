@@ -1,0 +1,144 @@
+import type { Sandbox } from "./client.js";
+import { SandboxError } from "./errors.js";
+import type {
+  ExecOptions,
+  ExecResult,
+  ListFilesResult,
+  ReadFileResult,
+  StreamEvent,
+  WriteFileResult,
+} from "./types.js";
+
+/** Interpreters for runCode, by template. */
+const INTERPRETERS: Record<string, [string, string]> = {
+  python: ["python3", "-c"],
+  node: ["node", "-e"],
+  go: ["sh", "-c"],
+  base: ["sh", "-c"],
+};
+
+function toBase64(bytes: Uint8Array): string {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000)
+    s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+function fromBase64(s: string): Uint8Array {
+  const bin = atob(s);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+/** One sandbox. */
+export class Session {
+  constructor(
+    readonly client: Sandbox,
+    readonly id: string,
+    readonly template?: string,
+  ) {}
+
+  private path(suffix: string): string {
+    return `/exec/${encodeURIComponent(this.id)}${suffix}`;
+  }
+
+  private execBody(command: string, opts: ExecOptions): Record<string, unknown> {
+    const body: Record<string, unknown> = { command };
+    if (opts.args) body.args = opts.args;
+    if (this.template) body.template = this.template;
+    if (opts.env) body.env = opts.env;
+    if (opts.cwd) body.cwd = opts.cwd;
+    if (opts.timeout !== undefined) body.timeout = opts.timeout;
+    if (opts.stdin !== undefined) body.stdin = opts.stdin;
+    return body;
+  }
+
+  /** Runs a command and waits for its result. */
+  async exec(command: string, opts: ExecOptions = {}): Promise<ExecResult> {
+    return this.client.json<ExecResult>("POST", this.path("/execute"), this.execBody(command, opts), opts.signal);
+  }
+
+  /** Runs a shell command line. */
+  async run(commandLine: string, opts: Omit<ExecOptions, "args"> = {}): Promise<ExecResult> {
+    return this.exec("/bin/sh", { ...opts, args: ["-c", commandLine] });
+  }
+
+  /** Runs code with the template's interpreter (python3 -c, node -e, sh -c). */
+  async runCode(code: string, opts: Omit<ExecOptions, "args"> & { language?: string } = {}): Promise<ExecResult> {
+    const lang = opts.language ?? this.template ?? "node";
+    const interp = INTERPRETERS[lang];
+    if (!interp) throw new SandboxError(0, `no interpreter known for template ${lang}`);
+    return this.exec(interp[0], { ...opts, args: [interp[1], code] });
+  }
+
+  /** Runs a command, yielding its output as it arrives; aborting opts.signal cancels it. */
+  async *execStream(command: string, opts: ExecOptions = {}): AsyncGenerator<StreamEvent> {
+    const res = await this.client.request("POST", this.path("/execute"), this.execBody(command, opts), {
+      accept: "application/x-ndjson",
+      signal: opts.signal,
+    });
+    if (!res.body) throw new SandboxError(0, "empty stream");
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let nl: number;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl).trim();
+          buf = buf.slice(nl + 1);
+          if (line) yield JSON.parse(line) as StreamEvent;
+        }
+      }
+      const rest = (buf + decoder.decode()).trim();
+      if (rest) yield JSON.parse(rest) as StreamEvent;
+    } finally {
+      reader.releaseLock();
+      await res.body.cancel().catch(() => undefined);
+    }
+  }
+
+  /** Cancels a running command by the execId of its start event or result. */
+  async cancel(execId: string): Promise<void> {
+    await this.client.json("POST", this.path("/cancel"), { execId });
+  }
+
+  /** Writes a file; bytes are sent as base64, strings as UTF-8 text. */
+  async writeFile(path: string, content: string | Uint8Array, opts: { mode?: number } = {}): Promise<WriteFileResult> {
+    const body: Record<string, unknown> =
+      typeof content === "string"
+        ? { path, content }
+        : { path, content: toBase64(content), encoding: "base64" };
+    if (opts.mode !== undefined) body.mode = opts.mode;
+    if (this.template) body.template = this.template;
+    return this.client.json<WriteFileResult>("POST", this.path("/write"), body);
+  }
+
+  /** Reads a file. `content` is text unless the file is not UTF-8 (then encoding is base64). */
+  async readFile(path: string): Promise<ReadFileResult> {
+    return this.client.json<ReadFileResult>("GET", this.path(`/read?path=${encodeURIComponent(path)}`));
+  }
+
+  /** Reads a file's bytes exactly. */
+  async readBytes(path: string): Promise<Uint8Array> {
+    const r = await this.client.json<ReadFileResult>(
+      "GET",
+      this.path(`/read?path=${encodeURIComponent(path)}&encoding=base64`),
+    );
+    return fromBase64(r.content);
+  }
+
+  async listFiles(path = ".", opts: { recursive?: boolean } = {}): Promise<ListFilesResult> {
+    const q = `path=${encodeURIComponent(path)}&recursive=${opts.recursive ? "true" : "false"}`;
+    return this.client.json<ListFilesResult>("GET", this.path(`/files?${q}`));
+  }
+
+  /** Destroys the session and its sandbox. */
+  async destroy(): Promise<void> {
+    await this.client.json("DELETE", this.path(""));
+  }
+}

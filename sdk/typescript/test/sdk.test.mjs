@@ -1,0 +1,91 @@
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { Sandbox, SandboxError } from "../dist/index.js";
+import { startDaemon } from "./daemon.mjs";
+
+let daemon;
+let sandbox;
+
+before(async () => {
+  daemon = await startDaemon();
+  sandbox = new Sandbox({ baseUrl: daemon.baseUrl, apiKey: daemon.apiKey });
+});
+
+after(async () => {
+  await daemon?.stop();
+});
+
+test("health and templates", async () => {
+  assert.equal(await sandbox.healthy(), true);
+  const names = (await sandbox.templates()).map((t) => t.name);
+  assert.ok(names.includes("base"));
+});
+
+test("exec, run and runCode", async () => {
+  const s = sandbox.create({ template: "base" });
+  const r = await s.exec("echo", { args: ["hi"] });
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.output.map((c) => c.data).join(""), "hi\n");
+  assert.match(r.execId, /^exec_/);
+  const r2 = await s.run("echo err >&2; exit 7");
+  assert.equal(r2.exitCode, 7);
+  assert.equal(r2.output[0].stream, "stderr");
+  const r3 = await s.runCode("echo $((2+2))");
+  assert.equal(r3.output[0].data, "4\n");
+  await s.destroy();
+});
+
+test("execStream yields start, output and result", async () => {
+  const s = await sandbox.createSession({ template: "base" });
+  const events = [];
+  for await (const ev of s.execStream("sh", { args: ["-c", "echo a; sleep 0.2; echo b"] })) events.push(ev);
+  assert.equal(events[0].type, "start");
+  const out = events.filter((e) => e.type === "stream").map((e) => e.data).join("");
+  assert.equal(out, "a\nb\n");
+  const last = events.at(-1);
+  assert.equal(last.type, "result");
+  assert.equal(last.exitCode, 0);
+  await s.destroy();
+});
+
+test("cancel a running command by its execId", async () => {
+  const s = await sandbox.createSession({ template: "base" });
+  const it = s.execStream("sleep", { args: ["30"] });
+  const start = (await it.next()).value;
+  assert.equal(start.type, "start");
+  await s.cancel(start.execId);
+  let result;
+  for await (const ev of it) if (ev.type === "result") result = ev;
+  assert.equal(result.cancelled, true);
+  await s.destroy();
+});
+
+test("binary files round trip", async () => {
+  const s = sandbox.create({ template: "base" });
+  const bytes = new Uint8Array(256 * 40);
+  for (let i = 0; i < bytes.length; i++) bytes[i] = i % 256;
+  const w = await s.writeFile("data.bin", bytes);
+  assert.equal(w.size, bytes.length);
+  assert.deepEqual(await s.readBytes("data.bin"), bytes);
+  await s.writeFile("t.txt", "héllo");
+  const r = await s.readFile("t.txt");
+  assert.equal(r.content, "héllo");
+  assert.equal(r.encoding, "utf8");
+  const list = await s.listFiles(".", { recursive: true });
+  assert.deepEqual(list.files.map((f) => f.path).sort(), ["data.bin", "t.txt"]);
+  await s.destroy();
+});
+
+test("errors carry status and message", async () => {
+  const s = sandbox.create({ template: "base" });
+  await s.exec("true");
+  await assert.rejects(s.readFile("../etc/passwd"), (e) => e instanceof SandboxError && e.status === 400);
+  await assert.rejects(s.readFile("missing"), (e) => e instanceof SandboxError && e.status === 404);
+  await s.destroy();
+  await assert.rejects(s.destroy(), (e) => e instanceof SandboxError && e.status === 404);
+  const bad = new Sandbox({ baseUrl: daemon.baseUrl, apiKey: "sk_test_" + "0".repeat(32) });
+  await assert.rejects(bad.templates(), (e) => e.status === 401);
+  const down = new Sandbox({ baseUrl: "http://127.0.0.1:9", apiKey: "x" });
+  assert.equal(await down.healthy(), false);
+  await assert.rejects(down.templates(), (e) => e instanceof SandboxError && e.status === 0);
+});
