@@ -1,0 +1,541 @@
+#include "driver/cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+#ifndef CGROUP_SUPER_MAGIC
+#define CGROUP_SUPER_MAGIC 0x27e0eb
+#endif
+
+/* The controllers every sandbox is limited by; v1 slots follow this order. */
+static const char *const controllers[CGROUP_V1_MAX] = { "memory", "cpu", "pids" };
+enum { CTL_MEMORY, CTL_CPU, CTL_PIDS };
+
+/* How long cgroup_remove waits for killed processes to leave before giving up. */
+#define REMOVE_WAIT_MS 2000
+
+bool cgroup_id_valid(const char *id)
+{
+	size_t n = id ? strlen(id) : 0;
+	if (n == 0 || n > 40 || id[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = id[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* Writes `val` to <dir>/<file>. Control files are never created on a real hierarchy. */
+static int cg_write(bool plain, const char *dir, const char *file, const char *val, struct err *err)
+{
+	_cleanup_free_ char *p = xasprintf("%s/%s", dir, file);
+	int flags = O_WRONLY | O_CLOEXEC | (plain ? O_CREAT | O_TRUNC : 0);
+	_cleanup_close_ int fd = open(p, flags, 0644);
+	if (fd < 0)
+		return err_sys(err, errno, "cgroup: open `%s`", p);
+	size_t len = strlen(val);
+	ssize_t w = write(fd, val, len);
+	if (w < 0)
+		return err_sys(err, errno, "cgroup: write `%s` to `%s`", val, p);
+	if ((size_t)w != len)
+		return err_set(err, EIO, "cgroup: short write to `%s`", p);
+	return 0;
+}
+
+/* Reads <dir>/<file> (or `dir` alone when file is NULL) into a NUL-terminated buffer. */
+static int cg_read(const char *dir, const char *file, char **ret, struct err *err)
+{
+	_cleanup_free_ char *p = file ? xasprintf("%s/%s", dir, file) : xstrdup(dir);
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, errno, "cgroup: open `%s`", p);
+	size_t cap = 4096, len = 0;
+	_cleanup_free_ char *buf = xmalloc(cap);
+	for (;;) {
+		if (cap - len < 2)
+			buf = xrealloc(buf, cap *= 2);
+		ssize_t r = read(fd, buf + len, cap - len - 1);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return err_sys(err, errno, "cgroup: read `%s`", p);
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	buf[len] = '\0';
+	*ret = TAKE_PTR(buf);
+	return 0;
+}
+
+/* Whether optional control file <dir>/<file> exists (always, in a plain tree). */
+static bool cg_has(bool plain, const char *dir, const char *file)
+{
+	if (plain)
+		return true;
+	_cleanup_free_ char *p = xasprintf("%s/%s", dir, file);
+	return access(p, F_OK) == 0;
+}
+
+/* Whether the space-separated list `s` holds `word`. */
+static bool has_word(const char *s, const char *word)
+{
+	size_t n = strlen(word);
+	for (const char *p = s; (p = strstr(p, word)); p += n) {
+		bool start = p == s || p[-1] == ' ' || p[-1] == '\n' || p[-1] == '+';
+		bool end = p[n] == '\0' || p[n] == ' ' || p[n] == '\n';
+		if (start && end)
+			return true;
+	}
+	return false;
+}
+
+static void root_init(struct cgroup_root *r, const char *path, enum cgroup_version v, bool plain)
+{
+	memset(r, 0, sizeof(*r));
+	r->version = v;
+	r->path = xstrdup(path);
+	r->plain = plain;
+}
+
+int cgroup_root_detect(const char *path, struct cgroup_root *ret, struct err *err)
+{
+	struct statfs st;
+	if (statfs(path, &st) < 0)
+		return err_sys(err, errno, "cgroup: statfs `%s`", path);
+
+	struct cgroup_root r;
+	if (st.f_type == CGROUP2_SUPER_MAGIC) {
+		root_init(&r, path, CGROUP_V2, false);
+		*ret = r;
+		return 0;
+	}
+
+	/* v1 (or hybrid, where the controllers live in the v1 hierarchies): one mount per
+	 * controller, usually <path>/<controller>, possibly a symlink to a co-mount. */
+	root_init(&r, path, CGROUP_V1, false);
+	for (unsigned i = 0; i < CGROUP_V1_MAX; i++) {
+		_cleanup_free_ char *p = xasprintf("%s/%s", path, controllers[i]);
+		if (statfs(p, &st) < 0 || st.f_type != CGROUP_SUPER_MAGIC) {
+			cgroup_root_free(&r);
+			return err_set(err, ENOENT,
+				       "cgroup: `%s` is not a cgroup2 mount and has no v1 `%s` "
+				       "hierarchy: mount the %s controller",
+				       path, controllers[i], controllers[i]);
+		}
+		char *real = realpath(p, NULL);
+		r.ctl_dir[i] = real ? real : xstrdup(p);
+	}
+	r.n_ctl = CGROUP_V1_MAX;
+	*ret = r;
+	return 0;
+}
+
+void cgroup_root_plain(const char *path, enum cgroup_version version, struct cgroup_root *ret)
+{
+	root_init(ret, path, version, true);
+	if (version == CGROUP_V1) {
+		for (unsigned i = 0; i < CGROUP_V1_MAX; i++) {
+			/* Resolved as detection does, so a symlink stands for a co-mount. */
+			_cleanup_free_ char *p = xasprintf("%s/%s", path, controllers[i]);
+			char *real = realpath(p, NULL);
+			ret->ctl_dir[i] = real ? real : xstrdup(p);
+		}
+		ret->n_ctl = CGROUP_V1_MAX;
+	}
+}
+
+void cgroup_root_free(struct cgroup_root *root)
+{
+	if (!root)
+		return;
+	free(root->path);
+	for (unsigned i = 0; i < CGROUP_V1_MAX; i++)
+		free(root->ctl_dir[i]);
+	memset(root, 0, sizeof(*root));
+}
+
+int cgroup_check(const struct cgroup_root *root, struct err *err)
+{
+	if (root->version == CGROUP_V1) {
+		for (unsigned i = 0; i < root->n_ctl; i++) {
+			struct stat st;
+			if (stat(root->ctl_dir[i], &st) < 0 || !S_ISDIR(st.st_mode))
+				return err_set(err, ENOENT, "cgroup: no v1 `%s` hierarchy at `%s`",
+					       controllers[i], root->ctl_dir[i]);
+		}
+		return 0;
+	}
+
+	_cleanup_free_ char *avail = NULL;
+	int r = cg_read(root->path, "cgroup.controllers", &avail, err);
+	if (r < 0)
+		return r;
+	for (unsigned i = 0; i < CGROUP_V1_MAX; i++)
+		if (!has_word(avail, controllers[i]))
+			return err_set(
+				err, ENOENT,
+				"cgroup: the `%s` controller is not available in `%s` (it may "
+				"be bound to a v1 hierarchy)",
+				controllers[i], root->path);
+	return 0;
+}
+
+static int mkdir_parent(const char *dir, struct err *err)
+{
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return err_sys(err, errno, "cgroup: mkdir `%s`", dir);
+	return 0;
+}
+
+/* Enables memory, cpu and pids for the children of `dir` unless already enabled. */
+static int enable_controllers(const struct cgroup_root *root, const char *dir, struct err *err)
+{
+	_cleanup_free_ char *cur = NULL;
+	if (!root->plain || access(dir, F_OK) == 0) {
+		struct err ignored;
+		if (cg_read(dir, "cgroup.subtree_control", &cur, &ignored) < 0)
+			cur = NULL;
+	}
+	if (cur && has_word(cur, "memory") && has_word(cur, "cpu") && has_word(cur, "pids"))
+		return 0;
+	int r = cg_write(root->plain, dir, "cgroup.subtree_control", "+memory +cpu +pids", err);
+	if (r < 0)
+		return err_wrap(err, "cgroup: cannot enable the memory, cpu and pids controllers");
+	return 0;
+}
+
+int cgroup_init(const struct cgroup_root *root, struct err *err)
+{
+	int r;
+	if (root->version == CGROUP_V1) {
+		for (unsigned i = 0; i < root->n_ctl; i++) {
+			_cleanup_free_ char *p = xasprintf("%s/" CGROUP_PARENT, root->ctl_dir[i]);
+			if ((r = mkdir_parent(p, err)) < 0)
+				return r;
+		}
+		return 0;
+	}
+
+	/* A v2 controller reaches agent-sandbox/<id> only when every ancestor enables it. */
+	if ((r = enable_controllers(root, root->path, err)) < 0)
+		return r;
+	_cleanup_free_ char *parent = xasprintf("%s/" CGROUP_PARENT, root->path);
+	if ((r = mkdir_parent(parent, err)) < 0)
+		return r;
+	return enable_controllers(root, parent, err);
+}
+
+static struct cgroup *cgroup_new(const struct cgroup_root *root, const char *id)
+{
+	struct cgroup *cg = xcalloc(1, sizeof(*cg));
+	cg->version = root->version;
+	cg->plain = root->plain;
+	cg->id = xstrdup(id);
+	if (root->version == CGROUP_V2) {
+		cg->dir[cg->n++] = xasprintf("%s/" CGROUP_PARENT "/%s", root->path, id);
+		for (unsigned i = 0; i < CGROUP_V1_MAX; i++)
+			cg->ctl[i] = xstrdup(cg->dir[0]);
+		cg->oom_file = xasprintf("%s/memory.events", cg->dir[0]);
+	} else {
+		for (unsigned i = 0; i < root->n_ctl; i++) {
+			cg->ctl[i] = xasprintf("%s/" CGROUP_PARENT "/%s", root->ctl_dir[i], id);
+			/* Co-mounted controllers share one directory: list each once. */
+			bool dup = false;
+			for (unsigned j = 0; j < cg->n; j++)
+				dup = dup || strcmp(cg->dir[j], cg->ctl[i]) == 0;
+			if (!dup)
+				cg->dir[cg->n++] = xstrdup(cg->ctl[i]);
+		}
+		cg->oom_file = xasprintf("%s/memory.oom_control", cg->ctl[CTL_MEMORY]);
+	}
+	for (unsigned i = 0; i < cg->n; i++)
+		cg->procs[i] = xasprintf("%s/cgroup.procs", cg->dir[i]);
+	return cg;
+}
+
+int cgroup_open(const struct cgroup_root *root, const char *id, struct cgroup **ret,
+		struct err *err)
+{
+	if (!cgroup_id_valid(id))
+		return err_set(err, EINVAL, "cgroup: invalid sandbox id `%s`", id ? id : "");
+	*ret = cgroup_new(root, id);
+	return 0;
+}
+
+void cgroup_free(struct cgroup *cg)
+{
+	if (!cg)
+		return;
+	for (unsigned i = 0; i < CGROUP_V1_MAX; i++) {
+		free(cg->dir[i]);
+		free(cg->procs[i]);
+		free(cg->ctl[i]);
+	}
+	free(cg->oom_file);
+	free(cg->id);
+	free(cg);
+}
+
+static int apply_limits(const struct cgroup *cg, const struct cgroup_limits *l, struct err *err)
+{
+	bool plain = cg->plain;
+	char val[64];
+	int r;
+
+	if (l->memory_bytes) {
+		const char *d = cg->ctl[CTL_MEMORY];
+		snprintf(val, sizeof(val), "%" PRIu64, l->memory_bytes);
+		if (cg->version == CGROUP_V2) {
+			if ((r = cg_write(plain, d, "memory.max", val, err)) < 0)
+				return r;
+			/* Swapping would let a sandbox exceed its memory limit. */
+			if (cg_has(plain, d, "memory.swap.max") &&
+			    (r = cg_write(plain, d, "memory.swap.max", "0", err)) < 0)
+				return r;
+		} else {
+			if ((r = cg_write(plain, d, "memory.limit_in_bytes", val, err)) < 0)
+				return r;
+			/* memsw counts memory + swap: equal to the memory limit means no swap.
+			 * It must never be below limit_in_bytes, hence the order. */
+			if (cg_has(plain, d, "memory.memsw.limit_in_bytes") &&
+			    (r = cg_write(plain, d, "memory.memsw.limit_in_bytes", val, err)) < 0)
+				return r;
+		}
+	}
+
+	if (l->cpu_quota_us) {
+		const char *d = cg->ctl[CTL_CPU];
+		uint64_t period = l->cpu_period_us ? l->cpu_period_us : 100000;
+		if (cg->version == CGROUP_V2) {
+			snprintf(val, sizeof(val), "%" PRIu64 " %" PRIu64, l->cpu_quota_us, period);
+			if ((r = cg_write(plain, d, "cpu.max", val, err)) < 0)
+				return r;
+		} else {
+			snprintf(val, sizeof(val), "%" PRIu64, period);
+			if ((r = cg_write(plain, d, "cpu.cfs_period_us", val, err)) < 0)
+				return r;
+			snprintf(val, sizeof(val), "%" PRIu64, l->cpu_quota_us);
+			if ((r = cg_write(plain, d, "cpu.cfs_quota_us", val, err)) < 0)
+				return r;
+		}
+	}
+
+	if (l->pids_max) {
+		snprintf(val, sizeof(val), "%" PRIu32, l->pids_max);
+		if ((r = cg_write(plain, cg->ctl[CTL_PIDS], "pids.max", val, err)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+int cgroup_create(const struct cgroup_root *root, const char *id,
+		  const struct cgroup_limits *limits, struct cgroup **ret, struct err *err)
+{
+	if (!cgroup_id_valid(id))
+		return err_set(err, EINVAL, "cgroup: invalid sandbox id `%s`", id ? id : "");
+
+	struct cgroup *cg = cgroup_new(root, id);
+	unsigned made = 0;
+	int r;
+	for (; made < cg->n; made++) {
+		if (mkdir(cg->dir[made], 0755) == 0)
+			continue;
+		if (errno == EEXIST)
+			r = err_set(err, EEXIST,
+				    "cgroup: `%s` already exists: an earlier run left it behind",
+				    cg->dir[made]);
+		else
+			r = err_sys(err, errno, "cgroup: mkdir `%s`", cg->dir[made]);
+		goto err;
+	}
+	if ((r = apply_limits(cg, limits, err)) < 0)
+		goto err;
+	*ret = cg;
+	return 0;
+
+err:
+	/* Only the directories made here: an existing one belongs to someone else's run. */
+	cg->n = made;
+	cgroup_remove(cg, NULL);
+	cgroup_free(cg);
+	return r;
+}
+
+int cgroup_enter(const struct cgroup *cg, pid_t pid, struct err *err)
+{
+	char val[32];
+	snprintf(val, sizeof(val), "%d", (int)pid);
+	for (unsigned i = 0; i < cg->n; i++) {
+		int r = cg_write(cg->plain, cg->dir[i], "cgroup.procs", val, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+uint64_t cgroup_oom_kills(const struct cgroup *cg)
+{
+	if (!cg || !cg->oom_file)
+		return 0;
+	_cleanup_free_ char *buf = NULL;
+	if (cg_read(cg->oom_file, NULL, &buf, NULL) < 0)
+		return 0;
+	for (const char *line = buf; line; line = strchr(line, '\n')) {
+		line += *line == '\n';
+		if (strncmp(line, "oom_kill ", 9) == 0)
+			return strtoull(line + 9, NULL, 10);
+	}
+	return 0;
+}
+
+/* Whether /proc/<pid>/cgroup places the process in a directory ending in `suffix`. */
+static bool pid_in_cgroup(pid_t pid, const char *suffix)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	_cleanup_free_ char *buf = NULL;
+	if (cg_read(path, NULL, &buf, NULL) < 0)
+		return false;
+	size_t n = strlen(suffix);
+	char *save = NULL;
+	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t len = strlen(line);
+		/* A suffix check: the hierarchy root may be deeper in a nested cgroup namespace. */
+		if (len > n && strcmp(line + len - n, suffix) == 0 &&
+		    (line[len - n - 1] == ':' || line[len - n - 1] == '/'))
+			return true;
+	}
+	return false;
+}
+
+/* SIGKILLs each pid listed in <dir>/cgroup.procs; returns how many were listed. A pid is
+ * pinned with a pidfd and checked to still be in this cgroup first, so that a pid reused
+ * by an unrelated process after its owner exited is never signalled. */
+static int kill_listed(const char *dir, const char *suffix)
+{
+	_cleanup_free_ char *buf = NULL;
+	if (cg_read(dir, "cgroup.procs", &buf, NULL) < 0)
+		return 0;
+	int listed = 0;
+	for (char *s = buf; *s;) {
+		char *end;
+		long pid = strtol(s, &end, 10);
+		if (end == s)
+			break;
+		s = end + (*end == '\n');
+		if (pid <= 0)
+			continue;
+		listed++;
+		int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+		if (pfd < 0) {
+			if (errno == ENOSYS && pid_in_cgroup((pid_t)pid, suffix))
+				kill((pid_t)pid, SIGKILL);
+			continue;
+		}
+		if (pid_in_cgroup((pid_t)pid, suffix))
+			syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+		close(pfd);
+	}
+	return listed;
+}
+
+/* Plain trees (tests) hold regular files that a real cgroup directory does not. */
+static void unlink_files(const char *dir)
+{
+	_cleanup_closedir_ DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_type == DT_REG)
+			unlinkat(dirfd(d), e->d_name, 0);
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int cgroup_remove(struct cgroup *cg, struct err *err)
+{
+	if (!cg)
+		return 0;
+
+	bool gone[CGROUP_V1_MAX] = { false };
+	for (unsigned i = 0; i < cg->n; i++) {
+		gone[i] = access(cg->dir[i], F_OK) < 0 && errno == ENOENT;
+		/* cgroup.kill (v2, Linux 5.14) kills every member atomically, forks included. */
+		if (!gone[i] && cg->version == CGROUP_V2 &&
+		    cg_has(false, cg->dir[i], "cgroup.kill"))
+			cg_write(false, cg->dir[i], "cgroup.kill", "1", NULL);
+	}
+
+	_cleanup_free_ char *suffix = xasprintf("/" CGROUP_PARENT "/%s", cg->id);
+	int first = 0;
+	unsigned waited = 0, step = 1;
+	for (;;) {
+		bool busy = false;
+		int last_errno = 0;
+		for (unsigned i = 0; i < cg->n; i++) {
+			if (gone[i])
+				continue;
+			if (kill_listed(cg->dir[i], suffix) > 0 && !cg->plain) {
+				busy = true;
+				continue;
+			}
+			if (cg->plain)
+				unlink_files(cg->dir[i]);
+			if (rmdir(cg->dir[i]) == 0 || errno == ENOENT) {
+				gone[i] = true;
+				continue;
+			}
+			last_errno = errno;
+			/* EBUSY: members are still exiting. Anything else will not get better. */
+			if (errno != EBUSY) {
+				if (!first)
+					first = err_sys(err, errno, "cgroup: rmdir `%s`",
+							cg->dir[i]);
+				gone[i] = true;
+				continue;
+			}
+			busy = true;
+		}
+		if (!busy)
+			break;
+		if (waited >= REMOVE_WAIT_MS) {
+			for (unsigned i = 0; i < cg->n; i++)
+				if (!gone[i] && !first)
+					first = err_set(
+						err, last_errno ? last_errno : EBUSY,
+						"cgroup: `%s` still has processes after %u ms",
+						cg->dir[i], waited);
+			break;
+		}
+		sleep_ms(step);
+		waited += step;
+		step = step < 32 ? step * 2 : step;
+	}
+	return first;
+}

@@ -1,0 +1,95 @@
+/* cgroup: one control group per sandbox, under a parent of our own named `agent-sandbox`.
+ *
+ * v2 (unified): <root>/agent-sandbox/<id>, with memory, cpu and pids enabled in the
+ * subtree_control of the root and of agent-sandbox. v1: <root>/<controller>/agent-sandbox/<id>
+ * for the memory, cpu and pids hierarchies (cpuacct comes along where it is co-mounted with
+ * cpu). Nothing outside agent-sandbox is ever created, written or removed.
+ *
+ * The hierarchy root is a parameter so that the logic can be tested against a plain
+ * directory tree (see cgroup_root_plain). Library code: nothing here logs. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/err.h"
+
+#define CGROUP_PARENT "agent-sandbox"
+
+/* The v1 controllers a sandbox is placed in, in this order. */
+#define CGROUP_V1_MAX 3
+
+enum cgroup_version { CGROUP_V1 = 1, CGROUP_V2 = 2 };
+
+struct cgroup_root {
+	enum cgroup_version version;
+	char *path;                   /* /sys/fs/cgroup, or a test directory */
+	bool plain;                   /* a plain directory tree: control files are created on
+				       * first write, and removed before rmdir (tests) */
+	unsigned n_ctl;               /* v1: distinct controller hierarchies */
+	char *ctl_dir[CGROUP_V1_MAX]; /* v1: mount point of each (memory, cpu, pids) */
+};
+
+struct cgroup_limits {
+	uint64_t memory_bytes;  /* 0: no limit; swap is never allowed beyond it */
+	uint64_t cpu_quota_us;  /* 0: no limit */
+	uint64_t cpu_period_us; /* 0: 100000 */
+	uint32_t pids_max;      /* 0: no limit */
+};
+
+struct cgroup {
+	enum cgroup_version version;
+	bool plain;
+	char *id;
+	unsigned n;                 /* directories: 1 for v2, one per v1 hierarchy */
+	char *dir[CGROUP_V1_MAX];   /* the sandbox's cgroup directories, each once */
+	char *procs[CGROUP_V1_MAX]; /* <dir>/cgroup.procs: where a process joins */
+	char *ctl[CGROUP_V1_MAX];   /* the directory of each controller (memory, cpu, pids) */
+	char *oom_file;             /* memory.events (v2) or memory.oom_control (v1) */
+};
+
+/* Finds which cgroup version is mounted at `path` (statfs) and, for v1, the memory, cpu and
+ * pids hierarchies below it. Fails with a message naming what is missing. */
+int cgroup_root_detect(const char *path, struct cgroup_root *ret, struct err *err);
+
+/* Describes a plain directory tree at `path` as a hierarchy of `version` (tests). For v1 the
+ * controller directories are <path>/memory, <path>/cpu and <path>/pids. */
+void cgroup_root_plain(const char *path, enum cgroup_version version, struct cgroup_root *ret);
+
+void cgroup_root_free(struct cgroup_root *root);
+
+/* Checks that the memory, cpu and pids controllers are available. */
+int cgroup_check(const struct cgroup_root *root, struct err *err);
+
+/* Creates the agent-sandbox parent(s) and, on v2, enables the controllers for its children.
+ * Idempotent. */
+int cgroup_init(const struct cgroup_root *root, struct err *err);
+
+/* The cgroup of sandbox `id` (paths only, nothing is created): for cleanup of a previous run.
+ * `id` must be a valid sandbox id. */
+int cgroup_open(const struct cgroup_root *root, const char *id, struct cgroup **ret,
+		struct err *err);
+
+/* Creates the cgroup of sandbox `id` and applies the limits. Fails with EEXIST when it already
+ * exists (a leftover is never reused). On failure nothing is left. */
+int cgroup_create(const struct cgroup_root *root, const char *id,
+		  const struct cgroup_limits *limits, struct cgroup **ret, struct err *err);
+
+/* Moves process `pid` (and its threads) into the cgroup: each directory's cgroup.procs. */
+int cgroup_enter(const struct cgroup *cg, pid_t pid, struct err *err);
+
+/* How many processes the memory limit has killed (0 when unknown). One small read. */
+uint64_t cgroup_oom_kills(const struct cgroup *cg);
+
+/* Kills every process left in the cgroup (cgroup.kill where available, else SIGKILL to each
+ * listed pid, repeated until empty within a bounded wait) and removes its directories.
+ * Idempotent: directories already gone are fine. Returns the first failure. */
+int cgroup_remove(struct cgroup *cg, struct err *err);
+
+/* Frees the paths; removes nothing. Accepts NULL. */
+void cgroup_free(struct cgroup *cg);
+
+/* Whether `id` may name a sandbox cgroup: 1-40 characters of [a-z0-9-], not starting with
+ * '-'. Guards every path built from an id. */
+bool cgroup_id_valid(const char *id);
