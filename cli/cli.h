@@ -2,6 +2,7 @@
  * command table in main.c. */
 #pragma once
 
+#include <jansson.h>
 #include <stdbool.h>
 
 struct cli_command {
@@ -17,5 +18,31 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether argv holds --json (machine-readable output). */
 bool cli_flag(int argc, char **argv, const char *flag);
 
-int cmd_keys(int argc, char **argv);
-void cmd_keys_help(void);
+/* A client from --url/--api-key in argv (removed from it) or $SANDBOX_URL/$SANDBOX_API_KEY. */
+struct client;
+struct client *cli_client(int *argc, char **argv);
+
+/* Streams a command's output to stdout/stderr; returns its exit code (128 + signal number
+ * when killed), or 1 with a message on failure. Ctrl-C cancels the remote command. */
+int cli_exec_stream(struct client *c, const char *session_id, json_t *body, bool json);
+
+/* Parses the options of run and exec (--env, --cwd, --timeout, --template) up to the command
+ * and fills body's command and args; returns the command's index or -1 with a message. */
+int cli_parse_exec_opts(int argc, char **argv, json_t *body, const char **template_name);
+
+/* Parses "K=V" into obj; returns -1 with a message on a bad value. */
+int cli_env_add(json_t *obj, const char *kv);
+
+#define DECLARE_COMMAND(name)                  \
+	int cmd_##name(int argc, char **argv); \
+	void cmd_##name##_help(void)
+
+DECLARE_COMMAND(keys);
+DECLARE_COMMAND(run);
+DECLARE_COMMAND(exec);
+DECLARE_COMMAND(cp);
+DECLARE_COMMAND(ls);
+DECLARE_COMMAND(cat);
+DECLARE_COMMAND(ps);
+DECLARE_COMMAND(rm);
+DECLARE_COMMAND(templates);

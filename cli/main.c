@@ -1,13 +1,26 @@
 /* sandbox: client for agent-sandbox. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
+#define COMMAND(name, summary)                                \
+	{                                                     \
+#name, summary, cmd_##name, cmd_##name##_help \
+	}
+
 static const struct cli_command commands[] = {
-	{ "keys", "manage API keys (create, list, rotate, revoke, delete)", cmd_keys,
-	  cmd_keys_help },
+	COMMAND(run, "run a command in a new sandbox, then destroy it"),
+	COMMAND(exec, "run a command in an existing session"),
+	COMMAND(cp, "copy a file to or from a session (SESSION:PATH)"),
+	COMMAND(ls, "list files in a session"),
+	COMMAND(cat, "print a file of a session"),
+	COMMAND(ps, "list your sessions"),
+	COMMAND(rm, "destroy sessions"),
+	COMMAND(templates, "list templates, or build one (templates build NAME)"),
+	COMMAND(keys, "manage API keys (create, list, rotate, revoke, delete)"),
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -36,11 +49,21 @@ static void usage(FILE *out)
 	fprintf(out, "usage: sandbox <command> [options]\n\ncommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-	fprintf(out, "\nRun `sandbox <command> --help` for a command's options.\n");
+	fprintf(out,
+		"\nRun `sandbox <command> --help` for a command's options.\n"
+		"Global options: --url URL (or $SANDBOX_URL; http://host:port or unix:/path),\n"
+		"--api-key KEY (or $SANDBOX_API_KEY), --json for machine-readable output.\n");
 }
 
 int main(int argc, char **argv)
 {
+	/* Global options before the command become the environment the commands read. */
+	while (argc > 2 && (strcmp(argv[1], "--url") == 0 || strcmp(argv[1], "--api-key") == 0)) {
+		setenv(strcmp(argv[1], "--url") == 0 ? "SANDBOX_URL" : "SANDBOX_API_KEY", argv[2], 1);
+		argv[2] = argv[0];
+		argv += 2;
+		argc -= 2;
+	}
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		usage(argc < 2 ? stderr : stdout);

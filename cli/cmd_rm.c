@@ -1,0 +1,32 @@
+/* sandbox rm: destroy sessions. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "sandbox.h"
+#include "util/cleanup.h"
+
+void cmd_rm_help(void)
+{
+	printf("usage: sandbox rm SESSION...\n");
+}
+
+int cmd_rm(int argc, char **argv)
+{
+	struct client *c = cli_client(&argc, argv);
+	if (argc < 2) {
+		cmd_rm_help();
+		client_free(c);
+		return 2;
+	}
+	int rc = 0;
+	for (int i = 1; i < argc; i++) {
+		_cleanup_free_ char *esc = client_escape(argv[i]);
+		_cleanup_free_ char *p = xasprintf("/exec/%s", esc);
+		struct err e;
+		if (client_json(c, "DELETE", p, NULL, NULL, NULL, &e) < 0)
+			rc = cli_fail("%s: %s", argv[i], e.msg);
+	}
+	client_free(c);
+	return rc;
+}

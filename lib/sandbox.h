@@ -1,0 +1,45 @@
+/* libsandbox: a small C client for sandboxd's HTTP API (libcurl + jansson), used by the
+ * `sandbox` CLI and its stdio MCP bridge.
+ *
+ * The daemon is reached at a URL: http://host:port (default http://127.0.0.1:3000, or
+ * $SANDBOX_URL) or unix:/path/to/socket. The API key ($SANDBOX_API_KEY) travels as a bearer
+ * token. Calls block; errors come back as negative errno with a message in err (for an HTTP
+ * error the server's {"error": ...} text and its status). */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util/err.h"
+
+struct client;
+
+/* url or key may be NULL: then $SANDBOX_URL / $SANDBOX_API_KEY, then the defaults. */
+struct client *client_new(const char *url, const char *api_key);
+void client_free(struct client *c);
+const char *client_url(const struct client *c);
+
+/* Sends a JSON request (body may be NULL) and parses a JSON reply into *ret (may be NULL
+ * when the caller does not need it). *ret_status gets the HTTP status (0 if unreachable).
+ * An HTTP status >= 400 is an error whose message is the server's. */
+int client_json(struct client *c, const char *method, const char *path, json_t *body, json_t **ret,
+		int *ret_status, struct err *err);
+
+/* Like client_json for a reply of raw bytes (Accept: application/octet-stream). */
+int client_bytes(struct client *c, const char *path, char **ret, size_t *ret_len, struct err *err);
+
+/* Streams an NDJSON reply: on_line runs for each JSON object as it arrives; a negative
+ * return from it aborts the transfer (the server then cancels the command). */
+int client_ndjson(struct client *c, const char *method, const char *path, json_t *body,
+		  int (*on_line)(json_t *obj, void *arg), void *arg, struct err *err);
+
+/* A check run about once a second during transfers; returning true aborts the transfer
+ * (so Ctrl-C can stop a stream that is waiting for output). */
+void client_set_abort_check(struct client *c, bool (*fn)(void *arg), void *arg);
+
+/* Extra headers for every request ("Name: value"), e.g. for MCP; NULL-terminated. */
+void client_set_headers(struct client *c, const char *const *headers);
+
+/* Percent-encodes s for a URL path segment or query value (caller frees). */
+char *client_escape(const char *s);

@@ -1,0 +1,129 @@
+"""The `sandbox` CLI against a real daemon: every subcommand, exit codes, bytes, Ctrl-C."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+import harness  # noqa: E402
+
+CLI = os.environ.get("SANDBOX_CLI") or os.path.join(ROOT, "build", "cli", "sandbox")
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = harness.Daemon(env={"SANDBOX_DEFAULT_TEMPLATE": "base",
+                                         "SANDBOX_WARM_POOL": "1"})
+        cls.daemon.start()
+        cls.env = dict(os.environ, SANDBOX_URL=cls.daemon.base_url,
+                       SANDBOX_API_KEY=cls.daemon.admin_key,
+                       SANDBOX_STATE_DIR=cls.daemon.state_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def cli(self, *args, input=None, check=None):
+        p = subprocess.run([CLI, *args], env=self.env, input=input, capture_output=True,
+                           timeout=60)
+        if check is not None:
+            self.assertEqual(p.returncode, check, p.stderr.decode())
+        return p
+
+    def test_run_exits_with_remote_code(self):
+        p = self.cli("run", "--", "sh", "-c", "echo out; echo err >&2; exit 5")
+        self.assertEqual(p.returncode, 5)
+        self.assertEqual(p.stdout, b"out\n")
+        self.assertEqual(p.stderr, b"err\n")
+        # The sandbox is gone afterwards.
+        p = self.cli("ps", "--json", check=0)
+        self.assertEqual(p.stdout.strip(), b"[]")
+
+    def test_exec_env_and_signal_exit(self):
+        self.cli("exec", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO", check=0)
+        p = self.cli("exec", "c1", "--", "sh", "-c", "kill -TERM $$")
+        self.assertEqual(p.returncode, 128 + 15)
+        self.cli("rm", "c1", check=0)
+
+    def test_cp_cat_ls_bytes_exact(self):
+        data = bytes(range(256)) * 1000
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "src")
+            dst = os.path.join(d, "dst")
+            with open(src, "wb") as f:
+                f.write(data)
+            self.cli("cp", src, "c2:dir/blob", check=0)
+            self.cli("cp", "c2:dir/blob", dst, check=0)
+            with open(dst, "rb") as f:
+                self.assertEqual(hashlib.sha256(f.read()).digest(), hashlib.sha256(data).digest())
+        p = self.cli("cat", "c2", "dir/blob", check=0)
+        self.assertEqual(p.stdout, data)
+        p = self.cli("ls", "c2", "-r", check=0)
+        self.assertIn(b"dir/blob", p.stdout)
+        p = self.cli("cat", "c2", "missing")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"404", p.stderr)
+        self.cli("rm", "c2", check=0)
+        p = self.cli("rm", "c2")
+        self.assertEqual(p.returncode, 1)
+
+    def test_templates_and_json(self):
+        p = self.cli("templates", check=0)
+        self.assertIn(b"base", p.stdout)
+        p = self.cli("run", "--json", "--", "echo", "x", check=0)
+        lines = [l for l in p.stdout.splitlines() if l]
+        self.assertIn(b'"type":"start"', lines[0])
+        self.assertIn(b'"type":"result"', lines[-1])
+
+    def test_ctrl_c_cancels_the_remote_command(self):
+        proc = subprocess.Popen([CLI, "exec", "c3", "--", "sh", "-c",
+                                 "sleep 3; touch /workspace/late"],
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        self.assertEqual(proc.returncode, 130, err)
+        time.sleep(3)
+        p = self.cli("exec", "c3", "--", "ls", "/workspace", check=0)
+        self.assertNotIn(b"late", p.stdout)
+        self.cli("rm", "c3", check=0)
+
+    def test_bad_key_and_unreachable(self):
+        env = dict(self.env, SANDBOX_API_KEY="sk_test_" + "0" * 32)
+        p = subprocess.run([CLI, "ps"], env=env, capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"401", p.stderr)
+        p = subprocess.run([CLI, "--url", "http://127.0.0.1:9", "ps"], env=self.env,
+                           capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"cannot reach", p.stderr)
+
+    def test_keys_cli_is_seen_at_once(self):
+        p = self.cli("keys", "create", "cli-test", "--scopes", "exec", "--json", check=0)
+        import json
+        k = json.loads(p.stdout)
+        env = dict(self.env, SANDBOX_API_KEY=k["key"])
+        r = subprocess.run([CLI, "templates"], env=env, capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.cli("keys", "revoke", k["id"], check=0)
+        r = subprocess.run([CLI, "templates"], env=env, capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"revoked", r.stderr)
+
+    def test_help_for_every_command(self):
+        for cmd in ("run", "exec", "cp", "ls", "cat", "ps", "rm", "templates", "keys"):
+            p = self.cli(cmd, "--help", check=0)
+            self.assertIn(b"usage: sandbox", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
