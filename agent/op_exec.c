@@ -30,6 +30,7 @@ struct exec_op {
 	int64_t kill_at;    /* SIGKILL due; 0: none */
 	int64_t grace_ns;
 	bool term_sent, timed_out, cancelled;
+	bool finished;      /* the RESULT was sent (not an ERROR for a protocol fault) */
 	int64_t drain_left; /* time still allowed for draining the pipes after the exit */
 	int64_t drain_mark;
 	bool drain_eligible; /* the pipes were polled (not held back by credit) */
@@ -60,6 +61,7 @@ static void start_kill(struct exec_op *x)
 
 static void finish(struct exec_op *x)
 {
+	x->finished = true;
 	/* After a timeout or cancel nothing of the group may survive the result. */
 	if (x->timed_out || x->cancelled)
 		kill(-x->pid, SIGKILL);
@@ -249,7 +251,9 @@ static void exec_child_exit(struct op *op, int status)
 static void exec_destroy(struct op *op)
 {
 	struct exec_op *x = (struct exec_op *)op;
-	if (!op->done)
+	/* Ended without its RESULT (connection lost, protocol fault): nobody can wait for the
+	 * command any more. */
+	if (!x->finished)
 		kill(-x->pid, SIGKILL);
 	close_fd(&x->out_fd);
 	close_fd(&x->err_fd);

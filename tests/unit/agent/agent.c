@@ -662,6 +662,16 @@ static void test_escapes(void **state)
 	assert_int_equal(stat("/etc/passwd", &st), 0);
 }
 
+static bool gone(pid_t pid)
+{
+	for (int i = 0; i < 300; i++) {
+		if (kill(pid, 0) < 0 && errno == ESRCH)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
 static void test_protocol_errors(void **state)
 {
 	struct client *c = *state;
@@ -715,15 +725,21 @@ static void test_protocol_errors(void **state)
 	assert_true(client_ping(c, 13));
 
 	/* A second REQUEST on an open channel ends that operation with one ERROR. */
-	client_request(c, 14, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"5\"]}");
+	client_request(c, 14,
+		       "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"echo $$; exec sleep 5\"]}");
+	assert_int_equal(client_next(c, 14, &f, 5000), 0);
+	assert_int_equal(f.type, GUEST_STDOUT);
+	pid_t victim = (pid_t)atoi((char *)f.payload);
+	frame_free(&f);
 	client_request(c, 14, "{\"op\":\"ping\"}");
 	assert_int_equal(client_wait(c, 14, &r, 5000), 0);
 	assert_int_equal(r.type, GUEST_ERROR);
 	assert_string_equal(reply_str(&r, "code"), "EPROTO");
 	reply_free(&r);
 	assert_true(client_ping(c, 15));
-	/* Nothing more arrives on 14. */
+	/* Nothing more arrives on 14, and its command was killed. */
 	assert_int_equal(client_next(c, 14, &f, 300), -ETIMEDOUT);
+	assert_true(gone(victim));
 
 	/* A malformed WINDOW on an open channel. */
 	client_request(c, 16, "{\"op\":\"exec\",\"argv\":[\"sleep\",\"5\"]}");
@@ -839,16 +855,6 @@ static void test_max_ops(void **state)
 		reply_free(&r);
 	}
 	assert_true(client_ping(c, 300));
-}
-
-static bool gone(pid_t pid)
-{
-	for (int i = 0; i < 300; i++) {
-		if (kill(pid, 0) < 0 && errno == ESRCH)
-			return true;
-		usleep(10000);
-	}
-	return false;
 }
 
 static void test_eof_kills_children(void **state)
