@@ -8,9 +8,10 @@
 #   format     clang-format --dry-run over the tracked C sources (one test)
 #   unit       `meson test --suite unit` in the ASan/UBSan build; every cmocka case counts
 #   fuzz       `meson test --suite fuzz` in the libFuzzer build; every target counts once
-#   sub-runners listed in `runners` below. Each is a script that prints, as its last such
-#              line, `N passed, N failed[, N skipped]`, and one `SKIP <test>: <reason>` line
-#              per skipped test; it exits non-zero when anything failed.
+#   sub-runners listed in `runners` below. Each is a script (with arguments) that prints, as
+#              its last such line, `N passed, N failed[, N skipped]`, and one
+#              `SKIP <test>: <reason>` line per skipped test; it exits non-zero when anything
+#              failed. It is not present while the script, or a path among its arguments, is not.
 #
 # Logs go to $TEST_LOG_DIR.
 #
@@ -31,14 +32,15 @@ log_dir=${TEST_LOG_DIR:-build/test-logs}
 budget=${TEST_BUDGET_SECONDS:-4200}
 suite_max=${TEST_SUITE_SECONDS:-1800}
 
-# Sub-runners: "name path". Add a line here for a new one.
+# Sub-runners: "name script [arguments]". Add a line here for a new one.
 runners=(
 	"templates tests/templates/run.sh"
 	"integration tests/integration/run.sh"
 	"net tests/net/run.sh"
 	"mcp tests/mcp/run.sh"
 	"sdk-typescript sdk/typescript/run-tests.sh"
-	"sdk-python sdk/python/run-tests.sh"
+	"sdk-python tests/integration/run.sh sdk/python/tests"
+	"cli tests/integration/run.sh tests/cli"
 	"e2e tests/e2e/run.sh"
 )
 
@@ -148,13 +150,16 @@ meson_suite() {
 	record "$name" "$p" "$f" "$s"
 }
 
-# sub_runner NAME SCRIPT: runs a script that reports its own counts.
+# sub_runner NAME SCRIPT [ARGS...]: runs a script that reports its own counts.
 sub_runner() {
-	local name=$1 script=$2 log="$log_dir/$1.log" rc left limit summary
-	if [[ ! -f $script ]]; then
-		not_present "$name" "$script"
-		return
-	fi
+	local name=$1 script=$2 log="$log_dir/$1.log" rc left limit summary arg
+	local args=("${@:3}")
+	for arg in "$script" "${args[@]}"; do
+		if [[ $arg == */* && ! -e $arg ]]; then
+			not_present "$name" "$arg"
+			return
+		fi
+	done
 	left=$((budget - (SECONDS - start)))
 	limit=$((left < suite_max ? left : suite_max))
 	if ((limit < 60)); then
@@ -162,8 +167,8 @@ sub_runner() {
 		record "$name" 0 1 0
 		return
 	fi
-	echo "== suite $name ($script, at most ${limit}s)"
-	timeout --kill-after=30 "$limit" bash "$script" 2>&1 </dev/null | tee "$log"
+	echo "== suite $name (${script}${args[*]:+ ${args[*]}}, at most ${limit}s)"
+	timeout --kill-after=30 "$limit" bash "$script" "${args[@]}" 2>&1 </dev/null | tee "$log"
 	rc=${PIPESTATUS[0]}
 	summary=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" |
 		tail -n 1)
@@ -188,20 +193,29 @@ sub_runner() {
 	record "$name" "$p" "$f" "$s"
 }
 
-suite_build
-suite_format
-meson_suite unit "$asan_build" --cmocka
-meson_suite fuzz "$fuzz_build"
-for entry in "${runners[@]}"; do
-	sub_runner "${entry%% *}" "${entry#* }"
-done
+main() {
+	local entry words summary
+	suite_build
+	suite_format
+	meson_suite unit "$asan_build" --cmocka
+	meson_suite fuzz "$fuzz_build"
+	for entry in "${runners[@]}"; do
+		read -r -a words <<<"$entry"
+		sub_runner "${words[@]}"
+	done
 
-if ((${#skip_lines[@]} > 0)); then
-	echo "skipped tests:"
-	printf '  %s\n' "${skip_lines[@]}"
-fi
-echo "time: $((SECONDS - start))s"
-summary="$passed passed, $failed failed"
-((skipped > 0)) && summary+=", $skipped skipped"
-echo "$summary"
-((failed == 0))
+	if ((${#skip_lines[@]} > 0)); then
+		echo "skipped tests:"
+		printf '  %s\n' "${skip_lines[@]}"
+	fi
+	echo "time: $((SECONDS - start))s"
+	summary="$passed passed, $failed failed"
+	((skipped > 0)) && summary+=", $skipped skipped"
+	echo "$summary"
+	((failed == 0))
+}
+
+# Bash reads a script as it runs it: with everything inside main, an edit to this file while a
+# run is going on cannot change what that run does.
+main "$@"
+exit

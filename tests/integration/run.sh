@@ -3,17 +3,21 @@
 # Prints unittest's verbose output, a `SKIP <test>: <reason>` line per skipped test, and last
 # `N passed, N failed, N skipped`; exits non-zero when a test failed.
 #
+# Usage: tests/integration/run.sh [DIR [PATTERN]]   (default tests/integration 'test_*.py';
+#        other unittest suites that use the harness, such as the Python SDK's, run the same way)
 # Environment: DRIVER (the daemon's SANDBOX_DRIVER, default jail), SANDBOXD (the binary,
 # default build/src/sandboxd); see harness.py for the rest.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 
 export DRIVER=${DRIVER:-jail}
-echo "integration: driver $DRIVER, daemon ${SANDBOXD:-build/src/sandboxd}"
+dir=${1:-tests/integration}
+pattern=${2:-test_*.py}
+echo "$dir: driver $DRIVER, daemon ${SANDBOXD:-build/src/sandboxd}"
 
-# The same as `python3 -m unittest discover -s tests/integration -p 'test_*.py' -v`, with a
-# result that counts each test once (a test with failing subtests is one failure).
-exec python3 -u - "$@" <<'PY'
+# The same as `python3 -m unittest discover -s DIR -p PATTERN -v`, with a result that counts
+# each test once (a test with failing subtests is one failure).
+exec python3 -u - "$dir" "$pattern" <<'PY'
 import sys
 import unittest
 
@@ -61,7 +65,7 @@ class CountingResult(unittest.TextTestResult):
             self._set(test, "fail" if failure else "skip")
 
 
-suite = unittest.defaultTestLoader.discover("tests/integration", pattern="test_*.py")
+suite = unittest.defaultTestLoader.discover(sys.argv[1], pattern=sys.argv[2])
 runner = unittest.TextTestRunner(verbosity=2, resultclass=CountingResult, stream=sys.stdout)
 result = runner.run(suite)
 
