@@ -7,6 +7,7 @@ disturb the checks."""
 import glob
 import os
 import re
+import time
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PARENT = "agent-sandbox"
@@ -201,3 +202,14 @@ def _comm(pid):
             return f.read().strip()
     except OSError:
         return "?"
+
+
+def wait_all_gone(footprint, sandbox_ids_=(), words=(), timeout=30):
+    """Waits until nothing of footprint remains (at most timeout seconds); returns what is
+    left then (an empty list when everything went)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = footprint.leftovers(sandbox_ids_, words)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)

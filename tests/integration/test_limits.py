@@ -1,0 +1,134 @@
+"""Limits: output caps, request size, the pids and memory limits of a sandbox. One daemon with
+small limits serves the class."""
+
+import subprocess
+import unittest
+
+import helpers_host as host
+from helpers_exec import DaemonTestCase, joined
+
+MiB = 1024 * 1024
+OUTPUT_CAP = 1 * MiB
+BODY_CAP = 256 * 1024
+MEMORY_LIMIT = 64 * MiB
+PIDS_MAX = 64
+
+
+class LimitsTest(DaemonTestCase):
+    daemon_env = {
+        "SANDBOX_MAX_OUTPUT_BYTES": str(OUTPUT_CAP),
+        "SANDBOX_MAX_BODY_BYTES": str(BODY_CAP),
+        "VM_MEMORY_LIMIT_BYTES": str(MEMORY_LIMIT),
+        "SANDBOX_PIDS_MAX": str(PIDS_MAX),
+    }
+
+    def assertDaemonHealthy(self):
+        status, _, body = self.d.get("/health", timeout=10)
+        self.assertEqual(status, 200, body)
+        sid = self.session("healthy")
+        self.assertEqual(self.stdout_of(sid, "echo ok"), "ok\n")
+
+    def sandbox_of(self, sid):
+        """The sandbox id the daemon logged for a session."""
+        for entry in self.d.logs():
+            msg = entry.get("msg", "")
+            if msg.startswith(f"session {sid} ready"):
+                ids = host.sandbox_ids(msg)
+                if ids:
+                    return ids[0]
+        self.fail(f"no sandbox id logged for session {sid}")
+
+    def test_buffered_output_flood_is_truncated_at_the_cap(self):
+        sid = self.session()
+        status, body = self.execute(sid, "yes | head -c 100000000; echo done >&2",
+                                    http_timeout=120)
+        self.assertEqual(status, 200, str(body)[:500])
+        self.assertEqual(body["exitCode"], 0)
+        self.assertIs(body.get("truncated"), True, {k: v for k, v in body.items()
+                                                    if k != "output"})
+        self.assertEqual(body.get("outputLimit"), OUTPUT_CAP)
+        text = joined(body["output"])
+        size = len(text.encode())
+        self.assertLessEqual(size, OUTPUT_CAP)
+        self.assertGreater(size, OUTPUT_CAP - 64 * 1024, "far less output than the cap")
+        self.assertEqual(set(text), {"y", "\n"})
+        self.assertDaemonHealthy()
+
+    def test_streamed_output_is_complete_beyond_the_buffered_cap(self):
+        sid = self.session()
+        total = 20 * MiB
+        with self.stream_execute(sid, f"yes | head -c {total}", http_timeout=120) as s:
+            got = 0
+            result = None
+            for item in s.ndjson():
+                if item["type"] == "stream":
+                    got += len(item["data"].encode())
+                else:
+                    result = item
+        self.assertEqual(result["type"], "result", result)
+        self.assertEqual(result["exitCode"], 0)
+        self.assertNotIn("truncated", result)
+        self.assertEqual(got, total)
+
+    def test_oversize_body_is_413_json(self):
+        sid = self.session()
+        content = "x" * (BODY_CAP * 2)
+        try:
+            status, headers, body = self.d.post(f"/exec/{sid}/write",
+                                                body={"path": "big", "content": content},
+                                                timeout=30)
+        except (ConnectionResetError, BrokenPipeError) as e:
+            self.fail(f"the connection was dropped instead of a 413 reply: {e!r}")
+        self.assertJsonError(status, headers, body, 413)
+        self.assertNotIn(sid, self.listed_sessions())
+        # A body just under the limit is fine.
+        status, _, body = self.d.post(f"/exec/{sid}/write",
+                                      body={"path": "ok", "content": "y" * (BODY_CAP // 2)})
+        self.assertEqual(status, 200, body)
+        self.assertDaemonHealthy()
+
+    def test_fork_bomb_is_contained(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        sandbox = self.sandbox_of(sid)
+        status, body = self.execute(sid, "b() { b | b & }; b; sleep 3", timeout=8000,
+                                    http_timeout=120)
+        self.assertEqual(status, 200, body)
+        # The host can still make processes and the daemon answers.
+        subprocess.run(["true"], check=True, timeout=10)
+        self.assertDaemonHealthy()
+        # The session can be destroyed, and all of it goes.
+        footprint = host.Footprint()
+        footprint.record_sandbox(sandbox)
+        status, _, body = self.d.delete(f"/exec/{sid}", timeout=60)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(host.wait_all_gone(footprint, [sandbox]), [])
+
+    def test_memory_hog_is_killed_with_a_clear_result(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        # dd's buffer is bigger than the whole sandbox may use: it is killed filling it.
+        status, body = self.execute(sid, "dd", args=["if=/dev/zero", "of=/dev/null",
+                                                     f"bs={4 * MEMORY_LIMIT}", "count=1"],
+                                    timeout=60000, http_timeout=120)
+        self.assertEqual(status, 200, body)
+        self.assertIsNone(body["exitCode"], body)
+        self.assertEqual(body.get("signal"), "SIGKILL", body)
+        self.assertIs(body.get("oomKilled"), True, body)
+        self.assertIn("memory", body.get("error", ""))
+        # The session lives on.
+        self.assertEqual(self.stdout_of(sid, "echo still here"), "still here\n")
+        status, body = self.execute(sid, "echo fine")
+        self.assertNotIn("oomKilled", body)
+
+    def test_many_small_writes_within_the_body_limit(self):
+        sid = self.session()
+        for i in range(20):
+            status, _, body = self.d.post(f"/exec/{sid}/write",
+                                          body={"path": f"f{i}", "content": str(i)})
+            self.assertEqual(status, 200, body)
+        self.assertEqual(self.stdout_of(sid, "cat f0 f19"), "019")
+
+
+if __name__ == "__main__":
+    unittest.main()
