@@ -1,0 +1,751 @@
+/* The firecracker driver: each sandbox is a Firecracker microVM inside Firecracker's jailer
+ * (chroot, dropped uid/gid, new pid namespace, cgroups, seccomp by Firecracker itself),
+ * restored from its template's snapshot, reached over vsock.
+ *
+ * Layout per VM: <FIRECRACKER_JAIL_BASE>/firecracker/<id>/root is the chroot, holding hard
+ * links (or copies) of the template's files under fixed names, the API socket at
+ * /run/firecracker.socket and the vsock socket at /v.sock. Because every VM has its own
+ * chroot and its own network namespace, those names are the same in every restore as at
+ * snapshot time, so restores never need Firecracker's vsock or network overrides.
+ *
+ * Per template (prepare): boot once from the kernel and rootfs, wait for the agent, pause,
+ * take a Full snapshot, keep it in <template>/firecracker/ with a meta.json that names what it
+ * was made from; a snapshot that no longer matches (kernel, rootfs, Firecracker version,
+ * machine size) is rebuilt, never used. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kvm.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver/cgroup.h"
+#include "driver/driver.h"
+#include "driver/fc_api.h"
+#include "driver/jailer.h"
+#include "guest/proto.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+
+extern char **environ;
+
+#define FC_AGENT_PORT      5000
+#define FC_GUEST_CID       3
+#define API_TIMEOUT_MS     10000
+#define BOOT_TIMEOUT_MS    60000
+#define RESTORE_TIMEOUT_MS 15000
+#define CONSOLE_TAIL       2048
+
+struct fc_vm {
+	char *jail_dir; /* <base>/firecracker/<id> */
+	char *root;     /* <jail_dir>/root */
+	char *api_sock; /* host path of the API socket */
+	char *vsock;    /* host path of the vsock socket */
+	pid_t jailer;   /* our child, the jailer (it exits once Firecracker runs) */
+	pid_t vmm;      /* Firecracker, from <root>/firecracker.pid */
+	struct cgroup *cg;
+	struct fc_version version;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct cgroup_root cgroots;
+	bool have_cgroots;
+} F = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* --- probe and init ----------------------------------------------------------------- */
+
+static int kvm_usable(struct err *err)
+{
+	_cleanup_close_ int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, errno, "/dev/kvm is not usable");
+	if (ioctl(fd, KVM_GET_API_VERSION, 0) != KVM_API_VERSION)
+		return err_set(err, ENODEV, "/dev/kvm speaks an unexpected API version");
+	int vm = ioctl(fd, KVM_CREATE_VM, 0);
+	if (vm < 0)
+		return err_sys(err, errno, "KVM cannot create a VM");
+	close(vm);
+	return 0;
+}
+
+static int fc_probe(const struct config *cfg, struct err *err)
+{
+	if (access(cfg->fc_bin, X_OK) < 0)
+		return err_sys(err, errno, "firecracker binary `%s`", cfg->fc_bin);
+	if (access(cfg->fc_jailer_bin, X_OK) < 0)
+		return err_sys(err, errno, "jailer binary `%s`", cfg->fc_jailer_bin);
+	return kvm_usable(err);
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+	_cleanup_free_ char *p = xstrdup(path);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return mkdir(p, mode) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+static int fc_init(const struct config *cfg, struct err *err)
+{
+	int r = mkdir_p(cfg->fc_jail_base, 0711);
+	if (r < 0)
+		return err_sys(err, -r, "cannot create `%s`", cfg->fc_jail_base);
+	pthread_mutex_lock(&F.lock);
+	if (!F.have_cgroots) {
+		r = cgroup_root_detect("/sys/fs/cgroup", &F.cgroots, err);
+		if (r == 0)
+			r = cgroup_init(&F.cgroots, err);
+		F.have_cgroots = r == 0;
+	}
+	pthread_mutex_unlock(&F.lock);
+	return r;
+}
+
+/* --- the VM process ----------------------------------------------------------------- */
+
+static char *console_tail(const struct fc_vm *vm)
+{
+	_cleanup_free_ char *path = xasprintf("%s/console.log", vm->jail_dir);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return xstrdup("");
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t start = end > CONSOLE_TAIL ? end - CONSOLE_TAIL : 0;
+	char *buf = xcalloc(1, CONSOLE_TAIL + 1);
+	ssize_t n = pread(fd, buf, CONSOLE_TAIL, start);
+	if (n > 0)
+		buf[n] = '\0';
+	return buf;
+}
+
+static void vm_free(struct fc_vm *vm)
+{
+	if (!vm)
+		return;
+	free(vm->jail_dir);
+	free(vm->root);
+	free(vm->api_sock);
+	free(vm->vsock);
+	cgroup_free(vm->cg);
+	free(vm);
+}
+
+static bool pid_alive(pid_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/* Stops the VM and removes its jail and cgroup. Never fails; logs what it cannot undo. */
+static void vm_teardown(struct fc_vm *vm, const char *id)
+{
+	if (vm->vmm > 0) {
+		int pfd = (int)syscall(SYS_pidfd_open, vm->vmm, 0);
+		kill(vm->vmm, SIGKILL);
+		if (pfd >= 0) {
+			struct pollfd p = { .fd = pfd, .events = POLLIN };
+			poll(&p, 1, 5000);
+			close(pfd);
+		} else {
+			for (int i = 0; i < 500 && pid_alive(vm->vmm); i++)
+				poll(NULL, 0, 10);
+		}
+	}
+	if (vm->jailer > 0) {
+		kill(vm->jailer, SIGKILL);
+		waitpid(vm->jailer, NULL, 0);
+	}
+	if (vm->cg) {
+		struct err e;
+		if (cgroup_remove(vm->cg, &e) < 0)
+			log_warn("firecracker", "sandbox %s: %s", id, e.msg);
+	}
+	if (vm->jail_dir && fc_rm_rf(vm->jail_dir) < 0)
+		log_warn("firecracker", "sandbox %s: cannot remove `%s`", id, vm->jail_dir);
+}
+
+static int read_pid_file(const char *path, pid_t *ret)
+{
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	int pid = 0;
+	if (!f || fscanf(f, "%d", &pid) != 1 || pid <= 0)
+		return -ENOENT;
+	*ret = pid;
+	return 0;
+}
+
+static int cgroup_version_now(void)
+{
+	struct statfs sf;
+	if (statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type == 0x63677270 /* CGROUP2 */)
+		return 2;
+	return 1;
+}
+
+/* Starts the jailer for sandbox `id`; on success the API socket answers. */
+static int vm_start(const struct config *cfg, const char *id, const struct sandbox_limits *l,
+		    const char *netns, struct fc_vm **ret, struct err *err)
+{
+	_cleanup_free_ char *console = NULL, *pidfile = NULL;
+	struct fc_vm *vm = xcalloc(1, sizeof(*vm));
+	vm->jail_dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
+	vm->root = xasprintf("%s/root", vm->jail_dir);
+	vm->api_sock = xasprintf("%s%s", vm->root, FC_API_SOCK);
+	vm->vsock = xasprintf("%s%s", vm->root, FC_VSOCK_UDS);
+	int r;
+	if (strlen(vm->api_sock) > FC_SUN_PATH_MAX || strlen(vm->vsock) > FC_SUN_PATH_MAX) {
+		r = err_set(err, ENAMETOOLONG,
+			    "FIRECRACKER_JAIL_BASE `%s` is too long: the socket path `%s` exceeds "
+			    "%d bytes",
+			    cfg->fc_jail_base, vm->api_sock, FC_SUN_PATH_MAX);
+		goto fail;
+	}
+	if (access(vm->jail_dir, F_OK) == 0) {
+		r = err_set(err, EEXIST, "jail `%s` already exists", vm->jail_dir);
+		goto fail;
+	}
+	if ((r = mkdir_p(vm->root, 0750)) < 0) {
+		err_sys(err, -r, "cannot create `%s`", vm->root);
+		goto fail;
+	}
+	if (chown(vm->root, 0, cfg->fc_gid) < 0) {
+		r = err_sys(err, errno, "chown `%s`", vm->root);
+		goto fail;
+	}
+
+	struct fc_jail_spec js = {
+		.jailer_bin = cfg->fc_jailer_bin,
+		.fc_bin = cfg->fc_bin,
+		.id = id,
+		.chroot_base = cfg->fc_jail_base,
+		.netns_path = netns,
+		.uid = cfg->fc_uid,
+		.gid = cfg->fc_gid,
+		.cgroup_version = cgroup_version_now(),
+		.parent_cgroup = CGROUP_PARENT,
+		.memory_bytes = l->memory_bytes,
+		.cpu_quota_us = l->cpu_quota_us,
+		.cpu_period_us = l->cpu_period_us,
+		.pids_max = l->pids_max,
+		.nofile = l->nofile,
+	};
+	char **argv = fc_jailer_argv(&js);
+	console = xasprintf("%s/console.log", vm->jail_dir);
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, console, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	posix_spawnattr_t sa;
+	posix_spawnattr_init(&sa);
+	posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
+	sigset_t none;
+	sigemptyset(&none);
+	posix_spawnattr_setsigmask(&sa, &none);
+	r = posix_spawn(&vm->jailer, argv[0], &fa, &sa, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&sa);
+	fc_argv_free(argv);
+	if (r != 0) {
+		vm->jailer = 0;
+		r = err_sys(err, r, "cannot start the jailer `%s`", cfg->fc_jailer_bin);
+		goto fail;
+	}
+	if ((r = fc_api_wait(vm->api_sock, API_TIMEOUT_MS, err)) < 0) {
+		_cleanup_free_ char *tail = console_tail(vm);
+		err_wrap(err, "%s", *tail ? tail : "firecracker did not start");
+		goto fail;
+	}
+	pidfile = xasprintf("%s/firecracker.pid", vm->root);
+	if (read_pid_file(pidfile, &vm->vmm) < 0)
+		log_warn("firecracker", "sandbox %s: no pid file from the jailer", id);
+	/* The jailer has handed over to Firecracker in its new pid namespace. */
+	waitpid(vm->jailer, NULL, WNOHANG);
+	if (F.have_cgroots && cgroup_open(&F.cgroots, id, &vm->cg, NULL) < 0)
+		vm->cg = NULL;
+	if ((r = fc_api_version(vm->api_sock, &vm->version, err)) < 0)
+		goto fail;
+	*ret = vm;
+	return 0;
+fail:
+	vm_teardown(vm, id);
+	vm_free(vm);
+	return r;
+}
+
+/* --- vsock and the agent ------------------------------------------------------------ */
+
+static int read_line(int fd, char *buf, size_t cap, long deadline)
+{
+	size_t n = 0;
+	while (n + 1 < cap) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long left = deadline - now_ms();
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return -ETIMEDOUT;
+		ssize_t r = read(fd, buf + n, 1);
+		if (r <= 0)
+			return r == 0 ? -ECONNRESET : -errno;
+		if (buf[n++] == '\n')
+			break;
+	}
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Connects to the agent's vsock port through Firecracker's socket: "CONNECT 5000\n" in one
+ * write, then "OK <port>\n". The agent may not listen yet (or again, after a restore), so
+ * refusals are retried until the deadline. */
+static int vsock_connect(const char *uds, long timeout_ms, int *ret, struct err *err)
+{
+	long deadline = now_ms() + timeout_ms;
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", uds);
+	char last[128] = "no attempt";
+	while (now_ms() < deadline) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return err_sys(err, errno, "socket");
+		if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+			char cmd[32];
+			int n = snprintf(cmd, sizeof(cmd), "CONNECT %d\n", FC_AGENT_PORT);
+			char line[64];
+			if (write(fd, cmd, (size_t)n) == n &&
+			    read_line(fd, line, sizeof(line), deadline) == 0 &&
+			    strncmp(line, "OK ", 3) == 0) {
+				*ret = fd;
+				return 0;
+			}
+			snprintf(last, sizeof(last), "the guest did not accept port %d",
+				 FC_AGENT_PORT);
+		} else {
+			snprintf(last, sizeof(last), "%s", strerror(errno));
+		}
+		close(fd);
+		poll(NULL, 0, 10);
+	}
+	return err_set(err, ETIMEDOUT, "cannot reach the agent over vsock within %ld ms (%s)",
+		       timeout_ms, last);
+}
+
+/* One ping through the guest protocol, for the snapshot build (the session layer does its own
+ * first exchange for sessions). */
+static int agent_ping(int fd, long timeout_ms, struct err *err)
+{
+	static const char req[] = "{\"op\":\"ping\"}";
+	uint8_t hdr[GUEST_HDR_LEN];
+	guest_frame_header(hdr, GUEST_REQUEST, 1, sizeof(req) - 1);
+	if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
+	    write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1))
+		return err_sys(err, errno, "cannot write to the agent");
+	long deadline = now_ms() + timeout_ms;
+	uint8_t buf[4096];
+	size_t have = 0;
+	struct guest_decoder dec;
+	guest_decoder_init(&dec, sizeof(buf) - GUEST_HDR_LEN);
+	for (;;) {
+		struct guest_frame f;
+		size_t used = 0;
+		enum guest_decode_status st = guest_decode(&dec, buf, have, &f, &used);
+		if (st == GUEST_DECODE_FRAME && f.channel == 1 &&
+		    (f.type == GUEST_RESULT || f.type == GUEST_ERROR))
+			return f.type == GUEST_RESULT
+				       ? 0
+				       : err_set(err, EPROTO, "the agent refused a ping");
+		if (used) {
+			memmove(buf, buf + used, have - used);
+			have -= used;
+			continue;
+		}
+		if (have == sizeof(buf))
+			return err_set(err, EPROTO, "unexpected data from the agent");
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long left = deadline - now_ms();
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return err_set(err, ETIMEDOUT, "the agent did not answer a ping");
+		ssize_t n = read(fd, buf + have, sizeof(buf) - have);
+		if (n <= 0)
+			return err_set(err, ECONNRESET, "the agent closed the connection");
+		have += (size_t)n;
+	}
+}
+
+/* --- template snapshots ------------------------------------------------------------- */
+
+static char *file_digest(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return NULL;
+	/* Identity by size and change time: hashing a rootfs on every create is too slow. */
+	return xasprintf("%lld:%lld.%09ld:%llu", (long long)st.st_size,
+			 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+			 (unsigned long long)st.st_ino);
+}
+
+static char *boot_args(const struct sandbox_limits *l)
+{
+	return xasprintf("console=ttyS0 reboot=k panic=1 pci=off quiet root=/dev/vda ro "
+			 "init=/sbin/sandbox-agent sandbox.channel=vsock:%d "
+			 "sandbox.workspace_mib=%llu",
+			 FC_AGENT_PORT, (unsigned long long)(l->workspace_bytes >> 20));
+}
+
+/* What a snapshot was made from; a snapshot is used only when this matches exactly. */
+static json_t *snapshot_identity(const struct config *cfg, const struct template *t,
+				 const struct sandbox_limits *l, const struct fc_version *v)
+{
+	_cleanup_free_ char *kernel = xasprintf("%s/vmlinux", cfg->artifacts_dir);
+	_cleanup_free_ char *kd = file_digest(kernel);
+	_cleanup_free_ char *rd = t->rootfs_img ? file_digest(t->rootfs_img) : NULL;
+	_cleanup_free_ char *args = boot_args(l);
+	_cleanup_free_ char *ver = xasprintf("%u.%u.%u", v->major, v->minor, v->patch);
+	return json_pack("{s:s, s:s?, s:s?, s:I, s:I, s:s}", "firecracker", ver, "kernel", kd,
+			 "rootfs", rd, "memMib", (json_int_t)l->mem_mib, "vcpus",
+			 (json_int_t)l->vcpus, "bootArgs", args);
+}
+
+static int put(struct fc_vm *vm, const char *path, json_t *body, struct err *err)
+{
+	int r = fc_api_call(vm->api_sock, "PUT", path, body, NULL, API_TIMEOUT_MS, err);
+	json_decref(body);
+	return r;
+}
+
+/* Boots the template once in a throwaway jail and takes its snapshot into `out_dir`. */
+static int build_snapshot(const struct config *cfg, struct template *t,
+			  const struct sandbox_limits *l, const char *out_dir, json_t **ret_meta,
+			  struct err *err)
+{
+	char hex[9];
+	snprintf(hex, sizeof(hex), "%08lx", (unsigned long)(now_ms() & 0xffffffff));
+	_cleanup_free_ char *id = xasprintf("tpl-%s", hex);
+	_cleanup_free_ char *kernel = xasprintf("%s/vmlinux", cfg->artifacts_dir);
+	if (!t->rootfs_img)
+		return err_set(err, ENOENT, "template %s has no rootfs.ext4", t->name);
+	if (access(kernel, R_OK) < 0)
+		return err_sys(err, errno, "guest kernel `%s`", kernel);
+
+	_cleanup_free_ char *args = boot_args(l);
+	struct fc_vm *vm = NULL;
+	int r = vm_start(cfg, id, l, NULL, &vm, err);
+	if (r < 0)
+		return r;
+	int fd = -1;
+	if ((r = fc_jail_stage(vm->root, kernel, "vmlinux", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
+		    0 ||
+	    (r = fc_jail_stage(vm->root, t->rootfs_img, "rootfs.ext4", cfg->fc_uid, cfg->fc_gid,
+			       0400, err)) < 0)
+		goto out;
+	if ((r = put(vm, "/machine-config",
+		     json_pack("{s:i, s:i, s:b}", "vcpu_count", (int)l->vcpus, "mem_size_mib",
+			       (int)l->mem_mib, "smt", 0),
+		     err)) < 0 ||
+	    (r = put(vm, "/boot-source",
+		     json_pack("{s:s, s:s}", "kernel_image_path", "/vmlinux", "boot_args", args),
+		     err)) < 0 ||
+	    (r = put(vm, "/drives/rootfs",
+		     json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "rootfs", "path_on_host",
+			       "/rootfs.ext4", "is_root_device", 1, "is_read_only", 1),
+		     err)) < 0 ||
+	    (r = put(vm, "/vsock",
+		     json_pack("{s:i, s:s}", "guest_cid", FC_GUEST_CID, "uds_path", FC_VSOCK_UDS),
+		     err)) < 0 ||
+	    (r = put(vm, "/entropy", json_object(), err)) < 0 ||
+	    (r = put(vm, "/actions", json_pack("{s:s}", "action_type", "InstanceStart"), err)) < 0)
+		goto out;
+	if ((r = vsock_connect(vm->vsock, BOOT_TIMEOUT_MS, &fd, err)) < 0 ||
+	    (r = agent_ping(fd, BOOT_TIMEOUT_MS, err)) < 0) {
+		_cleanup_free_ char *tail = console_tail(vm);
+		err_wrap(err, "booting template %s%s%s", t->name, *tail ? "; console: " : "", tail);
+		goto out;
+	}
+	close(fd);
+	fd = -1;
+	if ((r = fc_api_call(vm->api_sock, "PATCH", "/vm", json_pack("{s:s}", "state", "Paused"),
+			     NULL, API_TIMEOUT_MS, err)) < 0)
+		goto out;
+	if ((r = put(vm, "/snapshot/create",
+		     json_pack("{s:s, s:s, s:s}", "snapshot_type", "Full", "snapshot_path",
+			       "/vmstate", "mem_file_path", "/memory"),
+		     err)) < 0)
+		goto out;
+	*ret_meta = snapshot_identity(cfg, t, l, &vm->version);
+	/* The snapshot files move out of the jail before it is removed. */
+	const char *names[] = { "vmstate", "memory" };
+	for (size_t i = 0; i < 2; i++) {
+		_cleanup_free_ char *src = xasprintf("%s/%s", vm->root, names[i]);
+		_cleanup_free_ char *dst = xasprintf("%s/%s", out_dir, names[i]);
+		if (rename(src, dst) < 0 && (errno != EXDEV || fc_copy_file(src, dst, 0640) < 0)) {
+			r = err_sys(err, errno, "cannot keep snapshot file `%s`", src);
+			goto out;
+		}
+		if (chown(dst, 0, cfg->fc_gid) < 0 || chmod(dst, 0640) < 0) {
+			r = err_sys(err, errno, "cannot set owner of `%s`", dst);
+			goto out;
+		}
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	vm_teardown(vm, id);
+	vm_free(vm);
+	return r;
+}
+
+/* The version of the installed binary, from `firecracker --version`. */
+static int binary_version(const char *bin, struct fc_version *ret, struct err *err)
+{
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return err_sys(err, errno, "pipe");
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	char *argv[] = { (char *)bin, (char *)"--version", NULL };
+	pid_t pid;
+	int r = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(pipefd[1]);
+	if (r != 0) {
+		close(pipefd[0]);
+		return err_sys(err, r, "cannot run `%s --version`", bin);
+	}
+	char buf[256] = "";
+	ssize_t n = read(pipefd[0], buf, sizeof(buf) - 1);
+	close(pipefd[0]);
+	waitpid(pid, NULL, 0);
+	if (n > 0)
+		buf[n] = '\0';
+	const char *v = strstr(buf, "v");
+	if (!v || fc_version_parse(v, ret) < 0)
+		return err_set(err, EBADMSG, "cannot read the version of `%s`", bin);
+	return 0;
+}
+
+static void template_limits(const struct config *cfg, const struct template *t,
+			    struct sandbox_limits *l)
+{
+	*l = (struct sandbox_limits){
+		.memory_bytes = cfg->memory_limit,
+		.cpu_quota_us = cfg->cpu_quota_us,
+		.cpu_period_us = cfg->cpu_period_us,
+		.pids_max = cfg->pids_max,
+		.workspace_bytes = cfg->disk_limit,
+		.nofile = cfg->nofile,
+		.vcpus = t->vcpus ? t->vcpus : cfg->vcpus,
+		.mem_mib = t->mem_mib ? t->mem_mib : cfg->mem_mib,
+	};
+}
+
+static int fc_prepare(const struct config *cfg, struct template *t, struct err *err)
+{
+	struct sandbox_limits l;
+	template_limits(cfg, t, &l);
+	struct fc_version v;
+	int r = binary_version(cfg->fc_bin, &v, err);
+	if (r < 0)
+		return r;
+	json_t *want = snapshot_identity(cfg, t, &l, &v);
+	_cleanup_free_ char *dir = xasprintf("%s/firecracker", t->dir);
+	_cleanup_free_ char *meta_path = xasprintf("%s/meta.json", dir);
+	_cleanup_free_ char *tmp = xasprintf("%s.tmp", dir);
+
+	pthread_mutex_lock(&F.lock);
+	/* Another daemon on the same artifacts must not build the same snapshot at once. */
+	_cleanup_free_ char *lock_path = xasprintf("%s/.firecracker.lock", t->dir);
+	int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock >= 0)
+		flock(lock, LOCK_EX);
+	json_t *have = json_load_file(meta_path, 0, NULL);
+	if (have && json_equal(have, want)) {
+		r = 0;
+		goto out;
+	}
+	if (have)
+		log_info("firecracker", "snapshot of template %s is stale: rebuilding", t->name);
+	fc_rm_rf(tmp);
+	if (mkdir(tmp, 0750) < 0 || chown(tmp, 0, cfg->fc_gid) < 0) {
+		r = err_sys(err, errno, "cannot create `%s`", tmp);
+		goto out;
+	}
+	long t0 = now_ms();
+	json_t *meta = NULL;
+	r = build_snapshot(cfg, t, &l, tmp, &meta, err);
+	if (r == 0) {
+		_cleanup_free_ char *tmp_meta = xasprintf("%s/meta.json", tmp);
+		_cleanup_free_ char *old = xasprintf("%s.old", dir);
+		/* Swap the new snapshot in: meta.json last, so a half-written one never matches. */
+		if (json_dump_file(meta, tmp_meta, JSON_INDENT(2)) < 0)
+			r = err_sys(err, errno, "cannot write `%s`", tmp_meta);
+		else if (fc_rm_rf(old) < 0 || (rename(dir, old) < 0 && errno != ENOENT) ||
+			 rename(tmp, dir) < 0)
+			r = err_sys(err, errno, "cannot install the snapshot in `%s`", dir);
+		fc_rm_rf(old);
+		if (r == 0)
+			log_info("firecracker", "snapshot of template %s built in %ld ms", t->name,
+				 now_ms() - t0);
+	}
+	json_decref(meta);
+	if (r < 0)
+		fc_rm_rf(tmp);
+out:
+	json_decref(have);
+	json_decref(want);
+	if (lock >= 0)
+		close(lock);
+	pthread_mutex_unlock(&F.lock);
+	return r;
+}
+
+/* --- sandboxes ---------------------------------------------------------------------- */
+
+static long long proc_start_time(pid_t pid)
+{
+	_cleanup_free_ char *path = xasprintf("/proc/%d/stat", (int)pid);
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	char buf[1024];
+	if (!f || !fgets(buf, sizeof(buf), f))
+		return -1;
+	char *p = strrchr(buf, ')');
+	for (int field = 2; p && *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	long long v;
+	return p && sscanf(p, "%lld", &v) == 1 ? v : -1;
+}
+
+static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
+		     struct sandbox **ret, struct err *err)
+{
+	struct template *t = spec->tmpl;
+	_cleanup_free_ char *snap = xasprintf("%s/firecracker", t->dir);
+	_cleanup_free_ char *vmstate = xasprintf("%s/vmstate", snap);
+	_cleanup_free_ char *memory = xasprintf("%s/memory", snap);
+	if (access(vmstate, R_OK) < 0 || access(memory, R_OK) < 0)
+		return err_set(err, ENOENT, "template %s has no firecracker snapshot", t->name);
+	if (!t->rootfs_img)
+		return err_set(err, ENOENT, "template %s has no rootfs.ext4", t->name);
+
+	struct fc_vm *vm = NULL;
+	int r = vm_start(cfg, spec->id, &spec->limits, spec->netns_path, &vm, err);
+	if (r < 0)
+		return r;
+	int fd = -1;
+	/* The drive must sit where it was at snapshot time; the snapshot files are shared. */
+	if ((r = fc_jail_stage(vm->root, t->rootfs_img, "rootfs.ext4", cfg->fc_uid, cfg->fc_gid,
+			       0400, err)) < 0 ||
+	    (r = fc_jail_stage(vm->root, vmstate, "vmstate", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
+		    0 ||
+	    (r = fc_jail_stage(vm->root, memory, "memory", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
+		    0)
+		goto fail;
+	json_t *load =
+		json_pack("{s:s, s:{s:s, s:s}, s:b}", "snapshot_path", "/vmstate", "mem_backend",
+			  "backend_type", "File", "backend_path", "/memory", "resume_vm", 1);
+	r = put(vm, "/snapshot/load", load, err);
+	if (r < 0)
+		goto fail;
+	if ((r = vsock_connect(vm->vsock, RESTORE_TIMEOUT_MS, &fd, err)) < 0) {
+		_cleanup_free_ char *tail = console_tail(vm);
+		err_wrap(err, "restoring %s%s%s", t->name, *tail ? "; console: " : "", tail);
+		goto fail;
+	}
+	struct sandbox *sb = xcalloc(1, sizeof(*sb));
+	sb->driver = &driver_firecracker;
+	sb->id = xstrdup(spec->id);
+	sb->agent_fd = fd;
+	sb->pid = vm->vmm;
+	sb->priv = vm;
+	sb->record = json_pack("{s:i, s:I, s:s}", "pid", (int)vm->vmm, "start_time",
+			       (json_int_t)(vm->vmm ? proc_start_time(vm->vmm) : -1), "jail",
+			       vm->jail_dir);
+	*ret = sb;
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	vm_teardown(vm, spec->id);
+	vm_free(vm);
+	return r;
+}
+
+static void fc_destroy(struct sandbox *sb)
+{
+	struct fc_vm *vm = sb->priv;
+	if (sb->agent_fd >= 0)
+		close(sb->agent_fd);
+	if (vm) {
+		vm_teardown(vm, sb->id);
+		vm_free(vm);
+	}
+	json_decref(sb->record);
+	free(sb->id);
+	free(sb);
+}
+
+static void fc_cleanup_stale(const struct config *cfg, const char *id, json_t *record)
+{
+	if (!cgroup_id_valid(id))
+		return;
+	json_int_t pid = json_integer_value(json_object_get(record, "pid"));
+	json_int_t start = json_integer_value(json_object_get(record, "start_time"));
+	/* Only the very process we started: same pid and same start time. */
+	if (pid > 1 && start > 0 && proc_start_time((pid_t)pid) == start)
+		kill((pid_t)pid, SIGKILL);
+	_cleanup_free_ char *dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
+	fc_rm_rf(dir);
+	struct cgroup *cg = NULL;
+	if (F.have_cgroots && cgroup_open(&F.cgroots, id, &cg, NULL) == 0) {
+		cgroup_remove(cg, NULL);
+		cgroup_free(cg);
+	}
+}
+
+static uint64_t fc_oom_kills(struct sandbox *sb)
+{
+	struct fc_vm *vm = sb->priv;
+	return vm && vm->cg ? cgroup_oom_kills(vm->cg) : 0;
+}
+
+const struct driver driver_firecracker = {
+	.name = "firecracker",
+	.isolation = "vm",
+	.snapshots = true,
+	.probe = fc_probe,
+	.init = fc_init,
+	.prepare = fc_prepare,
+	.create = fc_create,
+	.destroy = fc_destroy,
+	.cleanup_stale = fc_cleanup_stale,
+	.oom_kills = fc_oom_kills,
+};
