@@ -58,7 +58,7 @@
 #define JAIL_NS (CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC)
 
 /* The directories the template's rootfs must have for the sandbox's mounts. */
-static const char *const mountpoints[] = { "proc", "dev", "sys", "tmp", "workspace" };
+static const char *const mountpoints[] = { "proc", "dev", "sys", "tmp", "run", "workspace" };
 
 static char *const agent_env[] = {
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -37,6 +37,7 @@
 #define DEV_TMPFS_OPTS "mode=755,size=65536"
 /* /dev/shm: shared memory is charged to the memory cgroup as well; this bounds it further. */
 #define SHM_BYTES (64ULL << 20)
+#define RUN_BYTES (16ULL << 20)
 
 void jail_plan_init(struct jail_plan *p)
 {
@@ -233,6 +234,9 @@ void jail_plan_sandbox(struct jail_plan *p, const char *rootfs, uint64_t workspa
 		  jail_plan_str(p, "mode=1777,%s", size), false, "mount tmpfs on /tmp");
 	add_mount(p, "tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV,
 		  jail_plan_str(p, "mode=0755,%s", size), false, "mount tmpfs on /workspace");
+	/* Sockets and pid files, as in the VM drivers' guests. */
+	add_mount(p, "tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV,
+		  jail_plan_str(p, "mode=0755,size=%llu", RUN_BYTES), false, "mount tmpfs on /run");
 
 	add_masks(p);
 

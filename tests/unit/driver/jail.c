@@ -111,7 +111,8 @@ static int read_full(int fd, char *buf, size_t len)
 }
 
 /* Sends one command to the fake agent; returns its code and, in *out, its output. */
-static int ask(struct sandbox *sb, char **out, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int ask(struct sandbox *sb, char **out,
+						     const char *fmt, ...)
 {
 	char line[1024];
 	va_list ap;
@@ -304,7 +305,9 @@ static void test_filesystem(void **state)
 	assert_int_equal(run(sb, &out, "df -k /workspace | tail -1 | awk '{print $2}'"), 0);
 	assert_int_equal(atoi(out), 16 * 1024);
 	free(out);
-	assert_int_equal(run(sb, &out, "echo x > /tmp/x && cat /tmp/x"), 0);
+	assert_int_equal(run(sb, &out, "echo x > /tmp/x && echo y > /run/y && cat /tmp/x /run/y"),
+			 0);
+	assert_string_equal(out, "x\ny\n");
 	free(out);
 
 	/* A minimal /dev. */
