@@ -55,6 +55,19 @@ def new_session_id(label="t"):
     return f"{label}-{secrets.token_hex(4)}"
 
 
+def sandbox_of(daemon, sid):
+    """The sandbox id the daemon logged for session sid ("session <sid> ready (..., sandbox
+    <id>)"), or None."""
+    prefix = f"session {sid} ready"
+    for entry in daemon.logs():
+        msg = entry.get("msg", "")
+        if msg.startswith(prefix):
+            m = re.search(r"\bsandbox (\S+?)\)?$", msg)
+            if m:
+                return m.group(1)
+    return None
+
+
 def joined(output, stream=None):
     """The text of a list of output chunks (of one stream, or all)."""
     return "".join(c["data"] for c in output if stream is None or c["stream"] == stream)

@@ -5,7 +5,7 @@ import subprocess
 import unittest
 
 import helpers_host as host
-from helpers_exec import DaemonTestCase, joined
+from helpers_exec import DaemonTestCase, joined, sandbox_of
 
 MiB = 1024 * 1024
 OUTPUT_CAP = 1 * MiB
@@ -27,16 +27,6 @@ class LimitsTest(DaemonTestCase):
         self.assertEqual(status, 200, body)
         sid = self.session("healthy")
         self.assertEqual(self.stdout_of(sid, "echo ok"), "ok\n")
-
-    def sandbox_of(self, sid):
-        """The sandbox id the daemon logged for a session."""
-        for entry in self.d.logs():
-            msg = entry.get("msg", "")
-            if msg.startswith(f"session {sid} ready"):
-                ids = host.sandbox_ids(msg)
-                if ids:
-                    return ids[0]
-        self.fail(f"no sandbox id logged for session {sid}")
 
     def test_buffered_output_flood_is_truncated_at_the_cap(self):
         sid = self.session()
@@ -90,7 +80,8 @@ class LimitsTest(DaemonTestCase):
     def test_fork_bomb_is_contained(self):
         sid = self.session()
         self.run_ok(sid, "true")
-        sandbox = self.sandbox_of(sid)
+        sandbox = sandbox_of(self.d, sid)
+        self.assertTrue(sandbox, "no sandbox id logged for the session")
         status, body = self.execute(sid, "b() { b | b & }; b; sleep 3", timeout=8000,
                                     http_timeout=120)
         self.assertEqual(status, 200, body)

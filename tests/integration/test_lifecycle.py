@@ -1,0 +1,224 @@
+"""Session lifetime and what the daemon leaves on the host: the idle reaper, DELETE, shutdown,
+and a restart after the daemon was killed."""
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+import helpers_host as host
+from helpers_exec import DaemonTestCase, new_session_id, sandbox_of, start_daemon, wait_until
+
+
+def sandboxes_of(daemon):
+    return host.sandbox_ids(daemon.stderr())
+
+
+def footprint_of(daemon, ids, descendants=True):
+    """What sandboxes hold now (and, with descendants, every process below the daemon),
+    recorded while they run."""
+    fp = host.Footprint()
+    for sandbox in ids:
+        fp.record_sandbox(sandbox)
+    if descendants:
+        fp.record_descendants(daemon.proc.pid)
+    return fp
+
+
+def wait_for_warm_pool(daemon, n=1, timeout=30):
+    wait_until(lambda: daemon.get("/health", timeout=10)[2].get("warmPool", 0) >= n, timeout,
+               what=f"{n} pooled sandbox(es)")
+
+
+class IdleReaperTest(DaemonTestCase):
+    daemon_env = {"SESSION_IDLE_TIMEOUT": "2", "SANDBOX_WARM_POOL": "0"}
+
+    def create(self, **fields):
+        sid = self.session()
+        status, _, body = self.d.post("/exec/", body={"id": sid, **fields})
+        self.assertEqual(status, 201, body)
+        return sid
+
+    def test_idle_session_is_reaped(self):
+        sid = self.create()
+        self.assertEqual(self.listed_sessions()[sid]["idleTimeout"], 2)
+        t0 = time.monotonic()
+        wait_until(lambda: sid not in self.listed_sessions(), 10, interval=0.1,
+                   what="the idle session to be reaped")
+        elapsed = time.monotonic() - t0
+        self.assertGreaterEqual(elapsed, 1.5, "reaped before its idle timeout")
+        status, _, body = self.d.get(f"/exec/{sid}/files")
+        self.assertEqual(status, 404, body)
+
+    def test_idle_sandbox_is_removed_with_its_session(self):
+        sid = self.create()
+        self.run_ok(sid, "sleep 300 > /dev/null 2>&1 &")
+        sandbox = sandbox_of(self.d, sid)
+        self.assertTrue(sandbox, "no sandbox id logged for the session")
+        fp = host.Footprint()
+        fp.record_sandbox(sandbox)
+        wait_until(lambda: sid not in self.listed_sessions(), 10,
+                   what="the idle session to be reaped")
+        self.assertEqual(host.wait_all_gone(fp, [sandbox], timeout=20), [])
+
+    def test_running_command_keeps_the_session_alive(self):
+        sid = self.create()
+        with self.stream_execute(sid, "sleep 4; echo done", http_timeout=30) as s:
+            lines = s.ndjson()
+            self.assertEqual(next(lines)["type"], "start")
+            time.sleep(3.5)
+            listed = self.listed_sessions()
+            self.assertIn(sid, listed, "reaped while a command ran")
+            self.assertEqual(listed[sid]["running"], 1)
+            rest = list(lines)
+        self.assertEqual(rest[-1]["exitCode"], 0, rest)
+        self.assertEqual(rest[0]["data"], "done\n")
+        # Once it is over, the idle clock runs again.
+        self.assertIn(sid, self.listed_sessions())
+        wait_until(lambda: sid not in self.listed_sessions(), 10,
+                   what="the session to be reaped after its command ended")
+
+    def test_activity_keeps_the_session_alive(self):
+        sid = self.create()
+        for _ in range(5):
+            time.sleep(0.8)
+            self.run_ok(sid, "true")
+        self.assertIn(sid, self.listed_sessions())
+
+    def test_per_session_idle_timeout(self):
+        long_lived = self.create(idleTimeout=60)
+        short_lived = self.create()
+        wait_until(lambda: short_lived not in self.listed_sessions(), 10,
+                   what="the session with the default timeout to be reaped")
+        self.assertIn(long_lived, self.listed_sessions())
+
+
+class CleanupTest(unittest.TestCase):
+    def test_delete_and_shutdown_leave_nothing_behind(self):
+        d = start_daemon({"SANDBOX_WARM_POOL": "1"})
+        self.addCleanup(d.stop, check=False)
+        a, b = new_session_id("cleanup-a"), new_session_id("cleanup-b")
+        for sid in (a, b):
+            status, _, body = d.post(f"/exec/{sid}/execute",
+                                     body={"command": "sleep 300 > /dev/null 2>&1 & echo $!"})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["exitCode"], 0, body)
+        wait_for_warm_pool(d)
+
+        # A command still running when the daemon is told to stop.
+        stream = d.stream("POST", f"/exec/{b}/execute", body={"command": "sleep 300"},
+                          headers={"Accept": "application/x-ndjson"}, timeout=60)
+        self.addCleanup(stream.close)
+        self.assertEqual(next(stream.ndjson())["type"], "start")
+
+        ids = sandboxes_of(d)
+        self.assertGreaterEqual(len(ids), 3, f"sandbox ids in the log: {ids}")
+        sandbox_a = sandbox_of(d, a)
+        self.assertIn(sandbox_a, ids)
+        fp_a = footprint_of(d, [sandbox_a], descendants=False)
+        self.assertTrue(fp_a.procs, f"no process found in the cgroups of {sandbox_a}")
+        fp_all = footprint_of(d, ids)
+        self.assertTrue(fp_all.procs, "no process of the daemon's sandboxes was found")
+
+        # DELETE removes one session's sandbox entirely, and only it.
+        status, _, body = d.delete(f"/exec/{a}")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(host.wait_all_gone(fp_a, [sandbox_a], timeout=20), [])
+        others = [c for c in fp_all.cgroups if sandbox_a not in c]
+        self.assertTrue(all(os.path.isdir(c) for c in others),
+                        "DELETE of one session removed another's cgroup")
+
+        # SIGTERM: exit status 0 and nothing left of any sandbox.
+        d.stop(timeout=60)
+        left = host.wait_all_gone(fp_all, ids, words=[d.tmp], timeout=20)
+        self.assertEqual(left, [])
+        stream.close()
+
+
+class CrashRecoveryTest(unittest.TestCase):
+    def make_decoys(self, parents):
+        """A process and a cgroup that look like ours but were never the daemon's."""
+        dirs = []
+        name = f"sb-decoy{secrets.token_hex(3)}"
+        for parent in parents:
+            path = os.path.join(parent, name)
+            os.mkdir(path)
+            self.addCleanup(_rmdir_retrying, path)  # runs after the decoy process is gone
+            dirs.append(path)
+        decoy = subprocess.Popen(["sleep", "600"], start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+
+        def stop_decoy():
+            if decoy.poll() is None:
+                decoy.kill()
+            decoy.wait(10)
+
+        self.addCleanup(stop_decoy)
+        for path in dirs:
+            with open(os.path.join(path, "cgroup.procs"), "w", encoding="ascii") as f:
+                f.write(str(decoy.pid))
+        return decoy, dirs
+
+    def test_restart_after_sigkill_removes_only_its_own_sandboxes(self):
+        first = start_daemon({"SANDBOX_WARM_POOL": "1"})
+        self.addCleanup(first.kill)
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        sid = new_session_id("crash")
+        status, _, body = first.post(f"/exec/{sid}/execute",
+                                     body={"command": "sleep 300 > /dev/null 2>&1 &"})
+        self.assertEqual(status, 200, body)
+        wait_for_warm_pool(first)
+        ids = sandboxes_of(first)
+        fp = footprint_of(first, ids)
+        if not fp.cgroups:
+            self.skipTest(f"driver {first.driver} made no cgroup under "
+                          f"{host.CGROUP_ROOT}/*/{host.CGROUP_PARENT}: nothing to compare")
+        decoy, decoy_dirs = self.make_decoys(sorted({os.path.dirname(c) for c in fp.cgroups}))
+
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        first.kill()
+        self.assertTrue(any(os.path.isdir(c) for c in fp.cgroups),
+                        "the sandboxes vanished with the daemon: the restart has nothing to do")
+
+        second = start_daemon({"SANDBOX_WARM_POOL": "0",
+                               "SANDBOX_STATE_DIR": first.state_dir,
+                               "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        # The cleanup of the previous run is done before the daemon listens.
+        left = host.wait_all_gone(fp, ids, words=[first.tmp], timeout=15)
+        self.assertEqual(left, [], "what the killed daemon made survived the restart")
+        self.assertIsNone(decoy.poll(), "the restarted daemon killed a process not its own")
+        for path in decoy_dirs:
+            self.assertTrue(os.path.isdir(path), f"the restarted daemon removed {path}")
+        self.assertIn(str(decoy.pid), _read(os.path.join(decoy_dirs[0], "cgroup.procs")))
+        status, _, body = second.get("/health")
+        self.assertEqual(status, 200, body)
+        second.stop()
+        self.assertIsNone(decoy.poll(), "the daemon's shutdown killed a process not its own")
+        for path in decoy_dirs:
+            self.assertTrue(os.path.isdir(path), f"the daemon's shutdown removed {path}")
+
+
+def _read(path):
+    with open(path, encoding="ascii") as f:
+        return f.read()
+
+
+def _rmdir_retrying(path, timeout=10):
+    deadline = time.monotonic() + timeout
+    while os.path.isdir(path):
+        try:
+            os.rmdir(path)
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    unittest.main()
