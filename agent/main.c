@@ -118,7 +118,10 @@ static void finish(struct agent *a)
 
 static int serve_fd(struct agent *a, int fd)
 {
-	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+		agent_log("--fd %d: %s", fd, strerror(errno));
+		exit(1);
+	}
 	int r = conn_serve(a, fd);
 	if (r < 0)
 		agent_log("connection failed: %s", strerror(-r));
