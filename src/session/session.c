@@ -409,6 +409,11 @@ static void session_create_done(void *arg)
 		metrics_observe(M.vm_creation_time, (double)(mono_ms() - j->t0) / 1000.0,
 				S.drv->name, "cold");
 	if (j->rc < 0) {
+		/* Whatever the driver's errno, a sandbox that cannot be made is the server's
+		 * failure, not the request's: keep the message, report it as such. */
+		if (j->err.errnum != EAGAIN && j->err.errnum != ETIMEDOUT &&
+		    j->err.errnum != ENOSPC && j->err.errnum != ENOMEM)
+			j->err.errnum = EIO;
 		S.last_create_failed = true;
 		err_copy(&S.last_create_error, &j->err);
 		if (s->state == SESSION_CREATING)

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""A stand-in for Firecracker's jailer, for contract tests where the real one is absent.
+
+It checks its argv the way the jailer parses it, records it, lays out the chroot the jailer
+would (<chroot-base>/<exec name>/<id>/root), starts the exec file (the fake Firecracker) with
+the chroot in FAKE_FC_ROOT instead of really chrooting, writes <root>/firecracker.pid and
+exits, as the jailer does with --new-pid-ns.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+KNOWN = {"--id", "--exec-file", "--uid", "--gid", "--chroot-base-dir", "--netns",
+         "--cgroup-version", "--parent-cgroup", "--cgroup", "--resource-limit"}
+FLAGS = {"--new-pid-ns", "--daemonize"}
+
+
+def fail(msg):
+    print(f"fake jailer: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--" in argv:
+        i = argv.index("--")
+        ours, fc_args = argv[:i], argv[i + 1:]
+    else:
+        ours, fc_args = argv, []
+    opts = {"--cgroup": [], "--resource-limit": []}
+    flags = set()
+    i = 0
+    while i < len(ours):
+        a = ours[i]
+        if a in FLAGS:
+            flags.add(a)
+            i += 1
+            continue
+        if a not in KNOWN:
+            fail(f"unknown argument {a}")
+        if i + 1 >= len(ours):
+            fail(f"{a} needs a value")
+        if a in ("--cgroup", "--resource-limit"):
+            opts[a].append(ours[i + 1])
+        else:
+            opts[a] = ours[i + 1]
+        i += 2
+    for req in ("--id", "--exec-file", "--uid", "--gid"):
+        if req not in opts:
+            fail(f"missing {req}")
+    if opts.get("--cgroup-version", "1") not in ("1", "2"):
+        fail("--cgroup-version must be 1 or 2")
+    for c in opts["--cgroup"]:
+        if "=" not in c or "." not in c.split("=")[0]:
+            fail(f"bad --cgroup {c}")
+    log = os.environ.get("FAKE_FC_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps({"jailer": sys.argv}) + "\n")
+    exe = opts["--exec-file"]
+    base = opts.get("--chroot-base-dir", "/srv/jailer")
+    root = os.path.join(base, os.path.basename(exe), opts["--id"], "root")
+    os.makedirs(os.path.join(root, "run"), exist_ok=True)
+    env = dict(os.environ, FAKE_FC_ROOT=root, FAKE_FC_ID=opts["--id"])
+    console = open(os.path.join(os.path.dirname(root), "fake-fc.log"), "a")
+    child = subprocess.Popen([exe, *fc_args], env=env, stdin=subprocess.DEVNULL,
+                             stdout=console, stderr=console, start_new_session=True)
+    with open(os.path.join(root, "firecracker.pid"), "w") as f:
+        f.write(f"{child.pid}\n")
+
+
+if __name__ == "__main__":
+    main()

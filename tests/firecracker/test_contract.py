@@ -1,0 +1,255 @@
+"""The firecracker driver against Firecracker v1.16.1's API contract.
+
+The real binaries cannot be installed on every machine, so sandboxd runs here with a fake
+jailer and a fake Firecracker (fake_jailer.py, fake_firecracker.py) that validate every request
+against the published spec, record it, and play the VM with the real sandbox agent behind the
+vsock socket. What is checked: each request body and path the driver sends, for the snapshot
+build and for restore; the jailer's argv; the chroot's layout and permissions; teardown; the
+socket path limit; snapshot invalidation. A real end-to-end run needs `firecracker`, `jailer`
+and a usable KVM (test_real_firecracker, skipped otherwise).
+"""
+
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, HERE)
+
+import harness  # noqa: E402
+
+try:
+    from spec import Spec, spec_path  # noqa: E402
+    HAVE_YAML = True
+except ImportError:  # python3-yaml missing
+    HAVE_YAML = False
+
+AGENT_HOST = os.environ.get("SANDBOX_AGENT_HOST_BIN") or os.path.join(
+    os.path.dirname(os.path.dirname(harness.sandboxd_path())), "agent", "sandbox-agent-host")
+
+
+def read_log(path):
+    entries = []
+    if os.path.exists(path):
+        with open(path) as f:
+            entries = [json.loads(line) for line in f if line.strip()]
+    return entries
+
+
+@unittest.skipUnless(HAVE_YAML, "python3-yaml is not installed")
+class SpecValidatorTest(unittest.TestCase):
+    """The validator itself must catch what Firecracker would reject."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(spec_path()):
+            raise unittest.SkipTest(f"the Firecracker spec is not at {spec_path()}")
+        cls.spec = Spec()
+
+    def test_accepts_valid(self):
+        self.assertEqual(self.spec.validate("PUT", "/drives/rootfs", {
+            "drive_id": "rootfs", "path_on_host": "/r", "is_root_device": True,
+            "is_read_only": True}), [])
+
+    def test_rejects_unknown_missing_and_mismatched(self):
+        self.assertTrue(self.spec.validate("PUT", "/machine-config", {
+            "vcpu_count": 1, "mem_size_mib": 128, "turbo": True}))
+        self.assertTrue(self.spec.validate("PUT", "/machine-config", {"vcpu_count": 1}))
+        self.assertTrue(self.spec.validate("PUT", "/machine-config", {
+            "vcpu_count": 64, "mem_size_mib": 128}))
+        self.assertTrue(self.spec.validate("PUT", "/drives/a", {
+            "drive_id": "b", "is_root_device": True}))
+        self.assertTrue(self.spec.validate("PATCH", "/vm", {"state": "Sleeping"}))
+        self.assertTrue(self.spec.validate("PUT", "/nowhere", {}))
+        self.assertTrue(self.spec.validate("PUT", "/snapshot/load", {
+            "snapshot_path": "/s", "mem_backend": {"backend_type": "Floppy",
+                                                   "backend_path": "/m"}}))
+
+
+@unittest.skipUnless(HAVE_YAML, "python3-yaml is not installed")
+class FirecrackerContractTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(spec_path()):
+            raise unittest.SkipTest(f"the Firecracker spec is not at {spec_path()}")
+        if not os.access(AGENT_HOST, os.X_OK):
+            raise unittest.SkipTest(f"no agent binary at {AGENT_HOST}")
+        cls.tmp = tempfile.mkdtemp(prefix="fc-contract-")
+        cls.artifacts = os.path.join(cls.tmp, "artifacts")
+        cls.jail_base = os.path.join(cls.tmp, "jail")
+        tdir = os.path.join(cls.artifacts, "templates", "base")
+        os.makedirs(tdir)
+        with open(os.path.join(cls.artifacts, "vmlinux"), "wb") as f:
+            f.write(b"\x7fELF fake kernel for the contract test")
+        with open(os.path.join(tdir, "rootfs.ext4"), "wb") as f:
+            f.write(b"fake ext4 image")
+        with open(os.path.join(tdir, "template.json"), "w") as f:
+            json.dump({"name": "base", "displayName": "Base", "version": "1",
+                       "description": "contract test", "tools": [],
+                       "resources": {"memSizeMib": 128, "vcpuCount": 1}}, f)
+        cls.log = os.path.join(cls.tmp, "fc.log")
+        cls.daemon = harness.Daemon(env={
+            "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_BIN": os.path.join(HERE, "fake_firecracker.py"),
+            "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
+            "FIRECRACKER_JAIL_BASE": cls.jail_base,
+            "FIRECRACKER_ARTIFACTS_DIR": cls.artifacts,
+            "SANDBOX_DEFAULT_TEMPLATE": "base",
+            "SANDBOX_WARM_POOL": "0",
+            "FAKE_FC_LOG": cls.log,
+            "FAKE_FC_AGENT": AGENT_HOST,
+        }, driver_name="firecracker")
+        cls.daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.daemon.stop()
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def api_requests(self):
+        return [e for e in read_log(self.log) if "method" in e]
+
+    def test_1_session_runs_through_the_driver(self):
+        st, _, body = self.daemon.post("/exec/fc1/execute", {"command": "echo", "args": ["hi"]})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["exitCode"], 0)
+        self.assertEqual("".join(c["data"] for c in body["output"]), "hi\n")
+        st, _, h = self.daemon.get("/health")
+        self.assertEqual(h["driver"], "firecracker")
+        self.assertEqual(h["isolation"], "vm")
+
+    def test_2_every_request_matches_the_spec(self):
+        self.daemon.post("/exec/fc2/execute", {"command": "true"})
+        reqs = self.api_requests()
+        self.assertTrue(reqs)
+        bad = [r for r in reqs if r["errors"]]
+        self.assertEqual(bad, [], "requests the spec rejects")
+
+    def test_3_snapshot_build_and_restore_sequences(self):
+        self.daemon.post("/exec/fc3/execute", {"command": "true"})
+        seq = [(r["method"], r["path"]) for r in self.api_requests()]
+        build = [("PUT", "/machine-config"), ("PUT", "/boot-source"), ("PUT", "/drives/rootfs"),
+                 ("PUT", "/vsock"), ("PUT", "/entropy"), ("PUT", "/actions"),
+                 ("PATCH", "/vm"), ("PUT", "/snapshot/create")]
+        it = iter(seq)
+        self.assertTrue(all(step in it for step in build), seq)
+        loads = [r for r in self.api_requests() if r["path"] == "/snapshot/load"]
+        self.assertTrue(loads)
+        for r in loads:
+            self.assertEqual(r["body"]["mem_backend"]["backend_type"], "File")
+            self.assertTrue(r["body"]["resume_vm"])
+            self.assertNotIn("vsock_override", r["body"])
+            self.assertNotIn("network_overrides", r["body"])
+        boot = next(r for r in self.api_requests() if r["path"] == "/boot-source")
+        self.assertIn("init=/sbin/sandbox-agent", boot["body"]["boot_args"])
+        self.assertIn("sandbox.channel=vsock:5000", boot["body"]["boot_args"])
+        self.assertEqual(
+            sum(1 for r in self.api_requests() if r["path"] == "/snapshot/create"), 1,
+            "the snapshot is built once and reused")
+
+    def test_4_jailer_argv(self):
+        self.daemon.post("/exec/fc4/execute", {"command": "true"})
+        runs = [e["jailer"] for e in read_log(self.log) if "jailer" in e]
+        self.assertTrue(runs)
+        argv = runs[-1]
+        joined = " ".join(argv)
+        for part in ("--uid 997", "--gid 982", f"--chroot-base-dir {self.jail_base}",
+                     "--parent-cgroup agent-sandbox", "--new-pid-ns",
+                     "--resource-limit no-file=1024", "-- --api-sock /run/firecracker.socket"):
+            self.assertIn(part, joined)
+        version = "2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "1"
+        self.assertIn(f"--cgroup-version {version}", joined)
+        self.assertIn("memory.max=" if version == "2" else "memory.limit_in_bytes=", joined)
+
+    def test_5_chroot_layout_permissions_and_teardown(self):
+        jails = os.path.join(self.jail_base, "fake_firecracker.py")
+        before = set(os.listdir(jails)) if os.path.isdir(jails) else set()
+        st, _, body = self.daemon.post("/exec/", {"id": "fc5"})
+        self.assertEqual(st, 201, body)
+        live = [d for d in os.listdir(jails) if d not in before and not d.startswith("tpl-")]
+        self.assertEqual(len(live), 1, live)
+        root = os.path.join(jails, live[0], "root")
+        for name in ("rootfs.ext4", "vmstate", "memory"):
+            s = os.stat(os.path.join(root, name))
+            self.assertEqual(s.st_mode & 0o007, 0, f"{name} is accessible to others")
+            self.assertEqual(s.st_gid, 982)
+        self.assertTrue(stat.S_ISSOCK(os.stat(os.path.join(root, "v.sock")).st_mode))
+        self.assertTrue(stat.S_ISSOCK(os.stat(os.path.join(root, "run/firecracker.socket")).st_mode))
+        with open(os.path.join(root, "firecracker.pid")) as f:
+            pid = int(f.read())
+        st, _, _ = self.daemon.delete("/exec/fc5")
+        self.assertEqual(st, 200)
+        deadline = time.time() + 10
+        while time.time() < deadline and (os.path.exists(os.path.join(jails, live[0]))
+                                          or os.path.exists(f"/proc/{pid}")):
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(os.path.join(jails, live[0])), "jail left behind")
+        self.assertFalse(os.path.exists(f"/proc/{pid}"), "VMM left running")
+
+    def test_6_stale_snapshot_is_rebuilt(self):
+        self.daemon.post("/exec/fc6a/execute", {"command": "true"})
+        before = sum(1 for r in self.api_requests() if r["path"] == "/snapshot/create")
+        rootfs = os.path.join(self.artifacts, "templates", "base", "rootfs.ext4")
+        with open(rootfs, "ab") as f:
+            f.write(b"changed")
+        st, _, body = self.daemon.post("/exec/fc6b/execute", {"command": "true"})
+        self.assertEqual(st, 200, body)
+        after = sum(1 for r in self.api_requests() if r["path"] == "/snapshot/create")
+        self.assertEqual(after, before + 1)
+
+
+@unittest.skipUnless(HAVE_YAML, "python3-yaml is not installed")
+class FirecrackerLimitsTest(unittest.TestCase):
+    def test_socket_path_too_long_is_a_clear_error(self):
+        tmp = tempfile.mkdtemp(prefix="fc-long-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        artifacts = os.path.join(tmp, "a")
+        tdir = os.path.join(artifacts, "templates", "base")
+        os.makedirs(tdir)
+        open(os.path.join(artifacts, "vmlinux"), "wb").close()
+        open(os.path.join(tdir, "rootfs.ext4"), "wb").close()
+        with open(os.path.join(tdir, "template.json"), "w") as f:
+            json.dump({"name": "base"}, f)
+        d = harness.Daemon(env={
+            "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_BIN": os.path.join(HERE, "fake_firecracker.py"),
+            "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
+            "FIRECRACKER_JAIL_BASE": os.path.join(tmp, "j" * 90),
+            "FIRECRACKER_ARTIFACTS_DIR": artifacts,
+            "SANDBOX_DEFAULT_TEMPLATE": "base",
+            "SANDBOX_WARM_POOL": "0",
+            "FAKE_FC_AGENT": AGENT_HOST,
+        }, driver_name="firecracker")
+        d.start()
+        self.addCleanup(d.stop)
+        st, _, body = d.post("/exec/x/execute", {"command": "true"})
+        self.assertGreaterEqual(st, 500)
+        self.assertIn("too long", body["error"])
+
+
+class RealFirecrackerTest(unittest.TestCase):
+    def test_real_firecracker(self):
+        missing = [b for b in ("firecracker", "jailer") if not shutil.which(b)]
+        if missing:
+            self.skipTest("not installed here: " + ", ".join(missing) +
+                          " (the integration suite runs with DRIVER=firecracker where they are)")
+        if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+            self.skipTest("no usable /dev/kvm")
+        import subprocess
+        env = dict(os.environ, DRIVER="firecracker")
+        p = subprocess.run([os.path.join(ROOT, "tests", "integration", "run.sh")], env=env,
+                           capture_output=True, text=True, timeout=1800)
+        self.assertEqual(p.returncode, 0, p.stdout[-4000:])
+
+
+if __name__ == "__main__":
+    unittest.main()
