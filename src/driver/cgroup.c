@@ -501,7 +501,8 @@ int cgroup_remove(struct cgroup *cg, struct err *err)
 		for (unsigned i = 0; i < cg->n; i++) {
 			if (gone[i])
 				continue;
-			if (kill_listed(cg->dir[i], suffix) > 0 && !cg->plain) {
+			/* A plain tree's cgroup.procs names no real members: never signal those. */
+			if (!cg->plain && kill_listed(cg->dir[i], suffix) > 0) {
 				busy = true;
 				continue;
 			}

@@ -260,6 +260,8 @@ static int spawn(const struct jail_plan *plan, uint64_t ns, int cgroup_fd, pid_t
 	return 0;
 }
 
+/* Without a pidfd (kernels before 5.3) the pid is safe to use only because nobody but this
+ * driver reaps the child: it stays ours, if only as a zombie, until reap_child. */
 static void kill_child(pid_t pid, int pidfd)
 {
 	if (pidfd >= 0)
@@ -424,7 +426,14 @@ static int trial_run(struct err *err)
 	}
 	close(rep[0]);
 	jail_plan_free(&plan);
-	return r < 0 ? err_wrap(err, "jail: namespaces, pivot_root or seccomp unusable") : 0;
+	if (r < 0 && err) {
+		/* "jail: pivot_root: ..." becomes "jail: trial sandbox: pivot_root: ...". */
+		char why[ERR_MSG_MAX];
+		bool ours = strncmp(err->msg, "jail: ", 6) == 0;
+		snprintf(why, sizeof(why), "%s", err->msg + (ours ? 6 : 0));
+		return err_set(err, err->errnum, "jail: trial sandbox: %s", why);
+	}
+	return r;
 }
 
 static int jail_probe(const struct config *cfg, struct err *err)
