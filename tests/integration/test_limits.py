@@ -12,6 +12,8 @@ OUTPUT_CAP = 1 * MiB
 BODY_CAP = 256 * 1024
 MEMORY_LIMIT = 64 * MiB
 PIDS_MAX = 64
+READ_CAP = 64 * 1024
+DISK_LIMIT = 1 * MiB
 
 
 class LimitsTest(DaemonTestCase):
@@ -20,6 +22,8 @@ class LimitsTest(DaemonTestCase):
         "SANDBOX_MAX_BODY_BYTES": str(BODY_CAP),
         "VM_MEMORY_LIMIT_BYTES": str(MEMORY_LIMIT),
         "SANDBOX_PIDS_MAX": str(PIDS_MAX),
+        "SANDBOX_MAX_READ_BYTES": str(READ_CAP),
+        "VM_DISK_LIMIT_BYTES": str(DISK_LIMIT),
     }
 
     def assertDaemonHealthy(self):
@@ -112,6 +116,43 @@ class LimitsTest(DaemonTestCase):
         status, body = self.execute(sid, "echo fine")
         self.assertNotIn("oomKilled", body)
 
+    def test_read_over_the_limit_is_413(self):
+        sid = self.session()
+        self.run_ok(sid, f"head -c {READ_CAP} /dev/zero > at; head -c {READ_CAP + 1} /dev/zero > over")
+        status, _, body = self.d.get(f"/exec/{sid}/read", query={"path": "at"})
+        self.assertEqual(status, 200, str(body)[:200])
+        self.assertEqual(body["size"], READ_CAP)
+        for headers in (None, {"Accept": "application/octet-stream"}):
+            with self.subTest(headers=headers):
+                status, headers_, body = self.d.get(f"/exec/{sid}/read",
+                                                    query={"path": "over"}, headers=headers)
+                self.assertJsonError(status, headers_, body, 413)
+
+    def test_full_workspace(self):
+        sid = self.session()
+        chunk = "z" * (200 * 1024)
+        statuses = []
+        for i in range(2 * DISK_LIMIT // len(chunk)):
+            status, headers, body = self.d.post(f"/exec/{sid}/write",
+                                                body={"path": f"fill{i}", "content": chunk})
+            statuses.append(status)
+            if status != 200:
+                self.assertJsonError(status, headers, body, 507)
+                break
+        self.assertNotEqual(statuses[-1], 200, "wrote twice the workspace size without error")
+        # A command filling the rest fails like on any full disk; so does a write then.
+        status, body = self.execute(sid, "cat /dev/zero > filler")
+        self.assertEqual(status, 200, body)
+        self.assertNotEqual(body["exitCode"], 0, body)
+        self.assertIn("No space", "".join(c["data"] for c in body["output"]))
+        status, headers, body = self.d.post(f"/exec/{sid}/write",
+                                            body={"path": "small", "content": chunk})
+        self.assertJsonError(status, headers, body, 507)
+        # Freeing space makes it usable again.
+        self.run_ok(sid, "rm -f fill* filler")
+        status, _, body = self.d.post(f"/exec/{sid}/write", body={"path": "again", "content": "ok"})
+        self.assertEqual(status, 200, body)
+
     def test_many_small_writes_within_the_body_limit(self):
         sid = self.session()
         for i in range(20):
@@ -123,3 +164,32 @@ class LimitsTest(DaemonTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CapacityTest(DaemonTestCase):
+    daemon_env = {"SANDBOX_MAX_SESSIONS": "2", "SANDBOX_WARM_POOL": "0"}
+
+    def test_session_limit(self):
+        a, b, c = self.session("cap-a"), self.session("cap-b"), self.session("cap-c")
+        self.run_ok(a, "true")
+        status, _, body = self.d.post("/exec/", body={"id": b})
+        self.assertEqual(status, 201, body)
+        status, _, body = self.d.get("/ready")
+        self.assertEqual(status, 503, body)
+        self.assertEqual(body["status"], "not ready")
+        self.assertIn("capacity", [f["check"] for f in body["failing"]])
+        # Over the limit, by either kind of creation.
+        status, headers, body = self.d.post("/exec/", body={"id": c})
+        self.assertJsonError(status, headers, body, 429)
+        status, headers, body = self.d.post(f"/exec/{c}/execute", body={"command": "true"})
+        self.assertJsonError(status, headers, body, 429)
+        status, headers, body = self.d.post(f"/exec/{c}/write",
+                                            body={"path": "x", "content": "x"})
+        self.assertJsonError(status, headers, body, 429)
+        # Existing sessions work on, and a freed place can be taken.
+        self.run_ok(a, "true")
+        self.assertEqual(self.d.delete(f"/exec/{b}")[0], 200)
+        self.run_ok(c, "true")
+        self.assertEqual(self.d.delete(f"/exec/{c}")[0], 200)
+        status, _, body = self.d.get("/ready")
+        self.assertEqual(status, 200, body)
