@@ -68,7 +68,14 @@ templates: build
 kernel: deps
 	guest/kernel/build.sh
 
+# Sessions default to the node template, as in the reference; until `make templates` has
+# built it, `make run` defaults them to base instead (say SANDBOX_DEFAULT_TEMPLATE to choose).
 run: build base-template
+	@if [ -z "$$SANDBOX_DEFAULT_TEMPLATE" ] && \
+	    [ ! -f "$${FIRECRACKER_ARTIFACTS_DIR:-/var/lib/agent-sandbox/artifacts}/templates/node/template.json" ]; then \
+		echo "make run: the node template is not built yet (make templates); sessions default to base"; \
+		export SANDBOX_DEFAULT_TEMPLATE=base; \
+	fi; \
 	exec $(BUILD)/src/sandboxd
 
 # scripts/test.sh builds the three trees and the base template itself (`make build`, `make
