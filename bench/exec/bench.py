@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Latency of the daemon's basic operations, beside baselines measured on this host in the
+same run.
+
+Measured through the real daemon over one keep-alive HTTP connection (time.perf_counter_ns
+around each request):
+
+  session create, warm pool   POST /exec/ while a pooled sandbox is waiting
+  session create, cold        POST /exec/ with SANDBOX_WARM_POOL=0 (a sandbox made on demand)
+  execute `true`              POST /exec/:id/execute, buffered reply
+  write 1 MiB                 POST /exec/:id/write, base64 content
+  read 1 MiB (raw)            GET /exec/:id/read with Accept: application/octet-stream
+  read 1 MiB (base64)         GET /exec/:id/read?encoding=base64
+
+Baselines: posix_spawn + waitpid of /bin/true on the host, and writing and reading a 1 MiB
+file in a local temporary directory. Prints p50 and p99 of each and the ratios of the p50s.
+
+Usage: python3 bench/exec/bench.py [--runs N] [--json FILE]
+Environment: DRIVER, SANDBOXD, FIRECRACKER_ARTIFACTS_DIR as for the integration tests.
+"""
+
+import argparse
+import base64
+import http.client
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+import harness  # noqa: E402
+
+TEMPLATE = "base"
+MiB = 1024 * 1024
+
+
+def percentile(samples, p):
+    """The p-th percentile (nearest rank) of samples, in milliseconds."""
+    s = sorted(samples)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k] / 1e6
+
+
+class Client:
+    """One keep-alive connection to the daemon."""
+
+    def __init__(self, daemon):
+        self.host, self.port = daemon.host, daemon.port
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+
+    def request(self, method, path, body=None, headers=None):
+        h = {"Accept": "application/json"}
+        h.update(headers or {})
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            try:
+                self.conn.request(method, path, body=data, headers=h)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                # The server closed the connection: reconnect once.
+                self.conn.close()
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+                if attempt == 2:
+                    raise
+        if resp.getheader("Connection", "").lower() == "close":
+            self.conn.close()
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        ctype = resp.getheader("Content-Type", "")
+        return resp.status, (json.loads(raw) if ctype.startswith("application/json") else raw)
+
+    def timed(self, method, path, body=None, headers=None, expect=200):
+        t0 = time.perf_counter_ns()
+        status, reply = self.request(method, path, body, headers)
+        elapsed = time.perf_counter_ns() - t0
+        if status != expect:
+            raise SystemExit(f"{method} {path}: status {status}: {str(reply)[:300]}")
+        return elapsed, reply
+
+
+def start_daemon(pool):
+    d = harness.Daemon(env={
+        "SANDBOX_DEFAULT_TEMPLATE": TEMPLATE,
+        "AUTH_ENABLED": "false",
+        "SANDBOX_WARM_POOL": str(pool),
+        "LOG_LEVEL": "warn",
+        "SANDBOX_MAX_SESSIONS": "1024",
+    })
+    d.start()
+    return d
+
+
+def wait_for_pool(client, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, body = client.request("GET", "/health")
+        if status == 200 and body.get("warmPool", 0) >= 1:
+            return
+        time.sleep(0.002)
+    raise SystemExit("the warm pool did not refill within 30 s")
+
+
+def bench_create(client, runs, warm):
+    samples = []
+    for i in range(runs):
+        if warm:
+            wait_for_pool(client)  # not timed: only the take from the pool is measured
+        sid = f"bench-{'warm' if warm else 'cold'}-{i}"
+        elapsed, body = client.timed("POST", "/exec/", {"id": sid}, expect=201)
+        samples.append(elapsed)
+        client.timed("DELETE", f"/exec/{sid}")
+    return samples
+
+
+def bench_daemon_ops(client, runs):
+    sid = "bench-ops"
+    client.timed("POST", "/exec/", {"id": sid}, expect=201)
+    out = {}
+    samples = []
+    for _ in range(runs):
+        elapsed, body = client.timed("POST", f"/exec/{sid}/execute", {"command": "true"})
+        if body.get("exitCode") != 0:
+            raise SystemExit(f"execute true: {body}")
+        samples.append(elapsed)
+    out["execute"] = samples
+
+    data = os.urandom(MiB)
+    content = base64.b64encode(data).decode()
+    samples = []
+    for _ in range(runs):
+        elapsed, body = client.timed("POST", f"/exec/{sid}/write",
+                                     {"path": "bench.bin", "content": content,
+                                      "encoding": "base64"})
+        if body.get("size") != MiB:
+            raise SystemExit(f"write: {body}")
+        samples.append(elapsed)
+    out["write"] = samples
+
+    samples = []
+    for _ in range(runs):
+        elapsed, raw = client.timed("GET", f"/exec/{sid}/read?path=bench.bin",
+                                    headers={"Accept": "application/octet-stream"})
+        if raw != data:
+            raise SystemExit("read (raw): the bytes differ")
+        samples.append(elapsed)
+    out["read_raw"] = samples
+
+    samples = []
+    for _ in range(runs):
+        elapsed, body = client.timed("GET", f"/exec/{sid}/read?path=bench.bin&encoding=base64")
+        if body.get("size") != MiB:
+            raise SystemExit(f"read (base64): {str(body)[:200]}")
+        samples.append(elapsed)
+    out["read_b64"] = samples
+    client.timed("DELETE", f"/exec/{sid}")
+    return out
+
+
+def bench_spawn(runs):
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawn("/bin/true", ["true"], os.environ)
+        _, status = os.waitpid(pid, 0)
+        samples.append(time.perf_counter_ns() - t0)
+        if status != 0:
+            raise SystemExit("/bin/true failed")
+    return samples
+
+
+def bench_local_file(runs):
+    data = os.urandom(MiB)
+    writes, reads = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        path = os.path.join(tmp, "f.bin")
+        for _ in range(runs):
+            t0 = time.perf_counter_ns()
+            with open(path, "wb") as f:
+                f.write(data)
+            writes.append(time.perf_counter_ns() - t0)
+            t0 = time.perf_counter_ns()
+            with open(path, "rb") as f:
+                got = f.read()
+            reads.append(time.perf_counter_ns() - t0)
+            if got != data:
+                raise SystemExit("local read: the bytes differ")
+    return writes, reads
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=200, help="runs per measurement (200)")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    runs = args.runs
+
+    spawn = bench_spawn(runs)
+    local_write, local_read = bench_local_file(runs)
+
+    warm_daemon = start_daemon(pool=1)
+    try:
+        client = Client(warm_daemon)
+        status, health = client.request("GET", "/health")
+        driver = health.get("driver", "?")
+        warm = bench_create(client, runs, warm=True)
+        ops = bench_daemon_ops(client, runs)
+    finally:
+        warm_daemon.stop()
+    cold_daemon = start_daemon(pool=0)
+    try:
+        cold = bench_create(Client(cold_daemon), runs, warm=False)
+    finally:
+        cold_daemon.stop()
+
+    rows = [
+        ("session create (warm pool)", warm, "spawn /bin/true", spawn),
+        ("session create (cold)", cold, "spawn /bin/true", spawn),
+        ("execute `true`", ops["execute"], "spawn /bin/true", spawn),
+        ("write 1 MiB (base64 JSON)", ops["write"], "local write 1 MiB", local_write),
+        ("read 1 MiB (raw bytes)", ops["read_raw"], "local read 1 MiB", local_read),
+        ("read 1 MiB (base64 JSON)", ops["read_b64"], "local read 1 MiB", local_read),
+    ]
+    print(f"agent-sandbox latency: driver {driver}, {runs} runs each, milliseconds")
+    print(f"{'operation':<28}{'p50':>9}{'p99':>9}   {'baseline':<19}{'p50':>8}{'p99':>8}"
+          f"{'ratio p50':>11}")
+    results = []
+    for name, samples, base_name, base in rows:
+        p50, p99 = percentile(samples, 50), percentile(samples, 99)
+        b50, b99 = percentile(base, 50), percentile(base, 99)
+        ratio = p50 / b50 if b50 else float("inf")
+        print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}   {base_name:<19}{b50:>8.3f}{b99:>8.3f}"
+              f"{ratio:>10.1f}x")
+        results.append({"operation": name, "p50_ms": p50, "p99_ms": p99,
+                        "mean_ms": statistics.fmean(samples) / 1e6, "runs": len(samples),
+                        "baseline": base_name, "baseline_p50_ms": b50, "baseline_p99_ms": b99,
+                        "ratio_p50": ratio})
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"driver": driver, "runs": runs, "results": results}, f, indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
