@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# Tests of the template builder (templates/build.sh) and the guest kernel.
+# Prints one line per test: "ok NAME", "FAIL NAME: reason" or
+# "skip NAME: reason", then "N passed, N failed[, N skipped]".
+# Exits non-zero if any test failed.
+#
+# Builds go to a temporary artifacts directory. TEMPLATE_TEST_FULL=1 also
+# builds Debian-based templates with the container engine (network needed
+# for apt; a few minutes the first time, for the base image).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build="$repo/templates/build.sh"
+full=${TEMPLATE_TEST_FULL:-0}
+real_artifacts=${FIRECRACKER_ARTIFACTS_DIR:-/var/lib/agent-sandbox/artifacts}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export FIRECRACKER_ARTIFACTS_DIR="$tmp/artifacts"
+unset TEMPLATES_DIR TEMPLATE_HEADROOM_MIB
+
+# The real agent when it has been built, else a static stand-in.
+agent="$repo/build/agent/sandbox-agent"
+if [[ ! -x $agent ]] || ldd "$agent" >/dev/null 2>&1; then
+	agent=/bin/busybox
+fi
+export SANDBOX_AGENT_BIN="$agent"
+
+passed=0 failed=0 skipped=0
+out="$tmp/out" # output of the last command run by `try`
+
+# try CMD...: runs CMD with its output in $out; returns its status.
+try() {
+	"$@" >"$out" 2>&1
+}
+
+# A test prints nothing. It calls fail REASON for each problem it finds
+# (the first one is reported) and skip REASON then returns when it cannot run.
+fail() {
+	printf '%s\n' "$*" >>"$tmp/failures"
+	return 1
+}
+skip() {
+	printf '%s' "$*" >"$tmp/skipped"
+	return 0
+}
+
+run_test() {
+	local name=$1 status=0
+	rm -f "$tmp/failures" "$tmp/skipped" "$out"
+	"$name" || status=$?
+	if [[ -s $tmp/failures ]]; then
+		echo "FAIL $name: $(head -n 1 "$tmp/failures")"
+		failed=$((failed + 1))
+		if [[ -s $out ]]; then sed 's/^/    | /' "$out" | tail -n 20; fi
+	elif [[ -e $tmp/skipped ]]; then
+		echo "skip $name: $(cat "$tmp/skipped")"
+		skipped=$((skipped + 1))
+	elif ((status)); then
+		echo "FAIL $name: exit status $status"
+		failed=$((failed + 1))
+	else
+		echo "ok $name"
+		passed=$((passed + 1))
+	fi
+}
+
+# expect_failure PATTERN CMD...: CMD must fail and print PATTERN (an ERE).
+expect_failure() {
+	local pattern=$1
+	shift
+	if try "$@"; then
+		fail "succeeded, expected a failure"
+		return
+	fi
+	grep -qE -- "$pattern" "$out" || fail "no message matching /$pattern/"
+}
+
+# A private templates directory with one template NAME made of the
+# given Dockerfile and template.json contents ("-" for none).
+make_template() {
+	local name=$1 dockerfile=$2 manifest=$3
+	rm -rf "$tmp/src"
+	mkdir -p "$tmp/src/$name"
+	[[ $dockerfile == - ]] || printf '%s' "$dockerfile" >"$tmp/src/$name/Dockerfile"
+	[[ $manifest == - ]] || printf '%s' "$manifest" >"$tmp/src/$name/template.json"
+}
+
+# No temporary trees left next to the artifacts.
+no_leftovers() {
+	local left
+	left=$(find "$FIRECRACKER_ARTIFACTS_DIR/templates" -mindepth 1 -maxdepth 1 -name '.*' ! -name '*.lock' 2>/dev/null)
+	[[ -z $left ]] || fail "left behind: $left"
+}
+
+manifest_fields_ok() {
+	local file=$1
+	python3 -m json.tool "$file" >/dev/null || return 1
+	python3 - "$file" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for k in ("name", "displayName", "version", "description", "baseImage", "createdAt"):
+    assert isinstance(m.get(k), str), k
+assert isinstance(m.get("tools"), list) and all(isinstance(t, str) for t in m["tools"]), "tools"
+r = m.get("resources")
+assert isinstance(r, dict), "resources"
+assert isinstance(r.get("memSizeMib"), int) and r["memSizeMib"] > 0, "memSizeMib"
+assert isinstance(r.get("vcpuCount"), int) and r["vcpuCount"] > 0, "vcpuCount"
+EOF
+}
+
+test_build_base() {
+	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/base" d
+	try "$build" base || {
+		fail "templates/build.sh base failed"
+		return
+	}
+	[[ $(tail -n 1 "$out") == "$dir" ]] || fail "did not print $dir on stdout"
+	[[ -s $dir/rootfs.ext4 ]] || fail "no rootfs.ext4"
+	[[ -x $dir/rootfs/sbin/sandbox-agent ]] || fail "no rootfs/sbin/sandbox-agent"
+	cmp -s "$dir/rootfs/sbin/sandbox-agent" "$SANDBOX_AGENT_BIN" || fail "the agent is not $SANDBOX_AGENT_BIN"
+	for d in workspace tmp proc sys dev run; do
+		[[ -d $dir/rootfs/$d ]] || fail "no /$d in rootfs/"
+	done
+	[[ -x $dir/rootfs/bin/sh ]] || fail "no /bin/sh in rootfs/"
+	debugfs -R 'stat /sbin/sandbox-agent' "$dir/rootfs.ext4" 2>/dev/null | grep -q 'Type: regular' ||
+		fail "debugfs does not find /sbin/sandbox-agent in rootfs.ext4"
+	debugfs -R 'ls /' "$dir/rootfs.ext4" 2>/dev/null | grep -qw workspace ||
+		fail "no /workspace in rootfs.ext4"
+	manifest_fields_ok "$dir/template.json" || fail "template.json is invalid or lacks fields"
+	grep -q '"memSizeMib": 128' "$dir/template.json" || fail "base does not ask for 128 MiB"
+	no_leftovers
+}
+
+test_base_ext4_fsck() {
+	local img="$FIRECRACKER_ARTIFACTS_DIR/templates/base/rootfs.ext4"
+	[[ -s $img ]] || {
+		skip "no base rootfs.ext4"
+		return
+	}
+	try e2fsck -fn "$img" || fail "e2fsck reports errors"
+}
+
+test_base_rebuild_replaces() {
+	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/base" before after
+	before=$(jq -r .createdAt "$dir/template.json")
+	touch "$dir/stale-marker"
+	sleep 1
+	try "$build" base || {
+		fail "rebuild failed"
+		return
+	}
+	after=$(jq -r .createdAt "$dir/template.json")
+	[[ $before != "$after" ]] || fail "createdAt did not change"
+	[[ ! -e $dir/stale-marker ]] || fail "the old directory was not replaced"
+	no_leftovers
+}
+
+test_base_fast() {
+	local start end
+	start=$(date +%s%N)
+	try "$build" base || {
+		fail "build failed"
+		return
+	}
+	end=$(date +%s%N)
+	(((end - start) / 1000000 < 15000)) || fail "base took $(((end - start) / 1000000)) ms"
+}
+
+test_unknown_template() {
+	expect_failure "no template 'nosuch'" "$build" nosuch
+}
+
+test_invalid_name() {
+	expect_failure "invalid template name" "$build" ../etc
+}
+
+test_missing_agent() {
+	SANDBOX_AGENT_BIN="$tmp/no-agent" expect_failure "guest agent .*no-agent" "$build" base
+}
+
+test_dockerfile_without_from() {
+	make_template bad $'# no FROM here\nRUN echo hi\n' -
+	TEMPLATES_DIR="$tmp/src" expect_failure "line 2: RUN before FROM" "$build" bad
+	grep -q "no FROM instruction" "$out" || fail "does not say that FROM is missing"
+}
+
+test_dockerfile_unknown_instruction() {
+	make_template bad $'FROM agent-sandbox-base:latest\n\nRUN echo a \\\n    b\nFROBNICATE all\n' -
+	TEMPLATES_DIR="$tmp/src" expect_failure "line 5: unknown instruction 'FROBNICATE'" "$build" bad
+}
+
+test_dockerfile_empty() {
+	make_template bad $'# only a comment\n\n' -
+	TEMPLATES_DIR="$tmp/src" expect_failure "no instructions" "$build" bad
+}
+
+test_dockerfile_missing_argument() {
+	make_template bad $'FROM agent-sandbox-base:latest\nRUN\n' -
+	TEMPLATES_DIR="$tmp/src" expect_failure "line 2: RUN needs arguments" "$build" bad
+}
+
+test_manifest_syntax_error() {
+	make_template bad $'FROM agent-sandbox-base:latest\n' $'{\n  "name": "bad",\n  "tools": ["a" "b"]\n}\n'
+	TEMPLATES_DIR="$tmp/src" expect_failure "template.json is not valid JSON.*line 3" "$build" bad
+}
+
+test_manifest_wrong_types() {
+	make_template bad $'FROM agent-sandbox-base:latest\n' \
+		'{"name": "bad", "tools": "git", "resources": {"memSizeMib": "lots", "vcpuCount": 0}}'
+	TEMPLATES_DIR="$tmp/src" expect_failure "tools must be an array of strings" "$build" bad
+	grep -q "resources.memSizeMib must be an integer" "$out" || fail "memSizeMib not reported"
+	grep -q "resources.vcpuCount must be an integer" "$out" || fail "vcpuCount not reported"
+}
+
+test_manifest_not_object() {
+	make_template bad $'FROM agent-sandbox-base:latest\n' '["bad"]'
+	TEMPLATES_DIR="$tmp/src" expect_failure "must be a JSON object" "$build" bad
+}
+
+test_manifest_name_mismatch() {
+	make_template bad $'FROM agent-sandbox-base:latest\n' '{"name": "other"}'
+	TEMPLATES_DIR="$tmp/src" expect_failure 'name is "other" but the template directory is "bad"' "$build" bad
+}
+
+test_no_sources() {
+	make_template bad - '{"name": "bad"}'
+	TEMPLATES_DIR="$tmp/src" expect_failure "neither a Dockerfile nor a build-rootfs.sh" "$build" bad
+}
+
+# A failed rebuild leaves the previous artifacts as they were.
+test_failed_rebuild_keeps_old() {
+	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/recipe" sum
+	make_template recipe - '{"name": "recipe", "resources": {"memSizeMib": 64, "vcpuCount": 1}}'
+	# shellcheck disable=SC2016 # $1 belongs to the recipe
+	printf '#!/bin/sh\nset -e\nmkdir -p "$1/bin"\ncp /bin/busybox "$1/bin/"\n' >"$tmp/src/recipe/build-rootfs.sh"
+	chmod +x "$tmp/src/recipe/build-rootfs.sh"
+	TEMPLATES_DIR="$tmp/src" try "$build" recipe || {
+		fail "first build failed"
+		return
+	}
+	sum=$(cat "$dir/template.json" "$dir/rootfs.ext4" | sha256sum)
+	printf '#!/bin/sh\necho "recipe broke on purpose" >&2\nexit 3\n' >"$tmp/src/recipe/build-rootfs.sh"
+	TEMPLATES_DIR="$tmp/src" expect_failure "recipe broke on purpose" "$build" recipe || return
+	[[ $(cat "$dir/template.json" "$dir/rootfs.ext4" | sha256sum) == "$sum" ]] ||
+		fail "the previous artifacts changed"
+	no_leftovers
+}
+
+test_shellcheck() {
+	command -v shellcheck >/dev/null || {
+		skip "shellcheck not installed"
+		return
+	}
+	try shellcheck -x "$build" "$repo"/templates/*/build-rootfs.sh \
+		"$repo"/guest/kernel/*.sh "${BASH_SOURCE[0]}" || fail "shellcheck reports problems"
+}
+
+test_kernel_config_fragment() {
+	local f="$repo/guest/kernel/microvm.config" opt
+	for opt in VIRTIO_MMIO VIRTIO_MMIO_CMDLINE_DEVICES VIRTIO_BLK VIRTIO_NET VIRTIO_CONSOLE \
+		VSOCKETS VIRTIO_VSOCKETS EXT4_FS SERIAL_8250_CONSOLE HW_RANDOM_VIRTIO RANDOM_TRUST_CPU \
+		DEVTMPFS DEVTMPFS_MOUNT TMPFS PVH; do
+		grep -qx "CONFIG_$opt=y" "$f" || fail "CONFIG_$opt=y missing from microvm.config"
+	done
+}
+
+test_kernel_boots() {
+	local vmlinux="$real_artifacts/vmlinux"
+	if [[ ! -r $vmlinux ]]; then
+		skip "no kernel at $vmlinux (guest/kernel/build.sh builds it)"
+		return
+	fi
+	if ! command -v qemu-system-x86_64 >/dev/null; then
+		skip "qemu-system-x86_64 not installed"
+		return
+	fi
+	if [[ ! -d $FIRECRACKER_ARTIFACTS_DIR/templates/base/rootfs ]]; then
+		skip "base template not built"
+		return
+	fi
+	try "$repo/guest/kernel/boot-test.sh" "$vmlinux" "$FIRECRACKER_ARTIFACTS_DIR/templates/base/rootfs" ||
+		fail "the guest did not boot or lacks a device (see output)"
+}
+
+# full_only: false (after recording the skip) unless TEMPLATE_TEST_FULL=1.
+full_only() {
+	[[ $full == 1 ]] && return 0
+	skip "set TEMPLATE_TEST_FULL=1 (container engine, network)"
+	return 1
+}
+
+test_dockerfile_step_failure() {
+	full_only || return 0
+	make_template bad $'FROM agent-sandbox-base:latest\nRUN echo first-step\nRUN echo "about to fail" \\\n && exit 7\nLABEL template.name="bad"\n' -
+	TEMPLATES_DIR="$tmp/src" expect_failure "Dockerfile line 3 failed: RUN" "$build" bad || return
+	grep -q "about to fail" "$out" || fail "the step's output is not shown"
+	no_leftovers
+}
+
+test_build_python() {
+	full_only || return 0
+	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/python"
+	try "$build" python || {
+		fail "templates/build.sh python failed"
+		return
+	}
+	manifest_fields_ok "$dir/template.json" || fail "template.json is invalid or lacks fields"
+	jq -e '.tools == ["python3", "pip", "git", "curl"] and .baseImage == "agent-sandbox-base:latest"' \
+		"$dir/template.json" >/dev/null || fail "manifest does not reflect the Dockerfile labels"
+	[[ -x $dir/rootfs/usr/bin/python3 ]] || fail "no python3 in rootfs/"
+	debugfs -R 'stat /usr/bin/git' "$dir/rootfs.ext4" 2>/dev/null | grep -q 'Type: regular' ||
+		fail "no git in rootfs.ext4"
+	debugfs -R 'stat /sbin/sandbox-agent' "$dir/rootfs.ext4" 2>/dev/null | grep -q 'Type: regular' ||
+		fail "no /sbin/sandbox-agent in rootfs.ext4"
+	chroot "$dir/rootfs" /usr/bin/python3 -c 'import venv, ssl' >/dev/null 2>&1 ||
+		fail "python3 in the rootfs cannot import venv and ssl"
+	no_leftovers
+	if command -v buildah >/dev/null; then
+		[[ -z $(buildah --root /var/lib/agent-sandbox/containers/storage \
+			--runroot /run/agent-sandbox/containers --storage-driver vfs containers -q 2>/dev/null) ]] ||
+			fail "buildah containers left behind"
+	fi
+}
+
+for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces test_base_fast \
+	test_unknown_template test_invalid_name test_missing_agent \
+	test_dockerfile_without_from test_dockerfile_unknown_instruction test_dockerfile_empty \
+	test_dockerfile_missing_argument test_manifest_syntax_error test_manifest_wrong_types \
+	test_manifest_not_object test_manifest_name_mismatch test_no_sources \
+	test_failed_rebuild_keeps_old test_shellcheck test_kernel_config_fragment test_kernel_boots \
+	test_dockerfile_step_failure test_build_python; do
+	run_test "$t"
+done
+
+summary="$passed passed, $failed failed"
+((skipped)) && summary+=", $skipped skipped"
+echo "$summary"
+((failed == 0))
