@@ -600,5 +600,51 @@ class HealthTest(DaemonTestCase):
         self.assertEqual(body["failing"], [])
 
 
+class OtherRoutesTest(DaemonTestCase):
+    """/metrics and /admin/keys answer with their documented shapes (auth is off here)."""
+
+    def test_metrics(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        status, headers, body = self.d.get("/metrics")
+        self.assertEqual(status, 200)
+        self.assertIn("text/plain", headers.get("Content-Type", ""))
+        text = body.decode()
+        for name in ("exec_message_total", "active_vm_count", "exec_sessions_active"):
+            self.assertIn(f"# TYPE {name} ", text)
+        self.assertRegex(text, r'exec_message_total\{type="execute"\} [1-9]')
+
+    def test_admin_keys(self):
+        status, _, key = self.d.post("/admin/keys", body={"name": "it-key", "scopes": ["exec"],
+                                                          "rateLimit": 60})
+        self.assertEqual(status, 201, key)
+        self.assertTrue(key["key"].startswith("sk_test_"), key)
+        for field in ("id", "name", "prefix", "scopes", "rateLimit", "enabled", "createdAt"):
+            self.assertIn(field, key)
+        kid = key["id"]
+        status, _, body = self.d.get("/admin/keys")
+        self.assertEqual(status, 200, body)
+        listed = {k["id"]: k for k in body["keys"]}
+        self.assertIn(kid, listed)
+        self.assertNotIn("key", listed[kid], "a listed key shows its secret")
+        status, _, rotated = self.d.post(f"/admin/keys/{kid}/rotate")
+        self.assertEqual(status, 200, rotated)
+        self.assertNotEqual(rotated["key"], key["key"])
+        status, _, body = self.d.post(f"/admin/keys/{kid}/revoke")
+        self.assertEqual((status, body), (200, {"success": True, "id": kid}))
+        status, _, body = self.d.get("/admin/keys")
+        self.assertFalse({k["id"]: k for k in body["keys"]}[kid]["enabled"])
+        status, _, body = self.d.delete(f"/admin/keys/{kid}")
+        self.assertEqual((status, body), (200, {"success": True, "id": kid}))
+        for method, path in (("DELETE", f"/admin/keys/{kid}"),
+                             ("POST", f"/admin/keys/{kid}/revoke"),
+                             ("POST", f"/admin/keys/{kid}/rotate")):
+            with self.subTest(method=method, path=path):
+                status, headers, body = self.d.request(method, path, timeout=30)
+                self.assertJsonError(status, headers, body, 404)
+        status, headers, body = self.d.post("/admin/keys", body={"scopes": ["exec"]})
+        self.assertJsonError(status, headers, body, 400, "name")
+
+
 if __name__ == "__main__":
     unittest.main()
