@@ -118,8 +118,11 @@ class CleanupTest(unittest.TestCase):
         self.assertGreaterEqual(len(ids), 3, f"sandbox ids in the log: {ids}")
         sandbox_a = sandbox_of(d, a)
         self.assertIn(sandbox_a, ids)
+        # A sandbox's own processes are found through its cgroups (where its driver makes
+        # them); every driver's processes are below the daemon.
         fp_a = footprint_of(d, [sandbox_a], descendants=False)
-        self.assertTrue(fp_a.procs, f"no process found in the cgroups of {sandbox_a}")
+        if fp_a.cgroups:
+            self.assertTrue(fp_a.procs, f"no process found in the cgroups of {sandbox_a}")
         fp_all = footprint_of(d, ids)
         self.assertTrue(fp_all.procs, "no process of the daemon's sandboxes was found")
 
