@@ -208,15 +208,19 @@ class ExecuteTest(DaemonTestCase):
 
     def test_sse(self):
         sid = self.session()
-        with self.stream_execute(sid, "echo a; echo e >&2; exit 3", mode="sse") as s:
-            self.assertEqual(s.status, 200)
-            self.assertIn("text/event-stream", s.headers.get("Content-Type", ""))
-            events = parse_sse_data(s.sse())
-        self.assertEqual(events[0]["event"], "start")
-        self.assertEqual(events[-1]["event"], "result")
-        for e in events[1:-1]:
-            self.assertEqual(e["event"], "stream")
-        self._check_stream([e["data"] for e in events], "a\n")
+        by_header = self.stream_execute(sid, "echo a; echo e >&2; exit 3", mode="sse")
+        by_query = self.d.stream("POST", f"/exec/{sid}/execute?format=sse",
+                                 body={"command": "echo a; echo e >&2; exit 3"})
+        for how, stream in (("Accept header", by_header), ("format=sse", by_query)):
+            with self.subTest(how=how), stream as s:
+                self.assertEqual(s.status, 200)
+                self.assertIn("text/event-stream", s.headers.get("Content-Type", ""))
+                events = parse_sse_data(s.sse())
+                self.assertEqual(events[0]["event"], "start")
+                self.assertEqual(events[-1]["event"], "result")
+                for e in events[1:-1]:
+                    self.assertEqual(e["event"], "stream")
+                self._check_stream([e["data"] for e in events], "a\n")
 
     def test_output_chunks_never_split_a_utf8_character(self):
         sid = self.session()
@@ -459,6 +463,33 @@ class ExecuteTest(DaemonTestCase):
             conn.close()
 
         self._disconnect_and_check(sid, start)
+
+    def test_deleting_the_session_ends_its_running_commands(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        outcome = {}
+
+        def buffered():
+            outcome["buffered"] = self.execute(sid, "sleep 30", http_timeout=60)
+
+        t = threading.Thread(target=buffered)
+        t.start()
+        with self.stream_execute(sid, "sleep 30") as s:
+            lines = s.ndjson()
+            self.assertEqual(next(lines)["type"], "start")
+            wait_until(lambda: self.listed_sessions()[sid]["running"] == 2, 10,
+                       what="both commands to run")
+            t0 = time.monotonic()
+            status, _, body = self.d.delete(f"/exec/{sid}")
+            self.assertEqual(status, 200, body)
+            rest = list(lines)
+        t.join(30)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual(rest[-1]["type"], "error", rest)
+        self.assertTrue(rest[-1]["error"], rest)
+        status, body = outcome["buffered"]
+        self.assertGreaterEqual(status, 500, body)
+        self.assertIsInstance(body.get("error"), str, body)
 
     def test_twenty_concurrent_executes_in_one_session(self):
         sid = self.session()

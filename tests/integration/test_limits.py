@@ -193,3 +193,21 @@ class CapacityTest(DaemonTestCase):
         self.assertEqual(self.d.delete(f"/exec/{c}")[0], 200)
         status, _, body = self.d.get("/ready")
         self.assertEqual(status, 200, body)
+
+
+class DefaultTimeoutTest(DaemonTestCase):
+    daemon_env = {"SANDBOX_EXEC_TIMEOUT_MS": "1000", "SANDBOX_WARM_POOL": "0"}
+
+    def test_default_timeout_applies_when_the_request_gives_none(self):
+        sid = self.session()
+        status, body = self.execute(sid, "sleep 30")
+        self.assertEqual(status, 200, body)
+        self.assertTrue(body.get("timedOut"), body)
+        self.assertLess(body["duration"], 10_000, body)
+
+    def test_a_request_timeout_replaces_the_default(self):
+        sid = self.session()
+        body = self.run_ok(sid, "sleep 2; echo late", timeout=20_000)
+        self.assertEqual(joined(body["output"]), "late\n")
+        body = self.run_ok(sid, "sleep 2; echo none", timeout=0)
+        self.assertEqual(joined(body["output"]), "none\n")
