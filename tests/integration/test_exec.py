@@ -631,8 +631,8 @@ class HealthTest(DaemonTestCase):
         self.assertEqual(body["failing"], [])
 
 
-class OtherRoutesTest(DaemonTestCase):
-    """/metrics and /admin/keys answer with their documented shapes (auth is off here)."""
+class MetricsRouteTest(DaemonTestCase):
+    """/metrics answers in the Prometheus text format (auth is off here)."""
 
     def test_metrics(self):
         sid = self.session()
@@ -644,6 +644,11 @@ class OtherRoutesTest(DaemonTestCase):
         for name in ("exec_message_total", "active_vm_count", "exec_sessions_active"):
             self.assertIn(f"# TYPE {name} ", text)
         self.assertRegex(text, r'exec_message_total\{type="execute"\} [1-9]')
+
+
+
+class AdminKeysRouteTest(DaemonTestCase):
+    """/admin/keys answers with its documented shapes (auth is off here)."""
 
     def test_admin_keys(self):
         status, _, key = self.d.post("/admin/keys", body={"name": "it-key", "scopes": ["exec"],
