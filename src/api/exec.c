@@ -880,6 +880,16 @@ out:
 		file_req_free(f);
 }
 
+/* A path from the query string: JSON (to the agent) can carry only UTF-8 text. Replies 400
+ * and returns false otherwise. */
+static bool query_path_valid(struct http_ctx *ctx, const char *path)
+{
+	if (utf8_valid((const uint8_t *)path, strlen(path)))
+		return true;
+	http_reply_error(ctx, 400, "\"path\" must be UTF-8 text");
+	return false;
+}
+
 void api_exec_read(struct http_ctx *ctx)
 {
 	const char *id = path_session_id(ctx);
@@ -890,6 +900,8 @@ void api_exec_read(struct http_ctx *ctx)
 		http_reply_error(ctx, 400, "The \"path\" query parameter is required");
 		return;
 	}
+	if (!query_path_valid(ctx, path))
+		return;
 	const char *encoding = http_query(ctx, "encoding");
 	if (encoding && strcmp(encoding, "base64") && strcmp(encoding, "utf8")) {
 		http_reply_error(ctx, 400, "\"encoding\" must be \"utf8\" or \"base64\"");
@@ -916,6 +928,8 @@ void api_exec_files(struct http_ctx *ctx)
 		return;
 	const char *path = http_query(ctx, "path");
 	const char *rec = http_query(ctx, "recursive");
+	if (path && !query_path_valid(ctx, path))
+		return;
 	struct session *s = existing_session(ctx, id);
 	if (!s)
 		return;

@@ -191,6 +191,15 @@ class FilesTest(DaemonTestCase):
         self.assertJsonError(status, headers, body, 404)
         self.assertNotIn(sid, self.listed_sessions())
 
+    def test_path_that_is_not_utf8_is_400(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        for route in ("read", "files"):
+            with self.subTest(route=route):
+                status, headers, body = self.d.get(f"/exec/{sid}/{route}?path=%FF%FE")
+                self.assertJsonError(status, headers, body, 400, "path")
+        self.assertEqual(self.d.get("/health")[0], 200)
+
     def test_read_needs_a_path(self):
         sid = self.session()
         self.run_ok(sid, "true")
