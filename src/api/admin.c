@@ -32,6 +32,7 @@ void api_admin_keys_create(struct http_ctx *ctx)
 	if (http_body_json(ctx, &body) < 0)
 		return;
 	struct err e;
+	char *secret = NULL;
 	unsigned scopes = KEYS_SCOPE_EXEC;
 	int64_t rate = 0, expires = 0;
 	json_t *name = json_object_get(body, "name");
@@ -86,7 +87,6 @@ void api_admin_keys_create(struct http_ctx *ctx)
 		expires = (int64_t)time(NULL) + secs;
 	}
 	struct key_info k;
-	_cleanup_free_ char *secret = NULL;
 	if (keys_create(store_db(), api_cfg->key_prefix, json_string_value(name), scopes, rate,
 			expires, &k, &secret, &e) < 0) {
 		http_reply_err(ctx, &e);
@@ -96,6 +96,7 @@ void api_admin_keys_create(struct http_ctx *ctx)
 	json_object_set_new(r, "key", json_string(secret));
 	http_reply_json(ctx, 201, r);
 out:
+	free(secret);
 	json_decref(body);
 }
 

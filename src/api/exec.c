@@ -206,6 +206,57 @@ void api_exec_create(struct http_ctx *ctx)
 		}
 		idle_s = (uint64_t)json_integer_value(idle);
 	}
+	struct session_resources res = { 0 };
+	json_t *jres = json_object_get(body, "resources");
+	if (jres && !json_is_null(jres)) {
+		static const struct {
+			const char *key;
+			size_t off;
+			bool u32;
+		} fields[] = {
+			{ "memoryBytes", offsetof(struct session_resources, memory_bytes), false },
+			{ "cpuQuotaUs", offsetof(struct session_resources, cpu_quota_us), false },
+			{ "diskBytes", offsetof(struct session_resources, workspace_bytes), false },
+			{ "pidsMax", offsetof(struct session_resources, pids_max), true },
+		};
+		if (!json_is_object(jres)) {
+			http_reply_error(ctx, 400, "\"resources\" must be an object");
+			goto out;
+		}
+		const char *k;
+		json_t *v;
+		json_object_foreach (jres, k, v) {
+			size_t i;
+			for (i = 0; i < ARRAY_SIZE(fields); i++)
+				if (strcmp(fields[i].key, k) == 0)
+					break;
+			if (i == ARRAY_SIZE(fields)) {
+				http_reply_error(
+					ctx, 400,
+					"unknown resource \"%s\" (memoryBytes, cpuQuotaUs, "
+					"diskBytes, pidsMax)",
+					k);
+				goto out;
+			}
+			if (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+			    (fields[i].u32 && json_integer_value(v) > UINT32_MAX)) {
+				http_reply_error(ctx, 400,
+						 "\"resources.%s\" must be a positive whole number",
+						 k);
+				goto out;
+			}
+			char *field = (char *)&res + fields[i].off;
+			if (fields[i].u32)
+				*(uint32_t *)field = (uint32_t)json_integer_value(v);
+			else
+				*(uint64_t *)field = (uint64_t)json_integer_value(v);
+		}
+		struct err e;
+		if (session_resources_check(&res, &e) < 0) {
+			http_reply_err(ctx, &e);
+			goto out;
+		}
+	}
 	char *fresh = NULL;
 	if (!id)
 		id = fresh = session_new_id();
@@ -220,7 +271,8 @@ void api_exec_create(struct http_ctx *ctx)
 	}
 	struct session_create_opts opts = { .template_name = tmpl,
 					    .idle_timeout_s = (unsigned)idle_s,
-					    .env = env };
+					    .env = env,
+					    .resources = &res };
 	session_get_or_create(api_owner(ctx), id, &opts, on_created, ctx, NULL);
 	free(fresh);
 	json_decref(body);

@@ -88,6 +88,34 @@ static void random_hex(char *out, size_t nbytes)
 		sprintf(out + 2 * i, "%02x", buf[i]);
 }
 
+static int tighter(const char *name, uint64_t asked, uint64_t server, struct err *err)
+{
+	if (asked && server && asked > server)
+		return err_set(
+			err, EINVAL,
+			"resources.%s may only lower the server's limit (%llu), not raise it "
+			"to %llu",
+			name, (unsigned long long)server, (unsigned long long)asked);
+	return 0;
+}
+
+int session_resources_check(const struct session_resources *r, struct err *err)
+{
+	const struct config *c = S.cfg;
+	if (tighter("memoryBytes", r->memory_bytes, c->memory_limit, err) < 0 ||
+	    tighter("cpuQuotaUs", r->cpu_quota_us, c->cpu_quota_us, err) < 0 ||
+	    tighter("diskBytes", r->workspace_bytes, c->disk_limit, err) < 0 ||
+	    tighter("pidsMax", r->pids_max, c->pids_max, err) < 0)
+		return -EINVAL;
+	if (r->memory_bytes && r->memory_bytes < (16u << 20))
+		return err_set(err, EINVAL, "resources.memoryBytes must be at least 16 MiB");
+	if (r->pids_max && r->pids_max < 4)
+		return err_set(err, EINVAL, "resources.pidsMax must be at least 4");
+	if (r->workspace_bytes && r->workspace_bytes < (1u << 20))
+		return err_set(err, EINVAL, "resources.diskBytes must be at least 1 MiB");
+	return 0;
+}
+
 bool session_id_valid(const char *id)
 {
 	size_t n = strlen(id);
@@ -222,6 +250,18 @@ static struct create_job *create_job_new(struct template *t, struct session *s, 
 	j->sandbox_id = xasprintf("sb-%s", hex);
 	j->tmpl = template_ref(t);
 	spec_fill(&j->spec, j->tmpl, j->sandbox_id);
+	if (s) {
+		const struct session_resources *r = &s->resources;
+		struct sandbox_limits *l = &j->spec.limits;
+		if (r->memory_bytes)
+			l->memory_bytes = r->memory_bytes;
+		if (r->cpu_quota_us)
+			l->cpu_quota_us = r->cpu_quota_us;
+		if (r->workspace_bytes)
+			l->workspace_bytes = r->workspace_bytes;
+		if (r->pids_max)
+			l->pids_max = r->pids_max;
+	}
 	j->s = s;
 	j->pool = p;
 	j->t0 = mono_ms();
@@ -700,6 +740,8 @@ void session_get_or_create(const char *owner, const char *id,
 	s->idle_timeout_s =
 		opts && opts->idle_timeout_s ? opts->idle_timeout_s : S.cfg->idle_timeout_s;
 	s->env = opts && json_is_object(opts->env) ? json_deep_copy(opts->env) : json_object();
+	if (opts && opts->resources)
+		s->resources = *opts->resources;
 	s->next = S.sessions;
 	S.sessions = s;
 	S.nsessions++;
@@ -707,7 +749,11 @@ void session_get_or_create(const char *owner, const char *id,
 		*created = true;
 	add_waiter(s, cb, arg);
 
-	struct pool_entry *pe = pool_take(t->name);
+	/* Pooled sandboxes have the server's limits: a session with its own goes cold. */
+	bool own_limits = opts && opts->resources &&
+			  (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
+			   opts->resources->workspace_bytes || opts->resources->pids_max);
+	struct pool_entry *pe = own_limits ? NULL : pool_take(t->name);
 	if (pe) {
 		struct sandbox *sb = pe->sb;
 		struct guest_conn *conn = pe->conn;

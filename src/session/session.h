@@ -25,6 +25,15 @@ enum session_state {
 	SESSION_FAILED,
 };
 
+/* Per-session limits asked for at creation; 0 keeps the server's. They may only tighten the
+ * server's limits (session_resources_check). */
+struct session_resources {
+	uint64_t memory_bytes;
+	uint64_t cpu_quota_us;
+	uint64_t workspace_bytes;
+	uint32_t pids_max;
+};
+
 struct session {
 	char *id;         /* client-visible id */
 	char *owner;      /* API key id, "" when auth is off */
@@ -32,6 +41,7 @@ struct session {
 	struct template *tmpl;
 	enum session_state state;
 	struct err failure;
+	struct session_resources resources; /* asked for at creation (0: the server's) */
 	struct sandbox *sb;
 	struct guest_conn *conn;
 	json_t *env;             /* default environment for commands (object) */
@@ -55,9 +65,10 @@ struct session_exec {
 };
 
 struct session_create_opts {
-	const char *template_name; /* NULL: the default template */
-	unsigned idle_timeout_s;   /* 0: the server default */
-	json_t *env;               /* borrowed, object or NULL */
+	const struct session_resources *resources; /* NULL: the server's limits */
+	const char *template_name;                 /* NULL: the default template */
+	unsigned idle_timeout_s;                   /* 0: the server default */
+	json_t *env;                               /* borrowed, object or NULL */
 };
 
 typedef void (*session_ready_fn)(struct session *s, const struct err *err, void *arg);
@@ -88,6 +99,9 @@ void session_get_or_create(const char *owner, const char *id,
 
 /* Finds a session by id whoever owns it (for admins); the first match. */
 struct session *session_find_any(const char *id);
+
+/* Checks that `r` only tightens the server's limits; EINVAL naming the field otherwise. */
+int session_resources_check(const struct session_resources *r, struct err *err);
 
 /* Validates a client-chosen session id. */
 bool session_id_valid(const char *id);
