@@ -264,6 +264,9 @@ int main(int argc, char **argv)
 	long fd = -1, vsock = -1;
 	struct init_config cfg;
 
+	/* Executed from a descriptor (the jail driver uses execveat), the process would be named
+	 * after the descriptor's number in ps; give it its own name. */
+	prctl(PR_SET_NAME, AGENT_NAME, 0, 0, 0);
 	a->pid1 = getpid() == 1;
 	a->init = a->pid1 && argc == 1;
 	for (int i = 1; i < argc; i++) {
