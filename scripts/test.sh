@@ -41,6 +41,9 @@ runners=(
 	"sdk-typescript sdk/typescript/run-tests.sh"
 	"sdk-python tests/integration/run.sh sdk/python/tests"
 	"cli tests/integration/run.sh tests/cli"
+	"auth tests/integration/run.sh tests/auth"
+	"metrics tests/integration/run.sh tests/metrics"
+	"firecracker tests/integration/run.sh tests/firecracker"
 	"e2e tests/e2e/run.sh"
 )
 
@@ -215,7 +218,6 @@ main() {
 	((failed == 0))
 }
 
-# Bash reads a script as it runs it: with everything inside main, an edit to this file while a
-# run is going on cannot change what that run does.
-main "$@"
-exit
+# Bash reads a script as it runs it: with everything inside main, and the exit on the same
+# line, an edit to this file while a run is going on cannot change what that run does.
+main "$@"; exit $?
