@@ -11,7 +11,8 @@
 #               (default $ARTIFACTS/templates/base/rootfs)
 # Environment: FIRECRACKER_ARTIFACTS_DIR, QEMU_ACCEL (default tcg),
 #              BOOT_TEST_ACPI (on|off, default on),
-#              BOOT_TEST_TSC_KHZ (host TSC frequency; found out if unset).
+#              BOOT_TEST_TSC_KHZ (host TSC frequency; found out if unset),
+#              BOOT_TEST_APPEND (more kernel parameters, e.g. quiet).
 #
 # Under TCG the guest's TSC runs at the host's TSC rate, but the kernel
 # calibrates it against the emulated PIT, which fails on a loaded host; the
@@ -80,6 +81,7 @@ mkfs.ext4 -q -F -O ^has_journal -E root_owner=0:0 -d "$tmp/root" "$tmp/root.ext4
 # The command line the VM drivers pass (plus init= for this test).
 cmdline="console=ttyS0 reboot=k panic=-1 root=/dev/vda rootfstype=ext4 ro init=/boot-test-init"
 [[ $acpi == off ]] && cmdline+=" acpi=off"
+[[ -n ${BOOT_TEST_APPEND:-} ]] && cmdline+=" $BOOT_TEST_APPEND"
 if [[ $accel == tcg ]]; then
 	tsc_khz=${BOOT_TEST_TSC_KHZ:-$(host_tsc_khz || true)}
 	[[ -n $tsc_khz ]] && cmdline+=" tsc_early_khz=$tsc_khz"
