@@ -47,6 +47,31 @@ class SessionRoutesTest(DaemonTestCase):
         self.assertEqual(self.stdout_of(sid, 'echo "$GREETING"', env={"GREETING": "over"}),
                          "over\n")
 
+    def test_create_session_with_its_own_resources(self):
+        MiB = 1024 * 1024
+        sid = self.session()
+        status, _, body = self.d.post("/exec/", body={
+            "id": sid, "resources": {"memoryBytes": 32 * MiB, "diskBytes": 2 * MiB,
+                                     "pidsMax": 32}})
+        self.assertEqual(status, 201, body)
+        size_kib = int(self.stdout_of(sid, "df -k . | tail -n 1").split()[1])
+        self.assertLessEqual(size_kib, 2048)
+        self.assertGreater(size_kib, 1024)
+        # 48 MiB fits the server's limit but not this session's.
+        dd = ["if=/dev/zero", "of=/dev/null", f"bs={48 * MiB}", "count=1"]
+        status, body = self.execute(sid, "dd", args=dd)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body.get("signal"), "SIGKILL", body)
+        self.assertIs(body.get("oomKilled"), True, body)
+        other = self.session("default-resources")
+        status, body = self.execute(other, "dd", args=dd)
+        self.assertEqual((status, body.get("exitCode")), (200, 0), body)
+        for bad in ({"memoryBytes": 1 << 50}, {"pidsMax": 2}, {"diskBytes": 0},
+                    {"memoryBytes": "32M"}, {"gpus": 1}, []):
+            with self.subTest(resources=bad):
+                status, headers, body = self.d.post("/exec/", body={"resources": bad})
+                self.assertJsonError(status, headers, body, 400, "resource")
+
     def test_create_session_without_slash_and_without_id(self):
         status, _, body = self.d.post("/exec", body={})
         self.assertEqual(status, 201, body)
