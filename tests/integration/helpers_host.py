@@ -120,14 +120,32 @@ def sandbox_namespaces(pids):
     return found
 
 
-def namespace_holders(namespaces):
-    """Who still keeps any of these namespaces alive: processes in them, nsfs mounts of them."""
+def process_sandboxes(pid):
+    """The sandbox ids in whose cgroups a process is."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return set()
+    return set(re.findall(rf"/{CGROUP_PARENT}/([^/\n]+)", text))
+
+
+def namespace_holders(namespaces, own_ids=()):
+    """Who still keeps any of these namespaces alive: processes in them, nsfs mounts of them.
+
+    The kernel reuses the inode number of a namespace that is gone, so a process of another
+    sandbox (in the cgroup of a sandbox id not in own_ids) found under a recorded number is in
+    a new namespace, not in ours, and does not count."""
     holders = []
     if not namespaces:
         return holders
+    own = set(own_ids)
     for pid in all_pids():
         for kind, ns in ns_inodes(pid).items():
             if ns in namespaces:
+                others = process_sandboxes(pid) - own
+                if others:
+                    continue
                 holders.append(f"process {pid} is in {ns}")
     inodes = {re.sub(r"^\w+:\[(\d+)\]$", r"\1", ns) for ns in namespaces}
     for line in mountinfo():
@@ -190,7 +208,7 @@ class Footprint:
         for sid in sandbox_ids_:
             left += [f"cgroup {d}" for d in cgroup_dirs(sid) if d not in self.cgroups]
         left += [f"process {pid} ({_comm(pid)})" for pid in sorted(alive(self.procs))]
-        left += namespace_holders(self.namespaces)
+        left += namespace_holders(self.namespaces, sandbox_ids_)
         left += [f"mount: {m}" for m in mounts_mentioning(list(sandbox_ids_) + list(words))]
         left += [f"netns {n}" for n in netns_entries(list(sandbox_ids_))]
         return left
