@@ -40,6 +40,7 @@
 #include "driver/jailer.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 extern char **environ;
@@ -100,23 +101,9 @@ static int fc_probe(const struct config *cfg, struct err *err)
 	return kvm_usable(err);
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-	_cleanup_free_ char *p = xstrdup(path);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
-	return mkdir(p, mode) < 0 && errno != EEXIST ? -errno : 0;
-}
-
 static int fc_init(const struct config *cfg, struct err *err)
 {
-	int r = mkdir_p(cfg->fc_jail_base, 0711);
+	int r = fs_mkdir_p(cfg->fc_jail_base, 0711);
 	if (r < 0)
 		return err_sys(err, -r, "cannot create `%s`", cfg->fc_jail_base);
 	pthread_mutex_lock(&F.lock);
@@ -188,7 +175,7 @@ static void vm_teardown(struct fc_vm *vm, const char *id)
 		if (cgroup_remove(vm->cg, &e) < 0)
 			log_warn("firecracker", "sandbox %s: %s", id, e.msg);
 	}
-	if (vm->jail_dir && fc_rm_rf(vm->jail_dir) < 0)
+	if (vm->jail_dir && fs_rm_rf(vm->jail_dir) < 0)
 		log_warn("firecracker", "sandbox %s: cannot remove `%s`", id, vm->jail_dir);
 }
 
@@ -232,7 +219,7 @@ static int vm_start(const struct config *cfg, const char *id, const struct sandb
 		r = err_set(err, EEXIST, "jail `%s` already exists", vm->jail_dir);
 		goto fail;
 	}
-	if ((r = mkdir_p(vm->root, 0750)) < 0) {
+	if ((r = fs_mkdir_p(vm->root, 0750)) < 0) {
 		err_sys(err, -r, "cannot create `%s`", vm->root);
 		goto fail;
 	}
@@ -593,7 +580,7 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 	}
 	if (have)
 		log_info("firecracker", "snapshot of template %s is stale: rebuilding", t->name);
-	fc_rm_rf(tmp);
+	fs_rm_rf(tmp);
 	if (mkdir(tmp, 0750) < 0 || chown(tmp, 0, cfg->fc_gid) < 0) {
 		r = err_sys(err, errno, "cannot create `%s`", tmp);
 		goto out;
@@ -607,17 +594,17 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 		/* Swap the new snapshot in: meta.json last, so a half-written one never matches. */
 		if (json_dump_file(meta, tmp_meta, JSON_INDENT(2)) < 0)
 			r = err_sys(err, errno, "cannot write `%s`", tmp_meta);
-		else if (fc_rm_rf(old) < 0 || (rename(dir, old) < 0 && errno != ENOENT) ||
+		else if (fs_rm_rf(old) < 0 || (rename(dir, old) < 0 && errno != ENOENT) ||
 			 rename(tmp, dir) < 0)
 			r = err_sys(err, errno, "cannot install the snapshot in `%s`", dir);
-		fc_rm_rf(old);
+		fs_rm_rf(old);
 		if (r == 0)
 			log_info("firecracker", "snapshot of template %s built in %ld ms", t->name,
 				 now_ms() - t0);
 	}
 	json_decref(meta);
 	if (r < 0)
-		fc_rm_rf(tmp);
+		fs_rm_rf(tmp);
 out:
 	json_decref(have);
 	json_decref(want);
@@ -723,7 +710,7 @@ static void fc_cleanup_stale(const struct config *cfg, const char *id, json_t *r
 	if (pid > 1 && start > 0 && proc_start_time((pid_t)pid) == start)
 		kill((pid_t)pid, SIGKILL);
 	_cleanup_free_ char *dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
-	fc_rm_rf(dir);
+	fs_rm_rf(dir);
 	struct cgroup *cg = NULL;
 	if (F.have_cgroots && cgroup_open(&F.cgroots, id, &cg, NULL) == 0) {
 		cgroup_remove(cg, NULL);

@@ -4,7 +4,6 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,20 +153,4 @@ int fc_jail_stage(const char *root, const char *src, const char *name, uid_t uid
 	    chmod(dst, shared ? (mode & 0440) | 0040 : mode) < 0)
 		return err_sys(err, errno, "cannot set owner and mode of `%s`", dst);
 	return 0;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if (flag == FTW_DP)
-		return rmdir(path) < 0 && errno != ENOENT ? -1 : 0;
-	return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-int fc_rm_rf(const char *path)
-{
-	if (access(path, F_OK) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) < 0 ? -errno : 0;
 }

@@ -45,6 +45,3 @@ int fc_jail_stage(const char *root, const char *src, const char *name, uid_t uid
 
 /* Copies a regular file to a new file `dst` (never overwriting); negative errno. */
 int fc_copy_file(const char *src, const char *dst, mode_t mode);
-
-/* Removes a directory tree without following symlinks. */
-int fc_rm_rf(const char *path);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 static sqlite3 *db;
@@ -21,25 +22,9 @@ static const char schema[] = "CREATE TABLE IF NOT EXISTS sandboxes ("
 			     "  created INTEGER NOT NULL DEFAULT (strftime('%s','now'))"
 			     ");";
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-	_cleanup_free_ char *p = xstrdup(path);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
-	if (mkdir(p, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 int store_open(const char *dir, struct err *err)
 {
-	int r = mkdir_p(dir, 0700);
+	int r = fs_mkdir_p(dir, 0700);
 	if (r < 0)
 		return err_sys(err, -r, "cannot create state directory `%s`", dir);
 	_cleanup_free_ char *path = xasprintf("%s/sandboxd.db", dir);
