@@ -34,8 +34,20 @@
 struct conn;
 struct op;
 
+/* The environment the template's image declares (its Dockerfile's ENV), from
+ * /etc/sandbox/env: layered between the agent's defaults and each request's env. */
+struct image_env {
+	char **keys;
+	char **vals;
+	size_t n;
+};
+
+#define AGENT_ENV_FILE     "/etc/sandbox/env"
+#define AGENT_ENV_FILE_MAX (64u << 10)
+
 struct agent {
 	struct workspace ws;
+	struct image_env image_env;
 	bool init;      /* the VM's init: mounts done, may power off */
 	bool pid1;      /* PID 1 (VM or pid namespace): reap every child */
 	int sigpipe[2]; /* signal handler -> loop */

@@ -239,10 +239,40 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: %s (--fd N | --vsock PORT | --serial NAME) [--workspace DIR]\n"
+		"       [--env-file FILE] (default " AGENT_ENV_FILE ": KEY=value lines)\n"
 		"       as PID 1 without arguments: the VM's init (settings from the kernel\n"
 		"       command line: sandbox.channel=serial:NAME|vsock:PORT,\n"
 		"       sandbox.workspace_mib=N, sandbox.hostname=NAME)\n",
 		AGENT_NAME);
+}
+
+/* Reads KEY=value lines; a missing file is an empty environment, bad lines are skipped
+ * (the file comes from the template, which the host built). */
+static void image_env_load(struct image_env *env, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	char *buf = xmalloc(AGENT_ENV_FILE_MAX + 1);
+	size_t len = 0;
+	ssize_t n;
+	while (len < AGENT_ENV_FILE_MAX && (n = read(fd, buf + len, AGENT_ENV_FILE_MAX - len)) > 0)
+		len += (size_t)n;
+	close(fd);
+	buf[len] = '\0';
+	char *save = NULL;
+	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(line, '=');
+		if (!eq || eq == line)
+			continue;
+		*eq = '\0';
+		env->keys = xrealloc(env->keys, (env->n + 1) * sizeof(char *));
+		env->vals = xrealloc(env->vals, (env->n + 1) * sizeof(char *));
+		env->keys[env->n] = xstrdup(line);
+		env->vals[env->n] = xstrdup(eq + 1);
+		env->n++;
+	}
+	free(buf);
 }
 
 static bool parse_uint(const char *s, unsigned long max, unsigned long *ret)
@@ -261,6 +291,7 @@ int main(int argc, char **argv)
 	struct agent *a = &agent;
 	const char *workspace = "/workspace";
 	const char *serial = NULL;
+	const char *env_file = AGENT_ENV_FILE;
 	long fd = -1, vsock = -1;
 	struct init_config cfg;
 
@@ -294,6 +325,8 @@ int main(int argc, char **argv)
 			serial = val;
 		} else if (strcmp(arg, "--workspace") == 0 && *val) {
 			workspace = val;
+		} else if (strcmp(arg, "--env-file") == 0 && *val) {
+			env_file = val;
 		} else {
 			fprintf(stderr, "%s: bad argument `%s %s`\n", AGENT_NAME, arg, val);
 			usage(stderr);
@@ -319,6 +352,7 @@ int main(int argc, char **argv)
 		}
 	}
 	ensure_stdio();
+	image_env_load(&a->image_env, env_file);
 	if (setup_signals(a) < 0) {
 		agent_log("signal pipe: %s", strerror(errno));
 		return 1;

@@ -279,7 +279,19 @@ struct start_failure {
 	int errnum;
 };
 
-static char **build_env(const struct req_exec *r, const char *home, const char **ret_path)
+/* Finds key in a list of keys; the index or -1. */
+static ssize_t find_key(const char *const *keys, size_t n, const char *key)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(keys[i], key) == 0)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* The command's environment: the agent's defaults, under the image's ENV, under the
+ * request's env (which the host already merged over the session's). */
+static char **build_env(const struct req_exec *r, const struct image_env *img, const char *home,
+			const char **ret_path)
 {
 	const char *defaults[][2] = {
 		{ "HOME", home },
@@ -287,23 +299,37 @@ static char **build_env(const struct req_exec *r, const char *home, const char *
 		{ "LANG", "C.UTF-8" },
 	};
 	size_t nd = ARRAY_SIZE(defaults);
-	char **envp = xcalloc(nd + r->env_n + 1, sizeof(*envp));
+	char **envp = xcalloc(nd + img->n + r->env_n + 1, sizeof(*envp));
 	size_t n = 0;
 	*ret_path = DEFAULT_PATH;
 	for (size_t i = 0; i < nd; i++) {
+		const char *key = defaults[i][0];
 		const char *v = defaults[i][1];
-		for (size_t j = 0; j < r->env_n; j++)
-			if (strcmp(r->env_keys[j], defaults[i][0]) == 0)
-				v = r->env_vals[j];
-		if (strcmp(defaults[i][0], "PATH") == 0)
+		ssize_t k = find_key((const char *const *)img->keys, img->n, key);
+		if (k >= 0)
+			v = img->vals[k];
+		k = find_key(r->env_keys, r->env_n, key);
+		if (k >= 0)
+			v = r->env_vals[k];
+		if (strcmp(key, "PATH") == 0)
 			*ret_path = v;
-		envp[n++] = xasprintf("%s=%s", defaults[i][0], v);
+		envp[n++] = xasprintf("%s=%s", key, v);
+	}
+	for (size_t i = 0; i < img->n; i++) {
+		const char *key = img->keys[i];
+		bool is_default = false;
+		for (size_t d = 0; d < nd; d++)
+			is_default |= strcmp(key, defaults[d][0]) == 0;
+		/* Later duplicates in the file and keys the request sets are left to those. */
+		if (is_default || find_key((const char *const *)img->keys, i, key) >= 0 ||
+		    find_key(r->env_keys, r->env_n, key) >= 0)
+			continue;
+		envp[n++] = xasprintf("%s=%s", key, img->vals[i]);
 	}
 	for (size_t j = 0; j < r->env_n; j++) {
 		bool is_default = false;
-		for (size_t i = 0; i < nd; i++)
-			if (strcmp(r->env_keys[j], defaults[i][0]) == 0)
-				is_default = true;
+		for (size_t d = 0; d < nd; d++)
+			is_default |= strcmp(r->env_keys[j], defaults[d][0]) == 0;
 		/* A later duplicate cannot happen: the JSON reader rejects duplicate keys. */
 		if (!is_default)
 			envp[n++] = xasprintf("%s=%s", r->env_keys[j], r->env_vals[j]);
@@ -416,7 +442,7 @@ void op_exec(struct conn *c, uint32_t ch, const struct req *r)
 	wspath_fini(&wp);
 
 	const char *path;
-	char **envp = build_env(rx, a->ws.path, &path);
+	char **envp = build_env(rx, &a->image_env, a->ws.path, &path);
 	char **cand = build_candidates(rx->argv[0], path);
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, st[2] = { -1, -1 };
 	int r1;

@@ -157,6 +157,29 @@ static void test_exec_env(void **state)
 	expect_error(c, 4, "EINVAL", "{\"op\":\"exec\",\"argv\":[\"true\"],\"env\":{\"A\":1}}");
 }
 
+/* The image's ENV (the env file) sits between the defaults and the request's env. */
+static void test_exec_image_env(void **state)
+{
+	char path[] = "/tmp/agent-env-XXXXXX";
+	int fd = mkstemp(path);
+	const char *content = "FOO=image\nBAR=from image\nPATH=/opt/x/bin:/usr/bin:/bin\n"
+			      "not a line\n=novalue\n";
+	assert_true(write(fd, content, strlen(content)) == (ssize_t)strlen(content));
+	close(fd);
+	client_env_file = path;
+	struct client c;
+	client_start(&c);
+	client_env_file = NULL;
+	struct reply r;
+	run(&c, 1, &r,
+	    "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"echo $FOO:$BAR:$PATH:$LANG\"],"
+	    "\"env\":{\"FOO\":\"req\"}}");
+	assert_string_equal(r.out, "req:from image:/opt/x/bin:/usr/bin:/bin:C.UTF-8\n");
+	reply_free(&r);
+	assert_int_equal(client_stop(&c), 0);
+	unlink(path);
+}
+
 static void test_exec_cwd(void **state)
 {
 	struct client *c = *state;
@@ -893,6 +916,7 @@ int main(void)
 		T(test_exec_signal),
 		T(test_exec_env),
 		T(test_exec_cwd),
+		cmocka_unit_test(test_exec_image_env),
 		T(test_exec_stdin),
 		T(test_exec_timeout),
 		T(test_exec_cancel),

@@ -23,6 +23,8 @@ static void die(const char *what)
 	abort();
 }
 
+const char *client_env_file;
+
 void client_start(struct client *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -44,7 +46,11 @@ void client_start(struct client *c)
 		int fd = dup(sv[1]); /* without CLOEXEC */
 		char fds[16];
 		snprintf(fds, sizeof(fds), "%d", fd);
-		execl(agent, agent, "--fd", fds, "--workspace", c->ws, (char *)NULL);
+		if (client_env_file)
+			execl(agent, agent, "--fd", fds, "--workspace", c->ws, "--env-file",
+			      client_env_file, (char *)NULL);
+		else
+			execl(agent, agent, "--fd", fds, "--workspace", c->ws, (char *)NULL);
 		_exit(127);
 	}
 	close(sv[1]);

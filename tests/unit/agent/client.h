@@ -17,6 +17,9 @@ struct frame {
 	uint8_t *payload; /* malloc'd, NUL-terminated for convenience */
 };
 
+/* When set before client_start: the agent reads this as its image environment file. */
+extern const char *client_env_file;
+
 struct client {
 	int fd;
 	pid_t pid;
