@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "auth/auth.h"
 #include "auth/keys.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -16,6 +17,7 @@ static void add_key(const struct key_info *k, void *arg)
 
 void api_admin_keys_list(struct http_ctx *ctx)
 {
+	auth_flush_last_used();
 	json_t *list = json_array();
 	struct err e;
 	if (keys_foreach(store_db(), add_key, list, &e) < 0) {

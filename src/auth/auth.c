@@ -56,7 +56,7 @@ bool auth_secure_equal(const char *a, const char *b)
 	return diff == 0;
 }
 
-static void flush_last_used(void)
+void auth_flush_last_used(void)
 {
 	sqlite3 *db = store_db();
 	for (size_t i = 0; i < A.nbuckets; i++) {
@@ -69,7 +69,7 @@ static void flush_last_used(void)
 
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
-	flush_last_used();
+	auth_flush_last_used();
 }
 
 int auth_init(struct event_base *base, const struct config *cfg, struct err *err)
@@ -111,7 +111,7 @@ int auth_init(struct event_base *base, const struct config *cfg, struct err *err
 
 void auth_shutdown(void)
 {
-	flush_last_used();
+	auth_flush_last_used();
 	if (A.flush)
 		event_free(A.flush);
 	A.flush = NULL;
@@ -212,7 +212,7 @@ static struct bucket *bucket_for(const struct key_info *k)
 		if (strcmp(A.buckets[i].key_id, k->id) == 0)
 			return &A.buckets[i];
 	if (A.nbuckets == MAX_BUCKETS) {
-		flush_last_used();
+		auth_flush_last_used();
 		A.nbuckets = 0; /* forget idle buckets: they refill to full anyway */
 	}
 	A.buckets = xrealloc(A.buckets, (A.nbuckets + 1) * sizeof(*A.buckets));

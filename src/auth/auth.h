@@ -20,6 +20,10 @@ struct auth_identity {
 int auth_init(struct event_base *base, const struct config *cfg, struct err *err);
 /* Writes pending last-used times. */
 void auth_shutdown(void);
+/* Writes the last-used times noted since the last write. A request costs no database
+ * write: the times are kept in memory and written every 30 s, at shutdown, and by this call
+ * (GET /admin/keys makes it so that what it lists is current). */
+void auth_flush_last_used(void);
 
 /* The http_auth_fn hook. */
 int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg);
