@@ -77,13 +77,15 @@ void api_admin_keys_create(struct http_ctx *ctx)
 	}
 	if (ex && !json_is_null(ex)) {
 		int64_t secs = 0;
-		if (json_is_integer(ex) && json_integer_value(ex) > 0)
+		if (json_is_integer(ex) && json_integer_value(ex) > 0 &&
+		    json_integer_value(ex) <= KEYS_MAX_LIFETIME_S)
 			secs = json_integer_value(ex);
 		else if (!json_is_string(ex) ||
 			 keys_parse_duration(json_string_value(ex), &secs) < 0) {
 			http_reply_error(
 				ctx, 400,
-				"\"expiresIn\" must be seconds or a duration like 30d, 12h");
+				"\"expiresIn\" must be seconds or a duration like 30d, 12h "
+				"(at most 100 years)");
 			goto out;
 		}
 		expires = (int64_t)time(NULL) + secs;

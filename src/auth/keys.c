@@ -303,7 +303,7 @@ int keys_parse_duration(const char *s, int64_t *ret_seconds)
 		mult = 60, end++;
 	else if (*end == 's')
 		end++;
-	if (*end || v > INT64_MAX / mult)
+	if (*end || v > KEYS_MAX_LIFETIME_S / mult)
 		return -EINVAL;
 	*ret_seconds = v * mult;
 	return 0;

@@ -52,5 +52,7 @@ int keys_foreach(sqlite3 *db, void (*fn)(const struct key_info *k, void *arg), v
 		 struct err *err);
 int keys_touch(sqlite3 *db, const char *id, int64_t when);
 json_t *keys_info_json(const struct key_info *k);
-/* Parses "30d", "12h", "90m", "3600s" or plain seconds. */
+/* The longest lifetime a key can be given: 100 years, far from overflowing an expiry time. */
+#define KEYS_MAX_LIFETIME_S (100LL * 365 * 86400)
+/* Parses "30d", "12h", "90m", "3600s" or plain seconds, at most KEYS_MAX_LIFETIME_S. */
 int keys_parse_duration(const char *s, int64_t *ret_seconds);
