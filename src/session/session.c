@@ -7,6 +7,7 @@
 
 #include "loop.h"
 #include "metrics/metrics.h"
+#include "net/net.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -166,6 +167,8 @@ static void destroy_work(void *arg)
 {
 	struct destroy_job *j = arg;
 	j->sb->driver->destroy(j->sb);
+	/* After the sandbox: nothing of it may be left using its network. */
+	net_sandbox_destroy(j->sandbox_id);
 }
 
 static void destroy_done(void *arg)
@@ -187,6 +190,7 @@ static void destroy_done(void *arg)
 static void sandbox_destroy_async(struct sandbox *sb, struct session *s)
 {
 	struct destroy_job *j = xcalloc(1, sizeof(*j));
+	net_sandbox_stop(sb->id); /* its resolver lives on this thread */
 	j->sb = sb;
 	j->sandbox_id = xstrdup(sb->id);
 	j->s = s;
@@ -205,6 +209,8 @@ struct create_job {
 	struct session *s; /* NULL for a pool entry */
 	struct pool *pool;
 	struct sandbox *sb;
+	struct net_policy *net_policy; /* the session's egress policy; NULL: the server's */
+	char *netns_path;
 	struct err err;
 	int rc;
 	uint64_t t0;
@@ -239,7 +245,15 @@ static void create_work(void *arg)
 			return;
 		}
 	}
+	/* The network first: the driver puts the sandbox into its namespace. */
+	j->rc = net_sandbox_create(j->sandbox_id, j->net_policy,
+				   strcmp(S.drv->isolation, "vm") == 0, &j->netns_path, &j->err);
+	if (j->rc < 0)
+		return;
+	j->spec.netns_path = j->netns_path;
 	j->rc = S.drv->create(S.cfg, &j->spec, &j->sb, &j->err);
+	if (j->rc < 0)
+		net_sandbox_destroy(j->sandbox_id);
 }
 
 static struct create_job *create_job_new(struct template *t, struct session *s, struct pool *p)
@@ -270,6 +284,8 @@ static struct create_job *create_job_new(struct template *t, struct session *s, 
 
 static void create_job_free(struct create_job *j)
 {
+	net_policy_destroy(j->net_policy);
+	free(j->netns_path);
 	template_unref(j->tmpl);
 	free(j->sandbox_id);
 	free(j);
@@ -462,6 +478,7 @@ static void session_create_done(void *arg)
 		S.last_create_failed = false;
 		log_debug("session", "sandbox %s created in %llu ms", j->sb->id,
 			  (unsigned long long)(mono_ms() - j->t0));
+		net_sandbox_start(j->sb->id);
 		if (s->state != SESSION_CREATING) {
 			/* Destroyed while it was being made. */
 			sandbox_destroy_async(j->sb, NULL);
@@ -580,6 +597,7 @@ static void pool_create_done(void *arg)
 		sandbox_destroy_async(j->sb, NULL);
 	} else {
 		S.last_create_failed = false;
+		net_sandbox_start(j->sb->id);
 		struct pool_entry *e = xcalloc(1, sizeof(*e));
 		e->pool = p;
 		e->sb = j->sb;
@@ -728,6 +746,13 @@ void session_get_or_create(const char *owner, const char *id,
 		cb(NULL, &e, arg);
 		return;
 	}
+	/* An egress policy of its own, merged into the server's (it may only tighten it). */
+	struct net_policy *egress = NULL;
+	if (opts && opts->egress && !json_is_null(opts->egress) &&
+	    net_policy_for_session(opts->egress, &egress, &e) < 0) {
+		cb(NULL, &e, arg);
+		return;
+	}
 
 	s = xcalloc(1, sizeof(*s));
 	s->refs = 1; /* the table's */
@@ -753,7 +778,8 @@ void session_get_or_create(const char *owner, const char *id,
 	bool own_limits = opts && opts->resources &&
 			  (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
 			   opts->resources->workspace_bytes || opts->resources->pids_max);
-	struct pool_entry *pe = own_limits ? NULL : pool_take(t->name);
+	/* Likewise for the network: pooled sandboxes have the server's egress policy. */
+	struct pool_entry *pe = own_limits || egress ? NULL : pool_take(t->name);
 	if (pe) {
 		struct sandbox *sb = pe->sb;
 		struct guest_conn *conn = pe->conn;
@@ -768,6 +794,7 @@ void session_get_or_create(const char *owner, const char *id,
 		return;
 	}
 	struct create_job *j = create_job_new(t, s, NULL);
+	j->net_policy = egress;
 	session_ref(s);
 	S.creating++;
 	loop_submit(create_work, session_create_done, j);

@@ -69,6 +69,10 @@ struct session_create_opts {
 	const char *template_name;                 /* NULL: the default template */
 	unsigned idle_timeout_s;                   /* 0: the server default */
 	json_t *env;                               /* borrowed, object or NULL */
+	/* Borrowed, NULL: the server's egress policy. An object {dns, dest, bandwidth} merged
+	 * into it by net_policy_merge (net/policy.h): it may only tighten it, and a looser one
+	 * fails the creation (EINVAL, with the reason). */
+	const json_t *egress;
 };
 
 typedef void (*session_ready_fn)(struct session *s, const struct err *err, void *arg);
