@@ -18,7 +18,6 @@
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "metrics/process.h"
-#include "net/net.h"
 #include "session/session.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -164,11 +163,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_info("sandboxd", "driver %s selected (isolation: %s)", drv->name, drv->isolation);
-	/* Before the sessions: the warm pool's first sandboxes need their networks. */
-	if (net_init(D.base, &D.cfg, &e) < 0) {
-		log_error("sandboxd", "%s", e.msg);
-		return 1;
-	}
 	api_init(D.base, &D.cfg, drv->name, drv->isolation);
 
 	if (auth_init(D.base, &D.cfg, &e) < 0) {
@@ -209,9 +203,12 @@ int main(int argc, char **argv)
 	event_add(D.sighup, NULL);
 
 	event_base_dispatch(D.base);
+	/* The handlers go away below: a late signal must not kill the process mid-cleanup. */
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
 
 	loop_pool_stop();
-	net_shutdown();
 	event_free(D.sigterm);
 	event_free(D.sigint);
 	event_free(D.sighup);

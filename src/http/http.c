@@ -109,8 +109,11 @@ static void ctx_log_and_count(struct http_ctx *ctx)
 	}
 }
 
+static void watch_stop(struct http_ctx *ctx);
+
 static void ctx_free(struct http_ctx *ctx)
 {
+	watch_stop(ctx);
 	ctx_log_and_count(ctx);
 	for (size_t i = 0; i < ctx->nparams; i++)
 		free(ctx->params[i]);
@@ -141,9 +144,18 @@ void http_ctx_release(struct http_ctx *ctx)
 	ctx_maybe_free(ctx);
 }
 
+static void watch_stop(struct http_ctx *ctx)
+{
+	if (ctx->close_ev) {
+		event_free(ctx->close_ev);
+		ctx->close_ev = NULL;
+	}
+}
+
 static void on_conn_close(struct evhttp_connection *evcon, void *arg)
 {
 	struct http_ctx *ctx = arg;
+	watch_stop(ctx);
 	evhttp_connection_set_closecb(evcon, NULL, NULL);
 	ctx->req = NULL;
 	ctx->gone = true;
@@ -160,12 +172,41 @@ static void on_conn_close(struct evhttp_connection *evcon, void *arg)
 static void on_complete(struct evhttp_request *req, void *arg)
 {
 	struct http_ctx *ctx = arg;
+	watch_stop(ctx);
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 	if (evcon)
 		evhttp_connection_set_closecb(evcon, NULL, NULL);
 	ctx->req = NULL;
 	ctx->complete = true;
 	ctx_maybe_free(ctx);
+}
+
+/* libevent reads nothing from a connection while its request awaits an answer, so it does not
+ * notice a client that leaves before the answer starts (or during a quiet stream). An
+ * EV_CLOSED watch (EPOLLRDHUP) on the socket does; closing the connection then runs the usual
+ * client-gone path, which cancels whatever the request started. */
+static void on_peer_closed(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_ctx *ctx = arg;
+	watch_stop(ctx);
+	struct evhttp_connection *evcon = ctx->req ? evhttp_request_get_connection(ctx->req) : NULL;
+	if (evcon)
+		evhttp_connection_free(evcon);
+}
+
+static void watch_start(struct http_ctx *ctx)
+{
+	if (!ctx->req || ctx->close_ev ||
+	    !(event_base_get_features(ctx->srv->base) & EV_FEATURE_EARLY_CLOSE))
+		return;
+	struct evhttp_connection *evcon = evhttp_request_get_connection(ctx->req);
+	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+	evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+	if (fd < 0)
+		return;
+	ctx->close_ev = event_new(ctx->srv->base, fd, EV_CLOSED, on_peer_closed, ctx);
+	if (ctx->close_ev)
+		event_add(ctx->close_ev, NULL);
 }
 
 /* --- routing ------------------------------------------------------------------------ */
@@ -246,7 +287,12 @@ static void dispatch(struct evhttp_request *req, void *arg)
 		ctx->route = r;
 		if (srv->auth && srv->auth(ctx, r->scope, srv->auth_arg) < 0)
 			return;
+		ctx->holds++;
 		r->fn(ctx);
+		if (!ctx->replied)
+			watch_start(ctx);
+		ctx->holds--;
+		ctx_maybe_free(ctx);
 		return;
 	}
 	if (path_known)
@@ -515,6 +561,7 @@ void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type
 		return;
 	ctx->replied = true;
 	ctx->status = status;
+	watch_stop(ctx);
 	if (ctx->req) {
 		struct evbuffer *buf = evbuffer_new();
 		evbuffer_add(buf, data, len);
@@ -634,6 +681,7 @@ void http_stream_end(struct http_ctx *ctx)
 	if (ctx->replied)
 		return;
 	ctx->replied = true;
+	watch_stop(ctx);
 	if (ctx->req) {
 		ctx->holds++;
 		evhttp_send_reply_end(ctx->req);

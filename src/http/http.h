@@ -61,6 +61,7 @@ struct http_ctx {
 	void (*on_gone)(struct http_ctx *ctx, void *arg);
 	void *on_gone_arg;
 	int holds;               /* http_ctx_hold() count */
+	struct event *close_ev;  /* watches the client's socket while the reply is pending */
 	struct evkeyvalq *query; /* parsed lazily */
 	const char *method_name; /* kept for the access log after the request is gone */
 };

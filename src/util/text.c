@@ -115,19 +115,27 @@ char *base64_encode(const uint8_t *buf, size_t len, size_t *outlen)
 	return out;
 }
 
+/* Decoding table: 0-63 for the alphabet (standard and URL-safe), 64 for padding and
+ * whitespace handled by the caller, 255 for anything else. */
+static const uint8_t b64_table[256] = {
+	['A'] = 0,  ['B'] = 1,  ['C'] = 2,  ['D'] = 3,  ['E'] = 4,  ['F'] = 5,  ['G'] = 6,
+	['H'] = 7,  ['I'] = 8,  ['J'] = 9,  ['K'] = 10, ['L'] = 11, ['M'] = 12, ['N'] = 13,
+	['O'] = 14, ['P'] = 15, ['Q'] = 16, ['R'] = 17, ['S'] = 18, ['T'] = 19, ['U'] = 20,
+	['V'] = 21, ['W'] = 22, ['X'] = 23, ['Y'] = 24, ['Z'] = 25, ['a'] = 26, ['b'] = 27,
+	['c'] = 28, ['d'] = 29, ['e'] = 30, ['f'] = 31, ['g'] = 32, ['h'] = 33, ['i'] = 34,
+	['j'] = 35, ['k'] = 36, ['l'] = 37, ['m'] = 38, ['n'] = 39, ['o'] = 40, ['p'] = 41,
+	['q'] = 42, ['r'] = 43, ['s'] = 44, ['t'] = 45, ['u'] = 46, ['v'] = 47, ['w'] = 48,
+	['x'] = 49, ['y'] = 50, ['z'] = 51, ['0'] = 52, ['1'] = 53, ['2'] = 54, ['3'] = 55,
+	['4'] = 56, ['5'] = 57, ['6'] = 58, ['7'] = 59, ['8'] = 60, ['9'] = 61, ['+'] = 62,
+	['-'] = 62, ['/'] = 63, ['_'] = 63,
+};
+
+/* Values in b64_table are 0 both for 'A' and for characters it does not list: this tells
+ * them apart. */
 static int b64_val(char c)
 {
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+' || c == '-')
-		return 62;
-	if (c == '/' || c == '_')
-		return 63;
-	return -1;
+	uint8_t v = b64_table[(uint8_t)c];
+	return v || c == 'A' ? v : -1;
 }
 
 int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen)
@@ -136,7 +144,20 @@ int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen)
 	size_t o = 0;
 	uint32_t acc = 0;
 	int nacc = 0, pad = 0;
-	for (size_t i = 0; i < inlen; i++) {
+	size_t i = 0;
+	/* Whole groups of four alphabet characters, the common case, without the checks below. */
+	while (nacc == 0 && !pad && i + 4 <= inlen) {
+		int a = b64_val(in[i]), b = b64_val(in[i + 1]), c = b64_val(in[i + 2]),
+		    d = b64_val(in[i + 3]);
+		if ((a | b | c | d) < 0)
+			break;
+		uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+		out[o++] = (uint8_t)(v >> 16);
+		out[o++] = (uint8_t)(v >> 8);
+		out[o++] = (uint8_t)v;
+		i += 4;
+	}
+	for (; i < inlen; i++) {
 		char c = in[i];
 		if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
 			continue;
