@@ -18,6 +18,7 @@
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "metrics/process.h"
+#include "net/net.h"
 #include "session/session.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -163,6 +164,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_info("sandboxd", "driver %s selected (isolation: %s)", drv->name, drv->isolation);
+	/* Before the sessions: the warm pool's first sandboxes need their networks. */
+	if (net_init(D.base, &D.cfg, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		return 1;
+	}
 	api_init(D.base, &D.cfg, drv->name, drv->isolation);
 
 	if (auth_init(D.base, &D.cfg, &e) < 0) {
@@ -209,6 +215,7 @@ int main(int argc, char **argv)
 	signal(SIGHUP, SIG_IGN);
 
 	loop_pool_stop();
+	net_shutdown();
 	event_free(D.sigterm);
 	event_free(D.sigint);
 	event_free(D.sighup);
