@@ -102,8 +102,9 @@ static int keys_create_cmd(sqlite3 *db, int argc, char **argv, bool json)
 			scopes_s = argv[++i];
 		} else if (strcmp(argv[i], "--rate-limit") == 0 && i + 1 < argc) {
 			char *end;
-			rate = strtoll(argv[++i], &end, 10);
-			if (*end || rate < 0)
+			const char *v = argv[++i];
+			rate = strtoll(v, &end, 10);
+			if (!*v || *end || rate < 0)
 				return cli_fail("--rate-limit takes a whole number of requests per "
 						"minute (0 for none)");
 		} else if (strcmp(argv[i], "--expires") == 0 && i + 1 < argc) {
@@ -121,7 +122,8 @@ static int keys_create_cmd(sqlite3 *db, int argc, char **argv, bool json)
 		}
 	}
 	if (!name)
-		return cli_fail("usage: sandbox keys create NAME [--scopes ...] [--rate-limit N]");
+		return cli_fail("usage: sandbox keys create NAME [--scopes exec,admin,metrics] "
+				"[--rate-limit N] [--expires DURATION]");
 	struct err e;
 	unsigned scopes;
 	if (keys_parse_scopes(scopes_s, &scopes, &e) < 0)

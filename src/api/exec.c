@@ -34,13 +34,48 @@ bool api_is_admin(struct http_ctx *ctx)
 	return auth_is_admin(ctx);
 }
 
-/* The caller's session `id`; an admin also reaches other owners' sessions by id. */
-static struct session *find_session(struct http_ctx *ctx, const char *id)
+struct id_match {
+	const char *id;
+	struct session *found;
+	unsigned n;
+};
+
+static void match_id(struct session *s, void *arg)
 {
-	struct session *s = session_find(api_owner(ctx), id);
-	if (!s && api_is_admin(ctx))
-		s = session_find_any(id);
-	return s;
+	struct id_match *m = arg;
+	if (strcmp(s->id, m->id) == 0 && s->state != SESSION_DESTROYING &&
+	    s->state != SESSION_GONE) {
+		m->found = s;
+		m->n++;
+	}
+}
+
+/* Whose session `id` the request means. Everyone's own first; an admin also reaches another
+ * key's session with that id, when exactly one key has one (with several, the id is
+ * ambiguous: 409). Returns the owner, or NULL after replying. */
+static const char *target_owner(struct http_ctx *ctx, const char *id)
+{
+	const char *own = api_owner(ctx);
+	if (!api_is_admin(ctx) || session_find(own, id))
+		return own;
+	struct id_match m = { .id = id };
+	session_foreach(NULL, match_id, &m);
+	if (m.n > 1) {
+		http_reply_error(
+			ctx, 409,
+			"%u sessions of different keys are named `%s`; use one of those keys", m.n,
+			id);
+		return NULL;
+	}
+	return m.n == 1 ? m.found->owner : own;
+}
+
+/* The caller's session `id` (see target_owner); NULL after replying 409, or when none. */
+static struct session *find_session(struct http_ctx *ctx, const char *id, bool *replied)
+{
+	const char *owner = target_owner(ctx, id);
+	*replied = owner == NULL;
+	return owner ? session_find(owner, id) : NULL;
 }
 
 static uint64_t wall_ms(void)
@@ -73,7 +108,10 @@ static const char *path_session_id(struct http_ctx *ctx)
  * session reports its failure once and is forgotten. */
 static struct session *existing_session(struct http_ctx *ctx, const char *id)
 {
-	struct session *s = find_session(ctx, id);
+	bool replied;
+	struct session *s = find_session(ctx, id, &replied);
+	if (replied)
+		return NULL;
 	if (!s) {
 		http_reply_error(ctx, 404, "Session `%s` not found", id);
 		return NULL;
@@ -158,16 +196,27 @@ void api_exec_templates(struct http_ctx *ctx)
 	http_reply_json(ctx, 200, json_pack("{s:o}", "templates", list));
 }
 
+struct list_state {
+	json_t *list;
+	bool admin; /* show whose each session is: admins see every key's */
+};
+
 static void add_session_json(struct session *s, void *arg)
 {
-	if (s->state == SESSION_READY || s->state == SESSION_CREATING || s->state == SESSION_FAILED)
-		json_array_append_new(arg, session_json(s));
+	struct list_state *st = arg;
+	if (s->state != SESSION_READY && s->state != SESSION_CREATING && s->state != SESSION_FAILED)
+		return;
+	json_t *j = session_json(s);
+	if (st->admin)
+		json_object_set_new(j, "owner", json_string(s->owner));
+	json_array_append_new(st->list, j);
 }
 
 void api_exec_list(struct http_ctx *ctx)
 {
 	json_t *list = json_array();
-	session_foreach(api_is_admin(ctx) ? NULL : api_owner(ctx), add_session_json, list);
+	struct list_state st = { .list = list, .admin = api_is_admin(ctx) };
+	session_foreach(st.admin ? NULL : api_owner(ctx), add_session_json, &st);
 	http_reply_json(
 		ctx, 200,
 		json_pack("{s:o, s:i}", "sessions", list, "count", (int)json_array_size(list)));
@@ -288,7 +337,10 @@ void api_exec_delete(struct http_ctx *ctx)
 	const char *id = path_session_id(ctx);
 	if (!id)
 		return;
-	struct session *s = find_session(ctx, id);
+	bool replied;
+	struct session *s = find_session(ctx, id, &replied);
+	if (replied)
+		return;
 	if (!s) {
 		http_reply_error(ctx, 404, "Session `%s` not found", id);
 		return;
@@ -685,7 +737,10 @@ void api_exec_execute(struct http_ctx *ctx)
 	}
 	struct session_create_opts opts = { .template_name = tmpl };
 	/* opts points into body: release it only after the call. */
-	session_get_or_create(api_owner(ctx), id, &opts, exec_on_session, x, NULL);
+	const char *owner = target_owner(ctx, id);
+	if (!owner)
+		goto fail;
+	session_get_or_create(owner, id, &opts, exec_on_session, x, NULL);
 	json_decref(body);
 	return;
 fail:
@@ -923,7 +978,10 @@ void api_exec_write(struct http_ctx *ctx)
 	if (mode)
 		json_object_set(f->request, "mode", mode);
 	struct session_create_opts opts = { .template_name = tmpl };
-	session_get_or_create(api_owner(ctx), id, &opts, file_start, f, NULL);
+	const char *owner = target_owner(ctx, id);
+	if (!owner)
+		goto out;
+	session_get_or_create(owner, id, &opts, file_start, f, NULL);
 	json_decref(body);
 	return;
 out:

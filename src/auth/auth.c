@@ -288,6 +288,14 @@ static void set_identity(struct http_ctx *ctx, const char *key_id, unsigned scop
 	ctx->user_free = identity_free;
 }
 
+/* The MCP transports: Streamable HTTP and the reference's SSE at /mcp..., the usual legacy
+ * SSE pair at /sse and /messages. */
+static bool is_mcp_route(const char *pattern)
+{
+	return strncmp(pattern, "/mcp", 4) == 0 || strcmp(pattern, "/sse") == 0 ||
+	       strcmp(pattern, "/messages") == 0;
+}
+
 int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 {
 	if (!scope || !A.cfg->auth_enabled)
@@ -309,7 +317,7 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 
 	/* The deprecated single MCP token admits MCP requests only. */
 	const char *token = A.cfg->mcp_auth_token;
-	if (token && *token && ctx->route && strncmp(ctx->route->pattern, "/mcp", 4) == 0 &&
+	if (token && *token && ctx->route && is_mcp_route(ctx->route->pattern) &&
 	    auth_secure_equal(secret, token)) {
 		set_identity(ctx, "mcp-token", KEYS_SCOPE_EXEC);
 		return 0;

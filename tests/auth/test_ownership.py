@@ -110,6 +110,34 @@ class OwnershipTest(unittest.TestCase):
         self.assertEqual(self.call(self.a, "GET", "/exec/adm-a/files")[0], 200)
         self.assertEqual(self.call(self.a, "DELETE", "/exec/adm-a")[0], 200)
 
+    def test_admin_commands_and_writes_go_to_the_owners_session(self):
+        self.make(self.a, "adm-run", "a's file")
+        # Execute and write by id reach a's session; they do not create one for the admin.
+        st, _, body = authlib.admin(self.d, "POST", "/exec/adm-run/execute",
+                                    {"command": "cat owner.txt"})
+        self.assertEqual((st, body["output"][0]["data"]), (200, "a's file"), body)
+        st, _, body = authlib.admin(self.d, "POST", "/exec/adm-run/write",
+                                    {"path": "by-admin.txt", "content": "x"})
+        self.assertEqual(st, 200, body)
+        st, _, body = self.call(self.a, "GET", "/exec/adm-run/read?path=by-admin.txt")
+        self.assertEqual((st, body.get("content")), (200, "x"))
+        st, _, body = authlib.admin(self.d, "GET", "/exec/")
+        mine = [s for s in body["sessions"] if s["id"] == "adm-run"]
+        self.assertEqual(len(mine), 1, mine)
+        self.assertEqual(mine[0]["owner"], self.a["id"])
+
+    def test_admin_by_id_is_refused_when_ambiguous(self):
+        self.make(self.a, "adm-dup", "a")
+        self.make(self.b, "adm-dup", "b")
+        for method, path, body in (("GET", "/exec/adm-dup/read?path=owner.txt", None),
+                                   ("POST", "/exec/adm-dup/execute", {"command": "true"}),
+                                   ("DELETE", "/exec/adm-dup", None)):
+            st, _, reply = authlib.admin(self.d, method, path, body)
+            self.assertEqual(st, 409, reply)
+            self.assertIn("use one of those keys", reply["error"])
+        self.assertEqual(self.read(self.a, "adm-dup"), (200, "a"))
+        self.assertEqual(self.read(self.b, "adm-dup"), (200, "b"))
+
     def test_rotation_keeps_ownership(self):
         self.make(self.a, "rot-a", "before rotation")
         st, _, rotated = authlib.admin(self.d, "POST", f"/admin/keys/{self.a['id']}/rotate")
