@@ -219,6 +219,12 @@ static void exec_step(struct op *op, const struct pollfd *pfd, int n)
 	int64_t now = agent_now_ns();
 	if (!x->exited) {
 		if (x->timeout_at && now >= x->timeout_at && !x->term_sent) {
+			/* A command that already exited (its status not collected yet) finished in
+			 * time: peek without reaping before calling it timed out. */
+			siginfo_t si = { 0 };
+			if (waitid(P_PID, (id_t)x->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+			    si.si_pid == x->pid)
+				return;
 			x->timed_out = true;
 			start_kill(x);
 		}
