@@ -21,6 +21,7 @@ static const struct cli_command commands[] = {
 	COMMAND(rm, "destroy sessions"),
 	COMMAND(templates, "list templates, or build one (templates build NAME)"),
 	COMMAND(keys, "manage API keys (create, list, rotate, revoke, delete)"),
+	COMMAND(mcp, "serve MCP on stdin/stdout, forwarding to the daemon"),
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

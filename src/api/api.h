@@ -34,6 +34,12 @@ void api_exec_read(struct http_ctx *ctx);
 void api_exec_files(struct http_ctx *ctx);
 void api_exec_delete(struct http_ctx *ctx);
 
+/* MCP: Streamable HTTP at /mcp (POST, GET, DELETE), HTTP+SSE streams at GET /mcp and
+ * GET /sse, their messages at POST /mcp/messages and POST /messages (mcp.c) */
+void api_mcp(struct http_ctx *ctx);
+void api_mcp_sse(struct http_ctx *ctx);
+void api_mcp_messages(struct http_ctx *ctx);
+
 /* /admin/keys (admin.c) */
 void api_admin_keys_list(struct http_ctx *ctx);
 void api_admin_keys_create(struct http_ctx *ctx);

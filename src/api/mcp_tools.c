@@ -1,0 +1,1041 @@
+/* mcp_tools: the MCP tools, on session/ops.
+ *
+ * Each tool has an input schema (checked here before anything runs, so the schema a client
+ * sees is exactly the rule applied) and an output schema that its structuredContent always
+ * satisfies: values that come from the sandbox are reshaped and type-checked, never passed
+ * through. A tool that fails answers isError with the reason, never a protocol error. */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/buffer.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/api.h"
+#include "api/mcp.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/text.h"
+
+#define BACKPRESSURE_POLL_MS 10
+/* What read_file returns at most unless asked for more (an agent rarely wants more). */
+#define READ_DEFAULT_MAX (8u << 20)
+
+/* --- schemas ------------------------------------------------------------------------ */
+
+#define SESSION_ID                                                          \
+	"{\"type\": \"string\", \"pattern\": \"^[A-Za-z0-9._-]{1,128}$\", " \
+	"\"description\": \"Session id: 1-128 letters, digits, '-', '_' or '.'\"}"
+#define TEMPLATE                                                                           \
+	"{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 128, \"description\": "   \
+	"\"Template of a session created by this call (see list_templates); default: the " \
+	"server's\"}"
+#define SESSION_ENV                                                                 \
+	"{\"type\": \"object\", \"additionalProperties\": {\"type\": \"string\"}, " \
+	"\"description\": \"Environment variables of every command in the session\"}"
+#define COMMAND_ENV                                                                 \
+	"{\"type\": \"object\", \"additionalProperties\": {\"type\": \"string\"}, " \
+	"\"description\": \"Environment variables for this command (over the session's)\"}"
+#define SESSION_SHAPE                                                                        \
+	"{\"type\": \"object\", \"properties\": {"                                           \
+	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "      \
+	"\"state\": {\"type\": \"string\", \"enum\": [\"creating\", \"ready\", "             \
+	"\"destroying\", \"gone\", \"failed\"]}, "                                           \
+	"\"createdAt\": {\"type\": \"string\", \"description\": \"ISO 8601\"}, "             \
+	"\"idleTimeout\": {\"type\": \"integer\", \"description\": \"seconds\"}, "           \
+	"\"running\": {\"type\": \"integer\", \"description\": \"operations in flight\"}}, " \
+	"\"required\": [\"sessionId\", \"template\", \"state\", \"createdAt\", "             \
+	"\"idleTimeout\", \"running\"]}"
+
+static const char in_create_session[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"template\": " TEMPLATE ", "
+	"\"env\": " SESSION_ENV ", "
+	"\"idleTimeout\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 604800, "
+	"\"description\": \"Seconds without use before the session is destroyed\"}}, "
+	"\"additionalProperties\": false}";
+static const char out_session[] = SESSION_SHAPE;
+
+static const char in_none[] = "{\"type\": \"object\", \"additionalProperties\": false}";
+static const char out_list_templates[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"templates\": {\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {"
+	"\"name\": {\"type\": \"string\"}, \"displayName\": {\"type\": \"string\"}, "
+	"\"description\": {\"type\": \"string\"}, \"version\": {\"type\": \"string\"}, "
+	"\"tools\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}, "
+	"\"memSizeMib\": {\"type\": \"integer\"}, \"vcpuCount\": {\"type\": \"integer\"}}, "
+	"\"required\": [\"name\"]}}, "
+	"\"default\": {\"type\": \"string\", \"description\": \"template of sessions created "
+	"without one\"}}, "
+	"\"required\": [\"templates\", \"default\"]}";
+
+static const char in_execute[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"command\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"Program to "
+	"run; without args, a command line with shell syntax runs under /bin/sh -c\"}, "
+	"\"args\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": "
+	"\"Arguments, passed as they are (no shell)\"}, "
+	"\"env\": " COMMAND_ENV ", "
+	"\"cwd\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"Working "
+	"directory, relative to the workspace\"}, "
+	"\"timeout\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 604800000, "
+	"\"description\": \"Milliseconds before the command is killed; 0: none; default: the "
+	"server's\"}, "
+	"\"stdin\": {\"type\": \"string\", \"description\": \"Standard input (then end of "
+	"input)\"}, "
+	"\"template\": " TEMPLATE "}, "
+	"\"required\": [\"sessionId\", \"command\"], \"additionalProperties\": false}";
+static const char out_execute[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"execId\": {\"type\": \"string\"}, "
+	"\"exitCode\": {\"type\": [\"integer\", \"null\"], \"description\": \"null when "
+	"killed by a signal\"}, "
+	"\"signal\": {\"type\": [\"string\", \"null\"]}, "
+	"\"stdout\": {\"type\": \"string\"}, \"stderr\": {\"type\": \"string\"}, "
+	"\"durationMs\": {\"type\": \"number\"}, \"timedOut\": {\"type\": \"boolean\"}, "
+	"\"cancelled\": {\"type\": \"boolean\"}, \"oomKilled\": {\"type\": \"boolean\"}, "
+	"\"truncated\": {\"type\": \"boolean\", \"description\": \"output beyond the "
+	"server's limit was dropped\"}}, "
+	"\"required\": [\"sessionId\", \"execId\", \"exitCode\", \"signal\", \"stdout\", "
+	"\"stderr\", \"durationMs\", \"timedOut\", \"cancelled\", \"oomKilled\", "
+	"\"truncated\"]}";
+
+static const char in_write_file[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"path\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"File path, "
+	"relative to the workspace; missing directories are created\"}, "
+	"\"content\": {\"type\": \"string\", \"description\": \"The contents: text, or base64 "
+	"with encoding base64\"}, "
+	"\"encoding\": {\"type\": \"string\", \"enum\": [\"utf8\", \"base64\"], \"default\": "
+	"\"utf8\"}, "
+	"\"mode\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 4095, \"description\": "
+	"\"Permission bits (e.g. 493 for 0755)\"}, "
+	"\"template\": " TEMPLATE "}, "
+	"\"required\": [\"sessionId\", \"path\", \"content\"], \"additionalProperties\": false}";
+static const char out_write_file[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, "
+	"\"size\": {\"type\": \"integer\", \"description\": \"bytes written\"}}, "
+	"\"required\": [\"sessionId\", \"path\", \"size\"]}";
+
+static const char in_read_file[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"path\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"File path, "
+	"relative to the workspace\"}, "
+	"\"encoding\": {\"type\": \"string\", \"enum\": [\"utf8\", \"base64\"], \"description\": "
+	"\"base64 forces base64; by default text comes as utf8 and anything else as base64\"}, "
+	"\"maxBytes\": {\"type\": \"integer\", \"minimum\": 1, \"description\": \"Fail if the "
+	"file is larger (default 8 MiB, at most the server's limit)\"}}, "
+	"\"required\": [\"sessionId\", \"path\"], \"additionalProperties\": false}";
+static const char out_read_file[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, "
+	"\"content\": {\"type\": \"string\"}, "
+	"\"encoding\": {\"type\": \"string\", \"enum\": [\"utf8\", \"base64\"]}, "
+	"\"size\": {\"type\": \"integer\", \"description\": \"bytes\"}}, "
+	"\"required\": [\"sessionId\", \"path\", \"content\", \"encoding\", \"size\"]}";
+
+static const char in_list_files[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"path\": {\"type\": \"string\", \"description\": \"Directory, relative to the "
+	"workspace; default: the workspace\"}, "
+	"\"recursive\": {\"type\": \"boolean\", \"default\": false}}, "
+	"\"required\": [\"sessionId\"], \"additionalProperties\": false}";
+static const char out_list_files[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, "
+	"\"files\": {\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {"
+	"\"path\": {\"type\": \"string\"}, \"name\": {\"type\": \"string\"}, "
+	"\"type\": {\"type\": \"string\", \"enum\": [\"file\", \"dir\", \"symlink\", "
+	"\"other\"]}, "
+	"\"size\": {\"type\": \"integer\"}, \"mode\": {\"type\": \"integer\"}, "
+	"\"mtime\": {\"type\": \"number\", \"description\": \"Unix seconds\"}}, "
+	"\"required\": [\"path\", \"name\", \"type\", \"size\", \"mode\", \"mtime\"]}}, "
+	"\"truncated\": {\"type\": \"boolean\"}}, "
+	"\"required\": [\"sessionId\", \"path\", \"files\", \"truncated\"]}";
+
+static const char in_cancel[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"execId\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"The command's "
+	"id, from execute's progress notifications or result\"}}, "
+	"\"required\": [\"sessionId\", \"execId\"], \"additionalProperties\": false}";
+static const char out_cancel[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"execId\": {\"type\": \"string\"}, "
+	"\"cancelled\": {\"type\": \"boolean\"}}, "
+	"\"required\": [\"sessionId\", \"execId\", \"cancelled\"]}";
+
+static const char in_session_only[] = "{\"type\": \"object\", \"properties\": {"
+				      "\"sessionId\": " SESSION_ID "}, "
+				      "\"required\": [\"sessionId\"], \"additionalProperties\": "
+				      "false}";
+static const char out_reset[] = "{\"type\": \"object\", \"properties\": {"
+				"\"sessionId\": {\"type\": \"string\"}, "
+				"\"destroyed\": {\"type\": \"boolean\"}}, "
+				"\"required\": [\"sessionId\", \"destroyed\"]}";
+
+static const char out_ping[] = "{\"type\": \"object\", \"properties\": {"
+			       "\"ok\": {\"type\": \"boolean\"}, "
+			       "\"server\": {\"type\": \"string\"}, "
+			       "\"version\": {\"type\": \"string\"}, "
+			       "\"time\": {\"type\": \"string\", \"description\": \"ISO 8601\"}}, "
+			       "\"required\": [\"ok\", \"server\", \"version\", \"time\"]}";
+
+static const char out_list_sessions[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessions\": {\"type\": \"array\", \"items\": " SESSION_SHAPE
+	"}, \"count\": {\"type\": \"integer\"}}, "
+	"\"required\": [\"sessions\", \"count\"]}";
+
+/* --- the table ---------------------------------------------------------------------- */
+
+typedef void (*tool_fn)(struct mcp_call *c, json_t *args, const char *version);
+
+static void t_create_session(struct mcp_call *c, json_t *args, const char *version);
+static void t_list_templates(struct mcp_call *c, json_t *args, const char *version);
+static void t_execute(struct mcp_call *c, json_t *args, const char *version);
+static void t_write_file(struct mcp_call *c, json_t *args, const char *version);
+static void t_read_file(struct mcp_call *c, json_t *args, const char *version);
+static void t_list_files(struct mcp_call *c, json_t *args, const char *version);
+static void t_cancel(struct mcp_call *c, json_t *args, const char *version);
+static void t_reset_session(struct mcp_call *c, json_t *args, const char *version);
+static void t_list_sessions(struct mcp_call *c, json_t *args, const char *version);
+static void t_ping(struct mcp_call *c, json_t *args, const char *version);
+
+struct tool {
+	const char *name;
+	const char *title;
+	const char *description;
+	const char *in;
+	const char *out;
+	bool read_only, destructive, idempotent, open_world;
+	tool_fn fn;
+	json_t *in_schema, *out_schema; /* parsed once */
+};
+
+static struct tool tools[] = {
+	{ "create_session", "Create a session",
+	  "Create a new isolated Linux sandbox session from a template and return its id. "
+	  "Optional: your own sessionId, the template, environment variables for every "
+	  "command, and the idle timeout.",
+	  in_create_session, out_session, false, false, false, false, t_create_session },
+	{ "list_templates", "List templates",
+	  "List the environment templates sessions can be created from (name, description, "
+	  "tools, resources) and the default one.",
+	  in_none, out_list_templates, true, false, true, false, t_list_templates },
+	{ "execute", "Run a command",
+	  "Run a command in a session (created on first use) and return its exit code with "
+	  "stdout and stderr kept apart. With a progress token, output is also sent as it "
+	  "arrives in progress notifications; cancelling the request stops the command.",
+	  in_execute, out_execute, false, true, false, true, t_execute },
+	{ "write_file", "Write a file",
+	  "Write a file in the session's workspace (the session is created on first use), "
+	  "from text or base64, replacing it atomically.",
+	  in_write_file, out_write_file, false, true, true, false, t_write_file },
+	{ "read_file", "Read a file",
+	  "Read a file from the session's workspace: text comes back as it is, binary data "
+	  "as base64.",
+	  in_read_file, out_read_file, true, false, true, false, t_read_file },
+	{ "list_files", "List files",
+	  "List a directory of the session's workspace, optionally recursively, with each "
+	  "entry's type, size, mode and modification time.",
+	  in_list_files, out_list_files, true, false, true, false, t_list_files },
+	{ "cancel", "Cancel a command",
+	  "Stop a running command of a session by its execId (SIGTERM, then SIGKILL).", in_cancel,
+	  out_cancel, false, true, true, false, t_cancel },
+	{ "reset_session", "Destroy a session",
+	  "Destroy a session and everything in it, releasing its resources.", in_session_only,
+	  out_reset, false, true, true, false, t_reset_session },
+	{ "list_sessions", "List sessions", "List your live sessions.", in_none, out_list_sessions,
+	  true, false, true, false, t_list_sessions },
+	{ "ping", "Ping", "Check that the sandbox server answers.", in_none, out_ping, true, false,
+	  true, false, t_ping },
+};
+
+/* The page size of tools/list: all of them, today. */
+#define TOOLS_PAGE 100
+
+static void load_schemas(void)
+{
+	static bool loaded;
+	if (loaded)
+		return;
+	loaded = true;
+	for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
+		json_error_t e;
+		tools[i].in_schema = json_loads(tools[i].in, 0, &e);
+		tools[i].out_schema = json_loads(tools[i].out, 0, &e);
+		/* The schemas are constants: a typo is a bug to catch at the first request. */
+		if (!tools[i].in_schema || !tools[i].out_schema) {
+			log_error("mcp", "schema of tool %s: %s", tools[i].name, e.text);
+			abort();
+		}
+	}
+}
+
+static struct tool *tool_find(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(tools); i++)
+		if (strcmp(tools[i].name, name) == 0)
+			return &tools[i];
+	return NULL;
+}
+
+bool mcp_tool_exists(const char *name)
+{
+	return tool_find(name) != NULL;
+}
+
+static json_t *tool_json(const struct tool *t, const char *version)
+{
+	json_t *j = json_pack("{s:s, s:s, s:O}", "name", t->name, "description", t->description,
+			      "inputSchema", t->in_schema);
+	if (mcp_version_at_least(version, "2025-06-18")) {
+		json_object_set_new(j, "title", json_string(t->title));
+		json_object_set(j, "outputSchema", t->out_schema);
+	}
+	if (mcp_version_at_least(version, "2025-03-26"))
+		json_object_set_new(j, "annotations",
+				    json_pack("{s:s, s:b, s:b, s:b, s:b}", "title", t->title,
+					      "readOnlyHint", t->read_only, "destructiveHint",
+					      t->destructive, "idempotentHint", t->idempotent,
+					      "openWorldHint", t->open_world));
+	return j;
+}
+
+json_t *mcp_tools_list(const char *version, size_t offset)
+{
+	load_schemas();
+	if (offset > ARRAY_SIZE(tools))
+		return NULL;
+	json_t *list = json_array();
+	size_t end =
+		offset + TOOLS_PAGE < ARRAY_SIZE(tools) ? offset + TOOLS_PAGE : ARRAY_SIZE(tools);
+	for (size_t i = offset; i < end; i++)
+		json_array_append_new(list, tool_json(&tools[i], version));
+	json_t *page = json_pack("{s:o}", "tools", list);
+	if (end < ARRAY_SIZE(tools)) {
+		char cursor[24];
+		snprintf(cursor, sizeof(cursor), "%zu", end);
+		json_object_set_new(page, "nextCursor", json_string(cursor));
+	}
+	return page;
+}
+
+/* --- schema checking ---------------------------------------------------------------- */
+
+static bool type_is(json_t *v, const char *type)
+{
+	if (strcmp(type, "object") == 0)
+		return json_is_object(v);
+	if (strcmp(type, "array") == 0)
+		return json_is_array(v);
+	if (strcmp(type, "string") == 0)
+		return json_is_string(v);
+	if (strcmp(type, "integer") == 0)
+		return json_is_integer(v);
+	if (strcmp(type, "number") == 0)
+		return json_is_number(v);
+	if (strcmp(type, "boolean") == 0)
+		return json_is_boolean(v);
+	if (strcmp(type, "null") == 0)
+		return json_is_null(v);
+	return false;
+}
+
+static const char *type_article(const char *type)
+{
+	if (strcmp(type, "object") == 0)
+		return "an object";
+	if (strcmp(type, "array") == 0)
+		return "an array";
+	if (strcmp(type, "string") == 0)
+		return "a string";
+	if (strcmp(type, "integer") == 0)
+		return "a whole number";
+	if (strcmp(type, "number") == 0)
+		return "a number";
+	if (strcmp(type, "boolean") == 0)
+		return "true or false";
+	return "null";
+}
+
+static int check_type(json_t *schema, json_t *v, const char *where, struct err *err)
+{
+	json_t *type = json_object_get(schema, "type");
+	if (json_is_string(type)) {
+		if (!type_is(v, json_string_value(type)))
+			return err_set(err, EINVAL, "%s must be %s", where,
+				       type_article(json_string_value(type)));
+		return 0;
+	}
+	if (json_is_array(type)) {
+		size_t i;
+		json_t *t;
+		json_array_foreach (type, i, t)
+			if (type_is(v, json_string_value(t)))
+				return 0;
+		return err_set(err, EINVAL, "%s has the wrong type", where);
+	}
+	return 0;
+}
+
+static size_t utf8_chars(const char *s, size_t len)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len; i++)
+		n += ((uint8_t)s[i] & 0xc0) != 0x80;
+	return n;
+}
+
+static int check_string(json_t *schema, json_t *v, const char *where, struct err *err)
+{
+	size_t n = utf8_chars(json_string_value(v), json_string_length(v));
+	json_t *min = json_object_get(schema, "minLength");
+	json_t *max = json_object_get(schema, "maxLength");
+	if (json_is_integer(min) && (json_int_t)n < json_integer_value(min))
+		return err_set(err, EINVAL, "%s must not be %s", where, n ? "that short" : "empty");
+	if (json_is_integer(max) && (json_int_t)n > json_integer_value(max))
+		return err_set(err, EINVAL, "%s must be at most %lld characters", where,
+			       (long long)json_integer_value(max));
+	json_t *pattern = json_object_get(schema, "pattern");
+	if (json_is_string(pattern)) {
+		regex_t re;
+		if (regcomp(&re, json_string_value(pattern), REG_EXTENDED | REG_NOSUB) != 0)
+			return err_set(err, EINVAL, "%s: bad pattern in the schema", where);
+		/* An embedded NUL cannot occur: jansson rejects \u0000 in strings. */
+		int r = regexec(&re, json_string_value(v), 0, NULL, 0);
+		regfree(&re);
+		if (r != 0)
+			return err_set(err, EINVAL, "%s must match %s", where,
+				       json_string_value(pattern));
+	}
+	return 0;
+}
+
+static int check_number(json_t *schema, json_t *v, const char *where, struct err *err)
+{
+	double x = json_number_value(v);
+	json_t *min = json_object_get(schema, "minimum");
+	json_t *max = json_object_get(schema, "maximum");
+	if (json_is_number(min) && x < json_number_value(min))
+		return err_set(err, EINVAL, "%s must be at least %.15g", where,
+			       json_number_value(min));
+	if (json_is_number(max) && x > json_number_value(max))
+		return err_set(err, EINVAL, "%s must be at most %.15g", where,
+			       json_number_value(max));
+	return 0;
+}
+
+static int check_object(json_t *schema, json_t *v, const char *where, struct err *err)
+{
+	json_t *props = json_object_get(schema, "properties");
+	json_t *extra = json_object_get(schema, "additionalProperties");
+	json_t *required = json_object_get(schema, "required");
+	size_t i;
+	json_t *r;
+	json_array_foreach (required, i, r) {
+		if (!json_object_get(v, json_string_value(r)))
+			return err_set(err, EINVAL, "%s.%s is required", where,
+				       json_string_value(r));
+	}
+	const char *key;
+	json_t *val;
+	json_object_foreach (v, key, val) {
+		_cleanup_free_ char *sub = xasprintf("%s.%.64s", where, key);
+		json_t *ps = json_object_get(props, key);
+		if (!ps && json_is_false(extra)) {
+			_cleanup_free_ char *names = xstrdup("");
+			const char *pk;
+			json_t *pv;
+			json_object_foreach (props, pk, pv) {
+				char *more = xasprintf("%s%s%s", names, *names ? ", " : "", pk);
+				free(names);
+				names = more;
+			}
+			return err_set(err, EINVAL, "%s is not an argument of this tool (%s: %s)",
+				       sub, *names ? "expected" : "it takes none",
+				       *names ? names : "no arguments");
+		}
+		if (!ps && json_is_object(extra))
+			ps = extra;
+		if (ps && mcp_schema_check(ps, val, sub, err) < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+int mcp_schema_check(json_t *schema, json_t *v, const char *where, struct err *err)
+{
+	if (check_type(schema, v, where, err) < 0)
+		return -EINVAL;
+	json_t *en = json_object_get(schema, "enum");
+	if (json_is_array(en)) {
+		size_t i;
+		json_t *e;
+		bool found = false;
+		json_array_foreach (en, i, e)
+			found = found || json_equal(e, v);
+		if (!found)
+			return err_set(err, EINVAL, "%s must be one of the allowed values", where);
+	}
+	if (json_is_string(v))
+		return check_string(schema, v, where, err);
+	if (json_is_number(v))
+		return check_number(schema, v, where, err);
+	if (json_is_object(v))
+		return check_object(schema, v, where, err);
+	if (json_is_array(v)) {
+		json_t *items = json_object_get(schema, "items");
+		size_t i;
+		json_t *item;
+		json_array_foreach (v, i, item) {
+			if (!items)
+				break;
+			_cleanup_free_ char *sub = xasprintf("%s[%zu]", where, i);
+			if (mcp_schema_check(items, item, sub, err) < 0)
+				return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* --- results ------------------------------------------------------------------------ */
+
+/* structuredContent (from 2025-06-18), and its JSON as the text block every version reads. */
+static void reply_ok(struct mcp_call *c, json_t *structured, const char *version)
+{
+	char *text = json_dumps(structured, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	json_t *result = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text", "text", text);
+	free(text);
+	if (mcp_version_at_least(version, "2025-06-18"))
+		json_object_set_new(result, "structuredContent", structured);
+	else
+		json_decref(structured);
+	mcp_call_reply(c, result);
+}
+
+static void reply_error(struct mcp_call *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void reply_error(struct mcp_call *c, const char *fmt, ...)
+{
+	char msg[ERR_MSG_MAX + 64];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	mcp_call_reply(c, json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", msg,
+				    "isError", 1));
+}
+
+static void reply_err(struct mcp_call *c, const struct err *err)
+{
+	reply_error(c, "%s", err->msg);
+}
+
+static struct ops_target target(struct mcp_call *c, json_t *args)
+{
+	return (struct ops_target){
+		.owner = mcp_call_owner(c),
+		.session_id = json_string_value(json_object_get(args, "sessionId")),
+		.template_name = json_string_value(json_object_get(args, "template")),
+	};
+}
+
+static json_t *iso_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char buf[40];
+	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, sizeof(buf) - n, ".%03ldZ", ts.tv_nsec / 1000000);
+	return json_string(buf);
+}
+
+/* A session as the output schemas describe it, from its REST shape (session_json()). */
+static json_t *session_shape(json_t *j)
+{
+	json_t *idle = json_object_get(j, "idleTimeout");
+	json_t *running = json_object_get(j, "running");
+	const char *created = json_string_value(json_object_get(j, "createdAt"));
+	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "sessionId",
+			 json_string_value(json_object_get(j, "id")), "template",
+			 json_string_value(json_object_get(j, "template")), "state",
+			 json_string_value(json_object_get(j, "state")), "createdAt",
+			 created ? created : "", "idleTimeout",
+			 (json_int_t)json_integer_value(idle), "running",
+			 (json_int_t)json_integer_value(running));
+}
+
+static json_t *session_shape_of(const struct session *s)
+{
+	json_t *j = session_json(s);
+	json_t *r = session_shape(j);
+	json_decref(j);
+	return r;
+}
+
+/* Every tool that runs an ops_call: its answer arrives in a done callback. */
+struct call_state {
+	struct mcp_call *c;
+	struct ops_call *op;
+	char version[16];
+	bool want_base64;
+};
+
+static void call_state_cancel(struct mcp_call *c, void *state)
+{
+	struct call_state *st = state;
+	ops_call_detach(st->op);
+	free(st);
+}
+
+static void start_call(struct mcp_call *c, struct call_state *st, struct ops_call *op,
+		       const struct err *err)
+{
+	if (!op) {
+		free(st);
+		reply_err(c, err);
+		return;
+	}
+	st->c = c;
+	st->op = op;
+	struct mcp_tool_run run = { .cancel = call_state_cancel, .state = st };
+	mcp_call_set_run(c, &run);
+}
+
+static struct call_state *call_state_new(const char *version)
+{
+	struct call_state *st = xcalloc(1, sizeof(*st));
+	snprintf(st->version, sizeof(st->version), "%s", version);
+	return st;
+}
+
+/* --- tools -------------------------------------------------------------------------- */
+
+static void created(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		    void *arg)
+{
+	struct call_state *st = arg;
+	if (err)
+		reply_err(st->c, err);
+	else
+		reply_ok(st->c, session_shape_of(r->session), st->version);
+	free(st);
+}
+
+static void t_create_session(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	json_t *idle = json_object_get(args, "idleTimeout");
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op = ops_create_session(&t, idle ? (unsigned)json_integer_value(idle) : 0,
+						 json_object_get(args, "env"), created, st, &e);
+	start_call(c, st, op, &e);
+}
+
+static void t_list_templates(struct mcp_call *c, json_t *args, const char *version)
+{
+	const struct template_registry *reg = session_templates();
+	json_t *list = json_array();
+	for (size_t i = 0; i < reg->n; i++) {
+		const struct template *t = reg->items[i];
+		json_t *m = t->manifest;
+		json_t *o = json_pack("{s:s}", "name", t->name);
+		static const char *const texts[] = { "displayName", "description", "version" };
+		for (size_t k = 0; k < ARRAY_SIZE(texts); k++) {
+			json_t *v = json_object_get(m, texts[k]);
+			if (json_is_string(v))
+				json_object_set(o, texts[k], v);
+		}
+		json_t *tl = json_object_get(m, "tools");
+		if (json_is_array(tl)) {
+			json_t *names = json_array();
+			size_t j;
+			json_t *v;
+			json_array_foreach (tl, j, v)
+				if (json_is_string(v))
+					json_array_append(names, v);
+			json_object_set_new(o, "tools", names);
+		}
+		json_object_set_new(o, "memSizeMib",
+				    json_integer(t->mem_mib ? t->mem_mib : api_cfg->mem_mib));
+		json_object_set_new(o, "vcpuCount",
+				    json_integer(t->vcpus ? t->vcpus : api_cfg->vcpus));
+		json_array_append_new(list, o);
+	}
+	reply_ok(c,
+		 json_pack("{s:o, s:s}", "templates", list, "default", api_cfg->default_template),
+		 version);
+}
+
+static void t_ping(struct mcp_call *c, json_t *args, const char *version)
+{
+	reply_ok(c,
+		 json_pack("{s:b, s:s, s:s, s:o}", "ok", 1, "server", "agent-sandbox", "version",
+			   SANDBOX_VERSION, "time", iso_now()),
+		 version);
+}
+
+static void t_list_sessions(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = { .owner = mcp_call_owner(c) };
+	json_t *rest = ops_list_sessions(&t);
+	json_t *list = json_array();
+	size_t i;
+	json_t *v;
+	json_array_foreach (rest, i, v)
+		json_array_append_new(list, session_shape(v));
+	json_decref(rest);
+	reply_ok(c, json_pack("{s:o, s:i}", "sessions", list, "count", (int)json_array_size(list)),
+		 version);
+}
+
+static void t_reset_session(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	struct err e;
+	if (ops_destroy_session(&t, "reset by an MCP client", &e) < 0) {
+		reply_err(c, &e);
+		return;
+	}
+	reply_ok(c, json_pack("{s:s, s:b}", "sessionId", t.session_id, "destroyed", 1), version);
+}
+
+static void t_cancel(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	const char *exec_id = json_string_value(json_object_get(args, "execId"));
+	struct err e;
+	if (ops_cancel_exec(&t, exec_id, &e) < 0) {
+		reply_err(c, &e);
+		return;
+	}
+	reply_ok(c,
+		 json_pack("{s:s, s:s, s:b}", "sessionId", t.session_id, "execId", exec_id,
+			   "cancelled", 1),
+		 version);
+}
+
+static void written(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		    void *arg)
+{
+	struct call_state *st = arg;
+	if (err)
+		reply_err(st->c, err);
+	else
+		reply_ok(st->c,
+			 json_pack("{s:s, s:s, s:I}", "sessionId", r->session_id, "path", r->path,
+				   "size", (json_int_t)r->size),
+			 st->version);
+	free(st);
+}
+
+static void t_write_file(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	json_t *content = json_object_get(args, "content");
+	const char *encoding = json_string_value(json_object_get(args, "encoding"));
+	json_t *mode = json_object_get(args, "mode");
+	const char *text = json_string_value(content);
+	size_t tlen = json_string_length(content);
+	uint8_t *data;
+	size_t len;
+	if (encoding && strcmp(encoding, "base64") == 0) {
+		if (base64_decode(text, tlen, &data, &len) < 0) {
+			reply_error(c, "content is not valid base64");
+			return;
+		}
+	} else {
+		data = xmalloc(tlen + 1);
+		memcpy(data, text, tlen);
+		len = tlen;
+	}
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op =
+		ops_write_file(&t, json_string_value(json_object_get(args, "path")), data, len,
+			       mode ? (int)json_integer_value(mode) : -1, written, st, &e);
+	start_call(c, st, op, &e);
+}
+
+static void got_file(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		     void *arg)
+{
+	struct call_state *st = arg;
+	if (err) {
+		reply_err(st->c, err);
+		free(st);
+		return;
+	}
+	/* Text that is not UTF-8 would be damaged by JSON: send it as base64 and say so. */
+	bool b64 = st->want_base64 || !utf8_valid(r->data, r->size) || memchr(r->data, 0, r->size);
+	json_t *content;
+	if (b64) {
+		size_t n;
+		char *enc = base64_encode(r->data, r->size, &n);
+		content = json_stringn(enc, n);
+		free(enc);
+	} else {
+		content = json_stringn((const char *)r->data, r->size);
+	}
+	reply_ok(st->c,
+		 json_pack("{s:s, s:s, s:o, s:s, s:I}", "sessionId", r->session_id, "path", r->path,
+			   "content", content, "encoding", b64 ? "base64" : "utf8", "size",
+			   (json_int_t)r->size),
+		 st->version);
+	free(st);
+}
+
+static void t_read_file(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	const char *encoding = json_string_value(json_object_get(args, "encoding"));
+	json_t *maxb = json_object_get(args, "maxBytes");
+	size_t max = maxb ? (size_t)json_integer_value(maxb) : READ_DEFAULT_MAX;
+	if (max > api_cfg->max_read_bytes)
+		max = api_cfg->max_read_bytes;
+	struct call_state *st = call_state_new(version);
+	st->want_base64 = encoding && strcmp(encoding, "base64") == 0;
+	struct err e;
+	struct ops_call *op = ops_read_file(&t, json_string_value(json_object_get(args, "path")),
+					    max, got_file, st, &e);
+	start_call(c, st, op, &e);
+}
+
+/* An entry as the output schema says, or NULL when the agent sent something else. */
+static json_t *entry_shape(json_t *e)
+{
+	json_t *path = json_object_get(e, "path");
+	json_t *name = json_object_get(e, "name");
+	json_t *type = json_object_get(e, "type");
+	json_t *size = json_object_get(e, "size");
+	json_t *mode = json_object_get(e, "mode");
+	json_t *mtime = json_object_get(e, "mtime");
+	if (!json_is_string(path) || !json_is_string(name) || !json_is_string(type) ||
+	    !json_is_integer(size) || !json_is_integer(mode) || !json_is_number(mtime))
+		return NULL;
+	const char *t = json_string_value(type);
+	if (strcmp(t, "file") && strcmp(t, "dir") && strcmp(t, "symlink") && strcmp(t, "other"))
+		t = "other";
+	return json_pack("{s:O, s:O, s:s, s:O, s:O, s:O}", "path", path, "name", name, "type", t,
+			 "size", size, "mode", mode, "mtime", mtime);
+}
+
+static void listed(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		   void *arg)
+{
+	struct call_state *st = arg;
+	if (err) {
+		reply_err(st->c, err);
+		free(st);
+		return;
+	}
+	json_t *files = json_array();
+	size_t i;
+	json_t *e;
+	json_array_foreach (r->entries, i, e) {
+		json_t *shaped = entry_shape(e);
+		if (shaped)
+			json_array_append_new(files, shaped);
+	}
+	reply_ok(st->c,
+		 json_pack("{s:s, s:s, s:o, s:b}", "sessionId", r->session_id, "path", r->path,
+			   "files", files, "truncated", r->truncated),
+		 st->version);
+	free(st);
+}
+
+static void t_list_files(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op =
+		ops_list_files(&t, json_string_value(json_object_get(args, "path")),
+			       json_is_true(json_object_get(args, "recursive")), listed, st, &e);
+	start_call(c, st, op, &e);
+}
+
+/* --- execute ------------------------------------------------------------------------ */
+
+struct exec_state {
+	struct mcp_call *c;
+	struct ops_exec *x;
+	char version[16];
+	struct evbuffer *out[2];
+	size_t collected;
+	bool truncated;
+	uint64_t progress; /* bytes of output so far: what progress notifications count */
+	struct event *bp_timer;
+};
+
+static void exec_state_free(struct exec_state *st)
+{
+	if (st->bp_timer)
+		event_free(st->bp_timer);
+	evbuffer_free(st->out[0]);
+	evbuffer_free(st->out[1]);
+	free(st);
+}
+
+static void exec_cancel(struct mcp_call *c, void *state)
+{
+	struct exec_state *st = state;
+	ops_exec_detach(st->x);
+	exec_state_free(st);
+}
+
+static void progress(struct exec_state *st, const char *text, size_t len, json_t *meta)
+{
+	json_t *token = mcp_call_progress_token(st->c);
+	if (!token) {
+		json_decref(meta);
+		return;
+	}
+	json_t *params = json_pack("{s:O, s:I, s:s%}", "progressToken", token, "progress",
+				   (json_int_t)st->progress, "message", text, len);
+	json_object_set_new(params, "_meta", meta);
+	mcp_call_notify(st->c, mcp_notification("notifications/progress", params));
+}
+
+static void exec_started(struct ops_exec *x, void *arg)
+{
+	struct exec_state *st = arg;
+	const char *id = ops_exec_id(x);
+	char msg[96];
+	snprintf(msg, sizeof(msg), "started %s", id);
+	progress(st, msg, strlen(msg),
+		 json_pack("{s:s, s:s}", "sandbox/execId", id, "sandbox/sessionId",
+			   ops_exec_session(x)->id));
+}
+
+static void on_backpressure_poll(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_state *st = arg;
+	if (mcp_call_pending(st->c) < MCP_HIGH_WATER / 2) {
+		ops_exec_resume(st->x);
+		return;
+	}
+	struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
+	evtimer_add(st->bp_timer, &tv);
+}
+
+static void exec_output(struct ops_exec *x, enum ops_stream stream, const char *text, size_t len,
+			void *arg)
+{
+	struct exec_state *st = arg;
+	/* Past the limit the output is dropped from the result (the command runs on); the part
+	 * that still fits is kept, cut on a character boundary. */
+	size_t keep = len;
+	if (st->collected + len > api_cfg->max_output_bytes) {
+		size_t room = api_cfg->max_output_bytes - st->collected;
+		keep = room - utf8_incomplete_tail((const uint8_t *)text, room);
+		st->truncated = true;
+	}
+	evbuffer_add(st->out[stream], text, keep);
+	st->collected += keep;
+	st->progress += len;
+	progress(st, text, len,
+		 json_pack("{s:s}", "sandbox/stream", stream == OPS_STDERR ? "stderr" : "stdout"));
+	if (mcp_call_pending(st->c) < MCP_HIGH_WATER)
+		return;
+	ops_exec_pause(x);
+	if (!st->bp_timer)
+		st->bp_timer = evtimer_new(api_base, on_backpressure_poll, st);
+	if (!evtimer_pending(st->bp_timer, NULL)) {
+		struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
+		evtimer_add(st->bp_timer, &tv);
+	}
+}
+
+static json_t *buffer_string(struct evbuffer *b)
+{
+	size_t n = evbuffer_get_length(b);
+	return json_stringn(n ? (const char *)evbuffer_pullup(b, -1) : "", n);
+}
+
+static void exec_done(struct ops_exec *x, const struct ops_exec_result *r, const struct err *err,
+		      void *arg)
+{
+	struct exec_state *st = arg;
+	if (err) {
+		reply_err(st->c, err);
+		exec_state_free(st);
+		return;
+	}
+	json_t *out =
+		json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:f, s:b, s:b, s:b, s:b}", "sessionId",
+			  r->session_id, "execId", r->exec_id, "exitCode",
+			  r->has_exit_code ? json_integer(r->exit_code) : json_null(), "signal",
+			  r->signal ? json_string(r->signal) : json_null(), "stdout",
+			  buffer_string(st->out[0]), "stderr", buffer_string(st->out[1]),
+			  "durationMs", r->duration_ms, "timedOut", r->timed_out, "cancelled",
+			  r->cancelled, "oomKilled", r->oom_killed, "truncated", st->truncated);
+	reply_ok(st->c, out, st->version);
+	exec_state_free(st);
+}
+
+static const struct ops_exec_cbs exec_cbs = { .on_start = exec_started,
+					      .on_output = exec_output,
+					      .on_done = exec_done };
+
+static void t_execute(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	json_t *timeout = json_object_get(args, "timeout");
+	json_t *in = json_object_get(args, "stdin");
+	struct ops_exec_req req = {
+		.command = json_string_value(json_object_get(args, "command")),
+		.args = json_object_get(args, "args"),
+		.env = json_object_get(args, "env"),
+		.cwd = json_string_value(json_object_get(args, "cwd")),
+		.timeout_ms = timeout ? (uint64_t)json_integer_value(timeout) : 0,
+		.has_timeout = timeout != NULL,
+		.stdin_data = json_string_value(in),
+		.stdin_len = json_string_length(in),
+		.has_stdin = in != NULL,
+	};
+	struct exec_state *st = xcalloc(1, sizeof(*st));
+	st->c = c;
+	snprintf(st->version, sizeof(st->version), "%s", version);
+	st->out[0] = evbuffer_new();
+	st->out[1] = evbuffer_new();
+	struct err e;
+	st->x = ops_execute(&t, &req, &exec_cbs, st, &e);
+	if (!st->x) {
+		exec_state_free(st);
+		reply_err(c, &e);
+		return;
+	}
+	struct mcp_tool_run run = { .cancel = exec_cancel, .state = st };
+	mcp_call_set_run(c, &run);
+}
+
+/* --- dispatch ----------------------------------------------------------------------- */
+
+void mcp_tool_call(struct mcp_call *c, const char *name, json_t *args, const char *version)
+{
+	load_schemas();
+	struct tool *t = tool_find(name);
+	struct err e;
+	/* Input that does not fit the schema is a tool error (the model can correct it), not a
+	 * protocol error. */
+	if (mcp_schema_check(t->in_schema, args, "arguments", &e) < 0) {
+		reply_error(c, "Invalid arguments for %s: %s", name, e.msg);
+		return;
+	}
+	t->fn(c, args, version);
+}

@@ -1,0 +1,793 @@
+/* ops: session operations for every transport. The semantics are the REST API's (see
+ * api/exec.c): implicit creation, the session's environment under the request's, a host
+ * watchdog beyond the command's own timeout, UTF-8-safe output chunks, OOM detection. */
+#include "session/ops.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <string.h>
+#include <time.h>
+
+#include "guest/proto.h"
+#include "metrics/metrics.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/text.h"
+
+/* Extra time the host gives the agent beyond a command's own timeout before giving up. */
+#define EXEC_WATCHDOG_SLACK_MS 30000
+#define FILE_OP_TIMEOUT_MS     120000
+/* The longest command timeout the agent accepts. */
+#define EXEC_MAX_TIMEOUT_MS 604800000ull
+
+static struct {
+	struct event_base *base;
+	const struct config *cfg;
+} O;
+
+void ops_init(struct event_base *base, const struct config *cfg)
+{
+	O.base = base;
+	O.cfg = cfg;
+}
+
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+struct session *ops_find_session(const struct ops_target *t, struct err *err)
+{
+	struct session *s = session_find(t->owner, t->session_id);
+	if (!s && t->any_owner)
+		s = session_find_any(t->session_id);
+	if (!s) {
+		err_set(err, ENOENT, "Session `%s` not found", t->session_id);
+		return NULL;
+	}
+	if (s->state == SESSION_FAILED) {
+		/* Report why once, then forget it: the next request starts afresh. */
+		err_copy(err, &s->failure);
+		session_destroy(s, "failed");
+		return NULL;
+	}
+	if (s->state != SESSION_READY) {
+		err_set(err, EBUSY, "Session `%s` is %s", t->session_id,
+			session_state_name(s->state));
+		return NULL;
+	}
+	session_touch(s);
+	return s;
+}
+
+static int check_target(const struct ops_target *t, bool id_optional, struct err *err)
+{
+	if (!t->session_id && id_optional)
+		return 0;
+	if (!t->session_id || !session_id_valid(t->session_id))
+		return err_set(err, EINVAL,
+			       "Invalid session id: use 1-128 letters, digits, '-', '_' or '.'");
+	return 0;
+}
+
+/* Runs fn(arg) on the next turn of the loop, so that no callback fires before the call that
+ * started an operation has returned its handle. */
+static struct event *defer(event_callback_fn fn, void *arg)
+{
+	struct event *ev = evtimer_new(O.base, fn, arg);
+	struct timeval tv = { 0, 0 };
+	evtimer_add(ev, &tv);
+	return ev;
+}
+
+/* --- execute ------------------------------------------------------------------------ */
+
+enum exec_phase { EXEC_WAITING, EXEC_RUNNING, EXEC_DONE };
+
+struct ops_exec {
+	enum exec_phase phase;
+	char *owner;
+	char *session_id;
+	char *template_name;
+	json_t *request; /* to the agent */
+	uint8_t *stdin_data;
+	size_t stdin_len;
+	bool has_stdin;
+	uint64_t timeout_ms;
+	const struct ops_exec_cbs *cbs;
+	void *arg;
+	struct event *start_ev;
+	struct session *s;
+	struct session_exec *reg;
+	struct guest_op *op;
+	uint64_t oom_before;
+	uint64_t t0_us;
+	/* bytes held back per stream so that no chunk ends inside a UTF-8 character */
+	uint8_t carry[2][4];
+	size_t carry_len[2];
+	bool paused;
+	size_t unacked;
+	bool cancel_requested;
+	bool detached;
+	int in_cb; /* user callbacks on the stack: frees wait for them */
+	char exec_id[25];
+};
+
+static void exec_free(struct ops_exec *x)
+{
+	if (x->start_ev)
+		event_free(x->start_ev);
+	if (x->s)
+		session_unref(x->s);
+	json_decref(x->request);
+	free(x->stdin_data);
+	free(x->owner);
+	free(x->session_id);
+	free(x->template_name);
+	free(x);
+}
+
+/* Gives back what a running command holds in its session. */
+static void exec_release(struct ops_exec *x)
+{
+	if (x->reg)
+		session_exec_remove(x->s, x->reg);
+	x->reg = NULL;
+	if (x->s && x->phase == EXEC_RUNNING)
+		session_op_end(x->s);
+	x->op = NULL;
+}
+
+static void exec_fail(struct ops_exec *x, const struct err *err)
+{
+	x->phase = EXEC_DONE;
+	x->in_cb++;
+	x->cbs->on_done(x, NULL, err, x->arg);
+	exec_free(x);
+}
+
+static void exec_deliver(struct ops_exec *x, int si, const uint8_t *buf, size_t len)
+{
+	if (len == 0 || !x->cbs->on_output)
+		return;
+	size_t tlen;
+	_cleanup_free_ char *text = utf8_sanitize(buf, len, &tlen);
+	x->in_cb++;
+	x->cbs->on_output(x, si ? OPS_STDERR : OPS_STDOUT, text, tlen, x->arg);
+	x->in_cb--;
+}
+
+/* The caller detached from inside a callback: finish that now that it returned. */
+static bool exec_detached_now(struct ops_exec *x)
+{
+	if (!x->detached || x->in_cb)
+		return false;
+	if (x->op) {
+		/* Credit held back for a paused consumer goes back: the agent must be able to
+		 * finish sending what it has before it sees the cancel. */
+		if (x->unacked)
+			guest_op_consumed(x->op, x->unacked);
+		guest_op_detach(x->op);
+	}
+	exec_release(x);
+	x->phase = EXEC_DONE;
+	exec_free(x);
+	return true;
+}
+
+static void exec_on_data(struct guest_op *op, uint8_t type, const uint8_t *data, size_t len,
+			 void *arg)
+{
+	struct ops_exec *x = arg;
+	int si = type == GUEST_STDERR ? 1 : 0;
+
+	/* Join the held-back bytes with this chunk, hold back a new incomplete tail. */
+	size_t total = x->carry_len[si] + len;
+	_cleanup_free_ uint8_t *buf = xmalloc(total);
+	memcpy(buf, x->carry[si], x->carry_len[si]);
+	memcpy(buf + x->carry_len[si], data, len);
+	size_t tail = utf8_incomplete_tail(buf, total);
+	memcpy(x->carry[si], buf + total - tail, tail);
+	x->carry_len[si] = tail;
+	exec_deliver(x, si, buf, total - tail);
+	if (x->paused || x->detached)
+		x->unacked += len;
+	else
+		guest_op_consumed(op, len);
+	exec_detached_now(x);
+}
+
+static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct err *err,
+			       void *arg)
+{
+	struct ops_exec *x = arg;
+	/* A stream that ended inside a character shows its last bytes as replacement chars. */
+	for (int si = 0; si < 2; si++) {
+		size_t n = x->carry_len[si];
+		x->carry_len[si] = 0;
+		exec_deliver(x, si, x->carry[si], n);
+	}
+	double duration = (double)(mono_us() - x->t0_us) / 1000.0;
+	metrics_add(M.exec_message_total, 1, "execute");
+	metrics_observe(M.exec_message_duration, duration / 1000.0, "execute");
+	exec_release(x);
+	if (x->detached) {
+		x->phase = EXEC_DONE;
+		if (!x->in_cb)
+			exec_free(x);
+		return;
+	}
+	if (err) {
+		exec_fail(x, err);
+		return;
+	}
+	struct ops_exec_result r = { .exec_id = x->exec_id,
+				     .session_id = x->s->id,
+				     .duration_ms = duration };
+	json_t *code = json_object_get(result, "exitCode");
+	if (json_is_integer(code)) {
+		r.has_exit_code = true;
+		r.exit_code = (int)json_integer_value(code);
+	}
+	r.signal = json_string_value(json_object_get(result, "signal"));
+	r.timed_out = json_is_true(json_object_get(result, "timedOut"));
+	r.cancelled = json_is_true(json_object_get(result, "cancelled"));
+	const struct driver *d = session_driver();
+	r.oom_killed = d->oom_kills && x->s->sb && d->oom_kills(x->s->sb) > x->oom_before;
+	x->phase = EXEC_DONE;
+	x->in_cb++;
+	x->cbs->on_done(x, &r, NULL, x->arg);
+	exec_free(x);
+}
+
+static const struct guest_op_cbs exec_guest_cbs = { .on_data = exec_on_data,
+						    .on_done = exec_on_guest_done };
+
+static void exec_on_session(struct session *s, const struct err *err, void *arg)
+{
+	struct ops_exec *x = arg;
+	if (x->detached) {
+		exec_free(x);
+		return;
+	}
+	if (err) {
+		exec_fail(x, err);
+		return;
+	}
+	if (x->cancel_requested) {
+		struct err e;
+		err_set(&e, ECANCELED, "the command was cancelled before it started");
+		exec_fail(x, &e);
+		return;
+	}
+	x->s = s;
+	session_ref(s);
+
+	/* The session's environment under the request's. */
+	json_t *env = json_deep_copy(s->env);
+	json_t *req_env = json_object_get(x->request, "env");
+	if (req_env)
+		json_object_update(env, req_env);
+	json_object_set_new(x->request, "env", env);
+
+	struct err e;
+	x->op = guest_op_start(s->conn, x->request, &exec_guest_cbs, x, &e);
+	if (!x->op) {
+		exec_fail(x, &e);
+		return;
+	}
+	const struct driver *d = session_driver();
+	x->oom_before = d->oom_kills && s->sb ? d->oom_kills(s->sb) : 0;
+	x->phase = EXEC_RUNNING;
+	session_op_begin(s);
+	x->reg = session_exec_add(s, x->op);
+	memcpy(x->exec_id, x->reg->id, sizeof(x->exec_id));
+	x->t0_us = mono_us();
+	if (x->timeout_ms)
+		guest_op_set_timeout(x->op, x->timeout_ms + EXEC_WATCHDOG_SLACK_MS, "execute");
+	if (x->has_stdin) {
+		guest_op_send(x->op, x->stdin_data, x->stdin_len);
+		guest_op_eof(x->op);
+	}
+	if (x->cbs->on_start) {
+		x->in_cb++;
+		x->cbs->on_start(x, x->arg);
+		x->in_cb--;
+		exec_detached_now(x);
+	}
+}
+
+static void exec_start(evutil_socket_t fd, short what, void *arg)
+{
+	struct ops_exec *x = arg;
+	event_free(x->start_ev);
+	x->start_ev = NULL;
+	struct session_create_opts opts = { .template_name = x->template_name };
+	session_get_or_create(x->owner, x->session_id, &opts, exec_on_session, x, NULL);
+}
+
+/* Whether a command string needs a shell: anything beyond plain words. */
+static bool needs_shell(const char *cmd)
+{
+	return strpbrk(cmd, " \t\n|&;<>()$`\\\"'*?[]#~=%{}") != NULL;
+}
+
+static int build_argv(const struct ops_exec_req *req, json_t **ret, struct err *err)
+{
+	json_t *argv = json_array();
+	if (req->args && !json_is_null(req->args)) {
+		if (!json_is_array(req->args)) {
+			json_decref(argv);
+			return err_set(err, EINVAL, "\"args\" must be an array of strings");
+		}
+		json_array_append_new(argv, json_string(req->command));
+		size_t i;
+		json_t *a;
+		json_array_foreach (req->args, i, a) {
+			if (!json_is_string(a)) {
+				json_decref(argv);
+				return err_set(err, EINVAL, "\"args[%zu]\" must be a string", i);
+			}
+			json_array_append(argv, a);
+		}
+	} else if (needs_shell(req->command)) {
+		json_array_append_new(argv, json_string("/bin/sh"));
+		json_array_append_new(argv, json_string("-c"));
+		json_array_append_new(argv, json_string(req->command));
+	} else {
+		json_array_append_new(argv, json_string(req->command));
+	}
+	*ret = argv;
+	return 0;
+}
+
+static int check_env(json_t *env, struct err *err)
+{
+	if (!env || json_is_null(env))
+		return 0;
+	if (!json_is_object(env))
+		return err_set(err, EINVAL, "\"env\" must be an object of strings");
+	const char *k;
+	json_t *v;
+	json_object_foreach (env, k, v) {
+		if (!json_is_string(v) || !*k || strchr(k, '='))
+			return err_set(err, EINVAL,
+				       "\"env.%s\" must be a string (and a valid name)", k);
+	}
+	return 0;
+}
+
+struct ops_exec *ops_execute(const struct ops_target *t, const struct ops_exec_req *req,
+			     const struct ops_exec_cbs *cbs, void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return NULL;
+	if (!req->command || !*req->command) {
+		err_set(err, EINVAL, "\"command\" is required");
+		return NULL;
+	}
+	uint64_t timeout = req->has_timeout ? req->timeout_ms : O.cfg->default_timeout_ms;
+	if (timeout > EXEC_MAX_TIMEOUT_MS) {
+		err_set(err, EINVAL, "\"timeout\" must be at most %llu ms (a week)",
+			(unsigned long long)EXEC_MAX_TIMEOUT_MS);
+		return NULL;
+	}
+	if (check_env(req->env, err) < 0)
+		return NULL;
+	json_t *argv = NULL;
+	if (build_argv(req, &argv, err) < 0)
+		return NULL;
+
+	struct ops_exec *x = xcalloc(1, sizeof(*x));
+	x->cbs = cbs;
+	x->arg = arg;
+	x->owner = xstrdup(t->owner ? t->owner : "");
+	x->session_id = xstrdup(t->session_id);
+	x->template_name = t->template_name ? xstrdup(t->template_name) : NULL;
+	x->timeout_ms = timeout;
+	x->request = json_pack("{s:s, s:o, s:I, s:b}", "op", "exec", "argv", argv, "timeoutMs",
+			       (json_int_t)timeout, "stdin", req->has_stdin);
+	if (req->env && json_is_object(req->env))
+		json_object_set(x->request, "env", req->env);
+	if (req->cwd)
+		json_object_set_new(x->request, "cwd", json_string(req->cwd));
+	if (req->has_stdin) {
+		x->has_stdin = true;
+		x->stdin_len = req->stdin_len;
+		x->stdin_data = xmalloc(req->stdin_len + 1);
+		if (req->stdin_len)
+			memcpy(x->stdin_data, req->stdin_data, req->stdin_len);
+	}
+	x->start_ev = defer(exec_start, x);
+	return x;
+}
+
+void ops_exec_cancel(struct ops_exec *x)
+{
+	if (x->phase == EXEC_WAITING)
+		x->cancel_requested = true;
+	else if (x->phase == EXEC_RUNNING && x->op)
+		guest_op_cancel(x->op);
+}
+
+void ops_exec_detach(struct ops_exec *x)
+{
+	if (x->detached || x->phase == EXEC_DONE)
+		return;
+	x->detached = true;
+	if (x->phase == EXEC_WAITING) {
+		/* Not asked for a session yet: nothing else knows of it. Otherwise the session's
+		 * answer frees it. */
+		if (x->start_ev && !x->in_cb)
+			exec_free(x);
+		return;
+	}
+	exec_detached_now(x);
+}
+
+void ops_exec_pause(struct ops_exec *x)
+{
+	x->paused = true;
+}
+
+void ops_exec_resume(struct ops_exec *x)
+{
+	x->paused = false;
+	if (x->op && x->unacked) {
+		guest_op_consumed(x->op, x->unacked);
+		x->unacked = 0;
+	}
+}
+
+const char *ops_exec_id(const struct ops_exec *x)
+{
+	return x->exec_id;
+}
+
+struct session *ops_exec_session(const struct ops_exec *x)
+{
+	return x->phase == EXEC_RUNNING ? x->s : NULL;
+}
+
+/* --- files and sessions ------------------------------------------------------------- */
+
+enum call_kind { CALL_WRITE, CALL_READ, CALL_LIST, CALL_CREATE };
+
+struct ops_call {
+	enum call_kind kind;
+	struct ops_target t; /* strings owned */
+	json_t *request;     /* to the agent */
+	char *path;
+	uint8_t *data; /* write */
+	size_t len;
+	struct evbuffer *content; /* read */
+	size_t max_bytes;
+	unsigned idle_timeout_s; /* create */
+	json_t *env;
+	ops_done_fn done;
+	void *arg;
+	struct event *start_ev;
+	struct session *s;
+	struct guest_op *op;
+	bool detached;
+	bool finished;
+	uint64_t t0_us;
+};
+
+static void call_free(struct ops_call *c)
+{
+	if (c->start_ev)
+		event_free(c->start_ev);
+	if (c->s) {
+		if (c->op || c->t0_us)
+			session_op_end(c->s);
+		session_unref(c->s);
+	}
+	json_decref(c->request);
+	json_decref(c->env);
+	free(c->path);
+	free(c->data);
+	if (c->content)
+		evbuffer_free(c->content);
+	free((char *)c->t.owner);
+	free((char *)c->t.session_id);
+	free((char *)c->t.template_name);
+	free(c);
+}
+
+static void call_finish(struct ops_call *c, const struct ops_result *r, const struct err *err)
+{
+	c->finished = true;
+	c->op = NULL;
+	if (!c->detached)
+		c->done(c, r, err, c->arg);
+	call_free(c);
+}
+
+static void call_fail(struct ops_call *c, const struct err *err)
+{
+	call_finish(c, NULL, err);
+}
+
+static const char *call_metric_type(enum call_kind k)
+{
+	switch (k) {
+	case CALL_WRITE:
+		return "write_file";
+	case CALL_READ:
+		return "read_file";
+	default:
+		return "list_files";
+	}
+}
+
+static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data, size_t len,
+			 void *arg)
+{
+	struct ops_call *c = arg;
+	if (type == GUEST_FILEDATA && c->content) {
+		/* The agent enforces the limit too, but it is not trusted. */
+		if (evbuffer_get_length(c->content) + len > c->max_bytes) {
+			struct err e;
+			err_set(&e, EFBIG, "`%s` exceeds the limit of %zu bytes", c->path,
+				c->max_bytes);
+			guest_op_detach(op);
+			metrics_add(M.exec_message_total, 1, call_metric_type(c->kind));
+			call_fail(c, &e);
+			return;
+		}
+		evbuffer_add(c->content, data, len);
+	}
+	guest_op_consumed(op, len);
+}
+
+static void call_on_guest_done(struct guest_op *op, json_t *result, const struct err *err,
+			       void *arg)
+{
+	struct ops_call *c = arg;
+	const char *type = call_metric_type(c->kind);
+	metrics_add(M.exec_message_total, 1, type);
+	metrics_observe(M.exec_message_duration, (double)(mono_us() - c->t0_us) / 1e6, type);
+	if (err) {
+		call_fail(c, err);
+		return;
+	}
+	struct ops_result r = { .session_id = c->t.session_id, .path = c->path };
+	json_t *size = json_object_get(result, "size");
+	switch (c->kind) {
+	case CALL_WRITE:
+		r.size = json_is_integer(size) && json_integer_value(size) >= 0
+				 ? (uint64_t)json_integer_value(size)
+				 : c->len;
+		break;
+	case CALL_READ:
+		r.size = evbuffer_get_length(c->content);
+		r.data = r.size ? evbuffer_pullup(c->content, -1) : (const uint8_t *)"";
+		break;
+	default:
+		r.entries = json_object_get(result, "entries");
+		if (!json_is_array(r.entries))
+			r.entries = NULL;
+		r.truncated = json_is_true(json_object_get(result, "truncated"));
+		break;
+	}
+	call_finish(c, &r, NULL);
+}
+
+static const struct guest_op_cbs call_guest_cbs = { .on_data = call_on_data,
+						    .on_done = call_on_guest_done };
+
+static void call_run(struct ops_call *c, struct session *s)
+{
+	struct err e;
+	c->s = s;
+	session_ref(s);
+	c->op = guest_op_start(s->conn, c->request, &call_guest_cbs, c, &e);
+	if (!c->op) {
+		call_fail(c, &e);
+		return;
+	}
+	c->t0_us = mono_us();
+	session_op_begin(s);
+	guest_op_set_timeout(c->op, FILE_OP_TIMEOUT_MS, "file operation");
+	if (c->kind == CALL_WRITE) {
+		guest_op_send(c->op, c->data, c->len);
+		guest_op_eof(c->op);
+		free(c->data);
+		c->data = NULL;
+	}
+}
+
+static void call_on_session(struct session *s, const struct err *err, void *arg)
+{
+	struct ops_call *c = arg;
+	if (c->detached) {
+		call_free(c);
+		return;
+	}
+	if (err) {
+		call_fail(c, err);
+		return;
+	}
+	if (c->kind == CALL_CREATE) {
+		struct ops_result r = { .session_id = s->id, .session = s };
+		call_finish(c, &r, NULL);
+		return;
+	}
+	call_run(c, s);
+}
+
+static void call_start(evutil_socket_t fd, short what, void *arg)
+{
+	struct ops_call *c = arg;
+	event_free(c->start_ev);
+	c->start_ev = NULL;
+	struct err e;
+	struct session_create_opts opts = { .template_name = c->t.template_name };
+	switch (c->kind) {
+	case CALL_READ:
+	case CALL_LIST: {
+		struct session *s = ops_find_session(&c->t, &e);
+		if (!s) {
+			call_fail(c, &e);
+			return;
+		}
+		call_run(c, s);
+		return;
+	}
+	case CALL_CREATE:
+		/* Checked when it runs, not when asked: another request may have made it. */
+		if (session_find(c->t.owner, c->t.session_id)) {
+			err_set(&e, EEXIST, "Session `%s` already exists", c->t.session_id);
+			call_fail(c, &e);
+			return;
+		}
+		opts.idle_timeout_s = c->idle_timeout_s;
+		opts.env = c->env;
+		break;
+	case CALL_WRITE:
+		break;
+	}
+	session_get_or_create(c->t.owner, c->t.session_id, &opts, call_on_session, c, NULL);
+}
+
+static struct ops_call *call_new(enum call_kind kind, const struct ops_target *t, const char *path,
+				 ops_done_fn done, void *arg)
+{
+	struct ops_call *c = xcalloc(1, sizeof(*c));
+	c->kind = kind;
+	c->t.owner = xstrdup(t->owner ? t->owner : "");
+	c->t.session_id = t->session_id ? xstrdup(t->session_id) : session_new_id();
+	c->t.template_name = t->template_name ? xstrdup(t->template_name) : NULL;
+	c->t.any_owner = t->any_owner;
+	c->path = xstrdup(path && *path ? path : ".");
+	c->done = done;
+	c->arg = arg;
+	c->start_ev = defer(call_start, c);
+	return c;
+}
+
+static int check_path(const char *path, struct err *err)
+{
+	if (!path || !*path)
+		return err_set(err, EINVAL, "\"path\" is required");
+	return 0;
+}
+
+struct ops_call *ops_write_file(const struct ops_target *t, const char *path, uint8_t *data,
+				size_t len, int mode, ops_done_fn done, void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0 || check_path(path, err) < 0) {
+		free(data);
+		return NULL;
+	}
+	if (mode > 07777) {
+		free(data);
+		err_set(err, EINVAL, "\"mode\" must be a permission number (0 to 4095)");
+		return NULL;
+	}
+	struct ops_call *c = call_new(CALL_WRITE, t, path, done, arg);
+	c->data = data;
+	c->len = len;
+	c->request = json_pack("{s:s, s:s, s:I}", "op", "write", "path", path, "maxBytes",
+			       (json_int_t)O.cfg->max_body_bytes);
+	if (mode >= 0)
+		json_object_set_new(c->request, "mode", json_integer(mode));
+	return c;
+}
+
+struct ops_call *ops_read_file(const struct ops_target *t, const char *path, size_t max_bytes,
+			       ops_done_fn done, void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0 || check_path(path, err) < 0)
+		return NULL;
+	if (max_bytes == 0 || max_bytes > O.cfg->max_read_bytes)
+		max_bytes = O.cfg->max_read_bytes;
+	struct ops_call *c = call_new(CALL_READ, t, path, done, arg);
+	c->content = evbuffer_new();
+	c->max_bytes = max_bytes;
+	c->request = json_pack("{s:s, s:s, s:I}", "op", "read", "path", path, "maxBytes",
+			       (json_int_t)max_bytes);
+	return c;
+}
+
+struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,
+				ops_done_fn done, void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return NULL;
+	struct ops_call *c = call_new(CALL_LIST, t, path, done, arg);
+	c->request =
+		json_pack("{s:s, s:s, s:b}", "op", "list", "path", c->path, "recursive", recursive);
+	return c;
+}
+
+struct ops_call *ops_create_session(const struct ops_target *t, unsigned idle_timeout_s,
+				    json_t *env, ops_done_fn done, void *arg, struct err *err)
+{
+	if (check_target(t, true, err) < 0 || check_env(env, err) < 0)
+		return NULL;
+	struct ops_call *c = call_new(CALL_CREATE, t, NULL, done, arg);
+	c->idle_timeout_s = idle_timeout_s;
+	c->env = env && json_is_object(env) ? json_deep_copy(env) : NULL;
+	return c;
+}
+
+void ops_call_detach(struct ops_call *c)
+{
+	if (c->detached || c->finished)
+		return;
+	c->detached = true;
+	if (c->start_ev) {
+		call_free(c);
+	} else if (c->op) {
+		guest_op_detach(c->op);
+		call_free(c);
+	}
+	/* Otherwise it waits for its session: call_on_session frees it. */
+}
+
+int ops_destroy_session(const struct ops_target *t, const char *why, struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return -EINVAL;
+	struct session *s = session_find(t->owner, t->session_id);
+	if (!s && t->any_owner)
+		s = session_find_any(t->session_id);
+	if (!s)
+		return err_set(err, ENOENT, "Session `%s` not found", t->session_id);
+	session_destroy(s, why);
+	return 0;
+}
+
+int ops_cancel_exec(const struct ops_target *t, const char *exec_id, struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return -EINVAL;
+	if (!exec_id || !*exec_id)
+		return err_set(err, EINVAL, "\"execId\" is required");
+	struct session *s = ops_find_session(t, err);
+	if (!s)
+		return -err->errnum;
+	struct session_exec *e = session_exec_find(s, exec_id);
+	if (!e)
+		return err_set(err, ENOENT, "No running command `%s` in session `%s`", exec_id,
+			       t->session_id);
+	guest_op_cancel(e->op);
+	return 0;
+}
+
+static void add_session_json(struct session *s, void *arg)
+{
+	if (s->state == SESSION_READY || s->state == SESSION_CREATING || s->state == SESSION_FAILED)
+		json_array_append_new(arg, session_json(s));
+}
+
+json_t *ops_list_sessions(const struct ops_target *t)
+{
+	json_t *list = json_array();
+	session_foreach(t->any_owner ? NULL : (t->owner ? t->owner : ""), add_session_json, list);
+	return list;
+}

@@ -1,0 +1,147 @@
+/* ops: what a client does with a session (run a command, write, read and list files, create,
+ * destroy), independent of the transport that asked (REST, MCP).
+ *
+ * A session is named by its owner (the caller's API key id, "" without auth) and its id.
+ * execute and write_file create the session on first use, as the REST API always has;
+ * read_file and list_files need it to exist. Another owner's session does not exist for the
+ * caller (ENOENT), unless the target says the caller may reach every owner's sessions.
+ *
+ * Asynchronous operations return a handle and report through callbacks on the loop thread,
+ * never before the starting call has returned: exactly one terminal callback per operation,
+ * unless the caller detaches first, after which there is none. Errors carry an errno that
+ * http_status_for_errno() turns into a status (ENOENT 404, EINVAL 400, EEXIST 409, ...) and a
+ * message meant for the caller. */
+#pragma once
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "session/session.h"
+#include "util/err.h"
+
+/* The session an operation acts on. The strings are copied. */
+struct ops_target {
+	const char *owner;         /* the caller's key id, "" without auth */
+	const char *session_id;    /* checked with session_id_valid() */
+	const char *template_name; /* for a session created on the way; NULL: the default */
+	bool any_owner;            /* an admin: existing sessions of every owner are reachable */
+};
+
+/* Must be called once before any other function (the loop and the limits to apply). */
+void ops_init(struct event_base *base, const struct config *cfg);
+
+/* --- execute ------------------------------------------------------------------------ */
+
+enum ops_stream { OPS_STDOUT = 0, OPS_STDERR = 1 };
+
+struct ops_exec_req {
+	const char *command; /* required */
+	/* Arguments after the command (borrowed array of strings), or NULL: then a command with
+	 * shell syntax in it runs as `/bin/sh -c command`, a plain word as itself. */
+	json_t *args;
+	json_t *env;     /* borrowed object of strings (over the session's own), or NULL */
+	const char *cwd; /* relative to the workspace, or NULL */
+	/* Milliseconds; 0 means none. Unless has_timeout, the server's default applies. */
+	uint64_t timeout_ms;
+	bool has_timeout;
+	const void *stdin_data; /* copied; sent, then end of input, when has_stdin */
+	size_t stdin_len;
+	bool has_stdin;
+};
+
+struct ops_exec_result {
+	const char *exec_id;
+	const char *session_id;
+	bool has_exit_code;
+	int exit_code;
+	const char *signal; /* the signal that ended the command ("SIGKILL"), or NULL */
+	double duration_ms;
+	bool timed_out;  /* killed by its timeout */
+	bool cancelled;  /* killed because someone cancelled it */
+	bool oom_killed; /* a process of the sandbox was killed for want of memory meanwhile */
+};
+
+struct ops_exec;
+
+struct ops_exec_cbs {
+	/* The command started (optional); ops_exec_id() names it from now on. */
+	void (*on_start)(struct ops_exec *x, void *arg);
+	/* Output in arrival order per stream: valid UTF-8 (invalid bytes become U+FFFD), never
+	 * cut inside a character. Not NUL-terminated. */
+	void (*on_output)(struct ops_exec *x, enum ops_stream stream, const char *text, size_t len,
+			  void *arg);
+	/* Terminal: the command ended (r) or could not run (err: ENOENT for a missing command
+	 * or directory, ECANCELED when cancelled before it started, the session's failure...).
+	 * The handle is freed when this returns. */
+	void (*on_done)(struct ops_exec *x, const struct ops_exec_result *r, const struct err *err,
+			void *arg);
+};
+
+/* Starts a command, creating the session when needed. Returns NULL with err set (EINVAL,
+ * and nothing else happens) when the request is invalid. */
+struct ops_exec *ops_execute(const struct ops_target *t, const struct ops_exec_req *req,
+			     const struct ops_exec_cbs *cbs, void *arg, struct err *err);
+
+/* Asks the command to stop (SIGTERM, then SIGKILL); on_done follows, with cancelled set. */
+void ops_exec_cancel(struct ops_exec *x);
+/* The caller is gone: no more callbacks; a running command is cancelled. */
+void ops_exec_detach(struct ops_exec *x);
+/* Back-pressure: while paused, output keeps arriving only until the agent's window (one
+ * GUEST_WINDOW_INITIAL) is used up; resume lets it send again. */
+void ops_exec_pause(struct ops_exec *x);
+void ops_exec_resume(struct ops_exec *x);
+/* The command's id ("exec_..."), "" until it started. */
+const char *ops_exec_id(const struct ops_exec *x);
+/* The session the command runs in (NULL until it started). */
+struct session *ops_exec_session(const struct ops_exec *x);
+
+/* --- files and sessions ------------------------------------------------------------- */
+
+struct ops_result {
+	const char *session_id;
+	struct session *session; /* create: the new session */
+	const char *path;        /* as requested ("." for an empty list path) */
+	uint64_t size;           /* write: bytes written; read: bytes read */
+	const uint8_t *data;     /* read: the contents, valid during the callback */
+	json_t *entries;         /* list: the agent's entries (borrowed; untrusted shapes) */
+	bool truncated;          /* list: more entries than one reply holds */
+};
+
+struct ops_call;
+
+/* Terminal: exactly one of r and err. The handle is freed when this returns. */
+typedef void (*ops_done_fn)(struct ops_call *c, const struct ops_result *r, const struct err *err,
+			    void *arg);
+
+/* Writes `len` bytes to `path` (replacing the file atomically), creating the session when
+ * needed. `data` is taken over (freed by ops, even on failure). mode < 0: the default. */
+struct ops_call *ops_write_file(const struct ops_target *t, const char *path, uint8_t *data,
+				size_t len, int mode, ops_done_fn done, void *arg, struct err *err);
+/* Reads a file of at most max_bytes (0: the server's SANDBOX_MAX_READ_BYTES); EFBIG beyond. */
+struct ops_call *ops_read_file(const struct ops_target *t, const char *path, size_t max_bytes,
+			       ops_done_fn done, void *arg, struct err *err);
+/* Lists a directory (NULL or "": the workspace), recursively when asked. */
+struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,
+				ops_done_fn done, void *arg, struct err *err);
+/* Creates session t->session_id (NULL: a fresh id) with these options (template_name is
+ * taken from t); EEXIST when the owner already has one by that id. */
+struct ops_call *ops_create_session(const struct ops_target *t, unsigned idle_timeout_s,
+				    json_t *env, ops_done_fn done, void *arg, struct err *err);
+/* No more callbacks. A file operation already sent to the agent is cancelled there; a
+ * session being created goes on being created. */
+void ops_call_detach(struct ops_call *c);
+
+/* Destroys a session at once (ENOENT when the caller has none by that id). */
+int ops_destroy_session(const struct ops_target *t, const char *why, struct err *err);
+/* Cancels running command exec_id of a session: ENOENT for no such session or command. */
+int ops_cancel_exec(const struct ops_target *t, const char *exec_id, struct err *err);
+/* The caller's sessions as the REST API lists them (every owner's with any_owner). */
+json_t *ops_list_sessions(const struct ops_target *t);
+
+/* The caller's existing, ready session, or NULL with err set: ENOENT (none), EBUSY (still
+ * being created). A failed session reports its failure once and is forgotten. */
+struct session *ops_find_session(const struct ops_target *t, struct err *err);

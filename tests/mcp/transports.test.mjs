@@ -1,0 +1,435 @@
+// The official MCP client over every transport: Streamable HTTP, HTTP+SSE (at /sse and at
+// the reference's /mcp) and stdio (`sandbox mcp`). Each transport runs the same tests.
+import { describe, it, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { McpError } from "@modelcontextprotocol/sdk/types.js";
+import { TRANSPORTS, connect, sid, structured, errorText, sleep } from "./helpers.mjs";
+
+const TOOLS = [
+  "cancel",
+  "create_session",
+  "execute",
+  "list_files",
+  "list_sessions",
+  "list_templates",
+  "ping",
+  "read_file",
+  "reset_session",
+  "write_file",
+];
+
+for (const kind of TRANSPORTS) {
+  describe(`transport ${kind}`, () => {
+    let client;
+    let transport;
+
+    before(async () => {
+      ({ client, transport } = await connect(kind));
+    });
+
+    after(async () => {
+      await client?.close();
+    });
+
+    it("initializes with the newest protocol and says who it is", () => {
+      const info = client.getServerVersion();
+      assert.equal(info.name, "agent-sandbox");
+      assert.match(info.version, /^\d+\.\d+\.\d+/);
+      const caps = client.getServerCapabilities();
+      assert.deepEqual(caps.tools, { listChanged: false });
+      assert.ok(client.getInstructions()?.includes("execute"));
+      // HTTP+SSE clients and servers both speak the newest version they share.
+      assert.equal(transport._protocolVersion ?? "2025-11-25", "2025-11-25");
+    });
+
+    it("answers ping", async () => {
+      assert.deepEqual(await client.ping(), {});
+    });
+
+    it("lists every tool with input and output schemas", async () => {
+      const { tools, nextCursor } = await client.listTools();
+      assert.equal(nextCursor, undefined);
+      assert.deepEqual(tools.map((t) => t.name).sort(), TOOLS);
+      for (const t of tools) {
+        assert.equal(t.inputSchema.type, "object", t.name);
+        assert.equal(t.outputSchema?.type, "object", t.name);
+        assert.ok(t.description.length > 20, t.name);
+        assert.equal(typeof t.annotations?.readOnlyHint, "boolean", t.name);
+      }
+      const exec = tools.find((t) => t.name === "execute");
+      assert.deepEqual(exec.inputSchema.required, ["sessionId", "command"]);
+      assert.equal(exec.inputSchema.additionalProperties, false);
+    });
+
+    it("ping tool", async () => {
+      const out = structured(await client.callTool({ name: "ping", arguments: {} }));
+      assert.equal(out.ok, true);
+      assert.equal(out.server, "agent-sandbox");
+    });
+
+    it("list_templates", async () => {
+      const out = structured(await client.callTool({ name: "list_templates", arguments: {} }));
+      assert.ok(out.templates.some((t) => t.name === "base"), JSON.stringify(out));
+      assert.equal(typeof out.default, "string");
+    });
+
+    it("create_session creates the session with its template", async () => {
+      const id = sid("create");
+      const out = structured(
+        await client.callTool({
+          name: "create_session",
+          arguments: { sessionId: id, template: "base", env: { GREETING: "hello" } },
+        }),
+      );
+      assert.equal(out.sessionId, id);
+      assert.equal(out.template, "base");
+      assert.equal(out.state, "ready");
+      const listed = structured(await client.callTool({ name: "list_sessions", arguments: {} }));
+      assert.ok(listed.sessions.some((s) => s.sessionId === id));
+      // The session's environment reaches its commands.
+      const run = structured(
+        await client.callTool({
+          name: "execute",
+          arguments: { sessionId: id, command: "echo $GREETING" },
+        }),
+      );
+      assert.equal(run.stdout, "hello\n");
+      // A second creation by the same id is refused, with the reason.
+      const again = await client.callTool({
+        name: "create_session",
+        arguments: { sessionId: id },
+      });
+      assert.equal(again.isError, true);
+      assert.match(errorText(again), /already exists/);
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("create_session without an id makes one", async () => {
+      const out = structured(await client.callTool({ name: "create_session", arguments: {} }));
+      assert.match(out.sessionId, /^sess_/);
+      structured(
+        await client.callTool({ name: "reset_session", arguments: { sessionId: out.sessionId } }),
+      );
+    });
+
+    it("execute keeps stdout and stderr apart and reports the exit code", async () => {
+      const id = sid("exec");
+      const result = await client.callTool({
+        name: "execute",
+        arguments: {
+          sessionId: id,
+          command: "echo out; echo err >&2; echo $FOO; pwd; exit 3",
+          env: { FOO: "bar" },
+          timeout: 60000,
+        },
+      });
+      const out = structured(result);
+      assert.equal(out.exitCode, 3);
+      assert.equal(out.stdout, "out\nbar\n/workspace\n");
+      assert.equal(out.stderr, "err\n");
+      assert.equal(out.signal, null);
+      assert.equal(out.timedOut, false);
+      assert.match(out.execId, /^exec_/);
+      // The text block carries the same, for clients without structured content.
+      assert.deepEqual(JSON.parse(result.content[0].text), out);
+
+      const args = structured(
+        await client.callTool({
+          name: "execute",
+          arguments: { sessionId: id, command: "printf", args: ["%s|", "a b", "$HOME"] },
+        }),
+      );
+      assert.equal(args.stdout, "a b|$HOME|");
+
+      structured(
+        await client.callTool({
+          name: "execute",
+          arguments: { sessionId: id, command: "mkdir -p sub/dir" },
+        }),
+      );
+      const cwd = structured(
+        await client.callTool({
+          name: "execute",
+          arguments: { sessionId: id, command: "pwd; cat", cwd: "sub/dir", stdin: "typed\n" },
+        }),
+      );
+      assert.equal(cwd.stdout, "/workspace/sub/dir\ntyped\n");
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("execute times out", async () => {
+      const id = sid("timeout");
+      const out = structured(
+        await client.callTool({
+          name: "execute",
+          arguments: { sessionId: id, command: "sleep 10", timeout: 300 },
+        }),
+      );
+      assert.equal(out.timedOut, true);
+      assert.notEqual(out.exitCode, 0);
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("write_file, read_file and list_files, in text and base64", async () => {
+      const id = sid("files");
+      const w = structured(
+        await client.callTool({
+          name: "write_file",
+          arguments: { sessionId: id, path: "dir/hello.txt", content: "héllo\n" },
+        }),
+      );
+      assert.deepEqual(w, { sessionId: id, path: "dir/hello.txt", size: 7 });
+      const bytes = Buffer.from([0, 1, 2, 255, 254, 10]);
+      structured(
+        await client.callTool({
+          name: "write_file",
+          arguments: {
+            sessionId: id,
+            path: "bin.dat",
+            content: bytes.toString("base64"),
+            encoding: "base64",
+            mode: 0o600,
+          },
+        }),
+      );
+      const text = structured(
+        await client.callTool({
+          name: "read_file",
+          arguments: { sessionId: id, path: "dir/hello.txt" },
+        }),
+      );
+      assert.equal(text.content, "héllo\n");
+      assert.equal(text.encoding, "utf8");
+      const bin = structured(
+        await client.callTool({ name: "read_file", arguments: { sessionId: id, path: "bin.dat" } }),
+      );
+      assert.equal(bin.encoding, "base64");
+      assert.deepEqual(Buffer.from(bin.content, "base64"), bytes);
+      const forced = structured(
+        await client.callTool({
+          name: "read_file",
+          arguments: { sessionId: id, path: "dir/hello.txt", encoding: "base64" },
+        }),
+      );
+      assert.equal(Buffer.from(forced.content, "base64").toString(), "héllo\n");
+
+      const top = structured(
+        await client.callTool({ name: "list_files", arguments: { sessionId: id } }),
+      );
+      assert.deepEqual(top.files.map((f) => `${f.path}:${f.type}`).sort(), [
+        "bin.dat:file",
+        "dir:dir",
+      ]);
+      const binEntry = top.files.find((f) => f.path === "bin.dat");
+      assert.equal(binEntry.size, 6);
+      assert.equal(binEntry.mode, 0o600);
+      const all = structured(
+        await client.callTool({
+          name: "list_files",
+          arguments: { sessionId: id, path: ".", recursive: true },
+        }),
+      );
+      assert.ok(all.files.some((f) => f.path === "dir/hello.txt"));
+      assert.equal(all.truncated, false);
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("reports failures as tool errors with the real reason", async () => {
+      const id = sid("errors");
+      const escape = await client.callTool({
+        name: "write_file",
+        arguments: { sessionId: id, path: "../../etc/passwd", content: "x" },
+      });
+      assert.equal(escape.isError, true);
+      assert.match(errorText(escape), /escapes the workspace/);
+
+      const unknownSession = await client.callTool({
+        name: "read_file",
+        arguments: { sessionId: sid("never-made"), path: "a.txt" },
+      });
+      assert.equal(unknownSession.isError, true);
+      assert.match(errorText(unknownSession), /Session `.*` not found/);
+
+      const missing = await client.callTool({
+        name: "read_file",
+        arguments: { sessionId: id, path: "no-such-file" },
+      });
+      assert.equal(missing.isError, true);
+      assert.match(errorText(missing), /no-such-file/);
+
+      const noCommand = await client.callTool({
+        name: "execute",
+        arguments: { sessionId: id, command: "definitely-not-a-command" },
+      });
+      assert.equal(noCommand.isError, true);
+      assert.match(errorText(noCommand), /definitely-not-a-command/);
+
+      const badArgs = await client.callTool({
+        name: "execute",
+        arguments: { sessionId: id, command: "true", timeout: -5 },
+      });
+      assert.equal(badArgs.isError, true);
+      assert.match(errorText(badArgs), /timeout must be at least 0/);
+
+      const badId = await client.callTool({
+        name: "execute",
+        arguments: { sessionId: "no spaces allowed", command: "true" },
+      });
+      assert.equal(badId.isError, true);
+      assert.match(errorText(badId), /sessionId must match/);
+
+      const badTemplate = await client.callTool({
+        name: "create_session",
+        arguments: { template: "no-such-template" },
+      });
+      assert.equal(badTemplate.isError, true);
+      assert.match(errorText(badTemplate), /Unknown template `no-such-template`/);
+
+      const badBase64 = await client.callTool({
+        name: "write_file",
+        arguments: { sessionId: id, path: "x", content: "***", encoding: "base64" },
+      });
+      assert.equal(badBase64.isError, true);
+      assert.match(errorText(badBase64), /base64/);
+
+      const notRunning = await client.callTool({
+        name: "cancel",
+        arguments: { sessionId: id, execId: "exec_0000" },
+      });
+      assert.equal(notRunning.isError, true);
+      assert.match(errorText(notRunning), /No running command/);
+
+      const resetTwice = await client.callTool({
+        name: "reset_session",
+        arguments: { sessionId: id },
+      });
+      assert.equal(resetTwice.isError, undefined);
+      const resetAgain = await client.callTool({
+        name: "reset_session",
+        arguments: { sessionId: id },
+      });
+      assert.equal(resetAgain.isError, true);
+      assert.match(errorText(resetAgain), /not found/);
+    });
+
+    it("an unknown tool is a JSON-RPC error (-32602)", async () => {
+      await assert.rejects(
+        client.callTool({ name: "no_such_tool", arguments: {} }),
+        (e) => e instanceof McpError && e.code === -32602 && /Unknown tool/.test(e.message),
+      );
+    });
+
+    it("streams output as progress notifications", async () => {
+      const id = sid("progress");
+      const seen = [];
+      const out = structured(
+        await client.callTool(
+          {
+            name: "execute",
+            arguments: {
+              sessionId: id,
+              command: "for i in 1 2 3; do echo line$i; sleep 0.2; done; echo oops >&2",
+            },
+          },
+          undefined,
+          { onprogress: (p) => seen.push(p) },
+        ),
+      );
+      assert.equal(out.stdout, "line1\nline2\nline3\n");
+      assert.equal(out.stderr, "oops\n");
+      // First the start, then the output as it came, with strictly increasing progress.
+      // (The SDK hands notifications to their handler a tick later than responses, so the
+      // last one, sent just before the answer, may be dropped on the client's side.)
+      assert.match(seen[0].message, /^started exec_/);
+      const text = seen.slice(1).map((p) => p.message).join("");
+      assert.ok(text.startsWith("line1\nline2\nline3\n"), text);
+      assert.ok("line1\nline2\nline3\noops\n".startsWith(text), text);
+      for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress);
+      assert.ok(seen.length >= 4, `${seen.length} notifications`);
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("cancelling a request (AbortSignal) stops the command", async () => {
+      const id = sid("abort");
+      const controller = new AbortController();
+      let started = false;
+      const call = client.callTool(
+        {
+          name: "execute",
+          arguments: { sessionId: id, command: "echo ready; sleep 2; echo finished > marker" },
+        },
+        undefined,
+        {
+          signal: controller.signal,
+          onprogress: (p) => {
+            if (p.message === "ready\n") {
+              started = true;
+              controller.abort("the test cancels it");
+            }
+          },
+        },
+      );
+      await assert.rejects(call);
+      assert.ok(started, "the command was running when it was cancelled");
+      // Had it gone on, marker would exist by now.
+      await sleep(3000);
+      const marker = await client.callTool({
+        name: "read_file",
+        arguments: { sessionId: id, path: "marker" },
+      });
+      assert.equal(marker.isError, true, "the command went on after it was cancelled");
+      const listed = structured(await client.callTool({ name: "list_sessions", arguments: {} }));
+      assert.equal(listed.sessions.find((s) => s.sessionId === id)?.running, 0);
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("the cancel tool stops a command by its execId", async () => {
+      const id = sid("canceltool");
+      let execId = null;
+      let gotId;
+      const idKnown = new Promise((resolve) => {
+        gotId = resolve;
+      });
+      const call = client.callTool(
+        { name: "execute", arguments: { sessionId: id, command: "sleep 30" } },
+        undefined,
+        {
+          onprogress: (p) => {
+            const meta = p._meta || {};
+            if (meta["sandbox/execId"]) {
+              execId = meta["sandbox/execId"];
+              gotId();
+            }
+          },
+        },
+      );
+      await idKnown;
+      const c = structured(
+        await client.callTool({ name: "cancel", arguments: { sessionId: id, execId } }),
+      );
+      assert.deepEqual(c, { sessionId: id, execId, cancelled: true });
+      const out = structured(await call);
+      assert.equal(out.cancelled, true);
+      assert.equal(out.execId, execId);
+      assert.ok(out.durationMs < 20000);
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("runs calls concurrently", async () => {
+      const id = sid("concurrent");
+      const slow = client.callTool({
+        name: "execute",
+        arguments: { sessionId: id, command: "sleep 1; echo slow" },
+      });
+      await sleep(100);
+      const t0 = Date.now();
+      const fast = structured(
+        await client.callTool({ name: "execute", arguments: { sessionId: id, command: "echo fast" } }),
+      );
+      assert.equal(fast.stdout, "fast\n");
+      assert.ok(Date.now() - t0 < 900, "a quick call waited for a slow one");
+      assert.equal(structured(await slow).stdout, "slow\n");
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+  });
+}
