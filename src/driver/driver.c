@@ -8,6 +8,7 @@
 /* The drivers in the order `auto` tries them. */
 static const struct driver *const drivers[] = {
 	&driver_firecracker,
+	&driver_qemu,
 	&driver_jail,
 };
 

@@ -1,0 +1,732 @@
+/* qemu: the VM driver for any Linux with qemu-system-x86. Each sandbox is a QEMU microvm
+ * restored from its template's snapshot (qemu_snap.c), in a cgroup of its own, with its
+ * console captured in its run directory <run_dir>/qemu/<id>/. KVM when it is usable, TCG
+ * (full emulation) otherwise; see qemu.h for the pieces. */
+#include "driver/driver.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver/qemu.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+/* A guest kernel under a usable KVM reaches its first panic (no root device) well within
+ * this; under a nested or emulated KVM it does not get through early boot at all. */
+#define KVM_PROBE_TIMEOUT_MS 3000
+#define VERSION_TIMEOUT_MS   5000
+#define QMP_START_TIMEOUT_MS 10000
+/* A clone's agent channel is there at once; a cold boot's agent may take a while. */
+#define AGENT_CONNECT_TIMEOUT_MS 10000
+#define COLD_BOOT_TIMEOUT_MS     120000
+#define RESTORE_TIMEOUT_MS       30000
+/* How long cleanup_stale waits for a killed leftover QEMU to exit. */
+#define STALE_WAIT_MS 2000
+
+/* The per-driver state of a sandbox (sandbox->priv). */
+struct qemu_sb {
+	struct qemu_vm *vm;
+	struct cgroup *cg;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	bool probed;
+	bool initialised;
+	struct qemu_host h;
+	char kvm_why[160]; /* why KVM is not used, for the log and for auto's verdict */
+} Q = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* --- small host facts ------------------------------------------------------------------ */
+
+/* The absolute path of `bin`, looked up in PATH when it has no slash. */
+static char *find_binary(const char *bin)
+{
+	if (strchr(bin, '/'))
+		return access(bin, X_OK) == 0 ? xstrdup(bin) : NULL;
+	const char *path = getenv("PATH");
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	_cleanup_free_ char *copy = xstrdup(path);
+	char *save = NULL;
+	for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		char *p = xasprintf("%s/%s", *d ? d : ".", bin);
+		if (access(p, X_OK) == 0)
+			return p;
+		free(p);
+	}
+	return NULL;
+}
+
+/* Runs argv (absolute argv[0]) with no environment but PATH, its output in out (at most
+ * cap - 1 bytes, NUL-terminated) when out is not NULL. Kills it at the deadline. Returns the
+ * wait status, -ETIMEDOUT or another negative errno. */
+static int run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap)
+{
+	static char *const env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return -e;
+	}
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		int devnull = open("/dev/null", O_RDWR);
+		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(p[1], 1) < 0 || dup2(p[1], 2) < 0)
+			_exit(127);
+		syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */);
+		execve(argv[0], argv, env);
+		_exit(127);
+	}
+	close(p[1]);
+	int64_t deadline = mono_ms() + timeout_ms;
+	size_t len = 0;
+	bool timed_out = false;
+	char sink[1024];
+	for (;;) {
+		int left = (int)(deadline - mono_ms());
+		if (left <= 0) {
+			timed_out = true;
+			break;
+		}
+		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
+		int r = poll(&pfd, 1, left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			timed_out = r == 0;
+			break;
+		}
+		char *dst = out && len + 1 < cap ? out + len : sink;
+		size_t room = out && len + 1 < cap ? cap - 1 - len : sizeof(sink);
+		ssize_t n = read(p[0], dst, room);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (dst != sink)
+			len += (size_t)n;
+	}
+	close(p[0]);
+	if (out && cap)
+		out[len] = '\0';
+	if (timed_out)
+		kill(pid, SIGKILL);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return timed_out ? -ETIMEDOUT : status;
+}
+
+static char *qemu_version(const char *bin, struct err *err)
+{
+	char *const argv[] = { (char *)bin, "--version", NULL };
+	char out[512];
+	int st = run_bounded(argv, VERSION_TIMEOUT_MS, out, sizeof(out));
+	if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		err_set(err, ENOEXEC, "`%s --version` failed", bin);
+		return NULL;
+	}
+	out[strcspn(out, "\r\n")] = '\0';
+	if (!strstr(out, "QEMU")) {
+		err_set(err, ENOEXEC, "`%s` does not look like QEMU: %.100s", bin, out);
+		return NULL;
+	}
+	return xstrdup(out);
+}
+
+/* The host's TSC rate in kHz: a TCG guest's TSC is the host's. 0 where there is none. */
+static unsigned measure_tsc_khz(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	struct timespec a, b, c, d;
+	clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+	uint64_t t0 = __builtin_ia32_rdtsc();
+	clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+	struct timespec nap = { 0, 50 * 1000000L };
+	while (nanosleep(&nap, &nap) < 0 && errno == EINTR)
+		;
+	clock_gettime(CLOCK_MONOTONIC_RAW, &c);
+	uint64_t t1 = __builtin_ia32_rdtsc();
+	clock_gettime(CLOCK_MONOTONIC_RAW, &d);
+	/* Each TSC read is bracketed by clock reads; the midpoints are its time. */
+	double m0 = (a.tv_sec + b.tv_sec) * 0.5e9 + (a.tv_nsec + b.tv_nsec) * 0.5;
+	double m1 = (c.tv_sec + d.tv_sec) * 0.5e9 + (c.tv_nsec + d.tv_nsec) * 0.5;
+	if (m1 <= m0 || t1 <= t0)
+		return 0;
+	return (unsigned)((double)(t1 - t0) / (m1 - m0) * 1e6 + 0.5);
+#else
+	return 0;
+#endif
+}
+
+static char *host_cpu_model(void)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/cpuinfo", "re");
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "model name", 10) != 0)
+			continue;
+		char *v = strchr(line, ':');
+		if (!v)
+			break;
+		v++;
+		v += strspn(v, " \t");
+		v[strcspn(v, "\n")] = '\0';
+		return xstrdup(v);
+	}
+	return xstrdup("unknown");
+}
+
+/* Whether KVM is worth using: /dev/kvm opens, and a guest kernel under it gets through its
+ * boot quickly (to the panic for want of a root device: -no-reboot then ends QEMU). A KVM
+ * that exists but crawls (nested without hardware help) is worse than TCG. */
+static bool kvm_usable(const char *qemu_bin, const char *kernel, char *why, size_t n)
+{
+	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(why, n, "/dev/kvm: %s", strerror(errno));
+		return false;
+	}
+	close(fd);
+	char *const argv[] = {
+		(char *)qemu_bin,
+		"-M",
+		"microvm,x-option-roms=off",
+		"-accel",
+		"kvm",
+		"-cpu",
+		"host",
+		"-m",
+		"64M",
+		"-smp",
+		"1",
+		"-nodefaults",
+		"-no-user-config",
+		"-nographic",
+		"-no-reboot",
+		"-kernel",
+		(char *)kernel,
+		"-append",
+		"console=ttyS0 quiet panic=-1 reboot=k",
+		"-serial",
+		"stdio",
+		NULL,
+	};
+	int64_t t0 = mono_ms();
+	char out[4096];
+	int st = run_bounded(argv, KVM_PROBE_TIMEOUT_MS, out, sizeof(out));
+	int64_t ms = mono_ms() - t0;
+	if (st == -ETIMEDOUT) {
+		snprintf(why, n, "a guest kernel did not boot under KVM within %d ms (nested KVM?)",
+			 KVM_PROBE_TIMEOUT_MS);
+		return false;
+	}
+	if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		/* QEMU's own complaint: its first line that names it. */
+		const char *line = strstr(out, "qemu-system") ? strstr(out, "qemu-system") : out;
+		size_t len = strcspn(line, "\r\n");
+		snprintf(why, n, "QEMU could not run a guest under KVM%s%.*s", len ? ": " : "",
+			 (int)(len > 100 ? 100 : len), line);
+		return false;
+	}
+	log_info("qemu", "KVM probe: a guest kernel booted in %lld ms", (long long)ms);
+	return true;
+}
+
+/* --- probe and init -------------------------------------------------------------------- */
+
+static void host_clear(struct qemu_host *h)
+{
+	free(h->qemu_bin);
+	free(h->qemu_version);
+	free(h->run_dir);
+	free(h->kernel);
+	free(h->host_cpu);
+	cgroup_root_free(&h->cg);
+	memset(h, 0, sizeof(*h));
+}
+
+static int probe_host(const struct config *cfg, struct qemu_host *h, struct err *err)
+{
+	memset(h, 0, sizeof(*h));
+	int r;
+	h->qemu_bin = find_binary(cfg->qemu_bin);
+	if (!h->qemu_bin)
+		return err_set(err, ENOENT,
+			       "QEMU `%s` not found (install qemu-system-x86, or set "
+			       "SANDBOX_QEMU_BIN)",
+			       cfg->qemu_bin);
+	if (!(h->qemu_version = qemu_version(h->qemu_bin, err)))
+		return -err->errnum;
+	h->kernel = xasprintf("%s/vmlinux", cfg->artifacts_dir);
+	struct stat st;
+	if (stat(h->kernel, &st) < 0 || !S_ISREG(st.st_mode))
+		return err_set(err, ENOENT,
+			       "no guest kernel at `%s` (build it with guest/kernel/build.sh)",
+			       h->kernel);
+	if ((r = cgroup_root_detect(CGROUP_ROOT, &h->cg, err)) < 0 ||
+	    (r = cgroup_check(&h->cg, err)) < 0)
+		return r;
+	h->run_dir = xasprintf("%s/qemu", cfg->run_dir);
+
+	const char *want = cfg->qemu_accel ? cfg->qemu_accel : "auto";
+	if (strcmp(want, "kvm") == 0) {
+		if (access("/dev/kvm", R_OK | W_OK) < 0)
+			return err_sys(err, errno, "SANDBOX_QEMU_ACCEL=kvm, but /dev/kvm");
+		h->accel = QEMU_ACCEL_KVM;
+	} else if (strcmp(want, "tcg") == 0) {
+		h->accel = QEMU_ACCEL_TCG;
+		snprintf(Q.kvm_why, sizeof(Q.kvm_why), "SANDBOX_QEMU_ACCEL=tcg");
+	} else {
+		h->accel = kvm_usable(h->qemu_bin, h->kernel, Q.kvm_why, sizeof(Q.kvm_why))
+				   ? QEMU_ACCEL_KVM
+				   : QEMU_ACCEL_TCG;
+	}
+	h->channel = access("/dev/vhost-vsock", R_OK | W_OK) == 0 ? QEMU_CHANNEL_VSOCK
+								  : QEMU_CHANNEL_SERIAL;
+	h->host_cpu = h->accel == QEMU_ACCEL_KVM ? host_cpu_model() : xstrdup("");
+	if (h->accel == QEMU_ACCEL_TCG)
+		h->tsc_khz = measure_tsc_khz();
+	return 0;
+}
+
+static int qemu_probe(const struct config *cfg, struct err *err)
+{
+	pthread_mutex_lock(&Q.lock);
+	int r = 0;
+	if (!Q.probed) {
+		struct qemu_host h;
+		r = probe_host(cfg, &h, err);
+		if (r < 0) {
+			host_clear(&h);
+			goto out;
+		}
+		Q.h = h;
+		Q.probed = true;
+		log_info("qemu", "%s, %s%s%s, agent channel %s", Q.h.qemu_version,
+			 Q.h.accel == QEMU_ACCEL_KVM ? "KVM" : "TCG (full emulation)",
+			 Q.h.accel == QEMU_ACCEL_TCG ? ": " : "",
+			 Q.h.accel == QEMU_ACCEL_TCG ? Q.kvm_why : "",
+			 qemu_channel_name(Q.h.channel));
+	}
+	/* Chosen automatically only as a hardware VM: without KVM the jail is faster, and
+	 * TCG is for those who ask for it. */
+	if (strcmp(cfg->driver, "auto") == 0 && Q.h.accel != QEMU_ACCEL_KVM)
+		r = err_set(err, ENODEV,
+			    "no usable KVM (%s); SANDBOX_DRIVER=qemu runs it under TCG emulation",
+			    Q.kvm_why);
+out:
+	pthread_mutex_unlock(&Q.lock);
+	return r;
+}
+
+/* Snapshot builds of a previous run that died with it (their QEMU got SIGKILL from
+ * PR_SET_PDEATHSIG): their run directories and cgroups, named prep-*. Sandboxes are
+ * cleaned up from their records instead (cleanup_stale). */
+static void sweep_builds(const struct qemu_host *h)
+{
+	_cleanup_closedir_ DIR *d = opendir(h->run_dir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (strncmp(de->d_name, "prep-", 5) != 0 || !cgroup_id_valid(de->d_name))
+			continue;
+		_cleanup_free_ char *path = xasprintf("%s/%s", h->run_dir, de->d_name);
+		struct err e;
+		if (qemu_rmtree(path, &e) < 0)
+			log_warn("qemu", "cannot remove `%s`: %s", path, e.msg);
+		struct cgroup *cg = NULL;
+		if (cgroup_open(&h->cg, de->d_name, &cg, &e) < 0 || cgroup_remove(cg, &e) < 0)
+			log_warn("qemu", "snapshot build %s: %s", de->d_name, e.msg);
+		cgroup_free(cg);
+	}
+}
+
+static int qemu_init(const struct config *cfg, struct err *err)
+{
+	pthread_mutex_lock(&Q.lock);
+	int r = 0;
+	if (!Q.probed) {
+		r = err_set(err, EINVAL, "qemu: not probed");
+		goto out;
+	}
+	if (Q.initialised)
+		goto out;
+	if (mkdir(cfg->run_dir, 0755) < 0 && errno != EEXIST) {
+		r = err_sys(err, errno, "qemu: creating `%s`", cfg->run_dir);
+		goto out;
+	}
+	if (mkdir(Q.h.run_dir, 0700) < 0 && errno != EEXIST) {
+		r = err_sys(err, errno, "qemu: creating `%s`", Q.h.run_dir);
+		goto out;
+	}
+	if ((r = cgroup_init(&Q.h.cg, err)) < 0)
+		goto out;
+	sweep_builds(&Q.h);
+	Q.initialised = true;
+out:
+	pthread_mutex_unlock(&Q.lock);
+	return r;
+}
+
+/* The host facts, once init has run (read-only from then on: no lock needed). */
+static const struct qemu_host *host(struct err *err)
+{
+	pthread_mutex_lock(&Q.lock);
+	bool ok = Q.initialised;
+	pthread_mutex_unlock(&Q.lock);
+	if (!ok) {
+		err_set(err, EINVAL, "qemu: the driver is not initialised");
+		return NULL;
+	}
+	return &Q.h;
+}
+
+/* --- prepare, create, destroy ------------------------------------------------------------ */
+
+static uint64_t mib_up(uint64_t bytes)
+{
+	return (bytes + (1u << 20) - 1) >> 20;
+}
+
+static int want_for(const struct template *t, unsigned vcpus, unsigned mem_mib,
+		    uint64_t workspace_bytes, struct qemu_want *w, struct err *err)
+{
+	if (!t->rootfs_img)
+		return err_set(err, ENOENT,
+			       "template `%s` has no rootfs.ext4, which the qemu driver boots "
+			       "(build it with templates/build.sh %s)",
+			       t->name, t->name);
+	*w = (struct qemu_want){
+		.tdir = t->dir,
+		.rootfs = t->rootfs_img,
+		.vcpus = vcpus ? vcpus : 1,
+		.mem_mib = mem_mib ? mem_mib : 128,
+		.workspace_mib = mib_up(workspace_bytes),
+	};
+	return 0;
+}
+
+static int qemu_prepare(const struct config *cfg, struct template *t, struct err *err)
+{
+	const struct qemu_host *h = host(err);
+	if (!h)
+		return -err->errnum;
+	/* The same resources the session layer gives the template's sandboxes. */
+	struct qemu_want w;
+	int r = want_for(t, t->vcpus ? t->vcpus : cfg->vcpus,
+			 t->mem_mib ? t->mem_mib : cfg->mem_mib, cfg->disk_limit, &w, err);
+	if (r < 0)
+		return r;
+	return qemu_snap_prepare(h, &w, err);
+}
+
+static void read_boot_id(char buf[64])
+{
+	buf[0] = '\0';
+	_cleanup_close_ int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, buf, 63);
+	buf[n > 0 ? n : 0] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+}
+
+static unsigned random_cid(void)
+{
+	uint32_t v = 0;
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		abort();
+	/* 0-2 are reserved; the top bit keeps clear of VMADDR_CID_ANY (-1U). */
+	return 3 + (v & 0x7ffffff0u);
+}
+
+static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec,
+		       struct sandbox **ret, struct err *err)
+{
+	const struct qemu_host *h = host(err);
+	if (!h)
+		return -err->errnum;
+	if (!cgroup_id_valid(spec->id))
+		return err_set(err, EINVAL, "qemu: invalid sandbox id `%s`",
+			       spec->id ? spec->id : "");
+	const struct sandbox_limits *lim = &spec->limits;
+	struct qemu_want w;
+	int r = want_for(spec->tmpl, lim->vcpus, lim->mem_mib, lim->workspace_bytes, &w, err);
+	if (r < 0)
+		return r;
+
+	int64_t t0 = mono_ms();
+	struct qemu_snap snap;
+	struct qemu_snap_key cold;
+	_cleanup_close_ int rootfs_fd = -1;
+	bool restore = true;
+	struct err why;
+	if (qemu_snap_acquire(h, &w, &snap, &why) < 0) {
+		/* prepare() made one moments ago: this template changed since, or its
+		 * snapshot needs other resources than this sandbox gets. */
+		log_info("qemu", "sandbox %s: cold boot of template %s (%s)", spec->id,
+			 spec->tmpl->name, why.msg);
+		restore = false;
+		if ((r = qemu_key_build(h, &w, NULL, &cold, err)) < 0)
+			return r;
+		rootfs_fd = open(w.rootfs, O_RDONLY | O_CLOEXEC);
+		if (rootfs_fd < 0) {
+			r = err_sys(err, errno, "qemu: template image `%s`", w.rootfs);
+			qemu_key_free(&cold);
+			return r;
+		}
+	}
+	const struct qemu_machine *m = restore ? &snap.key.m : &cold.m;
+
+	/* Guest RAM plus QEMU's own needs: a limit below that kills the VM, not a process in
+	 * it (the guest has its own OOM killer for that). */
+	uint64_t need = ((uint64_t)m->mem_mib + QEMU_OVERHEAD_MIB) << 20;
+	struct cgroup_limits cl = {
+		.memory_bytes = lim->memory_bytes > need ? lim->memory_bytes : need,
+		.cpu_quota_us = lim->cpu_quota_us,
+		.cpu_period_us = lim->cpu_period_us,
+		.pids_max = lim->pids_max,
+	};
+	struct cgroup *cg = NULL;
+	struct qemu_vm *vm = NULL;
+	char *dir = NULL;
+	if ((r = cgroup_create(&h->cg, spec->id, &cl, &cg, err)) < 0) {
+		err_wrap(err, "qemu");
+		goto fail;
+	}
+	if ((r = qemu_vm_dir(h->run_dir, spec->id, &dir, err)) < 0)
+		goto fail;
+	struct qemu_launch l = {
+		.m = m,
+		.qemu_bin = h->qemu_bin,
+		.name = spec->id,
+		.mem_share = false,
+		.incoming = restore,
+		.ram_fd = restore ? snap.ram_fd : -1,
+		.rootfs_fd = restore ? snap.rootfs_fd : rootfs_fd,
+		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? random_cid() : 0,
+		.netns_path = spec->netns_path,
+	};
+	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
+		goto fail;
+	int64_t t1 = mono_ms();
+	int connect_ms = restore || m->channel == QEMU_CHANNEL_SERIAL ? AGENT_CONNECT_TIMEOUT_MS
+								      : COLD_BOOT_TIMEOUT_MS;
+	/* Over serial the host connects before the restore: the guest never sees its host
+	 * gone. Over vsock the guest's transport resets with the restore, so after. */
+	if (m->channel == QEMU_CHANNEL_SERIAL &&
+	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
+		goto fail;
+	if (restore) {
+		if ((r = qemu_vm_restore(vm, snap.state_fd, RESTORE_TIMEOUT_MS, err)) < 0) {
+			err_wrap(err, "restoring template %s", spec->tmpl->name);
+			goto fail;
+		}
+		/* QEMU holds what it needs of the files now. */
+		qemu_snap_release(&snap);
+	}
+	if (m->channel == QEMU_CHANNEL_VSOCK &&
+	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
+		goto fail;
+	int64_t t2 = mono_ms();
+
+	char boot[64];
+	read_boot_id(boot);
+	struct qemu_sb *q = xcalloc(1, sizeof(*q));
+	q->vm = vm;
+	q->cg = cg;
+	struct sandbox *sb = xcalloc(1, sizeof(*sb));
+	sb->driver = &driver_qemu;
+	sb->id = xstrdup(spec->id);
+	sb->agent_fd = TAKE_FD(vm->agent_fd);
+	sb->pid = vm->pid;
+	sb->record = json_pack("{s:i, s:I, s:s, s:s}", "pid", (int)vm->pid, "start_time",
+			       (json_int_t)vm->start_time, "boot_id", boot, "run_dir", vm->dir);
+	sb->priv = q;
+	log_debug("qemu", "sandbox %s: %s in %lld ms (QEMU up %lld ms, %s %lld ms)", spec->id,
+		  restore ? "restored" : "cold-started", (long long)(t2 - t0), (long long)(t1 - t0),
+		  restore ? "restore" : "agent channel", (long long)(t2 - t1));
+	if (!restore)
+		qemu_key_free(&cold);
+	*ret = sb;
+	return 0;
+
+fail:
+	qemu_vm_free(vm);
+	free(dir);
+	if (cg) {
+		struct err e;
+		if (cgroup_remove(cg, &e) < 0)
+			log_warn("qemu", "sandbox %s: %s", spec->id, e.msg);
+		cgroup_free(cg);
+	}
+	if (restore)
+		qemu_snap_release(&snap);
+	else
+		qemu_key_free(&cold);
+	return r;
+}
+
+static void qemu_destroy(struct sandbox *sb)
+{
+	if (!sb)
+		return;
+	struct qemu_sb *q = sb->priv;
+	if (sb->agent_fd >= 0)
+		close(sb->agent_fd);
+	if (q && q->vm) {
+		/* A VM that ended on its own says why, once, in the log. */
+		struct qemu_vm *vm = q->vm;
+		bool died = !qemu_vm_running(vm);
+		qemu_vm_stop(vm);
+		if (died) {
+			struct err e;
+			err_set(&e, ECHILD, "sandbox %s: its VM had stopped", sb->id);
+			qemu_vm_explain(vm, &e);
+			log_warn("qemu", "%s", e.msg);
+		}
+		qemu_vm_free(vm);
+	}
+	if (q && q->cg) {
+		struct err e;
+		if (cgroup_remove(q->cg, &e) < 0)
+			log_warn("qemu", "sandbox %s: %s", sb->id, e.msg);
+		cgroup_free(q->cg);
+	}
+	free(q);
+	json_decref(sb->record);
+	free(sb->id);
+	free(sb);
+}
+
+/* Whether /proc/<pid>/cmdline has `-name <id>`: what makes a process this sandbox's QEMU. */
+static bool cmdline_names(pid_t pid, const char *id)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char buf[8192];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	bool after_name = false;
+	for (char *p = buf; p < buf + n; p += strlen(p) + 1) {
+		if (after_name && strcmp(p, id) == 0)
+			return true;
+		after_name = strcmp(p, "-name") == 0;
+	}
+	return false;
+}
+
+/* Kills a previous run's QEMU if, and only if, its pid still names it: same boot, same start
+ * time, its command line naming the sandbox, all checked through a pidfd so that the pid
+ * cannot change hands between the checks and the kill. */
+static void kill_stale(const char *id, json_t *record)
+{
+	json_int_t pid = json_integer_value(json_object_get(record, "pid"));
+	json_int_t start = json_integer_value(json_object_get(record, "start_time"));
+	const char *boot = json_string_value(json_object_get(record, "boot_id"));
+	char now[64];
+	read_boot_id(now);
+	if (pid <= 1 || pid > INT32_MAX || start <= 0 || !boot || strcmp(boot, now) != 0)
+		return;
+	_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	if (pfd < 0)
+		return;
+	if ((json_int_t)qemu_pid_start_time((pid_t)pid) != start || !cmdline_names((pid_t)pid, id))
+		return;
+	if (syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) < 0)
+		return;
+	log_info("qemu", "sandbox %s: killing leftover QEMU %lld", id, (long long)pid);
+	syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+	struct pollfd p = { .fd = pfd, .events = POLLIN };
+	while (poll(&p, 1, STALE_WAIT_MS) < 0 && errno == EINTR)
+		;
+}
+
+static void qemu_cleanup_stale(const struct config *cfg, const char *id, json_t *record)
+{
+	if (!cgroup_id_valid(id)) {
+		log_warn("qemu", "not cleaning up invalid sandbox id `%s`", id ? id : "");
+		return;
+	}
+	if (record)
+		kill_stale(id, record);
+	struct err e;
+	/* Built from our own settings, not from the record: only our directory goes. */
+	_cleanup_free_ char *dir = xasprintf("%s/qemu/%s", cfg->run_dir, id);
+	if (qemu_rmtree(dir, &e) < 0)
+		log_warn("qemu", "sandbox %s: %s", id, e.msg);
+	/* The server may run another driver now: the cgroup layout is looked up afresh. */
+	struct cgroup_root root;
+	if (cgroup_root_detect(CGROUP_ROOT, &root, &e) < 0) {
+		log_warn("qemu", "sandbox %s: %s", id, e.msg);
+		return;
+	}
+	struct cgroup *cg = NULL;
+	if (cgroup_open(&root, id, &cg, &e) < 0 || cgroup_remove(cg, &e) < 0)
+		log_warn("qemu", "sandbox %s: %s", id, e.msg);
+	cgroup_free(cg);
+	cgroup_root_free(&root);
+}
+
+static uint64_t qemu_oom_kills(struct sandbox *sb)
+{
+	struct qemu_sb *q = sb ? sb->priv : NULL;
+	if (!q)
+		return 0;
+	/* Inside the VM, the guest kernel kills a process that runs it out of memory; the
+	 * host's limit, if reached, kills QEMU itself. */
+	return qemu_vm_guest_oom_kills(q->vm) + cgroup_oom_kills(q->cg);
+}
+
+const struct driver driver_qemu = {
+	.name = "qemu",
+	.isolation = "vm",
+	.snapshots = true,
+	.probe = qemu_probe,
+	.init = qemu_init,
+	.prepare = qemu_prepare,
+	.create = qemu_create,
+	.destroy = qemu_destroy,
+	.cleanup_stale = qemu_cleanup_stale,
+	.oom_kills = qemu_oom_kills,
+};

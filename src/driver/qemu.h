@@ -1,0 +1,253 @@
+/* qemu: internals of the qemu driver, shared by its files and its unit tests.
+ *
+ *   qemu.c       the driver: probe (KVM or TCG), create/destroy, stale cleanup
+ *   qemu_argv.c  QEMU's command line and the guest kernel's, from a machine description
+ *   qemu_meta.c  a snapshot's meta.json: what it was made from, and matching it
+ *   qemu_vm.c    one QEMU process: spawn, console capture, QMP, agent channel, save/restore
+ *   qemu_snap.c  per-template snapshots: meta.json, validation, locking, building
+ *
+ * A sandbox is a QEMU `microvm` running the project's kernel with the template's rootfs.ext4
+ * as a read-only virtio-blk root; the agent is the guest's init and is reached over a named
+ * virtio-serial port on a Unix socket of QEMU's (or over vhost-vsock where the host has it).
+ * Sandboxes are clones of a per-template snapshot: guest RAM lives in a file that the
+ * snapshot's VM mapped shared and every clone maps private (copy-on-write), so restoring
+ * moves only device state (x-ignore-shared) and clones share the template's pages. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "driver/cgroup.h"
+#include "util/err.h"
+
+/* Bumped whenever the machine QEMU is asked for changes shape: a snapshot made by another
+ * layout is rebuilt, never restored. */
+#define QEMU_SNAPSHOT_FORMAT 2
+/* The vsock port the agent listens on when the channel is vsock. */
+#define QEMU_AGENT_VSOCK_PORT 5000
+/* The virtio-serial port name the agent opens when the channel is serial. */
+#define QEMU_AGENT_PORT_NAME "agent"
+/* TCG's translation cache per VM, in MiB: QEMU's default (1 GiB) would let every VM's
+ * memory use grow far past its guest RAM. */
+#define QEMU_TCG_TB_MIB 64
+/* Host memory a QEMU process needs beyond guest RAM (its own heap, TCG's cache, device
+ * buffers): added to the guest RAM for the cgroup's memory limit. */
+#define QEMU_OVERHEAD_MIB (QEMU_TCG_TB_MIB + 160)
+
+enum qemu_accel { QEMU_ACCEL_TCG, QEMU_ACCEL_KVM };
+enum qemu_channel { QEMU_CHANNEL_SERIAL, QEMU_CHANNEL_VSOCK };
+
+const char *qemu_accel_name(enum qemu_accel a);
+const char *qemu_channel_name(enum qemu_channel c);
+
+/* The guest: what a snapshot and its clones must agree on. */
+struct qemu_machine {
+	enum qemu_accel accel;
+	enum qemu_channel channel;
+	unsigned vcpus;
+	unsigned mem_mib;
+	const char *kernel;  /* vmlinux (ELF, PVH entry) */
+	const char *rootfs;  /* rootfs.ext4, attached read-only */
+	const char *cmdline; /* the guest kernel's, see qemu_cmdline() */
+};
+
+/* One QEMU process. Sockets are relative paths: QEMU runs in the sandbox's run directory,
+ * so that no socket path ever approaches the sun_path limit. */
+struct qemu_launch {
+	const struct qemu_machine *m;
+	const char *qemu_bin;
+	const char *name;     /* sandbox id: `-name`, so that /proc/<pid>/cmdline names it */
+	const char *mem_path; /* guest RAM file, NULL: anonymous memory */
+	bool mem_share;       /* share=on: the snapshot's own boot writes the file */
+	bool incoming;        /* -incoming defer: a clone waiting for its snapshot */
+	unsigned vsock_cid;   /* the guest's CID with QEMU_CHANNEL_VSOCK */
+	/* Network namespace QEMU joins (the sandbox's); NULL: a new empty one, so that a
+	 * compromised QEMU reaches no network. Not part of argv. */
+	const char *netns_path;
+	/* Files QEMU inherits as QEMU_FD_* instead of opening paths (-1: use the path), so that
+	 * QEMU uses exactly what the driver validated, whatever happens to the paths. */
+	int ram_fd;    /* instead of mem_path */
+	int rootfs_fd; /* instead of m->rootfs */
+};
+
+#define QEMU_FD_RAM       3
+#define QEMU_FD_ROOTFS    4
+
+#define QEMU_QMP_SOCKET   "qmp.sock"
+#define QEMU_AGENT_SOCKET "agent.sock"
+#define QEMU_CONSOLE_LOG  "console.log"
+
+/* QEMU's argv (NULL-terminated, each string owned) for l. */
+char **qemu_argv(const struct qemu_launch *l);
+void qemu_argv_free(char **argv);
+
+struct qemu_cmdline_opts {
+	enum qemu_accel accel;
+	enum qemu_channel channel;
+	unsigned tsc_khz;       /* TCG: the guest's TSC rate (the host's), 0: unknown */
+	uint64_t workspace_mib; /* size of the guest's /workspace */
+};
+
+/* The guest kernel's command line (owned). Under TCG it pins the TSC rate: calibrating it
+ * against the emulated PIT fails on a busy host, and the boot then hangs. */
+char *qemu_cmdline(const struct qemu_cmdline_opts *o);
+
+/* Quotes s for /bin/sh (single quotes). */
+char *qemu_shell_quote(const char *s);
+
+/* --- snapshots (qemu_snap.c) -------------------------------------------------------------- */
+
+#define QEMU_SNAP_DIR   "qemu"
+#define QEMU_SNAP_STATE "state.mig"
+#define QEMU_SNAP_RAM   "memory.ram"
+#define QEMU_SNAP_META  "meta.json"
+
+/* What a snapshot is made from; a snapshot whose meta.json differs in any of it is stale. */
+struct qemu_snap_key {
+	struct qemu_machine m;
+	char kernel_sha256[65];
+	uint64_t kernel_size;
+	int64_t kernel_mtime_ns;
+	uint64_t rootfs_size;
+	int64_t rootfs_mtime_ns;
+	const char *qemu_version; /* first line of `qemu --version` */
+	unsigned tsc_khz;
+	uint64_t workspace_mib;
+	const char *host_cpu; /* KVM: the host CPU model the guest sees; "" under TCG */
+};
+
+/* meta.json for a snapshot made from k. */
+json_t *qemu_meta_build(const struct qemu_snap_key *k);
+
+/* Whether meta describes a snapshot made from want: 0 when it does, -ESTALE with what
+ * differs in why otherwise (-EINVAL when meta is malformed). */
+int qemu_meta_match(const json_t *meta, const struct qemu_snap_key *want, struct err *why);
+
+/* The TSC rate recorded in meta (0: none). A freshly measured rate within 0.1% of it is taken
+ * to be the same, so that measurement noise never invalidates a snapshot. */
+unsigned qemu_meta_tsc_khz(const json_t *meta);
+
+/* What the driver learnt about this host at init, read-only afterwards. */
+struct qemu_host {
+	char *qemu_bin;
+	char *qemu_version; /* first line of `qemu --version` */
+	char *run_dir;      /* <run_dir>/qemu */
+	char *kernel;       /* <artifacts>/vmlinux */
+	struct cgroup_root cg;
+	enum qemu_accel accel;
+	enum qemu_channel channel;
+	unsigned tsc_khz; /* measured host TSC rate (TCG guests run at it), 0: unknown */
+	char *host_cpu;   /* KVM: the host CPU model name; "" otherwise */
+};
+
+/* What a sandbox of a template gets: the inputs of its snapshot besides the host's. */
+struct qemu_want {
+	const char *tdir;   /* the template's directory */
+	const char *rootfs; /* its rootfs.ext4 */
+	unsigned vcpus;
+	unsigned mem_mib;
+	uint64_t workspace_mib;
+};
+
+/* The key for w on host h (owned strings: free with qemu_key_free). `meta` (may be NULL) is
+ * an existing snapshot's, whose TSC rate is kept when the host's measures the same. Fails when
+ * the kernel or the rootfs is missing. */
+int qemu_key_build(const struct qemu_host *h, const struct qemu_want *w, const json_t *meta,
+		   struct qemu_snap_key *k, struct err *err);
+void qemu_key_free(struct qemu_snap_key *k);
+
+/* A snapshot ready to restore: its files, open. */
+struct qemu_snap {
+	json_t *meta;
+	struct qemu_snap_key key; /* the machine to start, identical to the snapshot's */
+	int ram_fd;               /* memory.ram */
+	int state_fd;             /* state.mig */
+	int rootfs_fd;            /* the template's rootfs.ext4, checked against the key */
+};
+
+/* Makes sure the template has a valid snapshot for w; builds it when missing or stale (one
+ * builder at a time per template, across threads and processes). Cheap when valid: stats and
+ * a comparison. */
+int qemu_snap_prepare(const struct qemu_host *h, const struct qemu_want *w, struct err *err);
+
+/* Opens the template's snapshot for a restore, when it is valid for w: -ENOENT when there is
+ * none or it is stale (err says why). Release with qemu_snap_release(). */
+int qemu_snap_acquire(const struct qemu_host *h, const struct qemu_want *w, struct qemu_snap *ret,
+		      struct err *err);
+void qemu_snap_release(struct qemu_snap *s);
+
+/* --- one QEMU process (qemu_vm.c) --------------------------------------------------------- */
+
+struct qemu_console;
+
+struct qemu_vm {
+	char *name;
+	char *dir; /* run directory, removed by qemu_vm_free */
+	int dirfd;
+	pid_t pid;
+	int pidfd;
+	uint64_t start_time; /* /proc/<pid>/stat field 22 */
+	bool reaped;
+	int status; /* wait status once reaped */
+	struct qemu_console *con;
+	struct qmp *qmp;
+	int agent_fd;
+	enum qemu_channel channel;
+	unsigned vsock_cid;
+};
+
+/* Creates the run directory <run_dir>/qemu/<name> (0700; an existing one is refused). */
+int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *err);
+
+/* Starts QEMU for l in `dir` (taken over: removed when the vm is freed), placed in cgroup cg
+ * (may be NULL), its console captured in dir/console.log, and connects to its QMP socket.
+ * On failure the process is gone and err says why (with QEMU's own last words). */
+int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *cg, int timeout_ms,
+		  struct qemu_vm **ret, struct err *err);
+
+/* Connects to the agent's channel (vm->agent_fd). Serial: to QEMU's socket, and waits until
+ * QEMU has taken the connection, so that a restored guest never sees its host go away. */
+int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err);
+
+/* Restores a snapshot into a VM started with `incoming` and runs it: QEMU reads the device
+ * state from a copy of state_fd (passed over QMP). */
+int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);
+
+/* Stops the guest and has QEMU write its device state to a copy of state_fd (RAM stays in
+ * its shared file). */
+int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);
+
+/* Sends the guest-protocol REQUEST `request` (JSON) on channel ch of vm->agent_fd and waits
+ * for its terminal frame: 0 for RESULT, -EPROTO with the agent's message for ERROR. Frames
+ * before it (output) are skipped. */
+int qemu_vm_call(struct qemu_vm *vm, uint32_t ch, const char *request, int timeout_ms,
+		 struct err *err);
+
+/* Whether QEMU is still running: false once it exits or is exiting (reaps it when it can). */
+bool qemu_vm_running(struct qemu_vm *vm);
+
+/* Adds why the VM failed, when it did, to err: QEMU's exit, a guest kernel panic, the last
+ * console lines. Returns -err->errnum. */
+int qemu_vm_explain(struct qemu_vm *vm, struct err *err);
+
+/* How many processes the guest kernel's OOM killer has killed, as its console reported
+ * them. A guest root can print such lines itself: it only misleads its own results. */
+uint64_t qemu_vm_guest_oom_kills(struct qemu_vm *vm);
+
+/* The last bytes of the console (owned, printable ASCII, at most max bytes). */
+char *qemu_vm_console_tail(struct qemu_vm *vm, size_t max);
+
+/* Kills QEMU (SIGKILL) and reaps it, stops the console capture (its tail stays readable),
+ * closes QMP. Idempotent. */
+void qemu_vm_stop(struct qemu_vm *vm);
+
+/* Stops the VM, removes its run directory and frees it. Accepts NULL. */
+void qemu_vm_free(struct qemu_vm *vm);
+
+/* Removes a directory tree (no symlinks followed). Missing is fine. */
+int qemu_rmtree(const char *path, struct err *err);
+
+/* Field 22 of /proc/<pid>/stat (start time in ticks since boot), 0 when unknown. */
+uint64_t qemu_pid_start_time(pid_t pid);

@@ -1,0 +1,176 @@
+/* qemu_argv: QEMU's command line and the guest kernel's. Pure functions (tested directly). */
+#include "driver/qemu.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/cleanup.h"
+
+const char *qemu_accel_name(enum qemu_accel a)
+{
+	return a == QEMU_ACCEL_KVM ? "kvm" : "tcg";
+}
+
+const char *qemu_channel_name(enum qemu_channel c)
+{
+	return c == QEMU_CHANNEL_VSOCK ? "vsock" : "serial";
+}
+
+struct argv {
+	char **v;
+	size_t n;
+	size_t cap;
+};
+
+static void add(struct argv *a, char *s)
+{
+	if (a->n + 2 > a->cap) {
+		a->cap = a->cap ? a->cap * 2 : 64;
+		a->v = xrealloc(a->v, a->cap * sizeof(*a->v));
+	}
+	a->v[a->n++] = s;
+	a->v[a->n] = NULL;
+}
+
+static void add2(struct argv *a, const char *opt, char *val)
+{
+	add(a, xstrdup(opt));
+	add(a, val);
+}
+
+/* A value inside a QEMU option string: a comma there would start the next option unless
+ * doubled. */
+static char *opt_escape(const char *s)
+{
+	size_t n = 0;
+	for (const char *p = s; *p; p++)
+		n += *p == ',' ? 2 : 1;
+	char *out = xmalloc(n + 1);
+	char *o = out;
+	for (const char *p = s; *p; p++) {
+		*o++ = *p;
+		if (*p == ',')
+			*o++ = ',';
+	}
+	*o = '\0';
+	return out;
+}
+
+char **qemu_argv(const struct qemu_launch *l)
+{
+	const struct qemu_machine *m = l->m;
+	struct argv a = { 0 };
+	add(&a, xstrdup(l->qemu_bin));
+	add2(&a, "-name", xstrdup(l->name));
+
+	/* microvm: no PCI, no firmware to speak of, virtio on MMIO. Option ROMs only slow the
+	 * start. The RAM backend, when there is one, is the file snapshots share. */
+	bool ram_file = l->mem_path || l->ram_fd >= 0;
+	add2(&a, "-M",
+	     xasprintf("microvm,x-option-roms=off%s", ram_file ? ",memory-backend=mem" : ""));
+	if (m->accel == QEMU_ACCEL_KVM) {
+		add2(&a, "-accel", xstrdup("kvm"));
+		add2(&a, "-cpu", xstrdup("host"));
+	} else {
+		/* One vCPU runs on one thread either way; with more, multi-threaded TCG lets
+		 * them use more than one host core. */
+		add2(&a, "-accel",
+		     xasprintf("tcg,thread=%s,tb-size=%u", m->vcpus > 1 ? "multi" : "single",
+			       QEMU_TCG_TB_MIB));
+	}
+	add2(&a, "-smp", xasprintf("%u", m->vcpus));
+	add2(&a, "-m", xasprintf("%uM", m->mem_mib));
+	if (l->mem_path || l->ram_fd >= 0) {
+		_cleanup_free_ char *p = l->ram_fd >= 0 ? xasprintf("/proc/self/fd/%d", QEMU_FD_RAM)
+							: opt_escape(l->mem_path);
+		add2(&a, "-object",
+		     xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s",
+			       m->mem_mib, p, l->mem_share ? "on" : "off"));
+	}
+	add(&a, xstrdup("-nodefaults"));
+	add(&a, xstrdup("-no-user-config"));
+	add(&a, xstrdup("-nographic"));
+	/* A guest reboot (panic=-1 turns a panic into one) ends QEMU: sandboxes never reboot. */
+	add(&a, xstrdup("-no-reboot"));
+	add2(&a, "-kernel", xstrdup(m->kernel));
+	add2(&a, "-append", xstrdup(m->cmdline));
+
+	_cleanup_free_ char *root = l->rootfs_fd >= 0
+					    ? xasprintf("/proc/self/fd/%d", QEMU_FD_ROOTFS)
+					    : opt_escape(m->rootfs);
+	add2(&a, "-drive", xasprintf("id=root,file=%s,format=raw,if=none,readonly=on", root));
+	add2(&a, "-device", xstrdup("virtio-blk-device,drive=root"));
+	/* Entropy from the host for the guest's RNG, on top of what `resume` brings. */
+	add2(&a, "-device", xstrdup("virtio-rng-device"));
+
+	if (m->channel == QEMU_CHANNEL_VSOCK) {
+		add2(&a, "-device", xasprintf("vhost-vsock-device,guest-cid=%u", l->vsock_cid));
+	} else {
+		add2(&a, "-device", xstrdup("virtio-serial-device"));
+		add2(&a, "-chardev",
+		     xstrdup("socket,id=agent,path=" QEMU_AGENT_SOCKET ",server=on,wait=off"));
+		add2(&a, "-device",
+		     xstrdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT_NAME));
+	}
+
+	/* The serial console goes to QEMU's stdout, which the driver captures with a cap. */
+	add2(&a, "-chardev", xstrdup("stdio,id=console,signal=off"));
+	add2(&a, "-serial", xstrdup("chardev:console"));
+	add2(&a, "-qmp", xstrdup("unix:" QEMU_QMP_SOCKET ",server=on,wait=off"));
+	if (l->incoming)
+		add2(&a, "-incoming", xstrdup("defer"));
+	return a.v;
+}
+
+void qemu_argv_free(char **argv)
+{
+	if (!argv)
+		return;
+	for (char **p = argv; *p; p++)
+		free(*p);
+	free(argv);
+}
+
+char *qemu_cmdline(const struct qemu_cmdline_opts *o)
+{
+	char channel[64];
+	if (o->channel == QEMU_CHANNEL_VSOCK)
+		snprintf(channel, sizeof(channel), "vsock:%u", QEMU_AGENT_VSOCK_PORT);
+	else
+		snprintf(channel, sizeof(channel), "serial:%s", QEMU_AGENT_PORT_NAME);
+	char tsc[64] = "";
+	if (o->accel == QEMU_ACCEL_TCG && o->tsc_khz)
+		snprintf(tsc, sizeof(tsc), " tsc_early_khz=%u tsc=reliable", o->tsc_khz);
+	/* quiet: every console byte is an emulated UART write, and the console is for
+	 * failures; panics and OOM kills still print. panic=-1 reboots at once, which ends
+	 * QEMU. Overcommit as the host does for the other drivers: a process that takes more
+	 * memory than the guest has is killed by the OOM killer (which the driver counts),
+	 * rather than one large allocation failing while smaller ones succeed. */
+	return xasprintf("console=ttyS0 quiet panic=-1 reboot=k%s root=/dev/vda rootfstype=ext4 ro "
+			 "sysctl.vm.overcommit_memory=1 init=/sbin/sandbox-agent "
+			 "sandbox.channel=%s sandbox.workspace_mib=%" PRIu64,
+			 tsc, channel, o->workspace_mib);
+}
+
+char *qemu_shell_quote(const char *s)
+{
+	size_t n = 2;
+	for (const char *p = s; *p; p++)
+		n += *p == '\'' ? 4 : 1;
+	char *out = xmalloc(n + 1);
+	char *o = out;
+	*o++ = '\'';
+	for (const char *p = s; *p; p++) {
+		if (*p == '\'') {
+			memcpy(o, "'\\''", 4);
+			o += 4;
+		} else {
+			*o++ = *p;
+		}
+	}
+	*o++ = '\'';
+	*o = '\0';
+	return out;
+}

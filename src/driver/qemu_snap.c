@@ -1,0 +1,536 @@
+/* qemu_snap: one snapshot per template, beside it in <template dir>/qemu/:
+ *
+ *   memory.ram  guest RAM: the snapshot's VM mapped it shared (so it holds the RAM as it
+ *               was when the VM stopped); clones map it private, copy-on-write
+ *   state.mig   QEMU's device state (a migration stream without the RAM: x-ignore-shared)
+ *   meta.json   what it was made from (qemu_meta.c); any difference makes it stale
+ *
+ * A stale or missing snapshot is built in <template dir>/.qemu.tmp-XXXXXX and swapped in
+ * whole; <template dir>/qemu.build.lock (flock, which excludes threads of one process too,
+ * being per open file) keeps it to one builder per template across daemons.
+ *
+ * A clone never opens these files by path after they were validated: it gets descriptors
+ * opened through one descriptor of the snapshot directory (so all three are of the same
+ * build) and QEMU inherits them. Neither a rebuild's swap nor templates/build.sh replacing
+ * the whole template directory can then hand a clone the RAM of one build and the state of
+ * another; clones of a replaced snapshot keep running on its unlinked RAM file. */
+#include "driver/qemu.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/sha256.h"
+
+/* A cold boot of the snapshot's VM to its agent's first answer. Generous: TCG on a busy host
+ * is slow, and this happens once per template. */
+#define BUILD_BOOT_TIMEOUT_MS 120000
+#define BUILD_SAVE_TIMEOUT_MS 60000
+#define QMP_START_TIMEOUT_MS  10000
+
+/* Every valid snapshot this process has seen, by template directory: revalidated with stats
+ * only (meta.json, kernel, rootfs), never by reading or hashing big files again. */
+struct seen {
+	char *tdir;
+	struct stat meta_st;
+	json_t *meta;
+	struct seen *next;
+};
+
+static struct {
+	pthread_mutex_t lock;  /* seen, kernel hash cache */
+	pthread_mutex_t build; /* one snapshot build at a time in this process */
+	struct seen *seen;
+	/* the kernel's hash, for the file identity it was computed from */
+	char *kernel_path;
+	struct stat kernel_st;
+	char kernel_sha[65];
+} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .build = PTHREAD_MUTEX_INITIALIZER };
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static int hash_file(const char *path, size_t size, char out[65], struct err *err)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, errno, "qemu: guest kernel `%s`", path);
+	_cleanup_free_ uint8_t *buf = xmalloc(size ? size : 1);
+	size_t got = 0;
+	while (got < size) {
+		ssize_t n = read(fd, buf + got, size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return err_sys(err, n < 0 ? errno : EIO, "qemu: reading `%s`", path);
+		got += (size_t)n;
+	}
+	sha256_hex(buf, size, out);
+	return 0;
+}
+
+/* The kernel's sha256, hashed once per file identity. */
+static int kernel_sha(const char *path, struct stat *st, char out[65], struct err *err)
+{
+	if (stat(path, st) < 0)
+		return err_sys(
+			err, errno,
+			"qemu: no guest kernel at `%s` (build it with guest/kernel/build.sh)",
+			path);
+	pthread_mutex_lock(&S.lock);
+	bool hit = S.kernel_path && strcmp(S.kernel_path, path) == 0 && same_file(&S.kernel_st, st);
+	if (hit)
+		memcpy(out, S.kernel_sha, 65);
+	pthread_mutex_unlock(&S.lock);
+	if (hit)
+		return 0;
+	int r = hash_file(path, (size_t)st->st_size, out, err);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&S.lock);
+	free(S.kernel_path);
+	S.kernel_path = xstrdup(path);
+	S.kernel_st = *st;
+	memcpy(S.kernel_sha, out, 65);
+	pthread_mutex_unlock(&S.lock);
+	return 0;
+}
+
+void qemu_key_free(struct qemu_snap_key *k)
+{
+	free((char *)k->m.cmdline);
+	free((char *)k->m.rootfs);
+	k->m.cmdline = NULL;
+	k->m.rootfs = NULL;
+}
+
+int qemu_key_build(const struct qemu_host *h, const struct qemu_want *w, const json_t *meta,
+		   struct qemu_snap_key *k, struct err *err)
+{
+	memset(k, 0, sizeof(*k));
+	struct stat kst, rst;
+	int r = kernel_sha(h->kernel, &kst, k->kernel_sha256, err);
+	if (r < 0)
+		return r;
+	if (stat(w->rootfs, &rst) < 0)
+		return err_sys(err, errno, "qemu: template image `%s`", w->rootfs);
+	k->kernel_size = (uint64_t)kst.st_size;
+	k->kernel_mtime_ns = mtime_ns(&kst);
+	k->rootfs_size = (uint64_t)rst.st_size;
+	k->rootfs_mtime_ns = mtime_ns(&rst);
+	k->qemu_version = h->qemu_version;
+	k->host_cpu = h->accel == QEMU_ACCEL_KVM ? h->host_cpu : "";
+	k->workspace_mib = w->workspace_mib;
+	k->tsc_khz = h->accel == QEMU_ACCEL_TCG ? h->tsc_khz : 0;
+	/* A rate measured again within 0.1% of the snapshot's is the same clock. */
+	unsigned had = qemu_meta_tsc_khz(meta);
+	if (k->tsc_khz && had &&
+	    (uint64_t)(had > k->tsc_khz ? had - k->tsc_khz : k->tsc_khz - had) * 1000 <= k->tsc_khz)
+		k->tsc_khz = had;
+
+	k->m.accel = h->accel;
+	k->m.channel = h->channel;
+	k->m.vcpus = w->vcpus;
+	k->m.mem_mib = w->mem_mib;
+	k->m.kernel = h->kernel;
+	k->m.rootfs = xstrdup(w->rootfs);
+	struct qemu_cmdline_opts o = {
+		.accel = h->accel,
+		.channel = h->channel,
+		.tsc_khz = k->tsc_khz,
+		.workspace_mib = w->workspace_mib,
+	};
+	k->m.cmdline = qemu_cmdline(&o);
+	return 0;
+}
+
+static struct seen *seen_find(const char *tdir)
+{
+	for (struct seen *s = S.seen; s; s = s->next)
+		if (strcmp(s->tdir, tdir) == 0)
+			return s;
+	return NULL;
+}
+
+/* meta.json in the snapshot directory dirfd of template tdir: from the cache while the file
+ * is the same. */
+static json_t *meta_load(const char *tdir, int dirfd, struct err *err)
+{
+	struct stat st;
+	if (fstatat(dirfd, QEMU_SNAP_META, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		err_set(err, ENOENT, "there is none");
+		return NULL;
+	}
+	pthread_mutex_lock(&S.lock);
+	struct seen *s = seen_find(tdir);
+	json_t *meta = s && same_file(&s->meta_st, &st) ? json_incref(s->meta) : NULL;
+	pthread_mutex_unlock(&S.lock);
+	if (meta)
+		return meta;
+
+	int fd = openat(dirfd, QEMU_SNAP_META, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	json_error_t jerr;
+	meta = fd >= 0 ? json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+	if (fd >= 0)
+		close(fd);
+	if (!meta) {
+		err_set(err, EINVAL, "its meta.json cannot be read: %s",
+			fd >= 0 ? jerr.text : strerror(errno));
+		return NULL;
+	}
+	pthread_mutex_lock(&S.lock);
+	s = seen_find(tdir);
+	if (!s) {
+		s = xcalloc(1, sizeof(*s));
+		s->tdir = xstrdup(tdir);
+		s->next = S.seen;
+		S.seen = s;
+	}
+	json_decref(s->meta);
+	s->meta = json_incref(meta);
+	s->meta_st = st;
+	pthread_mutex_unlock(&S.lock);
+	return meta;
+}
+
+static int open_snap_dir(const char *tdir)
+{
+	_cleanup_free_ char *dir = xasprintf("%s/" QEMU_SNAP_DIR, tdir);
+	return open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+}
+
+/* The meta.json of tdir's current snapshot, or NULL. */
+static json_t *current_meta(const char *tdir)
+{
+	_cleanup_close_ int dirfd = open_snap_dir(tdir);
+	return dirfd >= 0 ? meta_load(tdir, dirfd, NULL) : NULL;
+}
+
+/* Whether tdir has a snapshot that matches w: 0, or -ESTALE/-ENOENT/-EINVAL with why. With
+ * ret, also opens its files and the template's rootfs (checked against the key) into it. */
+static int load(const struct qemu_host *h, const struct qemu_want *w, struct qemu_snap *ret,
+		struct err *why)
+{
+	_cleanup_close_ int dirfd = open_snap_dir(w->tdir);
+	if (dirfd < 0)
+		return err_set(why, ENOENT, "there is none");
+	json_t *meta = meta_load(w->tdir, dirfd, why);
+	if (!meta)
+		return -why->errnum;
+	struct qemu_snap s = { .ram_fd = -1, .state_fd = -1, .rootfs_fd = -1, .meta = meta };
+	struct stat st;
+	int r = qemu_key_build(h, w, meta, &s.key, why);
+	if (r < 0) {
+		json_decref(meta);
+		return r;
+	}
+	if ((r = qemu_meta_match(meta, &s.key, why)) < 0)
+		goto fail;
+	s.ram_fd = openat(dirfd, QEMU_SNAP_RAM, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	s.state_fd = openat(dirfd, QEMU_SNAP_STATE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (s.ram_fd < 0 || s.state_fd < 0 || fstat(s.ram_fd, &st) < 0 ||
+	    (uint64_t)st.st_size != (uint64_t)s.key.m.mem_mib << 20) {
+		r = err_set(why, ENOENT, "its files are incomplete");
+		goto fail;
+	}
+	if (ret) {
+		/* The image QEMU attaches must be the one the guest's page cache came from. */
+		s.rootfs_fd = open(w->rootfs, O_RDONLY | O_CLOEXEC);
+		if (s.rootfs_fd < 0 || fstat(s.rootfs_fd, &st) < 0 ||
+		    (uint64_t)st.st_size != s.key.rootfs_size ||
+		    mtime_ns(&st) != s.key.rootfs_mtime_ns) {
+			r = err_set(why, ESTALE, "the template's %s changed", w->rootfs);
+			goto fail;
+		}
+		*ret = s;
+		return 0;
+	}
+	r = 0;
+fail:
+	qemu_snap_release(&s);
+	return r;
+}
+
+static int lock_file(const char *tdir, const char *name, int op, int *ret, struct err *err)
+{
+	_cleanup_free_ char *path = xasprintf("%s/%s", tdir, name);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return err_sys(err, errno, "qemu: lock file `%s`", path);
+	int r;
+	while ((r = flock(fd, op)) < 0 && errno == EINTR)
+		;
+	if (r < 0) {
+		r = err_sys(err, errno, "qemu: locking `%s`", path);
+		close(fd);
+		return r;
+	}
+	*ret = fd;
+	return 0;
+}
+
+static int fsync_path(const char *path, int flags, struct err *err)
+{
+	_cleanup_close_ int fd = open(path, flags | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		return err_sys(err, errno, "qemu: syncing `%s`", path);
+	return 0;
+}
+
+static int write_meta(const char *dir, json_t *meta, struct err *err)
+{
+	_cleanup_free_ char *path = xasprintf("%s/" QEMU_SNAP_META, dir);
+	if (json_dump_file(meta, path, JSON_INDENT(2) | JSON_SORT_KEYS) < 0)
+		return err_set(err, EIO, "qemu: cannot write `%s`", path);
+	return fsync_path(path, O_RDONLY, err);
+}
+
+static void random_hex(char *out, size_t nbytes)
+{
+	uint8_t b[16];
+	if (nbytes > sizeof(b))
+		nbytes = sizeof(b);
+	if (getrandom(b, nbytes, 0) != (ssize_t)nbytes)
+		abort();
+	for (size_t i = 0; i < nbytes; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Boots the template once in `tmp`, waits for its agent and saves it there. */
+static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *k, const char *tmp,
+			 int64_t *boot_ms, struct err *err)
+{
+	char hex[17];
+	random_hex(hex, 8);
+	_cleanup_free_ char *name = xasprintf("prep-%s", hex);
+	_cleanup_free_ char *ram = xasprintf("%s/" QEMU_SNAP_RAM, tmp);
+	_cleanup_free_ char *state = xasprintf("%s/" QEMU_SNAP_STATE, tmp);
+	struct cgroup *cg = NULL;
+	struct qemu_vm *vm = NULL;
+	char *dir = NULL;
+	_cleanup_close_ int sfd = -1;
+	int r;
+
+	/* The RAM file at its full size, sparse: only what the guest touches takes disk. */
+	{
+		_cleanup_close_ int fd =
+			open(ram, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0 || ftruncate(fd, (off_t)k->m.mem_mib << 20) < 0)
+			return err_sys(err, errno, "qemu: creating `%s`", ram);
+	}
+	/* The image booted is the one the key describes. */
+	_cleanup_close_ int rootfs = open(k->m.rootfs, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (rootfs < 0 || fstat(rootfs, &st) < 0)
+		return err_sys(err, errno, "qemu: template image `%s`", k->m.rootfs);
+	if ((uint64_t)st.st_size != k->rootfs_size || mtime_ns(&st) != k->rootfs_mtime_ns)
+		return err_set(err, EAGAIN, "the template's %s changed during the build",
+			       k->m.rootfs);
+	/* The build's VM is bounded like a sandbox's, without a CPU quota: it is the server's
+	 * own work and delays every first session. */
+	struct cgroup_limits lim = {
+		.memory_bytes = ((uint64_t)k->m.mem_mib + QEMU_OVERHEAD_MIB) << 20,
+		.pids_max = 64,
+	};
+	if ((r = cgroup_create(&h->cg, name, &lim, &cg, err)) < 0)
+		return err_wrap(err, "qemu");
+	if ((r = qemu_vm_dir(h->run_dir, name, &dir, err)) < 0)
+		goto out;
+	struct qemu_launch l = {
+		.m = &k->m,
+		.qemu_bin = h->qemu_bin,
+		.name = name,
+		.mem_path = ram,
+		.mem_share = true,
+		.ram_fd = -1,
+		.rootfs_fd = rootfs,
+	};
+	int64_t t0 = mono_ms();
+	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
+		goto out;
+	if ((r = qemu_vm_connect_agent(vm, BUILD_BOOT_TIMEOUT_MS, err)) < 0)
+		goto out;
+	if ((r = qemu_vm_call(vm, 1, "{\"op\":\"ping\"}", BUILD_BOOT_TIMEOUT_MS, err)) < 0)
+		goto out;
+	*boot_ms = mono_ms() - t0;
+	/* What every clone's first command does, done once here: the shell and what it loads
+	 * are then in the guest's page cache in the snapshot, instead of being read from the
+	 * disk by each clone. A template without /bin/sh only misses the head start. */
+	struct err werr;
+	if (qemu_vm_call(vm, 2, "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"true\"]}",
+			 BUILD_BOOT_TIMEOUT_MS, &werr) < 0)
+		log_info("qemu", "snapshot build %s: warm-up command failed: %s", name, werr.msg);
+	sfd = open(state, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (sfd < 0) {
+		r = err_sys(err, errno, "qemu: creating `%s`", state);
+		goto out;
+	}
+	r = qemu_vm_save(vm, sfd, BUILD_SAVE_TIMEOUT_MS, err);
+out:
+	qemu_vm_free(vm);
+	free(dir);
+	struct err e;
+	if (cgroup_remove(cg, &e) < 0)
+		log_warn("qemu", "snapshot build %s: %s", name, e.msg);
+	cgroup_free(cg);
+	return r;
+}
+
+/* Puts the freshly built `tmp` in place of <tdir>/qemu. */
+static int swap_in(const char *tdir, const char *tmp, struct err *err)
+{
+	_cleanup_free_ char *dst = xasprintf("%s/" QEMU_SNAP_DIR, tdir);
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_EXCHANGE) == 0)
+		return 0; /* tmp now holds the old snapshot: the caller removes it */
+	if (errno != ENOENT)
+		return err_sys(err, errno, "qemu: replacing `%s`", dst);
+	if (rename(tmp, dst) < 0)
+		return err_sys(err, errno, "qemu: installing `%s`", dst);
+	return 0;
+}
+
+static int build(const struct qemu_host *h, const struct qemu_want *w, struct err *err)
+{
+	struct qemu_snap_key k;
+	json_t *old = current_meta(w->tdir);
+	int r = qemu_key_build(h, w, old, &k, err);
+	json_decref(old);
+	if (r < 0)
+		return r;
+	_cleanup_free_ char *tmp = xasprintf("%s/.qemu.tmp-XXXXXX", w->tdir);
+	if (!mkdtemp(tmp)) {
+		r = err_sys(err, errno, "qemu: creating a directory in `%s`", w->tdir);
+		qemu_key_free(&k);
+		return r;
+	}
+	int64_t boot_ms = 0;
+	r = boot_and_save(h, &k, tmp, &boot_ms, err);
+	if (r == 0) {
+		json_t *meta = qemu_meta_build(&k);
+		json_object_set_new(meta, "bootMs", json_integer(boot_ms));
+		json_object_set_new(meta, "createdAt", json_integer((json_int_t)time(NULL)));
+		_cleanup_free_ char *ram = xasprintf("%s/" QEMU_SNAP_RAM, tmp);
+		_cleanup_free_ char *state = xasprintf("%s/" QEMU_SNAP_STATE, tmp);
+		/* On disk before it is in place: a crash must not leave a snapshot whose RAM
+		 * and state disagree. */
+		if ((r = fsync_path(ram, O_RDONLY, err)) == 0 &&
+		    (r = fsync_path(state, O_RDONLY, err)) == 0 &&
+		    (r = write_meta(tmp, meta, err)) == 0 &&
+		    (r = fsync_path(tmp, O_RDONLY | O_DIRECTORY, err)) == 0)
+			r = swap_in(w->tdir, tmp, err);
+		json_decref(meta);
+		if (r == 0)
+			log_info("qemu", "snapshot of %s built: cold boot to first reply %lld ms",
+				 w->tdir, (long long)boot_ms);
+	}
+	struct err e;
+	if (qemu_rmtree(tmp, &e) < 0)
+		log_warn("qemu", "cannot remove `%s`: %s", tmp, e.msg);
+	qemu_key_free(&k);
+	return r;
+}
+
+/* Removes what builds that died midway left in tdir. Called with the build lock held: no
+ * build of this template is running anywhere. */
+static void sweep_tmp(const char *tdir)
+{
+	_cleanup_closedir_ DIR *d = opendir(tdir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (strncmp(de->d_name, ".qemu.tmp-", 10) != 0)
+			continue;
+		_cleanup_free_ char *path = xasprintf("%s/%s", tdir, de->d_name);
+		struct err e;
+		if (qemu_rmtree(path, &e) < 0)
+			log_warn("qemu", "cannot remove `%s`: %s", path, e.msg);
+		else
+			log_info("qemu", "removed `%s`, left by an interrupted build", path);
+	}
+}
+
+int qemu_snap_prepare(const struct qemu_host *h, const struct qemu_want *w, struct err *err)
+{
+	struct err why;
+	int r = load(h, w, NULL, &why);
+	if (r == 0)
+		return 0;
+	if (r != -ESTALE && r != -ENOENT && r != -EINVAL)
+		return err_copy(err, &why);
+
+	pthread_mutex_lock(&S.build);
+	_cleanup_close_ int lock = -1;
+	r = lock_file(w->tdir, "qemu.build.lock", LOCK_EX, &lock, err);
+	if (r < 0)
+		goto out;
+	/* Someone may have built it while we waited. */
+	r = load(h, w, NULL, &why);
+	if (r == 0)
+		goto out;
+	if (r != -ESTALE && r != -ENOENT && r != -EINVAL) {
+		r = err_copy(err, &why);
+		goto out;
+	}
+	sweep_tmp(w->tdir);
+	log_info("qemu", "building the snapshot of %s: %s", w->tdir, why.msg);
+	if ((r = build(h, w, err)) < 0) {
+		err_wrap(err, "building the snapshot");
+		goto out;
+	}
+	r = load(h, w, NULL, &why);
+	if (r < 0)
+		r = err_set(err, EIO, "the snapshot just built does not validate: %s", why.msg);
+out:
+	pthread_mutex_unlock(&S.build);
+	return r;
+}
+
+int qemu_snap_acquire(const struct qemu_host *h, const struct qemu_want *w, struct qemu_snap *ret,
+		      struct err *err)
+{
+	struct err why;
+	int r = load(h, w, ret, &why);
+	if (r < 0)
+		return err_set(err, ENOENT, "no usable snapshot: %s", why.msg);
+	return 0;
+}
+
+void qemu_snap_release(struct qemu_snap *s)
+{
+	if (s->ram_fd >= 0)
+		close(s->ram_fd);
+	if (s->state_fd >= 0)
+		close(s->state_fd);
+	if (s->rootfs_fd >= 0)
+		close(s->rootfs_fd);
+	json_decref(s->meta);
+	qemu_key_free(&s->key);
+	memset(s, 0, sizeof(*s));
+	s->ram_fd = s->state_fd = s->rootfs_fd = -1;
+}

@@ -1,0 +1,957 @@
+/* qemu_vm: one QEMU process and the ways the driver talks to it: its console (captured with a
+ * size cap), its QMP socket, and the agent's channel. Everything blocks with a deadline: this
+ * runs on worker threads. */
+#include "driver/qemu.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/vm_sockets.h>
+
+#include "driver/qmp.h"
+#include "guest/proto.h"
+#include "util/cleanup.h"
+
+/* console.log is rotated to console.log.1 past this size: at most twice this on disk, and
+ * the latest output always kept. The guest decides what it prints, so it must be bounded. */
+#define CONSOLE_LOG_CAP (256u << 10)
+/* The last console bytes kept in memory for error messages. */
+#define CONSOLE_RING 4096
+/* The end of the guest kernel's line for an OOM kill (global or memory cgroup). At loglevel
+ * 4 (quiet) it is the one line of the OOM report that reaches the console. */
+#define OOM_LINE "of memory: Killed process"
+/* How often a waiting loop looks again (QEMU's sockets appearing, migration progress). */
+#define POLL_STEP_MS 5
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* --- console capture ------------------------------------------------------------------- */
+
+struct qemu_console {
+	int fd;     /* read end of QEMU's stdout/stderr */
+	int dirfd;  /* the run directory (borrowed) */
+	int log_fd; /* console.log */
+	size_t logged;
+	pthread_t thread;
+	atomic_bool stop;
+	pthread_mutex_t lock;
+	char ring[CONSOLE_RING];
+	size_t total; /* bytes ever received; ring holds the last min(total, CONSOLE_RING) */
+	/* The guest kernel's OOM kills, counted from its console lines. */
+	atomic_uint_fast64_t oom_kills;
+	char carry[sizeof(OOM_LINE) - 1]; /* the end of the previous read, for split lines */
+	size_t carry_len;
+};
+
+/* Counts the guest kernel's "Out of memory: Killed process" (and the memory cgroup's) lines
+ * in the next n bytes. A match must end in the new bytes: the carry is too short to hold
+ * one, so none is counted twice. */
+static void console_count_oom(struct qemu_console *c, const char *p, size_t n)
+{
+	const size_t plen = sizeof(OOM_LINE) - 1;
+	char buf[sizeof(c->carry) + 8192];
+	size_t len = 0;
+	memcpy(buf, c->carry, c->carry_len);
+	len = c->carry_len;
+	size_t take = n < sizeof(buf) - len ? n : sizeof(buf) - len;
+	memcpy(buf + len, p, take);
+	len += take;
+	for (const char *at = buf; (at = memmem(at, len - (size_t)(at - buf), OOM_LINE, plen));
+	     at += plen)
+		atomic_fetch_add(&c->oom_kills, 1);
+	c->carry_len = len < sizeof(c->carry) ? len : sizeof(c->carry) - 1;
+	memcpy(c->carry, buf + len - c->carry_len, c->carry_len);
+}
+
+static void console_keep(struct qemu_console *c, const char *p, size_t n)
+{
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < n; i++)
+		c->ring[(c->total + i) % CONSOLE_RING] = p[i];
+	c->total += n;
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void console_log(struct qemu_console *c, const char *p, size_t n)
+{
+	if (c->log_fd >= 0 && c->logged + n > CONSOLE_LOG_CAP) {
+		close(c->log_fd);
+		renameat(c->dirfd, QEMU_CONSOLE_LOG, c->dirfd, QEMU_CONSOLE_LOG ".1");
+		c->log_fd = openat(c->dirfd, QEMU_CONSOLE_LOG,
+				   O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+		c->logged = 0;
+	}
+	if (c->log_fd < 0)
+		return;
+	while (n) {
+		ssize_t k = write(c->log_fd, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return; /* a full disk loses console output, nothing else */
+		p += k;
+		n -= (size_t)k;
+		c->logged += (size_t)k;
+	}
+}
+
+static void *console_main(void *arg)
+{
+	struct qemu_console *c = arg;
+	char buf[8192];
+	for (;;) {
+		bool stopping = atomic_load(&c->stop);
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		/* Once asked to stop, only what is already in the pipe is read. */
+		int r = poll(&p, 1, stopping ? 0 : 100);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (stopping || r < 0)
+				break;
+			continue;
+		}
+		ssize_t n = read(c->fd, buf, sizeof(buf));
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n <= 0)
+			break;
+		console_keep(c, buf, (size_t)n);
+		console_count_oom(c, buf, (size_t)n);
+		console_log(c, buf, (size_t)n);
+	}
+	return NULL;
+}
+
+static int console_start(int fd, int dirfd, struct qemu_console **ret, struct err *err)
+{
+	struct qemu_console *c = xcalloc(1, sizeof(*c));
+	c->fd = fd;
+	c->dirfd = dirfd;
+	c->log_fd = openat(dirfd, QEMU_CONSOLE_LOG,
+			   O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	pthread_mutex_init(&c->lock, NULL);
+	int r = pthread_create(&c->thread, NULL, console_main, c);
+	if (r != 0) {
+		if (c->log_fd >= 0)
+			close(c->log_fd);
+		pthread_mutex_destroy(&c->lock);
+		free(c);
+		return err_sys(err, r, "qemu: starting the console reader");
+	}
+	*ret = c;
+	return 0;
+}
+
+/* Ends the capture; what was received stays readable (console_tail) until console_free. */
+static void console_stop(struct qemu_console *c)
+{
+	if (!c || c->fd < 0)
+		return;
+	atomic_store(&c->stop, true);
+	pthread_join(c->thread, NULL);
+	close(c->fd);
+	c->fd = -1;
+	if (c->log_fd >= 0)
+		close(c->log_fd);
+	c->log_fd = -1;
+}
+
+static void console_free(struct qemu_console *c)
+{
+	if (!c)
+		return;
+	console_stop(c);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* The last bytes received, non-printable bytes as '.', line breaks as " | ". */
+static char *console_tail(struct qemu_console *c, size_t max)
+{
+	if (!c)
+		return xstrdup("");
+	char raw[CONSOLE_RING];
+	pthread_mutex_lock(&c->lock);
+	size_t n = c->total < CONSOLE_RING ? c->total : CONSOLE_RING;
+	if (n > max)
+		n = max;
+	for (size_t i = 0; i < n; i++)
+		raw[i] = c->ring[(c->total - n + i) % CONSOLE_RING];
+	pthread_mutex_unlock(&c->lock);
+
+	char *out = xmalloc(3 * n + 1);
+	size_t o = 0;
+	bool line_break = false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)raw[i];
+		if (ch == '\n' || ch == '\r') {
+			line_break = o > 0;
+			continue;
+		}
+		if (line_break) {
+			memcpy(out + o, " | ", 3);
+			o += 3;
+			line_break = false;
+		}
+		out[o++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '.';
+	}
+	out[o] = '\0';
+	return out;
+}
+
+uint64_t qemu_vm_guest_oom_kills(struct qemu_vm *vm)
+{
+	return vm && vm->con ? atomic_load(&vm->con->oom_kills) : 0;
+}
+
+char *qemu_vm_console_tail(struct qemu_vm *vm, size_t max)
+{
+	return console_tail(vm ? vm->con : NULL, max);
+}
+
+/* --- the process ----------------------------------------------------------------------- */
+
+uint64_t qemu_pid_start_time(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* The command name (field 2) may hold spaces and parentheses: skip past its last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	p++;
+	for (int field = 3; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *err)
+{
+	if (mkdir(run_dir, 0700) < 0 && errno != EEXIST)
+		return err_sys(err, errno, "qemu: creating `%s`", run_dir);
+	char *dir = xasprintf("%s/%s", run_dir, name);
+	if (mkdir(dir, 0700) < 0) {
+		int r = err_sys(err, errno, "qemu: creating the run directory `%s`", dir);
+		free(dir);
+		return r;
+	}
+	*ret = dir;
+	return 0;
+}
+
+/* What the child reports through the exec pipe when it fails before exec. */
+struct child_failure {
+	int step;
+	int errnum;
+};
+
+enum { STEP_CGROUP = 1, STEP_NETNS, STEP_SETSID, STEP_CHDIR, STEP_STDIO, STEP_EXEC };
+
+static const char *step_name(int step)
+{
+	switch (step) {
+	case STEP_CGROUP:
+		return "joining its cgroup";
+	case STEP_NETNS:
+		return "entering its network namespace";
+	case STEP_SETSID:
+		return "setsid";
+	case STEP_CHDIR:
+		return "entering its run directory";
+	case STEP_STDIO:
+		return "setting up its output";
+	case STEP_EXEC:
+		return "exec";
+	}
+	return "setup";
+}
+
+static char *const qemu_env[] = {
+	/* QEMU's exec: migration runs /bin/sh and cat. Nothing of the daemon's environment
+	 * (keys, tokens) reaches QEMU. */
+	"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	NULL,
+};
+
+/* What the child needs, all prepared before the fork. */
+struct child_args {
+	char **argv;
+	int pass[2]; /* become QEMU_FD_RAM and QEMU_FD_ROOTFS; -1: none */
+	const struct cgroup *cg;
+	int dirfd;
+	int netns; /* -1: a new network namespace */
+	int devnull;
+	int out;
+	int report;
+	pid_t parent;
+};
+
+/* The child between fork and exec: async-signal-safe calls only (the parent has threads). */
+static __attribute__((noreturn)) void child_exec(const struct child_args *a)
+{
+	struct child_failure f = { 0, 0 };
+	int report = a->report;
+	/* QEMU must not outlive the daemon, even when it is killed. The signal comes when the
+	 * thread that forked exits: the daemon's workers live as long as the daemon. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != a->parent)
+		_exit(127);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			sigaction(sig, &dfl, NULL);
+
+	for (unsigned i = 0; a->cg && i < a->cg->n; i++) {
+		int fd = open(a->cg->procs[i], O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, "0", 1) != 1) {
+			f = (struct child_failure){ STEP_CGROUP, errno };
+			goto fail;
+		}
+		close(fd);
+	}
+	if (a->netns >= 0 ? setns(a->netns, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0) {
+		f = (struct child_failure){ STEP_NETNS, errno };
+		goto fail;
+	}
+	if (setsid() < 0) {
+		f = (struct child_failure){ STEP_SETSID, errno };
+		goto fail;
+	}
+	if (fchdir(a->dirfd) < 0) {
+		f = (struct child_failure){ STEP_CHDIR, errno };
+		goto fail;
+	}
+	/* Out of the way of 0-2 and of the numbers QEMU gets its files at. */
+	int moved = fcntl(a->report, F_DUPFD_CLOEXEC, 64);
+	if (moved < 0) {
+		f = (struct child_failure){ STEP_STDIO, errno };
+		goto fail;
+	}
+	report = moved;
+	int pass[2];
+	for (int i = 0; i < 2; i++)
+		pass[i] = a->pass[i] >= 0 ? fcntl(a->pass[i], F_DUPFD_CLOEXEC, 64) : -1;
+	if (dup2(a->devnull, 0) < 0 || dup2(a->out, 1) < 0 || dup2(a->out, 2) < 0) {
+		f = (struct child_failure){ STEP_STDIO, errno };
+		goto fail;
+	}
+	/* Whatever other threads opened without O_CLOEXEC stays out of QEMU. */
+	if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) < 0) {
+		for (int fd = 3; fd < 64; fd++)
+			close(fd);
+	}
+	for (int i = 0; i < 2; i++) {
+		/* dup2 leaves the copy without FD_CLOEXEC: it survives the exec. */
+		if (a->pass[i] >= 0 && (pass[i] < 0 || dup2(pass[i], QEMU_FD_RAM + i) < 0)) {
+			f = (struct child_failure){ STEP_STDIO, errno };
+			goto fail;
+		}
+	}
+	execve(a->argv[0], a->argv, qemu_env);
+	f = (struct child_failure){ STEP_EXEC, errno };
+fail:
+	if (write(report, &f, sizeof(f)) < 0) {
+		/* nothing more to do */
+	}
+	_exit(127);
+}
+
+static void reap(struct qemu_vm *vm, bool block)
+{
+	if (vm->pid <= 0 || vm->reaped)
+		return;
+	int status;
+	pid_t r;
+	while ((r = waitpid(vm->pid, &status, block ? 0 : WNOHANG)) < 0 && errno == EINTR)
+		;
+	if (r == vm->pid || (r < 0 && errno == ECHILD)) {
+		vm->reaped = true;
+		vm->status = r == vm->pid ? status : 0;
+	}
+}
+
+static bool vm_alive(struct qemu_vm *vm)
+{
+	reap(vm, false);
+	return vm->pid > 0 && !vm->reaped;
+}
+
+/* Whether the process is on its way out: its files (sockets) close before it can be reaped,
+ * so a peer may see the close first. Field 9 of /proc/<pid>/stat, PF_EXITING. */
+static bool exiting(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return true;
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')');
+	char state;
+	unsigned long flags;
+	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+		return false;
+	return state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */);
+}
+
+bool qemu_vm_running(struct qemu_vm *vm)
+{
+	return vm && vm_alive(vm) && !exiting(vm->pid);
+}
+
+/* How QEMU ended, for messages. */
+static void exit_text(const struct qemu_vm *vm, char *buf, size_t n)
+{
+	if (!vm->reaped)
+		snprintf(buf, n, "QEMU is still running");
+	else if (WIFEXITED(vm->status))
+		snprintf(buf, n, "QEMU exited with status %d", WEXITSTATUS(vm->status));
+	else if (WIFSIGNALED(vm->status))
+		snprintf(buf, n, "QEMU was killed by signal %d (%s)", WTERMSIG(vm->status),
+			 strsignal(WTERMSIG(vm->status)));
+	else
+		snprintf(buf, n, "QEMU ended");
+}
+
+int qemu_vm_explain(struct qemu_vm *vm, struct err *err)
+{
+	if (!vm)
+		return -(err ? err->errnum : EIO);
+	reap(vm, false);
+	if (!vm->reaped && vm->pid > 0 && exiting(vm->pid) && vm->pidfd >= 0) {
+		/* Dying: its exit status is moments away. */
+		struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
+		poll(&p, 1, 200);
+		reap(vm, false);
+	}
+	/* The console gets a moment to deliver QEMU's last words. */
+	if (vm->reaped)
+		sleep_ms(20);
+	char what[128] = "";
+	if (vm->reaped)
+		exit_text(vm, what, sizeof(what));
+	_cleanup_free_ char *tail = console_tail(vm->con, CONSOLE_RING);
+	const char *panic = strstr(tail, "Kernel panic - not syncing:");
+	char cause[256] = "";
+	if (panic) {
+		panic += strlen("Kernel panic - not syncing:");
+		while (*panic == ' ')
+			panic++;
+		size_t len = strcspn(panic, "|");
+		while (len && panic[len - 1] == ' ')
+			len--;
+		snprintf(cause, sizeof(cause), "guest kernel panicked: %.*s", (int)len, panic);
+	}
+	size_t keep = 160;
+	size_t tl = strlen(tail);
+	const char *last = tl > keep ? tail + tl - keep : tail;
+	char msg[ERR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", err ? err->msg : "");
+	int errnum = err && err->errnum ? err->errnum : EIO;
+	return err_set(err, errnum, "%s%s%s%s%s%s%s%s", msg, *cause || *what ? " (" : "", cause,
+		       *cause && *what ? "; " : "", what, *cause || *what ? ")" : "",
+		       *last ? "; console: " : "", *last ? last : "");
+}
+
+/* Connects a Unix socket in the run directory, retrying until QEMU creates and listens on it,
+ * QEMU dies or the deadline passes. */
+static int connect_unix(struct qemu_vm *vm, const char *name, int64_t deadline, int *ret,
+			struct err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	/* Through the directory's fd: short, whatever the run directory's length. */
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", vm->dirfd, name);
+	for (;;) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return err_sys(err, errno, "qemu: socket");
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			*ret = fd;
+			return 0;
+		}
+		int e = errno;
+		close(fd);
+		if (e != ENOENT && e != ECONNREFUSED && e != EAGAIN && e != EINTR)
+			return err_sys(err, e, "qemu: connecting to its %s", name);
+		if (!vm_alive(vm)) {
+			err_set(err, ECHILD, "QEMU stopped before opening its %s", name);
+			return qemu_vm_explain(vm, err);
+		}
+		if (now_ms() >= deadline) {
+			err_set(err, ETIMEDOUT, "QEMU did not open its %s in time", name);
+			return qemu_vm_explain(vm, err);
+		}
+		sleep_ms(POLL_STEP_MS);
+	}
+}
+
+int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *cg, int timeout_ms,
+		  struct qemu_vm **ret, struct err *err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	struct qemu_vm *vm = xcalloc(1, sizeof(*vm));
+	vm->name = xstrdup(l->name);
+	vm->dir = dir;
+	vm->pidfd = -1;
+	vm->agent_fd = -1;
+	vm->dirfd = -1;
+	vm->channel = l->m->channel;
+	vm->vsock_cid = l->vsock_cid;
+	char **argv = qemu_argv(l);
+	_cleanup_close_ int devnull = -1, netns = -1;
+	int out[2] = { -1, -1 }, rep[2] = { -1, -1 };
+	int r;
+
+	vm->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (vm->dirfd < 0) {
+		r = err_sys(err, errno, "qemu: run directory `%s`", dir);
+		goto fail;
+	}
+	if (l->netns_path && (netns = open(l->netns_path, O_RDONLY | O_CLOEXEC)) < 0) {
+		r = err_sys(err, errno, "qemu: network namespace `%s`", l->netns_path);
+		goto fail;
+	}
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull < 0) {
+		r = err_sys(err, errno, "qemu: /dev/null");
+		goto fail;
+	}
+	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
+		r = err_sys(err, errno, "qemu: pipe");
+		goto fail;
+	}
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		r = err_sys(err, errno, "qemu: fork");
+		goto fail;
+	}
+	if (pid == 0) {
+		struct child_args a = {
+			.argv = argv,
+			.cg = cg,
+			.dirfd = vm->dirfd,
+			.netns = netns,
+			.devnull = devnull,
+			.out = out[1],
+			.report = rep[1],
+			.parent = parent,
+			.pass = { l->ram_fd, l->rootfs_fd },
+		};
+		child_exec(&a);
+	}
+	vm->pid = pid;
+	close(TAKE_FD(out[1]));
+	close(TAKE_FD(rep[1]));
+	/* Not reaped before we say so: the pid cannot be reused, so a pidfd is not needed for
+	 * safe kills; it lets waits poll. */
+	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+	if ((r = console_start(out[0], vm->dirfd, &vm->con, err)) < 0) {
+		close(TAKE_FD(out[0]));
+		goto fail;
+	}
+	out[0] = -1;
+
+	struct child_failure f;
+	ssize_t n;
+	while ((n = read(rep[0], &f, sizeof(f))) < 0 && errno == EINTR)
+		;
+	close(TAKE_FD(rep[0]));
+	if (n == (ssize_t)sizeof(f)) {
+		reap(vm, true);
+		r = err_sys(err, f.errnum, "qemu: starting `%s` (%s)", argv[0], step_name(f.step));
+		goto fail;
+	}
+	vm->start_time = qemu_pid_start_time(pid);
+
+	int qfd = -1;
+	if ((r = connect_unix(vm, QEMU_QMP_SOCKET, deadline, &qfd, err)) < 0)
+		goto fail;
+	int left = (int)(deadline - now_ms());
+	if ((r = qmp_open(qfd, left > 0 ? left : 1, &vm->qmp, err)) < 0) {
+		qemu_vm_explain(vm, err);
+		goto fail;
+	}
+	qemu_argv_free(argv);
+	*ret = vm;
+	return 0;
+
+fail:
+	for (int i = 0; i < 2; i++) {
+		if (out[i] >= 0)
+			close(out[i]);
+		if (rep[i] >= 0)
+			close(rep[i]);
+	}
+	qemu_argv_free(argv);
+	qemu_vm_free(vm);
+	return r;
+}
+
+/* --- QMP-driven steps ------------------------------------------------------------------ */
+
+static int qmp_step(struct qemu_vm *vm, const char *cmd, json_t *args, int64_t deadline,
+		    json_t **ret, struct err *err)
+{
+	int left = (int)(deadline - now_ms());
+	int r = qmp_execute(vm->qmp, cmd, args, left > 0 ? left : 1, ret, err);
+	if (r < 0)
+		qemu_vm_explain(vm, err);
+	return r;
+}
+
+/* Whether QEMU's agent chardev has a client: its filename loses the "disconnected:"
+ * prefix. */
+static int chardev_connected(struct qemu_vm *vm, int64_t deadline, bool *ret, struct err *err)
+{
+	json_t *list = NULL;
+	int r = qmp_step(vm, "query-chardev", NULL, deadline, &list, err);
+	if (r < 0)
+		return r;
+	*ret = false;
+	size_t i;
+	json_t *c;
+	json_array_foreach (list, i, c) {
+		const char *label = json_string_value(json_object_get(c, "label"));
+		const char *file = json_string_value(json_object_get(c, "filename"));
+		if (label && file && strcmp(label, "agent") == 0)
+			*ret = strncmp(file, "disconnected:", 13) != 0;
+	}
+	json_decref(list);
+	return 0;
+}
+
+static int connect_vsock(struct qemu_vm *vm, int64_t deadline, struct err *err)
+{
+	struct sockaddr_vm sa = {
+		.svm_family = AF_VSOCK,
+		.svm_cid = vm->vsock_cid,
+		.svm_port = QEMU_AGENT_VSOCK_PORT,
+	};
+	for (;;) {
+		int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return err_sys(err, errno, "qemu: vsock socket");
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			vm->agent_fd = fd;
+			return 0;
+		}
+		int e = errno;
+		close(fd);
+		/* Until the agent listens: refused or reset by the guest. */
+		if (e != ECONNREFUSED && e != ECONNRESET && e != ETIMEDOUT && e != EINTR &&
+		    e != ENODEV && e != EHOSTUNREACH)
+			return err_sys(err, e, "qemu: connecting to the agent over vsock");
+		if (!vm_alive(vm)) {
+			err_set(err, ECHILD, "the VM stopped before its agent listened");
+			return qemu_vm_explain(vm, err);
+		}
+		if (now_ms() >= deadline) {
+			err_set(err, ETIMEDOUT, "the agent did not listen on vsock port %u in time",
+				QEMU_AGENT_VSOCK_PORT);
+			return qemu_vm_explain(vm, err);
+		}
+		sleep_ms(POLL_STEP_MS * 4);
+	}
+}
+
+int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	if (vm->channel == QEMU_CHANNEL_VSOCK)
+		return connect_vsock(vm, deadline, err);
+	int fd = -1;
+	int r = connect_unix(vm, QEMU_AGENT_SOCKET, deadline, &fd, err);
+	if (r < 0)
+		return r;
+	vm->agent_fd = fd;
+	/* QEMU accepts in its main loop. Until it has, the port's "host connected" state is
+	 * false, and a guest restored meanwhile would see its host hang up. */
+	for (;;) {
+		bool ok;
+		if ((r = chardev_connected(vm, deadline, &ok, err)) < 0)
+			return r;
+		if (ok)
+			return 0;
+		if (now_ms() >= deadline) {
+			err_set(err, ETIMEDOUT, "QEMU did not accept the agent connection in time");
+			return qemu_vm_explain(vm, err);
+		}
+		sleep_ms(1);
+	}
+}
+
+/* Waits for a migration (either direction) to end. */
+static int migration_wait(struct qemu_vm *vm, const char *what, int64_t deadline, struct err *err)
+{
+	for (;;) {
+		json_t *info = NULL;
+		int r = qmp_step(vm, "query-migrate", NULL, deadline, &info, err);
+		if (r < 0)
+			return err_wrap(err, "%s", what);
+		const char *status = json_string_value(json_object_get(info, "status"));
+		if (status && strcmp(status, "completed") == 0) {
+			json_decref(info);
+			return 0;
+		}
+		if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
+			const char *desc = json_string_value(json_object_get(info, "error-desc"));
+			err_set(err, EIO, "%s failed: %s", what, desc ? desc : status);
+			json_decref(info);
+			return qemu_vm_explain(vm, err);
+		}
+		json_decref(info);
+		if (now_ms() >= deadline) {
+			err_set(err, ETIMEDOUT, "%s did not finish in time (status %s)", what,
+				status ? status : "unknown");
+			return qemu_vm_explain(vm, err);
+		}
+		sleep_ms(POLL_STEP_MS);
+	}
+}
+
+static int ignore_shared(struct qemu_vm *vm, int64_t deadline, struct err *err)
+{
+	/* Guest RAM is in a file the snapshot and its clones share: it is not copied. */
+	json_t *args = json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
+				 "x-ignore-shared", "state", 1);
+	int r = qmp_step(vm, "migrate-set-capabilities", args, deadline, NULL, err);
+	json_decref(args);
+	return r;
+}
+
+int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	int r;
+	if ((r = ignore_shared(vm, deadline, err)) < 0)
+		return r;
+	/* QEMU reads the stream from a copy of our descriptor: no path to race with, no shell. */
+	int left = (int)(deadline - now_ms());
+	if ((r = qmp_pass_fd(vm->qmp, state_fd, "state", left > 0 ? left : 1, err)) < 0)
+		return qemu_vm_explain(vm, err);
+	json_t *args = json_pack("{s:s}", "uri", "fd:state");
+	r = qmp_step(vm, "migrate-incoming", args, deadline, NULL, err);
+	json_decref(args);
+	if (r < 0)
+		return r;
+	if ((r = migration_wait(vm, "restoring the snapshot", deadline, err)) < 0)
+		return r;
+	return qmp_step(vm, "cont", NULL, deadline, NULL, err);
+}
+
+int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	int r;
+	if ((r = qmp_step(vm, "stop", NULL, deadline, NULL, err)) < 0)
+		return r;
+	if ((r = ignore_shared(vm, deadline, err)) < 0)
+		return r;
+	int left = (int)(deadline - now_ms());
+	if ((r = qmp_pass_fd(vm->qmp, state_fd, "state", left > 0 ? left : 1, err)) < 0)
+		return qemu_vm_explain(vm, err);
+	json_t *args = json_pack("{s:s}", "uri", "fd:state");
+	r = qmp_step(vm, "migrate", args, deadline, NULL, err);
+	json_decref(args);
+	if (r < 0)
+		return r;
+	return migration_wait(vm, "saving the snapshot", deadline, err);
+}
+
+/* --- the agent ------------------------------------------------------------------------- */
+
+int qemu_vm_call(struct qemu_vm *vm, uint32_t ch, const char *request, int timeout_ms,
+		 struct err *err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	size_t rlen = strlen(request);
+	uint8_t hdr[GUEST_HDR_LEN];
+	guest_frame_header(hdr, GUEST_REQUEST, ch, (uint32_t)rlen);
+	struct iovec iov[2] = { { hdr, sizeof(hdr) }, { (void *)request, rlen } };
+	size_t total = sizeof(hdr) + rlen, off = 0;
+	while (off < total) {
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+		ssize_t k = sendmsg(vm->agent_fd, &mh, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			err_sys(err, errno, "writing to the agent");
+			return qemu_vm_explain(vm, err);
+		}
+		off += (size_t)k;
+		/* Advance the iovecs past what was written. */
+		for (int i = 0; i < 2; i++) {
+			size_t used = (size_t)k < iov[i].iov_len ? (size_t)k : iov[i].iov_len;
+			iov[i].iov_base = (uint8_t *)iov[i].iov_base + used;
+			iov[i].iov_len -= used;
+			k -= (ssize_t)used;
+		}
+	}
+
+	/* Output and other frames before the terminal one are skipped. */
+	struct guest_decoder dec;
+	guest_decoder_init(&dec, 64u << 10);
+	uint8_t buf[4096];
+	size_t len = 0;
+	for (;;) {
+		struct guest_frame f;
+		size_t used = 0;
+		enum guest_decode_status st = guest_decode(&dec, buf, len, &f, &used);
+		bool mine = st == GUEST_DECODE_FRAME && f.channel == ch &&
+			    (f.type == GUEST_RESULT || f.type == GUEST_ERROR);
+		if (mine && f.type == GUEST_RESULT)
+			return 0;
+		if (mine)
+			return err_set(err, EPROTO, "the agent answered with an error: %.*s",
+				       (int)(f.len > 200 ? 200 : f.len), (const char *)f.payload);
+		if (used) {
+			memmove(buf, buf + used, len - used);
+			len -= used;
+			continue;
+		}
+		if (len == sizeof(buf))
+			return err_set(err, EPROTO, "the agent sent an oversized reply");
+		int left = (int)(deadline - now_ms());
+		if (left <= 0) {
+			err_set(err, ETIMEDOUT, "the agent did not answer in %d ms", timeout_ms);
+			return qemu_vm_explain(vm, err);
+		}
+		struct pollfd p = { .fd = vm->agent_fd, .events = POLLIN };
+		int pr = poll(&p, 1, left > 100 ? 100 : left);
+		if (pr < 0 && errno != EINTR) {
+			err_sys(err, errno, "poll");
+			return qemu_vm_explain(vm, err);
+		}
+		if (pr <= 0) {
+			if (!vm_alive(vm)) {
+				err_set(err, ECHILD, "the VM stopped before its agent answered");
+				return qemu_vm_explain(vm, err);
+			}
+			continue;
+		}
+		ssize_t k = recv(vm->agent_fd, buf + len, sizeof(buf) - len, MSG_DONTWAIT);
+		if (k == 0) {
+			err_set(err, ECONNRESET,
+				"the agent channel closed before the agent answered");
+			return qemu_vm_explain(vm, err);
+		}
+		if (k < 0 && errno != EINTR && errno != EAGAIN) {
+			err_sys(err, errno, "reading from the agent");
+			return qemu_vm_explain(vm, err);
+		}
+		if (k > 0)
+			len += (size_t)k;
+	}
+}
+
+/* --- teardown -------------------------------------------------------------------------- */
+
+static int rmtree_at(int dirfd, const char *name, struct err *err)
+{
+	if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+		return 0;
+	if (errno != EISDIR && errno != EPERM)
+		return err_sys(err, errno, "removing `%s`", name);
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : err_sys(err, errno, "opening `%s`", name);
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return err_sys(err, errno, "reading `%s`", name);
+	}
+	int r = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		int q = rmtree_at(fd, de->d_name, err);
+		if (q < 0 && r == 0)
+			r = q;
+	}
+	if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+		r = err_sys(err, errno, "removing `%s`", name);
+	return r;
+}
+
+int qemu_rmtree(const char *path, struct err *err)
+{
+	return rmtree_at(AT_FDCWD, path, err);
+}
+
+void qemu_vm_stop(struct qemu_vm *vm)
+{
+	if (!vm)
+		return;
+	if (vm->pid > 0 && !vm->reaped) {
+		/* Still our unreaped child: the pid names it, whatever the pidfd says. */
+		kill(vm->pid, SIGKILL);
+		reap(vm, true);
+	}
+	qmp_close(TAKE_PTR(vm->qmp));
+	console_stop(vm->con);
+	if (vm->pidfd >= 0)
+		close(TAKE_FD(vm->pidfd));
+}
+
+void qemu_vm_free(struct qemu_vm *vm)
+{
+	if (!vm)
+		return;
+	qemu_vm_stop(vm);
+	console_free(vm->con);
+	if (vm->agent_fd >= 0)
+		close(vm->agent_fd);
+	if (vm->dirfd >= 0)
+		close(vm->dirfd);
+	if (vm->dir)
+		qemu_rmtree(vm->dir, NULL);
+	free(vm->dir);
+	free(vm->name);
+	free(vm);
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# End-to-end tests of the VM drivers, run against the real daemon:
+#   1. the shared integration suite (tests/integration) with DRIVER=qemu;
+#   2. the VM-specific checks of tests/e2e/test_qemu.py (entropy and clock of restored
+#      sessions, shared pages, a killed VM, snapshot reuse and rebuild, a guest that panics).
+# Prints each part's output, then `N passed, N failed, N skipped` summed over both, last.
+# Exits non-zero when a test failed. Skips everything, saying why, when QEMU, the guest kernel
+# or the base template's rootfs.ext4 is missing.
+#
+# Environment: SANDBOXD (default build/src/sandboxd), FIRECRACKER_ARTIFACTS_DIR,
+# E2E_ONLY_VM=1 to skip the integration suite, E2E_TESTS to name test_qemu tests to run
+# (e.g. RestoreTest.test_snapshot_files).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+
+export SANDBOXD=${SANDBOXD:-build/src/sandboxd}
+artifacts=${FIRECRACKER_ARTIFACTS_DIR:-/var/lib/agent-sandbox/artifacts}
+qemu=${SANDBOX_QEMU_BIN:-qemu-system-x86_64}
+
+why=""
+if ! command -v "$qemu" >/dev/null; then
+	why="$qemu is not installed (apt-get install qemu-system-x86)"
+elif [[ ! -f $artifacts/vmlinux ]]; then
+	why="no guest kernel at $artifacts/vmlinux (run guest/kernel/build.sh)"
+elif [[ ! -f $artifacts/templates/base/rootfs.ext4 ]]; then
+	why="no $artifacts/templates/base/rootfs.ext4 (run templates/build.sh base)"
+elif [[ ! -x $SANDBOXD ]]; then
+	why="sandboxd is not built at $SANDBOXD"
+fi
+if [[ -n $why ]]; then
+	echo "SKIP e2e (qemu): $why"
+	echo "0 passed, 0 failed, 1 skipped"
+	exit 0
+fi
+
+passed=0 failed=0 skipped=0
+# Adds the counts of a part's closing `N passed, N failed[, N skipped]` line.
+count() {
+	local line
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -n1)
+	if [[ -z $line ]]; then
+		echo "e2e: $2 printed no summary: counted as one failure"
+		failed=$((failed + 1))
+		return
+	fi
+	local p f s
+	p=$(sed -E 's/^([0-9]+) passed.*/\1/' <<<"$line")
+	f=$(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")
+	s=$(sed -nE 's/.*, ([0-9]+) skipped.*/\1/p' <<<"$line")
+	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + ${s:-0}))
+}
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+if [[ ${E2E_ONLY_VM:-0} != 1 ]]; then
+	echo "== integration suite, DRIVER=qemu"
+	DRIVER=qemu tests/integration/run.sh 2>&1 | tee "$log"
+	count "$log" "the integration suite"
+fi
+
+echo "== VM-specific checks (tests/e2e/test_qemu.py)"
+python3 -u - ${E2E_TESTS:-} <<'PY' 2>&1 | tee "$log"
+import sys
+import unittest
+
+sys.path.insert(0, "tests/e2e")
+import test_qemu  # noqa: E402
+
+loader = unittest.defaultTestLoader
+if len(sys.argv) > 1:
+    suite = loader.loadTestsFromNames(sys.argv[1:], test_qemu)
+else:
+    suite = loader.loadTestsFromModule(test_qemu)
+result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+bad = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+skipped = len(result.skipped)
+for test, reason in result.skipped:
+    print(f"SKIP {test.id()}: {reason}")
+print(f"{result.testsRun - bad - skipped} passed, {bad} failed, {skipped} skipped")
+PY
+count "$log" "test_qemu.py"
+
+echo "$passed passed, $failed failed, $skipped skipped"
+((failed == 0))

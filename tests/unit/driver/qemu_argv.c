@@ -1,0 +1,266 @@
+/* Tests of src/driver/qemu_argv.c: QEMU's argv for snapshot boots and clones, the guest
+ * kernel's command line, quoting. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "driver/qemu.h"
+
+static const struct qemu_machine tcg_serial = {
+	.accel = QEMU_ACCEL_TCG,
+	.channel = QEMU_CHANNEL_SERIAL,
+	.vcpus = 1,
+	.mem_mib = 128,
+	.kernel = "/a/vmlinux",
+	.rootfs = "/t/base/rootfs.ext4",
+	.cmdline = "console=ttyS0 init=/sbin/sandbox-agent",
+};
+
+static size_t count(char **argv)
+{
+	size_t n = 0;
+	while (argv[n])
+		n++;
+	return n;
+}
+
+/* The value after the first `opt` whose value starts with `prefix` (NULL: any), or NULL. */
+static const char *value_of(char **argv, const char *opt, const char *prefix)
+{
+	for (size_t i = 0; argv[i] && argv[i + 1]; i++)
+		if (strcmp(argv[i], opt) == 0 &&
+		    (!prefix || strncmp(argv[i + 1], prefix, strlen(prefix)) == 0))
+			return argv[i + 1];
+	return NULL;
+}
+
+static bool has(char **argv, const char *word)
+{
+	for (size_t i = 0; argv[i]; i++)
+		if (strcmp(argv[i], word) == 0)
+			return true;
+	return false;
+}
+
+static void test_clone_of_a_snapshot(void **state)
+{
+	struct qemu_launch l = {
+		.m = &tcg_serial,
+		.qemu_bin = "/usr/bin/qemu-system-x86_64",
+		.name = "sb-0123abcd",
+		.mem_path = "/t/base/qemu/memory.ram",
+		.mem_share = false,
+		.incoming = true,
+		.ram_fd = -1,
+		.rootfs_fd = -1,
+	};
+	char **argv = qemu_argv(&l);
+	assert_string_equal(argv[0], "/usr/bin/qemu-system-x86_64");
+	assert_null(argv[count(argv)]);
+	assert_string_equal(value_of(argv, "-name", NULL), "sb-0123abcd");
+	assert_string_equal(value_of(argv, "-M", NULL),
+			    "microvm,x-option-roms=off,memory-backend=mem");
+	assert_string_equal(value_of(argv, "-accel", NULL), "tcg,thread=single,tb-size=64");
+	assert_null(value_of(argv, "-cpu", NULL));
+	assert_string_equal(value_of(argv, "-smp", NULL), "1");
+	assert_string_equal(value_of(argv, "-m", NULL), "128M");
+	/* Private copy-on-write mapping of the snapshot's RAM. */
+	assert_string_equal(value_of(argv, "-object", NULL),
+			    "memory-backend-file,id=mem,size=128M,"
+			    "mem-path=/t/base/qemu/memory.ram,share=off");
+	assert_string_equal(value_of(argv, "-incoming", NULL), "defer");
+	assert_true(has(argv, "-nodefaults"));
+	assert_true(has(argv, "-no-user-config"));
+	assert_true(has(argv, "-nographic"));
+	assert_true(has(argv, "-no-reboot"));
+	assert_string_equal(value_of(argv, "-kernel", NULL), "/a/vmlinux");
+	assert_string_equal(value_of(argv, "-append", NULL),
+			    "console=ttyS0 init=/sbin/sandbox-agent");
+	assert_string_equal(value_of(argv, "-drive", NULL),
+			    "id=root,file=/t/base/rootfs.ext4,format=raw,if=none,readonly=on");
+	assert_non_null(value_of(argv, "-device", "virtio-blk-device,drive=root"));
+	/* The agent's port, on a socket relative to QEMU's working directory. */
+	assert_non_null(value_of(argv, "-device", "virtio-serial-device"));
+	assert_string_equal(value_of(argv, "-chardev", "socket"),
+			    "socket,id=agent,path=agent.sock,server=on,wait=off");
+	assert_string_equal(value_of(argv, "-device", "virtserialport"),
+			    "virtserialport,chardev=agent,name=agent");
+	assert_null(value_of(argv, "-device", "vhost-vsock"));
+	assert_string_equal(value_of(argv, "-qmp", NULL), "unix:qmp.sock,server=on,wait=off");
+	assert_string_equal(value_of(argv, "-serial", NULL), "chardev:console");
+	qemu_argv_free(argv);
+}
+
+static void test_snapshot_boot_shares_its_ram_file(void **state)
+{
+	struct qemu_launch l = {
+		.m = &tcg_serial,
+		.qemu_bin = "qemu",
+		.name = "prep-1",
+		.mem_path = "/t/base/.qemu.tmp-x/memory.ram",
+		.mem_share = true,
+		.ram_fd = -1,
+		.rootfs_fd = -1,
+	};
+	char **argv = qemu_argv(&l);
+	const char *obj = value_of(argv, "-object", NULL);
+	assert_non_null(obj);
+	assert_non_null(strstr(obj, ",share=on"));
+	assert_null(value_of(argv, "-incoming", NULL));
+	qemu_argv_free(argv);
+}
+
+static void test_cold_boot_has_anonymous_ram(void **state)
+{
+	struct qemu_launch l = {
+		.m = &tcg_serial,
+		.qemu_bin = "qemu",
+		.name = "sb-1",
+		.ram_fd = -1,
+		.rootfs_fd = -1,
+	};
+	char **argv = qemu_argv(&l);
+	assert_string_equal(value_of(argv, "-M", NULL), "microvm,x-option-roms=off");
+	assert_null(value_of(argv, "-object", NULL));
+	assert_null(value_of(argv, "-incoming", NULL));
+	qemu_argv_free(argv);
+}
+
+static void test_kvm_vsock_and_vcpus(void **state)
+{
+	struct qemu_machine m = tcg_serial;
+	m.accel = QEMU_ACCEL_KVM;
+	m.channel = QEMU_CHANNEL_VSOCK;
+	m.vcpus = 2;
+	m.mem_mib = 512;
+	struct qemu_launch l = {
+		.m = &m,
+		.qemu_bin = "qemu",
+		.name = "sb-2",
+		.vsock_cid = 77,
+		.ram_fd = -1,
+		.rootfs_fd = -1,
+	};
+	char **argv = qemu_argv(&l);
+	assert_string_equal(value_of(argv, "-accel", NULL), "kvm");
+	assert_string_equal(value_of(argv, "-cpu", NULL), "host");
+	assert_string_equal(value_of(argv, "-smp", NULL), "2");
+	assert_string_equal(value_of(argv, "-m", NULL), "512M");
+	assert_string_equal(value_of(argv, "-device", "vhost-vsock"),
+			    "vhost-vsock-device,guest-cid=77");
+	assert_null(value_of(argv, "-device", "virtio-serial"));
+	assert_null(value_of(argv, "-chardev", "socket"));
+	qemu_argv_free(argv);
+
+	m.accel = QEMU_ACCEL_TCG;
+	argv = qemu_argv(&l);
+	/* More than one vCPU: multi-threaded TCG. */
+	assert_string_equal(value_of(argv, "-accel", NULL), "tcg,thread=multi,tb-size=64");
+	qemu_argv_free(argv);
+}
+
+static void test_commas_in_paths_are_doubled(void **state)
+{
+	struct qemu_machine m = tcg_serial;
+	m.rootfs = "/t/a,b/rootfs.ext4";
+	struct qemu_launch l = {
+		.m = &m,
+		.qemu_bin = "qemu",
+		.name = "sb-3",
+		.mem_path = "/t/a,b/qemu/memory.ram",
+		.ram_fd = -1,
+		.rootfs_fd = -1,
+	};
+	char **argv = qemu_argv(&l);
+	assert_string_equal(value_of(argv, "-drive", NULL),
+			    "id=root,file=/t/a,,b/rootfs.ext4,format=raw,if=none,readonly=on");
+	assert_non_null(
+		strstr(value_of(argv, "-object", NULL), "mem-path=/t/a,,b/qemu/memory.ram,"));
+	qemu_argv_free(argv);
+}
+
+static void test_inherited_descriptors_replace_paths(void **state)
+{
+	/* A clone gets the snapshot's RAM and the template's image as descriptors. */
+	struct qemu_launch l = {
+		.m = &tcg_serial,
+		.qemu_bin = "qemu",
+		.name = "sb-4",
+		.incoming = true,
+		.ram_fd = 10,
+		.rootfs_fd = 11,
+	};
+	char **argv = qemu_argv(&l);
+	assert_string_equal(value_of(argv, "-M", NULL),
+			    "microvm,x-option-roms=off,memory-backend=mem");
+	assert_string_equal(
+		value_of(argv, "-object", NULL),
+		"memory-backend-file,id=mem,size=128M,mem-path=/proc/self/fd/3,share=off");
+	assert_string_equal(value_of(argv, "-drive", NULL),
+			    "id=root,file=/proc/self/fd/4,format=raw,if=none,readonly=on");
+	for (size_t i = 0; argv[i]; i++)
+		assert_null(strstr(argv[i], "/t/base/"));
+	qemu_argv_free(argv);
+}
+
+static void test_kernel_cmdline(void **state)
+{
+	struct qemu_cmdline_opts o = {
+		.accel = QEMU_ACCEL_TCG,
+		.channel = QEMU_CHANNEL_SERIAL,
+		.tsc_khz = 2596128,
+		.workspace_mib = 512,
+	};
+	char *c = qemu_cmdline(&o);
+	assert_string_equal(c, "console=ttyS0 quiet panic=-1 reboot=k tsc_early_khz=2596128 "
+			       "tsc=reliable root=/dev/vda rootfstype=ext4 ro "
+			       "sysctl.vm.overcommit_memory=1 init=/sbin/sandbox-agent "
+			       "sandbox.channel=serial:agent "
+			       "sandbox.workspace_mib=512");
+	free(c);
+
+	/* KVM has a paravirtual clock: no TSC pinning. vsock: the agent's port. */
+	o.accel = QEMU_ACCEL_KVM;
+	o.channel = QEMU_CHANNEL_VSOCK;
+	c = qemu_cmdline(&o);
+	assert_null(strstr(c, "tsc"));
+	assert_non_null(strstr(c, " sandbox.channel=vsock:5000 "));
+	free(c);
+
+	/* An unknown TSC rate leaves the guest to calibrate. */
+	o.accel = QEMU_ACCEL_TCG;
+	o.tsc_khz = 0;
+	c = qemu_cmdline(&o);
+	assert_null(strstr(c, "tsc"));
+	free(c);
+}
+
+static void test_shell_quote(void **state)
+{
+	char *q = qemu_shell_quote("/a b/c'd$e");
+	assert_string_equal(q, "'/a b/c'\\''d$e'");
+	free(q);
+	q = qemu_shell_quote("");
+	assert_string_equal(q, "''");
+	free(q);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_clone_of_a_snapshot),
+		cmocka_unit_test(test_snapshot_boot_shares_its_ram_file),
+		cmocka_unit_test(test_cold_boot_has_anonymous_ram),
+		cmocka_unit_test(test_kvm_vsock_and_vcpus),
+		cmocka_unit_test(test_commas_in_paths_are_doubled),
+		cmocka_unit_test(test_inherited_descriptors_replace_paths),
+		cmocka_unit_test(test_kernel_cmdline),
+		cmocka_unit_test(test_shell_quote),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
