@@ -70,7 +70,9 @@ int dns_read_name(const uint8_t *msg, size_t len, size_t *off, char out[DNS_NAME
 			if (pos + 1 >= len)
 				return -EBADMSG;
 			size_t target = (size_t)(c & 0x3f) << 8 | msg[pos + 1];
-			if (target >= seg_start)
+			/* Nothing in the header is a name; a pointer there would also make a
+			 * name change when a reply rewrites the header. */
+			if (target >= seg_start || target < DNS_HEADER_LEN)
 				return -EBADMSG;
 			if (!after)
 				after = pos + 2;

@@ -3,9 +3,9 @@
  *
  * Everything here is pure (no I/O, no allocation) and bounded: a message is at most
  * DNS_MSG_MAX bytes, a name at most DNS_NAME_MAX characters, and compression pointers must
- * point strictly backwards, so a name is read in a bounded number of steps and a pointer loop
- * is impossible. Every function treats its input as hostile; those that fail return a
- * negative errno (-EBADMSG for a malformed message) and set nothing. */
+ * point strictly backwards (and past the header), so a name is read in a bounded number of
+ * steps and a pointer loop is impossible. Every function treats its input as hostile; those that
+ * fail return a negative errno (-EBADMSG for a malformed message) and set nothing. */
 #pragma once
 
 #include <stdbool.h>

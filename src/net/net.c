@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "metrics/metrics.h"
@@ -62,6 +63,8 @@ struct net_sandbox {
 	struct net_sandbox *next;
 };
 
+struct dying_link;
+
 static struct {
 	bool enabled;
 	struct event_base *base;
@@ -70,6 +73,7 @@ static struct {
 	struct net_policy server;
 	struct net_sandbox *list;
 	size_t count;
+	struct dying_link *dying; /* host links whose namespace is going away */
 	int root_ns_fd;
 	int lock_fd;
 	bool table_made;
@@ -365,10 +369,65 @@ static uint64_t kbit_bytes(unsigned kbit)
 	return (uint64_t)kbit * 1000 / 8;
 }
 
+/* A sandbox's host link on its way out. It goes with the sandbox's namespace, which the
+ * kernel dismantles in the background once our last reference is gone: deleting it ourselves
+ * would block for its RCU grace periods (10-30 ms here), one link at a time. Its addresses
+ * stay taken until it is gone. */
+struct dying_link {
+	char name[NET_NAME_MAX];
+	uint32_t block;
+	uint64_t since_ms;
+	struct dying_link *next;
+};
+
+/* After this long a link still there is deleted by hand: something kept its namespace alive. */
+#define DYING_LINK_PATIENCE_MS 10000
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Gives back the addresses of links that are gone; deletes, by hand, links that outstayed
+ * their namespace (all of them when `all`). */
+static void reap_dying(struct net_nl *nl, bool all)
+{
+	pthread_mutex_lock(&N.lock);
+	struct dying_link *list = TAKE_PTR(N.dying);
+	pthread_mutex_unlock(&N.lock);
+	uint64_t now = mono_ms();
+	struct err e;
+	while (list) {
+		struct dying_link *d = list;
+		list = d->next;
+		int r = net_nl_link_index(nl, d->name, &e);
+		if (r >= 0 && (all || now - d->since_ms > DYING_LINK_PATIENCE_MS)) {
+			log_warn("net", "interface %s outlived its namespace: deleting it",
+				 d->name);
+			r = net_nl_link_del(nl, d->name, &e);
+			if (r < 0 && r != -ENODEV)
+				log_warn("net", "%s", e.msg);
+			r = -ENODEV;
+		}
+		pthread_mutex_lock(&N.lock);
+		if (r == -ENODEV) {
+			net_pool_release(&N.pool, d->block);
+			free(d);
+		} else {
+			d->next = N.dying;
+			N.dying = d;
+		}
+		pthread_mutex_unlock(&N.lock);
+	}
+}
+
 /* Removes what exists of s's network; every step tolerates what is already gone. */
 static void teardown(struct net_sandbox *s)
 {
 	struct err e;
+	/* The policy first: from here on the sandbox's link leads nowhere. */
 	int r = net_nfnl_egress_del(s->name, &e);
 	if (r < 0 && r != -ENOENT && r != -ENOTCONN)
 		log_warn("net", "%s", e.msg);
@@ -377,23 +436,14 @@ static void teardown(struct net_sandbox *s)
 	if (s->tcp_fd >= 0)
 		close(s->tcp_fd);
 	s->udp_fd = s->tcp_fd = -1;
-
-	struct net_nl nl;
-	if (net_nl_open(&nl, &e) == 0) {
-		/* The veth's peer, and the route to a VM's link, go with it. */
-		r = s->made_link ? net_nl_link_del(&nl, s->name, &e) : 0;
-		if (r < 0 && r != -ENODEV)
-			log_warn("net", "%s", e.msg);
-		net_nl_close(&nl);
-	} else {
-		log_warn("net", "%s", e.msg);
-	}
 	if (s->made_ns_path) {
 		if (umount2(s->netns_path, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
 			log_warn("net", "unmounting %s: %s", s->netns_path, strerror(errno));
 		if (unlink(s->netns_path) < 0 && errno != ENOENT)
 			log_warn("net", "removing %s: %s", s->netns_path, strerror(errno));
 	}
+	/* Our last reference: the kernel now dismantles the namespace, and with it the veth
+	 * pair, the TAP and the route to it. */
 	if (s->ns_fd >= 0)
 		close(s->ns_fd);
 	s->ns_fd = -1;
@@ -405,12 +455,21 @@ static void teardown(struct net_sandbox *s)
 	}
 	chain_put(s->chain);
 	s->chain = NULL;
-	if (s->have_block) {
-		pthread_mutex_lock(&N.lock);
+	if (!s->have_block)
+		return;
+	s->have_block = false;
+	pthread_mutex_lock(&N.lock);
+	if (s->made_link) {
+		struct dying_link *d = xcalloc(1, sizeof(*d));
+		snprintf(d->name, sizeof(d->name), "%s", s->name);
+		d->block = s->block;
+		d->since_ms = mono_ms();
+		d->next = N.dying;
+		N.dying = d;
+	} else {
 		net_pool_release(&N.pool, s->block);
-		pthread_mutex_unlock(&N.lock);
-		s->have_block = false;
 	}
+	pthread_mutex_unlock(&N.lock);
 }
 
 static void sandbox_free(struct net_sandbox *s)
@@ -539,6 +598,11 @@ int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap
 	net_policy_copy(&s->policy, policy ? policy : &N.server);
 	int r;
 
+	struct net_nl nl;
+	if (net_nl_open(&nl, err) == 0) {
+		reap_dying(&nl, false);
+		net_nl_close(&nl);
+	}
 	pthread_mutex_lock(&N.lock);
 	bool dup = find_locked(id) != NULL;
 	for (struct net_sandbox *o = N.list; o && !dup; o = o->next)
@@ -855,10 +919,29 @@ static int setup(const struct config *cfg, struct err *err)
 	return 0;
 }
 
+/* Waits a little for links whose namespaces are going away, then deletes what is left. */
+static void drain_dying(void)
+{
+	struct net_nl nl;
+	struct err e;
+	if (net_nl_open(&nl, &e) < 0) {
+		log_warn("net", "%s", e.msg);
+		return;
+	}
+	for (int i = 0; i < 60 && N.dying; i++) {
+		reap_dying(&nl, false);
+		if (N.dying)
+			usleep(50 * 1000);
+	}
+	reap_dying(&nl, true);
+	net_nl_close(&nl);
+}
+
 /* Undoes what setup() did, whatever point it reached. */
 static void undo(void)
 {
 	struct err e;
+	drain_dying();
 	bool table_gone = false;
 	if (N.count == 0 && N.table_made) {
 		json_t *cmds = net_nft_table_delete_cmds();

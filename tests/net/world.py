@@ -1,25 +1,26 @@
 """The networking tests' world: a stand-in internet in a network namespace of the test's own,
 and the checks that keep every packet of the tests on this machine.
 
+run.sh starts the tests in a new network namespace and a private mount namespace (with its
+own /run): that namespace is the daemon's "host". It has no link to the real network at all,
+only loopback and the link to the stand-in internet, and its default route is `unreachable`.
+Our nftables table, the sandboxes' namespaces and veths, and the lock of sandbox networking
+exist only there, so the tests neither see nor disturb a daemon running on the real host.
+
 The internet namespace holds every address a sandbox is sent to:
   198.51.100.10   HTTP (web.test.example), also an upload sink on port 9000
   198.51.100.11   HTTP (other.test.example): an address the allow-list tests never resolve
   198.51.100.53   DNS, the daemon's VM_DNS_UPSTREAM
   10.99.0.10      HTTP on a private address
   169.254.169.254 HTTP on the metadata address
-It is reached through a veth the test creates (198.18.0.0/31, the benchmarking range). The
-host routes only 198.51.100.0/24 (documentation addresses nothing else uses) to it in its main
-table, for the daemon's DNS queries. Sandboxes of the test's pool are steered by a policy rule
-into a routing table of the test's own, which knows the three ranges above and holds an
-`unreachable` default: whatever a sandbox sends elsewhere cannot leave the machine.
+reached through a veth the test creates (198.18.0.0/31, the benchmarking range).
 
 Before any packet is sent, route_check() asks the kernel how the target is reached, from
-inside the sandbox's namespace and from the host for packets the sandbox forwards, and aborts
-the whole run unless the path ends in the test's namespace (or, for the host's own address on
-the test's link, on the host)."""
+inside the sandbox's namespace and from the test's host namespace for packets the sandbox
+forwards, and aborts the whole run unless the path ends in the internet namespace (or, for
+the host's own address on the test's link, on the test's host)."""
 
 import atexit
-import fcntl
 import json
 import os
 import secrets
@@ -32,8 +33,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 POOL = "10.211.0.0/16"
-RT_TABLE = "4211"
-RULE_PREF = "4211"
 LINK_HOST = "198.18.0.0"
 LINK_INET = "198.18.0.1"
 WEB = "198.51.100.10"
@@ -92,33 +91,21 @@ class World:
         for tool in ("ip", "nft"):
             if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
                 return f"`{tool}` is not installed"
-        lock = os.path.join(NET_STATE_DIR, "lock")
-        if os.path.exists(lock):
-            with open(lock) as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    fcntl.flock(f, fcntl.LOCK_UN)
-                except OSError:
-                    return "another sandboxd manages sandbox networking on this host"
         return None
 
-    def check_free(self):
-        """Refuses to touch a host whose routes or addresses overlap what the test adds."""
-        if run("ip", "route", "show", "table", RT_TABLE, check=False).strip():
-            raise Abort(f"routing table {RT_TABLE} is in use")
-        for r in ip_json("rule", "show"):
-            if str(r.get("priority")) == RULE_PREF:
-                raise Abort(f"an ip rule with priority {RULE_PREF} exists")
-        for prefix in ("198.51.100.0/24", "198.18.0.0/31", "10.99.0.0/24", f"{METADATA}/32",
-                       POOL):
-            if run("ip", "route", "show", "table", "all", "root", prefix).strip():
-                raise Abort(f"the host has a route within {prefix}")
-        for a in ip_json("addr", "show"):
-            for info in a.get("addr_info", []):
-                local = info.get("local", "")
-                if local.startswith("198.51.100.") or local.startswith("198.18.0.") or \
-                        local.startswith("10.211.") or local in TARGETS:
-                    raise Abort(f"the host has the address {local}")
+    def check_isolated(self):
+        """Refuses to run anywhere but in the fresh namespace run.sh made: loopback only, no
+        routes, nothing of sandbox networking."""
+        if os.environ.get("NET_TEST_ISOLATED") != "1":
+            raise Abort("not started by tests/net/run.sh in namespaces of its own")
+        links = [link["ifname"] for link in ip_json("link", "show")]
+        if links != ["lo"]:
+            raise Abort(f"the test's host namespace is not fresh: links {links}")
+        routes = run("ip", "-4", "route", "show", "table", "main")
+        if routes.strip():
+            raise Abort(f"the test's host namespace has routes: {routes}")
+        if os.path.exists(os.path.join(NET_STATE_DIR, "lock")):
+            raise Abort(f"{NET_STATE_DIR} is not empty: /run is not the test's own")
 
     def _do(self, undo, *args, ns=None):
         run(*args, ns=ns)
@@ -126,9 +113,11 @@ class World:
             self.made.append(undo)
 
     def setup(self):
-        self.check_free()
+        self.check_isolated()
         atexit.register(self.teardown)
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+        # Nothing this namespace sends may go anywhere but where the test says.
+        self._do(None, "ip", "route", "add", "unreachable", "default")
         self._do(["ip", "netns", "del", self.ns], "ip", "netns", "add", self.ns)
         self._do(["ip", "link", "del", self.link], "ip", "link", "add", self.link, "type", "veth",
                  "peer", "name", "eth0", "netns", self.ns)
@@ -139,23 +128,13 @@ class World:
         self._do(None, "ip", "link", "set", "lo", "up", ns=self.ns)
         for a in TARGETS:
             self._do(None, "ip", "addr", "add", f"{a}/32", "dev", "lo", ns=self.ns)
-        # The daemon's own DNS questions go to 198.51.100.53 from the host.
-        self._do(["ip", "route", "del", "198.51.100.0/24", "dev", self.link],
-                 "ip", "route", "add", "198.51.100.0/24", "via", LINK_INET, "dev", self.link)
-        # Sandboxes of the test pool: the three ranges, and nothing else at all.
         for prefix in ("198.51.100.0/24", "10.99.0.0/24", f"{METADATA}/32"):
-            self._do(None, "ip", "route", "add", prefix, "via", LINK_INET, "dev", self.link,
-                     "table", RT_TABLE)
-        self._do(None, "ip", "route", "add", "throw", POOL, "table", RT_TABLE)
-        self._do(["ip", "route", "flush", "table", RT_TABLE],
-                 "ip", "route", "add", "unreachable", "default", "table", RT_TABLE)
-        self._do(["ip", "rule", "del", "pref", RULE_PREF], "ip", "rule", "add", "from", POOL,
-                 "lookup", RT_TABLE, "pref", RULE_PREF)
+            self._do(None, "ip", "route", "add", prefix, "via", LINK_INET, "dev", self.link)
         self.start_servers()
         # The daemon's upstream is in the test's namespace.
         r = ip_json("route", "get", DNS)[0]
         if r.get("dev") != self.link:
-            raise Abort(f"the host's route to {DNS} leaves through {r.get('dev')}")
+            raise Abort(f"the route to {DNS} leaves through {r.get('dev')}")
 
     def start_servers(self):
         self.tmp = tempfile.mkdtemp(prefix="sandbox-net-test-")

@@ -207,6 +207,13 @@ static void test_name_pointer_loops(void **state)
 	put16(&m, 0xc000 | 0x3fff);
 	assert_int_equal(parse_q(&m, &q), DNS_RCODE_FORMERR);
 
+	/* A pointer into the header. */
+	header(&m, 1, 0x0100, 1, 0, 0, 0);
+	put16(&m, 0xc000 | 1);
+	put16(&m, DNS_TYPE_A);
+	put16(&m, DNS_CLASS_IN);
+	assert_int_equal(parse_q(&m, &q), DNS_RCODE_FORMERR);
+
 	/* Half a pointer. */
 	header(&m, 1, 0x0100, 1, 0, 0, 0);
 	put8(&m, 0xc0);

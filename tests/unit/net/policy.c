@@ -83,7 +83,7 @@ static void test_rule_errors(void **state)
 	assert_rule_fails("::1", "IPv6");
 	assert_rule_fails("[2001:db8::1]:443", "IPv6");
 	assert_rule_fails("10.0.0.0/33", "prefix");
-	assert_rule_fails("10.0.0.0/", "expected cidr");
+	assert_rule_fails("10.0.0.0/", "protocol");
 	assert_rule_fails("1.2.3.4:0", "port");
 	assert_rule_fails("1.2.3.4:70000", "port");
 	assert_rule_fails("1.2.3.4:", "port");
