@@ -554,6 +554,8 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		goto fail;
 	if (restore) {
 		if ((r = qemu_vm_restore(vm, snap.state_fd, RESTORE_TIMEOUT_MS, err)) < 0) {
+			if (vm->migration_failed)
+				qemu_snap_invalidate(&w, &snap);
 			err_wrap(err, "restoring template %s", spec->tmpl->name);
 			goto fail;
 		}

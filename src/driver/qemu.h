@@ -178,6 +178,11 @@ int qemu_snap_acquire(const struct qemu_host *h, const struct qemu_want *w, stru
 		      struct err *err);
 void qemu_snap_release(struct qemu_snap *s);
 
+/* Marks the template's snapshot stale after QEMU refused to load it, so that the next
+ * prepare() rebuilds it instead of every clone failing the same way. Only if it is still the
+ * snapshot s was opened from. */
+void qemu_snap_invalidate(const struct qemu_want *w, const struct qemu_snap *s);
+
 /* --- one QEMU process (qemu_vm.c) --------------------------------------------------------- */
 
 struct qemu_console;
@@ -196,6 +201,7 @@ struct qemu_vm {
 	int agent_fd;
 	enum qemu_channel channel;
 	unsigned vsock_cid;
+	bool migration_failed; /* QEMU reported the migration failed (not a timeout) */
 };
 
 /* Creates the run directory <run_dir>/qemu/<name> (0700; an existing one is refused). */

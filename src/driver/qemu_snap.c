@@ -534,3 +534,17 @@ void qemu_snap_release(struct qemu_snap *s)
 	memset(s, 0, sizeof(*s));
 	s->ram_fd = s->state_fd = s->rootfs_fd = -1;
 }
+
+void qemu_snap_invalidate(const struct qemu_want *w, const struct qemu_snap *s)
+{
+	_cleanup_close_ int dirfd = open_snap_dir(w->tdir);
+	if (dirfd < 0)
+		return;
+	json_t *now = meta_load(w->tdir, dirfd, NULL);
+	bool same = now && s->meta && json_equal(now, s->meta);
+	json_decref(now);
+	if (!same)
+		return; /* rebuilt meanwhile */
+	if (renameat(dirfd, QEMU_SNAP_META, dirfd, QEMU_SNAP_META ".rejected") == 0)
+		log_warn("qemu", "the snapshot of %s did not restore: it will be rebuilt", w->tdir);
+}

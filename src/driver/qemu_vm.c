@@ -450,8 +450,9 @@ static void exit_text(const struct qemu_vm *vm, char *buf, size_t n)
 	else if (WIFEXITED(vm->status))
 		snprintf(buf, n, "QEMU exited with status %d", WEXITSTATUS(vm->status));
 	else if (WIFSIGNALED(vm->status))
-		snprintf(buf, n, "QEMU was killed by signal %d (%s)", WTERMSIG(vm->status),
-			 strsignal(WTERMSIG(vm->status)));
+		snprintf(buf, n, "QEMU was killed by signal %d (SIG%s)", WTERMSIG(vm->status),
+			 sigabbrev_np(WTERMSIG(vm->status)) ? sigabbrev_np(WTERMSIG(vm->status))
+							    : "?");
 	else
 		snprintf(buf, n, "QEMU ended");
 }
@@ -740,6 +741,7 @@ static int migration_wait(struct qemu_vm *vm, const char *what, int64_t deadline
 		}
 		if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
 			const char *desc = json_string_value(json_object_get(info, "error-desc"));
+			vm->migration_failed = true;
 			err_set(err, EIO, "%s failed: %s", what, desc ? desc : status);
 			json_decref(info);
 			return qemu_vm_explain(vm, err);
@@ -779,8 +781,13 @@ int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err
 	json_decref(args);
 	if (r < 0)
 		return r;
-	if ((r = migration_wait(vm, "restoring the snapshot", deadline, err)) < 0)
+	if ((r = migration_wait(vm, "restoring the snapshot", deadline, err)) < 0) {
+		/* QEMU 7.2 exits when an incoming stream does not load, saying so. */
+		_cleanup_free_ char *tail = console_tail(vm->con, CONSOLE_RING);
+		if (strstr(tail, "load of migration failed"))
+			vm->migration_failed = true;
 		return r;
+	}
 	return qmp_step(vm, "cont", NULL, deadline, NULL, err);
 }
 

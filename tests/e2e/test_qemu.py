@@ -265,6 +265,24 @@ class SnapshotLifecycleTest(QemuCase):
         # Swapped in whole: no temporary directory is left.
         self.assertEqual([n for n in os.listdir(self.tdir) if n.startswith(".qemu.tmp")], [])
 
+    def test_a_snapshot_that_does_not_restore_is_rebuilt(self):
+        d = self.daemon(self.env)
+        status, _, body = execute(d, "first", "echo one")
+        self.assertEqual(status, 200, body)
+        # Damage the device state (as a truncated copy would): QEMU refuses the stream.
+        with open(os.path.join(self.tdir, "qemu", "state.mig"), "r+b") as f:
+            f.truncate(100)
+        status, _, body = execute(d, "second", "echo two")
+        self.assertGreaterEqual(status, 500, body)
+        self.assertIn("restoring template base", body["error"])
+        # Not every clone after it: the snapshot is rebuilt on the next creation.
+        status, _, body = execute(d, "third", "echo three")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(stdout_of(body), "three\n")
+        builds = self.builds(d)
+        self.assertEqual(len(builds), 2, builds)
+        self.assertIn("there is none", builds[1])
+
     def test_a_guest_that_cannot_boot_says_why(self):
         if not shutil.which("mkfs.ext4"):
             self.skipTest("mkfs.ext4 is not installed (apt-get install e2fsprogs)")
