@@ -11,12 +11,10 @@
  * (/mcp/messages?sessionId=... or /messages?sessionId=...); POSTs are accepted with 202 and
  * answered on the stream.
  *
- * No stream is resumable (no event ids), so an answer whose client went away is lost. A POST
- * answering with an SSE stream notices its client leaving and cancels its calls, which
- * bounds what a vanished client costs; one that has not started its reply is not watched
- * (libevent stops reading a connection while its request is served), so its call runs to its
- * end or its timeout, as the specification prefers for disconnections anyway. Origins other than
- * the local machine's are refused unless SANDBOX_MCP_ALLOWED_ORIGINS lists them (DNS rebinding). */
+ * No stream is resumable (no event ids), so an answer whose client went away is lost: when
+ * the HTTP layer sees a POST's client leave, before or during its reply, the POST's calls are
+ * cancelled, which also bounds what a vanished client costs. Origins other than the local
+ * machine's are refused unless SANDBOX_MCP_ALLOWED_ORIGINS lists them (DNS rebinding). */
 #include <ctype.h>
 #include <errno.h>
 #include <event2/event.h>

@@ -198,46 +198,49 @@ describe("Streamable HTTP", () => {
     assert.equal(jsonOnly.json.id, 3);
   });
 
-  it("a streaming POST whose client goes away has its command cancelled", async () => {
-    const s = await rawSession();
-    const session = `gone-${process.pid}`;
-    const controller = new AbortController();
-    const req = fetch(`${BASE}/mcp`, {
-      method: "POST",
-      headers: {
-        "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream",
-        Authorization: `Bearer ${KEY_A}`,
-        ...s.headers,
-      },
-      body: JSON.stringify({
-        jsonrpc: "2.0",
-        id: 1,
-        method: "tools/call",
-        params: {
-          name: "execute",
-          arguments: { sessionId: session, command: "echo go; sleep 2; echo late > marker" },
-          _meta: { progressToken: 1 },
+  for (const streaming of [true, false]) {
+    it(`a POST whose client goes away has its command cancelled (${streaming ? "SSE" : "JSON"})`, async () => {
+      const s = await rawSession();
+      const session = `gone-${process.pid}-${streaming}`;
+      const controller = new AbortController();
+      const req = fetch(`${BASE}/mcp`, {
+        method: "POST",
+        headers: {
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+          Authorization: `Bearer ${KEY_A}`,
+          ...s.headers,
         },
-      }),
-      signal: controller.signal,
-    }).catch(() => null);
-    await sleep(700);
-    controller.abort();
-    await req;
-    await sleep(2500);
-    const r = await post(
-      "/mcp",
-      {
-        jsonrpc: "2.0",
-        id: 2,
-        method: "tools/call",
-        params: { name: "read_file", arguments: { sessionId: session, path: "marker" } },
-      },
-      s.headers,
-    );
-    assert.equal(r.json.result.isError, true, "the command went on without its client");
-  });
+        body: JSON.stringify({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "tools/call",
+          params: {
+            name: "execute",
+            arguments: { sessionId: session, command: "echo go; sleep 2; echo late > marker" },
+            ...(streaming ? { _meta: { progressToken: 1 } } : {}),
+          },
+        }),
+        signal: controller.signal,
+      }).catch(() => null);
+      await sleep(700);
+      controller.abort();
+      await req;
+      await sleep(2500);
+      const r = await post(
+        "/mcp",
+        {
+          jsonrpc: "2.0",
+          id: 2,
+          method: "tools/call",
+          params: { name: "read_file", arguments: { sessionId: session, path: "marker" } },
+        },
+        s.headers,
+      );
+      assert.equal(r.json.result.isError, true, "the command went on without its client");
+      assert.match(r.json.result.content[0].text, /marker/);
+    });
+  }
 
   it("GET with a session: no server stream (405); DELETE ends the session", async () => {
     const s = await rawSession();
