@@ -124,6 +124,8 @@ static void ctx_free(struct http_ctx *ctx)
 		evhttp_clear_headers(ctx->query);
 		free(ctx->query);
 	}
+	if (ctx->orphan)
+		evhttp_request_free(ctx->orphan);
 	free(ctx);
 }
 
@@ -157,6 +159,11 @@ static void on_conn_close(struct evhttp_connection *evcon, void *arg)
 	struct http_ctx *ctx = arg;
 	watch_stop(ctx);
 	evhttp_connection_set_closecb(evcon, NULL, NULL);
+	/* When a client leaves while its reply is under way, libevent detaches the request from
+	 * the connection and leaves freeing it to us; a request still attached is freed with
+	 * its connection. */
+	if (ctx->req && !evhttp_request_get_connection(ctx->req))
+		ctx->orphan = ctx->req;
 	ctx->req = NULL;
 	ctx->gone = true;
 	if (ctx->on_gone && !ctx->replied) {

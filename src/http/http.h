@@ -44,6 +44,8 @@ typedef void (*http_done_fn)(const char *method, const char *route, int status, 
 
 struct http_ctx {
 	struct evhttp_request *req; /* NULL once the client is gone */
+	/* A request libevent handed back when its client left mid-reply: freed with the ctx. */
+	struct evhttp_request *orphan;
 	struct http_server *srv;
 	char id[17]; /* request id, also sent as X-Request-Id */
 	const struct http_route *route;
