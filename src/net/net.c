@@ -884,17 +884,25 @@ static int check_pool(struct err *err)
 	return 0;
 }
 
-static int setup(const struct config *cfg, struct err *err)
+/* Reads the settings; a mistake in them is the operator's to fix, whatever the mode. */
+static int configure(const struct config *cfg, struct err *err)
+{
+	int r;
+	const char *pool = getenv("SANDBOX_NET_POOL");
+	if ((r = net_pool_init(&N.pool, pool && *pool ? pool : DEFAULT_POOL, err)) < 0 ||
+	    (r = net_policy_from_config(cfg, &N.server, err)) < 0 ||
+	    (r = net_resolver_set_upstreams(cfg->dns_upstream, err)) < 0)
+		return r;
+	return 0;
+}
+
+/* What the host must allow: in auto mode, failing here turns networking off. */
+static int setup(struct err *err)
 {
 	int r;
 	if (geteuid() != 0)
 		return err_set(err, EPERM, "sandbox networking needs root");
-	const char *pool = getenv("SANDBOX_NET_POOL");
-	if ((r = net_pool_init(&N.pool, pool && *pool ? pool : DEFAULT_POOL, err)) < 0)
-		return r;
-	if ((r = net_policy_from_config(cfg, &N.server, err)) < 0 ||
-	    (r = net_resolver_set_upstreams(cfg->dns_upstream, err)) < 0 ||
-	    (r = net_nft_find(err)) < 0 || (r = take_lock(err)) < 0)
+	if ((r = net_nft_find(err)) < 0 || (r = take_lock(err)) < 0)
 		return r;
 	N.root_ns_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 	if (N.root_ns_fd < 0)
@@ -1003,8 +1011,13 @@ int net_init(struct event_base *base, const struct config *cfg, struct err *err)
 				"no network");
 		return 0;
 	}
+	int r = configure(cfg, err);
+	if (r < 0) {
+		undo();
+		return r;
+	}
 	struct err e = { 0 };
-	int r = setup(cfg, &e);
+	r = setup(&e);
 	if (r < 0) {
 		undo();
 		if (mode == NET_MODE_ON)
