@@ -230,6 +230,25 @@ static void body(void)
 	CHECK(strstr(out, "203.0.113.66") == NULL);
 	free(out);
 
+	/* Over TCP: the same, with a length in front. */
+	int tc = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(connect(tc, (struct sockaddr *)&rs, sizeof(rs)) == 0);
+	n = query(q + 2, 0x2323, "www.example", 0);
+	q[0] = (uint8_t)(n >> 8);
+	q[1] = (uint8_t)n;
+	CHECK(send(tc, q, n + 2, 0) == (ssize_t)(n + 2));
+	struct event *tev = event_new(base, tc, EV_READ, on_reply, &rep);
+	struct timeval ttv = { .tv_sec = 5 };
+	rep.n = -1;
+	event_add(tev, &ttv);
+	event_base_dispatch(base);
+	event_free(tev);
+	CHECK(rep.n > 2 + DNS_HEADER_LEN);
+	CHECK((size_t)rep.n == 2 + ((size_t)rep.b[0] << 8 | rep.b[1]));
+	CHECK(rep.b[2] == 0x23 && rep.b[3] == 0x23);
+	CHECK((rep.b[5] & 0x0f) == DNS_RCODE_NOERROR);
+	close(tc);
+
 	/* Other opcodes: NOTIMP. Garbage: no answer at all. */
 	n = query(q, 0x4444, "www.example", 2);
 	CHECK(ask_udp(q, n, &rep, 2000) > 0);
