@@ -60,7 +60,8 @@ int main(int argc, char **argv)
 {
 	/* Global options before the command become the environment the commands read. */
 	while (argc > 2 && (strcmp(argv[1], "--url") == 0 || strcmp(argv[1], "--api-key") == 0)) {
-		setenv(strcmp(argv[1], "--url") == 0 ? "SANDBOX_URL" : "SANDBOX_API_KEY", argv[2], 1);
+		setenv(strcmp(argv[1], "--url") == 0 ? "SANDBOX_URL" : "SANDBOX_API_KEY", argv[2],
+		       1);
 		argv[2] = argv[0];
 		argv += 2;
 		argc -= 2;
