@@ -219,7 +219,8 @@ class DefaultPolicy(NetTest):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             # b listens (until someone connects, or 15 s)...
             listener = pool.submit(b.exec, "timeout 15 nc -l -p 8080 -e echo hi-from-b")
-            time.sleep(0.5)
+            harness_wait(lambda: ":8080 " in W.run("ss", "-ltnH", ns=b.netns), 10,
+                         "the listener in the second sandbox")
             # ...a may not connect to it, though they are on the same host...
             code, text, _ = a.exec(f"timeout 3 nc {b.address} 8080 </dev/null 2>&1")
             self.assertNotIn("hi-from-b", text)
