@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -424,7 +423,8 @@ static uint64_t mib_up(uint64_t bytes)
 }
 
 static int want_for(const struct template *t, unsigned vcpus, unsigned mem_mib,
-		    uint64_t workspace_bytes, struct qemu_want *w, struct err *err)
+		    uint64_t workspace_bytes, unsigned pids_max, struct qemu_want *w,
+		    struct err *err)
 {
 	if (!t->rootfs_img)
 		return err_set(err, ENOENT,
@@ -437,6 +437,7 @@ static int want_for(const struct template *t, unsigned vcpus, unsigned mem_mib,
 		.vcpus = vcpus ? vcpus : 1,
 		.mem_mib = mem_mib ? mem_mib : 128,
 		.workspace_mib = mib_up(workspace_bytes),
+		.pids_max = pids_max,
 	};
 	return 0;
 }
@@ -449,7 +450,8 @@ static int qemu_prepare(const struct config *cfg, struct template *t, struct err
 	/* The same resources the session layer gives the template's sandboxes. */
 	struct qemu_want w;
 	int r = want_for(t, t->vcpus ? t->vcpus : cfg->vcpus,
-			 t->mem_mib ? t->mem_mib : cfg->mem_mib, cfg->disk_limit, &w, err);
+			 t->mem_mib ? t->mem_mib : cfg->mem_mib, cfg->disk_limit, cfg->pids_max, &w,
+			 err);
 	if (r < 0)
 		return r;
 	return qemu_snap_prepare(h, &w, err);
@@ -466,15 +468,6 @@ static void read_boot_id(char buf[64])
 	buf[strcspn(buf, "\n")] = '\0';
 }
 
-static unsigned random_cid(void)
-{
-	uint32_t v = 0;
-	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
-		abort();
-	/* 0-2 are reserved; the top bit keeps clear of VMADDR_CID_ANY (-1U). */
-	return 3 + (v & 0x7ffffff0u);
-}
-
 static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec,
 		       struct sandbox **ret, struct err *err)
 {
@@ -486,7 +479,8 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 			       spec->id ? spec->id : "");
 	const struct sandbox_limits *lim = &spec->limits;
 	struct qemu_want w;
-	int r = want_for(spec->tmpl, lim->vcpus, lim->mem_mib, lim->workspace_bytes, &w, err);
+	int r = want_for(spec->tmpl, lim->vcpus, lim->mem_mib, lim->workspace_bytes, lim->pids_max,
+			 &w, err);
 	if (r < 0)
 		return r;
 
@@ -516,11 +510,14 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	/* Guest RAM plus QEMU's own needs: a limit below that kills the VM, not a process in
 	 * it (the guest has its own OOM killer for that). */
 	uint64_t need = ((uint64_t)m->mem_mib + QEMU_OVERHEAD_MIB) << 20;
+	/* Likewise the pids limit counts QEMU's threads (its I/O pool grows to 64 under load,
+	 * and QEMU aborts when it cannot start one), not the guest's processes. */
+	uint32_t pids = QEMU_MIN_PIDS + m->vcpus;
 	struct cgroup_limits cl = {
 		.memory_bytes = lim->memory_bytes > need ? lim->memory_bytes : need,
 		.cpu_quota_us = lim->cpu_quota_us,
 		.cpu_period_us = lim->cpu_period_us,
-		.pids_max = lim->pids_max,
+		.pids_max = lim->pids_max > pids ? lim->pids_max : pids,
 	};
 	struct cgroup *cg = NULL;
 	struct qemu_vm *vm = NULL;
@@ -539,7 +536,7 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		.incoming = restore,
 		.ram_fd = restore ? snap.ram_fd : -1,
 		.rootfs_fd = restore ? snap.rootfs_fd : rootfs_fd,
-		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? random_cid() : 0,
+		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 		.netns_path = spec->netns_path,
 	};
 	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)

@@ -24,7 +24,7 @@
 
 /* Bumped whenever the machine QEMU is asked for changes shape: a snapshot made by another
  * layout is rebuilt, never restored. */
-#define QEMU_SNAPSHOT_FORMAT 2
+#define QEMU_SNAPSHOT_FORMAT 3
 /* The vsock port the agent listens on when the channel is vsock. */
 #define QEMU_AGENT_VSOCK_PORT 5000
 /* The virtio-serial port name the agent opens when the channel is serial. */
@@ -35,6 +35,12 @@
 /* Host memory a QEMU process needs beyond guest RAM (its own heap, TCG's cache, device
  * buffers): added to the guest RAM for the cgroup's memory limit. */
 #define QEMU_OVERHEAD_MIB (QEMU_TCG_TB_MIB + 160)
+/* Threads a QEMU process may need besides one per vCPU: main loop, RCU, its I/O pool (up to
+ * 64), a migration's. The cgroup's pids limit never goes below this plus the vCPUs. */
+#define QEMU_MIN_PIDS 96
+/* The guest kernel's own threads (about 30 at rest; kworkers come and go), on top of the
+ * sandbox's pids limit in the guest's threads-max. */
+#define QEMU_GUEST_KTHREADS 64
 
 enum qemu_accel { QEMU_ACCEL_TCG, QEMU_ACCEL_KVM };
 enum qemu_channel { QEMU_CHANNEL_SERIAL, QEMU_CHANNEL_VSOCK };
@@ -88,6 +94,7 @@ struct qemu_cmdline_opts {
 	enum qemu_channel channel;
 	unsigned tsc_khz;       /* TCG: the guest's TSC rate (the host's), 0: unknown */
 	uint64_t workspace_mib; /* size of the guest's /workspace */
+	unsigned tasks_max;     /* the guest's threads-max (0: the kernel's default) */
 };
 
 /* The guest kernel's command line (owned). Under TCG it pins the TSC rate: calibrating it
@@ -115,6 +122,7 @@ struct qemu_snap_key {
 	const char *qemu_version; /* first line of `qemu --version` */
 	unsigned tsc_khz;
 	uint64_t workspace_mib;
+	unsigned tasks_max;
 	const char *host_cpu; /* KVM: the host CPU model the guest sees; "" under TCG */
 };
 
@@ -149,6 +157,7 @@ struct qemu_want {
 	unsigned vcpus;
 	unsigned mem_mib;
 	uint64_t workspace_mib;
+	unsigned pids_max; /* the sandbox's pids limit, 0: none */
 };
 
 /* The key for w on host h (owned strings: free with qemu_key_free). `meta` (may be NULL) is
@@ -212,6 +221,9 @@ int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *e
  * On failure the process is gone and err says why (with QEMU's own last words). */
 int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *cg, int timeout_ms,
 		  struct qemu_vm **ret, struct err *err);
+
+/* A guest CID for vhost-vsock (random: a clash makes QEMU fail to start, and is rare). */
+unsigned qemu_random_cid(void);
 
 /* Connects to the agent's channel (vm->agent_fd). Serial: to QEMU's socket, and waits until
  * QEMU has taken the connection, so that a restored guest never sees its host go away. */

@@ -143,15 +143,20 @@ char *qemu_cmdline(const struct qemu_cmdline_opts *o)
 	char tsc[64] = "";
 	if (o->accel == QEMU_ACCEL_TCG && o->tsc_khz)
 		snprintf(tsc, sizeof(tsc), " tsc_early_khz=%u tsc=reliable", o->tsc_khz);
+	/* The sandbox's pids limit, guest-wide: its processes are not the host's, and a fork
+	 * bomb would otherwise take the guest down. */
+	char tasks[48] = "";
+	if (o->tasks_max)
+		snprintf(tasks, sizeof(tasks), " sysctl.kernel.threads-max=%u", o->tasks_max);
 	/* quiet: every console byte is an emulated UART write, and the console is for
 	 * failures; panics and OOM kills still print. panic=-1 reboots at once, which ends
 	 * QEMU. Overcommit as the host does for the other drivers: a process that takes more
 	 * memory than the guest has is killed by the OOM killer (which the driver counts),
 	 * rather than one large allocation failing while smaller ones succeed. */
 	return xasprintf("console=ttyS0 quiet panic=-1 reboot=k%s root=/dev/vda rootfstype=ext4 ro "
-			 "sysctl.vm.overcommit_memory=1 init=/sbin/sandbox-agent "
+			 "sysctl.vm.overcommit_memory=1%s init=/sbin/sandbox-agent "
 			 "sandbox.channel=%s sandbox.workspace_mib=%" PRIu64,
-			 tsc, channel, o->workspace_mib);
+			 tsc, tasks, channel, o->workspace_mib);
 }
 
 char *qemu_shell_quote(const char *s)

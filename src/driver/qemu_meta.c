@@ -11,7 +11,7 @@ json_t *qemu_meta_build(const struct qemu_snap_key *k)
 {
 	const struct qemu_machine *m = &k->m;
 	return json_pack("{s:i, s:{s:s, s:s, s:I, s:I}, s:{s:s, s:I, s:I}, s:s, s:s, s:s, s:i, "
-			 "s:i, s:s, s:i, s:I, s:s}",
+			 "s:i, s:s, s:i, s:I, s:i, s:s}",
 			 "format", QEMU_SNAPSHOT_FORMAT, "kernel", "path", m->kernel, "sha256",
 			 k->kernel_sha256, "size", (json_int_t)k->kernel_size, "mtimeNs",
 			 (json_int_t)k->kernel_mtime_ns, "rootfs", "path", m->rootfs, "size",
@@ -20,7 +20,7 @@ json_t *qemu_meta_build(const struct qemu_snap_key *k)
 			 qemu_accel_name(m->accel), "channel", qemu_channel_name(m->channel),
 			 "vcpus", (int)m->vcpus, "memMib", (int)m->mem_mib, "cmdline", m->cmdline,
 			 "tscKhz", (int)k->tsc_khz, "workspaceMib", (json_int_t)k->workspace_mib,
-			 "hostCpu", k->host_cpu ? k->host_cpu : "");
+			 "tasksMax", (int)k->tasks_max, "hostCpu", k->host_cpu ? k->host_cpu : "");
 }
 
 unsigned qemu_meta_tsc_khz(const json_t *meta)
@@ -51,7 +51,7 @@ static bool int_at(const json_t *o, const char *a, const char *b, json_int_t *re
 int qemu_meta_match(const json_t *meta, const struct qemu_snap_key *want, struct err *why)
 {
 	const struct qemu_machine *m = &want->m;
-	json_int_t format, ksize, kmtime, rsize, rmtime, vcpus, mem, tsc, ws;
+	json_int_t format, ksize, kmtime, rsize, rmtime, vcpus, mem, tsc, ws, tasks;
 	const char *kpath = str_at(meta, "kernel", "path"),
 		   *ksha = str_at(meta, "kernel", "sha256");
 	const char *rpath = str_at(meta, "rootfs", "path"), *qemu = str_at(meta, "qemu", NULL);
@@ -63,8 +63,8 @@ int qemu_meta_match(const json_t *meta, const struct qemu_snap_key *want, struct
 	    !int_at(meta, "rootfs", "size", &rsize) ||
 	    !int_at(meta, "rootfs", "mtimeNs", &rmtime) || !int_at(meta, "vcpus", NULL, &vcpus) ||
 	    !int_at(meta, "memMib", NULL, &mem) || !int_at(meta, "tscKhz", NULL, &tsc) ||
-	    !int_at(meta, "workspaceMib", NULL, &ws) || !kpath || !ksha || !rpath || !qemu ||
-	    !accel || !chan || !cmdline || !cpu)
+	    !int_at(meta, "workspaceMib", NULL, &ws) || !int_at(meta, "tasksMax", NULL, &tasks) ||
+	    !kpath || !ksha || !rpath || !qemu || !accel || !chan || !cmdline || !cpu)
 		return err_set(why, EINVAL, "its meta.json is incomplete");
 
 	if (format != QEMU_SNAPSHOT_FORMAT)
@@ -95,6 +95,9 @@ int qemu_meta_match(const json_t *meta, const struct qemu_snap_key *want, struct
 	if (ws != (json_int_t)want->workspace_mib)
 		return err_set(why, ESTALE, "its workspace is %lld MiB, sandboxes get %" PRIu64,
 			       (long long)ws, want->workspace_mib);
+	if (tasks != (json_int_t)want->tasks_max)
+		return err_set(why, ESTALE, "its guest allows %lld tasks, sandboxes get %u",
+			       (long long)tasks, want->tasks_max);
 	if (tsc != (json_int_t)want->tsc_khz)
 		return err_set(why, ESTALE, "the host's TSC rate changed");
 	/* Anything else on the command line (a new option of this server, say). */

@@ -141,6 +141,7 @@ int qemu_key_build(const struct qemu_host *h, const struct qemu_want *w, const j
 	k->qemu_version = h->qemu_version;
 	k->host_cpu = h->accel == QEMU_ACCEL_KVM ? h->host_cpu : "";
 	k->workspace_mib = w->workspace_mib;
+	k->tasks_max = w->pids_max ? w->pids_max + QEMU_GUEST_KTHREADS : 0;
 	k->tsc_khz = h->accel == QEMU_ACCEL_TCG ? h->tsc_khz : 0;
 	/* A rate measured again within 0.1% of the snapshot's is the same clock. */
 	unsigned had = qemu_meta_tsc_khz(meta);
@@ -159,6 +160,7 @@ int qemu_key_build(const struct qemu_host *h, const struct qemu_want *w, const j
 		.channel = h->channel,
 		.tsc_khz = k->tsc_khz,
 		.workspace_mib = w->workspace_mib,
+		.tasks_max = k->tasks_max,
 	};
 	k->m.cmdline = qemu_cmdline(&o);
 	return 0;
@@ -357,7 +359,7 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 	 * own work and delays every first session. */
 	struct cgroup_limits lim = {
 		.memory_bytes = ((uint64_t)k->m.mem_mib + QEMU_OVERHEAD_MIB) << 20,
-		.pids_max = 64,
+		.pids_max = QEMU_MIN_PIDS + k->m.vcpus,
 	};
 	if ((r = cgroup_create(&h->cg, name, &lim, &cg, err)) < 0)
 		return err_wrap(err, "qemu");
@@ -371,6 +373,7 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 		.mem_share = true,
 		.ram_fd = -1,
 		.rootfs_fd = rootfs,
+		.vsock_cid = k->m.channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 	};
 	int64_t t0 = mono_ms();
 	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -698,6 +699,15 @@ static int connect_vsock(struct qemu_vm *vm, int64_t deadline, struct err *err)
 		}
 		sleep_ms(POLL_STEP_MS * 4);
 	}
+}
+
+unsigned qemu_random_cid(void)
+{
+	uint32_t v = 0;
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		abort();
+	/* 0-2 are reserved; the top bit keeps clear of VMADDR_CID_ANY (-1U). */
+	return 3 + (v & 0x7ffffff0u);
 }
 
 int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err)

@@ -224,6 +224,13 @@ static void test_kernel_cmdline(void **state)
 			       "sandbox.workspace_mib=512");
 	free(c);
 
+	/* The sandbox's pids limit, guest-wide. */
+	o.tasks_max = 320;
+	c = qemu_cmdline(&o);
+	assert_non_null(strstr(c, " sysctl.vm.overcommit_memory=1 sysctl.kernel.threads-max=320 "));
+	free(c);
+	o.tasks_max = 0;
+
 	/* KVM has a paravirtual clock: no TSC pinning. vsock: the agent's port. */
 	o.accel = QEMU_ACCEL_KVM;
 	o.channel = QEMU_CHANNEL_VSOCK;

@@ -30,6 +30,7 @@ static struct qemu_snap_key key(void)
 		.qemu_version = "QEMU emulator version 7.2.22",
 		.tsc_khz = 2596128,
 		.workspace_mib = 512,
+		.tasks_max = 320,
 		.host_cpu = "",
 	};
 	memset(k.kernel_sha256, 'a', 64);
@@ -110,6 +111,10 @@ static void test_every_input_counts(void **state)
 	w = key();
 	w.workspace_mib = 1024;
 	expect_stale(&w, "workspace is 512 MiB");
+
+	w = key();
+	w.tasks_max = 96;
+	expect_stale(&w, "its guest allows 320 tasks, sandboxes get 96");
 
 	w = key();
 	w.tsc_khz = 2000000;

@@ -66,6 +66,7 @@ static int setup(void **state)
 		.vcpus = 1,
 		.mem_mib = 1,
 		.workspace_mib = 64,
+		.pids_max = 100,
 	};
 	/* Cgroups as a plain directory tree: a build's VM gets one there. */
 	_cleanup_free_ char *cg = xasprintf("%s/cgroup", f->dir);
@@ -121,6 +122,7 @@ static void test_key_of_a_template(void **state)
 	assert_int_equal(k.m.mem_mib, 1);
 	assert_non_null(strstr(k.m.cmdline, "tsc_early_khz=2000000 "));
 	assert_non_null(strstr(k.m.cmdline, "sandbox.workspace_mib=64"));
+	assert_non_null(strstr(k.m.cmdline, "sysctl.kernel.threads-max=164 "));
 	assert_int_equal(k.tsc_khz, 2000000);
 	qemu_key_free(&k);
 
