@@ -18,6 +18,10 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+if sys.argv[1:] == ["--version"]:
+    print("Firecracker v1.16.1")
+    sys.exit(0)
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from spec import Spec  # noqa: E402
 
