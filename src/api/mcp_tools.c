@@ -640,9 +640,11 @@ static void t_create_session(struct mcp_call *c, json_t *args, const char *versi
 	struct ops_target t = target(c, args);
 	json_t *idle = json_object_get(args, "idleTimeout");
 	struct call_state *st = call_state_new(version);
+	struct ops_session_opts o = { .env = json_object_get(args, "env") };
+	if (idle)
+		o.idle_timeout_s = (unsigned)json_integer_value(idle);
 	struct err e;
-	struct ops_call *op = ops_create_session(&t, idle ? (unsigned)json_integer_value(idle) : 0,
-						 json_object_get(args, "env"), created, st, &e);
+	struct ops_call *op = ops_create_session(&t, &o, created, st, &e);
 	start_call(c, st, op, &e);
 }
 

@@ -1,6 +1,8 @@
 /* ops: session operations for every transport. The semantics are the REST API's (see
- * api/exec.c): implicit creation, the session's environment under the request's, a host
- * watchdog beyond the command's own timeout, UTF-8-safe output chunks, OOM detection. */
+ * docs/api.md): implicit creation, an admin's reach into other keys' sessions, the session's
+ * environment under the request's, a host watchdog beyond the command's own timeout,
+ * UTF-8-safe output chunks, OOM detection, and the exec_message metrics, counted here once
+ * per operation whichever transport asked. */
 #include "session/ops.h"
 
 #include <errno.h>
@@ -31,6 +33,21 @@ void ops_init(struct event_base *base, const struct config *cfg)
 	O.cfg = cfg;
 }
 
+static void target_copy(struct ops_target *dst, const struct ops_target *t)
+{
+	dst->owner = xstrdup(t->owner ? t->owner : "");
+	dst->session_id = t->session_id ? xstrdup(t->session_id) : session_new_id();
+	dst->template_name = t->template_name ? xstrdup(t->template_name) : NULL;
+	dst->any_owner = t->any_owner;
+}
+
+static void target_free(struct ops_target *t)
+{
+	free((char *)t->owner);
+	free((char *)t->session_id);
+	free((char *)t->template_name);
+}
+
 static uint64_t mono_us(void)
 {
 	struct timespec ts;
@@ -38,15 +55,60 @@ static uint64_t mono_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+struct id_match {
+	const char *id;
+	struct session *found;
+	unsigned n;
+};
+
+static void match_id(struct session *s, void *arg)
+{
+	struct id_match *m = arg;
+	if (strcmp(s->id, m->id) == 0 && s->state != SESSION_DESTROYING &&
+	    s->state != SESSION_GONE) {
+		m->found = s;
+		m->n++;
+	}
+}
+
+/* Whose session t->session_id means (see ops.h): the caller's, or for an admin the one other
+ * owner's session by that id. The owner returned may point into that session. */
+static int target_owner(const struct ops_target *t, const char **ret_owner, struct err *err)
+{
+	const char *own = t->owner ? t->owner : "";
+	if (!t->any_owner || session_find(own, t->session_id)) {
+		*ret_owner = own;
+		return 0;
+	}
+	struct id_match m = { .id = t->session_id };
+	session_foreach(NULL, match_id, &m);
+	/* EEXIST for its 409: none of them is more the admin's than the others. */
+	if (m.n > 1)
+		return err_set(
+			err, EEXIST,
+			"%u sessions of different keys are named `%s`; use one of those keys", m.n,
+			t->session_id);
+	*ret_owner = m.n == 1 ? m.found->owner : own;
+	return 0;
+}
+
+/* The session the target names, in whatever state, or NULL with err set. */
+static struct session *target_session(const struct ops_target *t, struct err *err)
+{
+	const char *owner = NULL;
+	if (target_owner(t, &owner, err) < 0)
+		return NULL;
+	struct session *s = session_find(owner, t->session_id);
+	if (!s)
+		err_set(err, ENOENT, "Session `%s` not found", t->session_id);
+	return s;
+}
+
 struct session *ops_find_session(const struct ops_target *t, struct err *err)
 {
-	struct session *s = session_find(t->owner, t->session_id);
-	if (!s && t->any_owner)
-		s = session_find_any(t->session_id);
-	if (!s) {
-		err_set(err, ENOENT, "Session `%s` not found", t->session_id);
+	struct session *s = target_session(t, err);
+	if (!s)
 		return NULL;
-	}
 	if (s->state == SESSION_FAILED) {
 		/* Report why once, then forget it: the next request starts afresh. */
 		err_copy(err, &s->failure);
@@ -88,10 +150,8 @@ enum exec_phase { EXEC_WAITING, EXEC_RUNNING, EXEC_DONE };
 
 struct ops_exec {
 	enum exec_phase phase;
-	char *owner;
-	char *session_id;
-	char *template_name;
-	json_t *request; /* to the agent */
+	struct ops_target t; /* strings owned */
+	json_t *request;     /* to the agent */
 	uint8_t *stdin_data;
 	size_t stdin_len;
 	bool has_stdin;
@@ -123,9 +183,7 @@ static void exec_free(struct ops_exec *x)
 		session_unref(x->s);
 	json_decref(x->request);
 	free(x->stdin_data);
-	free(x->owner);
-	free(x->session_id);
-	free(x->template_name);
+	target_free(&x->t);
 	free(x);
 }
 
@@ -304,8 +362,15 @@ static void exec_start(evutil_socket_t fd, short what, void *arg)
 	struct ops_exec *x = arg;
 	event_free(x->start_ev);
 	x->start_ev = NULL;
-	struct session_create_opts opts = { .template_name = x->template_name };
-	session_get_or_create(x->owner, x->session_id, &opts, exec_on_session, x, NULL);
+	/* Resolved when it runs, not when asked: sessions may have come and gone meanwhile. */
+	const char *owner = NULL;
+	struct err e;
+	if (target_owner(&x->t, &owner, &e) < 0) {
+		exec_fail(x, &e);
+		return;
+	}
+	struct session_create_opts opts = { .template_name = x->t.template_name };
+	session_get_or_create(owner, x->t.session_id, &opts, exec_on_session, x, NULL);
 }
 
 /* Whether a command string needs a shell: anything beyond plain words. */
@@ -343,7 +408,7 @@ static int build_argv(const struct ops_exec_req *req, json_t **ret, struct err *
 	return 0;
 }
 
-static int check_env(json_t *env, struct err *err)
+int ops_check_env(json_t *env, struct err *err)
 {
 	if (!env || json_is_null(env))
 		return 0;
@@ -374,7 +439,7 @@ struct ops_exec *ops_execute(const struct ops_target *t, const struct ops_exec_r
 			(unsigned long long)EXEC_MAX_TIMEOUT_MS);
 		return NULL;
 	}
-	if (check_env(req->env, err) < 0)
+	if (ops_check_env(req->env, err) < 0)
 		return NULL;
 	json_t *argv = NULL;
 	if (build_argv(req, &argv, err) < 0)
@@ -383,9 +448,7 @@ struct ops_exec *ops_execute(const struct ops_target *t, const struct ops_exec_r
 	struct ops_exec *x = xcalloc(1, sizeof(*x));
 	x->cbs = cbs;
 	x->arg = arg;
-	x->owner = xstrdup(t->owner ? t->owner : "");
-	x->session_id = xstrdup(t->session_id);
-	x->template_name = t->template_name ? xstrdup(t->template_name) : NULL;
+	target_copy(&x->t, t);
 	x->timeout_ms = timeout;
 	x->request = json_pack("{s:s, s:o, s:I, s:b}", "op", "exec", "argv", argv, "timeoutMs",
 			       (json_int_t)timeout, "stdin", req->has_stdin);
@@ -466,6 +529,8 @@ struct ops_call {
 	size_t max_bytes;
 	unsigned idle_timeout_s; /* create */
 	json_t *env;
+	struct session_resources resources;
+	bool has_resources;
 	ops_done_fn done;
 	void *arg;
 	struct event *start_ev;
@@ -491,9 +556,7 @@ static void call_free(struct ops_call *c)
 	free(c->data);
 	if (c->content)
 		evbuffer_free(c->content);
-	free((char *)c->t.owner);
-	free((char *)c->t.session_id);
-	free((char *)c->t.template_name);
+	target_free(&c->t);
 	free(c);
 }
 
@@ -626,6 +689,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 	c->start_ev = NULL;
 	struct err e;
 	struct session_create_opts opts = { .template_name = c->t.template_name };
+	const char *owner = c->t.owner;
 	switch (c->kind) {
 	case CALL_READ:
 	case CALL_LIST: {
@@ -646,11 +710,16 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		}
 		opts.idle_timeout_s = c->idle_timeout_s;
 		opts.env = c->env;
+		opts.resources = c->has_resources ? &c->resources : NULL;
 		break;
 	case CALL_WRITE:
+		if (target_owner(&c->t, &owner, &e) < 0) {
+			call_fail(c, &e);
+			return;
+		}
 		break;
 	}
-	session_get_or_create(c->t.owner, c->t.session_id, &opts, call_on_session, c, NULL);
+	session_get_or_create(owner, c->t.session_id, &opts, call_on_session, c, NULL);
 }
 
 static struct ops_call *call_new(enum call_kind kind, const struct ops_target *t, const char *path,
@@ -658,10 +727,7 @@ static struct ops_call *call_new(enum call_kind kind, const struct ops_target *t
 {
 	struct ops_call *c = xcalloc(1, sizeof(*c));
 	c->kind = kind;
-	c->t.owner = xstrdup(t->owner ? t->owner : "");
-	c->t.session_id = t->session_id ? xstrdup(t->session_id) : session_new_id();
-	c->t.template_name = t->template_name ? xstrdup(t->template_name) : NULL;
-	c->t.any_owner = t->any_owner;
+	target_copy(&c->t, t);
 	c->path = xstrdup(path && *path ? path : ".");
 	c->done = done;
 	c->arg = arg;
@@ -724,14 +790,24 @@ struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bo
 	return c;
 }
 
-struct ops_call *ops_create_session(const struct ops_target *t, unsigned idle_timeout_s,
-				    json_t *env, ops_done_fn done, void *arg, struct err *err)
+struct ops_call *ops_create_session(const struct ops_target *t, const struct ops_session_opts *o,
+				    ops_done_fn done, void *arg, struct err *err)
 {
-	if (check_target(t, true, err) < 0 || check_env(env, err) < 0)
+	static const struct ops_session_opts none;
+	if (!o)
+		o = &none;
+	/* The REST API has always judged the resources before the id. */
+	if (o->resources && session_resources_check(o->resources, err) < 0)
+		return NULL;
+	if (check_target(t, true, err) < 0 || ops_check_env(o->env, err) < 0)
 		return NULL;
 	struct ops_call *c = call_new(CALL_CREATE, t, NULL, done, arg);
-	c->idle_timeout_s = idle_timeout_s;
-	c->env = env && json_is_object(env) ? json_deep_copy(env) : NULL;
+	c->idle_timeout_s = o->idle_timeout_s;
+	c->env = o->env && json_is_object(o->env) ? json_deep_copy(o->env) : NULL;
+	if (o->resources) {
+		c->resources = *o->resources;
+		c->has_resources = true;
+	}
 	return c;
 }
 
@@ -753,11 +829,9 @@ int ops_destroy_session(const struct ops_target *t, const char *why, struct err 
 {
 	if (check_target(t, false, err) < 0)
 		return -EINVAL;
-	struct session *s = session_find(t->owner, t->session_id);
-	if (!s && t->any_owner)
-		s = session_find_any(t->session_id);
+	struct session *s = target_session(t, err);
 	if (!s)
-		return err_set(err, ENOENT, "Session `%s` not found", t->session_id);
+		return -err->errnum;
 	session_destroy(s, why);
 	return 0;
 }
@@ -766,7 +840,8 @@ int ops_cancel_exec(const struct ops_target *t, const char *exec_id, struct err 
 {
 	if (check_target(t, false, err) < 0)
 		return -EINVAL;
-	if (!exec_id || !*exec_id)
+	/* An empty id is looked for like any other (and not found), as the REST API has. */
+	if (!exec_id)
 		return err_set(err, EINVAL, "\"execId\" is required");
 	struct session *s = ops_find_session(t, err);
 	if (!s)
@@ -779,15 +854,25 @@ int ops_cancel_exec(const struct ops_target *t, const char *exec_id, struct err 
 	return 0;
 }
 
+struct list_state {
+	json_t *list;
+	bool owners; /* say whose each session is */
+};
+
 static void add_session_json(struct session *s, void *arg)
 {
-	if (s->state == SESSION_READY || s->state == SESSION_CREATING || s->state == SESSION_FAILED)
-		json_array_append_new(arg, session_json(s));
+	struct list_state *st = arg;
+	if (s->state != SESSION_READY && s->state != SESSION_CREATING && s->state != SESSION_FAILED)
+		return;
+	json_t *j = session_json(s);
+	if (st->owners)
+		json_object_set_new(j, "owner", json_string(s->owner));
+	json_array_append_new(st->list, j);
 }
 
 json_t *ops_list_sessions(const struct ops_target *t)
 {
-	json_t *list = json_array();
-	session_foreach(t->any_owner ? NULL : (t->owner ? t->owner : ""), add_session_json, list);
-	return list;
+	struct list_state st = { .list = json_array(), .owners = t->any_owner };
+	session_foreach(t->any_owner ? NULL : (t->owner ? t->owner : ""), add_session_json, &st);
+	return st.list;
 }

@@ -4,7 +4,10 @@
  * A session is named by its owner (the caller's API key id, "" without auth) and its id.
  * execute and write_file create the session on first use, as the REST API always has;
  * read_file and list_files need it to exist. Another owner's session does not exist for the
- * caller (ENOENT), unless the target says the caller may reach every owner's sessions.
+ * caller (ENOENT), unless the target says the caller is an admin (any_owner): then an id
+ * means the caller's own session first, otherwise the one other owner's session by that id
+ * (EEXIST when several owners have one: the id is ambiguous), and only without either is a
+ * session created, as the caller's. docs/auth.md states the rule for clients.
  *
  * Asynchronous operations return a handle and report through callbacks on the loop thread,
  * never before the starting call has returned: exactly one terminal callback per operation,
@@ -28,11 +31,16 @@ struct ops_target {
 	const char *owner;         /* the caller's key id, "" without auth */
 	const char *session_id;    /* checked with session_id_valid() */
 	const char *template_name; /* for a session created on the way; NULL: the default */
-	bool any_owner;            /* an admin: existing sessions of every owner are reachable */
+	bool any_owner;            /* an admin: other owners' sessions are reachable (above) */
 };
 
-/* Must be called once before any other function (the loop and the limits to apply). */
+/* Must be called before any other function (the loop and the limits to apply); calling it
+ * again with the same arguments changes nothing, so every transport may. */
 void ops_init(struct event_base *base, const struct config *cfg);
+
+/* Checks a command's or a session's environment: NULL, JSON null or an object of strings
+ * with valid names; EINVAL naming the bad entry otherwise. */
+int ops_check_env(json_t *env, struct err *err);
 
 /* --- execute ------------------------------------------------------------------------ */
 
@@ -127,19 +135,30 @@ struct ops_call *ops_read_file(const struct ops_target *t, const char *path, siz
 /* Lists a directory (NULL or "": the workspace), recursively when asked. */
 struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,
 				ops_done_fn done, void *arg, struct err *err);
-/* Creates session t->session_id (NULL: a fresh id) with these options (template_name is
- * taken from t); EEXIST when the owner already has one by that id. */
-struct ops_call *ops_create_session(const struct ops_target *t, unsigned idle_timeout_s,
-				    json_t *env, ops_done_fn done, void *arg, struct err *err);
+struct ops_session_opts {
+	unsigned idle_timeout_s; /* 0: the server's */
+	json_t *env;             /* borrowed object of strings (copied), or NULL */
+	/* Copied; NULL: the server's limits. It may only tighten them (EINVAL otherwise). */
+	const struct session_resources *resources;
+};
+
+/* Creates session t->session_id (NULL: a fresh id) of the caller (never another owner's,
+ * whatever any_owner says) with these options (template_name is taken from t; o may be
+ * NULL); EEXIST when the caller already has one by that id. */
+struct ops_call *ops_create_session(const struct ops_target *t, const struct ops_session_opts *o,
+				    ops_done_fn done, void *arg, struct err *err);
 /* No more callbacks. A file operation already sent to the agent is cancelled there; a
  * session being created goes on being created. */
 void ops_call_detach(struct ops_call *c);
 
-/* Destroys a session at once (ENOENT when the caller has none by that id). */
+/* Destroys a session at once, whatever its state (ENOENT when the caller has none by that
+ * id). */
 int ops_destroy_session(const struct ops_target *t, const char *why, struct err *err);
-/* Cancels running command exec_id of a session: ENOENT for no such session or command. */
+/* Cancels running command exec_id of a session: ENOENT for no such session or command,
+ * EINVAL when exec_id is NULL. */
 int ops_cancel_exec(const struct ops_target *t, const char *exec_id, struct err *err);
-/* The caller's sessions as the REST API lists them (every owner's with any_owner). */
+/* The caller's sessions as the REST API lists them; with any_owner every owner's, each with
+ * its "owner" (whose it is matters once they are mixed). */
 json_t *ops_list_sessions(const struct ops_target *t);
 
 /* The caller's existing, ready session, or NULL with err set: ENOENT (none), EBUSY (still
