@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "session/ops.h"
 #include "session/session.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -26,6 +27,8 @@ void api_init(struct event_base *base, const struct config *cfg, const char *dri
 	H.driver = driver_name;
 	H.isolation = isolation;
 	clock_gettime(CLOCK_MONOTONIC, &H.started);
+	/* Every transport's routes act through ops: set it up before any of them runs. */
+	ops_init(base, cfg);
 }
 
 static double uptime(void)
