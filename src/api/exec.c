@@ -1,15 +1,17 @@
-/* The /exec routes: sessions, commands and files, in the reference project's shapes. */
+/* The /exec routes: sessions, commands and files, in the reference project's shapes.
+ *
+ * What happens to sessions and guests is session/ops, shared with MCP. This file owns what
+ * is REST's alone: reading and checking requests, the shapes of replies (a buffered result
+ * under the output cap, NDJSON or SSE lines, raw or encoded file contents), cancelling a
+ * command whose client left, and pacing a command's output to a slow streaming client. */
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <string.h>
 #include <time.h>
 
 #include "api/api.h"
 #include "auth/auth.h"
-#include "guest/proto.h"
-#include "metrics/metrics.h"
-#include "session/session.h"
+#include "session/ops.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -17,11 +19,6 @@
 /* Streaming output waits for the client once this much is queued toward it. */
 #define STREAM_HIGH_WATER    (512u << 10)
 #define BACKPRESSURE_POLL_MS 10
-/* Extra time the host gives the agent beyond a command's own timeout before giving up. */
-#define EXEC_WATCHDOG_SLACK_MS 30000
-#define FILE_OP_TIMEOUT_MS     120000
-/* The longest command timeout the agent accepts. */
-#define EXEC_MAX_TIMEOUT_MS 604800000ull
 
 const char *api_owner(struct http_ctx *ctx)
 {
@@ -34,48 +31,14 @@ bool api_is_admin(struct http_ctx *ctx)
 	return auth_is_admin(ctx);
 }
 
-struct id_match {
-	const char *id;
-	struct session *found;
-	unsigned n;
-};
-
-static void match_id(struct session *s, void *arg)
+/* The session `id` as the caller means it: its own, or for an admin another key's (ops.h
+ * has the rule). */
+static struct ops_target request_target(struct http_ctx *ctx, const char *id, const char *tmpl)
 {
-	struct id_match *m = arg;
-	if (strcmp(s->id, m->id) == 0 && s->state != SESSION_DESTROYING &&
-	    s->state != SESSION_GONE) {
-		m->found = s;
-		m->n++;
-	}
-}
-
-/* Whose session `id` the request means. Everyone's own first; an admin also reaches another
- * key's session with that id, when exactly one key has one (with several, the id is
- * ambiguous: 409). Returns the owner, or NULL after replying. */
-static const char *target_owner(struct http_ctx *ctx, const char *id)
-{
-	const char *own = api_owner(ctx);
-	if (!api_is_admin(ctx) || session_find(own, id))
-		return own;
-	struct id_match m = { .id = id };
-	session_foreach(NULL, match_id, &m);
-	if (m.n > 1) {
-		http_reply_error(
-			ctx, 409,
-			"%u sessions of different keys are named `%s`; use one of those keys", m.n,
-			id);
-		return NULL;
-	}
-	return m.n == 1 ? m.found->owner : own;
-}
-
-/* The caller's session `id` (see target_owner); NULL after replying 409, or when none. */
-static struct session *find_session(struct http_ctx *ctx, const char *id, bool *replied)
-{
-	const char *owner = target_owner(ctx, id);
-	*replied = owner == NULL;
-	return owner ? session_find(owner, id) : NULL;
+	return (struct ops_target){ .owner = api_owner(ctx),
+				    .session_id = id,
+				    .template_name = tmpl,
+				    .any_owner = api_is_admin(ctx) };
 }
 
 static uint64_t wall_ms(void)
@@ -83,13 +46,6 @@ static uint64_t wall_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 /* The session id in the path, checked. Replies 400 and returns NULL when invalid. */
@@ -104,31 +60,14 @@ static const char *path_session_id(struct http_ctx *ctx)
 	return id;
 }
 
-/* The existing session named in the path; replies 404 and returns NULL otherwise. A failed
- * session reports its failure once and is forgotten. */
-static struct session *existing_session(struct http_ctx *ctx, const char *id)
+/* The session id in the path and the JSON body; replies and returns -1 when either is bad. */
+static int id_and_body(struct http_ctx *ctx, const char **ret_id, json_t **ret_body)
 {
-	bool replied;
-	struct session *s = find_session(ctx, id, &replied);
-	if (replied)
-		return NULL;
-	if (!s) {
-		http_reply_error(ctx, 404, "Session `%s` not found", id);
-		return NULL;
-	}
-	if (s->state == SESSION_FAILED) {
-		struct err e;
-		err_copy(&e, &s->failure);
-		session_destroy(s, "failed");
-		http_reply_err(ctx, &e);
-		return NULL;
-	}
-	if (s->state != SESSION_READY) {
-		http_reply_error(ctx, 409, "Session `%s` is %s", id, session_state_name(s->state));
-		return NULL;
-	}
-	session_touch(s);
-	return s;
+	const char *id = path_session_id(ctx);
+	if (!id || http_body_json(ctx, ret_body) < 0)
+		return -1;
+	*ret_id = id;
+	return 0;
 }
 
 static int opt_string(struct http_ctx *ctx, json_t *body, const char *key, const char **ret)
@@ -145,27 +84,18 @@ static int opt_string(struct http_ctx *ctx, json_t *body, const char *key, const
 	return 0;
 }
 
-/* An object of string values, or absent. */
-static int opt_env(struct http_ctx *ctx, json_t *body, const char *key, json_t **ret)
+/* "env": an object of string values, or absent. */
+static int opt_env(struct http_ctx *ctx, json_t *body, json_t **ret)
 {
-	json_t *v = json_object_get(body, key);
+	json_t *v = json_object_get(body, "env");
+	struct err e;
 	*ret = NULL;
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_object(v)) {
-		http_reply_error(ctx, 400, "\"%s\" must be an object of strings", key);
+	if (ops_check_env(v, &e) < 0) {
+		http_reply_err(ctx, &e);
 		return -1;
 	}
-	const char *k;
-	json_t *val;
-	json_object_foreach (v, k, val) {
-		if (!json_is_string(val) || !*k || strchr(k, '=')) {
-			http_reply_error(ctx, 400, "\"%s.%s\" must be a string (and a valid name)",
-					 key, k);
-			return -1;
-		}
-	}
-	*ret = v;
+	if (json_is_object(v))
+		*ret = v;
 	return 0;
 }
 
@@ -196,39 +126,102 @@ void api_exec_templates(struct http_ctx *ctx)
 	http_reply_json(ctx, 200, json_pack("{s:o}", "templates", list));
 }
 
-struct list_state {
-	json_t *list;
-	bool admin; /* show whose each session is: admins see every key's */
-};
-
-static void add_session_json(struct session *s, void *arg)
-{
-	struct list_state *st = arg;
-	if (s->state != SESSION_READY && s->state != SESSION_CREATING && s->state != SESSION_FAILED)
-		return;
-	json_t *j = session_json(s);
-	if (st->admin)
-		json_object_set_new(j, "owner", json_string(s->owner));
-	json_array_append_new(st->list, j);
-}
-
 void api_exec_list(struct http_ctx *ctx)
 {
-	json_t *list = json_array();
-	struct list_state st = { .list = list, .admin = api_is_admin(ctx) };
-	session_foreach(st.admin ? NULL : api_owner(ctx), add_session_json, &st);
-	http_reply_json(
-		ctx, 200,
-		json_pack("{s:o, s:i}", "sessions", list, "count", (int)json_array_size(list)));
+	struct ops_target t = request_target(ctx, NULL, NULL);
+	json_t *list = ops_list_sessions(&t);
+	size_t n = json_array_size(list);
+	http_reply_json(ctx, 200, json_pack("{s:o, s:i}", "sessions", list, "count", (int)n));
 }
 
-static void on_created(struct session *s, const struct err *err, void *arg)
+/* "idleTimeout" (or its older name "ttl"): whole seconds up to a week; 0 when absent. */
+static int opt_idle(struct http_ctx *ctx, json_t *body, unsigned *ret)
+{
+	json_t *idle = json_object_get(body, "idleTimeout");
+	if (!idle)
+		idle = json_object_get(body, "ttl");
+	*ret = 0;
+	if (!idle || json_is_null(idle))
+		return 0;
+	if (!json_is_integer(idle) || json_integer_value(idle) <= 0 ||
+	    json_integer_value(idle) > 7 * 24 * 3600) {
+		http_reply_error(ctx, 400,
+				 "\"idleTimeout\" must be a whole number of seconds between 1 and "
+				 "604800");
+		return -1;
+	}
+	*ret = (unsigned)json_integer_value(idle);
+	return 0;
+}
+
+static const struct {
+	const char *key;
+	size_t off;
+	bool u32;
+} resource_fields[] = {
+	{ "memoryBytes", offsetof(struct session_resources, memory_bytes), false },
+	{ "cpuQuotaUs", offsetof(struct session_resources, cpu_quota_us), false },
+	{ "diskBytes", offsetof(struct session_resources, workspace_bytes), false },
+	{ "pidsMax", offsetof(struct session_resources, pids_max), true },
+};
+
+/* Sets the field of `res` that resources key `k` names; replies 400 when it cannot. */
+static int set_resource(struct http_ctx *ctx, struct session_resources *res, const char *k,
+			json_t *v)
+{
+	size_t i = 0;
+	while (i < ARRAY_SIZE(resource_fields) && strcmp(resource_fields[i].key, k) != 0)
+		i++;
+	if (i == ARRAY_SIZE(resource_fields)) {
+		http_reply_error(
+			ctx, 400,
+			"unknown resource \"%s\" (memoryBytes, cpuQuotaUs, diskBytes, pidsMax)", k);
+		return -1;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+	    (resource_fields[i].u32 && json_integer_value(v) > UINT32_MAX)) {
+		http_reply_error(ctx, 400, "\"resources.%s\" must be a positive whole number", k);
+		return -1;
+	}
+	char *field = (char *)res + resource_fields[i].off;
+	if (resource_fields[i].u32)
+		*(uint32_t *)field = (uint32_t)json_integer_value(v);
+	else
+		*(uint64_t *)field = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+/* "resources": the session's own limits; *ret_has tells whether any were asked for. Whether
+ * they fit the server's is for ops to judge. */
+static int opt_resources(struct http_ctx *ctx, json_t *body, struct session_resources *res,
+			 bool *ret_has)
+{
+	json_t *jres = json_object_get(body, "resources");
+	*ret_has = false;
+	if (!jres || json_is_null(jres))
+		return 0;
+	if (!json_is_object(jres)) {
+		http_reply_error(ctx, 400, "\"resources\" must be an object");
+		return -1;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach (jres, k, v) {
+		if (set_resource(ctx, res, k, v) < 0)
+			return -1;
+	}
+	*ret_has = true;
+	return 0;
+}
+
+static void on_created(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		       void *arg)
 {
 	struct http_ctx *ctx = arg;
 	if (err)
 		http_reply_err(ctx, err);
 	else
-		http_reply_json(ctx, 201, session_json(s));
+		http_reply_json(ctx, 201, session_json(r->session));
 }
 
 void api_exec_create(struct http_ctx *ctx)
@@ -238,96 +231,21 @@ void api_exec_create(struct http_ctx *ctx)
 		return;
 	const char *id, *tmpl;
 	json_t *env;
-	uint64_t idle_s = 0;
-	json_t *idle = json_object_get(body, "idleTimeout");
-	if (!idle)
-		idle = json_object_get(body, "ttl");
-	if (opt_string(ctx, body, "id", &id) < 0 || opt_string(ctx, body, "template", &tmpl) < 0 ||
-	    opt_env(ctx, body, "env", &env) < 0)
-		goto out;
-	if (idle && !json_is_null(idle)) {
-		if (!json_is_integer(idle) || json_integer_value(idle) <= 0 ||
-		    json_integer_value(idle) > 7 * 24 * 3600) {
-			http_reply_error(ctx, 400,
-					 "\"idleTimeout\" must be a whole number of seconds "
-					 "between 1 and 604800");
-			goto out;
-		}
-		idle_s = (uint64_t)json_integer_value(idle);
-	}
+	unsigned idle_s;
 	struct session_resources res = { 0 };
-	json_t *jres = json_object_get(body, "resources");
-	if (jres && !json_is_null(jres)) {
-		static const struct {
-			const char *key;
-			size_t off;
-			bool u32;
-		} fields[] = {
-			{ "memoryBytes", offsetof(struct session_resources, memory_bytes), false },
-			{ "cpuQuotaUs", offsetof(struct session_resources, cpu_quota_us), false },
-			{ "diskBytes", offsetof(struct session_resources, workspace_bytes), false },
-			{ "pidsMax", offsetof(struct session_resources, pids_max), true },
-		};
-		if (!json_is_object(jres)) {
-			http_reply_error(ctx, 400, "\"resources\" must be an object");
-			goto out;
-		}
-		const char *k;
-		json_t *v;
-		json_object_foreach (jres, k, v) {
-			size_t i;
-			for (i = 0; i < ARRAY_SIZE(fields); i++)
-				if (strcmp(fields[i].key, k) == 0)
-					break;
-			if (i == ARRAY_SIZE(fields)) {
-				http_reply_error(
-					ctx, 400,
-					"unknown resource \"%s\" (memoryBytes, cpuQuotaUs, "
-					"diskBytes, pidsMax)",
-					k);
-				goto out;
-			}
-			if (!json_is_integer(v) || json_integer_value(v) <= 0 ||
-			    (fields[i].u32 && json_integer_value(v) > UINT32_MAX)) {
-				http_reply_error(ctx, 400,
-						 "\"resources.%s\" must be a positive whole number",
-						 k);
-				goto out;
-			}
-			char *field = (char *)&res + fields[i].off;
-			if (fields[i].u32)
-				*(uint32_t *)field = (uint32_t)json_integer_value(v);
-			else
-				*(uint64_t *)field = (uint64_t)json_integer_value(v);
-		}
-		struct err e;
-		if (session_resources_check(&res, &e) < 0) {
-			http_reply_err(ctx, &e);
-			goto out;
-		}
-	}
-	char *fresh = NULL;
-	if (!id)
-		id = fresh = session_new_id();
-	if (!session_id_valid(id)) {
-		http_reply_error(ctx, 400,
-				 "Invalid session id: use 1-128 letters, digits, '-', '_' or '.'");
-		goto invalid;
-	}
-	if (session_find(api_owner(ctx), id)) {
-		http_reply_error(ctx, 409, "Session `%s` already exists", id);
-		goto invalid;
-	}
-	struct session_create_opts opts = { .template_name = tmpl,
-					    .idle_timeout_s = (unsigned)idle_s,
-					    .env = env,
-					    .resources = &res };
-	session_get_or_create(api_owner(ctx), id, &opts, on_created, ctx, NULL);
-	free(fresh);
-	json_decref(body);
-	return;
-invalid:
-	free(fresh);
+	bool has_res;
+	if (opt_string(ctx, body, "id", &id) < 0 || opt_string(ctx, body, "template", &tmpl) < 0 ||
+	    opt_env(ctx, body, &env) < 0 || opt_idle(ctx, body, &idle_s) < 0 ||
+	    opt_resources(ctx, body, &res, &has_res) < 0)
+		goto out;
+	/* Always the caller's own session, admin or not. */
+	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
+	struct ops_session_opts o = { .idle_timeout_s = idle_s,
+				      .env = env,
+				      .resources = has_res ? &res : NULL };
+	struct err e;
+	if (!ops_create_session(&t, &o, on_created, ctx, &e))
+		http_reply_err(ctx, &e);
 out:
 	json_decref(body);
 }
@@ -337,15 +255,12 @@ void api_exec_delete(struct http_ctx *ctx)
 	const char *id = path_session_id(ctx);
 	if (!id)
 		return;
-	bool replied;
-	struct session *s = find_session(ctx, id, &replied);
-	if (replied)
-		return;
-	if (!s) {
-		http_reply_error(ctx, 404, "Session `%s` not found", id);
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	if (ops_destroy_session(&t, "deleted by the client", &e) < 0) {
+		http_reply_err(ctx, &e);
 		return;
 	}
-	session_destroy(s, "deleted by the client");
 	http_reply_json(ctx, 200, json_pack("{s:b, s:s}", "success", 1, "id", id));
 }
 
@@ -355,173 +270,136 @@ enum exec_mode { EXEC_BUFFERED, EXEC_NDJSON, EXEC_SSE };
 
 struct exec_req {
 	struct http_ctx *ctx;
-	struct session *s;
-	struct session_exec *reg;
-	struct guest_op *op;
+	struct ops_exec *x;
 	enum exec_mode mode;
-	json_t *request; /* to the agent */
-	char *stdin_data;
-	size_t stdin_len;
-	bool has_stdin;
-	uint64_t timeout_ms;
-	uint64_t oom_before;
-	uint64_t t0_us;
+	bool started; /* the command runs: errors are its own, streams have begun */
 	/* buffered output */
 	json_t *output;
 	size_t output_bytes;
 	bool truncated;
-	/* bytes held back per stream so that no chunk ends inside a UTF-8 character */
-	uint8_t carry[2][4];
-	size_t carry_len[2];
-	/* back-pressure toward a slow streaming client */
-	size_t unacked;
-	struct event *bp_timer;
-	char exec_id[25];
+	struct event *bp_timer; /* polls a slow streaming client */
 };
 
-static void exec_req_free(struct exec_req *x)
+static void exec_req_free(struct exec_req *q)
 {
-	if (x->bp_timer)
-		event_free(x->bp_timer);
-	json_decref(x->request);
-	json_decref(x->output);
-	free(x->stdin_data);
-	if (x->s)
-		session_unref(x->s);
-	free(x);
+	if (q->bp_timer)
+		event_free(q->bp_timer);
+	json_decref(q->output);
+	free(q);
 }
 
-static void stream_line(struct exec_req *x, const char *event, json_t *obj)
+static void stream_line(struct exec_req *q, const char *event, json_t *obj)
 {
 	char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(obj);
-	if (x->mode == EXEC_SSE) {
+	if (q->mode == EXEC_SSE) {
 		_cleanup_free_ char *frame = xasprintf("event: %s\ndata: %s\n\n", event, text);
-		http_stream_write(x->ctx, frame, strlen(frame));
+		http_stream_write(q->ctx, frame, strlen(frame));
 	} else {
 		size_t n = strlen(text);
 		text[n] = '\n';
-		http_stream_write(x->ctx, text, n + 1);
+		http_stream_write(q->ctx, text, n + 1);
 	}
 	free(text);
 }
 
+static void exec_on_start(struct ops_exec *x, void *arg)
+{
+	struct exec_req *q = arg;
+	q->started = true;
+	if (q->mode == EXEC_BUFFERED)
+		return;
+	const char *id = ops_exec_id(x);
+	http_add_header(q->ctx, "X-Exec-Id", id);
+	http_stream_start(q->ctx, 200,
+			  q->mode == EXEC_SSE ? "text/event-stream" : "application/x-ndjson");
+	stream_line(q, "start",
+		    json_pack("{s:s, s:s, s:s}", "type", "start", "execId", id, "sessionId",
+			      ops_exec_session(x)->id));
+}
+
+static json_t *output_chunk(enum ops_stream stream, const char *text, size_t len)
+{
+	return json_pack("{s:s, s:s%, s:I}", "stream", stream == OPS_STDERR ? "stderr" : "stdout",
+			 "data", text, len, "ts", (json_int_t)wall_ms());
+}
+
+/* How much of this output a buffered reply keeps. Past the cap the output is dropped (the
+ * command runs on); the part that still fits is kept, cut on a character boundary. */
+static size_t buffered_room(struct exec_req *q, const char *text, size_t len)
+{
+	if (q->truncated)
+		return 0;
+	if (q->output_bytes + len <= api_cfg->max_output_bytes)
+		return len;
+	q->truncated = true;
+	size_t room = api_cfg->max_output_bytes - q->output_bytes;
+	return room - utf8_incomplete_tail((const uint8_t *)text, room);
+}
+
 static void on_backpressure_poll(evutil_socket_t fd, short what, void *arg)
 {
-	struct exec_req *x = arg;
-	if (!x->op)
-		return;
-	if (!x->ctx->req || http_stream_pending(x->ctx) < STREAM_HIGH_WATER / 2) {
-		guest_op_consumed(x->op, x->unacked);
-		x->unacked = 0;
+	struct exec_req *q = arg;
+	/* A client that left reads nothing more: let the command finish its cancellation. */
+	if (!q->ctx->req || http_stream_pending(q->ctx) < STREAM_HIGH_WATER / 2) {
+		ops_exec_resume(q->x);
 		return;
 	}
 	struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
-	evtimer_add(x->bp_timer, &tv);
+	evtimer_add(q->bp_timer, &tv);
 }
 
-static void exec_on_data(struct guest_op *op, uint8_t type, const uint8_t *data, size_t len,
-			 void *arg)
+/* Holds the command's output back while the client has much of it still to read, so that
+ * a slow reader costs the daemon a bounded buffer, not the command's whole output. */
+static void pace_stream(struct exec_req *q, struct ops_exec *x)
 {
-	struct exec_req *x = arg;
-	int si = type == GUEST_STDERR ? 1 : 0;
-	const char *stream = si ? "stderr" : "stdout";
-
-	/* Join the held-back bytes with this chunk, hold back a new incomplete tail. */
-	size_t total = x->carry_len[si] + len;
-	_cleanup_free_ uint8_t *buf = xmalloc(total);
-	memcpy(buf, x->carry[si], x->carry_len[si]);
-	memcpy(buf + x->carry_len[si], data, len);
-	size_t tail = utf8_incomplete_tail(buf, total);
-	memcpy(x->carry[si], buf + total - tail, tail);
-	x->carry_len[si] = tail;
-	total -= tail;
-
-	if (x->mode == EXEC_BUFFERED && total > 0) {
-		/* Past the cap the output is dropped (the command runs on); the part that still
-		 * fits is kept, cut on a character boundary. */
-		if (x->truncated) {
-			total = 0;
-		} else if (x->output_bytes + total > api_cfg->max_output_bytes) {
-			size_t room = api_cfg->max_output_bytes - x->output_bytes;
-			total = room - utf8_incomplete_tail(buf, room);
-			x->truncated = true;
-			x->carry_len[0] = x->carry_len[1] = 0;
-		}
-		x->output_bytes += total;
+	if (!q->ctx->req || http_stream_pending(q->ctx) < STREAM_HIGH_WATER)
+		return;
+	ops_exec_pause(x);
+	if (!q->bp_timer)
+		q->bp_timer = evtimer_new(api_base, on_backpressure_poll, q);
+	if (!evtimer_pending(q->bp_timer, NULL)) {
+		struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
+		evtimer_add(q->bp_timer, &tv);
 	}
-	if (total > 0) {
-		size_t tlen;
-		_cleanup_free_ char *text = utf8_sanitize(buf, total, &tlen);
-		json_t *chunk = json_pack("{s:s, s:s%, s:I}", "stream", stream, "data", text, tlen,
-					  "ts", (json_int_t)wall_ms());
-		if (x->mode == EXEC_BUFFERED) {
-			json_array_append_new(x->output, chunk);
-		} else {
-			json_object_set_new(chunk, "type", json_string("stream"));
-			stream_line(x, "stream", chunk);
-		}
-	}
+}
 
-	if (x->mode == EXEC_BUFFERED || !x->ctx->req ||
-	    http_stream_pending(x->ctx) < STREAM_HIGH_WATER) {
-		guest_op_consumed(op, len);
+static void exec_on_output(struct ops_exec *x, enum ops_stream stream, const char *text, size_t len,
+			   void *arg)
+{
+	struct exec_req *q = arg;
+	if (q->mode == EXEC_BUFFERED) {
+		size_t keep = buffered_room(q, text, len);
+		q->output_bytes += keep;
+		if (keep)
+			json_array_append_new(q->output, output_chunk(stream, text, keep));
 		return;
 	}
-	x->unacked += len;
-	if (!x->bp_timer)
-		x->bp_timer = evtimer_new(api_base, on_backpressure_poll, x);
-	if (!evtimer_pending(x->bp_timer, NULL)) {
-		struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
-		evtimer_add(x->bp_timer, &tv);
-	}
+	json_t *chunk = output_chunk(stream, text, len);
+	json_object_set_new(chunk, "type", json_string("stream"));
+	stream_line(q, "stream", chunk);
+	pace_stream(q, x);
 }
 
-static void flush_carry(struct exec_req *x)
+static json_t *exec_result_json(const struct ops_exec_result *r)
 {
-	for (int si = 0; si < 2; si++) {
-		if (!x->carry_len[si] || x->truncated)
-			continue;
-		/* A stream ended inside a character: show the bytes as replacement chars. */
-		uint8_t held[4];
-		size_t n = x->carry_len[si];
-		memcpy(held, x->carry[si], n);
-		x->carry_len[si] = 0;
-		size_t tlen;
-		_cleanup_free_ char *text = utf8_sanitize(held, n, &tlen);
-		json_t *chunk = json_pack("{s:s, s:s%, s:I}", "stream", si ? "stderr" : "stdout",
-					  "data", text, tlen, "ts", (json_int_t)wall_ms());
-		if (x->mode == EXEC_BUFFERED) {
-			json_array_append_new(x->output, chunk);
-		} else {
-			json_object_set_new(chunk, "type", json_string("stream"));
-			stream_line(x, "stream", chunk);
-		}
-	}
-}
-
-static json_t *exec_result_json(struct exec_req *x, json_t *result)
-{
-	json_t *exit_code = json_object_get(result, "exitCode");
-	json_t *sig = json_object_get(result, "signal");
-	/* Milliseconds, to the microsecond. */
-	double duration = (double)(mono_us() - x->t0_us) / 1000.0;
-	json_t *r = json_pack("{s:O, s:f, s:s}", "exitCode", exit_code ? exit_code : json_null(),
-			      "duration", duration, "execId", x->exec_id);
-	if (json_is_string(sig))
-		json_object_set(r, "signal", sig);
-	if (json_is_true(json_object_get(result, "timedOut")))
-		json_object_set_new(r, "timedOut", json_true());
-	if (json_is_true(json_object_get(result, "cancelled")))
-		json_object_set_new(r, "cancelled", json_true());
-	const struct driver *d = session_driver();
-	if (d->oom_kills && x->s->sb && d->oom_kills(x->s->sb) > x->oom_before) {
-		json_object_set_new(r, "oomKilled", json_true());
-		json_object_set_new(r, "error",
+	/* duration: milliseconds, to the microsecond */
+	json_t *j = json_pack("{s:o, s:f, s:s}", "exitCode",
+			      r->has_exit_code ? json_integer(r->exit_code) : json_null(),
+			      "duration", r->duration_ms, "execId", r->exec_id);
+	if (r->signal)
+		json_object_set_new(j, "signal", json_string(r->signal));
+	if (r->timed_out)
+		json_object_set_new(j, "timedOut", json_true());
+	if (r->cancelled)
+		json_object_set_new(j, "cancelled", json_true());
+	if (r->oom_killed) {
+		json_object_set_new(j, "oomKilled", json_true());
+		json_object_set_new(j, "error",
 				    json_string("a process was killed because the sandbox "
 						"exceeded its memory limit"));
 	}
-	return r;
+	return j;
 }
 
 /* The status for a command that failed as a whole. The session exists, so a command or
@@ -538,115 +416,72 @@ static int exec_error_status(const struct err *err)
 	}
 }
 
-static void exec_on_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
+/* A command that never started: its session failed, or its client left while it waited
+ * for it (the only cancel that can reach a command without an id yet). */
+static void reply_not_started(struct exec_req *q, const struct err *err)
 {
-	struct exec_req *x = arg;
-	x->op = NULL;
-	if (x->reg)
-		session_exec_remove(x->s, x->reg);
-	x->reg = NULL;
-	session_op_end(x->s);
-	flush_carry(x);
-	metrics_add(M.exec_message_total, 1, "execute");
-	metrics_observe(M.exec_message_duration, (double)(mono_us() - x->t0_us) / 1e6, "execute");
-
-	if (x->mode == EXEC_BUFFERED) {
-		if (err) {
-			http_reply_error(x->ctx, exec_error_status(err), "%s", err->msg);
-		} else {
-			json_t *r = exec_result_json(x, result);
-			json_object_set(r, "output", x->output);
-			if (x->truncated) {
-				json_object_set_new(r, "truncated", json_true());
-				json_object_set_new(
-					r, "outputLimit",
-					json_integer((json_int_t)api_cfg->max_output_bytes));
-			}
-			http_reply_json(x->ctx, 200, r);
-		}
-	} else {
-		if (err) {
-			stream_line(x, "error",
-				    json_pack("{s:s, s:s, s:s}", "type", "error", "error", err->msg,
-					      "execId", x->exec_id));
-		} else {
-			json_t *r = exec_result_json(x, result);
-			json_object_set_new(r, "type", json_string("result"));
-			stream_line(x, "result", r);
-		}
-		http_stream_end(x->ctx);
-	}
-	exec_req_free(x);
+	if (err->errnum == ECANCELED && q->ctx->gone)
+		http_reply_error(q->ctx, 499, "client closed the request");
+	else
+		http_reply_err(q->ctx, err);
 }
 
-static const struct guest_op_cbs exec_cbs = { .on_data = exec_on_data, .on_done = exec_on_done };
+static void reply_buffered(struct exec_req *q, const struct ops_exec_result *r,
+			   const struct err *err)
+{
+	if (err) {
+		http_reply_error(q->ctx, exec_error_status(err), "%s", err->msg);
+		return;
+	}
+	json_t *j = exec_result_json(r);
+	json_object_set(j, "output", q->output);
+	if (q->truncated) {
+		json_object_set_new(j, "truncated", json_true());
+		json_object_set_new(j, "outputLimit",
+				    json_integer((json_int_t)api_cfg->max_output_bytes));
+	}
+	http_reply_json(q->ctx, 200, j);
+}
+
+static void reply_stream_end(struct exec_req *q, const char *exec_id,
+			     const struct ops_exec_result *r, const struct err *err)
+{
+	if (err) {
+		stream_line(q, "error",
+			    json_pack("{s:s, s:s, s:s}", "type", "error", "error", err->msg,
+				      "execId", exec_id));
+	} else {
+		json_t *j = exec_result_json(r);
+		json_object_set_new(j, "type", json_string("result"));
+		stream_line(q, "result", j);
+	}
+	http_stream_end(q->ctx);
+}
+
+static void exec_on_done(struct ops_exec *x, const struct ops_exec_result *r, const struct err *err,
+			 void *arg)
+{
+	struct exec_req *q = arg;
+	if (!q->started)
+		reply_not_started(q, err);
+	else if (q->mode == EXEC_BUFFERED)
+		reply_buffered(q, r, err);
+	else
+		reply_stream_end(q, ops_exec_id(x), r, err);
+	exec_req_free(q);
+}
+
+static const struct ops_exec_cbs exec_cbs = { .on_start = exec_on_start,
+					      .on_output = exec_on_output,
+					      .on_done = exec_on_done };
 
 static void exec_on_client_gone(struct http_ctx *ctx, void *arg)
 {
-	struct exec_req *x = arg;
-	if (x->op) {
-		log_info("api", "client of %s went away: cancelling the command", x->exec_id);
-		guest_op_cancel(x->op);
-	}
-}
-
-static void exec_on_session(struct session *s, const struct err *err, void *arg)
-{
-	struct exec_req *x = arg;
-	if (err || x->ctx->gone) {
-		if (err)
-			http_reply_err(x->ctx, err);
-		else
-			http_reply_error(x->ctx, 499, "client closed the request");
-		exec_req_free(x);
-		return;
-	}
-	x->s = s;
-	session_ref(s);
-
-	/* The session's environment under the request's. */
-	json_t *env = json_deep_copy(s->env);
-	json_t *req_env = json_object_get(x->request, "env");
-	if (req_env)
-		json_object_update(env, req_env);
-	json_object_set_new(x->request, "env", env);
-
-	struct err e;
-	x->op = guest_op_start(s->conn, x->request, &exec_cbs, x, &e);
-	if (!x->op) {
-		http_reply_err(x->ctx, &e);
-		exec_req_free(x);
-		return;
-	}
-	const struct driver *d = session_driver();
-	x->oom_before = d->oom_kills && s->sb ? d->oom_kills(s->sb) : 0;
-	session_op_begin(s);
-	x->reg = session_exec_add(s, x->op);
-	memcpy(x->exec_id, x->reg->id, sizeof(x->exec_id));
-	x->t0_us = mono_us();
-	if (x->timeout_ms)
-		guest_op_set_timeout(x->op, x->timeout_ms + EXEC_WATCHDOG_SLACK_MS, "execute");
-	if (x->has_stdin) {
-		guest_op_send(x->op, x->stdin_data, x->stdin_len);
-		guest_op_eof(x->op);
-	}
-	x->ctx->on_gone = exec_on_client_gone;
-	x->ctx->on_gone_arg = x;
-	if (x->mode != EXEC_BUFFERED) {
-		http_add_header(x->ctx, "X-Exec-Id", x->exec_id);
-		http_stream_start(x->ctx, 200,
-				  x->mode == EXEC_SSE ? "text/event-stream"
-						      : "application/x-ndjson");
-		stream_line(x, "start",
-			    json_pack("{s:s, s:s, s:s}", "type", "start", "execId", x->exec_id,
-				      "sessionId", s->id));
-	}
-}
-
-/* Whether a command string needs a shell: anything beyond plain words. */
-static bool needs_shell(const char *cmd)
-{
-	return strpbrk(cmd, " \t\n|&;<>()$`\\\"'*?[]#~=%{}") != NULL;
+	struct exec_req *q = arg;
+	if (q->started)
+		log_info("api", "client of %s went away: cancelling the command",
+			 ops_exec_id(q->x));
+	ops_exec_cancel(q->x);
 }
 
 static enum exec_mode exec_mode(struct http_ctx *ctx)
@@ -663,115 +498,72 @@ static enum exec_mode exec_mode(struct http_ctx *ctx)
 	return EXEC_BUFFERED;
 }
 
-void api_exec_execute(struct http_ctx *ctx)
+/* The request's fields, each of the right type; ops_execute judges the rest (a command is
+ * required, the timeout's cap, args) with the messages the API has always given. */
+static int parse_exec(struct http_ctx *ctx, json_t *body, struct ops_exec_req *req,
+		      const char **tmpl)
 {
-	const char *id = path_session_id(ctx);
-	if (!id)
-		return;
-	json_t *body;
-	if (http_body_json(ctx, &body) < 0)
-		return;
-	struct exec_req *x = xcalloc(1, sizeof(*x));
-	x->ctx = ctx;
-	x->mode = exec_mode(ctx);
-	x->output = json_array();
-
-	const char *command, *tmpl, *cwd, *stdin_text;
-	json_t *env;
-	if (opt_string(ctx, body, "command", &command) < 0 ||
-	    opt_string(ctx, body, "template", &tmpl) < 0 ||
-	    opt_string(ctx, body, "cwd", &cwd) < 0 || opt_env(ctx, body, "env", &env) < 0 ||
+	const char *stdin_text;
+	if (opt_string(ctx, body, "command", &req->command) < 0 ||
+	    opt_string(ctx, body, "template", tmpl) < 0 ||
+	    opt_string(ctx, body, "cwd", &req->cwd) < 0 || opt_env(ctx, body, &req->env) < 0 ||
 	    opt_string(ctx, body, "stdin", &stdin_text) < 0 ||
-	    opt_ms(ctx, body, "timeout", &x->timeout_ms) < 0)
-		goto fail;
-	if (!command || !*command) {
-		http_reply_error(ctx, 400, "\"command\" is required");
-		goto fail;
-	}
+	    opt_ms(ctx, body, "timeout", &req->timeout_ms) < 0)
+		return -1;
 	/* An absent timeout takes the server's default; an explicit 0 means none. */
 	json_t *tv = json_object_get(body, "timeout");
-	if (!tv || json_is_null(tv))
-		x->timeout_ms = api_cfg->default_timeout_ms;
-	if (x->timeout_ms > EXEC_MAX_TIMEOUT_MS) {
-		http_reply_error(ctx, 400, "\"timeout\" must be at most %llu ms (a week)",
-				 (unsigned long long)EXEC_MAX_TIMEOUT_MS);
-		goto fail;
+	req->has_timeout = tv && !json_is_null(tv);
+	req->args = json_object_get(body, "args");
+	req->has_stdin = stdin_text != NULL;
+	req->stdin_data = stdin_text;
+	req->stdin_len = json_string_length(json_object_get(body, "stdin"));
+	return 0;
+}
+
+void api_exec_execute(struct http_ctx *ctx)
+{
+	const char *id;
+	json_t *body;
+	if (id_and_body(ctx, &id, &body) < 0)
+		return;
+	struct ops_exec_req req = { 0 };
+	const char *tmpl;
+	if (parse_exec(ctx, body, &req, &tmpl) < 0)
+		goto out;
+	struct exec_req *q = xcalloc(1, sizeof(*q));
+	q->ctx = ctx;
+	q->mode = exec_mode(ctx);
+	q->output = json_array();
+	struct ops_target t = request_target(ctx, id, tmpl);
+	struct err e;
+	/* ops keeps what it needs of req: body may go once this returns. */
+	q->x = ops_execute(&t, &req, &exec_cbs, q, &e);
+	if (!q->x) {
+		http_reply_err(ctx, &e);
+		exec_req_free(q);
+		goto out;
 	}
-	json_t *args = json_object_get(body, "args");
-	json_t *argv = json_array();
-	if (args && !json_is_null(args)) {
-		if (!json_is_array(args)) {
-			json_decref(argv);
-			http_reply_error(ctx, 400, "\"args\" must be an array of strings");
-			goto fail;
-		}
-		json_array_append_new(argv, json_string(command));
-		size_t i;
-		json_t *a;
-		json_array_foreach (args, i, a) {
-			if (!json_is_string(a)) {
-				json_decref(argv);
-				http_reply_error(ctx, 400, "\"args[%zu]\" must be a string", i);
-				goto fail;
-			}
-			json_array_append(argv, a);
-		}
-	} else if (needs_shell(command)) {
-		json_array_append_new(argv, json_string("/bin/sh"));
-		json_array_append_new(argv, json_string("-c"));
-		json_array_append_new(argv, json_string(command));
-	} else {
-		json_array_append_new(argv, json_string(command));
-	}
-	x->request = json_pack("{s:s, s:o, s:I, s:b}", "op", "exec", "argv", argv, "timeoutMs",
-			       (json_int_t)x->timeout_ms, "stdin", stdin_text != NULL);
-	if (env)
-		json_object_set(x->request, "env", env);
-	if (cwd)
-		json_object_set_new(x->request, "cwd", json_string(cwd));
-	if (stdin_text) {
-		x->has_stdin = true;
-		x->stdin_len = json_string_length(json_object_get(body, "stdin"));
-		x->stdin_data = xmalloc(x->stdin_len + 1);
-		memcpy(x->stdin_data, stdin_text, x->stdin_len);
-	}
-	struct session_create_opts opts = { .template_name = tmpl };
-	/* opts points into body: release it only after the call. */
-	const char *owner = target_owner(ctx, id);
-	if (!owner)
-		goto fail;
-	session_get_or_create(owner, id, &opts, exec_on_session, x, NULL);
+	ctx->on_gone = exec_on_client_gone;
+	ctx->on_gone_arg = q;
+out:
 	json_decref(body);
-	return;
-fail:
-	json_decref(body);
-	exec_req_free(x);
 }
 
 void api_exec_cancel(struct http_ctx *ctx)
 {
-	const char *id = path_session_id(ctx);
-	if (!id)
-		return;
+	const char *id;
 	json_t *body;
-	if (http_body_json(ctx, &body) < 0)
+	if (id_and_body(ctx, &id, &body) < 0)
 		return;
 	const char *exec_id;
 	if (opt_string(ctx, body, "execId", &exec_id) < 0)
 		goto out;
-	if (!exec_id) {
-		http_reply_error(ctx, 400, "\"execId\" is required");
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	if (ops_cancel_exec(&t, exec_id, &e) < 0) {
+		http_reply_err(ctx, &e);
 		goto out;
 	}
-	struct session *s = existing_session(ctx, id);
-	if (!s)
-		goto out;
-	struct session_exec *e = session_exec_find(s, exec_id);
-	if (!e) {
-		http_reply_error(ctx, 404, "No running command `%s` in session `%s`", exec_id, id);
-		goto out;
-	}
-	guest_op_cancel(e->op);
 	http_reply_json(ctx, 202, json_pack("{s:b, s:s}", "cancelled", 1, "execId", exec_id));
 out:
 	json_decref(body);
@@ -779,162 +571,52 @@ out:
 
 /* --- files -------------------------------------------------------------------------- */
 
-struct file_req {
-	struct http_ctx *ctx;
-	struct session *s;
-	json_t *request;
-	uint8_t *data; /* write: contents to send */
-	size_t len;
-	/* read */
-	struct evbuffer *content;
-	bool raw; /* reply with the bytes themselves */
-	bool want_base64;
-	bool is_write;
-	uint64_t t0_us;
-	char *path;
-};
+/* A file operation's client that leaves is not noticed (no on_gone): the operation
+ * completes, a write included, and only its reply is dropped. */
 
-static void file_req_free(struct file_req *f)
+static void on_written(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		       void *arg)
 {
-	json_decref(f->request);
-	free(f->data);
-	free(f->path);
-	if (f->content)
-		evbuffer_free(f->content);
-	if (f->s) {
-		session_op_end(f->s);
-		session_unref(f->s);
-	}
-	free(f);
-}
-
-typedef void (*file_reply_fn)(struct file_req *f, json_t *result);
-
-static void file_on_data(struct guest_op *op, uint8_t type, const uint8_t *data, size_t len,
-			 void *arg)
-{
-	struct file_req *f = arg;
-	if (type == GUEST_FILEDATA && f->content)
-		evbuffer_add(f->content, data, len);
-	guest_op_consumed(op, len);
-}
-
-static void write_reply(struct file_req *f, json_t *result)
-{
-	json_t *size = json_object_get(result, "size");
-	http_reply_json(f->ctx, 200,
-			json_pack("{s:b, s:s, s:O}", "success", 1, "path", f->path, "size",
-				  size ? size : json_integer((json_int_t)f->len)));
-}
-
-static void read_reply(struct file_req *f, json_t *result)
-{
-	size_t len = evbuffer_get_length(f->content);
-	const uint8_t *bytes = len ? evbuffer_pullup(f->content, -1) : (const uint8_t *)"";
-	if (f->raw) {
-		http_reply_bytes(f->ctx, 200, "application/octet-stream", bytes, len);
-		return;
-	}
-	/* Text that is not UTF-8 would be damaged by JSON: send it as base64 and say so. */
-	bool b64 = f->want_base64 || !utf8_valid(bytes, len) || memchr(bytes, 0, len);
-	json_t *content;
-	if (b64) {
-		size_t n;
-		char *enc = base64_encode(bytes, len, &n);
-		content = json_stringn(enc, n);
-		free(enc);
-	} else {
-		content = json_stringn((const char *)bytes, len);
-	}
-	http_reply_json(f->ctx, 200,
-			json_pack("{s:s, s:o, s:s, s:I}", "path", f->path, "content", content,
-				  "encoding", b64 ? "base64" : "utf8", "size", (json_int_t)len));
-}
-
-static void files_reply(struct file_req *f, json_t *result)
-{
-	json_t *entries = json_object_get(result, "entries");
-	json_t *r = json_pack("{s:s, s:O, s:b}", "path", f->path, "files",
-			      entries ? entries : json_array(), "truncated",
-			      json_is_true(json_object_get(result, "truncated")));
-	http_reply_json(f->ctx, 200, r);
-}
-
-static const char *file_message_type(const char *op)
-{
-	if (strcmp(op, "write") == 0)
-		return "write_file";
-	if (strcmp(op, "read") == 0)
-		return "read_file";
-	return "list_files";
-}
-
-static void file_on_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
-{
-	struct file_req *f = arg;
-	const char *type = file_message_type(json_string_value(json_object_get(f->request, "op")));
-	metrics_add(M.exec_message_total, 1, type);
-	metrics_observe(M.exec_message_duration, (double)(mono_us() - f->t0_us) / 1e6, type);
+	struct http_ctx *ctx = arg;
 	if (err) {
-		http_reply_err(f->ctx, err);
-	} else {
-		const char *kind = json_string_value(json_object_get(f->request, "op"));
-		if (strcmp(kind, "write") == 0)
-			write_reply(f, result);
-		else if (strcmp(kind, "read") == 0)
-			read_reply(f, result);
-		else
-			files_reply(f, result);
-	}
-	file_req_free(f);
-}
-
-static const struct guest_op_cbs file_cbs = { .on_data = file_on_data, .on_done = file_on_done };
-
-static void file_on_gone(struct http_ctx *ctx, void *arg)
-{
-	/* The op finishes on its own; the reply is dropped. Reads stop early. */
-	(void)ctx;
-	(void)arg;
-}
-
-static void file_start(struct session *s, const struct err *err, void *arg)
-{
-	struct file_req *f = arg;
-	if (err) {
-		http_reply_err(f->ctx, err);
-		file_req_free(f);
+		http_reply_err(ctx, err);
 		return;
 	}
-	struct err e;
-	struct guest_op *op = guest_op_start(s->conn, f->request, &file_cbs, f, &e);
-	if (!op) {
-		http_reply_err(f->ctx, &e);
-		file_req_free(f);
-		return;
+	http_reply_json(ctx, 200,
+			json_pack("{s:b, s:s, s:I}", "success", 1, "path", r->path, "size",
+				  (json_int_t)r->size));
+}
+
+/* The bytes "content" stands for in its "encoding" (the caller frees *ret). */
+static int write_content(struct http_ctx *ctx, json_t *content, const char *encoding, uint8_t **ret,
+			 size_t *ret_len)
+{
+	const char *text = json_string_value(content);
+	size_t tlen = json_string_length(content);
+	if (encoding && strcmp(encoding, "base64") == 0) {
+		if (base64_decode(text, tlen, ret, ret_len) < 0) {
+			http_reply_error(ctx, 400, "\"content\" is not valid base64");
+			return -1;
+		}
+		return 0;
 	}
-	f->s = s;
-	f->t0_us = mono_us();
-	session_ref(s);
-	session_op_begin(s);
-	f->ctx->on_gone = file_on_gone;
-	guest_op_set_timeout(op, FILE_OP_TIMEOUT_MS, "file operation");
-	if (f->is_write) {
-		guest_op_send(op, f->data, f->len);
-		guest_op_eof(op);
+	if (encoding && strcmp(encoding, "utf8") != 0 && strcmp(encoding, "utf-8") != 0) {
+		http_reply_error(ctx, 400, "\"encoding\" must be \"utf8\" or \"base64\"");
+		return -1;
 	}
+	*ret = xmalloc(tlen + 1);
+	memcpy(*ret, text, tlen);
+	*ret_len = tlen;
+	return 0;
 }
 
 void api_exec_write(struct http_ctx *ctx)
 {
-	const char *id = path_session_id(ctx);
-	if (!id)
-		return;
+	const char *id;
 	json_t *body;
-	if (http_body_json(ctx, &body) < 0)
+	if (id_and_body(ctx, &id, &body) < 0)
 		return;
 	const char *path, *tmpl, *encoding;
-	struct file_req *f = NULL;
 	if (opt_string(ctx, body, "path", &path) < 0 ||
 	    opt_string(ctx, body, "template", &tmpl) < 0 ||
 	    opt_string(ctx, body, "encoding", &encoding) < 0)
@@ -954,40 +636,17 @@ void api_exec_write(struct http_ctx *ctx)
 		http_reply_error(ctx, 400, "\"mode\" must be a permission number (0 to 4095)");
 		goto out;
 	}
-	f = xcalloc(1, sizeof(*f));
-	f->ctx = ctx;
-	f->path = xstrdup(path);
-	const char *text = json_string_value(content);
-	size_t tlen = json_string_length(content);
-	if (encoding && strcmp(encoding, "base64") == 0) {
-		if (base64_decode(text, tlen, &f->data, &f->len) < 0) {
-			http_reply_error(ctx, 400, "\"content\" is not valid base64");
-			goto out;
-		}
-	} else if (!encoding || strcmp(encoding, "utf8") == 0 || strcmp(encoding, "utf-8") == 0) {
-		f->data = xmalloc(tlen + 1);
-		memcpy(f->data, text, tlen);
-		f->len = tlen;
-	} else {
-		http_reply_error(ctx, 400, "\"encoding\" must be \"utf8\" or \"base64\"");
+	uint8_t *data;
+	size_t len;
+	if (write_content(ctx, content, encoding, &data, &len) < 0)
 		goto out;
-	}
-	f->is_write = true;
-	f->request = json_pack("{s:s, s:s, s:I}", "op", "write", "path", path, "maxBytes",
-			       (json_int_t)api_cfg->max_body_bytes);
-	if (mode)
-		json_object_set(f->request, "mode", mode);
-	struct session_create_opts opts = { .template_name = tmpl };
-	const char *owner = target_owner(ctx, id);
-	if (!owner)
-		goto out;
-	session_get_or_create(owner, id, &opts, file_start, f, NULL);
-	json_decref(body);
-	return;
+	struct ops_target t = request_target(ctx, id, tmpl);
+	struct err e;
+	if (!ops_write_file(&t, path, data, len, mode ? (int)json_integer_value(mode) : -1,
+			    on_written, ctx, &e))
+		http_reply_err(ctx, &e);
 out:
 	json_decref(body);
-	if (f)
-		file_req_free(f);
 }
 
 /* A path from the query string: JSON (to the agent) can carry only UTF-8 text. Replies 400
@@ -998,6 +657,40 @@ static bool query_path_valid(struct http_ctx *ctx, const char *path)
 		return true;
 	http_reply_error(ctx, 400, "\"path\" must be UTF-8 text");
 	return false;
+}
+
+struct read_req {
+	struct http_ctx *ctx;
+	bool raw; /* reply with the bytes themselves */
+	bool want_base64;
+};
+
+static void on_read(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		    void *arg)
+{
+	_cleanup_free_ struct read_req *rr = arg;
+	if (err) {
+		http_reply_err(rr->ctx, err);
+		return;
+	}
+	if (rr->raw) {
+		http_reply_bytes(rr->ctx, 200, "application/octet-stream", r->data, r->size);
+		return;
+	}
+	/* Text that is not UTF-8 would be damaged by JSON: send it as base64 and say so. */
+	bool b64 = rr->want_base64 || !utf8_valid(r->data, r->size) || memchr(r->data, 0, r->size);
+	json_t *content;
+	if (b64) {
+		size_t n;
+		_cleanup_free_ char *enc = base64_encode(r->data, r->size, &n);
+		content = json_stringn(enc, n);
+	} else {
+		content = json_stringn((const char *)r->data, r->size);
+	}
+	http_reply_json(rr->ctx, 200,
+			json_pack("{s:s, s:o, s:s, s:I}", "path", r->path, "content", content,
+				  "encoding", b64 ? "base64" : "utf8", "size",
+				  (json_int_t)r->size));
 }
 
 void api_exec_read(struct http_ctx *ctx)
@@ -1017,18 +710,31 @@ void api_exec_read(struct http_ctx *ctx)
 		http_reply_error(ctx, 400, "\"encoding\" must be \"utf8\" or \"base64\"");
 		return;
 	}
-	struct session *s = existing_session(ctx, id);
-	if (!s)
+	struct read_req *rr = xcalloc(1, sizeof(*rr));
+	rr->ctx = ctx;
+	rr->want_base64 = encoding && strcmp(encoding, "base64") == 0;
+	rr->raw = http_accepts(ctx, "application/octet-stream") && !encoding;
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	/* 0: the server's SANDBOX_MAX_READ_BYTES */
+	if (!ops_read_file(&t, path, 0, on_read, rr, &e)) {
+		free(rr);
+		http_reply_err(ctx, &e);
+	}
+}
+
+static void on_listed(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		      void *arg)
+{
+	struct http_ctx *ctx = arg;
+	if (err) {
+		http_reply_err(ctx, err);
 		return;
-	struct file_req *f = xcalloc(1, sizeof(*f));
-	f->ctx = ctx;
-	f->path = xstrdup(path);
-	f->content = evbuffer_new();
-	f->want_base64 = encoding && strcmp(encoding, "base64") == 0;
-	f->raw = http_accepts(ctx, "application/octet-stream") && !encoding;
-	f->request = json_pack("{s:s, s:s, s:I}", "op", "read", "path", path, "maxBytes",
-			       (json_int_t)api_cfg->max_read_bytes);
-	file_start(s, NULL, f);
+	}
+	json_t *files = r->entries ? json_incref(r->entries) : json_array();
+	http_reply_json(ctx, 200,
+			json_pack("{s:s, s:o, s:b}", "path", r->path, "files", files, "truncated",
+				  r->truncated));
 }
 
 void api_exec_files(struct http_ctx *ctx)
@@ -1040,14 +746,9 @@ void api_exec_files(struct http_ctx *ctx)
 	const char *rec = http_query(ctx, "recursive");
 	if (path && !query_path_valid(ctx, path))
 		return;
-	struct session *s = existing_session(ctx, id);
-	if (!s)
-		return;
-	struct file_req *f = xcalloc(1, sizeof(*f));
-	f->ctx = ctx;
-	f->path = xstrdup(path && *path ? path : ".");
 	bool recursive = rec && (strcmp(rec, "true") == 0 || strcmp(rec, "1") == 0);
-	f->request =
-		json_pack("{s:s, s:s, s:b}", "op", "list", "path", f->path, "recursive", recursive);
-	file_start(s, NULL, f);
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	if (!ops_list_files(&t, path, recursive, on_listed, ctx, &e))
+		http_reply_err(ctx, &e);
 }
