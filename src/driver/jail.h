@@ -84,6 +84,8 @@ struct jail_plan {
 	int fd_exe;
 	int fd_netns; /* -1: none */
 
+	const char *resolv_conf; /* host file mounted on the sandbox's /etc/resolv.conf, or NULL */
+
 	const struct sock_fprog *seccomp; /* borrowed: the filter lives as long as the process */
 	uint64_t caps_keep;               /* capabilities the agent keeps */
 	unsigned cap_last;                /* highest capability the kernel knows */

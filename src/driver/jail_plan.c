@@ -186,6 +186,18 @@ void jail_plan_sandbox(struct jail_plan *p, const char *rootfs, uint64_t workspa
 		  jail_plan_str(p, "bind rootfs %s", rootfs));
 	add_mount(p, NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
 		  NULL, false, "remount rootfs read-only");
+	/* The sandbox's resolver, read-only (the file is the host's). Before the pivot, while the
+	 * host's file is still in view: a bind mount's source must be in our mount namespace,
+	 * which a descriptor opened by the parent is not. The parent checked that the target is
+	 * a plain file of the template's. It rides along with the rootfs through the pivot. */
+	if (p->resolv_conf) {
+		const char *target = jail_plan_str(p, "%s/etc/resolv.conf", rootfs);
+		add_mount(p, p->resolv_conf, target, NULL, MS_BIND, NULL, false,
+			  "bind resolv.conf on /etc/resolv.conf");
+		add_mount(p, NULL, target, NULL,
+			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
+			  false, "remount /etc/resolv.conf read-only");
+	}
 	add_path(p, JOP_CHDIR, root, 0, jail_plan_str(p, "chdir %s", rootfs));
 	/* pivot_root(".", ".") needs no directory for the old root, which a read-only rootfs
 	 * could not provide; the old root is then stacked on "." and detached at once. */

@@ -35,7 +35,8 @@ in_rootfs() {
 # Installs the agent as /sbin/sandbox-agent, creates the mount points the
 # agent and the drivers expect (/workspace kept if the image filled it,
 # /tmp /proc /sys /dev /run emptied) and records the image's environment
-# (ENV_JSON: array of "KEY=value") in /etc/sandbox/env, one per line.
+# (ENV_JSON: array of "KEY=value") in /etc/sandbox/env, one per line, and makes
+# /etc/resolv.conf a regular file.
 rootfs_finalize() {
 	local root=$1 agent=$2 env_json=${3:-[]} dir sbin
 	chmod 0755 "$root"
@@ -63,6 +64,15 @@ rootfs_finalize() {
 
 	mkdir -p "$(in_rootfs "$root" /etc)/sandbox"
 	jq -r '.[]' <<<"$env_json" >"$(in_rootfs "$root" /etc)/sandbox/env"
+
+	# The sandbox's resolver is bind-mounted here (the jail) or written by the agent (VMs):
+	# a regular file must be there to mount on, whatever the image had.
+	local resolv
+	resolv="$(in_rootfs "$root" /etc)/resolv.conf"
+	if [[ -L $resolv || ! -f $resolv ]]; then
+		rm -f "$resolv"
+		: >"$resolv"
+	fi
 }
 
 # rootfs_make_ext4 ROOT IMAGE HEADROOM_MIB: an ext4 image of ROOT's content
