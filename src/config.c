@@ -54,6 +54,7 @@ struct var {
 static const char *const drivers[] = { "auto", "jail", "qemu", "firecracker", NULL };
 static const char *const accels[] = { "auto", "kvm", "tcg", NULL };
 static const char *const modes[] = { "none", "allow", "deny", NULL };
+static const char *const network_modes[] = { "auto", "on", "off", NULL };
 
 #define F(field) offsetof(struct config, field)
 
@@ -104,6 +105,14 @@ static const struct var vars[] = {
 
 	{ "SANDBOX_QEMU_BIN", V_STRING, F(qemu_bin), "qemu-system-x86_64" },
 	{ "SANDBOX_QEMU_ACCEL", V_CHOICE, F(qemu_accel), "auto", 0, 0, accels },
+
+	{ "SANDBOX_NETWORK", V_CHOICE, F(network), "auto", 0, 0, network_modes },
+	{ "SANDBOX_NET_POOL", V_STRING, F(net_pool), "10.200.0.0/16" },
+	{ "SANDBOX_NFT", V_PATH, F(nft_bin), NULL },
+
+	{ "SANDBOX_MCP_ALLOWED_ORIGINS", V_STRING, F(mcp_allowed_origins), "" },
+	{ "SANDBOX_MCP_SESSION_TIMEOUT", V_UINT, F(mcp_session_timeout_s), "1800", 1, 604800 },
+	{ "SANDBOX_MCP_MAX_SESSIONS", V_UINT, F(mcp_max_sessions), "256", 1, 100000 },
 
 	{ "VM_DNS_MODE", V_MODE, F(dns_mode), "none", 0, 0, modes },
 	{ "VM_DNS_DOMAINS", V_STRING, F(dns_domains), "" },

@@ -67,6 +67,16 @@ struct config {
 	char *qemu_bin;   /* SANDBOX_QEMU_BIN, default qemu-system-x86_64 */
 	char *qemu_accel; /* SANDBOX_QEMU_ACCEL: auto|kvm|tcg */
 
+	/* sandbox networking */
+	char *network;  /* SANDBOX_NETWORK: auto|on|off */
+	char *net_pool; /* SANDBOX_NET_POOL, default 10.200.0.0/16 */
+	char *nft_bin;  /* SANDBOX_NFT: the nft binary (default: found on PATH) */
+
+	/* MCP */
+	char *mcp_allowed_origins;      /* SANDBOX_MCP_ALLOWED_ORIGINS, comma-separated */
+	unsigned mcp_session_timeout_s; /* SANDBOX_MCP_SESSION_TIMEOUT, default 1800 */
+	unsigned mcp_max_sessions;      /* SANDBOX_MCP_MAX_SESSIONS, default 256 */
+
 	/* network egress */
 	enum net_filter_mode dns_mode;  /* VM_DNS_MODE */
 	char *dns_domains;              /* VM_DNS_DOMAINS */

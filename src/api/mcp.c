@@ -79,7 +79,7 @@ static void transport_init(void)
 		return;
 	T.ready = true;
 	mcp_init();
-	const char *list = getenv("SANDBOX_MCP_ALLOWED_ORIGINS");
+	const char *list = api_cfg ? api_cfg->mcp_allowed_origins : NULL;
 	if (list && *list) {
 		_cleanup_free_ char *copy = xstrdup(list);
 		char *save = NULL;

@@ -63,23 +63,6 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* A positive whole number from the environment, or the default (with a warning when the
- * value is unusable: the daemon keeps running with a sane setting). */
-static unsigned env_uint(const char *name, unsigned def, unsigned max)
-{
-	const char *v = getenv(name);
-	if (!v || !*v)
-		return def;
-	char *end;
-	unsigned long n = strtoul(v, &end, 10);
-	if (*end || n == 0 || n > max || *v == '-') {
-		log_warn("mcp", "%s=%s is not a whole number from 1 to %u; using %u", name, v, max,
-			 def);
-		return def;
-	}
-	return (unsigned)n;
-}
-
 static void sweep(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t now = mono_ms();
@@ -100,8 +83,8 @@ void mcp_init(void)
 	if (G.ready)
 		return;
 	G.ready = true;
-	mcp_settings.idle_timeout_s = env_uint("SANDBOX_MCP_SESSION_TIMEOUT", 1800, 604800);
-	mcp_settings.max_sessions = env_uint("SANDBOX_MCP_MAX_SESSIONS", 256, 100000);
+	mcp_settings.idle_timeout_s = api_cfg ? api_cfg->mcp_session_timeout_s : 1800;
+	mcp_settings.max_sessions = api_cfg ? api_cfg->mcp_max_sessions : 256;
 	mcp_settings.max_inflight = 32;
 	ops_init(api_base, api_cfg);
 	G.sweep = event_new(api_base, -1, EV_PERSIST, sweep, NULL);

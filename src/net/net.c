@@ -888,8 +888,9 @@ static int check_pool(struct err *err)
 static int configure(const struct config *cfg, struct err *err)
 {
 	int r;
-	const char *pool = getenv("SANDBOX_NET_POOL");
-	if ((r = net_pool_init(&N.pool, pool && *pool ? pool : DEFAULT_POOL, err)) < 0 ||
+	net_nft_set_bin(cfg->nft_bin);
+	const char *pool = cfg->net_pool && *cfg->net_pool ? cfg->net_pool : DEFAULT_POOL;
+	if ((r = net_pool_init(&N.pool, pool, err)) < 0 ||
 	    (r = net_policy_from_config(cfg, &N.server, err)) < 0 ||
 	    (r = net_resolver_set_upstreams(cfg->dns_upstream, err)) < 0)
 		return r;
@@ -994,7 +995,7 @@ static void undo(void)
 
 int net_init(struct event_base *base, const struct config *cfg, struct err *err)
 {
-	const char *m = getenv("SANDBOX_NETWORK");
+	const char *m = cfg->network;
 	enum net_mode mode = NET_MODE_AUTO;
 	if (m && *m && strcmp(m, "auto") != 0) {
 		if (strcmp(m, "on") == 0)

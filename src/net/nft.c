@@ -52,13 +52,21 @@ static bool executable(const char *p)
 	return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
 }
 
+static char *nft_configured;
+
+void net_nft_set_bin(const char *path)
+{
+	free(nft_configured);
+	nft_configured = path && *path ? xstrdup(path) : NULL;
+}
+
 int net_nft_find(struct err *err)
 {
-	const char *env = getenv("SANDBOX_NFT");
-	if (env && *env) {
-		if (!executable(env))
-			return err_set(err, ENOENT, "SANDBOX_NFT `%s` is not an executable", env);
-		snprintf(nft_path, sizeof(nft_path), "%s", env);
+	if (nft_configured) {
+		if (!executable(nft_configured))
+			return err_set(err, ENOENT, "SANDBOX_NFT `%s` is not an executable",
+				       nft_configured);
+		snprintf(nft_path, sizeof(nft_path), "%s", nft_configured);
 		return 0;
 	}
 	const char *path = getenv("PATH");
