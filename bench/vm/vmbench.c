@@ -201,6 +201,13 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 			fprintf(stderr, "vmbench: cold boot %d: %s\n", i, e.msg);
 			goto out;
 		}
+		/* As the session layer does before every creation (not timed): if the snapshot
+		 * went stale meanwhile (a template rebuild), it is rebuilt rather than every
+		 * later sample booting cold. */
+		if (d->prepare && d->prepare(cfg, t, &e) < 0) {
+			fprintf(stderr, "vmbench: preparing %s: %s\n", tname, e.msg);
+			goto out;
+		}
 		snprintf(id, sizeof(id), "bench-%d-r%d", (int)getpid(), i);
 		spec.id = id;
 		if (sample(d, cfg, &spec, &warm_t[i], &e) < 0) {
