@@ -13,6 +13,7 @@
 
 /* <linux/random.h> is not part of every libc: _IOW('R', 0x03, int[2]). */
 #define AGENT_RNDADDENTROPY 0x40085203
+#define AGENT_RNDRESEEDCRNG 0x5207
 
 #define STR_(x)             #x
 #define STR(x)              STR_(x)
@@ -120,8 +121,12 @@ static bool add_entropy(struct agent *a, const uint8_t *p, size_t n)
 		info.entropy_count = (int)n * 8;
 		info.buf_size = (int)n;
 		memcpy(info.buf, p, n);
-		if (ioctl(fd, AGENT_RNDADDENTROPY, &info) == 0)
+		if (ioctl(fd, AGENT_RNDADDENTROPY, &info) == 0) {
+			/* Clones of one snapshot share the generator's state: without a reseed
+			 * they would keep drawing the same bytes until the kernel's own next one. */
+			ioctl(fd, AGENT_RNDRESEEDCRNG, 0);
 			return true;
+		}
 	}
 	while (n) {
 		ssize_t k = write(fd, p, n);
