@@ -3,7 +3,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +89,95 @@ static void lo_up(void)
 	ifr.ifr_flags |= IFF_UP;
 	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
 		agent_log("lo up: %s", strerror(errno));
+}
+
+static void set_sin(struct sockaddr *sa, uint32_t addr)
+{
+	struct sockaddr_in sin;
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = addr;
+	memcpy(sa, &sin, sizeof(sin));
+}
+
+static int addr_ioctl(int s, unsigned long req, const char *what, uint32_t addr, struct err *err)
+{
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", INIT_NET_IFACE);
+	set_sin(&ifr.ifr_addr, addr);
+	if (ioctl(s, req, &ifr) < 0)
+		return err_sys(err, errno, "%s: setting the %s", INIT_NET_IFACE, what);
+	return 0;
+}
+
+/* The resolver, in /run (the root is read-only), bind-mounted once on /etc/resolv.conf;
+ * later writes go to the same file, so the mount always shows the current one. */
+static int write_resolv_conf(uint32_t dns, struct err *err)
+{
+	static bool mounted;
+	char text[64], ip[INET_ADDRSTRLEN];
+	struct in_addr a = { .s_addr = dns };
+	inet_ntop(AF_INET, &a, ip, sizeof(ip));
+	int n = snprintf(text, sizeof(text), "nameserver %s\n", ip);
+	_cleanup_close_ int fd =
+		open(INIT_RESOLV_CONF, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0 || write(fd, text, (size_t)n) != n)
+		return err_sys(err, errno, "writing %s", INIT_RESOLV_CONF);
+	if (mounted)
+		return 0;
+	if (mount(INIT_RESOLV_CONF, "/etc/resolv.conf", NULL, MS_BIND, NULL) < 0)
+		return err_sys(err, errno, "mounting %s on /etc/resolv.conf", INIT_RESOLV_CONF);
+	mount(NULL, "/etc/resolv.conf", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL);
+	mounted = true;
+	return 0;
+}
+
+int init_network(uint32_t addr, unsigned prefix, uint32_t gateway, uint32_t dns, struct err *err)
+{
+	_cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return err_sys(err, errno, "socket");
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", INIT_NET_IFACE);
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+		return err_sys(err, errno, "%s", INIT_NET_IFACE);
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+		return err_sys(err, errno, "%s: bringing it up", INIT_NET_IFACE);
+
+	/* The address replaces the interface's primary one (a clone of a snapshot may be
+	 * configured again); its classful mask and broadcast are then corrected. A /31 or /32
+	 * has no broadcast address: with one, the gateway would be it. */
+	uint32_t mask = htonl(prefix >= 32 ? 0xffffffffu : ~(0xffffffffu >> prefix));
+	uint32_t brd = prefix >= 31 ? 0 : (addr | ~mask);
+	int r;
+	if ((r = addr_ioctl(s, SIOCSIFADDR, "address", addr, err)) < 0 ||
+	    (r = addr_ioctl(s, SIOCSIFNETMASK, "netmask", mask, err)) < 0 ||
+	    (r = addr_ioctl(s, SIOCSIFBRDADDR, "broadcast address", brd, err)) < 0)
+		return r;
+
+	struct rtentry rt;
+	memset(&rt, 0, sizeof(rt));
+	set_sin(&rt.rt_dst, 0);
+	set_sin(&rt.rt_genmask, 0);
+	set_sin(&rt.rt_gateway, gateway);
+	rt.rt_flags = RTF_UP | RTF_GATEWAY;
+	char dev[IFNAMSIZ];
+	snprintf(dev, sizeof(dev), "%s", INIT_NET_IFACE);
+	rt.rt_dev = dev;
+	/* A default route left from an earlier configuration goes first (no gateway, no
+	 * device: any default route). */
+	struct rtentry any = rt;
+	any.rt_flags = RTF_UP;
+	set_sin(&any.rt_gateway, 0);
+	any.rt_dev = NULL;
+	for (int i = 0; i < 8 && ioctl(s, SIOCDELRT, &any) == 0; i++)
+		;
+	if (ioctl(s, SIOCADDRT, &rt) < 0)
+		return err_sys(err, errno, "default route via the gateway");
+	return write_resolv_conf(dns, err);
 }
 
 static void read_cmdline(struct init_config *cfg)

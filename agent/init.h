@@ -11,6 +11,8 @@
 #define INIT_DEFAULT_WORKSPACE_MIB 512
 #define INIT_DEFAULT_CHANNEL       "serial:agent"
 #define INIT_DEFAULT_HOSTNAME      "sandbox"
+#define INIT_NET_IFACE             "eth0"
+#define INIT_RESOLV_CONF           "/run/resolv.conf"
 
 struct init_config {
 	char channel[64]; /* "serial:NAME" or "vsock:PORT" */
@@ -26,6 +28,12 @@ void init_parse_cmdline(const char *cmdline, struct init_config *cfg);
  * the command line into *cfg, brings up lo and sets the hostname. Failures of single steps
  * are logged, not fatal: a half-working guest still answers the host. */
 void init_setup(struct init_config *cfg);
+
+/* Configures the VM's network from a `resume`: brings INIT_NET_IFACE up with addr/prefix, a
+ * default route via gateway, and `nameserver dns` in INIT_RESOLV_CONF, bind-mounted on
+ * /etc/resolv.conf (the root is read-only). Addresses in network byte order. Again with other
+ * values, it replaces the earlier configuration. Returns 0 or a negative errno (err). */
+int init_network(uint32_t addr, unsigned prefix, uint32_t gateway, uint32_t dns, struct err *err);
 
 /* Terminates every process, syncs and powers off. Does not return. */
 void init_poweroff(void) __attribute__((noreturn));

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "init.h"
 #include "util/cleanup.h"
 
 /* <linux/random.h> is not part of every libc: _IOW('R', 0x03, int[2]). */
@@ -144,7 +145,7 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 {
 	const struct req_resume *x = &r->u.resume;
 	struct agent *a = c->a;
-	bool clock_set = false, host_set = false, credited = false;
+	bool clock_set = false, host_set = false, credited = false, net_set = false;
 
 	/* Only a VM has a clock of its own; in a jail it would be the host's. */
 	if (x->has_time && a->init) {
@@ -155,6 +156,15 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 		credited = add_entropy(a, x->entropy, x->entropy_len);
 	if (x->hostname && (a->init || a->pid1))
 		host_set = sethostname(x->hostname, strlen(x->hostname)) == 0;
+	/* A VM configures its own interface (a clone of a snapshot has its own address); a
+	 * jail's namespace was configured by the host. */
+	if (x->has_network && a->init) {
+		struct err e;
+		net_set = init_network(x->net_addr, x->net_prefix, x->net_gateway, x->net_dns,
+				       &e) == 0;
+		if (!net_set)
+			agent_log("network: %s", e.msg);
+	}
 	if (x->session_id)
 		agent_log("resumed as session %s", x->session_id);
 
@@ -169,6 +179,8 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 	jw_bool(&w, credited);
 	jw_key(&w, "hostnameSet");
 	jw_bool(&w, host_set);
+	jw_key(&w, "networkConfigured");
+	jw_bool(&w, net_set);
 	if (x->session_id) {
 		jw_key(&w, "sessionId");
 		jw_str(&w, x->session_id);

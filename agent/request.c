@@ -1,6 +1,7 @@
 /* request: REQUEST payload validation (see request.h). */
 #include "request.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
 
@@ -132,8 +133,73 @@ static int hexval(char c)
 	return -1;
 }
 
+int req_parse_ipv4(const char *s, uint32_t *ret)
+{
+	uint32_t v = 0;
+	for (int part = 0; part < 4; part++) {
+		if (part && *s++ != '.')
+			return -EINVAL;
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		unsigned n = 0, digits = 0;
+		for (; *s >= '0' && *s <= '9'; s++, digits++) {
+			if (digits == 3)
+				return -EINVAL;
+			n = n * 10 + (unsigned)(*s - '0');
+		}
+		if (n > 255 || (digits > 1 && s[-(int)digits] == '0'))
+			return -EINVAL;
+		v = v << 8 | n;
+	}
+	if (*s)
+		return -EINVAL;
+	*ret = htonl(v);
+	return 0;
+}
+
+static int get_ipv4(const struct json *o, const char *field, uint32_t *ret, struct err *err)
+{
+	const char *s = NULL;
+	int r = get_str(o, field, true, &s, err);
+	if (r < 0)
+		return err_set(err, EINVAL, "field `network.%s` must be a dotted IPv4 address",
+			       field);
+	if (req_parse_ipv4(s, ret) < 0)
+		return err_set(err, EINVAL, "field `network.%s` is not a dotted IPv4 address",
+			       field);
+	return 0;
+}
+
+/* "network": {"address", "prefix", "gateway", "dns"}, all required. */
+static int parse_network(const struct json *n, struct req_resume *x, struct err *err)
+{
+	if (n->type != JSON_OBJECT)
+		return wrong_type("network", "an object", n, err);
+	int r;
+	if ((r = get_ipv4(n, "address", &x->net_addr, err)) < 0 ||
+	    (r = get_ipv4(n, "gateway", &x->net_gateway, err)) < 0 ||
+	    (r = get_ipv4(n, "dns", &x->net_dns, err)) < 0)
+		return r;
+	const struct json *p = json_get(n, "prefix");
+	if (!p || p->type != JSON_INT || p->u.i < 1 || p->u.i > 32)
+		return err_set(err, EINVAL,
+			       "field `network.prefix` must be an integer from 1 to 32");
+	x->net_prefix = (unsigned)p->u.i;
+	if (x->net_addr == 0 || x->net_addr == x->net_gateway)
+		return err_set(err, EINVAL,
+			       "field `network.address` must be nonzero and not the gateway");
+	x->has_network = true;
+	return 0;
+}
+
 static int parse_resume(const struct json *o, struct req_resume *x, struct err *err)
 {
+	const struct json *net = json_get(o, "network");
+	if (net && net->type != JSON_NULL) {
+		int r = parse_network(net, x, err);
+		if (r < 0)
+			return r;
+	}
 	const struct json *t = json_get(o, "time");
 	if (t && t->type != JSON_NULL) {
 		if (t->type != JSON_OBJECT)

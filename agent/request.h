@@ -52,6 +52,13 @@ struct req_resume {
 	size_t entropy_len;
 	const char *session_id; /* NULL when absent */
 	const char *hostname;   /* NULL when absent */
+	/* "network": the VM's eth0 (address/prefix, default route via gateway, resolver dns);
+	 * addresses in network byte order. */
+	bool has_network;
+	uint32_t net_addr;
+	uint32_t net_gateway;
+	uint32_t net_dns;
+	unsigned net_prefix; /* 1-32 */
 };
 
 struct req {
@@ -86,3 +93,7 @@ struct req {
 int req_parse(const void *payload, size_t len, struct req *ret, struct err *err);
 
 void req_fini(struct req *r);
+
+/* Parses a dotted quad strictly (four decimal numbers 0-255, no leading zeros, nothing else)
+ * into *ret, in network byte order. Returns 0 or -EINVAL. */
+int req_parse_ipv4(const char *s, uint32_t *ret);

@@ -6,7 +6,8 @@
  * links (or copies) of the template's files under fixed names, the API socket at
  * /run/firecracker.socket and the vsock socket at /v.sock. Because every VM has its own
  * chroot and its own network namespace, those names are the same in every restore as at
- * snapshot time, so restores never need Firecracker's vsock or network overrides.
+ * snapshot time, so restores never need Firecracker's vsock or network overrides: eth0 is on
+ * `tap0` of the namespace, the net module's for a session, one of ours otherwise.
  *
  * Per template (prepare): boot once from the kernel and rootfs, wait for the agent, pause,
  * take a Full snapshot, keep it in <template>/firecracker/ with a meta.json that names what it
@@ -15,9 +16,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/if_tun.h>
 #include <linux/kvm.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -25,6 +29,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -61,6 +66,7 @@ struct fc_vm {
 	pid_t vmm;      /* Firecracker, from <root>/firecracker.pid */
 	struct cgroup *cg;
 	struct fc_version version;
+	char *own_netns; /* a namespace of our own with a dummy TAP (see tap_netns_create) */
 };
 
 static struct {
@@ -68,6 +74,8 @@ static struct {
 	struct cgroup_root cgroots;
 	bool have_cgroots;
 } F = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void tap_netns_remove(const char *path);
 
 static long now_ms(void)
 {
@@ -142,6 +150,7 @@ static void vm_free(struct fc_vm *vm)
 	free(vm->root);
 	free(vm->api_sock);
 	free(vm->vsock);
+	free(vm->own_netns);
 	cgroup_free(vm->cg);
 	free(vm);
 }
@@ -177,6 +186,8 @@ static void vm_teardown(struct fc_vm *vm, const char *id)
 	}
 	if (vm->jail_dir && fs_rm_rf(vm->jail_dir) < 0)
 		log_warn("firecracker", "sandbox %s: cannot remove `%s`", id, vm->jail_dir);
+	if (vm->own_netns)
+		tap_netns_remove(vm->own_netns);
 }
 
 static int read_pid_file(const char *path, pid_t *ret)
@@ -195,6 +206,94 @@ static int cgroup_version_now(void)
 	if (statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type == 0x63677270 /* CGROUP2 */)
 		return 2;
 	return 1;
+}
+
+/* --- the NIC's namespace -------------------------------------------------------------- */
+
+/* Every VM has eth0 on the TAP `tap0` of the network namespace Firecracker runs in. A
+ * session's sandbox gets the net module's namespace (tap0 routed); the snapshot build, and
+ * sandboxes when networking is off, get one of ours: a new namespace holding only a
+ * persistent tap0, its link down (nothing to reach), bind-mounted at <jail dir>.netns. The
+ * snapshot's device then always finds tap0 at restore. */
+#define FC_TAP_NAME "tap0"
+
+static char *own_netns_path(const struct config *cfg, const char *id)
+{
+	_cleanup_free_ char *jail = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
+	return xasprintf("%s.netns", jail);
+}
+
+static void tap_netns_remove(const char *path)
+{
+	if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
+		log_warn("firecracker", "cannot unmount `%s`: %s", path, strerror(errno));
+	if (unlink(path) < 0 && errno != ENOENT)
+		log_warn("firecracker", "cannot remove `%s`: %s", path, strerror(errno));
+}
+
+static int tap_netns_create(const char *path, struct err *err)
+{
+	_cleanup_free_ char *parent = xstrdup(path);
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent)
+		*slash = '\0';
+	int r = fs_mkdir_p(parent, 0755);
+	if (r < 0)
+		return err_sys(err, -r, "cannot create `%s`", parent);
+	tap_netns_remove(path); /* left by a crash */
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return err_sys(err, errno, "cannot create `%s`", path);
+	close(fd);
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		r = err_sys(err, errno, "pipe");
+		unlink(path);
+		return r;
+	}
+	/* A child does it, so that no thread of the daemon ever leaves the root namespace.
+	 * Between fork and _exit: system calls only. */
+	pid_t pid = fork();
+	if (pid == 0) {
+		int step = 0;
+		struct ifreq ifr;
+		memset(&ifr, 0, sizeof(ifr));
+		ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+		memcpy(ifr.ifr_name, FC_TAP_NAME, sizeof(FC_TAP_NAME));
+		int tun = -1;
+		if (unshare(CLONE_NEWNET) < 0)
+			step = 1;
+		else if ((tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC)) < 0 ||
+			 ioctl(tun, TUNSETIFF, &ifr) < 0 || ioctl(tun, TUNSETPERSIST, 1) < 0)
+			step = 2;
+		else if (mount("/proc/self/ns/net", path, NULL, MS_BIND, NULL) < 0)
+			step = 3;
+		int report[2] = { step, errno };
+		if (step && write(pipefd[1], report, sizeof(report)) < 0)
+			step = 4;
+		_exit(step ? 1 : 0);
+	}
+	close(pipefd[1]);
+	if (pid < 0) {
+		r = err_sys(err, errno, "fork");
+		close(pipefd[0]);
+		unlink(path);
+		return r;
+	}
+	int status = 0, report[2] = { 0, 0 };
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	ssize_t n = read(pipefd[0], report, sizeof(report));
+	close(pipefd[0]);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	static const char *const what[] = { "", "creating a network namespace",
+					    "creating " FC_TAP_NAME, "mounting the namespace" };
+	int step = n == (ssize_t)sizeof(report) && report[0] > 0 && report[0] < 4 ? report[0] : 0;
+	r = err_sys(err, step ? report[1] : EIO, "firecracker: %s for `%s`",
+		    step ? what[step] : "setting up the NIC's namespace", path);
+	tap_netns_remove(path);
+	return r;
 }
 
 /* Starts the jailer for sandbox `id`; on success the API socket answers. */
@@ -285,6 +384,24 @@ static int vm_start(const struct config *cfg, const char *id, const struct sandb
 fail:
 	vm_teardown(vm, id);
 	vm_free(vm);
+	return r;
+}
+
+/* vm_start in `netns`, or without one in a namespace of our own with a dummy tap0. */
+static int vm_start_net(const struct config *cfg, const char *id, const struct sandbox_limits *l,
+			const char *netns, struct fc_vm **ret, struct err *err)
+{
+	if (netns)
+		return vm_start(cfg, id, l, netns, ret, err);
+	char *own = own_netns_path(cfg, id);
+	int r = tap_netns_create(own, err);
+	if (r == 0 && (r = vm_start(cfg, id, l, own, ret, err)) == 0) {
+		(*ret)->own_netns = own;
+		return 0;
+	}
+	if (r < 0 && access(own, F_OK) == 0)
+		tap_netns_remove(own);
+	free(own);
 	return r;
 }
 
@@ -415,9 +532,9 @@ static json_t *snapshot_identity(const struct config *cfg, const struct template
 	_cleanup_free_ char *rd = t->rootfs_img ? file_digest(t->rootfs_img) : NULL;
 	_cleanup_free_ char *args = boot_args(l);
 	_cleanup_free_ char *ver = xasprintf("%u.%u.%u", v->major, v->minor, v->patch);
-	return json_pack("{s:s, s:s?, s:s?, s:I, s:I, s:s}", "firecracker", ver, "kernel", kd,
-			 "rootfs", rd, "memMib", (json_int_t)l->mem_mib, "vcpus",
-			 (json_int_t)l->vcpus, "bootArgs", args);
+	return json_pack("{s:s, s:s?, s:s?, s:I, s:I, s:s, s:s}", "firecracker", ver, "kernel",
+			 kd, "rootfs", rd, "memMib", (json_int_t)l->mem_mib, "vcpus",
+			 (json_int_t)l->vcpus, "bootArgs", args, "nic", "eth0:" FC_TAP_NAME);
 }
 
 static int put(struct fc_vm *vm, const char *path, json_t *body, struct err *err)
@@ -443,7 +560,7 @@ static int build_snapshot(const struct config *cfg, struct template *t,
 
 	_cleanup_free_ char *args = boot_args(l);
 	struct fc_vm *vm = NULL;
-	int r = vm_start(cfg, id, l, NULL, &vm, err);
+	int r = vm_start_net(cfg, id, l, NULL, &vm, err);
 	if (r < 0)
 		return r;
 	int fd = -1;
@@ -467,6 +584,9 @@ static int build_snapshot(const struct config *cfg, struct template *t,
 		     json_pack("{s:i, s:s}", "guest_cid", FC_GUEST_CID, "uds_path", FC_VSOCK_UDS),
 		     err)) < 0 ||
 	    (r = put(vm, "/entropy", json_object(), err)) < 0 ||
+	    (r = put(vm, "/network-interfaces/eth0",
+		     json_pack("{s:s, s:s}", "iface_id", "eth0", "host_dev_name", FC_TAP_NAME),
+		     err)) < 0 ||
 	    (r = put(vm, "/actions", json_pack("{s:s}", "action_type", "InstanceStart"), err)) < 0)
 		goto out;
 	if ((r = vsock_connect(vm->vsock, BOOT_TIMEOUT_MS, &fd, err)) < 0 ||
@@ -644,7 +764,7 @@ static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 		return err_set(err, ENOENT, "template %s has no rootfs.ext4", t->name);
 
 	struct fc_vm *vm = NULL;
-	int r = vm_start(cfg, spec->id, &spec->limits, spec->netns_path, &vm, err);
+	int r = vm_start_net(cfg, spec->id, &spec->limits, spec->netns_path, &vm, err);
 	if (r < 0)
 		return r;
 	int fd = -1;
@@ -711,6 +831,8 @@ static void fc_cleanup_stale(const struct config *cfg, const char *id, json_t *r
 		kill((pid_t)pid, SIGKILL);
 	_cleanup_free_ char *dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
 	fs_rm_rf(dir);
+	_cleanup_free_ char *netns = own_netns_path(cfg, id);
+	tap_netns_remove(netns);
 	struct cgroup *cg = NULL;
 	if (F.have_cgroots && cgroup_open(&F.cgroots, id, &cg, NULL) == 0) {
 		cgroup_remove(cg, NULL);

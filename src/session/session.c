@@ -452,6 +452,14 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 	json_t *req = json_pack("{s:s, s:{s:I, s:I}, s:s, s:s, s:s}", "op", "resume", "time", "sec",
 				(json_int_t)now.tv_sec, "nsec", (json_int_t)now.tv_nsec, "entropy",
 				entropy, "sessionId", s->id, "hostname", "sandbox");
+	/* The sandbox's network, for a VM to configure its interface with (after a snapshot
+	 * restore every clone has its own address); a jail's agent ignores it. */
+	struct net_sandbox_info ni;
+	if (net_sandbox_info(sb->id, &ni) == 0)
+		json_object_set_new(req, "network",
+				    json_pack("{s:s, s:i, s:s, s:s}", "address", ni.guest_addr,
+					      "prefix", (int)ni.prefix, "gateway", ni.gateway,
+					      "dns", ni.dns));
 	session_ref(s);
 	struct guest_op *op = guest_op_start(conn, req, &resume_cbs, s, &e);
 	json_decref(req);

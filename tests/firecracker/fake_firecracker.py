@@ -91,6 +91,23 @@ def serve_vsock(path, agent_sock):
         conn.close()
 
 
+def check_nics(cfg):
+    """A NIC's TAP is looked up in Firecracker's network namespace: the jailer must have put
+    it in one (--netns), never left it in the host's. Returns an error or None."""
+    nics = [d for k, d in cfg.items() if k.startswith("network-interfaces/")]
+    if not nics:
+        return None
+    netns = os.environ.get("FAKE_FC_NETNS", "")
+    if not netns:
+        return "a network interface without --netns: the TAP would be the host's"
+    if not os.path.exists(netns):
+        return f"network namespace {netns}: no such file"
+    for d in nics:
+        if d.get("host_dev_name") != "tap0":
+            return f"unexpected host_dev_name {d.get('host_dev_name')}"
+    return None
+
+
 def boot_guest():
     """Starts the agent as the guest, once, and the vsock listener."""
     if STATE["agent"]:
@@ -159,6 +176,9 @@ class Handler(BaseHTTPRequestHandler):
                       *[d["path_on_host"] for k, d in cfg.items() if k.startswith("drives/")]):
                 if not os.path.exists(host_path(f)):
                     return self.reply(400, {"fault_message": f"{f}: no such file"})
+            nic_err = check_nics(cfg)
+            if nic_err:
+                return self.reply(400, {"fault_message": nic_err})
             STATE["started"] = True
             boot_guest()
             return self.reply(204)
@@ -181,6 +201,9 @@ class Handler(BaseHTTPRequestHandler):
             for k, d in STATE["config"].items():
                 if k.startswith("drives/") and not os.path.exists(host_path(d["path_on_host"])):
                     return self.reply(400, {"fault_message": f"{d['path_on_host']}: missing"})
+            nic_err = check_nics(STATE["config"])
+            if nic_err:
+                return self.reply(400, {"fault_message": nic_err})
             STATE["started"] = True
             if body.get("resume_vm"):
                 boot_guest()

@@ -63,7 +63,8 @@ def main():
     base = opts.get("--chroot-base-dir", "/srv/jailer")
     root = os.path.join(base, os.path.basename(exe), opts["--id"], "root")
     os.makedirs(os.path.join(root, "run"), exist_ok=True)
-    env = dict(os.environ, FAKE_FC_ROOT=root, FAKE_FC_ID=opts["--id"])
+    env = dict(os.environ, FAKE_FC_ROOT=root, FAKE_FC_ID=opts["--id"],
+               FAKE_FC_NETNS=opts.get("--netns", ""))
     console = open(os.path.join(os.path.dirname(root), "fake-fc.log"), "a")
     child = subprocess.Popen([exe, *fc_args], env=env, stdin=subprocess.DEVNULL,
                              stdout=console, stderr=console, start_new_session=True)

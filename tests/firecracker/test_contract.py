@@ -138,7 +138,8 @@ class FirecrackerContractTest(unittest.TestCase):
         self.daemon.post("/exec/fc3/execute", {"command": "true"})
         seq = [(r["method"], r["path"]) for r in self.api_requests()]
         build = [("PUT", "/machine-config"), ("PUT", "/boot-source"), ("PUT", "/drives/rootfs"),
-                 ("PUT", "/vsock"), ("PUT", "/entropy"), ("PUT", "/actions"),
+                 ("PUT", "/vsock"), ("PUT", "/entropy"), ("PUT", "/network-interfaces/eth0"),
+                 ("PUT", "/actions"),
                  ("PATCH", "/vm"), ("PUT", "/snapshot/create")]
         it = iter(seq)
         self.assertTrue(all(step in it for step in build), seq)
@@ -149,6 +150,8 @@ class FirecrackerContractTest(unittest.TestCase):
             self.assertTrue(r["body"]["resume_vm"])
             self.assertNotIn("vsock_override", r["body"])
             self.assertNotIn("network_overrides", r["body"])
+        nic = next(r for r in self.api_requests() if r["path"] == "/network-interfaces/eth0")
+        self.assertEqual(nic["body"], {"iface_id": "eth0", "host_dev_name": "tap0"})
         boot = next(r for r in self.api_requests() if r["path"] == "/boot-source")
         self.assertIn("init=/sbin/sandbox-agent", boot["body"]["boot_args"])
         self.assertIn("sandbox.channel=vsock:5000", boot["body"]["boot_args"])
@@ -175,8 +178,14 @@ class FirecrackerContractTest(unittest.TestCase):
         before = set(os.listdir(jails)) if os.path.isdir(jails) else set()
         st, _, body = self.daemon.post("/exec/", {"id": "fc5"})
         self.assertEqual(st, 201, body)
-        live = [d for d in os.listdir(jails) if d not in before and not d.startswith("tpl-")]
-        self.assertEqual(len(live), 1, live)
+        new = [d for d in os.listdir(jails) if d not in before and not d.startswith("tpl-")]
+        live = [d for d in new if not d.endswith(".netns")]
+        self.assertEqual(len(live), 1, new)
+        # Without a session network, the VM's tap0 lives in a namespace of the driver's own,
+        # mounted beside the jail (never the host's namespace).
+        netns = os.path.join(jails, live[0] + ".netns")
+        if new != live:
+            self.assertEqual(new and sorted(new), sorted([live[0], live[0] + ".netns"]))
         root = os.path.join(jails, live[0], "root")
         for name in ("rootfs.ext4", "vmstate", "memory"):
             s = os.stat(os.path.join(root, name))
@@ -193,6 +202,9 @@ class FirecrackerContractTest(unittest.TestCase):
                                           or os.path.exists(f"/proc/{pid}")):
             time.sleep(0.1)
         self.assertFalse(os.path.exists(os.path.join(jails, live[0])), "jail left behind")
+        self.assertFalse(os.path.exists(netns), "network namespace left behind")
+        self.assertFalse([d for d in os.listdir(jails) if d.startswith("tpl-")],
+                         "the snapshot build's jail or namespace left behind")
         self.assertFalse(os.path.exists(f"/proc/{pid}"), "VMM left running")
 
     def test_6_stale_snapshot_is_rebuilt(self):

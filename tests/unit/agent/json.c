@@ -329,12 +329,81 @@ static void test_requests(void **state)
 		"`time.nsec`");
 }
 
+/* The resume's "network": dotted quads only, prefix 1-32, all four fields. */
+static void test_resume_network(void **state)
+{
+	struct req r;
+	assert_int_equal(req_ok("{\"op\":\"resume\",\"network\":{\"address\":\"10.200.0.3\","
+				"\"prefix\":31,\"gateway\":\"10.200.0.2\",\"dns\":\"10.200.0.2\"}}",
+				&r),
+			 0);
+	assert_true(r.u.resume.has_network);
+	assert_int_equal(r.u.resume.net_prefix, 31);
+	const uint8_t *a = (const uint8_t *)&r.u.resume.net_addr;
+	assert_int_equal(a[0], 10);
+	assert_int_equal(a[1], 200);
+	assert_int_equal(a[2], 0);
+	assert_int_equal(a[3], 3);
+	const uint8_t *g = (const uint8_t *)&r.u.resume.net_gateway;
+	assert_int_equal(g[3], 2);
+	req_fini(&r);
+	assert_int_equal(req_ok("{\"op\":\"resume\",\"network\":null}", &r), 0);
+	assert_false(r.u.resume.has_network);
+	req_fini(&r);
+	assert_int_equal(req_ok("{\"op\":\"resume\"}", &r), 0);
+	assert_false(r.u.resume.has_network);
+	req_fini(&r);
+	assert_int_equal(req_ok("{\"op\":\"resume\",\"network\":{\"address\":\"255.255.255.254\","
+				"\"prefix\":32,\"gateway\":\"0.0.0.1\",\"dns\":\"1.1.1.1\"}}",
+				&r),
+			 0);
+	req_fini(&r);
+
+#define NET(addr, prefix, gw, dns)                                                           \
+	"{\"op\":\"resume\",\"network\":{\"address\":" addr ",\"prefix\":" prefix               \
+	",\"gateway\":" gw ",\"dns\":" dns "}}"
+	req_bad("{\"op\":\"resume\",\"network\":\"10.0.0.1/31\"}", EINVAL, "`network`");
+	req_bad("{\"op\":\"resume\",\"network\":{}}", EINVAL, "`network.address`");
+	req_bad(NET("\"10.0.0.1\"", "0", "\"10.0.0.0\"", "\"10.0.0.0\""), EINVAL,
+		"`network.prefix`");
+	req_bad(NET("\"10.0.0.1\"", "33", "\"10.0.0.0\"", "\"10.0.0.0\""), EINVAL,
+		"`network.prefix`");
+	req_bad(NET("\"10.0.0.1\"", "\"31\"", "\"10.0.0.0\"", "\"10.0.0.0\""), EINVAL,
+		"`network.prefix`");
+	req_bad(NET("\"10.0.0.1\"", "31", "\"10.0.0.0\"", "null"), EINVAL, "`network.dns`");
+	req_bad(NET("\"10.0.0.1\"", "31", "10", "\"10.0.0.0\""), EINVAL, "`network.gateway`");
+	req_bad(NET("\"10.0.0.1\"", "31", "\"10.0.0.1\"", "\"10.0.0.0\""), EINVAL,
+		"`network.address`");
+	req_bad(NET("\"0.0.0.0\"", "31", "\"10.0.0.1\"", "\"10.0.0.0\""), EINVAL,
+		"`network.address`");
+	static const char *const bad[] = {
+		"\"10.0.0\"",    "\"10.0.0.1.2\"", "\"10.0.0.256\"", "\"010.0.0.1\"", "\"10.0.0.01\"",
+		"\"10..0.1\"",   "\"10.0.0.1 \"",  "\"+10.0.0.1\"",  "\"10.0.0.-1\"", "\"0x0a.0.0.1\"",
+		"\"10.0.0.1\\u0000\"", "\"\"",     "\"1000.0.0.1\"", "\"::1\"",       "\"10.0.0.1/31\"",
+	};
+	char buf[256];
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		snprintf(buf, sizeof(buf),
+			 "{\"op\":\"resume\",\"network\":{\"address\":%s,\"prefix\":31,"
+			 "\"gateway\":\"10.0.0.0\",\"dns\":\"10.0.0.0\"}}",
+			 bad[i]);
+		req_bad(buf, EINVAL, "`network.address`");
+	}
+#undef NET
+	uint32_t v;
+	assert_int_equal(req_parse_ipv4("0.0.0.0", &v), 0);
+	assert_int_equal(req_parse_ipv4("255.255.255.255", &v), 0);
+	assert_int_equal(v, 0xffffffffu);
+	assert_int_equal(req_parse_ipv4("256.0.0.0", &v), -EINVAL);
+	(void)state;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_values),  cmocka_unit_test(test_integers),
 		cmocka_unit_test(test_strings), cmocka_unit_test(test_structure),
-		cmocka_unit_test(test_writer),  cmocka_unit_test(test_requests),
+		cmocka_unit_test(test_writer),  cmocka_unit_test(test_requests), cmocka_unit_test(test_resume_network),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
