@@ -242,7 +242,8 @@ void api_exec_create(struct http_ctx *ctx)
 	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
 	struct ops_session_opts o = { .idle_timeout_s = idle_s,
 				      .env = env,
-				      .resources = has_res ? &res : NULL };
+				      .resources = has_res ? &res : NULL,
+				      .egress = json_object_get(body, "egress") };
 	struct err e;
 	if (!ops_create_session(&t, &o, on_created, ctx, &e))
 		http_reply_err(ctx, &e);

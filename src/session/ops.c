@@ -12,6 +12,7 @@
 
 #include "guest/proto.h"
 #include "metrics/metrics.h"
+#include "net/net.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -529,6 +530,7 @@ struct ops_call {
 	size_t max_bytes;
 	unsigned idle_timeout_s; /* create */
 	json_t *env;
+	json_t *egress; /* create: the session's own egress policy, or NULL */
 	struct session_resources resources;
 	bool has_resources;
 	ops_done_fn done;
@@ -552,6 +554,7 @@ static void call_free(struct ops_call *c)
 	}
 	json_decref(c->request);
 	json_decref(c->env);
+	json_decref(c->egress);
 	free(c->path);
 	free(c->data);
 	if (c->content)
@@ -711,6 +714,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		opts.idle_timeout_s = c->idle_timeout_s;
 		opts.env = c->env;
 		opts.resources = c->has_resources ? &c->resources : NULL;
+		opts.egress = c->egress;
 		break;
 	case CALL_WRITE:
 		if (target_owner(&c->t, &owner, &e) < 0) {
@@ -801,7 +805,15 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 		return NULL;
 	if (check_target(t, true, err) < 0 || ops_check_env(o->env, err) < 0)
 		return NULL;
+	if (o->egress && !json_is_null(o->egress)) {
+		/* Judged now, so that a bad policy is the request's error, not the session's. */
+		struct net_policy *p = NULL;
+		if (net_policy_for_session(o->egress, &p, err) < 0)
+			return NULL;
+		net_policy_free(p);
+	}
 	struct ops_call *c = call_new(CALL_CREATE, t, NULL, done, arg);
+	c->egress = o->egress && !json_is_null(o->egress) ? json_deep_copy(o->egress) : NULL;
 	c->idle_timeout_s = o->idle_timeout_s;
 	c->env = o->env && json_is_object(o->env) ? json_deep_copy(o->env) : NULL;
 	if (o->resources) {

@@ -140,6 +140,9 @@ struct ops_session_opts {
 	json_t *env;             /* borrowed object of strings (copied), or NULL */
 	/* Copied; NULL: the server's limits. It may only tighten them (EINVAL otherwise). */
 	const struct session_resources *resources;
+	/* Borrowed (copied); NULL: the server's egress policy. An object {dns, dest, bandwidth}
+	 * that may only tighten the server's policy (EINVAL otherwise, see networking.md). */
+	json_t *egress;
 };
 
 /* Creates session t->session_id (NULL: a fresh id) of the caller (never another owner's,
