@@ -86,7 +86,6 @@ void mcp_init(void)
 	mcp_settings.idle_timeout_s = api_cfg ? api_cfg->mcp_session_timeout_s : 1800;
 	mcp_settings.max_sessions = api_cfg ? api_cfg->mcp_max_sessions : 256;
 	mcp_settings.max_inflight = 32;
-	ops_init(api_base, api_cfg);
 	G.sweep = event_new(api_base, -1, EV_PERSIST, sweep, NULL);
 	struct timeval tv = { .tv_sec = SWEEP_INTERVAL_S };
 	event_add(G.sweep, &tv);

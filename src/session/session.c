@@ -693,14 +693,6 @@ struct session *session_find(const char *owner, const char *id)
 	return NULL;
 }
 
-struct session *session_find_any(const char *id)
-{
-	for (struct session *s = S.sessions; s; s = s->next)
-		if (strcmp(s->id, id) == 0)
-			return s;
-	return NULL;
-}
-
 static void add_waiter(struct session *s, session_ready_fn cb, void *arg)
 {
 	struct session_waiter *w = xcalloc(1, sizeof(*w));

@@ -101,9 +101,6 @@ void session_get_or_create(const char *owner, const char *id,
 			   const struct session_create_opts *opts, session_ready_fn cb, void *arg,
 			   bool *created);
 
-/* Finds a session by id whoever owns it (for admins); the first match. */
-struct session *session_find_any(const char *id);
-
 /* Checks that `r` only tightens the server's limits; EINVAL naming the field otherwise. */
 int session_resources_check(const struct session_resources *r, struct err *err);
 
