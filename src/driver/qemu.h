@@ -24,7 +24,9 @@
 
 /* Bumped whenever the machine QEMU is asked for changes shape: a snapshot made by another
  * layout is rebuilt, never restored. */
-#define QEMU_SNAPSHOT_FORMAT 3
+#define QEMU_SNAPSHOT_FORMAT 4
+/* The TAP the NIC uses, in QEMU's network namespace (the net module's NET_TAP_NAME). */
+#define QEMU_TAP_NAME "tap0"
 /* The vsock port the agent listens on when the channel is vsock. */
 #define QEMU_AGENT_VSOCK_PORT 5000
 /* The virtio-serial port name the agent opens when the channel is serial. */

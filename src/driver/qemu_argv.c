@@ -105,6 +105,13 @@ char **qemu_argv(const struct qemu_launch *l)
 	/* Entropy from the host for the guest's RNG, on top of what `resume` brings. */
 	add2(&a, "-device", xstrdup("virtio-rng-device"));
 
+	/* The NIC, on the TAP `tap0` of the network namespace QEMU runs in: the sandbox's (the
+	 * net module's, routed) or, without one, a new empty namespace where QEMU creates the
+	 * TAP itself (its link stays down: nothing to reach). Snapshot and clones thus always
+	 * have the same device. */
+	add2(&a, "-netdev", xstrdup("tap,id=net0,ifname=" QEMU_TAP_NAME ",script=no,downscript=no"));
+	add2(&a, "-device", xstrdup("virtio-net-device,netdev=net0"));
+
 	if (m->channel == QEMU_CHANNEL_VSOCK) {
 		add2(&a, "-device", xasprintf("vhost-vsock-device,guest-cid=%u", l->vsock_cid));
 	} else {

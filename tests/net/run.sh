@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the networking tests (tests/net/test_net.py) against the real daemon, with the jail
-# driver and the base template, in a stand-in internet of their own (tests/net/world.py).
-# Prints unittest's verbose output, a `SKIP <test>: <reason>` line per skipped test, and last
-# `N passed, N failed, N skipped`; exits non-zero when a test failed.
+# driver (and, in QemuVm, the qemu driver) and the base template, in a stand-in internet of
+# their own (tests/net/world.py). Arguments, if any, name the test classes to run (e.g.
+# QemuVm). Prints unittest's verbose output, a `SKIP <test>: <reason>` line per skipped test,
+# and last `N passed, N failed, N skipped`; exits non-zero when a test failed.
 #
 # The tests and the daemons they start run in a new network namespace and a private mount
 # namespace with an empty /run: their "host" has no way out to any real network, and a

@@ -78,8 +78,9 @@ class Sandbox:
         inner = W.ip_json("addr", "show", "dev", "eth0", ns=self.netns)[0]["addr_info"]
         self.address = next(i["local"] for i in inner if i.get("family") == "inet")
         los = W.ip_json("addr", "show", "dev", "lo", ns=self.netns)[0]["addr_info"]
-        self.resolver = next(i["local"] for i in los
-                             if i.get("family") == "inet" and i["local"] != "127.0.0.1")
+        # A jail's resolver is on lo; a VM's on tap0 (VmSandbox).
+        self.resolver = next((i["local"] for i in los
+                              if i.get("family") == "inet" and i["local"] != "127.0.0.1"), None)
 
     def exec(self, command, timeout_ms=30000):
         """(exit code, stdout+stderr text, seconds) of a shell command in the sandbox."""
@@ -107,11 +108,49 @@ class Sandbox:
         return f"nameserver {self.resolver}" in text
 
 
+class VmSandbox(Sandbox):
+    """A qemu sandbox: the guest sits behind tap0 of the namespace, on the /31 peer of
+    tap0's address, which is its gateway and resolver."""
+
+    def __init__(self, daemon, sid):
+        super().__init__(daemon, sid)
+        tap = W.ip_json("addr", "show", "dev", "tap0", ns=self.netns)[0]["addr_info"]
+        self.tap_addr = next(i["local"] for i in tap if i.get("family") == "inet")
+        last = int(self.tap_addr.rsplit(".", 1)[1])
+        self.guest = self.tap_addr.rsplit(".", 1)[0] + "." + str(last ^ 1)
+        self.resolver = self.tap_addr
+
+    def fetch(self, url, target, expect="inet", seconds=4):
+        # The guest's packets enter the namespace by tap0 and must leave it by eth0 for
+        # the host, which must forward them into the test's namespace.
+        WORLD.route_check(self, target, expect)
+        try:
+            fwd = W.ip_json("route", "get", target, "from", self.guest, "iif", "tap0",
+                            ns=self.netns)[0]
+            if fwd.get("dev") != "eth0" or fwd.get("gateway") != self.gateway:
+                raise W.Abort(f"{self.netns} forwards the guest's {target} by {fwd}")
+            if expect == "inet":
+                outer = W.ip_json("route", "get", target, "from", self.guest, "iif",
+                                  self.link)[0]
+                if outer.get("dev") != WORLD.link or outer.get("gateway") != W.LINK_INET:
+                    raise W.Abort(f"the host forwards the guest's {target} by {outer}")
+        except W.Abort as e:
+            WORLD.aborted = str(e)
+            raise
+        except (RuntimeError, IndexError, ValueError) as e:
+            WORLD.aborted = f"route check of the guest's {target} failed: {e}"
+            raise W.Abort(WORLD.aborted) from None
+        code, text, _ = self.exec(f"timeout {seconds} wget -q -O - {url} 2>&1")
+        return code, text
+
+
 class NetTest(unittest.TestCase):
     """A daemon with ENV for the class; sandboxes made by sandbox()."""
 
     ENV = {}
     HOST = None
+    DRIVER = None  # SANDBOX_DRIVER: the DRIVER variable's (jail) unless a class says
+    SANDBOX = Sandbox
 
     @classmethod
     def setUpClass(cls):
@@ -127,7 +166,7 @@ class NetTest(unittest.TestCase):
             "LOG_LEVEL": "debug",
         }
         env.update(cls.ENV)
-        cls.daemon = harness.Daemon(env=env)
+        cls.daemon = harness.Daemon(env=env, driver_name=cls.DRIVER)
         if cls.HOST:
             cls.daemon.host = cls.HOST
         cls.daemon.start()
@@ -149,7 +188,7 @@ class NetTest(unittest.TestCase):
 
     def sandbox(self):
         type(self).count += 1
-        return Sandbox(self.daemon, f"{type(self).__name__.lower()}-{type(self).count}")
+        return self.SANDBOX(self.daemon, f"{type(self).__name__.lower()}-{type(self).count}")
 
     def assertReached(self, result, addr):
         code, text = result
@@ -227,6 +266,59 @@ class DefaultPolicy(NetTest):
             # ...while the host can: the listener was there all along.
             self.assertIn(b"hi-from-b", host_read(b.address, 8080))
             listener.result(20)
+
+
+def qemu_missing():
+    """Why a qemu sandbox cannot run here, or None."""
+    artifacts = os.environ.get("FIRECRACKER_ARTIFACTS_DIR") or harness.DEFAULT_ARTIFACTS
+    if not any(os.access(os.path.join(d, "qemu-system-x86_64"), os.X_OK)
+               for d in os.environ.get("PATH", "").split(":") + ["/usr/bin", "/usr/local/bin"]):
+        return "qemu-system-x86_64 is not installed"
+    if not os.path.isfile(os.path.join(artifacts, "vmlinux")):
+        return f"no guest kernel at {artifacts}/vmlinux"
+    if not os.path.isfile(os.path.join(artifacts, "templates", TEMPLATE, "rootfs.ext4")):
+        return f"no {artifacts}/templates/{TEMPLATE}/rootfs.ext4"
+    return None
+
+
+class QemuVm(NetTest):
+    """The qemu driver: a restored clone configures eth0 from the resume message and reaches
+    the internet through tap0, by address and by name; metadata stays blocked."""
+
+    DRIVER = "qemu"
+    SANDBOX = VmSandbox
+
+    @classmethod
+    def setUpClass(cls):
+        why = qemu_missing()
+        if why:
+            raise unittest.SkipTest(why)
+        super().setUpClass()
+
+    def test_guest_network(self):
+        sb = self.sandbox()
+        code, text, _ = sb.exec("ip -4 addr show dev eth0; ip -4 route; cat /etc/resolv.conf")
+        self.assertEqual(code, 0, text)
+        self.assertIn(f"inet {sb.guest}/31", text)
+        self.assertIn(f"default via {sb.tap_addr} dev eth0", text)
+        self.assertIn(f"nameserver {sb.tap_addr}", text)
+        # Two clones of one snapshot, two addresses.
+        other = self.sandbox()
+        self.assertNotEqual(other.guest, sb.guest)
+        code, text, _ = other.exec("ip -4 addr show dev eth0")
+        self.assertIn(f"inet {other.guest}/31", text)
+
+    def test_reaches_internet_by_address(self):
+        sb = self.sandbox()
+        self.assertReached(sb.fetch(f"http://{W.WEB}/", W.WEB), W.WEB)
+
+    def test_reaches_internet_by_name(self):
+        sb = self.sandbox()
+        self.assertReached(sb.fetch("http://web.test.example/", W.WEB), W.WEB)
+
+    def test_metadata_blocked(self):
+        sb = self.sandbox()
+        self.assertBlocked(sb.fetch(f"http://{W.METADATA}/", W.METADATA))
 
 
 class DnsDeny(NetTest):
@@ -456,7 +548,12 @@ class CountingResult(unittest.TextTestResult):
 
 
 def main():
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
+    # Arguments: test classes (or Class.test_method) to run instead of all of them.
+    if len(sys.argv) > 1:
+        suite = unittest.defaultTestLoader.loadTestsFromNames(sys.argv[1:],
+                                                              sys.modules[__name__])
+    else:
+        suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     runner = unittest.TextTestRunner(verbosity=2, resultclass=CountingResult, stream=sys.stdout)
     result = runner.run(suite)
     counts = {"pass": 0, "fail": 0, "skip": 0}
