@@ -77,8 +77,8 @@ static void body(void)
 	struct event_base *base = event_base_new();
 	struct config cfg = config();
 	struct err e;
-	setenv("SANDBOX_NETWORK", "on", 1);
-	setenv("SANDBOX_NET_POOL", "10.250.0.0/29", 1); /* two sandboxes at most */
+	cfg.network = "on";
+	cfg.net_pool = "10.250.0.0/29"; /* two sandboxes at most */
 	CHECK(net_init(base, &cfg, &e) == 0);
 	CHECK(net_enabled());
 	char *out = capture("nft list table inet agent_sandbox");
@@ -200,21 +200,21 @@ static void bad_settings_body(void)
 	struct event_base *base = event_base_new();
 	struct config cfg = config();
 	struct err e;
-	setenv("SANDBOX_NETWORK", "auto", 1);
-	setenv("SANDBOX_NET_POOL", "10.250.0.1/16", 1);
+	cfg.network = "auto";
+	cfg.net_pool = "10.250.0.1/16";
 	/* A mistake in the settings is an error even in auto mode. */
 	CHECK(net_init(base, &cfg, &e) == -EINVAL);
 	CHECK(strstr(e.msg, "host bits") != NULL);
-	setenv("SANDBOX_NET_POOL", "10.250.0.0/16", 1);
+	cfg.net_pool = "10.250.0.0/16";
 	cfg.dest_rules = "10.0.0.0/8:http";
 	cfg.dest_mode = NET_FILTER_DENY;
 	CHECK(net_init(base, &cfg, &e) == -EINVAL);
 	CHECK(strstr(e.msg, "VM_DEST_RULES") != NULL);
 	cfg = config();
-	setenv("SANDBOX_NETWORK", "maybe", 1);
+	cfg.network = "maybe";
 	CHECK(net_init(base, &cfg, &e) == -EINVAL);
 	/* Off: nothing is set up, creation gives no namespace. */
-	setenv("SANDBOX_NETWORK", "off", 1);
+	cfg.network = "off";
 	CHECK(net_init(base, &cfg, &e) == 0);
 	CHECK(!net_enabled());
 	char *path = (char *)"unset";
