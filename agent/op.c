@@ -124,7 +124,8 @@ static bool add_entropy(struct agent *a, const uint8_t *p, size_t n)
 		memcpy(info.buf, p, n);
 		if (ioctl(fd, AGENT_RNDADDENTROPY, &info) == 0) {
 			/* Clones of one snapshot share the generator's state: without a reseed
-			 * they would keep drawing the same bytes until the kernel's own next one. */
+			 * they would keep drawing the same bytes until the kernel's own next one.
+			 */
 			ioctl(fd, AGENT_RNDRESEEDCRNG, 0);
 			return true;
 		}

@@ -532,8 +532,8 @@ static json_t *snapshot_identity(const struct config *cfg, const struct template
 	_cleanup_free_ char *rd = t->rootfs_img ? file_digest(t->rootfs_img) : NULL;
 	_cleanup_free_ char *args = boot_args(l);
 	_cleanup_free_ char *ver = xasprintf("%u.%u.%u", v->major, v->minor, v->patch);
-	return json_pack("{s:s, s:s?, s:s?, s:I, s:I, s:s, s:s}", "firecracker", ver, "kernel",
-			 kd, "rootfs", rd, "memMib", (json_int_t)l->mem_mib, "vcpus",
+	return json_pack("{s:s, s:s?, s:s?, s:I, s:I, s:s, s:s}", "firecracker", ver, "kernel", kd,
+			 "rootfs", rd, "memMib", (json_int_t)l->mem_mib, "vcpus",
 			 (json_int_t)l->vcpus, "bootArgs", args, "nic", "eth0:" FC_TAP_NAME);
 }
 

@@ -109,7 +109,8 @@ char **qemu_argv(const struct qemu_launch *l)
 	 * net module's, routed) or, without one, a new empty namespace where QEMU creates the
 	 * TAP itself (its link stays down: nothing to reach). Snapshot and clones thus always
 	 * have the same device. */
-	add2(&a, "-netdev", xstrdup("tap,id=net0,ifname=" QEMU_TAP_NAME ",script=no,downscript=no"));
+	add2(&a, "-netdev",
+	     xstrdup("tap,id=net0,ifname=" QEMU_TAP_NAME ",script=no,downscript=no"));
 	add2(&a, "-device", xstrdup("virtio-net-device,netdev=net0"));
 
 	if (m->channel == QEMU_CHANNEL_VSOCK) {

@@ -106,9 +106,10 @@ int session_resources_check(const struct session_resources *r, struct err *err)
 	/* In a VM these limits would bound the VMM on the host, not the processes in the guest,
 	 * whose memory is the template's (resources.memSizeMib in template.json). */
 	if (S.drv && strcmp(S.drv->isolation, "vm") == 0 && (r->memory_bytes || r->pids_max))
-		return err_set(err, EINVAL,
-			       "resources.memoryBytes and resources.pidsMax apply to sandboxes of the "
-			       "jail driver; a VM's memory is its template's (memSizeMib)");
+		return err_set(
+			err, EINVAL,
+			"resources.memoryBytes and resources.pidsMax apply to sandboxes of the "
+			"jail driver; a VM's memory is its template's (memSizeMib)");
 	if (tighter("memoryBytes", r->memory_bytes, c->memory_limit, err) < 0 ||
 	    tighter("cpuQuotaUs", r->cpu_quota_us, c->cpu_quota_us, err) < 0 ||
 	    tighter("diskBytes", r->workspace_bytes, c->disk_limit, err) < 0 ||

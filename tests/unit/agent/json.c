@@ -359,8 +359,8 @@ static void test_resume_network(void **state)
 			 0);
 	req_fini(&r);
 
-#define NET(addr, prefix, gw, dns)                                                           \
-	"{\"op\":\"resume\",\"network\":{\"address\":" addr ",\"prefix\":" prefix               \
+#define NET(addr, prefix, gw, dns)                                                \
+	"{\"op\":\"resume\",\"network\":{\"address\":" addr ",\"prefix\":" prefix \
 	",\"gateway\":" gw ",\"dns\":" dns "}}"
 	req_bad("{\"op\":\"resume\",\"network\":\"10.0.0.1/31\"}", EINVAL, "`network`");
 	req_bad("{\"op\":\"resume\",\"network\":{}}", EINVAL, "`network.address`");
@@ -377,9 +377,10 @@ static void test_resume_network(void **state)
 	req_bad(NET("\"0.0.0.0\"", "31", "\"10.0.0.1\"", "\"10.0.0.0\""), EINVAL,
 		"`network.address`");
 	static const char *const bad[] = {
-		"\"10.0.0\"",    "\"10.0.0.1.2\"", "\"10.0.0.256\"", "\"010.0.0.1\"", "\"10.0.0.01\"",
-		"\"10..0.1\"",   "\"10.0.0.1 \"",  "\"+10.0.0.1\"",  "\"10.0.0.-1\"", "\"0x0a.0.0.1\"",
-		"\"10.0.0.1\\u0000\"", "\"\"",     "\"1000.0.0.1\"", "\"::1\"",       "\"10.0.0.1/31\"",
+		"\"10.0.0\"",     "\"10.0.0.1.2\"", "\"10.0.0.256\"",      "\"010.0.0.1\"",
+		"\"10.0.0.01\"",  "\"10..0.1\"",    "\"10.0.0.1 \"",       "\"+10.0.0.1\"",
+		"\"10.0.0.-1\"",  "\"0x0a.0.0.1\"", "\"10.0.0.1\\u0000\"", "\"\"",
+		"\"1000.0.0.1\"", "\"::1\"",        "\"10.0.0.1/31\"",
 	};
 	char buf[256];
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
@@ -401,9 +402,10 @@ static void test_resume_network(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_values),  cmocka_unit_test(test_integers),
-		cmocka_unit_test(test_strings), cmocka_unit_test(test_structure),
-		cmocka_unit_test(test_writer),  cmocka_unit_test(test_requests), cmocka_unit_test(test_resume_network),
+		cmocka_unit_test(test_values),         cmocka_unit_test(test_integers),
+		cmocka_unit_test(test_strings),        cmocka_unit_test(test_structure),
+		cmocka_unit_test(test_writer),         cmocka_unit_test(test_requests),
+		cmocka_unit_test(test_resume_network),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
