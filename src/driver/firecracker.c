@@ -43,6 +43,7 @@
 #include "driver/driver.h"
 #include "driver/fc_api.h"
 #include "driver/jailer.h"
+#include "driver/proc.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
 #include "util/fs.h"
@@ -736,21 +737,6 @@ out:
 
 /* --- sandboxes ---------------------------------------------------------------------- */
 
-static long long proc_start_time(pid_t pid)
-{
-	_cleanup_free_ char *path = xasprintf("/proc/%d/stat", (int)pid);
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
-	char buf[1024];
-	if (!f || !fgets(buf, sizeof(buf), f))
-		return -1;
-	char *p = strrchr(buf, ')');
-	for (int field = 2; p && *p && field < 22; p++)
-		if (*p == ' ')
-			field++;
-	long long v;
-	return p && sscanf(p, "%lld", &v) == 1 ? v : -1;
-}
-
 static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 		     struct sandbox **ret, struct err *err)
 {
@@ -793,9 +779,9 @@ static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 	sb->agent_fd = fd;
 	sb->pid = vm->vmm;
 	sb->priv = vm;
-	sb->record = json_pack("{s:i, s:I, s:s}", "pid", (int)vm->vmm, "start_time",
-			       (json_int_t)(vm->vmm ? proc_start_time(vm->vmm) : -1), "jail",
-			       vm->jail_dir);
+	sb->record = json_pack("{s:s}", "jail", vm->jail_dir);
+	if (vm->vmm > 0)
+		proc_record_add(sb->record, vm->vmm);
 	*ret = sb;
 	return 0;
 fail:
@@ -824,11 +810,9 @@ static void fc_cleanup_stale(const struct config *cfg, const char *id, json_t *r
 {
 	if (!cgroup_id_valid(id))
 		return;
-	json_int_t pid = json_integer_value(json_object_get(record, "pid"));
-	json_int_t start = json_integer_value(json_object_get(record, "start_time"));
-	/* Only the very process we started: same pid and same start time. */
-	if (pid > 1 && start > 0 && proc_start_time((pid_t)pid) == start)
-		kill((pid_t)pid, SIGKILL);
+	/* Only the very process we started: same boot, pid and start time. */
+	if (record && proc_kill_recorded(record, NULL, NULL, 5000))
+		log_info("firecracker", "sandbox %s: killed a leftover Firecracker", id);
 	_cleanup_free_ char *dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
 	fs_rm_rf(dir);
 	_cleanup_free_ char *netns = own_netns_path(cfg, id);

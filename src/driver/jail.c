@@ -29,6 +29,7 @@
 
 #include "driver/cgroup.h"
 #include "driver/jail.h"
+#include "driver/proc.h"
 #include "net/net.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -145,40 +146,6 @@ static int check_agent(const struct config *cfg, struct err *err)
 	if (access(bin, X_OK) < 0)
 		return err_sys(err, errno, "jail: agent binary `%s` is not executable", bin);
 	return 0;
-}
-
-/* Reads field 22 of /proc/<pid>/stat: the start time in clock ticks since boot, which with
- * the pid identifies a process across a daemon restart. 0 when unknown. */
-static uint64_t pid_start_time(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* The command name (field 2) may hold spaces and parentheses: skip past its last ')'. */
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return 0;
-	p++;
-	for (int field = 3; field < 22 && p; field++)
-		p = strchr(p + 1, ' ');
-	return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
-static void read_boot_id(char buf[64])
-{
-	buf[0] = '\0';
-	_cleanup_close_ int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, buf, 63);
-	buf[n > 0 ? n : 0] = '\0';
-	buf[strcspn(buf, "\n")] = '\0';
 }
 
 /* Makes the directories the sandbox mounts onto when the template lacks them, and refuses
@@ -463,13 +430,12 @@ static int jail_init(const struct config *cfg, struct err *err)
 
 static json_t *make_record(pid_t pid, const struct cgroup *cg)
 {
-	char boot[64];
-	read_boot_id(boot);
 	json_t *dirs = json_array();
 	for (unsigned i = 0; i < cg->n; i++)
 		json_array_append_new(dirs, json_string(cg->dir[i]));
-	return json_pack("{s:i, s:I, s:s, s:o}", "pid", (int)pid, "start_time",
-			 (json_int_t)pid_start_time(pid), "boot_id", boot, "cgroups", dirs);
+	json_t *record = json_pack("{s:o}", "cgroups", dirs);
+	proc_record_add(record, pid);
+	return record;
 }
 
 static int jail_create(const struct config *cfg, const struct sandbox_spec *spec,
@@ -651,27 +617,8 @@ static void jail_destroy(struct sandbox *sb)
  * between the check and the kill. */
 static void kill_stale(const char *id, json_t *record)
 {
-	json_int_t pid = json_integer_value(json_object_get(record, "pid"));
-	json_int_t start = json_integer_value(json_object_get(record, "start_time"));
-	const char *boot = json_string_value(json_object_get(record, "boot_id"));
-	char now[64];
-	read_boot_id(now);
-	if (pid <= 1 || pid > INT32_MAX || start <= 0 || !boot || strcmp(boot, now) != 0)
-		return;
-
-	_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-	if (pfd < 0)
-		return;
-	if ((json_int_t)pid_start_time((pid_t)pid) != start)
-		return;
-	/* Still alive after the check: /proc/<pid> was this pidfd's process. */
-	if (syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) < 0)
-		return;
-	log_info("jail", "sandbox %s: killing leftover process %lld", id, (long long)pid);
-	syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
-	struct pollfd p = { .fd = pfd, .events = POLLIN };
-	while (poll(&p, 1, STALE_WAIT_MS) < 0 && errno == EINTR)
-		;
+	if (proc_kill_recorded(record, NULL, NULL, STALE_WAIT_MS))
+		log_info("jail", "sandbox %s: killed a leftover process", id);
 }
 
 static void jail_cleanup_stale(const struct config *cfg, const char *id, json_t *record)

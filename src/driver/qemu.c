@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "driver/proc.h"
 #include "driver/qemu.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -457,17 +458,6 @@ static int qemu_prepare(const struct config *cfg, struct template *t, struct err
 	return qemu_snap_prepare(h, &w, err);
 }
 
-static void read_boot_id(char buf[64])
-{
-	buf[0] = '\0';
-	_cleanup_close_ int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, buf, 63);
-	buf[n > 0 ? n : 0] = '\0';
-	buf[strcspn(buf, "\n")] = '\0';
-}
-
 static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec,
 		       struct sandbox **ret, struct err *err)
 {
@@ -564,8 +554,6 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		goto fail;
 	int64_t t2 = mono_ms();
 
-	char boot[64];
-	read_boot_id(boot);
 	struct qemu_sb *q = xcalloc(1, sizeof(*q));
 	q->vm = vm;
 	q->cg = cg;
@@ -574,8 +562,8 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	sb->id = xstrdup(spec->id);
 	sb->agent_fd = TAKE_FD(vm->agent_fd);
 	sb->pid = vm->pid;
-	sb->record = json_pack("{s:i, s:I, s:s, s:s}", "pid", (int)vm->pid, "start_time",
-			       (json_int_t)vm->start_time, "boot_id", boot, "run_dir", vm->dir);
+	sb->record = json_pack("{s:s}", "run_dir", vm->dir);
+	proc_record_add(sb->record, vm->pid);
 	sb->priv = q;
 	log_debug("qemu", "sandbox %s: %s in %lld ms (QEMU up %lld ms, %s %lld ms)", spec->id,
 		  restore ? "restored" : "cold-started", (long long)(t2 - t0), (long long)(t1 - t0),
@@ -658,27 +646,15 @@ static bool cmdline_names(pid_t pid, const char *id)
 /* Kills a previous run's QEMU if, and only if, its pid still names it: same boot, same start
  * time, its command line naming the sandbox, all checked through a pidfd so that the pid
  * cannot change hands between the checks and the kill. */
+static bool names_sandbox(pid_t pid, void *id)
+{
+	return cmdline_names(pid, id);
+}
+
 static void kill_stale(const char *id, json_t *record)
 {
-	json_int_t pid = json_integer_value(json_object_get(record, "pid"));
-	json_int_t start = json_integer_value(json_object_get(record, "start_time"));
-	const char *boot = json_string_value(json_object_get(record, "boot_id"));
-	char now[64];
-	read_boot_id(now);
-	if (pid <= 1 || pid > INT32_MAX || start <= 0 || !boot || strcmp(boot, now) != 0)
-		return;
-	_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-	if (pfd < 0)
-		return;
-	if ((json_int_t)qemu_pid_start_time((pid_t)pid) != start || !cmdline_names((pid_t)pid, id))
-		return;
-	if (syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) < 0)
-		return;
-	log_info("qemu", "sandbox %s: killing leftover QEMU %lld", id, (long long)pid);
-	syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
-	struct pollfd p = { .fd = pfd, .events = POLLIN };
-	while (poll(&p, 1, STALE_WAIT_MS) < 0 && errno == EINTR)
-		;
+	if (proc_kill_recorded(record, names_sandbox, (void *)id, STALE_WAIT_MS))
+		log_info("qemu", "sandbox %s: killed a leftover QEMU", id);
 }
 
 static void qemu_cleanup_stale(const struct config *cfg, const char *id, json_t *record)

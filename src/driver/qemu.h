@@ -268,6 +268,3 @@ void qemu_vm_free(struct qemu_vm *vm);
 
 /* Removes a directory tree (no symlinks followed). Missing is fine. */
 int qemu_rmtree(const char *path, struct err *err);
-
-/* Field 22 of /proc/<pid>/stat (start time in ticks since boot), 0 when unknown. */
-uint64_t qemu_pid_start_time(pid_t pid);

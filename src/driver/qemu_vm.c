@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <linux/vm_sockets.h>
 
+#include "driver/proc.h"
 #include "driver/qmp.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
@@ -241,27 +242,6 @@ char *qemu_vm_console_tail(struct qemu_vm *vm, size_t max)
 }
 
 /* --- the process ----------------------------------------------------------------------- */
-
-uint64_t qemu_pid_start_time(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* The command name (field 2) may hold spaces and parentheses: skip past its last ')'. */
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return 0;
-	p++;
-	for (int field = 3; field < 22 && p; field++)
-		p = strchr(p + 1, ' ');
-	return p ? strtoull(p + 1, NULL, 10) : 0;
-}
 
 int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *err)
 {
@@ -608,7 +588,7 @@ int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *c
 		r = err_sys(err, f.errnum, "qemu: starting `%s` (%s)", argv[0], step_name(f.step));
 		goto fail;
 	}
-	vm->start_time = qemu_pid_start_time(pid);
+	vm->start_time = proc_start_time(pid);
 
 	int qfd = -1;
 	if ((r = connect_unix(vm, QEMU_QMP_SOCKET, deadline, &qfd, err)) < 0)
