@@ -84,6 +84,11 @@ run: build base-template
 test: deps
 	@BUILD=$(BUILD) ASAN_BUILD=$(ASAN_BUILD) FUZZ_BUILD=$(FUZZ_BUILD) scripts/test.sh
 
+# The template builder's tests with the container engine, and every bundled template built
+# into the artifacts directory and tried in a session (see docs/templates.md, Testing).
+test-templates: base-template
+	@TEMPLATE_TEST_FULL=1 tests/templates/run.sh; s=$$?; TEMPLATE_TESTS=all tests/integration/run.sh tests/templates && exit $$s
+
 format:
 	git ls-files -z '*.c' '*.h' | xargs -0 -r clang-format -i
 

@@ -35,6 +35,7 @@ suite_max=${TEST_SUITE_SECONDS:-1800}
 # Sub-runners: "name script [arguments]". Add a line here for a new one.
 runners=(
 	"templates tests/templates/run.sh"
+	"template-sessions tests/integration/run.sh tests/templates"
 	"integration tests/integration/run.sh"
 	"net tests/net/run.sh"
 	"mcp tests/mcp/run.sh"

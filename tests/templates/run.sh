@@ -6,7 +6,12 @@
 #
 # Builds go to a temporary artifacts directory. TEMPLATE_TEST_FULL=1 also
 # builds Debian-based templates with the container engine (network needed
-# for apt; a few minutes the first time, for the base image).
+# for apt; a few minutes the first time, for the base image); `make
+# test-templates` sets it.
+#
+# The bundled templates in sessions are tested by test_sessions.py, run with
+# `tests/integration/run.sh tests/templates`: it builds them into the real
+# artifacts directory, where later runs reuse them.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -286,7 +291,7 @@ test_kernel_boots() {
 # full_only: false (after recording the skip) unless TEMPLATE_TEST_FULL=1.
 full_only() {
 	[[ $full == 1 ]] && return 0
-	skip "set TEMPLATE_TEST_FULL=1 (container engine, network)"
+	skip "set TEMPLATE_TEST_FULL=1 or run make test-templates (container engine, network)"
 	return 1
 }
 
