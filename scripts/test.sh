@@ -49,7 +49,9 @@ runners=(
 )
 
 mkdir -p "$log_dir"
-export SANDBOXD=${SANDBOXD:-$root/$build/src/sandboxd}
+# The suites drive the daemon built with ASan and UBSan, so that a memory error or a leak
+# (reported at its exit, which the harness requires to be clean) fails the run.
+export SANDBOXD=${SANDBOXD:-$root/$asan_build/src/sandboxd}
 start=$SECONDS
 passed=0 failed=0 skipped=0
 skip_lines=()
