@@ -55,7 +55,9 @@ static const char in_create_session[] =
 	"\"template\": " TEMPLATE ", "
 	"\"env\": " SESSION_ENV ", "
 	"\"idleTimeout\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 604800, "
-	"\"description\": \"Seconds without use before the session is destroyed\"}}, "
+	"\"description\": \"Seconds without use before the session is destroyed\"}, "
+	"\"egress\": {\"type\": \"object\", \"description\": \"The session's own egress "
+	"policy {dns, dest, bandwidth}, which may only tighten the server's\"}}, "
 	"\"additionalProperties\": false}";
 static const char out_session[] = SESSION_SHAPE;
 
@@ -640,7 +642,8 @@ static void t_create_session(struct mcp_call *c, json_t *args, const char *versi
 	struct ops_target t = target(c, args);
 	json_t *idle = json_object_get(args, "idleTimeout");
 	struct call_state *st = call_state_new(version);
-	struct ops_session_opts o = { .env = json_object_get(args, "env") };
+	struct ops_session_opts o = { .env = json_object_get(args, "env"),
+				      .egress = json_object_get(args, "egress") };
 	if (idle)
 		o.idle_timeout_s = (unsigned)json_integer_value(idle);
 	struct err e;

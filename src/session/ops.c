@@ -810,7 +810,7 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 		struct net_policy *p = NULL;
 		if (net_policy_for_session(o->egress, &p, err) < 0)
 			return NULL;
-		net_policy_free(p);
+		net_policy_destroy(p);
 	}
 	struct ops_call *c = call_new(CALL_CREATE, t, NULL, done, arg);
 	c->egress = o->egress && !json_is_null(o->egress) ? json_deep_copy(o->egress) : NULL;

@@ -104,6 +104,25 @@ for (const kind of TRANSPORTS) {
       structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
     });
 
+    it("create_session takes an egress policy that may only tighten the server's", async () => {
+      const ok = structured(
+        await client.callTool({
+          name: "create_session",
+          arguments: { egress: { dns: { mode: "deny", domains: ["blocked.example"] } } },
+        }),
+      );
+      assert.match(ok.sessionId, /^sess_/);
+      structured(
+        await client.callTool({ name: "reset_session", arguments: { sessionId: ok.sessionId } }),
+      );
+      const bad = await client.callTool({
+        name: "create_session",
+        arguments: { egress: { bandwidth: "fast" } },
+      });
+      assert.equal(bad.isError, true);
+      assert.match(errorText(bad), /egress/);
+    });
+
     it("create_session without an id makes one", async () => {
       const out = structured(await client.callTool({ name: "create_session", arguments: {} }));
       assert.match(out.sessionId, /^sess_/);
