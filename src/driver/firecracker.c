@@ -289,7 +289,7 @@ static int tap_netns_create(const char *path, struct err *err)
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
 	static const char *const what[] = { "", "creating a network namespace",
-					    "creating " FC_TAP_NAME, "mounting the namespace" };
+					    ("creating " FC_TAP_NAME), "mounting the namespace" };
 	int step = n == (ssize_t)sizeof(report) && report[0] > 0 && report[0] < 4 ? report[0] : 0;
 	r = err_sys(err, step ? report[1] : EIO, "firecracker: %s for `%s`",
 		    step ? what[step] : "setting up the NIC's namespace", path);

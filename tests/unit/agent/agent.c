@@ -828,7 +828,7 @@ static void test_flow_control(void **state)
 	/* A flood of output with a reader that grants nothing: the agent stops at one window,
 	 * the child blocks on its pipe, memory stays flat. */
 	client_request(c, 1,
-		       "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"head -c 50000000 /dev/zero; "
+		       "{\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"head -c 20000000 /dev/zero; "
 		       "echo done >&2\"]}");
 	uint64_t got = 0;
 	struct frame f;
@@ -851,8 +851,9 @@ static void test_flow_control(void **state)
 	/* Then read everything with credit. */
 	c->auto_window = true;
 	client_window(c, 1, GUEST_WINDOW_INITIAL);
-	assert_int_equal(client_wait(c, 1, &r, 60000), 0);
-	assert_int_equal(got + r.out_len, 50000000);
+	/* Bounded generously: sanitizers and a loaded machine make this slow, not wrong. */
+	assert_int_equal(client_wait(c, 1, &r, 300000), 0);
+	assert_int_equal(got + r.out_len, 20000000);
 	assert_string_equal(r.err, "done\n");
 	assert_int_equal(reply_int(&r, "exitCode"), 0);
 	reply_free(&r);
