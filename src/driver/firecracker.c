@@ -538,11 +538,18 @@ static json_t *snapshot_identity(const struct config *cfg, const struct template
 			 (json_int_t)l->vcpus, "bootArgs", args, "nic", "eth0:" FC_TAP_NAME);
 }
 
-static int put(struct fc_vm *vm, const char *path, json_t *body, struct err *err)
+/* Sends a request whose body (stolen) is freed whatever happens. */
+static int send_body(struct fc_vm *vm, const char *method, const char *path, json_t *body,
+		     struct err *err)
 {
-	int r = fc_api_call(vm->api_sock, "PUT", path, body, NULL, API_TIMEOUT_MS, err);
+	int r = fc_api_call(vm->api_sock, method, path, body, NULL, API_TIMEOUT_MS, err);
 	json_decref(body);
 	return r;
+}
+
+static int put(struct fc_vm *vm, const char *path, json_t *body, struct err *err)
+{
+	return send_body(vm, "PUT", path, body, err);
 }
 
 /* Boots the template once in a throwaway jail and takes its snapshot into `out_dir`. */
@@ -598,8 +605,7 @@ static int build_snapshot(const struct config *cfg, struct template *t,
 	}
 	close(fd);
 	fd = -1;
-	if ((r = fc_api_call(vm->api_sock, "PATCH", "/vm", json_pack("{s:s}", "state", "Paused"),
-			     NULL, API_TIMEOUT_MS, err)) < 0)
+	if ((r = send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Paused"), err)) < 0)
 		goto out;
 	if ((r = put(vm, "/snapshot/create",
 		     json_pack("{s:s, s:s, s:s}", "snapshot_type", "Full", "snapshot_path",
