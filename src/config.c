@@ -93,6 +93,15 @@ static const struct var vars[] = {
 	{ "SANDBOX_EXEC_TIMEOUT_MS", V_UINT, F(default_timeout_ms), "0", 0, UINT_MAX },
 	{ "SANDBOX_WORKERS", V_UINT, F(workers), "4", 1, 256 },
 
+	{ "SANDBOX_FIRST_REPLY_TIMEOUT_MS", V_UINT, F(first_reply_timeout_ms), "30000", 100,
+	  3600000 },
+	{ "SANDBOX_FILE_OP_TIMEOUT_MS", V_UINT, F(file_op_timeout_ms), "120000", 100, 86400000 },
+	{ "SANDBOX_PING_INTERVAL_MS", V_UINT, F(ping_interval_ms), "10000", 0, 3600000 },
+	{ "SANDBOX_PING_TIMEOUT_MS", V_UINT, F(ping_timeout_ms), "30000", 100, 3600000 },
+	{ "SANDBOX_SHUTDOWN_GRACE_MS", V_UINT, F(shutdown_grace_ms), "10000", 0, 3600000 },
+	{ "SANDBOX_REAPER_INTERVAL_MS", V_UINT, F(reaper_interval_ms), "1000", 10, 60000 },
+	{ "SANDBOX_POOL_RETRY_MS", V_UINT, F(pool_retry_ms), "5000", 10, 600000 },
+
 	{ "AUTH_ENABLED", V_BOOL, F(auth_enabled), "true" },
 	{ "AUTH_KEY_PREFIX", V_PREFIX, F(key_prefix), "sk_test_" },
 	{ "MCP_AUTH_TOKEN", V_STRING, F(mcp_auth_token), NULL },

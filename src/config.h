@@ -51,6 +51,22 @@ struct config {
 					0 = none */
 	unsigned workers;            /* SANDBOX_WORKERS: blocking-work threads, default 4 */
 
+	/* waits: each default suits production; tests shorten them */
+	/* SANDBOX_FIRST_REPLY_TIMEOUT_MS: for a new sandbox's agent to answer, default 30000 */
+	unsigned first_reply_timeout_ms;
+	/* SANDBOX_FILE_OP_TIMEOUT_MS: for one file operation, default 120000 */
+	unsigned file_op_timeout_ms;
+	/* SANDBOX_PING_INTERVAL_MS: between liveness pings of an agent, default 10000; 0 = none */
+	unsigned ping_interval_ms;
+	/* SANDBOX_PING_TIMEOUT_MS: a ping unanswered this long fails its sandbox, default 30000 */
+	unsigned ping_timeout_ms;
+	/* SANDBOX_SHUTDOWN_GRACE_MS: for in-flight requests to finish on SIGTERM, default 10000 */
+	unsigned shutdown_grace_ms;
+	/* SANDBOX_REAPER_INTERVAL_MS: between idle and lifetime checks, default 1000 */
+	unsigned reaper_interval_ms;
+	/* SANDBOX_POOL_RETRY_MS: first back-off of a failing warm pool, default 5000 */
+	unsigned pool_retry_ms;
+
 	/* auth */
 	bool auth_enabled;    /* AUTH_ENABLED, default true */
 	char *key_prefix;     /* AUTH_KEY_PREFIX, default sk_test_ */

@@ -24,8 +24,8 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 
-/* How long in-flight requests get to finish on SIGTERM before sessions are torn down. */
-#define DRAIN_SECONDS 10
+/* How often a stopping daemon looks whether its in-flight requests have finished. */
+#define DRAIN_TICK_MS 100
 
 static struct {
 	struct event_base *base;
@@ -51,9 +51,10 @@ static void finish_shutdown(void)
 
 static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
 {
-	static int waited;
-	/* Streaming requests end when their sessions go; others get a few seconds. */
-	if (http_server_inflight(D.http) == 0 || ++waited >= DRAIN_SECONDS * 10)
+	static unsigned waited_ms;
+	/* Streaming requests end when their sessions go; others get the grace period. */
+	waited_ms += DRAIN_TICK_MS;
+	if (http_server_inflight(D.http) == 0 || waited_ms >= D.cfg.shutdown_grace_ms)
 		finish_shutdown();
 }
 
@@ -70,7 +71,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 		 strsignal((int)sig));
 	http_server_stop_accepting(D.http);
 	D.drain_timer = event_new(D.base, -1, EV_PERSIST, on_drain_tick, NULL);
-	struct timeval tv = { .tv_usec = 100000 };
+	struct timeval tv = { .tv_usec = DRAIN_TICK_MS * 1000 };
 	event_add(D.drain_timer, &tv);
 }
 

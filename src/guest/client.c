@@ -38,6 +38,10 @@ struct guest_conn {
 	size_t nops;
 	int dispatching; /* >0 while callbacks run: defer frees */
 	bool free_pending;
+	/* liveness (guest_conn_set_liveness) */
+	struct event *live_timer;
+	uint64_t live_interval_ms, live_timeout_ms;
+	struct guest_op *live_ping; /* the ping awaiting its answer, if any */
 };
 
 static guest_violation_fn violation_hook;
@@ -184,6 +188,8 @@ static void conn_fail(struct guest_conn *c, int errnum, const char *fmt, ...)
 	va_end(ap);
 	err_set(&c->why, errnum, "%s", msg);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+	if (c->live_timer)
+		event_del(c->live_timer);
 
 	c->dispatching++;
 	for (struct guest_op *op = c->ops; op; op = op->next)
@@ -364,6 +370,8 @@ void guest_conn_free(struct guest_conn *c)
 		c->free_pending = true; /* freed when the callbacks on the stack return */
 		return;
 	}
+	if (c->live_timer)
+		event_free(c->live_timer);
 	bufferevent_free(c->bev);
 	free(c);
 }
@@ -372,6 +380,65 @@ void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *a
 {
 	c->on_close = on_close;
 	c->arg = arg;
+}
+
+static void timeval_ms(struct timeval *tv, uint64_t ms)
+{
+	tv->tv_sec = (time_t)(ms / 1000);
+	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+}
+
+static void live_arm(struct guest_conn *c, uint64_t ms)
+{
+	struct timeval tv;
+	timeval_ms(&tv, ms);
+	evtimer_add(c->live_timer, &tv);
+}
+
+static void on_live_answer(struct guest_op *op, json_t *result, const struct err *err, void *arg)
+{
+	struct guest_conn *c = arg;
+	c->live_ping = NULL;
+	/* Any terminal reply, even an agent's ERROR, shows the agent is there. A connection
+	 * that failed has nothing left to watch. */
+	if (!c->dead && c->live_interval_ms)
+		live_arm(c, c->live_interval_ms);
+}
+
+static const struct guest_op_cbs live_cbs = { .on_done = on_live_answer };
+
+static void on_live_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct guest_conn *c = arg;
+	if (c->dead || !c->live_interval_ms)
+		return;
+	if (c->live_ping) {
+		/* May free c (when its owner frees it from on_close): nothing after this. */
+		conn_fail(c, ETIMEDOUT,
+			  "the sandbox agent stopped answering (no reply to a liveness ping in "
+			  "%llu ms)",
+			  (unsigned long long)c->live_timeout_ms);
+		return;
+	}
+	json_t *req = json_pack("{s:s}", "op", "ping");
+	struct err e;
+	c->live_ping = guest_op_start(c, req, &live_cbs, c, &e);
+	json_decref(req);
+	if (c->live_ping)
+		live_arm(c, c->live_timeout_ms);
+}
+
+void guest_conn_set_liveness(struct guest_conn *c, uint64_t interval_ms, uint64_t timeout_ms)
+{
+	c->live_interval_ms = interval_ms;
+	c->live_timeout_ms = timeout_ms;
+	if (!c->live_timer)
+		c->live_timer = evtimer_new(bufferevent_get_base(c->bev), on_live_timer, c);
+	event_del(c->live_timer);
+	if (interval_ms && !c->dead && !c->live_ping)
+		live_arm(c, interval_ms);
+	else if (interval_ms && c->live_ping)
+		live_arm(c, timeout_ms);
 }
 
 bool guest_conn_alive(struct guest_conn *c)
@@ -466,8 +533,8 @@ void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what)
 		op->timer = evtimer_new(bufferevent_get_base(op->conn->bev), on_timeout, op);
 	free(op->timeout_what);
 	op->timeout_what = what ? xstrdup(what) : NULL;
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
-			      .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	struct timeval tv;
+	timeval_ms(&tv, ms);
 	evtimer_add(op->timer, &tv);
 }
 

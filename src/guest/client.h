@@ -42,6 +42,13 @@ void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *a
 /* Fails every open operation with ECONNRESET ("sandbox connection closed") and frees. */
 void guest_conn_free(struct guest_conn *c);
 
+/* Liveness: while the connection lives, a ping goes to the agent every interval_ms (counted
+ * from the last answer), and a ping left unanswered for timeout_ms ends the connection with
+ * ETIMEDOUT as if the agent had hung up: its operations fail and on_close runs. This is what
+ * fails a sandbox whose agent went silent while nothing else waits on it. interval_ms 0 stops
+ * the pings. */
+void guest_conn_set_liveness(struct guest_conn *c, uint64_t interval_ms, uint64_t timeout_ms);
+
 /* Whether the connection is still usable. */
 bool guest_conn_alive(struct guest_conn *c);
 

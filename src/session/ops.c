@@ -19,7 +19,6 @@
 
 /* Extra time the host gives the agent beyond a command's own timeout before giving up. */
 #define EXEC_WATCHDOG_SLACK_MS 30000
-#define FILE_OP_TIMEOUT_MS     120000
 /* The longest command timeout the agent accepts. */
 #define EXEC_MAX_TIMEOUT_MS 604800000ull
 
@@ -657,7 +656,7 @@ static void call_run(struct ops_call *c, struct session *s)
 	}
 	c->t0_us = mono_us();
 	session_op_begin(s);
-	guest_op_set_timeout(c->op, FILE_OP_TIMEOUT_MS, "file operation");
+	guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "file operation");
 	if (c->kind == CALL_WRITE) {
 		guest_op_send(c->op, c->data, c->len);
 		guest_op_eof(c->op);

@@ -12,10 +12,8 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 
-/* How long a new sandbox's agent has to answer its first message. */
-#define FIRST_REPLY_TIMEOUT_MS 30000
-#define REAPER_INTERVAL_S      1
-#define POOL_RETRY_S           5
+/* A failing warm pool waits pool_retry_ms times its failures in a row, up to this many. */
+#define POOL_RETRY_MAX_STEPS 12
 
 struct session_waiter {
 	session_ready_fn cb;
@@ -87,6 +85,14 @@ static void random_hex(char *out, size_t nbytes)
 		abort();
 	for (size_t i = 0; i < nbytes; i++)
 		sprintf(out + 2 * i, "%02x", buf[i]);
+}
+
+/* A connection to a new sandbox's agent, watched for liveness. */
+static struct guest_conn *conn_new(int fd, guest_close_fn on_close, void *arg)
+{
+	struct guest_conn *c = guest_conn_new(S.base, fd, on_close, arg);
+	guest_conn_set_liveness(c, S.cfg->ping_interval_ms, S.cfg->ping_timeout_ms);
+	return c;
 }
 
 static int tighter(const char *name, uint64_t asked, uint64_t server, struct err *err)
@@ -468,7 +474,7 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 		on_resume_done(NULL, NULL, &e, s);
 		return;
 	}
-	guest_op_set_timeout(op, FIRST_REPLY_TIMEOUT_MS, "resume");
+	guest_op_set_timeout(op, S.cfg->first_reply_timeout_ms, "resume");
 }
 
 static void session_create_done(void *arg)
@@ -499,9 +505,7 @@ static void session_create_done(void *arg)
 			sandbox_destroy_async(j->sb, NULL);
 		} else {
 			int fd = TAKE_FD(j->sb->agent_fd);
-			struct guest_conn *conn =
-				guest_conn_new(S.base, fd, on_session_conn_closed, s);
-			session_attach(s, j->sb, conn);
+			session_attach(s, j->sb, conn_new(fd, on_session_conn_closed, s));
 		}
 	}
 	session_unref(s);
@@ -559,11 +563,14 @@ static void on_pool_retry(evutil_socket_t fd, short what, void *arg)
 static void pool_failed(struct pool *p, const struct err *err)
 {
 	p->failures++;
-	log_warn("session", "warm pool for template %s: %s (retrying in %d s)", p->template_name,
-		 err->msg, POOL_RETRY_S * (int)(p->failures < 12 ? p->failures : 12));
+	unsigned steps = p->failures < POOL_RETRY_MAX_STEPS ? p->failures : POOL_RETRY_MAX_STEPS;
+	uint64_t ms = (uint64_t)S.cfg->pool_retry_ms * steps;
+	log_warn("session", "warm pool for template %s: %s (retrying in %llu ms)", p->template_name,
+		 err->msg, (unsigned long long)ms);
 	if (!p->retry)
 		p->retry = evtimer_new(S.base, on_pool_retry, p);
-	struct timeval tv = { .tv_sec = POOL_RETRY_S * (p->failures < 12 ? p->failures : 12) };
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
+			      .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
 	evtimer_add(p->retry, &tv);
 }
 
@@ -619,14 +626,14 @@ static void pool_create_done(void *arg)
 		struct err perr;
 		if (store_sandbox_put(j->sb->id, S.drv->name, NULL, NULL, j->sb->record, &perr) < 0)
 			log_warn("session", "cannot record sandbox %s: %s", j->sb->id, perr.msg);
-		e->conn = guest_conn_new(S.base, TAKE_FD(j->sb->agent_fd), on_pool_conn_closed, e);
+		e->conn = conn_new(TAKE_FD(j->sb->agent_fd), on_pool_conn_closed, e);
 		e->next = p->entries;
 		p->entries = e;
 		json_t *req = json_pack("{s:s}", "op", "ping");
 		struct guest_op *op = guest_op_start(e->conn, req, &pool_ping_cbs, e, &perr);
 		json_decref(req);
 		if (op)
-			guest_op_set_timeout(op, FIRST_REPLY_TIMEOUT_MS, "first ping");
+			guest_op_set_timeout(op, S.cfg->first_reply_timeout_ms, "first ping");
 		log_debug("session", "pooled sandbox %s for %s created in %llu ms", j->sb->id,
 			  p->template_name, (unsigned long long)(mono_ms() - j->t0));
 	}
@@ -1008,7 +1015,8 @@ int session_init(struct event_base *base, const struct config *cfg, const struct
 	if (r < 0)
 		return r;
 	S.reaper = event_new(base, -1, EV_PERSIST, on_reap, NULL);
-	struct timeval tv = { .tv_sec = REAPER_INTERVAL_S };
+	struct timeval tv = { .tv_sec = S.cfg->reaper_interval_ms / 1000,
+			      .tv_usec = (suseconds_t)(S.cfg->reaper_interval_ms % 1000) * 1000 };
 	event_add(S.reaper, &tv);
 	pools_fill_all();
 	return 0;

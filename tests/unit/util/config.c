@@ -44,6 +44,13 @@ static const char *const all_vars[] = {
 	"SANDBOX_MAX_READ_BYTES",
 	"SANDBOX_EXEC_TIMEOUT_MS",
 	"SANDBOX_WORKERS",
+	"SANDBOX_FIRST_REPLY_TIMEOUT_MS",
+	"SANDBOX_FILE_OP_TIMEOUT_MS",
+	"SANDBOX_PING_INTERVAL_MS",
+	"SANDBOX_PING_TIMEOUT_MS",
+	"SANDBOX_SHUTDOWN_GRACE_MS",
+	"SANDBOX_REAPER_INTERVAL_MS",
+	"SANDBOX_POOL_RETRY_MS",
 	"AUTH_ENABLED",
 	"AUTH_KEY_PREFIX",
 	"MCP_AUTH_TOKEN",
@@ -143,6 +150,13 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.max_read_bytes, 64 << 20);
 	assert_int_equal(cfg.default_timeout_ms, 0);
 	assert_int_equal(cfg.workers, 4);
+	assert_int_equal(cfg.first_reply_timeout_ms, 30000);
+	assert_int_equal(cfg.file_op_timeout_ms, 120000);
+	assert_int_equal(cfg.ping_interval_ms, 10000);
+	assert_int_equal(cfg.ping_timeout_ms, 30000);
+	assert_int_equal(cfg.shutdown_grace_ms, 10000);
+	assert_int_equal(cfg.reaper_interval_ms, 1000);
+	assert_int_equal(cfg.pool_retry_ms, 5000);
 
 	assert_true(cfg.auth_enabled);
 	assert_string_equal(cfg.key_prefix, "sk_test_");
@@ -200,6 +214,13 @@ static void test_values_are_read(void **state)
 		{ "SANDBOX_MAX_READ_BYTES", "1048576" },
 		{ "SANDBOX_EXEC_TIMEOUT_MS", "4294967295" },
 		{ "SANDBOX_WORKERS", "1" },
+		{ "SANDBOX_FIRST_REPLY_TIMEOUT_MS", "100" },
+		{ "SANDBOX_FILE_OP_TIMEOUT_MS", "86400000" },
+		{ "SANDBOX_PING_INTERVAL_MS", "0" },
+		{ "SANDBOX_PING_TIMEOUT_MS", "250" },
+		{ "SANDBOX_SHUTDOWN_GRACE_MS", "0" },
+		{ "SANDBOX_REAPER_INTERVAL_MS", "10" },
+		{ "SANDBOX_POOL_RETRY_MS", "600000" },
 		{ "AUTH_ENABLED", "no" },
 		{ "AUTH_KEY_PREFIX", "sk_live-" },
 		{ "MCP_AUTH_TOKEN", "s3cret token" },
@@ -256,6 +277,13 @@ static void test_values_are_read(void **state)
 	assert_int_equal(cfg.max_read_bytes, 1048576);
 	assert_true(cfg.default_timeout_ms == 4294967295u);
 	assert_int_equal(cfg.workers, 1);
+	assert_int_equal(cfg.first_reply_timeout_ms, 100);
+	assert_int_equal(cfg.file_op_timeout_ms, 86400000);
+	assert_int_equal(cfg.ping_interval_ms, 0);
+	assert_int_equal(cfg.ping_timeout_ms, 250);
+	assert_int_equal(cfg.shutdown_grace_ms, 0);
+	assert_int_equal(cfg.reaper_interval_ms, 10);
+	assert_int_equal(cfg.pool_retry_ms, 600000);
 	assert_false(cfg.auth_enabled);
 	assert_string_equal(cfg.key_prefix, "sk_live-");
 	assert_string_equal(cfg.mcp_auth_token, "s3cret token");
@@ -358,6 +386,11 @@ static void test_bad_numbers(void **state)
 		load_bad("SANDBOX_MAX_BODY_BYTES", "18446744073709551615"),
 		"SANDBOX_MAX_BODY_BYTES: `18446744073709551615` is not a number between "
 		"1024 and 4294967296");
+	assert_string_equal(load_bad("SANDBOX_REAPER_INTERVAL_MS", "9"),
+			    "SANDBOX_REAPER_INTERVAL_MS: `9` is not a number between 10 and 60000");
+	assert_string_equal(
+		load_bad("SANDBOX_PING_TIMEOUT_MS", "99"),
+		"SANDBOX_PING_TIMEOUT_MS: `99` is not a number between 100 and 3600000");
 	assert_string_equal(load_bad("SESSION_IDLE_TIMEOUT", "0"),
 			    "SESSION_IDLE_TIMEOUT: `0` is not a number between 1 and 31536000");
 }

@@ -1,0 +1,269 @@
+/* Tests of src/guest/client.c: the liveness pings of a connection, against a scripted agent
+ * on the other end of a socketpair. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guest/client.h"
+#include "guest/proto.h"
+
+/* How long a test waits for something that should happen within a few intervals. */
+#define WAIT_MS 5000
+
+struct fixture {
+	struct event_base *base;
+	struct guest_conn *conn;
+	int agent; /* the agent's end */
+	int closes;
+	struct err closed;
+	bool free_on_close; /* the owner frees the connection from on_close, as the pool does */
+	int dones;
+	struct err done_err;
+	bool done_ok;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void on_close(struct guest_conn *c, const struct err *why, void *arg)
+{
+	struct fixture *f = arg;
+	f->closes++;
+	err_copy(&f->closed, why);
+	if (f->free_on_close) {
+		guest_conn_free(c);
+		f->conn = NULL;
+	}
+}
+
+static void on_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
+{
+	struct fixture *f = arg;
+	f->dones++;
+	f->done_ok = result != NULL;
+	if (err)
+		err_copy(&f->done_err, err);
+}
+
+static const struct guest_op_cbs op_cbs = { .on_done = on_done };
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	f->base = event_base_new();
+	f->conn = guest_conn_new(f->base, sv[0], on_close, f);
+	f->agent = sv[1];
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	guest_conn_free(f->conn);
+	close(f->agent);
+	event_base_free(f->base);
+	free(f);
+	return 0;
+}
+
+/* Runs the loop for about ms. */
+static void pump(struct fixture *f, unsigned ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	event_base_loopexit(f->base, &tv);
+	event_base_dispatch(f->base);
+}
+
+/* Reads exactly n bytes from the agent's end, which has them (poll said so). */
+static void read_all(int fd, uint8_t *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, buf + got, n - got);
+		assert_true(r > 0);
+		got += (size_t)r;
+	}
+}
+
+/* Runs the loop until the host sends the agent a frame, for at most WAIT_MS; returns false
+ * when none came. The payload (NUL-terminated) goes to payload. */
+static bool next_frame(struct fixture *f, uint8_t *type, uint32_t *channel, char *payload,
+		       size_t max)
+{
+	uint64_t deadline = now_ms() + WAIT_MS;
+	while (now_ms() < deadline) {
+		struct pollfd p = { .fd = f->agent, .events = POLLIN };
+		if (poll(&p, 1, 0) == 1) {
+			uint8_t h[GUEST_HDR_LEN];
+			read_all(f->agent, h, sizeof(h));
+			uint32_t len = ((uint32_t)h[0] << 24) | ((uint32_t)h[1] << 16) |
+				       ((uint32_t)h[2] << 8) | h[3];
+			assert_true(len < max);
+			read_all(f->agent, (uint8_t *)payload, len);
+			payload[len] = '\0';
+			*type = h[4];
+			*channel = ((uint32_t)h[5] << 24) | ((uint32_t)h[6] << 16) |
+				   ((uint32_t)h[7] << 8) | h[8];
+			return true;
+		}
+		pump(f, 5);
+	}
+	return false;
+}
+
+/* The agent's side: one frame toward the host. */
+static void agent_send(struct fixture *f, uint8_t type, uint32_t channel, const char *json)
+{
+	uint8_t h[GUEST_HDR_LEN];
+	size_t n = strlen(json);
+	guest_frame_header(h, type, channel, (uint32_t)n);
+	assert_int_equal(write(f->agent, h, sizeof(h)), (ssize_t)sizeof(h));
+	assert_int_equal(write(f->agent, json, n), (ssize_t)n);
+}
+
+/* Expects a ping request and returns its channel. */
+static uint32_t expect_ping(struct fixture *f)
+{
+	uint8_t type;
+	uint32_t channel;
+	char payload[256];
+	assert_true(next_frame(f, &type, &channel, payload, sizeof(payload)));
+	assert_int_equal(type, GUEST_REQUEST);
+	assert_string_equal(payload, "{\"op\":\"ping\"}");
+	return channel;
+}
+
+static void wait_closed(struct fixture *f)
+{
+	uint64_t deadline = now_ms() + WAIT_MS;
+	while (f->closes == 0 && now_ms() < deadline)
+		pump(f, 5);
+	assert_int_equal(f->closes, 1);
+}
+
+static void test_answered_pings_keep_the_connection(void **state)
+{
+	struct fixture *f = *state;
+	guest_conn_set_liveness(f->conn, 20, 200);
+	uint32_t first = expect_ping(f);
+	agent_send(f, GUEST_RESULT, first, "{}");
+	uint32_t second = expect_ping(f);
+	assert_true(second > first);
+	agent_send(f, GUEST_RESULT, second, "{\"pong\":true}");
+	/* Several more rounds, each answered: the connection stays. */
+	for (int i = 0; i < 3; i++)
+		agent_send(f, GUEST_RESULT, expect_ping(f), "{}");
+	assert_true(guest_conn_alive(f->conn));
+	assert_int_equal(f->closes, 0);
+}
+
+static void test_an_error_answer_shows_the_agent_is_there(void **state)
+{
+	struct fixture *f = *state;
+	guest_conn_set_liveness(f->conn, 20, 200);
+	agent_send(f, GUEST_ERROR, expect_ping(f), "{\"error\":\"busy\",\"code\":\"EAGAIN\"}");
+	agent_send(f, GUEST_RESULT, expect_ping(f), "{}");
+	assert_true(guest_conn_alive(f->conn));
+	assert_int_equal(f->closes, 0);
+}
+
+static void test_a_silent_agent_fails_the_connection_and_its_operations(void **state)
+{
+	struct fixture *f = *state;
+	/* An operation with no timeout of its own: without liveness it would wait forever. */
+	json_t *req = json_pack("{s:s}", "op", "exec");
+	struct err e;
+	struct guest_op *op = guest_op_start(f->conn, req, &op_cbs, f, &e);
+	json_decref(req);
+	assert_non_null(op);
+	guest_conn_set_liveness(f->conn, 20, 100);
+	uint8_t type;
+	uint32_t channel;
+	char payload[256];
+	assert_true(next_frame(f, &type, &channel, payload, sizeof(payload)));
+	assert_string_equal(payload, "{\"op\":\"exec\"}");
+	expect_ping(f); /* never answered */
+	wait_closed(f);
+	assert_int_equal(f->closed.errnum, ETIMEDOUT);
+	assert_non_null(strstr(f->closed.msg, "liveness ping"));
+	assert_false(guest_conn_alive(f->conn));
+	assert_int_equal(f->dones, 1);
+	assert_false(f->done_ok);
+	assert_int_equal(f->done_err.errnum, ETIMEDOUT);
+	/* Nothing more happens afterwards: no second close, no more pings. */
+	pump(f, 100);
+	assert_int_equal(f->closes, 1);
+}
+
+static void test_the_owner_may_free_the_connection_when_told(void **state)
+{
+	struct fixture *f = *state;
+	f->free_on_close = true;
+	guest_conn_set_liveness(f->conn, 10, 50);
+	expect_ping(f);
+	wait_closed(f);
+	assert_null(f->conn);
+	pump(f, 50);
+	assert_int_equal(f->closes, 1);
+}
+
+static void test_no_pings_when_turned_off(void **state)
+{
+	struct fixture *f = *state;
+	guest_conn_set_liveness(f->conn, 10, 50);
+	guest_conn_set_liveness(f->conn, 0, 50);
+	pump(f, 200);
+	struct pollfd p = { .fd = f->agent, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 0), 0);
+	assert_true(guest_conn_alive(f->conn));
+}
+
+static void test_the_agent_hanging_up_stops_the_pings(void **state)
+{
+	struct fixture *f = *state;
+	guest_conn_set_liveness(f->conn, 10, 1000);
+	expect_ping(f);
+	shutdown(f->agent, SHUT_WR);
+	wait_closed(f);
+	assert_int_equal(f->closed.errnum, ECONNRESET);
+	pump(f, 100);
+	assert_int_equal(f->closes, 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_answered_pings_keep_the_connection, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_an_error_answer_shows_the_agent_is_there,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_silent_agent_fails_the_connection_and_its_operations, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(test_the_owner_may_free_the_connection_when_told,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_pings_when_turned_off, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_the_agent_hanging_up_stops_the_pings, setup,
+						teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
