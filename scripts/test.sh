@@ -2,24 +2,38 @@
 # Runs every test suite and ends with one line, `N passed, N failed` (`, N skipped` when any
 # were), summing all suites. Exits non-zero if and only if something failed.
 #
-# Suites, in order; one whose runner is absent prints `suite X: not present` and counts nothing:
-#   build      `make build`, `make asan`, `make fuzz-build` and `make base-template`, one test
-#              each; Ninja keeps going past errors so that the other suites test what built
-#   format     clang-format --dry-run over the tracked C sources (one test)
-#   unit       `meson test --suite unit` in the ASan/UBSan build; every cmocka case counts
-#   fuzz       `meson test --suite fuzz` in the libFuzzer build; every target counts once
-#   sub-runners listed in `runners` below. Each is a script (with arguments) that prints, as
-#              its last such line, `N passed, N failed[, N skipped]`, and one
-#              `SKIP <test>: <reason>` line per skipped test; it exits non-zero when anything
-#              failed. It is not present while the script, or a path among its arguments, is not.
+# A run, in order:
+#   1. The guest kernel's build starts in the background, niced (guest/kernel/build.sh; it
+#      is cached by its inputs, so this is instant when nothing changed).
+#   2. Suite `build` (`make build`, `make asan`, `make fuzz-build`, `make base-template`, a
+#      test each; Ninja keeps going past errors so that the other suites test what built),
+#      then suite `format` (clang-format over the tracked C sources).
+#   3. Two lanes at once, each running its suites in order (the table `suites` below):
+#        main  the suites that mostly wait on daemons, sandboxes and clients;
+#        vm    the CPU-bound VM suites (QEMU under TCG here): `kernel` first, which waits for
+#              the background build (the kernel cache's lock) and boots the kernel, then the
+#              qemu suites, each in a network and mount namespace of its own
+#              (scripts/isolated.sh) so that their daemons and those of the main lane never
+#              share a sandbox network, an nftables table or /run.
+#   4. A table of every suite (lane, seconds, budget, counts), the skipped tests with their
+#      reasons, the time, and the closing line.
 #
-# Logs go to $TEST_LOG_DIR.
+# Every suite is a script that prints, as its last such line, `N passed, N failed[, N
+# skipped]`, and one `SKIP <test>: <reason>` line per skipped test, and exits non-zero when
+# anything failed. Its whole output goes to $TEST_LOG_DIR/<suite>.log; its counts are printed
+# as it ends, and the end of its log when it failed. A suite whose script (or a path among its
+# arguments) is absent is "not present" and counts nothing. A suite has a budget in seconds:
+# one still running at its budget is stopped and counted as failed, saying so; so is a suite
+# the run's own budget leaves no time for.
 #
 # Environment:
 #   BUILD, ASAN_BUILD, FUZZ_BUILD   build directories (build, build-asan, build-fuzz)
-#   TEST_LOG_DIR             where each suite's full output is kept (build/test-logs)
-#   TEST_BUDGET_SECONDS      time for all suites together (4200); a suite gets what is left
-#   TEST_SUITE_SECONDS       longest any one sub-runner may take (1800)
+#   TEST_LOG_DIR          where each suite's full output is kept (build/test-logs)
+#   TEST_BUDGET_SECONDS   time for the whole run (4800, under CI's 90 minutes)
+#   TEST_BUDGET_SCALE     multiplies every suite's budget (1; e.g. 2 on a slow machine)
+#   TEST_SUITES           only these suites (names separated by spaces or commas), e.g.
+#                         TEST_SUITES="unit integration" make test; build always runs
+#   TEST_LANES=serial     one lane after the other instead of both at once
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,191 +43,266 @@ build=${BUILD:-build}
 asan_build=${ASAN_BUILD:-build-asan}
 fuzz_build=${FUZZ_BUILD:-build-fuzz}
 log_dir=${TEST_LOG_DIR:-build/test-logs}
-budget=${TEST_BUDGET_SECONDS:-4200}
-suite_max=${TEST_SUITE_SECONDS:-1800}
+budget=${TEST_BUDGET_SECONDS:-4800}
+scale=${TEST_BUDGET_SCALE:-1}
 
-# Sub-runners: "name script [arguments]". Add a line here for a new one.
-runners=(
-	"templates tests/templates/run.sh"
-	"template-sessions tests/integration/run.sh tests/templates"
-	"integration tests/integration/run.sh"
-	"net tests/net/run.sh"
-	"mcp tests/mcp/run.sh"
-	"sdk-typescript sdk/typescript/run-tests.sh"
-	"sdk-python tests/integration/run.sh sdk/python/tests"
-	"cli tests/integration/run.sh tests/cli"
-	"auth tests/integration/run.sh tests/auth"
-	"metrics tests/integration/run.sh tests/metrics"
-	"firecracker tests/integration/run.sh tests/firecracker"
-	"e2e tests/e2e/run.sh"
+# The suites: "name lane budget-seconds [VAR=value...] script [arguments]", in the order
+# each lane runs them. A new suite gets a line here, in the lane whose kind of work it does; its budget is
+# about three times what it takes on a 2-core machine with nothing cached.
+suites=(
+	"unit              main  600  scripts/meson-suite.sh unit $asan_build --cmocka"
+	"fuzz              main  600  scripts/meson-suite.sh fuzz $fuzz_build"
+	"templates         main  900  tests/templates/run.sh"
+	"template-sessions main 1500  tests/integration/run.sh tests/templates"
+	"integration       main 1200  tests/integration/run.sh"
+	"net               main  900  TEST_TAGS=-vm tests/net/run.sh"
+	"mcp               main  600  tests/mcp/run.sh"
+	"sdk-typescript    main  300  sdk/typescript/run-tests.sh"
+	"sdk-python        main  300  tests/integration/run.sh sdk/python/tests"
+	"cli               main  300  tests/integration/run.sh tests/cli"
+	"auth              main  600  tests/integration/run.sh tests/auth"
+	"metrics           main  300  tests/integration/run.sh tests/metrics"
+	"firecracker       main  600  tests/integration/run.sh tests/firecracker"
+	"kernel            vm   2400  tests/kernel/run.sh"
+	"e2e               vm   1800  scripts/isolated.sh tests/e2e/run.sh"
+	"net-vm            vm    900  tests/net/run.sh QemuVm"
 )
 
-mkdir -p "$log_dir"
-# The suites drive the daemon built with ASan and UBSan, so that a memory error or a leak
-# (reported at its exit, which the harness requires to be clean) fails the run.
+# What the suites share: the daemon they drive is the one built with ASan and UBSan, so that a
+# memory error or a leak (reported at its exit, which the harness requires to be clean)
+# fails the run; the main lane's net suite leaves the VM tests to the vm lane.
 export SANDBOXD=${SANDBOXD:-$root/$asan_build/src/sandboxd}
+
+mkdir -p "$log_dir"
+results=$log_dir/results
+skips=$log_dir/skips
+print_lock=$log_dir/.print-lock
+: >"$results"
+: >"$skips"
 start=$SECONDS
-passed=0 failed=0 skipped=0
-skip_lines=()
+kernel_pid=
 
-# record NAME PASSED FAILED SKIPPED: adds to the totals and prints the suite's counts.
+# say TEXT...: prints a block whole, even with both lanes printing.
+say() {
+	{
+		flock 8
+		printf '%s\n' "$@"
+	} 8>>"$print_lock"
+}
+
+# record NAME LANE SECONDS BUDGET PASSED FAILED SKIPPED NOTE
 record() {
-	passed=$((passed + $2)) failed=$((failed + $3)) skipped=$((skipped + $4))
-	local line="suite $1: $2 passed, $3 failed"
-	(($4 > 0)) && line+=", $4 skipped"
-	echo "$line"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$results"
 }
 
-not_present() {
-	echo "suite $1: not present ($2)"
+chosen() {
+	local want=${TEST_SUITES:-}
+	[[ -z $want ]] && return 0
+	[[ " ${want//,/ } " == *" $1 "* ]]
 }
 
-# Prints the end of a log, for a suite that failed.
-show_tail() {
-	echo "--- last lines of $1:"
-	tail -n "${2:-80}" "$1"
-	echo "---"
+# counts LOG: "PASSED FAILED SKIPPED FOUND" from the last closing line of LOG.
+counts() {
+	local summary p=0 f=0 s=0
+	summary=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$1" |
+		tail -n 1)
+	if [[ -z $summary ]]; then
+		echo "0 0 0 0"
+		return
+	fi
+	summary=${summary#*: }
+	p=$(sed -E 's/^([0-9]+) passed.*/\1/' <<<"$summary")
+	f=$(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$summary")
+	[[ $summary == *skipped ]] && s=$(sed -E 's/.*, ([0-9]+) skipped$/\1/' <<<"$summary")
+	echo "$p $f $s 1"
+}
+
+# run_suite NAME LANE BUDGET [VAR=value...] SCRIPT [ARGS...]
+run_suite() {
+	local name=$1 lane=$2 limit=$3 log=$log_dir/$1.log arg t0 rc left script
+	local args=("${@:4}") vars=() note="" p f s found
+	while [[ ${args[0]} == [A-Z_]*=* ]]; do
+		vars+=("${args[0]}")
+		args=("${args[@]:1}")
+	done
+	script=${args[0]}
+	args=("${args[@]:1}")
+	for arg in "$script" "${args[@]}"; do
+		if [[ $arg == */* && ! -e $arg ]]; then
+			say "[$lane] suite $name: not present ($arg)"
+			record "$name" "$lane" 0 0 0 0 0 "not present"
+			return
+		fi
+	done
+	limit=$(awk -v b="$limit" -v k="$scale" 'BEGIN { printf "%d", b * k }')
+	left=$((budget - (SECONDS - start)))
+	if ((left < 60)); then
+		say "[$lane] suite $name: not run: the run's budget of ${budget}s is spent (counted as a failure)"
+		record "$name" "$lane" 0 "$limit" 0 1 0 "not run: out of time"
+		return
+	fi
+	((left < limit)) && limit=$left
+	say "[$lane] suite $name: started (${vars[*]:+${vars[*]} }${script}${args[*]:+ ${args[*]}}; budget ${limit}s)"
+	t0=$SECONDS
+	timeout --kill-after=30 "$limit" env "${vars[@]}" bash "$script" "${args[@]}" \
+		>"$log" 2>&1 </dev/null
+	rc=$?
+	local took=$((SECONDS - t0))
+	read -r p f s found < <(counts "$log")
+	if ((rc == 124 || rc == 137)); then
+		note="over its budget of ${limit}s: stopped"
+		f=$((f + 1))
+	elif ((found == 0)); then
+		note="printed no \`N passed, N failed\` line (exit status $rc)"
+		f=$((f + 1))
+	elif ((rc != 0 && f == 0)); then
+		note="exited with status $rc"
+		f=$((f + 1))
+	fi
+	grep -E '^SKIP ' "$log" | sed "s/^SKIP /$name: /" >>"$skips"
+	local line="[$lane] suite $name: $p passed, $f failed"
+	((s > 0)) && line+=", $s skipped"
+	line+=" (${took}s)"
+	[[ -n $note ]] && line+="; $note"
+	if ((f > 0)); then
+		say "$line" "--- last lines of $log:" "$(tail -n 100 "$log")" "---"
+	else
+		say "$line"
+	fi
+	record "$name" "$lane" "$took" "$limit" "$p" "$f" "$s" "$note"
+}
+
+run_lane() {
+	local lane=$1 entry words
+	lane_chosen "$lane" || return 0
+	for entry in "${suites[@]}"; do
+		read -r -a words <<<"$entry"
+		[[ ${words[1]} == "$lane" ]] || continue
+		# The VM suites need the kernel: its suite runs whenever the lane does.
+		[[ ${words[0]} == kernel ]] || chosen "${words[0]}" || continue
+		run_suite "${words[0]}" "${words[1]}" "${words[2]}" "${words[@]:3}"
+	done
+}
+
+lane_chosen() {
+	local entry words
+	for entry in "${suites[@]}"; do
+		read -r -a words <<<"$entry"
+		[[ ${words[1]} == "$1" ]] && chosen "${words[0]}" && return 0
+	done
+	return 1
+}
+
+# The kernel takes about 10 minutes to build on 2 cores: it starts now, at the lowest
+# priority, so that the builds and the main lane's suites go first; suite `kernel` waits for
+# it. Its own process group, so that an interrupted run stops it whole.
+start_kernel_build() {
+	lane_chosen vm || return 0
+	setsid nice -n 19 guest/kernel/build.sh >"$log_dir/kernel-build.log" 2>&1 </dev/null &
+	kernel_pid=$!
+	say "kernel: building or fetching from its cache in the background (log: $log_dir/kernel-build.log)"
+}
+
+# shellcheck disable=SC2317 # run by the EXIT trap
+stop_kernel_build() {
+	if [[ -n $kernel_pid ]] && kill -0 "$kernel_pid" 2>/dev/null; then
+		kill -TERM -- "-$kernel_pid" 2>/dev/null
+	fi
 }
 
 suite_build() {
-	local target log p=0 f=0
+	local target log p=0 f=0 t0=$SECONDS
 	for target in build asan fuzz-build base-template; do
 		if [[ $target == base-template && ! -f templates/build.sh ]]; then
-			echo "make base-template: not present (templates/build.sh)"
+			say "make base-template: not present (templates/build.sh)"
 			continue
 		fi
 		log="$log_dir/make-$target.log"
 		if make --no-print-directory NINJA_FLAGS="-k 0" BUILD="$build" \
 			ASAN_BUILD="$asan_build" FUZZ_BUILD="$fuzz_build" "$target" >"$log" 2>&1; then
-			echo "ok: make $target"
+			say "ok: make $target"
 			p=$((p + 1))
 		else
-			echo "FAILED: make $target (full log: $log)"
-			grep -E 'error|Error|FAILED' "$log" | head -n 40
+			say "FAILED: make $target (full log: $log)" "$(grep -E 'error|Error|FAILED' "$log" | head -n 40)"
 			f=$((f + 1))
 		fi
 	done
-	record build "$p" "$f" 0
+	say "suite build: $p passed, $f failed ($((SECONDS - t0))s)"
+	record build - $((SECONDS - t0)) - "$p" "$f" 0 ""
 }
 
 suite_format() {
-	local log="$log_dir/format.log" files
+	local log="$log_dir/format.log" files t0=$SECONDS
+	chosen format || return 0
 	if ! command -v clang-format >/dev/null; then
-		not_present format "clang-format is not installed"
+		say "suite format: not present (clang-format is not installed)"
 		return
 	fi
 	mapfile -t files < <(git ls-files '*.c' '*.h' 2>/dev/null)
 	if ((${#files[@]} == 0)); then
-		not_present format "no tracked C sources"
+		say "suite format: not present (no tracked C sources)"
 		return
 	fi
 	if clang-format --dry-run -Werror "${files[@]}" >"$log" 2>&1; then
-		record format 1 0 0
+		say "suite format: 1 passed, 0 failed"
+		record format - $((SECONDS - t0)) - 1 0 0 ""
 	else
-		grep -E '^[^ ].*: (error|warning):' "$log" | cut -d: -f1 | sort -u |
-			sed 's/^/not formatted: /'
-		record format 0 1 0
+		say "$(grep -E '^[^ ].*: (error|warning):' "$log" | cut -d: -f1 | sort -u |
+			sed 's/^/not formatted: /')" "suite format: 0 passed, 1 failed"
+		record format - $((SECONDS - t0)) - 0 1 0 ""
 	fi
 }
 
-# meson_suite NAME BUILD_DIR [--cmocka]: runs one meson test suite and counts its cases.
-meson_suite() {
-	local name=$1 dir=$2 log="$log_dir/$1.log" rc counts
-	local mode=("${@:3}")
-	if [[ ! -f $dir/build.ninja ]]; then
-		not_present "$name" "$dir is not configured"
-		return
-	fi
-	if ! meson introspect "$dir" --tests 2>/dev/null | grep -qE "\"([^\"]*:)?$name\""; then
-		not_present "$name" "no tests in suite $name"
-		return
-	fi
-	rm -f "$dir/meson-logs/$name.json"
-	meson test -C "$dir" --no-rebuild --suite "$name" --logbase "$name" --print-errorlogs \
-		--timeout-multiplier 3 --num-processes 2 >"$log" 2>&1
-	rc=$?
-	# The per-test result lines, without the repeat in meson's closing summary.
-	awk '/^Summary of Failures/ { exit } /^ *[0-9]+\/[0-9]+ / { print }' "$log"
-	if [[ ! -f $dir/meson-logs/$name.json ]]; then
-		echo "meson test did not run (exit status $rc)"
-		show_tail "$log"
-		record "$name" 0 1 0
-		return
-	fi
-	mapfile -t counts < <(python3 scripts/testlog-count.py "${mode[@]}" "$dir/meson-logs/$name.json")
-	local p=0 f=1 s=0 i
-	if ((${#counts[@]} > 0)); then
-		read -r p f s <<<"${counts[-1]}"
-	fi
-	for ((i = 0; i < ${#counts[@]} - 1; i++)); do
-		echo "${counts[i]}"
+# The table of every suite that ran, in the order of `suites`.
+print_table() {
+	local entry words name lane secs limit p f s note order=(build format)
+	for entry in "${suites[@]}"; do
+		read -r -a words <<<"$entry"
+		order+=("${words[0]}")
 	done
-	if ((rc != 0 && f == 0)); then
-		echo "meson test exited with status $rc"
-		f=1
-	fi
-	((f > 0)) && show_tail "$log" 150
-	record "$name" "$p" "$f" "$s"
-}
-
-# sub_runner NAME SCRIPT [ARGS...]: runs a script that reports its own counts.
-sub_runner() {
-	local name=$1 script=$2 log="$log_dir/$1.log" rc left limit summary arg
-	local args=("${@:3}")
-	for arg in "$script" "${args[@]}"; do
-		if [[ $arg == */* && ! -e $arg ]]; then
-			not_present "$name" "$arg"
-			return
-		fi
+	echo
+	printf '%-18s %-5s %8s %7s %7s %7s %8s  %s\n' suite lane seconds budget passed failed \
+		skipped note
+	for name in "${order[@]}"; do
+		while IFS=$'\t' read -r _ lane secs limit p f s note; do
+			printf '%-18s %-5s %8s %7s %7s %7s %8s  %s\n' "$name" "$lane" "$secs" \
+				"$limit" "$p" "$f" "$s" "$note"
+		done < <(awk -F'\t' -v n="$name" '$1 == n' "$results")
 	done
-	left=$((budget - (SECONDS - start)))
-	limit=$((left < suite_max ? left : suite_max))
-	if ((limit < 60)); then
-		echo "suite $name: not run, the time budget of ${budget}s is spent"
-		record "$name" 0 1 0
-		return
-	fi
-	echo "== suite $name (${script}${args[*]:+ ${args[*]}}, at most ${limit}s)"
-	timeout --kill-after=30 "$limit" bash "$script" "${args[@]}" 2>&1 </dev/null | tee "$log"
-	rc=${PIPESTATUS[0]}
-	summary=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" |
-		tail -n 1)
-	local p=0 f=0 s=0
-	if [[ -n $summary ]]; then
-		summary=${summary#*: }
-		p=$(sed -E 's/^([0-9]+) passed.*/\1/' <<<"$summary")
-		f=$(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$summary")
-		[[ $summary == *skipped ]] && s=$(sed -E 's/.*, ([0-9]+) skipped$/\1/' <<<"$summary")
-	fi
-	if ((rc == 124 || rc == 137)); then
-		echo "suite $name: timed out after ${limit}s"
-		f=$((f + 1))
-	elif [[ -z $summary ]]; then
-		echo "suite $name: printed no \`N passed, N failed\` line (exit status $rc)"
-		f=$((f + 1))
-	elif ((rc != 0 && f == 0)); then
-		echo "suite $name: exited with status $rc"
-		f=$((f + 1))
-	fi
-	mapfile -t -O "${#skip_lines[@]}" skip_lines < <(grep -E '^SKIP ' "$log" | sed "s/^/$name: /")
-	record "$name" "$p" "$f" "$s"
+	for lane in main vm; do
+		secs=$(awk -F'\t' -v l="$lane" '$2 == l { t += $3 } END { print t + 0 }' "$results")
+		((secs > 0)) && echo "lane $lane: ${secs}s of suites"
+	done
 }
 
 main() {
-	local entry words summary
+	local summary main_pid vm_pid lanes_start
+	trap stop_kernel_build EXIT
+	start_kernel_build
 	suite_build
 	suite_format
-	meson_suite unit "$asan_build" --cmocka
-	meson_suite fuzz "$fuzz_build"
-	for entry in "${runners[@]}"; do
-		read -r -a words <<<"$entry"
-		sub_runner "${words[@]}"
-	done
 
-	if ((${#skip_lines[@]} > 0)); then
-		echo "skipped tests:"
-		printf '  %s\n' "${skip_lines[@]}"
+	lanes_start=$SECONDS
+	if [[ ${TEST_LANES:-} == serial ]]; then
+		run_lane main
+		run_lane vm
+	else
+		run_lane main &
+		main_pid=$!
+		run_lane vm &
+		vm_pid=$!
+		wait "$main_pid" "$vm_pid"
 	fi
+
+	print_table
+	echo "lanes: $((SECONDS - lanes_start))s from the first suite to the last"
+	if [[ -s $skips ]]; then
+		echo "skipped tests:"
+		sed 's/^/  /' "$skips"
+	fi
+	local passed failed skipped
+	read -r passed failed skipped < <(awk -F'\t' '{ p += $5; f += $6; s += $7 }
+		END { print p + 0, f + 0, s + 0 }' "$results")
 	echo "time: $((SECONDS - start))s"
 	summary="$passed passed, $failed failed"
 	((skipped > 0)) && summary+=", $skipped skipped"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of the VM drivers, run against the real daemon:
-#   1. the shared integration suite (tests/integration) with DRIVER=qemu;
+#   1. the tests of the shared integration suite (tests/integration) that exercise what
+#      differs between drivers (tagged `driver`, see tests/integration/runner.py), with
+#      DRIVER=qemu; E2E_ALL=1 runs the whole suite instead;
 #   2. the VM-specific checks of tests/e2e/test_qemu.py (entropy and clock of restored
 #      sessions, shared pages, a killed VM, snapshot reuse and rebuild, a guest that panics).
 # Prints each part's output, then `N passed, N failed, N skipped` summed over both, last.
@@ -8,8 +10,8 @@
 # or the base template's rootfs.ext4 is missing.
 #
 # Environment: SANDBOXD (default build/src/sandboxd), FIRECRACKER_ARTIFACTS_DIR,
-# E2E_ONLY_VM=1 to skip the integration suite, E2E_TESTS to name test_qemu tests to run
-# (e.g. RestoreTest.test_snapshot_files).
+# E2E_ONLY_VM=1 to skip the integration suite, E2E_ALL=1 to run all of it, E2E_TESTS to name
+# test_qemu tests to run (e.g. RestoreTest.test_snapshot_files).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 
@@ -54,17 +56,21 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 if [[ ${E2E_ONLY_VM:-0} != 1 ]]; then
-	echo "== integration suite, DRIVER=qemu"
-	DRIVER=qemu tests/integration/run.sh 2>&1 | tee "$log"
+	tags=driver
+	[[ ${E2E_ALL:-0} == 1 ]] && tags=
+	echo "== integration suite, DRIVER=qemu${tags:+, tests tagged $tags}"
+	DRIVER=qemu TEST_TAGS=$tags tests/integration/run.sh 2>&1 | tee "$log"
 	count "$log" "the integration suite"
 fi
 
 echo "== VM-specific checks (tests/e2e/test_qemu.py)"
-python3 -u - ${E2E_TESTS:-} <<'PY' 2>&1 | tee "$log"
+read -r -a names <<<"${E2E_TESTS:-}"
+python3 -u - "${names[@]}" <<'PY' 2>&1 | tee "$log"
 import sys
 import unittest
 
-sys.path.insert(0, "tests/e2e")
+sys.path[:0] = ["tests/e2e", "tests/integration"]
+import runner  # noqa: E402
 import test_qemu  # noqa: E402
 
 loader = unittest.defaultTestLoader
@@ -72,12 +78,7 @@ if len(sys.argv) > 1:
     suite = loader.loadTestsFromNames(sys.argv[1:], test_qemu)
 else:
     suite = loader.loadTestsFromModule(test_qemu)
-result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
-bad = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-skipped = len(result.skipped)
-for test, reason in result.skipped:
-    print(f"SKIP {test.id()}: {reason}")
-print(f"{result.testsRun - bad - skipped} passed, {bad} failed, {skipped} skipped")
+sys.exit(runner.run(suite))
 PY
 count "$log" "test_qemu.py"
 

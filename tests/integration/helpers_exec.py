@@ -16,11 +16,18 @@ import harness
 
 TEMPLATE = "base"
 
-# What every daemon of these tests gets unless a class says otherwise.
+# What every daemon of these tests gets unless a class says otherwise: the daemon's waits
+# shortened (docs/testing.md), and liveness pings often enough that they run beside every
+# test's requests.
 BASE_ENV = {
     "SANDBOX_DEFAULT_TEMPLATE": TEMPLATE,
     "AUTH_ENABLED": "false",
     "SANDBOX_WARM_POOL": "1",
+    "SANDBOX_SHUTDOWN_GRACE_MS": "1000",
+    "SANDBOX_REAPER_INTERVAL_MS": "100",
+    "SANDBOX_POOL_RETRY_MS": "500",
+    "SANDBOX_PING_INTERVAL_MS": "500",
+    "SANDBOX_PING_TIMEOUT_MS": "15000",
 }
 
 

@@ -8,6 +8,7 @@ import unittest
 
 import harness
 from helpers_exec import TEMPLATE, DaemonTestCase, joined, parse_sse_data, wait_until
+from runner import tag
 
 
 class SessionRoutesTest(DaemonTestCase):
@@ -47,6 +48,7 @@ class SessionRoutesTest(DaemonTestCase):
         self.assertEqual(self.stdout_of(sid, 'echo "$GREETING"', env={"GREETING": "over"}),
                          "over\n")
 
+    @tag("driver")
     def test_create_session_with_its_own_resources(self):
         MiB = 1024 * 1024
         sid = self.session()
@@ -59,7 +61,10 @@ class SessionRoutesTest(DaemonTestCase):
             status, _, body = self.d.post("/exec/", body={
                 "id": sid, "resources": {"diskBytes": 2 * MiB}})
             self.assertEqual(status, 201, body)
-            self.skipTest("memory and pids limits per session are the jail driver's")
+            size_kib = int(self.stdout_of(sid, "df -k . | tail -n 1").split()[1])
+            self.assertLessEqual(size_kib, 2048)
+            self.assertGreater(size_kib, 1024)
+            return
         status, _, body = self.d.post("/exec/", body={
             "id": sid, "resources": {"memoryBytes": 32 * MiB, "diskBytes": 2 * MiB,
                                      "pidsMax": 32}})
@@ -147,6 +152,7 @@ class SessionRoutesTest(DaemonTestCase):
         self.assertEqual(status, 200, body2)
         self.assertIn(a, {s["id"] for s in body2["sessions"]})
 
+    @tag("driver")
     def test_delete_session(self):
         sid = self.session()
         self.run_ok(sid, "true")
@@ -172,6 +178,7 @@ class SessionRoutesTest(DaemonTestCase):
 
 
 class ExecuteTest(DaemonTestCase):
+    @tag("driver")
     def test_buffered_result_shape(self):
         sid = self.session()
         status, body = self.execute(sid, "echo out; echo err >&2")
@@ -228,6 +235,7 @@ class ExecuteTest(DaemonTestCase):
             items = list(s.ndjson())
         self._check_stream(items, "a\n")
 
+    @tag("driver")
     def test_ndjson_lines_arrive_while_the_command_runs(self):
         sid = self.session()
         with self.stream_execute(sid, "echo first; sleep 5; echo second") as s:
@@ -293,6 +301,7 @@ class ExecuteTest(DaemonTestCase):
         self.assertIsNone(body.get("signal"))
         self.assertEqual(joined(body["output"]), "partial\n")
 
+    @tag("driver")
     def test_killed_by_a_signal(self):
         sid = self.session()
         for sig in ("KILL", "TERM", "SEGV"):
@@ -302,6 +311,7 @@ class ExecuteTest(DaemonTestCase):
                 self.assertIsNone(body["exitCode"], body)
                 self.assertEqual(body.get("signal"), f"SIG{sig}", body)
 
+    @tag("driver")
     def test_command_that_cannot_start_gives_its_reason(self):
         sid = self.session()
         self.run_ok(sid, "printf 'echo x' > script.sh; mkdir -p adir")
@@ -327,6 +337,7 @@ class ExecuteTest(DaemonTestCase):
         self.assertIn("No such file", items[-1]["error"])
         self.assertEqual(items[-1]["execId"], items[0]["execId"])
 
+    @tag("driver")
     def test_env(self):
         sid = self.session()
         out = self.stdout_of(sid, 'echo "$FOO|$EMPTY|$UNI"; echo "$PATH" | grep -c bin',
@@ -335,6 +346,7 @@ class ExecuteTest(DaemonTestCase):
         # Nothing leaks from one command to the next.
         self.assertEqual(self.stdout_of(sid, 'echo "[$FOO]"'), "[]\n")
 
+    @tag("driver")
     def test_cwd(self):
         sid = self.session()
         home = self.stdout_of(sid, "pwd").strip()
@@ -348,6 +360,7 @@ class ExecuteTest(DaemonTestCase):
                                             body={"command": "pwd", "cwd": "../.."})
         self.assertJsonError(status, headers, body, 400)
 
+    @tag("driver")
     def test_stdin(self):
         sid = self.session()
         self.assertEqual(self.stdout_of(sid, "cat", stdin="line1\nline2\n"), "line1\nline2\n")
@@ -358,6 +371,7 @@ class ExecuteTest(DaemonTestCase):
         # Without stdin a command reading it sees end of file at once.
         self.assertEqual(self.stdout_of(sid, "cat", http_timeout=20), "")
 
+    @tag("driver")
     def test_timeout_is_honoured(self):
         sid = self.session()
         t0 = time.monotonic()
@@ -388,6 +402,7 @@ class ExecuteTest(DaemonTestCase):
                     f"/exec/{sid}/execute", body={"command": "true", "timeout": bad})
                 self.assertJsonError(status, headers, body, 400, "timeout")
 
+    @tag("driver")
     def test_cancel_by_exec_id(self):
         sid = self.session()
         with self.stream_execute(sid, "echo go; sleep 30; echo never") as s:
@@ -427,6 +442,7 @@ class ExecuteTest(DaemonTestCase):
                                             body={"execId": "exec_0000"})
         self.assertJsonError(status, headers, body, 404)
 
+    @tag("driver")
     def test_command_ignoring_sigterm_is_killed_on_cancel(self):
         sid = self.session()
         cmd = "trap '' TERM; echo armed; sleep 60"
@@ -451,6 +467,7 @@ class ExecuteTest(DaemonTestCase):
         self.assertEqual(body.get("signal"), "SIGKILL", body)
         self.assertNotIn("sleep 60", self.stdout_of(sid, "ps -o pid,args"))
 
+    @tag("driver")
     def test_background_processes_of_a_timed_out_command_are_killed(self):
         sid = self.session()
         status, body = self.execute(sid, "sleep 61 & sleep 62", timeout=1000)
@@ -469,6 +486,7 @@ class ExecuteTest(DaemonTestCase):
         time.sleep(4)
         self.assertEqual(self.stdout_of(sid, "test -e marker && echo yes || echo no"), "no\n")
 
+    @tag("driver")
     def test_streaming_client_disconnect_cancels_the_command(self):
         sid = self.session()
         self.run_ok(sid, "true")
@@ -499,6 +517,7 @@ class ExecuteTest(DaemonTestCase):
 
         self._disconnect_and_check(sid, start)
 
+    @tag("driver")
     def test_deleting_the_session_ends_its_running_commands(self):
         sid = self.session()
         self.run_ok(sid, "true")
@@ -526,6 +545,7 @@ class ExecuteTest(DaemonTestCase):
         self.assertGreaterEqual(status, 500, body)
         self.assertIsInstance(body.get("error"), str, body)
 
+    @tag("driver")
     def test_twenty_concurrent_executes_in_one_session(self):
         sid = self.session()
         self.run_ok(sid, "true")
@@ -637,6 +657,7 @@ class RequestErrorsTest(DaemonTestCase):
 
 
 class HealthTest(DaemonTestCase):
+    @tag("driver")
     def test_health(self):
         status, headers, body = self.d.get("/health")
         self.assertEqual(status, 200, body)

@@ -5,6 +5,7 @@ import hashlib
 import unittest
 
 from helpers_exec import DaemonTestCase
+from runner import tag
 
 
 def sha256(data):
@@ -28,6 +29,7 @@ class FilesTest(DaemonTestCase):
         headers = {"Accept": "application/octet-stream"} if raw else None
         return self.d.get(f"/exec/{sid}/read", query=query, headers=headers, timeout=timeout)
 
+    @tag("driver")
     def test_binary_file_of_50_mib_round_trips_byte_for_byte(self):
         sid = self.session()
         data = bytes(range(256)) * (50 * 1024 * 1024 // 256)
@@ -65,6 +67,7 @@ class FilesTest(DaemonTestCase):
         self.assertEqual(base64.b64decode(body["content"]), data)
         self.assertEqual(body["size"], len(data))
 
+    @tag("driver")
     def test_text_round_trip(self):
         sid = self.session()
         text = "héllo €😀\nline two\n"
@@ -101,6 +104,7 @@ class FilesTest(DaemonTestCase):
         self.write_ok(sid, "empty64", "", encoding="base64")
         self.assertEqual(self.stdout_of(sid, "wc -c < empty64").strip(), "0")
 
+    @tag("driver")
     def test_write_with_mode(self):
         sid = self.session()
         self.write_ok(sid, "run.sh", "#!/bin/sh\necho ran \"$@\"\n", mode=0o755)
@@ -123,6 +127,7 @@ class FilesTest(DaemonTestCase):
         self.assertEqual(self.read(sid, "abs.txt")[2]["content"], "abs")
         self.assertEqual(self.read(sid, f"{home}/abs.txt")[2]["content"], "abs")
 
+    @tag("driver")
     def test_paths_that_escape_the_workspace_are_400(self):
         sid = self.session()
         self.run_ok(sid, "ln -s /etc etclink; ln -s /etc/passwd pwlink; ln -s .. up; "
@@ -161,6 +166,7 @@ class FilesTest(DaemonTestCase):
         except OSError:
             return False
 
+    @tag("driver")
     def test_missing_file_is_404(self):
         sid = self.session()
         self.run_ok(sid, "true")
@@ -208,6 +214,7 @@ class FilesTest(DaemonTestCase):
         status, headers, body = self.read(sid, "x", encoding="latin1")
         self.assertJsonError(status, headers, body, 400, "encoding")
 
+    @tag("driver")
     def test_list_files(self):
         sid = self.session()
         self.write_ok(sid, "top/one.txt", "1")

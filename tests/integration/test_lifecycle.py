@@ -11,6 +11,7 @@ import unittest
 
 import helpers_host as host
 from helpers_exec import DaemonTestCase, new_session_id, sandbox_of, start_daemon, wait_until
+from runner import tag
 
 
 def sandboxes_of(daemon):
@@ -53,6 +54,7 @@ class IdleReaperTest(DaemonTestCase):
         status, _, body = self.d.get(f"/exec/{sid}/files")
         self.assertEqual(status, 404, body)
 
+    @tag("driver")
     def test_idle_sandbox_is_removed_with_its_session(self):
         sid = self.create()
         self.run_ok(sid, "sleep 300 > /dev/null 2>&1 &")
@@ -96,7 +98,68 @@ class IdleReaperTest(DaemonTestCase):
         self.assertIn(long_lived, self.listed_sessions())
 
 
+@tag("driver")
+class SilentAgentTest(DaemonTestCase):
+    """A sandbox whose agent stops answering (here: every process of the sandbox stopped,
+    which for a VM is its VMM) fails its session within the liveness deadline, even while a
+    command with no timeout of its own waits on it."""
+
+    daemon_env = {
+        "SANDBOX_WARM_POOL": "0",
+        "SANDBOX_PING_INTERVAL_MS": "200",
+        "SANDBOX_PING_TIMEOUT_MS": "2000",
+    }
+
+    def stop_sandbox(self, sandbox):
+        pids = host.cgroup_pids(host.cgroup_dirs(sandbox))
+        self.assertTrue(pids, f"no processes in the cgroups of sandbox {sandbox}")
+        self.addCleanup(self.signal_all, pids, signal.SIGCONT)
+        self.signal_all(pids, signal.SIGSTOP)
+
+    @staticmethod
+    def signal_all(pids, sig):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def test_a_stopped_sandbox_fails_its_session_and_its_command(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        sandbox = sandbox_of(self.d, sid)
+        self.assertIsNotNone(sandbox)
+        body = {"command": "sleep", "args": ["600"]}
+        headers = {"Accept": "application/x-ndjson"}
+        with self.d.stream("POST", f"/exec/{sid}/execute", body=body, headers=headers,
+                           timeout=60) as s:
+            lines = s.ndjson()
+            self.assertEqual(next(lines)["type"], "start")
+            self.stop_sandbox(sandbox)
+            rest = list(lines)
+        self.assertTrue(rest, "the stream ended with no result")
+        self.assertEqual(rest[-1]["type"], "error", rest)
+        self.assertIn("stopped answering", rest[-1]["error"])
+        # The session reports why once, then it is gone with its sandbox.
+        status, body = self.execute(sid, "true")
+        self.assertGreaterEqual(status, 500, body)
+        self.assertIn("stopped answering", body["error"])
+        wait_until(lambda: not host.cgroup_dirs(sandbox), 30, what="the sandbox's cgroups gone")
+
+    def test_a_stopped_idle_sandbox_fails_its_session(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        sandbox = sandbox_of(self.d, sid)
+        self.stop_sandbox(sandbox)
+        wait_until(lambda: self.listed_sessions().get(sid, {}).get("state") == "failed"
+                   or not host.cgroup_dirs(sandbox), 30, what="the session failed")
+        status, body = self.execute(sid, "true")
+        self.assertGreaterEqual(status, 500, body)
+        self.assertIn("stopped answering", body["error"])
+
+
 class CleanupTest(unittest.TestCase):
+    @tag("driver")
     def test_delete_and_shutdown_leave_nothing_behind(self):
         d = start_daemon({"SANDBOX_WARM_POOL": "1"})
         self.addCleanup(d.stop, check=False)
@@ -166,6 +229,7 @@ class CrashRecoveryTest(unittest.TestCase):
                 f.write(str(decoy.pid))
         return decoy, dirs
 
+    @tag("driver")
     def test_restart_after_sigkill_removes_only_its_own_sandboxes(self):
         first = start_daemon({"SANDBOX_WARM_POOL": "1"})
         self.addCleanup(first.kill)

@@ -6,6 +6,7 @@ import unittest
 
 import helpers_host as host
 from helpers_exec import DaemonTestCase, joined, sandbox_of
+from runner import tag
 
 MiB = 1024 * 1024
 OUTPUT_CAP = 1 * MiB
@@ -48,6 +49,7 @@ class LimitsTest(DaemonTestCase):
         self.assertEqual(set(text), {"y", "\n"})
         self.assertDaemonHealthy()
 
+    @tag("driver")
     def test_streamed_output_is_complete_beyond_the_buffered_cap(self):
         sid = self.session()
         total = 20 * MiB
@@ -81,6 +83,7 @@ class LimitsTest(DaemonTestCase):
         self.assertEqual(status, 200, body)
         self.assertDaemonHealthy()
 
+    @tag("driver")
     def test_fork_bomb_is_contained(self):
         sid = self.session()
         self.run_ok(sid, "true")
@@ -99,6 +102,7 @@ class LimitsTest(DaemonTestCase):
         self.assertEqual(status, 200, body)
         self.assertEqual(host.wait_all_gone(footprint, [sandbox]), [])
 
+    @tag("driver")
     def test_memory_hog_is_killed_with_a_clear_result(self):
         sid = self.session()
         self.run_ok(sid, "true")
@@ -128,6 +132,7 @@ class LimitsTest(DaemonTestCase):
                                                     query={"path": "over"}, headers=headers)
                 self.assertJsonError(status, headers_, body, 413)
 
+    @tag("driver")
     def test_full_workspace(self):
         sid = self.session()
         chunk = "z" * (200 * 1024)

@@ -78,7 +78,7 @@ fi
 # start_daemon NAME VAR=VALUE...: starts a daemon with its own state, run directory and
 # port; sets port_NAME and pid_NAME.
 start_daemon() {
-	local name=$1 dir=$work/$1 pid i
+	local name=$1 dir=$work/$1 pid
 	shift
 	mkdir -p "$dir/run"
 	[[ -d $dir/state ]] || mkdir -p "$dir/state"
@@ -86,10 +86,10 @@ start_daemon() {
 		SANDBOX_STATE_DIR="$dir/state" SANDBOX_RUN_DIR="$dir/run" \
 		FIRECRACKER_ARTIFACTS_DIR="$artifacts" SANDBOX_DEFAULT_TEMPLATE=base \
 		SANDBOX_DRIVER="$driver" SANDBOX_NETWORK=off SANDBOX_WARM_POOL=1 \
-		LOG_LEVEL=${LOG_LEVEL:-info} "$@" "$sandboxd" 2>"$dir/sandboxd.log" &
+		LOG_LEVEL="${LOG_LEVEL:-info}" "$@" "$sandboxd" 2>"$dir/sandboxd.log" &
 	pid=$!
 	daemon_pids+=("$pid")
-	for i in $(seq 300); do
+	for _ in $(seq 300); do
 		[[ -s $dir/port ]] && break
 		kill -0 "$pid" 2>/dev/null || give_up "the $name daemon exited at start" "$dir"
 		sleep 0.1
@@ -102,10 +102,10 @@ start_daemon() {
 # stop_daemon NAME: SIGTERM; counts a test that the daemon exits with status 0 and one that
 # its log holds no sanitizer report.
 stop_daemon() {
-	local name=$1 dir=$work/$1 pidvar=pid_$1 pid rc i
+	local name=$1 dir=$work/$1 pidvar=pid_$1 pid rc
 	pid=${!pidvar}
 	kill -TERM "$pid"
-	for i in $(seq 300); do
+	for _ in $(seq 300); do
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 	done
@@ -142,8 +142,10 @@ new_key() {
 	SANDBOX_STATE_DIR=$work/main/state "$cli" keys create "$1" --scopes exec --json |
 		node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).key))'
 }
-key_a=$(new_key mcp-tests-a) && [[ -n $key_a ]] || give_up "sandbox keys create failed"
-key_b=$(new_key mcp-tests-b) && [[ -n $key_b ]] || give_up "sandbox keys create failed"
+key_a=$(new_key mcp-tests-a)
+[[ -n $key_a ]] || give_up "sandbox keys create failed"
+key_b=$(new_key mcp-tests-b)
+[[ -n $key_b ]] || give_up "sandbox keys create failed"
 legacy_token=legacy-$RANDOM$RANDOM$RANDOM
 
 echo "mcp: daemon $sandboxd, driver $driver, templates in $artifacts"
@@ -153,7 +155,10 @@ start_daemon main MCP_AUTH_TOKEN="$legacy_token" \
 # short: MCP sessions that expire after a second of silence, at most three of them.
 start_daemon short AUTH_ENABLED=false SANDBOX_MCP_SESSION_TIMEOUT=1 SANDBOX_MCP_MAX_SESSIONS=3
 
+# start_daemon set port_main and port_short (printf -v).
+# shellcheck disable=SC2154
 export MCP_TEST_URL=http://127.0.0.1:$port_main
+# shellcheck disable=SC2154
 export MCP_TEST_SHORT_URL=http://127.0.0.1:$port_short
 export MCP_TEST_KEY_A=$key_a MCP_TEST_KEY_B=$key_b MCP_TEST_LEGACY_TOKEN=$legacy_token
 export MCP_TEST_CLI=$cli

@@ -6,12 +6,13 @@
 # and last `N passed, N failed, N skipped`; exits non-zero when a test failed.
 #
 # The tests and the daemons they start run in a new network namespace and a private mount
-# namespace with an empty /run: their "host" has no way out to any real network, and a
+# namespace with an empty /run (scripts/isolated.sh): their "host" has no way out to any real network, and a
 # sandboxd running on the real host is neither seen nor disturbed. Everything they create
 # goes with those namespaces.
 #
 # Needs root, ip, nft, unshare and python3. Environment: SANDBOXD (default
-# build/src/sandboxd), FIRECRACKER_ARTIFACTS_DIR (where the base template is), LOG_LEVEL.
+# build/src/sandboxd), FIRECRACKER_ARTIFACTS_DIR (where the base template is), LOG_LEVEL,
+# TEST_TAGS (e.g. `-vm` leaves out the VM tests; see tests/integration/runner.py).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 
@@ -21,17 +22,11 @@ skip_all() {
 	exit 0
 }
 
-if [[ ${NET_TEST_ISOLATED:-} != 1 ]]; then
-	export DRIVER=jail
-	echo "net: daemon ${SANDBOXD:-build/src/sandboxd}, driver jail"
-	((EUID == 0)) || skip_all "the networking tests need root"
-	for tool in ip nft unshare python3; do
-		command -v "$tool" >/dev/null || skip_all "$tool is not installed"
-	done
-	NET_TEST_ISOLATED=1 exec unshare --net --mount --propagation private -- bash "$0" "$@"
-fi
-
-# Inside: our own /run (the lock of sandbox networking, /run/netns), loopback up.
-mount -t tmpfs -o mode=0755 tmpfs /run || skip_all "cannot mount a tmpfs on /run"
-ip link set lo up
-exec python3 -u tests/net/test_net.py "$@"
+export DRIVER=jail
+echo "net: daemon ${SANDBOXD:-build/src/sandboxd}, driver jail"
+((EUID == 0)) || skip_all "the networking tests need root"
+for tool in ip nft unshare python3; do
+	command -v "$tool" >/dev/null || skip_all "$tool is not installed"
+done
+# Our own network and /run (the lock of sandbox networking, /run/netns), loopback up.
+exec scripts/isolated.sh python3 -u tests/net/test_net.py "$@"

@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 import harness  # noqa: E402
+import runner  # noqa: E402
 import world as W  # noqa: E402
 
 WORLD = None
@@ -281,6 +282,7 @@ def qemu_missing():
     return None
 
 
+@runner.tag("vm")
 class QemuVm(NetTest):
     """The qemu driver: a restored clone configures eth0 from the resume message and reaches
     the internet through tap0, by address and by name; metadata stays blocked."""
@@ -519,34 +521,6 @@ def harness_wait(pred, timeout, what):
         time.sleep(0.1)
 
 
-class CountingResult(unittest.TextTestResult):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.outcome = {}
-        self.skip_reasons = []
-
-    def _set(self, test, what):
-        if self.outcome.get(test.id()) != "fail":
-            self.outcome[test.id()] = what
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self._set(test, "pass")
-
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        self._set(test, "fail")
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        self._set(test, "fail")
-
-    def addSkip(self, test, reason):
-        super().addSkip(test, reason)
-        self._set(test, "skip")
-        self.skip_reasons.append((test.id(), reason))
-
-
 def main():
     # Arguments: test classes (or Class.test_method) to run instead of all of them.
     if len(sys.argv) > 1:
@@ -554,26 +528,12 @@ def main():
                                                               sys.modules[__name__])
     else:
         suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
-    runner = unittest.TextTestRunner(verbosity=2, resultclass=CountingResult, stream=sys.stdout)
-    result = runner.run(suite)
-    counts = {"pass": 0, "fail": 0, "skip": 0}
-    for what in result.outcome.values():
-        counts[what] += 1
-    # A module-level skip or error (no world) is reported as one test.
-    for test, reason in result.skipped:
-        if test.id() not in result.outcome:
-            counts["skip"] += 1
-            result.skip_reasons.append((test.id(), reason))
-    for test, _ in result.errors:
-        if test.id() not in result.outcome:
-            counts["fail"] += 1
-    if WORLD and WORLD.aborted:
-        print(f"ABORTED by a safety check: {WORLD.aborted}")
-        counts["fail"] += 1
-    for test_id, reason in result.skip_reasons:
-        print(f"SKIP {test_id}: {reason}")
-    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
-    return 1 if counts["fail"] else 0
+
+    def aborted():
+        # A safety check that stopped the run is a failure whatever the tests said.
+        return [f"ABORTED by a safety check: {WORLD.aborted}"] if WORLD and WORLD.aborted else []
+
+    return runner.run(suite, late_failures=aborted)
 
 
 if __name__ == "__main__":

@@ -96,8 +96,9 @@ class World:
     def check_isolated(self):
         """Refuses to run anywhere but in the fresh namespace run.sh made: loopback only, no
         routes, nothing of sandbox networking."""
-        if os.environ.get("NET_TEST_ISOLATED") != "1":
-            raise Abort("not started by tests/net/run.sh in namespaces of its own")
+        if os.environ.get("SANDBOX_ISOLATED") != "1":
+            raise Abort("not started by tests/net/run.sh in namespaces of its own "
+                        "(scripts/isolated.sh)")
         links = [link["ifname"] for link in ip_json("link", "show")]
         if links != ["lo"]:
             raise Abort(f"the test's host namespace is not fresh: links {links}")
