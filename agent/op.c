@@ -16,9 +16,6 @@
 #define AGENT_RNDADDENTROPY 0x40085203
 #define AGENT_RNDRESEEDCRNG 0x5207
 
-#define STR_(x)             #x
-#define STR(x)              STR_(x)
-
 const char *agent_code(int errnum)
 {
 	if (errnum == WS_ESCAPE)
@@ -97,8 +94,8 @@ void op_ping(struct conn *c, uint32_t ch, const struct req *r)
 	jw_obj_open(&w);
 	jw_key(&w, "pong");
 	jw_bool(&w, true);
-	jw_key(&w, "version");
-	jw_str(&w, STR(GUEST_PROTO_VERSION));
+	jw_key(&w, "protocol");
+	jw_int(&w, GUEST_PROTO_VERSION);
 	jw_key(&w, "agent");
 	jw_str(&w, AGENT_NAME);
 	jw_obj_close(&w);
@@ -172,6 +169,8 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 	struct jw w;
 	jw_init(&w);
 	jw_obj_open(&w);
+	jw_key(&w, "protocol");
+	jw_int(&w, GUEST_PROTO_VERSION);
 	jw_key(&w, "clockSet");
 	jw_bool(&w, clock_set);
 	jw_key(&w, "entropyBytes");

@@ -16,6 +16,7 @@ struct guest_op {
 	void *arg;
 	bool detached;         /* no callbacks any more */
 	bool finished;         /* on_done ran (or was suppressed) */
+	bool released;         /* its channel is closed: freed once no callback is running */
 	int64_t recv_credit;   /* data bytes the agent may still send us */
 	uint64_t consumed;     /* delivered and released, not yet granted back */
 	int64_t send_credit;   /* data bytes we may still send */
@@ -34,9 +35,13 @@ struct guest_conn {
 	bool dead;
 	struct err why;
 	uint32_t next_channel;
-	struct guest_op *ops; /* doubly linked */
-	size_t nops;
-	int dispatching; /* >0 while callbacks run: defer frees */
+	struct guest_op *ops; /* doubly linked; released ones too, until they are reaped */
+	size_t nops;          /* ops not released */
+	/* How many of our own frames are on the stack (entry points from libevent, and public
+	 * calls). Nothing is freed while it is above zero: a callback may free the connection
+	 * or end any op, and every caller up the stack still holds pointers to them. The
+	 * outermost frame reaps released ops and, if asked to, frees the connection. */
+	int depth;
 	bool free_pending;
 	/* liveness (guest_conn_set_liveness) */
 	struct event *live_timer;
@@ -91,6 +96,23 @@ int guest_code_errno(const char *code)
 	return EIO;
 }
 
+int guest_check_protocol(const json_t *result, struct err *err)
+{
+	const json_t *v = json_object_get(result, "protocol");
+	if (!json_is_integer(v))
+		return err_set(err, EPROTONOSUPPORT,
+			       "its sandbox agent is older than protocol %d, which this sandboxd "
+			       "speaks (it reports no protocol version)",
+			       GUEST_PROTO_VERSION);
+	json_int_t have = json_integer_value(v);
+	if (have < GUEST_PROTO_VERSION)
+		return err_set(err, EPROTONOSUPPORT,
+			       "its sandbox agent speaks protocol %lld, older than the %d this "
+			       "sandboxd speaks",
+			       (long long)have, GUEST_PROTO_VERSION);
+	return 0;
+}
+
 static void violation(const char *kind)
 {
 	if (violation_hook)
@@ -137,27 +159,58 @@ static void op_flush(struct guest_op *op)
 	}
 }
 
-/* --- op lifetime -------------------------------------------------------------------- */
+/* --- lifetime ---------------------------------------------------------------------- */
 
-static void op_unlink_free(struct guest_op *op)
+static void conn_destroy(struct guest_conn *c);
+
+static void conn_enter(struct guest_conn *c)
 {
-	struct guest_conn *c = op->conn;
-	if (op->prev)
-		op->prev->next = op->next;
-	else
-		c->ops = op->next;
-	if (op->next)
-		op->next->prev = op->prev;
-	c->nops--;
-	if (op->timer)
-		event_free(op->timer);
-	evbuffer_free(op->outq);
-	free(op->timeout_what);
-	free(op);
+	c->depth++;
 }
 
-/* Runs on_done once (unless detached). Does not unlink: the channel stays open until the
- * agent's terminal frame arrives or the connection ends. */
+/* Leaves a frame entered with conn_enter. The outermost one frees what was released
+ * meanwhile, and the connection itself when guest_conn_free asked for it: the caller must
+ * not touch c, or any op of it, afterwards. */
+static void conn_leave(struct guest_conn *c)
+{
+	if (--c->depth > 0)
+		return;
+	struct guest_op *op = c->ops;
+	while (op) {
+		struct guest_op *next = op->next;
+		if (op->released) {
+			if (op->prev)
+				op->prev->next = op->next;
+			else
+				c->ops = op->next;
+			if (op->next)
+				op->next->prev = op->prev;
+			if (op->timer)
+				event_free(op->timer);
+			evbuffer_free(op->outq);
+			free(op->timeout_what);
+			free(op);
+		}
+		op = next;
+	}
+	if (c->free_pending)
+		conn_destroy(c);
+}
+
+/* The op's channel is closed: no frame is sent or taken for it any more. Its memory goes at
+ * the outermost conn_leave, so every caller on the stack may still look at it. */
+static void op_release(struct guest_op *op)
+{
+	if (op->released)
+		return;
+	op->released = true;
+	op->conn->nops--;
+	if (op->timer)
+		event_del(op->timer);
+}
+
+/* Runs on_done once (unless detached). Does not release: the channel stays open until the
+ * agent's terminal frame arrives or the connection ends. Called only inside a frame. */
 static void op_finish(struct guest_op *op, json_t *result, const struct err *err)
 {
 	if (op->finished)
@@ -165,17 +218,17 @@ static void op_finish(struct guest_op *op, json_t *result, const struct err *err
 	op->finished = true;
 	if (op->timer)
 		event_del(op->timer);
-	if (!op->detached && op->cbs->on_done) {
-		op->conn->dispatching++;
-		op->cbs->on_done(op, result, err, op->arg);
-		op->conn->dispatching--;
-	}
+	bool call = !op->detached && op->cbs->on_done;
 	op->detached = true;
+	if (call)
+		op->cbs->on_done(op, result, err, op->arg);
 }
 
 static void conn_fail(struct guest_conn *c, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* Ends the connection: every open op fails with the reason, then on_close runs. Inside a
+ * frame of its own, so it may run from anywhere. */
 static void conn_fail(struct guest_conn *c, int errnum, const char *fmt, ...)
 {
 	if (c->dead)
@@ -191,16 +244,17 @@ static void conn_fail(struct guest_conn *c, int errnum, const char *fmt, ...)
 	if (c->live_timer)
 		event_del(c->live_timer);
 
-	c->dispatching++;
+	conn_enter(c);
+	/* Callbacks may start no op (the connection is dead) and free none (frees wait for the
+	 * outermost frame), so the list stays as it is while we walk it. */
 	for (struct guest_op *op = c->ops; op; op = op->next)
-		op_finish(op, NULL, &c->why);
-	while (c->ops)
-		op_unlink_free(c->ops);
+		if (!op->released)
+			op_finish(op, NULL, &c->why);
+	for (struct guest_op *op = c->ops; op; op = op->next)
+		op_release(op);
 	if (c->on_close)
 		c->on_close(c, &c->why, c->arg);
-	c->dispatching--;
-	if (c->free_pending && !c->dispatching)
-		guest_conn_free(c);
+	conn_leave(c);
 }
 
 /* --- receiving ---------------------------------------------------------------------- */
@@ -208,7 +262,7 @@ static void conn_fail(struct guest_conn *c, int errnum, const char *fmt, ...)
 static struct guest_op *find_op(struct guest_conn *c, uint32_t channel)
 {
 	for (struct guest_op *op = c->ops; op; op = op->next)
-		if (op->channel == channel)
+		if (op->channel == channel && !op->released)
 			return op;
 	return NULL;
 }
@@ -221,7 +275,7 @@ static void handle_terminal(struct guest_op *op, const struct guest_frame *f)
 		json_decref(j);
 		violation("json");
 		struct err e;
-		err_set(&e, EPROTO, "sandbox agent sent a malformed reply");
+		err_set(&e, EREMOTEIO, "sandbox agent sent a malformed reply");
 		op_finish(op, NULL, &e);
 	} else if (f->type == GUEST_RESULT) {
 		op_finish(op, j, NULL);
@@ -234,20 +288,20 @@ static void handle_terminal(struct guest_op *op, const struct guest_frame *f)
 		json_decref(j);
 		op_finish(op, NULL, &e);
 	}
-	op_unlink_free(op);
+	op_release(op);
 }
 
 static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 {
 	if (!guest_type_valid(f->type, 0)) {
 		violation("frame");
-		conn_fail(c, EPROTO, "sandbox agent sent a frame of unknown type %u", f->type);
+		conn_fail(c, EREMOTEIO, "sandbox agent sent a frame of unknown type %u", f->type);
 		return;
 	}
 	struct guest_op *op = find_op(c, f->channel);
 	if (!op) {
-		/* Late frames for an op that timed out on our side end up here only if the
-		 * agent invents channels: count it and drop the frame. */
+		/* A channel we never opened, or one already closed by its terminal frame (a
+		 * second terminal reply, data after the result): count it and drop the frame. */
 		violation("channel");
 		return;
 	}
@@ -255,7 +309,7 @@ static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 	case GUEST_WINDOW:
 		if (f->len != 4) {
 			violation("frame");
-			conn_fail(c, EPROTO, "sandbox agent sent a malformed window frame");
+			conn_fail(c, EREMOTEIO, "sandbox agent sent a malformed window frame");
 			return;
 		}
 		op->send_credit += ((uint32_t)f->payload[0] << 24) |
@@ -268,19 +322,24 @@ static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 	case GUEST_STDOUT:
 	case GUEST_STDERR:
 	case GUEST_FILEDATA:
+		if (!op->cbs->on_data) {
+			/* resume, ping: operations that never produce data */
+			violation("frame");
+			conn_fail(c, EREMOTEIO,
+				  "sandbox agent sent data for an operation that has none");
+			return;
+		}
 		op->recv_credit -= f->len;
 		if (op->recv_credit < 0) {
 			violation("credit");
-			conn_fail(c, EPROTO, "sandbox agent sent more data than it was allowed");
+			conn_fail(c, EREMOTEIO, "sandbox agent sent more data than it was allowed");
 			return;
 		}
-		if (op->detached || !op->cbs->on_data) {
+		if (op->detached) {
 			guest_op_consumed(op, f->len);
 			return;
 		}
-		c->dispatching++;
 		op->cbs->on_data(op, f->type, f->payload, f->len, op->arg);
-		c->dispatching--;
 		return;
 	case GUEST_RESULT:
 	case GUEST_ERROR:
@@ -293,7 +352,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 {
 	struct guest_conn *c = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
-	c->dispatching++;
+	conn_enter(c);
 	while (!c->dead) {
 		size_t avail = evbuffer_get_length(in);
 		if (avail < GUEST_HDR_LEN)
@@ -303,7 +362,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 			       ((uint32_t)p[2] << 8) | p[3];
 		if (len > GUEST_MAX_PAYLOAD) {
 			violation("frame");
-			conn_fail(c, EMSGSIZE, "sandbox agent sent an oversize frame (%u bytes)",
+			conn_fail(c, EREMOTEIO, "sandbox agent sent an oversize frame (%u bytes)",
 				  len);
 			break;
 		}
@@ -316,25 +375,23 @@ static void on_read(struct bufferevent *bev, void *arg)
 		if (guest_decode(&c->dec, p, whole, &f, &consumed) != GUEST_DECODE_FRAME ||
 		    consumed != whole) {
 			violation("frame");
-			conn_fail(c, EPROTO, "sandbox agent sent an undecodable frame");
+			conn_fail(c, EREMOTEIO, "sandbox agent sent an undecodable frame");
 			break;
 		}
 		handle_frame(c, &f);
 		evbuffer_drain(in, whole);
 	}
-	c->dispatching--;
-	if (c->free_pending && !c->dispatching)
-		guest_conn_free(c);
+	conn_leave(c);
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
 	struct guest_conn *c = arg;
+	int errnum = EVUTIL_SOCKET_ERROR();
 	if (what & BEV_EVENT_EOF)
 		conn_fail(c, ECONNRESET, "sandbox connection closed (the sandbox stopped)");
 	else if (what & BEV_EVENT_ERROR)
-		conn_fail(c, ECONNRESET, "sandbox connection failed: %s",
-			  strerror(EVUTIL_SOCKET_ERROR()));
+		conn_fail(c, ECONNRESET, "sandbox connection failed: %s", strerror(errnum));
 }
 
 /* --- public ------------------------------------------------------------------------- */
@@ -359,21 +416,32 @@ struct guest_conn *guest_conn_new(struct event_base *base, int fd, guest_close_f
 	return c;
 }
 
-void guest_conn_free(struct guest_conn *c)
+static void conn_destroy(struct guest_conn *c)
 {
-	if (!c)
-		return;
-	c->on_close = NULL;
-	if (!c->dead)
-		conn_fail(c, ECONNRESET, "sandbox connection closed");
-	if (c->dispatching) {
-		c->free_pending = true; /* freed when the callbacks on the stack return */
-		return;
+	while (c->ops) {
+		struct guest_op *op = c->ops;
+		c->ops = op->next;
+		if (op->timer)
+			event_free(op->timer);
+		evbuffer_free(op->outq);
+		free(op->timeout_what);
+		free(op);
 	}
 	if (c->live_timer)
 		event_free(c->live_timer);
 	bufferevent_free(c->bev);
 	free(c);
+}
+
+void guest_conn_free(struct guest_conn *c)
+{
+	if (!c || c->free_pending)
+		return;
+	c->on_close = NULL;
+	conn_enter(c);
+	conn_fail(c, ECONNRESET, "sandbox connection closed");
+	c->free_pending = true; /* by the outermost frame: maybe this one */
+	conn_leave(c);
 }
 
 void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *arg)
@@ -413,11 +481,12 @@ static void on_live_timer(evutil_socket_t fd, short what, void *arg)
 	if (c->dead || !c->live_interval_ms)
 		return;
 	if (c->live_ping) {
-		/* May free c (when its owner frees it from on_close): nothing after this. */
+		conn_enter(c);
 		conn_fail(c, ETIMEDOUT,
 			  "the sandbox agent stopped answering (no reply to a liveness ping in "
 			  "%llu ms)",
 			  (unsigned long long)c->live_timeout_ms);
+		conn_leave(c); /* may free c */
 		return;
 	}
 	json_t *req = json_pack("{s:s}", "op", "ping");
@@ -520,11 +589,14 @@ void guest_op_consumed(struct guest_op *op, size_t n)
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct guest_op *op = arg;
+	struct guest_conn *c = op->conn;
 	struct err e;
 	err_set(&e, ETIMEDOUT, "%s: the sandbox did not answer in time",
 		op->timeout_what ? op->timeout_what : "operation");
+	conn_enter(c);
 	guest_op_cancel(op);
 	op_finish(op, NULL, &e);
+	conn_leave(c);
 }
 
 void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what)

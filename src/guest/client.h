@@ -4,7 +4,13 @@
  * channels on it; each gets exactly one on_done call: the agent's RESULT, its ERROR, a
  * host-side timeout, or the connection's loss. The agent is not trusted: frames are
  * bounded, JSON is parsed strictly, credit is enforced, and any protocol violation closes
- * the connection (failing its operations) instead of being guessed around. */
+ * the connection (failing its operations) instead of being guessed around. What the agent
+ * did wrong is reported as EREMOTEIO (its silence as ETIMEDOUT, its hanging up as
+ * ECONNRESET), never as an errno that would blame the API's caller.
+ *
+ * Lifetime: a callback may end any operation or free the connection; nothing is freed until
+ * the outermost of the client's frames on the stack returns, so no caller is left holding
+ * freed memory. */
 #pragma once
 
 #include <event2/event.h>
@@ -78,6 +84,11 @@ void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what);
 void guest_op_detach(struct guest_op *op);
 /* Bytes queued toward the agent and not yet sent. */
 size_t guest_op_queued(struct guest_op *op);
+
+/* Checks the protocol version an agent reported in the result of its ping or resume
+ * ("protocol"): 0 when it speaks GUEST_PROTO_VERSION or newer, else -EPROTONOSUPPORT with a
+ * message saying which it speaks (an agent from before protocol 2 reports none). */
+int guest_check_protocol(const json_t *result, struct err *err);
 
 /* Maps an agent error code ("ENOENT", "ESCAPE", ...) to an errno value. */
 int guest_code_errno(const char *code);

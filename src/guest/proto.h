@@ -25,7 +25,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define GUEST_PROTO_VERSION  1
+/* The protocol's version, which the agent reports as "protocol" in the results of ping and
+ * resume; the host refuses an agent older than its own. 2: ping and resume report it. */
+#define GUEST_PROTO_VERSION  2
 #define GUEST_HDR_LEN        9
 #define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
 #define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */

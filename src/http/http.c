@@ -636,6 +636,8 @@ int http_status_for_errno(int errnum)
 	case ENOTCONN:
 	case ESHUTDOWN:
 	case EPIPE:
+	case EREMOTEIO:       /* the sandbox's agent broke the protocol */
+	case EPROTONOSUPPORT: /* its agent is too old for this server */
 		return 502;
 	case ENOTSUP:
 	case ENOSYS:

@@ -26,6 +26,7 @@ struct pool_entry {
 	struct pool *pool;
 	struct sandbox *sb;
 	struct guest_conn *conn;
+	struct guest_op *ping; /* the first ping, until it is answered */
 	bool ready;
 	struct pool_entry *next;
 };
@@ -407,6 +408,16 @@ static void session_fail_creation(struct session *s, const struct err *err)
 	session_unref(s);
 }
 
+/* Whether an agent's first answer says it can serve this server: err names the template. */
+static int check_agent(const struct template *t, const json_t *result, struct err *err)
+{
+	struct err why;
+	if (guest_check_protocol(result, &why) == 0)
+		return 0;
+	return err_set(err, why.errnum, "template `%s`: %s; rebuild it (templates/build.sh %s)",
+		       t->name, why.msg, t->name);
+}
+
 static void on_resume_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
 {
 	struct session *s = arg;
@@ -414,6 +425,9 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 		session_unref(s);
 		return;
 	}
+	struct err stale;
+	if (!err && check_agent(s->tmpl, result, &stale) < 0)
+		err = &stale;
 	if (err) {
 		struct err e;
 		err_copy(&e, err);
@@ -548,6 +562,9 @@ static void pool_unlink(struct pool_entry *e)
 static void pool_entry_discard(struct pool_entry *e)
 {
 	pool_unlink(e);
+	/* Its answer would come to e, which is about to go. */
+	if (e->ping)
+		guest_op_detach(e->ping);
 	if (e->conn)
 		guest_conn_free(e->conn);
 	if (e->sb)
@@ -590,6 +607,11 @@ static void on_pool_conn_closed(struct guest_conn *c, const struct err *why, voi
 static void on_pool_ping(struct guest_op *op, json_t *result, const struct err *err, void *arg)
 {
 	struct pool_entry *e = arg;
+	e->ping = NULL;
+	struct err stale;
+	const struct template *t = template_find(&S.templates, e->pool->template_name);
+	if (!err && t && check_agent(t, result, &stale) < 0)
+		err = &stale;
 	if (err) {
 		struct pool *p = e->pool;
 		struct err why;
@@ -630,10 +652,10 @@ static void pool_create_done(void *arg)
 		e->next = p->entries;
 		p->entries = e;
 		json_t *req = json_pack("{s:s}", "op", "ping");
-		struct guest_op *op = guest_op_start(e->conn, req, &pool_ping_cbs, e, &perr);
+		e->ping = guest_op_start(e->conn, req, &pool_ping_cbs, e, &perr);
 		json_decref(req);
-		if (op)
-			guest_op_set_timeout(op, S.cfg->first_reply_timeout_ms, "first ping");
+		if (e->ping)
+			guest_op_set_timeout(e->ping, S.cfg->first_reply_timeout_ms, "first ping");
 		log_debug("session", "pooled sandbox %s for %s created in %llu ms", j->sb->id,
 			  p->template_name, (unsigned long long)(mono_ms() - j->t0));
 	}

@@ -92,7 +92,7 @@ static void test_ping(void **state)
 	struct reply r;
 	run(c, 1, &r, "{\"op\":\"ping\"}");
 	assert_int_equal(r.type, GUEST_RESULT);
-	assert_string_equal(reply_str(&r, "version"), "1");
+	assert_int_equal(reply_int(&r, "protocol"), GUEST_PROTO_VERSION);
 	assert_string_equal(reply_str(&r, "agent"), "sandbox-agent");
 	reply_free(&r);
 }
@@ -796,6 +796,7 @@ static void test_resume(void **state)
 	    "{\"op\":\"resume\",\"time\":{\"sec\":1000,\"nsec\":5},\"entropy\":\"00ff10\","
 	    "\"sessionId\":\"s-1\",\"hostname\":\"box\"}");
 	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(reply_int(&r, "protocol"), GUEST_PROTO_VERSION);
 	assert_true(json_is_false(json_object_get(r.json, "clockSet")));
 	assert_int_equal(reply_int(&r, "entropyBytes"), 3);
 	assert_true(json_is_false(json_object_get(r.json, "entropyCredited")));
