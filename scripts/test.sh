@@ -8,13 +8,16 @@
 #   2. Suite `build` (`make build`, `make asan`, `make fuzz-build`, `make base-template`, a
 #      test each; Ninja keeps going past errors so that the other suites test what built),
 #      then suite `format` (clang-format over the tracked C sources).
-#   3. Two lanes at once, each running its suites in order (the table `suites` below):
-#        main  the suites that mostly wait on daemons, sandboxes and clients;
-#        vm    the CPU-bound VM suites (QEMU under TCG here): `kernel` first, which waits for
-#              the background build (the kernel cache's lock) and boots the kernel, then the
-#              qemu suites, each in a network and mount namespace of its own
-#              (scripts/isolated.sh) so that their daemons and those of the main lane never
-#              share a sandbox network, an nftables table or /run.
+#   3. Two lanes at once, each running its suites in order (the table `suites` below), about
+#      equally long on a fresh 2-core machine:
+#        main  the suites that build (unit and fuzz targets, templates) and the integration
+#              suites of the daemon;
+#        vm    the client suites (MCP, SDKs, CLI, auth, ...) while the kernel builds, then
+#              `kernel`, which waits for the background build (the kernel cache's lock) and
+#              boots the kernel, then the CPU-bound VM suites (QEMU under TCG here). Each runs
+#              in a network and mount namespace of its own (scripts/isolated.sh, or its own
+#              runner's) so that its daemons and those of the main lane never share a sandbox
+#              network, an nftables table or /run.
 #   4. A table of every suite (lane, seconds, budget, counts), the skipped tests with their
 #      reasons, the time, and the closing line.
 #
@@ -55,14 +58,15 @@ suites=(
 	"templates         main  900  tests/templates/run.sh"
 	"template-sessions main 1500  tests/integration/run.sh tests/templates"
 	"integration       main 1200  tests/integration/run.sh"
-	"net               main  900  TEST_TAGS=-vm tests/net/run.sh"
-	"mcp               main  600  tests/mcp/run.sh"
-	"sdk-typescript    main  300  sdk/typescript/run-tests.sh"
-	"sdk-python        main  300  tests/integration/run.sh sdk/python/tests"
-	"cli               main  300  tests/integration/run.sh tests/cli"
-	"auth              main  600  tests/integration/run.sh tests/auth"
-	"metrics           main  300  tests/integration/run.sh tests/metrics"
-	"firecracker       main  600  tests/integration/run.sh tests/firecracker"
+	"security          main  600  tests/integration/run.sh tests/security"
+	"net               vm    900  TEST_TAGS=-vm tests/net/run.sh"
+	"mcp               vm    600  scripts/isolated.sh tests/mcp/run.sh"
+	"sdk-typescript    vm    300  scripts/isolated.sh sdk/typescript/run-tests.sh"
+	"sdk-python        vm    300  scripts/isolated.sh tests/integration/run.sh sdk/python/tests"
+	"cli               vm    300  scripts/isolated.sh tests/integration/run.sh tests/cli"
+	"auth              vm    600  scripts/isolated.sh tests/integration/run.sh tests/auth"
+	"metrics           vm    300  scripts/isolated.sh tests/integration/run.sh tests/metrics"
+	"firecracker       vm    600  scripts/isolated.sh tests/integration/run.sh tests/firecracker"
 	"kernel            vm   2400  tests/kernel/run.sh"
 	"e2e               vm   1800  scripts/isolated.sh tests/e2e/run.sh"
 	"net-vm            vm    900  tests/net/run.sh QemuVm"
@@ -70,7 +74,7 @@ suites=(
 
 # What the suites share: the daemon they drive is the one built with ASan and UBSan, so that a
 # memory error or a leak (reported at its exit, which the harness requires to be clean)
-# fails the run; the main lane's net suite leaves the VM tests to the vm lane.
+# fails the run. The net suite leaves its VM class to net-vm, after the kernel.
 export SANDBOXD=${SANDBOXD:-$root/$asan_build/src/sandboxd}
 
 mkdir -p "$log_dir"
@@ -178,8 +182,11 @@ run_lane() {
 	for entry in "${suites[@]}"; do
 		read -r -a words <<<"$entry"
 		[[ ${words[1]} == "$lane" ]] || continue
-		# The VM suites need the kernel: its suite runs whenever the lane does.
-		[[ ${words[0]} == kernel ]] || chosen "${words[0]}" || continue
+		if [[ ${words[0]} == kernel ]]; then
+			needs_kernel || continue
+		else
+			chosen "${words[0]}" || continue
+		fi
 		run_suite "${words[0]}" "${words[1]}" "${words[2]}" "${words[@]:3}"
 	done
 }
@@ -196,8 +203,13 @@ lane_chosen() {
 # The kernel takes about 10 minutes to build on 2 cores: it starts now, at the lowest
 # priority, so that the builds and the main lane's suites go first; suite `kernel` waits for
 # it. Its own process group, so that an interrupted run stops it whole.
+# The VM suites need the kernel: its suite runs whenever one of them does.
+needs_kernel() {
+	chosen kernel || chosen e2e || chosen net-vm
+}
+
 start_kernel_build() {
-	lane_chosen vm || return 0
+	needs_kernel || return 0
 	setsid nice -n 19 guest/kernel/build.sh >"$log_dir/kernel-build.log" 2>&1 </dev/null &
 	kernel_pid=$!
 	say "kernel: building or fetching from its cache in the background (log: $log_dir/kernel-build.log)"
