@@ -122,6 +122,7 @@ static const struct var vars[] = {
 	{ "SANDBOX_MCP_ALLOWED_ORIGINS", V_STRING, F(mcp_allowed_origins), "" },
 	{ "SANDBOX_MCP_SESSION_TIMEOUT", V_UINT, F(mcp_session_timeout_s), "1800", 1, 604800 },
 	{ "SANDBOX_MCP_MAX_SESSIONS", V_UINT, F(mcp_max_sessions), "256", 1, 100000 },
+	{ "SANDBOX_MCP_SWEEP_INTERVAL_MS", V_UINT, F(mcp_sweep_interval_ms), "5000", 10, 600000 },
 
 	{ "VM_DNS_MODE", V_MODE, F(dns_mode), "none", 0, 0, modes },
 	{ "VM_DNS_DOMAINS", V_STRING, F(dns_domains), "" },

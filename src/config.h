@@ -92,6 +92,8 @@ struct config {
 	char *mcp_allowed_origins;      /* SANDBOX_MCP_ALLOWED_ORIGINS, comma-separated */
 	unsigned mcp_session_timeout_s; /* SANDBOX_MCP_SESSION_TIMEOUT, default 1800 */
 	unsigned mcp_max_sessions;      /* SANDBOX_MCP_MAX_SESSIONS, default 256 */
+	unsigned mcp_sweep_interval_ms; /* SANDBOX_MCP_SWEEP_INTERVAL_MS: idle sessions are looked
+					   for this often, default 5000 */
 
 	/* network egress */
 	enum net_filter_mode dns_mode;  /* VM_DNS_MODE */

@@ -18,8 +18,6 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 
-#define SWEEP_INTERVAL_S 5
-
 struct mcp_settings mcp_settings;
 
 struct mcp_call {
@@ -87,7 +85,8 @@ void mcp_init(void)
 	mcp_settings.max_sessions = api_cfg ? api_cfg->mcp_max_sessions : 256;
 	mcp_settings.max_inflight = 32;
 	G.sweep = event_new(api_base, -1, EV_PERSIST, sweep, NULL);
-	struct timeval tv = { .tv_sec = SWEEP_INTERVAL_S };
+	unsigned ms = api_cfg ? api_cfg->mcp_sweep_interval_ms : 5000;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
 	event_add(G.sweep, &tv);
 }
 

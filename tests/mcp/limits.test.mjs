@@ -39,12 +39,14 @@ describe("MCP session limits", { skip: SHORT ? false : "MCP_TEST_SHORT_URL is no
         method: "tools/call",
         params: {
           name: "execute",
-          arguments: { sessionId: `busy-${process.pid}`, command: "sleep 7; echo done" },
+          arguments: { sessionId: `busy-${process.pid}`, command: "sleep 3; echo done" },
         },
       },
       busyHeaders,
     );
-    await sleep(6500);
+    // The idle one goes a second after its last request (found within 100 ms); the busy one
+    // outlives it. Asking earlier would count as activity: the test sleeps past the timeout.
+    await sleep(2000);
     const ping = { jsonrpc: "2.0", id: 3, method: "ping" };
     assert.equal((await rpc(ping, idleHeaders)).status, 404);
     const answer = await call;
@@ -55,7 +57,7 @@ describe("MCP session limits", { skip: SHORT ? false : "MCP_TEST_SHORT_URL is no
   });
 
   it("at most SANDBOX_MCP_MAX_SESSIONS sessions (503 beyond)", async () => {
-    await sleep(6000); // let earlier sessions expire
+    // Earlier sessions have ended or expired: there is room for three.
     const ids = [];
     for (let i = 0; i < 3; i++) {
       const r = await rpc(initializeRequest());
@@ -98,7 +100,8 @@ describe("MCP session limits", { skip: SHORT ? false : "MCP_TEST_SHORT_URL is no
       await client.callTool({ name: "execute", arguments: { sessionId: id, command: "echo 1" } }),
     );
     assert.equal(first.stdout, "1\n");
-    await sleep(7000); // the MCP session expires meanwhile
+    // The MCP session expires meanwhile: a second of silence, found within 100 ms.
+    await sleep(2500);
     const second = structured(
       await client.callTool({ name: "execute", arguments: { sessionId: id, command: "echo 2" } }),
     );

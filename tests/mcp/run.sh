@@ -152,8 +152,10 @@ echo "mcp: daemon $sandboxd, driver $driver, templates in $artifacts"
 # main: what every transport test talks to.
 start_daemon main MCP_AUTH_TOKEN="$legacy_token" \
 	SANDBOX_MCP_ALLOWED_ORIGINS="https://allowed.example"
-# short: MCP sessions that expire after a second of silence, at most three of them.
-start_daemon short AUTH_ENABLED=false SANDBOX_MCP_SESSION_TIMEOUT=1 SANDBOX_MCP_MAX_SESSIONS=3
+# short: MCP sessions that expire after a second of silence (looked for every 100 ms), at
+# most three of them.
+start_daemon short AUTH_ENABLED=false SANDBOX_MCP_SESSION_TIMEOUT=1 SANDBOX_MCP_MAX_SESSIONS=3 \
+	SANDBOX_MCP_SWEEP_INTERVAL_MS=100
 
 # start_daemon set port_main and port_short (printf -v).
 # shellcheck disable=SC2154

@@ -157,6 +157,7 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.shutdown_grace_ms, 10000);
 	assert_int_equal(cfg.reaper_interval_ms, 1000);
 	assert_int_equal(cfg.pool_retry_ms, 5000);
+	assert_int_equal(cfg.mcp_sweep_interval_ms, 5000);
 
 	assert_true(cfg.auth_enabled);
 	assert_string_equal(cfg.key_prefix, "sk_test_");
