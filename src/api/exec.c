@@ -15,6 +15,7 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
+#include "util/time.h"
 
 /* Streaming output waits for the client once this much is queued toward it. */
 #define STREAM_HIGH_WATER    (512u << 10)
@@ -39,13 +40,6 @@ static struct ops_target request_target(struct http_ctx *ctx, const char *id, co
 				    .session_id = id,
 				    .template_name = tmpl,
 				    .any_owner = api_is_admin(ctx) };
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* The session id in the path, checked. Replies 400 and returns NULL when invalid. */
@@ -322,7 +316,7 @@ static void exec_on_start(struct ops_exec *x, void *arg)
 static json_t *output_chunk(enum ops_stream stream, const char *text, size_t len)
 {
 	return json_pack("{s:s, s:s%, s:I}", "stream", stream == OPS_STDERR ? "stderr" : "stdout",
-			 "data", text, len, "ts", (json_int_t)wall_ms());
+			 "data", text, len, "ts", (json_int_t)time_wall_ms());
 }
 
 /* How much of this output a buffered reply keeps. Past the cap the output is dropped (the

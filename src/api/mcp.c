@@ -28,6 +28,7 @@
 #include "api/mcp.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/time.h"
 
 #define KEEPALIVE_S 15
 #define MAX_ORIGINS 32
@@ -41,13 +42,6 @@ static struct {
 	struct post *posts;     /* POSTs answering with an SSE stream */
 	struct stream *streams; /* HTTP+SSE session streams */
 } T;
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static char *dump(json_t *msg)
 {
@@ -245,7 +239,7 @@ static void post_unlist(struct post *p)
 static void post_start_stream(struct post *p)
 {
 	p->streaming = true;
-	p->last_write_ms = mono_ms();
+	p->last_write_ms = time_mono_ms();
 	p->next = T.posts;
 	T.posts = p;
 	http_stream_start(p->ctx, 200, "text/event-stream");
@@ -277,7 +271,7 @@ static void post_send(struct mcp_sink *k, json_t *msg, bool is_response)
 	if (p->streaming) {
 		_cleanup_free_ char *text = dump(msg);
 		sse_event(p->ctx, "message", text);
-		p->last_write_ms = mono_ms();
+		p->last_write_ms = time_mono_ms();
 		return;
 	}
 	json_array_append_new(p->responses, msg);
@@ -444,7 +438,7 @@ static void stream_send(struct mcp_sink *k, json_t *msg, bool is_response)
 	struct stream *st = (struct stream *)k;
 	_cleanup_free_ char *text = dump(msg);
 	sse_event(st->ctx, "message", text);
-	st->last_write_ms = mono_ms();
+	st->last_write_ms = time_mono_ms();
 }
 
 static size_t stream_pending(struct mcp_sink *k)
@@ -506,7 +500,7 @@ static void sse_open(struct http_ctx *ctx, const char *post_path)
 	mcp_session_attach_stream(s, &st->sink);
 	st->next = T.streams;
 	T.streams = st;
-	st->last_write_ms = mono_ms();
+	st->last_write_ms = time_mono_ms();
 	ctx->on_gone = stream_gone;
 	ctx->on_gone_arg = st;
 	http_stream_start(ctx, 200, "text/event-stream");
@@ -551,7 +545,7 @@ static void sse_post(struct http_ctx *ctx)
 /* SSE comments on quiet streams, so that proxies keep them and dead clients are noticed. */
 static void keepalive_tick(evutil_socket_t fd, short what, void *arg)
 {
-	uint64_t now = mono_ms();
+	uint64_t now = time_mono_ms();
 	static const char comment[] = ": keepalive\n\n";
 	for (struct post *p = T.posts; p; p = p->next) {
 		if (now - p->last_write_ms >= KEEPALIVE_S * 1000) {

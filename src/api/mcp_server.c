@@ -10,13 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "api/api.h"
 #include "api/mcp.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/random.h"
+#include "util/time.h"
 
 struct mcp_settings mcp_settings;
 
@@ -54,16 +55,9 @@ static struct {
 	struct event *sweep;
 } G;
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void sweep(evutil_socket_t fd, short what, void *arg)
 {
-	uint64_t now = mono_ms();
+	uint64_t now = time_mono_ms();
 	struct mcp_session *s = G.sessions;
 	while (s) {
 		struct mcp_session *next = s->next;
@@ -105,13 +99,12 @@ struct mcp_session *mcp_session_new(const char *owner, struct err *err)
 	}
 	struct mcp_session *s = xcalloc(1, sizeof(*s));
 	uint8_t rnd[16];
-	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-		abort();
+	random_bytes(rnd, sizeof(rnd));
 	for (size_t i = 0; i < sizeof(rnd); i++)
 		sprintf(s->id + 2 * i, "%02x", rnd[i]);
 	s->owner = xstrdup(owner ? owner : "");
 	s->refs = 1; /* the table's */
-	s->active_ms = mono_ms();
+	s->active_ms = time_mono_ms();
 	s->next = G.sessions;
 	G.sessions = s;
 	G.nsessions++;
@@ -205,7 +198,7 @@ static void call_over(struct mcp_call *c)
 			break;
 		}
 	}
-	s->active_ms = mono_ms();
+	s->active_ms = time_mono_ms();
 	struct mcp_sink *k = c->k;
 	json_decref(c->id);
 	json_decref(c->progress_token);
@@ -251,7 +244,7 @@ void mcp_call_reply(struct mcp_call *c, json_t *result)
 	c->run.cancel = NULL;
 	if (log_enabled(LOG_DEBUG))
 		log_debug("mcp", "%s answered in %llu ms%s", c->tool,
-			  (unsigned long long)(mono_ms() - c->t0_ms),
+			  (unsigned long long)(time_mono_ms() - c->t0_ms),
 			  json_is_true(json_object_get(result, "isError")) ? " (tool error)" : "");
 	c->k->ops->send(c->k, mcp_result(c->id, result), true);
 	call_over(c);
@@ -398,7 +391,7 @@ static void do_tools_call(struct mcp_session *s, struct mcp_sink *k, const struc
 	mcp_session_ref(s);
 	c->k = k;
 	c->id = json_incref(m->id);
-	c->t0_ms = mono_ms();
+	c->t0_ms = time_mono_ms();
 	snprintf(c->tool, sizeof(c->tool), "%s", json_string_value(name));
 	json_t *token = json_object_get(json_object_get(m->params, "_meta"), "progressToken");
 	if (json_is_string(token) || json_is_integer(token))
@@ -434,7 +427,7 @@ static void do_cancelled(struct mcp_session *s, const struct mcp_msg *m)
 
 void mcp_handle(struct mcp_session *s, struct mcp_sink *k, const struct mcp_msg *m)
 {
-	s->active_ms = mono_ms();
+	s->active_ms = time_mono_ms();
 	switch (m->kind) {
 	case MCP_INVALID:
 		reply(k, mcp_error(m->id, m->error_code, "%s", m->error));

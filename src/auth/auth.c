@@ -10,6 +10,7 @@
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/time.h"
 
 #define LAST_USED_FLUSH_S 30
 #define FAIL_WINDOW_S     60
@@ -39,13 +40,6 @@ static struct {
 	struct failure fails[FAIL_TABLE];
 	struct event *flush;
 } A;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 bool auth_secure_equal(const char *a, const char *b)
 {
@@ -170,7 +164,7 @@ static struct failure *failure_slot(const char *addr, bool create)
 		return NULL;
 	memset(oldest, 0, sizeof(*oldest));
 	snprintf(oldest->addr, sizeof(oldest->addr), "%s", addr);
-	oldest->window_start_ns = now_ns();
+	oldest->window_start_ns = time_mono_ns();
 	return oldest;
 }
 
@@ -179,7 +173,7 @@ static bool throttled(const char *addr, unsigned *retry_after)
 	struct failure *f = failure_slot(addr, false);
 	if (!f)
 		return false;
-	uint64_t now = now_ns();
+	uint64_t now = time_mono_ns();
 	uint64_t window = (uint64_t)FAIL_WINDOW_S * 1000000000u;
 	if (now - f->window_start_ns >= window) {
 		f->count = 0;
@@ -221,7 +215,7 @@ static struct bucket *bucket_for(const struct key_info *k)
 	snprintf(b->key_id, sizeof(b->key_id), "%s", k->id);
 	b->tokens = (double)k->rate_limit;
 	b->limit = k->rate_limit;
-	b->last_ns = now_ns();
+	b->last_ns = time_mono_ns();
 	return b;
 }
 
@@ -230,7 +224,7 @@ static int rate_limit(struct http_ctx *ctx, const struct key_info *k, struct buc
 {
 	if (k->rate_limit <= 0)
 		return 0;
-	uint64_t now = now_ns();
+	uint64_t now = time_mono_ns();
 	if (b->limit != k->rate_limit) {
 		b->limit = k->rate_limit;
 		if (b->tokens > (double)b->limit)

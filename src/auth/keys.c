@@ -3,10 +3,10 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "util/cleanup.h"
+#include "util/random.h"
 #include "util/sha256.h"
 
 static const char schema[] = "CREATE TABLE IF NOT EXISTS api_keys ("
@@ -64,15 +64,6 @@ json_t *keys_scopes_json(unsigned scopes)
 		if (scopes & (1u << i))
 			json_array_append_new(a, json_string(scope_names[i]));
 	return a;
-}
-
-static void random_hex(char *out, size_t nbytes)
-{
-	uint8_t buf[32];
-	if (getrandom(buf, nbytes, 0) != (ssize_t)nbytes)
-		abort();
-	for (size_t i = 0; i < nbytes; i++)
-		sprintf(out + 2 * i, "%02x", buf[i]);
 }
 
 static char *new_secret(const char *prefix)

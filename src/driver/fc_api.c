@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/time.h"
 
 #define MAX_REPLY (1u << 20)
 
@@ -86,13 +87,6 @@ int fc_api_call(const char *sock, const char *method, const char *path, json_t *
 	return res;
 }
 
-static long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int fc_api_wait(const char *sock, long timeout_ms, struct err *err)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
@@ -100,7 +94,7 @@ int fc_api_wait(const char *sock, long timeout_ms, struct err *err)
 		return err_set(err, ENAMETOOLONG, "API socket path `%s` is longer than %zu bytes",
 			       sock, sizeof(sun.sun_path) - 1);
 	strcpy(sun.sun_path, sock);
-	long deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	for (;;) {
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
@@ -109,7 +103,7 @@ int fc_api_wait(const char *sock, long timeout_ms, struct err *err)
 		close(fd);
 		if (r == 0)
 			return 0;
-		if (now_ms() >= deadline)
+		if (time_mono_ms() >= deadline)
 			return err_set(err, ETIMEDOUT,
 				       "firecracker did not open its API socket `%s` within %ld ms",
 				       sock, timeout_ms);

@@ -44,19 +44,28 @@
 #include "driver/fc_api.h"
 #include "driver/jailer.h"
 #include "driver/proc.h"
+#include "driver/vm.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/spawn.h"
+#include "util/time.h"
 
 extern char **environ;
 
-#define FC_AGENT_PORT      5000
-#define FC_GUEST_CID       3
-#define API_TIMEOUT_MS     10000
-#define BOOT_TIMEOUT_MS    60000
-#define RESTORE_TIMEOUT_MS 15000
-#define CONSOLE_TAIL       2048
+#define FC_GUEST_CID   3
+#define API_TIMEOUT_MS 10000
+/* What the Firecracker process needs of the host besides guest RAM and a thread per vCPU
+ * (see vm_vmm_limits): its heap, the API server, device buffers, and the page cache of the
+ * snapshot's memory file that its faults bring in; its API, VMM and device threads. */
+#define FC_OVERHEAD_MIB 64
+#define FC_MIN_PIDS     16
+/* `firecracker --version` answers at once; a binary that does not is not one to use. */
+#define FC_VERSION_TIMEOUT_MS 5000
+#define BOOT_TIMEOUT_MS       60000
+#define RESTORE_TIMEOUT_MS    15000
+#define CONSOLE_TAIL          2048
 
 struct fc_vm {
 	char *jail_dir; /* <base>/firecracker/<id> */
@@ -70,6 +79,9 @@ struct fc_vm {
 	char *own_netns; /* a namespace of our own with a dummy TAP (see tap_netns_create) */
 };
 
+static const struct vm_vmm_needs fc_vmm_needs = { .overhead_mib = FC_OVERHEAD_MIB,
+						  .min_pids = FC_MIN_PIDS };
+
 static struct {
 	pthread_mutex_t lock;
 	struct cgroup_root cgroots;
@@ -77,13 +89,6 @@ static struct {
 } F = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void tap_netns_remove(const char *path);
-
-static long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* --- probe and init ----------------------------------------------------------------- */
 
@@ -338,12 +343,11 @@ static int vm_start(const struct config *cfg, const char *id, const struct sandb
 		.gid = cfg->fc_gid,
 		.cgroup_version = cgroup_version_now(),
 		.parent_cgroup = CGROUP_PARENT,
-		.memory_bytes = l->memory_bytes,
 		.cpu_quota_us = l->cpu_quota_us,
 		.cpu_period_us = l->cpu_period_us,
-		.pids_max = l->pids_max,
 		.nofile = l->nofile,
 	};
+	vm_vmm_limits(l, l->mem_mib, l->vcpus, &fc_vmm_needs, &js.memory_bytes, &js.pids_max);
 	char **argv = fc_jailer_argv(&js);
 	console = xasprintf("%s/console.log", vm->jail_dir);
 	posix_spawn_file_actions_t fa;
@@ -408,12 +412,12 @@ static int vm_start_net(const struct config *cfg, const char *id, const struct s
 
 /* --- vsock and the agent ------------------------------------------------------------ */
 
-static int read_line(int fd, char *buf, size_t cap, long deadline)
+static int read_line(int fd, char *buf, size_t cap, uint64_t deadline)
 {
 	size_t n = 0;
 	while (n + 1 < cap) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long left = deadline - now_ms();
+		long left = deadline - time_mono_ms();
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
 			return -ETIMEDOUT;
 		ssize_t r = read(fd, buf + n, 1);
@@ -431,17 +435,17 @@ static int read_line(int fd, char *buf, size_t cap, long deadline)
  * refusals are retried until the deadline. */
 static int vsock_connect(const char *uds, long timeout_ms, int *ret, struct err *err)
 {
-	long deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", uds);
 	char last[128] = "no attempt";
-	while (now_ms() < deadline) {
+	while (time_mono_ms() < deadline) {
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
 			return err_sys(err, errno, "socket");
 		if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
 			char cmd[32];
-			int n = snprintf(cmd, sizeof(cmd), "CONNECT %d\n", FC_AGENT_PORT);
+			int n = snprintf(cmd, sizeof(cmd), "CONNECT %d\n", VM_AGENT_VSOCK_PORT);
 			char line[64];
 			if (write(fd, cmd, (size_t)n) == n &&
 			    read_line(fd, line, sizeof(line), deadline) == 0 &&
@@ -450,7 +454,7 @@ static int vsock_connect(const char *uds, long timeout_ms, int *ret, struct err 
 				return 0;
 			}
 			snprintf(last, sizeof(last), "the guest did not accept port %d",
-				 FC_AGENT_PORT);
+				 VM_AGENT_VSOCK_PORT);
 		} else {
 			snprintf(last, sizeof(last), "%s", strerror(errno));
 		}
@@ -471,7 +475,7 @@ static int agent_ping(int fd, long timeout_ms, struct err *err)
 	if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
 	    write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1))
 		return err_sys(err, errno, "cannot write to the agent");
-	long deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	uint8_t buf[4096];
 	size_t have = 0;
 	struct guest_decoder dec;
@@ -493,7 +497,7 @@ static int agent_ping(int fd, long timeout_ms, struct err *err)
 		if (have == sizeof(buf))
 			return err_set(err, EPROTO, "unexpected data from the agent");
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long left = deadline - now_ms();
+		long left = deadline - time_mono_ms();
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
 			return err_set(err, ETIMEDOUT, "the agent did not answer a ping");
 		ssize_t n = read(fd, buf + have, sizeof(buf) - have);
@@ -518,10 +522,14 @@ static char *file_digest(const char *path)
 
 static char *boot_args(const struct sandbox_limits *l)
 {
-	return xasprintf("console=ttyS0 reboot=k panic=1 pci=off quiet root=/dev/vda ro "
-			 "init=/sbin/sandbox-agent sandbox.channel=vsock:%d "
-			 "sandbox.workspace_mib=%llu",
-			 FC_AGENT_PORT, (unsigned long long)(l->workspace_bytes >> 20));
+	char channel[32];
+	snprintf(channel, sizeof(channel), "vsock:%d", VM_AGENT_VSOCK_PORT);
+	/* Firecracker has no PCI bus; panic=1 reboots, which ends the VM. */
+	struct vm_cmdline_opts o = { .machine = "panic=1 pci=off",
+				     .channel = channel,
+				     .threads_max = vm_guest_threads_max(l->pids_max),
+				     .workspace_mib = l->workspace_bytes >> 20 };
+	return vm_guest_cmdline(&o);
 }
 
 /* What a snapshot was made from; a snapshot is used only when this matches exactly. */
@@ -558,7 +566,7 @@ static int build_snapshot(const struct config *cfg, struct template *t,
 			  struct err *err)
 {
 	char hex[9];
-	snprintf(hex, sizeof(hex), "%08lx", (unsigned long)(now_ms() & 0xffffffff));
+	snprintf(hex, sizeof(hex), "%08lx", (unsigned long)(time_mono_ms() & 0xffffffff));
 	_cleanup_free_ char *id = xasprintf("tpl-%s", hex);
 	_cleanup_free_ char *kernel = xasprintf("%s/vmlinux", cfg->artifacts_dir);
 	if (!t->rootfs_img)
@@ -635,32 +643,21 @@ out:
 	return r;
 }
 
-/* The version of the installed binary, from `firecracker --version`. */
+/* The version of the installed binary, from `firecracker --version`, which must answer
+ * within FC_VERSION_TIMEOUT_MS. */
 static int binary_version(const char *bin, struct fc_version *ret, struct err *err)
 {
-	int pipefd[2];
-	if (pipe2(pipefd, O_CLOEXEC) < 0)
-		return err_sys(err, errno, "pipe");
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-	char *argv[] = { (char *)bin, (char *)"--version", NULL };
-	pid_t pid;
-	int r = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	close(pipefd[1]);
-	if (r != 0) {
-		close(pipefd[0]);
-		return err_sys(err, r, "cannot run `%s --version`", bin);
-	}
-	char buf[256] = "";
-	ssize_t n = read(pipefd[0], buf, sizeof(buf) - 1);
-	close(pipefd[0]);
-	waitpid(pid, NULL, 0);
-	if (n > 0)
-		buf[n] = '\0';
-	const char *v = strstr(buf, "v");
+	char *const argv[] = { (char *)bin, (char *)"--version", NULL };
+	char out[256];
+	int st = spawn_run_bounded(argv, FC_VERSION_TIMEOUT_MS, out, sizeof(out));
+	if (st == -ETIMEDOUT)
+		return err_set(err, ETIMEDOUT, "`%s --version` did not answer within %d ms", bin,
+			       FC_VERSION_TIMEOUT_MS);
+	if (st < 0)
+		return err_sys(err, -st, "cannot run `%s --version`", bin);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return err_set(err, ENOEXEC, "`%s --version` failed", bin);
+	const char *v = strstr(out, "v");
 	if (!v || fc_version_parse(v, ret) < 0)
 		return err_set(err, EBADMSG, "cannot read the version of `%s`", bin);
 	return 0;
@@ -712,7 +709,7 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 		r = err_sys(err, errno, "cannot create `%s`", tmp);
 		goto out;
 	}
-	long t0 = now_ms();
+	long t0 = time_mono_ms();
 	json_t *meta = NULL;
 	r = build_snapshot(cfg, t, &l, tmp, &meta, err);
 	if (r == 0) {
@@ -727,7 +724,7 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 		fs_rm_rf(old);
 		if (r == 0)
 			log_info("firecracker", "snapshot of template %s built in %ld ms", t->name,
-				 now_ms() - t0);
+				 time_mono_ms() - t0);
 	}
 	json_decref(meta);
 	if (r < 0)

@@ -23,10 +23,14 @@
 
 #include "driver/proc.h"
 #include "driver/qemu.h"
+#include "driver/vm.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/spawn.h"
+#include "util/time.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
+
 /* A guest kernel under a usable KVM reaches its first panic (no root device) well within
  * this; under a nested or emulated KVM it does not get through early boot at all. */
 #define KVM_PROBE_TIMEOUT_MS 3000
@@ -53,110 +57,13 @@ static struct {
 	char kvm_why[160]; /* why KVM is not used, for the log and for auto's verdict */
 } Q = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* --- small host facts ------------------------------------------------------------------ */
-
-/* The absolute path of `bin`, looked up in PATH when it has no slash. */
-static char *find_binary(const char *bin)
-{
-	if (strchr(bin, '/'))
-		return access(bin, X_OK) == 0 ? xstrdup(bin) : NULL;
-	const char *path = getenv("PATH");
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	_cleanup_free_ char *copy = xstrdup(path);
-	char *save = NULL;
-	for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-		char *p = xasprintf("%s/%s", *d ? d : ".", bin);
-		if (access(p, X_OK) == 0)
-			return p;
-		free(p);
-	}
-	return NULL;
-}
-
-/* Runs argv (absolute argv[0]) with no environment but PATH, its output in out (at most
- * cap - 1 bytes, NUL-terminated) when out is not NULL. Kills it at the deadline. Returns the
- * wait status, -ETIMEDOUT or another negative errno. */
-static int run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap)
-{
-	static char *const env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return -errno;
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		int e = errno;
-		close(p[0]);
-		close(p[1]);
-		return -e;
-	}
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		int devnull = open("/dev/null", O_RDWR);
-		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(p[1], 1) < 0 || dup2(p[1], 2) < 0)
-			_exit(127);
-		syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */);
-		execve(argv[0], argv, env);
-		_exit(127);
-	}
-	close(p[1]);
-	int64_t deadline = mono_ms() + timeout_ms;
-	size_t len = 0;
-	bool timed_out = false;
-	char sink[1024];
-	for (;;) {
-		int left = (int)(deadline - mono_ms());
-		if (left <= 0) {
-			timed_out = true;
-			break;
-		}
-		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
-		int r = poll(&pfd, 1, left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			timed_out = r == 0;
-			break;
-		}
-		char *dst = out && len + 1 < cap ? out + len : sink;
-		size_t room = out && len + 1 < cap ? cap - 1 - len : sizeof(sink);
-		ssize_t n = read(p[0], dst, room);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		if (dst != sink)
-			len += (size_t)n;
-	}
-	close(p[0]);
-	if (out && cap)
-		out[len] = '\0';
-	if (timed_out)
-		kill(pid, SIGKILL);
-	int status = 0;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	return timed_out ? -ETIMEDOUT : status;
-}
 
 static char *qemu_version(const char *bin, struct err *err)
 {
 	char *const argv[] = { (char *)bin, "--version", NULL };
 	char out[512];
-	int st = run_bounded(argv, VERSION_TIMEOUT_MS, out, sizeof(out));
+	int st = spawn_run_bounded(argv, VERSION_TIMEOUT_MS, out, sizeof(out));
 	if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		err_set(err, ENOEXEC, "`%s --version` failed", bin);
 		return NULL;
@@ -247,10 +154,10 @@ static bool kvm_usable(const char *qemu_bin, const char *kernel, char *why, size
 		"stdio",
 		NULL,
 	};
-	int64_t t0 = mono_ms();
+	int64_t t0 = time_mono_ms();
 	char out[4096];
-	int st = run_bounded(argv, KVM_PROBE_TIMEOUT_MS, out, sizeof(out));
-	int64_t ms = mono_ms() - t0;
+	int st = spawn_run_bounded(argv, KVM_PROBE_TIMEOUT_MS, out, sizeof(out));
+	int64_t ms = time_mono_ms() - t0;
 	if (st == -ETIMEDOUT) {
 		snprintf(why, n, "a guest kernel did not boot under KVM within %d ms (nested KVM?)",
 			 KVM_PROBE_TIMEOUT_MS);
@@ -285,7 +192,7 @@ static int probe_host(const struct config *cfg, struct qemu_host *h, struct err 
 {
 	memset(h, 0, sizeof(*h));
 	int r;
-	h->qemu_bin = find_binary(cfg->qemu_bin);
+	h->qemu_bin = spawn_find_binary(cfg->qemu_bin);
 	if (!h->qemu_bin)
 		return err_set(err, ENOENT,
 			       "QEMU `%s` not found (install qemu-system-x86, or set "
@@ -474,7 +381,7 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	if (r < 0)
 		return r;
 
-	int64_t t0 = mono_ms();
+	int64_t t0 = time_mono_ms();
 	struct qemu_snap snap;
 	struct qemu_snap_key cold;
 	_cleanup_close_ int rootfs_fd = -1;
@@ -497,18 +404,13 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	}
 	const struct qemu_machine *m = restore ? &snap.key.m : &cold.m;
 
-	/* Guest RAM plus QEMU's own needs: a limit below that kills the VM, not a process in
-	 * it (the guest has its own OOM killer for that). */
-	uint64_t need = ((uint64_t)m->mem_mib + QEMU_OVERHEAD_MIB) << 20;
-	/* Likewise the pids limit counts QEMU's threads (its I/O pool grows to 64 under load,
-	 * and QEMU aborts when it cannot start one), not the guest's processes. */
-	uint32_t pids = QEMU_MIN_PIDS + m->vcpus;
+	/* QEMU aborts when it cannot start a thread, and a memory limit below its needs kills
+	 * the VM rather than a process in it. */
 	struct cgroup_limits cl = {
-		.memory_bytes = lim->memory_bytes > need ? lim->memory_bytes : need,
 		.cpu_quota_us = lim->cpu_quota_us,
 		.cpu_period_us = lim->cpu_period_us,
-		.pids_max = lim->pids_max > pids ? lim->pids_max : pids,
 	};
+	vm_vmm_limits(lim, m->mem_mib, m->vcpus, &qemu_vmm_needs, &cl.memory_bytes, &cl.pids_max);
 	struct cgroup *cg = NULL;
 	struct qemu_vm *vm = NULL;
 	char *dir = NULL;
@@ -531,7 +433,7 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	};
 	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
 		goto fail;
-	int64_t t1 = mono_ms();
+	int64_t t1 = time_mono_ms();
 	int connect_ms = restore || m->channel == QEMU_CHANNEL_SERIAL ? AGENT_CONNECT_TIMEOUT_MS
 								      : COLD_BOOT_TIMEOUT_MS;
 	/* Over serial the host connects before the restore: the guest never sees its host
@@ -552,7 +454,7 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	if (m->channel == QEMU_CHANNEL_VSOCK &&
 	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
 		goto fail;
-	int64_t t2 = mono_ms();
+	int64_t t2 = time_mono_ms();
 
 	struct qemu_sb *q = xcalloc(1, sizeof(*q));
 	q->vm = vm;

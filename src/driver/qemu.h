@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include "driver/cgroup.h"
+#include "driver/vm.h"
 #include "util/err.h"
 
 /* Bumped whenever the machine QEMU is asked for changes shape: a snapshot made by another
@@ -27,22 +28,17 @@
 #define QEMU_SNAPSHOT_FORMAT 4
 /* The TAP the NIC uses, in QEMU's network namespace (the net module's NET_TAP_NAME). */
 #define QEMU_TAP_NAME "tap0"
-/* The vsock port the agent listens on when the channel is vsock. */
-#define QEMU_AGENT_VSOCK_PORT 5000
 /* The virtio-serial port name the agent opens when the channel is serial. */
 #define QEMU_AGENT_PORT_NAME "agent"
 /* TCG's translation cache per VM, in MiB: QEMU's default (1 GiB) would let every VM's
  * memory use grow far past its guest RAM. */
 #define QEMU_TCG_TB_MIB 64
-/* Host memory a QEMU process needs beyond guest RAM (its own heap, TCG's cache, device
- * buffers): added to the guest RAM for the cgroup's memory limit. */
+/* What a QEMU process needs of the host besides guest RAM and a thread per vCPU (see
+ * vm_vmm_limits): its own heap, TCG's cache and device buffers; its main loop, RCU, I/O pool
+ * (up to 64 threads) and a migration's. */
 #define QEMU_OVERHEAD_MIB (QEMU_TCG_TB_MIB + 160)
-/* Threads a QEMU process may need besides one per vCPU: main loop, RCU, its I/O pool (up to
- * 64), a migration's. The cgroup's pids limit never goes below this plus the vCPUs. */
-#define QEMU_MIN_PIDS 96
-/* The guest kernel's own threads (about 30 at rest; kworkers come and go), on top of the
- * sandbox's pids limit in the guest's threads-max. */
-#define QEMU_GUEST_KTHREADS 64
+#define QEMU_MIN_PIDS     96
+extern const struct vm_vmm_needs qemu_vmm_needs;
 
 enum qemu_accel { QEMU_ACCEL_TCG, QEMU_ACCEL_KVM };
 enum qemu_channel { QEMU_CHANNEL_SERIAL, QEMU_CHANNEL_VSOCK };

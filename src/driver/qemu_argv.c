@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "driver/vm.h"
 #include "util/cleanup.h"
 
 const char *qemu_accel_name(enum qemu_accel a)
@@ -141,30 +142,26 @@ void qemu_argv_free(char **argv)
 	free(argv);
 }
 
+const struct vm_vmm_needs qemu_vmm_needs = { .overhead_mib = QEMU_OVERHEAD_MIB,
+					     .min_pids = QEMU_MIN_PIDS };
+
 char *qemu_cmdline(const struct qemu_cmdline_opts *o)
 {
 	char channel[64];
 	if (o->channel == QEMU_CHANNEL_VSOCK)
-		snprintf(channel, sizeof(channel), "vsock:%u", QEMU_AGENT_VSOCK_PORT);
+		snprintf(channel, sizeof(channel), "vsock:%u", VM_AGENT_VSOCK_PORT);
 	else
 		snprintf(channel, sizeof(channel), "serial:%s", QEMU_AGENT_PORT_NAME);
 	char tsc[64] = "";
 	if (o->accel == QEMU_ACCEL_TCG && o->tsc_khz)
 		snprintf(tsc, sizeof(tsc), " tsc_early_khz=%u tsc=reliable", o->tsc_khz);
-	/* The sandbox's pids limit, guest-wide: its processes are not the host's, and a fork
-	 * bomb would otherwise take the guest down. */
-	char tasks[48] = "";
-	if (o->tasks_max)
-		snprintf(tasks, sizeof(tasks), " sysctl.kernel.threads-max=%u", o->tasks_max);
-	/* quiet: every console byte is an emulated UART write, and the console is for
-	 * failures; panics and OOM kills still print. panic=-1 reboots at once, which ends
-	 * QEMU. Overcommit as the host does for the other drivers: a process that takes more
-	 * memory than the guest has is killed by the OOM killer (which the driver counts),
-	 * rather than one large allocation failing while smaller ones succeed. */
-	return xasprintf("console=ttyS0 quiet panic=-1 reboot=k%s root=/dev/vda rootfstype=ext4 ro "
-			 "sysctl.vm.overcommit_memory=1%s init=/sbin/sandbox-agent "
-			 "sandbox.channel=%s sandbox.workspace_mib=%" PRIu64,
-			 tsc, tasks, channel, o->workspace_mib);
+	/* panic=-1 reboots at once, which ends QEMU. */
+	struct vm_cmdline_opts v = { .machine = "panic=-1",
+				     .clock = tsc,
+				     .channel = channel,
+				     .threads_max = o->tasks_max,
+				     .workspace_mib = o->workspace_mib };
+	return vm_guest_cmdline(&v);
 }
 
 char *qemu_shell_quote(const char *s)

@@ -15,6 +15,7 @@
  * the whole template directory can then hand a clone the RAM of one build and the state of
  * another; clones of a replaced snapshot keep running on its unlinked RAM file. */
 #include "driver/qemu.h"
+#include "driver/vm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,14 +26,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/random.h"
 #include "util/sha256.h"
+#include "util/time.h"
 
 /* A cold boot of the snapshot's VM to its agent's first answer. Generous: TCG on a busy host
  * is slow, and this happens once per template. */
@@ -141,7 +143,7 @@ int qemu_key_build(const struct qemu_host *h, const struct qemu_want *w, const j
 	k->qemu_version = h->qemu_version;
 	k->host_cpu = h->accel == QEMU_ACCEL_KVM ? h->host_cpu : "";
 	k->workspace_mib = w->workspace_mib;
-	k->tasks_max = w->pids_max ? w->pids_max + QEMU_GUEST_KTHREADS : 0;
+	k->tasks_max = vm_guest_threads_max(w->pids_max);
 	k->tsc_khz = h->accel == QEMU_ACCEL_TCG ? h->tsc_khz : 0;
 	/* A rate measured again within 0.1% of the snapshot's is the same clock. */
 	unsigned had = qemu_meta_tsc_khz(meta);
@@ -307,24 +309,6 @@ static int write_meta(const char *dir, json_t *meta, struct err *err)
 	return fsync_path(path, O_RDONLY, err);
 }
 
-static void random_hex(char *out, size_t nbytes)
-{
-	uint8_t b[16];
-	if (nbytes > sizeof(b))
-		nbytes = sizeof(b);
-	if (getrandom(b, nbytes, 0) != (ssize_t)nbytes)
-		abort();
-	for (size_t i = 0; i < nbytes; i++)
-		sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Boots the template once in `tmp`, waits for its agent and saves it there. */
 static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *k, const char *tmp,
 			 int64_t *boot_ms, struct err *err)
@@ -357,10 +341,9 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 			       k->m.rootfs);
 	/* The build's VM is bounded like a sandbox's, without a CPU quota: it is the server's
 	 * own work and delays every first session. */
-	struct cgroup_limits lim = {
-		.memory_bytes = ((uint64_t)k->m.mem_mib + QEMU_OVERHEAD_MIB) << 20,
-		.pids_max = QEMU_MIN_PIDS + k->m.vcpus,
-	};
+	struct cgroup_limits lim = { 0 };
+	vm_vmm_limits(&(struct sandbox_limits){ 0 }, k->m.mem_mib, k->m.vcpus, &qemu_vmm_needs,
+		      &lim.memory_bytes, &lim.pids_max);
 	if ((r = cgroup_create(&h->cg, name, &lim, &cg, err)) < 0)
 		return err_wrap(err, "qemu");
 	if ((r = qemu_vm_dir(h->run_dir, name, &dir, err)) < 0)
@@ -375,14 +358,14 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 		.rootfs_fd = rootfs,
 		.vsock_cid = k->m.channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 	};
-	int64_t t0 = mono_ms();
+	int64_t t0 = time_mono_ms();
 	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
 		goto out;
 	if ((r = qemu_vm_connect_agent(vm, BUILD_BOOT_TIMEOUT_MS, err)) < 0)
 		goto out;
 	if ((r = qemu_vm_call(vm, 1, "{\"op\":\"ping\"}", BUILD_BOOT_TIMEOUT_MS, err)) < 0)
 		goto out;
-	*boot_ms = mono_ms() - t0;
+	*boot_ms = time_mono_ms() - t0;
 	/* What every clone's first command does, done once here: the shell and what it loads
 	 * are then in the guest's page cache in the snapshot, instead of being read from the
 	 * disk by each clone. A template without /bin/sh only misses the head start. */

@@ -2,6 +2,7 @@
  * size cap), its QMP socket, and the agent's channel. Everything blocks with a deadline: this
  * runs on worker threads. */
 #include "driver/qemu.h"
+#include "driver/vm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,6 +30,8 @@
 #include "driver/qmp.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
+#include "util/random.h"
+#include "util/time.h"
 
 /* console.log is rotated to console.log.1 past this size: at most twice this on disk, and
  * the latest output always kept. The guest decides what it prints, so it must be bounded. */
@@ -41,13 +43,6 @@
 #define OOM_LINE "of memory: Killed process"
 /* How often a waiting loop looks again (QEMU's sockets appearing, migration progress). */
 #define POLL_STEP_MS 5
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms)
 {
@@ -480,7 +475,7 @@ int qemu_vm_explain(struct qemu_vm *vm, struct err *err)
 
 /* Connects a Unix socket in the run directory, retrying until QEMU creates and listens on it,
  * QEMU dies or the deadline passes. */
-static int connect_unix(struct qemu_vm *vm, const char *name, int64_t deadline, int *ret,
+static int connect_unix(struct qemu_vm *vm, const char *name, uint64_t deadline, int *ret,
 			struct err *err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -502,7 +497,7 @@ static int connect_unix(struct qemu_vm *vm, const char *name, int64_t deadline, 
 			err_set(err, ECHILD, "QEMU stopped before opening its %s", name);
 			return qemu_vm_explain(vm, err);
 		}
-		if (now_ms() >= deadline) {
+		if (time_mono_ms() >= deadline) {
 			err_set(err, ETIMEDOUT, "QEMU did not open its %s in time", name);
 			return qemu_vm_explain(vm, err);
 		}
@@ -513,7 +508,7 @@ static int connect_unix(struct qemu_vm *vm, const char *name, int64_t deadline, 
 int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *cg, int timeout_ms,
 		  struct qemu_vm **ret, struct err *err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	struct qemu_vm *vm = xcalloc(1, sizeof(*vm));
 	vm->name = xstrdup(l->name);
 	vm->dir = dir;
@@ -593,7 +588,7 @@ int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *c
 	int qfd = -1;
 	if ((r = connect_unix(vm, QEMU_QMP_SOCKET, deadline, &qfd, err)) < 0)
 		goto fail;
-	int left = (int)(deadline - now_ms());
+	int left = time_left_ms(deadline);
 	if ((r = qmp_open(qfd, left > 0 ? left : 1, &vm->qmp, err)) < 0) {
 		qemu_vm_explain(vm, err);
 		goto fail;
@@ -616,10 +611,10 @@ fail:
 
 /* --- QMP-driven steps ------------------------------------------------------------------ */
 
-static int qmp_step(struct qemu_vm *vm, const char *cmd, json_t *args, int64_t deadline,
+static int qmp_step(struct qemu_vm *vm, const char *cmd, json_t *args, uint64_t deadline,
 		    json_t **ret, struct err *err)
 {
-	int left = (int)(deadline - now_ms());
+	int left = time_left_ms(deadline);
 	int r = qmp_execute(vm->qmp, cmd, args, left > 0 ? left : 1, ret, err);
 	if (r < 0)
 		qemu_vm_explain(vm, err);
@@ -628,7 +623,7 @@ static int qmp_step(struct qemu_vm *vm, const char *cmd, json_t *args, int64_t d
 
 /* Whether QEMU's agent chardev has a client: its filename loses the "disconnected:"
  * prefix. */
-static int chardev_connected(struct qemu_vm *vm, int64_t deadline, bool *ret, struct err *err)
+static int chardev_connected(struct qemu_vm *vm, uint64_t deadline, bool *ret, struct err *err)
 {
 	json_t *list = NULL;
 	int r = qmp_step(vm, "query-chardev", NULL, deadline, &list, err);
@@ -647,12 +642,12 @@ static int chardev_connected(struct qemu_vm *vm, int64_t deadline, bool *ret, st
 	return 0;
 }
 
-static int connect_vsock(struct qemu_vm *vm, int64_t deadline, struct err *err)
+static int connect_vsock(struct qemu_vm *vm, uint64_t deadline, struct err *err)
 {
 	struct sockaddr_vm sa = {
 		.svm_family = AF_VSOCK,
 		.svm_cid = vm->vsock_cid,
-		.svm_port = QEMU_AGENT_VSOCK_PORT,
+		.svm_port = VM_AGENT_VSOCK_PORT,
 	};
 	for (;;) {
 		int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -672,9 +667,9 @@ static int connect_vsock(struct qemu_vm *vm, int64_t deadline, struct err *err)
 			err_set(err, ECHILD, "the VM stopped before its agent listened");
 			return qemu_vm_explain(vm, err);
 		}
-		if (now_ms() >= deadline) {
+		if (time_mono_ms() >= deadline) {
 			err_set(err, ETIMEDOUT, "the agent did not listen on vsock port %u in time",
-				QEMU_AGENT_VSOCK_PORT);
+				VM_AGENT_VSOCK_PORT);
 			return qemu_vm_explain(vm, err);
 		}
 		sleep_ms(POLL_STEP_MS * 4);
@@ -684,15 +679,14 @@ static int connect_vsock(struct qemu_vm *vm, int64_t deadline, struct err *err)
 unsigned qemu_random_cid(void)
 {
 	uint32_t v = 0;
-	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
-		abort();
+	random_bytes(&v, sizeof(v));
 	/* 0-2 are reserved; the top bit keeps clear of VMADDR_CID_ANY (-1U). */
 	return 3 + (v & 0x7ffffff0u);
 }
 
 int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	if (vm->channel == QEMU_CHANNEL_VSOCK)
 		return connect_vsock(vm, deadline, err);
 	int fd = -1;
@@ -708,7 +702,7 @@ int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err)
 			return r;
 		if (ok)
 			return 0;
-		if (now_ms() >= deadline) {
+		if (time_mono_ms() >= deadline) {
 			err_set(err, ETIMEDOUT, "QEMU did not accept the agent connection in time");
 			return qemu_vm_explain(vm, err);
 		}
@@ -717,7 +711,7 @@ int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err)
 }
 
 /* Waits for a migration (either direction) to end. */
-static int migration_wait(struct qemu_vm *vm, const char *what, int64_t deadline, struct err *err)
+static int migration_wait(struct qemu_vm *vm, const char *what, uint64_t deadline, struct err *err)
 {
 	for (;;) {
 		json_t *info = NULL;
@@ -737,7 +731,7 @@ static int migration_wait(struct qemu_vm *vm, const char *what, int64_t deadline
 			return qemu_vm_explain(vm, err);
 		}
 		json_decref(info);
-		if (now_ms() >= deadline) {
+		if (time_mono_ms() >= deadline) {
 			err_set(err, ETIMEDOUT, "%s did not finish in time (status %s)", what,
 				status ? status : "unknown");
 			return qemu_vm_explain(vm, err);
@@ -746,7 +740,7 @@ static int migration_wait(struct qemu_vm *vm, const char *what, int64_t deadline
 	}
 }
 
-static int ignore_shared(struct qemu_vm *vm, int64_t deadline, struct err *err)
+static int ignore_shared(struct qemu_vm *vm, uint64_t deadline, struct err *err)
 {
 	/* Guest RAM is in a file the snapshot and its clones share: it is not copied. */
 	json_t *args = json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
@@ -758,12 +752,12 @@ static int ignore_shared(struct qemu_vm *vm, int64_t deadline, struct err *err)
 
 int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	int r;
 	if ((r = ignore_shared(vm, deadline, err)) < 0)
 		return r;
 	/* QEMU reads the stream from a copy of our descriptor: no path to race with, no shell. */
-	int left = (int)(deadline - now_ms());
+	int left = time_left_ms(deadline);
 	if ((r = qmp_pass_fd(vm->qmp, state_fd, "state", left > 0 ? left : 1, err)) < 0)
 		return qemu_vm_explain(vm, err);
 	json_t *args = json_pack("{s:s}", "uri", "fd:state");
@@ -783,13 +777,13 @@ int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err
 
 int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	int r;
 	if ((r = qmp_step(vm, "stop", NULL, deadline, NULL, err)) < 0)
 		return r;
 	if ((r = ignore_shared(vm, deadline, err)) < 0)
 		return r;
-	int left = (int)(deadline - now_ms());
+	int left = time_left_ms(deadline);
 	if ((r = qmp_pass_fd(vm->qmp, state_fd, "state", left > 0 ? left : 1, err)) < 0)
 		return qemu_vm_explain(vm, err);
 	json_t *args = json_pack("{s:s}", "uri", "fd:state");
@@ -805,7 +799,7 @@ int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *e
 int qemu_vm_call(struct qemu_vm *vm, uint32_t ch, const char *request, int timeout_ms,
 		 struct err *err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	size_t rlen = strlen(request);
 	uint8_t hdr[GUEST_HDR_LEN];
 	guest_frame_header(hdr, GUEST_REQUEST, ch, (uint32_t)rlen);
@@ -853,7 +847,7 @@ int qemu_vm_call(struct qemu_vm *vm, uint32_t ch, const char *request, int timeo
 		}
 		if (len == sizeof(buf))
 			return err_set(err, EPROTO, "the agent sent an oversized reply");
-		int left = (int)(deadline - now_ms());
+		int left = time_left_ms(deadline);
 		if (left <= 0) {
 			err_set(err, ETIMEDOUT, "the agent did not answer in %d ms", timeout_ms);
 			return qemu_vm_explain(vm, err);

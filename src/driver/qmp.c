@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/time.h"
 
 struct qmp {
 	int fd;
@@ -20,21 +21,6 @@ struct qmp {
 	size_t len;
 	size_t cap;
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int left_ms(int64_t deadline)
-{
-	int64_t left = deadline - now_ms();
-	if (left <= 0)
-		return 0;
-	return left > INT32_MAX ? INT32_MAX : (int)left;
-}
 
 enum qmp_kind qmp_classify(const json_t *msg)
 {
@@ -67,7 +53,7 @@ int qmp_reply_error(const json_t *msg, const char *command, struct err *err)
 }
 
 /* Reads what is available into the buffer, waiting until the deadline for something. */
-static int fill(struct qmp *q, int64_t deadline, const char *what, struct err *err)
+static int fill(struct qmp *q, uint64_t deadline, const char *what, struct err *err)
 {
 	if (q->len == QMP_MAX_MESSAGE)
 		return err_set(err, EPROTO, "qmp: a message from QEMU exceeds %u bytes",
@@ -91,7 +77,7 @@ static int fill(struct qmp *q, int64_t deadline, const char *what, struct err *e
 			continue;
 		if (errno != EAGAIN)
 			return err_sys(err, errno, "qmp: reading %s", what);
-		int ms = left_ms(deadline);
+		int ms = time_left_ms(deadline);
 		if (ms == 0)
 			return err_set(err, ETIMEDOUT, "qmp: QEMU did not answer %s in time", what);
 		struct pollfd p = { .fd = q->fd, .events = POLLIN };
@@ -102,7 +88,7 @@ static int fill(struct qmp *q, int64_t deadline, const char *what, struct err *e
 
 /* The next message (one line of JSON), or a failure at the deadline. Blank lines are
  * skipped; a line that is not a JSON object fails. */
-static int read_message(struct qmp *q, int64_t deadline, const char *what, json_t **ret,
+static int read_message(struct qmp *q, uint64_t deadline, const char *what, json_t **ret,
 			struct err *err)
 {
 	for (;;) {
@@ -141,7 +127,7 @@ static int read_message(struct qmp *q, int64_t deadline, const char *what, json_
 
 /* Writes p[0..n), with `fd` (unless -1) passed along the first bytes (SCM_RIGHTS): QEMU takes
  * a descriptor that arrives with a command's bytes for that command (getfd). */
-static int write_all(struct qmp *q, const char *p, size_t n, int fd, int64_t deadline,
+static int write_all(struct qmp *q, const char *p, size_t n, int fd, uint64_t deadline,
 		     struct err *err)
 {
 	while (n) {
@@ -172,7 +158,7 @@ static int write_all(struct qmp *q, const char *p, size_t n, int fd, int64_t dea
 			continue;
 		if (k < 0 && errno != EAGAIN)
 			return err_sys(err, errno, "qmp: writing to QEMU");
-		int ms = left_ms(deadline);
+		int ms = time_left_ms(deadline);
 		if (ms == 0)
 			return err_set(err, ETIMEDOUT,
 				       "qmp: QEMU does not read its control socket");
@@ -183,8 +169,8 @@ static int write_all(struct qmp *q, const char *p, size_t n, int fd, int64_t dea
 	return 0;
 }
 
-static int execute_until(struct qmp *q, const char *command, json_t *args, int fd, int64_t deadline,
-			 json_t **ret, struct err *err)
+static int execute_until(struct qmp *q, const char *command, json_t *args, int fd,
+			 uint64_t deadline, json_t **ret, struct err *err)
 {
 	json_int_t id = (json_int_t)++q->next_id;
 	json_t *req = json_pack("{s:s, s:I}", "execute", command, "id", id);
@@ -228,20 +214,20 @@ static int execute_until(struct qmp *q, const char *command, json_t *args, int f
 int qmp_execute(struct qmp *q, const char *command, json_t *args, int timeout_ms, json_t **ret,
 		struct err *err)
 {
-	return execute_until(q, command, args, -1, now_ms() + timeout_ms, ret, err);
+	return execute_until(q, command, args, -1, time_mono_ms() + timeout_ms, ret, err);
 }
 
 int qmp_pass_fd(struct qmp *q, int fd, const char *name, int timeout_ms, struct err *err)
 {
 	json_t *args = json_pack("{s:s}", "fdname", name);
-	int r = execute_until(q, "getfd", args, fd, now_ms() + timeout_ms, NULL, err);
+	int r = execute_until(q, "getfd", args, fd, time_mono_ms() + timeout_ms, NULL, err);
 	json_decref(args);
 	return r;
 }
 
 int qmp_open(int fd, int timeout_ms, struct qmp **ret, struct err *err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	uint64_t deadline = time_deadline(timeout_ms);
 	struct qmp *q = xcalloc(1, sizeof(*q));
 	q->fd = fd;
 	int fl = fcntl(fd, F_GETFL);

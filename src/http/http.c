@@ -18,6 +18,7 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
+#include "util/time.h"
 
 struct http_listener {
 	struct evhttp_bound_socket *sock;
@@ -39,13 +40,6 @@ struct http_server {
 	size_t inflight;
 	uint64_t next_id;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* libevent answers some protocol errors itself (413 for an oversize body, 400 for a
  * malformed request line, 405...) through evhttp_send_error(), with an HTML page. The
@@ -93,7 +87,7 @@ static void ctx_maybe_free(struct http_ctx *ctx);
 
 static void ctx_log_and_count(struct http_ctx *ctx)
 {
-	double secs = (double)(now_ns() - ctx->start_ns) / 1e9;
+	double secs = (double)(time_mono_ns() - ctx->start_ns) / 1e9;
 	const char *route = ctx->route ? ctx->route->pattern : "unmatched";
 	int status = ctx->gone && !ctx->status ? 499 : ctx->status;
 	if (ctx->srv->done)
@@ -262,7 +256,7 @@ static void dispatch(struct evhttp_request *req, void *arg)
 	struct http_ctx *ctx = xcalloc(1, sizeof(*ctx));
 	ctx->req = req;
 	ctx->srv = srv;
-	ctx->start_ns = now_ns();
+	ctx->start_ns = time_mono_ns();
 	snprintf(ctx->id, sizeof(ctx->id), "%016llx",
 		 (unsigned long long)(srv->next_id++ ^ (ctx->start_ns << 20)));
 	srv->inflight++;

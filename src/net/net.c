@@ -27,6 +27,7 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/sha256.h"
+#include "util/time.h"
 
 #define DEFAULT_POOL "10.200.0.0/16"
 #define LOCK_FILE    NET_STATE_DIR "/lock"
@@ -383,13 +384,6 @@ struct dying_link {
 /* After this long a link still there is deleted by hand: something kept its namespace alive. */
 #define DYING_LINK_PATIENCE_MS 10000
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Gives back the addresses of links that are gone; deletes, by hand, links that outstayed
  * their namespace (all of them when `all`). */
 static void reap_dying(struct net_nl *nl, bool all)
@@ -397,7 +391,7 @@ static void reap_dying(struct net_nl *nl, bool all)
 	pthread_mutex_lock(&N.lock);
 	struct dying_link *list = TAKE_PTR(N.dying);
 	pthread_mutex_unlock(&N.lock);
-	uint64_t now = mono_ms();
+	uint64_t now = time_mono_ms();
 	struct err e;
 	while (list) {
 		struct dying_link *d = list;
@@ -463,7 +457,7 @@ static void teardown(struct net_sandbox *s)
 		struct dying_link *d = xcalloc(1, sizeof(*d));
 		snprintf(d->name, sizeof(d->name), "%s", s->name);
 		d->block = s->block;
-		d->since_ms = mono_ms();
+		d->since_ms = time_mono_ms();
 		d->next = N.dying;
 		N.dying = d;
 	} else {

@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +17,8 @@
 #include "net/nft.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/random.h"
+#include "util/time.h"
 
 #define MAX_UPSTREAMS        4
 #define ATTEMPT_TIMEOUT_MS   2000
@@ -96,18 +97,10 @@ struct net_resolver {
 
 /* --- small helpers ------------------------------------------------------------------ */
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static uint16_t random_id(void)
 {
 	if (G.rnd_left < 2) {
-		if (getrandom(G.rnd, sizeof(G.rnd), 0) != (ssize_t)sizeof(G.rnd))
-			abort();
+		random_bytes(G.rnd, sizeof(G.rnd));
 		G.rnd_left = sizeof(G.rnd);
 	}
 	G.rnd_left -= 2;
@@ -284,7 +277,7 @@ static int allow_addrs(struct net_resolver *r, const struct dns_addr *a, size_t 
 {
 	uint32_t add[ANSWER_ADDRS_MAX], tmo[ANSWER_ADDRS_MAX], del[2 * ANSWER_ADDRS_MAX];
 	size_t nadd = 0, ndel = 0;
-	uint64_t now = mono_ms();
+	uint64_t now = time_mono_ms();
 	struct err e;
 
 	for (size_t i = 0; i < n; i++) {
@@ -642,7 +635,7 @@ void net_resolver_free(struct net_resolver *r)
 		close(r->udp_fd);
 	/* The sandbox is going: its addresses leave the allow set now rather than at their
 	 * timeout. Elements within two seconds of expiry are left to the kernel. */
-	uint64_t soon = mono_ms() + 2000;
+	uint64_t soon = time_mono_ms() + 2000;
 	size_t n = 0;
 	for (size_t i = 0; i < r->ntracked; i++)
 		if (r->tracked[i].expires_ms > soon)

@@ -16,6 +16,7 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
+#include "util/time.h"
 
 /* Extra time the host gives the agent beyond a command's own timeout before giving up. */
 #define EXEC_WATCHDOG_SLACK_MS 30000
@@ -46,13 +47,6 @@ static void target_free(struct ops_target *t)
 	free((char *)t->owner);
 	free((char *)t->session_id);
 	free((char *)t->template_name);
-}
-
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 struct id_match {
@@ -267,7 +261,7 @@ static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct
 		x->carry_len[si] = 0;
 		exec_deliver(x, si, x->carry[si], n);
 	}
-	double duration = (double)(mono_us() - x->t0_us) / 1000.0;
+	double duration = (double)(time_mono_us() - x->t0_us) / 1000.0;
 	metrics_add(M.exec_message_total, 1, "execute");
 	metrics_observe(M.exec_message_duration, duration / 1000.0, "execute");
 	exec_release(x);
@@ -342,7 +336,7 @@ static void exec_on_session(struct session *s, const struct err *err, void *arg)
 	session_op_begin(s);
 	x->reg = session_exec_add(s, x->op);
 	memcpy(x->exec_id, x->reg->id, sizeof(x->exec_id));
-	x->t0_us = mono_us();
+	x->t0_us = time_mono_us();
 	if (x->timeout_ms)
 		guest_op_set_timeout(x->op, x->timeout_ms + EXEC_WATCHDOG_SLACK_MS, "execute");
 	if (x->has_stdin) {
@@ -614,7 +608,7 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 	struct ops_call *c = arg;
 	const char *type = call_metric_type(c->kind);
 	metrics_add(M.exec_message_total, 1, type);
-	metrics_observe(M.exec_message_duration, (double)(mono_us() - c->t0_us) / 1e6, type);
+	metrics_observe(M.exec_message_duration, (double)(time_mono_us() - c->t0_us) / 1e6, type);
 	if (err) {
 		call_fail(c, err);
 		return;
@@ -654,7 +648,7 @@ static void call_run(struct ops_call *c, struct session *s)
 		call_fail(c, &e);
 		return;
 	}
-	c->t0_us = mono_us();
+	c->t0_us = time_mono_us();
 	session_op_begin(s);
 	guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "file operation");
 	if (c->kind == CALL_WRITE) {

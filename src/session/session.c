@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "loop.h"
@@ -11,6 +10,8 @@
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/random.h"
+#include "util/time.h"
 
 /* A failing warm pool waits pool_retry_ms times its failures in a row, up to this many. */
 #define POOL_RETRY_MAX_STEPS 12
@@ -62,31 +63,6 @@ static void pool_refill(struct pool *p);
 static void shutdown_check(void);
 
 /* --- small helpers ------------------------------------------------------------------ */
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void random_hex(char *out, size_t nbytes)
-{
-	uint8_t buf[32];
-	if (nbytes > sizeof(buf))
-		nbytes = sizeof(buf);
-	if (getrandom(buf, nbytes, 0) != (ssize_t)nbytes)
-		abort();
-	for (size_t i = 0; i < nbytes; i++)
-		sprintf(out + 2 * i, "%02x", buf[i]);
-}
 
 /* A connection to a new sandbox's agent, watched for liveness. */
 static struct guest_conn *conn_new(int fd, guest_close_fn on_close, void *arg)
@@ -292,7 +268,7 @@ static struct create_job *create_job_new(struct template *t, struct session *s, 
 	}
 	j->s = s;
 	j->pool = p;
-	j->t0 = mono_ms();
+	j->t0 = time_mono_ms();
 	return j;
 }
 
@@ -331,7 +307,7 @@ void session_unref(struct session *s)
 
 void session_touch(struct session *s)
 {
-	s->active_mono_ms = mono_ms();
+	s->active_mono_ms = time_mono_ms();
 }
 
 void session_op_begin(struct session *s)
@@ -445,7 +421,8 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 	s->state = SESSION_READY;
 	session_touch(s);
 	count_creation(s->tmpl, "success");
-	metrics_observe(M.vsock_connection_time, (double)(mono_ms() - s->attach_mono_ms) / 1000.0);
+	metrics_observe(M.vsock_connection_time,
+			(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0);
 	log_info("session", "session %s ready (template %s, sandbox %s)", s->id, s->tmpl->name,
 		 s->sandbox_id);
 	fire_waiters(s, NULL);
@@ -457,7 +434,7 @@ static const struct guest_op_cbs resume_cbs = { .on_done = on_resume_done };
 /* Gives the session its sandbox and tells the agent who it is now. */
 static void session_attach(struct session *s, struct sandbox *sb, struct guest_conn *conn)
 {
-	s->attach_mono_ms = mono_ms();
+	s->attach_mono_ms = time_mono_ms();
 	s->sb = sb;
 	s->conn = conn;
 	free(s->sandbox_id);
@@ -497,7 +474,7 @@ static void session_create_done(void *arg)
 	struct session *s = j->s;
 	S.creating--;
 	if (j->rc >= 0)
-		metrics_observe(M.vm_creation_time, (double)(mono_ms() - j->t0) / 1000.0,
+		metrics_observe(M.vm_creation_time, (double)(time_mono_ms() - j->t0) / 1000.0,
 				S.drv->name, "cold");
 	if (j->rc < 0) {
 		/* Whatever the driver's errno, a sandbox that cannot be made is the server's
@@ -512,7 +489,7 @@ static void session_create_done(void *arg)
 	} else {
 		S.last_create_failed = false;
 		log_debug("session", "sandbox %s created in %llu ms", j->sb->id,
-			  (unsigned long long)(mono_ms() - j->t0));
+			  (unsigned long long)(time_mono_ms() - j->t0));
 		net_sandbox_start(j->sb->id);
 		if (s->state != SESSION_CREATING) {
 			/* Destroyed while it was being made. */
@@ -657,7 +634,7 @@ static void pool_create_done(void *arg)
 		if (e->ping)
 			guest_op_set_timeout(e->ping, S.cfg->first_reply_timeout_ms, "first ping");
 		log_debug("session", "pooled sandbox %s for %s created in %llu ms", j->sb->id,
-			  p->template_name, (unsigned long long)(mono_ms() - j->t0));
+			  p->template_name, (unsigned long long)(time_mono_ms() - j->t0));
 	}
 	create_job_free(j);
 	shutdown_check();
@@ -796,8 +773,8 @@ void session_get_or_create(const char *owner, const char *id,
 	s->owner = xstrdup(owner ? owner : "");
 	s->tmpl = template_ref(t);
 	s->state = SESSION_CREATING;
-	s->created_ms = wall_ms();
-	s->active_mono_ms = mono_ms();
+	s->created_ms = time_wall_ms();
+	s->active_mono_ms = time_mono_ms();
 	s->idle_timeout_s =
 		opts && opts->idle_timeout_s ? opts->idle_timeout_s : S.cfg->idle_timeout_s;
 	s->env = opts && json_is_object(opts->env) ? json_deep_copy(opts->env) : json_object();
@@ -824,7 +801,7 @@ void session_get_or_create(const char *owner, const char *id,
 		guest_conn_set_close(conn, on_session_conn_closed, s);
 		session_attach(s, sb, conn);
 		metrics_observe(M.vm_creation_time,
-				(double)(mono_ms() - s->attach_mono_ms) / 1000.0, S.drv->name,
+				(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0, S.drv->name,
 				"pool");
 		pool_refill(p);
 		return;
@@ -845,7 +822,7 @@ void session_destroy(struct session *s, const char *why)
 	log_info("session", "destroying session %s (%s)", s->id, why);
 	if (s->state == SESSION_READY || s->state == SESSION_FAILED)
 		metrics_observe(M.exec_session_duration,
-				(double)(wall_ms() - s->created_ms) / 1000.0);
+				(double)(time_wall_ms() - s->created_ms) / 1000.0);
 	bool creating = s->state == SESSION_CREATING;
 	s->state = SESSION_DESTROYING;
 	session_ref(s);
@@ -926,13 +903,13 @@ static json_t *iso_time(uint64_t ms)
 
 json_t *session_json(const struct session *s)
 {
-	uint64_t idle_ms = mono_ms() - s->active_mono_ms;
+	uint64_t idle_ms = time_mono_ms() - s->active_mono_ms;
 	json_t *j =
 		json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "id", s->id, "template", s->tmpl->name,
 			  "state", session_state_name(s->state), "idleMs", (json_int_t)idle_ms,
 			  "idleTimeout", (json_int_t)s->idle_timeout_s, "running", (int)s->running);
 	json_object_set_new(j, "createdAt", iso_time(s->created_ms));
-	json_object_set_new(j, "lastActivity", iso_time(wall_ms() - idle_ms));
+	json_object_set_new(j, "lastActivity", iso_time(time_wall_ms() - idle_ms));
 	if (s->state == SESSION_FAILED)
 		json_object_set_new(j, "error", json_string(s->failure.msg));
 	return j;
@@ -942,8 +919,8 @@ json_t *session_json(const struct session *s)
 
 static void on_reap(evutil_socket_t fd, short what, void *arg)
 {
-	uint64_t now = mono_ms();
-	uint64_t wall = wall_ms();
+	uint64_t now = time_mono_ms();
+	uint64_t wall = time_wall_ms();
 	struct session *s = S.sessions;
 	while (s) {
 		struct session *next = s->next;

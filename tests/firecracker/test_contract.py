@@ -155,6 +155,11 @@ class FirecrackerContractTest(unittest.TestCase):
         boot = next(r for r in self.api_requests() if r["path"] == "/boot-source")
         self.assertIn("init=/sbin/sandbox-agent", boot["body"]["boot_args"])
         self.assertIn("sandbox.channel=vsock:5000", boot["body"]["boot_args"])
+        # The same guest-wide limits as the qemu driver's guests: the sandbox's pids limit
+        # (SANDBOX_PIDS_MAX, 256) plus the guest kernel's threads, and overcommit.
+        args = boot["body"]["boot_args"].split()
+        self.assertIn("sysctl.kernel.threads-max=320", args)
+        self.assertIn("sysctl.vm.overcommit_memory=1", args)
         self.assertEqual(
             sum(1 for r in self.api_requests() if r["path"] == "/snapshot/create"), 1,
             "the snapshot is built once and reused")
@@ -171,7 +176,10 @@ class FirecrackerContractTest(unittest.TestCase):
             self.assertIn(part, joined)
         version = "2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "1"
         self.assertIn(f"--cgroup-version {version}", joined)
-        self.assertIn("memory.max=" if version == "2" else "memory.limit_in_bytes=", joined)
+        # Guest RAM (128 MiB) plus the VMM's 64 MiB: the VM_MEMORY_LIMIT_BYTES default alone
+        # (128 MiB) would leave Firecracker no room of its own.
+        key = "memory.max" if version == "2" else "memory.limit_in_bytes"
+        self.assertIn(f"{key}={(128 + 64) << 20}", argv)
 
     def test_5_chroot_layout_permissions_and_teardown(self):
         jails = os.path.join(self.jail_base, "fake_firecracker.py")
@@ -251,6 +259,44 @@ class FirecrackerLimitsTest(unittest.TestCase):
         st, _, body = d.post("/exec/x/execute", {"command": "true"})
         self.assertGreaterEqual(st, 500)
         self.assertIn("too long", body["error"])
+
+
+class HangingVersionTest(unittest.TestCase):
+    """A `firecracker --version` that never answers fails the template's preparation within
+    the driver's timeout, saying so, instead of hanging every creation."""
+
+    def test_a_hanging_version_probe_fails_in_time(self):
+        tmp = tempfile.mkdtemp(prefix="fc-hang-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        artifacts = os.path.join(tmp, "a")
+        tdir = os.path.join(artifacts, "templates", "base")
+        os.makedirs(tdir)
+        open(os.path.join(artifacts, "vmlinux"), "wb").close()
+        open(os.path.join(tdir, "rootfs.ext4"), "wb").close()
+        with open(os.path.join(tdir, "template.json"), "w") as f:
+            json.dump({"name": "base"}, f)
+        hanging = os.path.join(tmp, "firecracker")
+        with open(hanging, "w") as f:
+            f.write("#!/bin/sh\n[ \"$1\" = --version ] && exec sleep 600\n"
+                    f"exec {os.path.join(HERE, 'fake_firecracker.py')} \"$@\"\n")
+        os.chmod(hanging, 0o755)
+        d = harness.Daemon(env={
+            "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_BIN": hanging,
+            "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
+            "FIRECRACKER_JAIL_BASE": os.path.join(tmp, "j"),
+            "FIRECRACKER_ARTIFACTS_DIR": artifacts,
+            "SANDBOX_DEFAULT_TEMPLATE": "base",
+            "SANDBOX_WARM_POOL": "0",
+        }, driver_name="firecracker")
+        d.start()
+        self.addCleanup(d.stop)
+        t0 = time.monotonic()
+        st, _, body = d.post("/exec/x/execute", {"command": "true"}, timeout=60)
+        took = time.monotonic() - t0
+        self.assertGreaterEqual(st, 500, body)
+        self.assertIn("--version` did not answer", body["error"])
+        self.assertLess(took, 30, "the version probe has no timeout")
 
 
 class RealFirecrackerTest(unittest.TestCase):
