@@ -7,7 +7,8 @@
 #      is cached by its inputs, so this is instant when nothing changed).
 #   2. Suite `build` (`make build`, `make asan`, `make fuzz-build`, `make base-template`, a
 #      test each; Ninja keeps going past errors so that the other suites test what built),
-#      then suite `format` (clang-format over the tracked C sources).
+#      then suite `format` (clang-format over the tracked C sources, and the layering of
+#      src/'s modules).
 #   3. Two lanes at once, each running its suites in order (the table `suites` below), about
 #      equally long on a fresh 2-core machine:
 #        main  the suites that build (unit and fuzz targets, templates) and the integration
@@ -243,26 +244,30 @@ suite_build() {
 	record build - $((SECONDS - t0)) - "$p" "$f" 0 ""
 }
 
+# suite format: clang-format over the tracked C sources, and the layering of src/'s modules
+# (scripts/check-layers.py: no include cycle, drivers below sessions and networking).
 suite_format() {
-	local log="$log_dir/format.log" files t0=$SECONDS
+	local log="$log_dir/format.log" files t0=$SECONDS p=0 f=0
 	chosen format || return 0
-	if ! command -v clang-format >/dev/null; then
-		say "suite format: not present (clang-format is not installed)"
-		return
-	fi
 	mapfile -t files < <(git ls-files '*.c' '*.h' 2>/dev/null)
-	if ((${#files[@]} == 0)); then
-		say "suite format: not present (no tracked C sources)"
-		return
-	fi
-	if clang-format --dry-run -Werror "${files[@]}" >"$log" 2>&1; then
-		say "suite format: 1 passed, 0 failed"
-		record format - $((SECONDS - t0)) - 1 0 0 ""
+	if ! command -v clang-format >/dev/null || ((${#files[@]} == 0)); then
+		say "format: clang-format or tracked C sources missing"
+		f=$((f + 1))
+	elif clang-format --dry-run -Werror "${files[@]}" >"$log" 2>&1; then
+		p=$((p + 1))
 	else
 		say "$(grep -E '^[^ ].*: (error|warning):' "$log" | cut -d: -f1 | sort -u |
-			sed 's/^/not formatted: /')" "suite format: 0 passed, 1 failed"
-		record format - $((SECONDS - t0)) - 0 1 0 ""
+			sed 's/^/not formatted: /')"
+		f=$((f + 1))
 	fi
+	if python3 scripts/check-layers.py src >"$log_dir/layers.log" 2>&1; then
+		p=$((p + 1))
+	else
+		say "layering of src/:" "$(cat "$log_dir/layers.log")"
+		f=$((f + 1))
+	fi
+	say "suite format: $p passed, $f failed"
+	record format - $((SECONDS - t0)) - "$p" "$f" 0 ""
 }
 
 # The table of every suite that ran, in the order of `suites`.

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #include "config.h"
-#include "session/template.h"
+#include "template/template.h"
 #include "util/err.h"
 
 struct sandbox_limits {
@@ -32,6 +32,9 @@ struct sandbox_spec {
 	struct sandbox_limits limits;
 	const char
 		*netns_path; /* network namespace to join (/run/netns/...), NULL: a new empty one */
+	/* The resolver of the sandbox's network, as a resolv.conf to mount on the template's
+	 * /etc/resolv.conf where the driver gives the sandbox its own root; NULL: none. */
+	const char *resolv_conf;
 };
 
 struct sandbox {

@@ -38,9 +38,9 @@
 #define NET_TAP_NAME  "tap0"
 
 /* The resolv.conf for the sandbox whose namespace is at netns_path (/run/netns/<name>):
- * NET_STATE_DIR/<name>/resolv.conf. A driver that gives the sandbox its own root (the jail)
- * bind-mounts it, read-only, on /etc/resolv.conf. Returns 0, or -ENAMETOOLONG. Header-only,
- * so that drivers need not link this module to use it. */
+ * NET_STATE_DIR/<name>/resolv.conf. The session layer hands it to the driver in the sandbox
+ * spec; a driver that gives the sandbox its own root (the jail) bind-mounts it, read-only,
+ * on /etc/resolv.conf. Returns 0, or -ENAMETOOLONG. */
 static inline int net_resolv_conf_path(const char *netns_path, char *buf, size_t len)
 {
 	const char *slash = strrchr(netns_path, '/');

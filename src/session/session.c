@@ -1,6 +1,7 @@
 #include "session/session.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <time.h>
 
@@ -241,7 +242,11 @@ static void create_work(void *arg)
 	if (j->rc < 0)
 		return;
 	j->spec.netns_path = j->netns_path;
+	char resolv[PATH_MAX];
+	if (j->netns_path && net_resolv_conf_path(j->netns_path, resolv, sizeof(resolv)) == 0)
+		j->spec.resolv_conf = resolv;
 	j->rc = S.drv->create(S.cfg, &j->spec, &j->sb, &j->err);
+	j->spec.resolv_conf = NULL;
 	if (j->rc < 0)
 		net_sandbox_destroy(j->sandbox_id);
 }

@@ -14,7 +14,7 @@
 #include "config.h"
 #include "driver/driver.h"
 #include "guest/client.h"
-#include "session/template.h"
+#include "template/template.h"
 #include "util/err.h"
 
 enum session_state {

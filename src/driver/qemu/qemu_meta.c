@@ -1,7 +1,7 @@
 /* qemu_meta: a snapshot's meta.json, what it was made from. A snapshot is restored only when
  * every input matches: guest state saved under another kernel, rootfs, QEMU or machine shape
  * would restore into garbage (or not at all). Pure functions (tested directly). */
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 
 #include <errno.h>
 #include <inttypes.h>

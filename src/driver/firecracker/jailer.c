@@ -1,4 +1,4 @@
-#include "driver/jailer.h"
+#include "driver/firecracker/jailer.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -41,8 +41,8 @@
 
 #include "driver/cgroup.h"
 #include "driver/driver.h"
-#include "driver/fc_api.h"
-#include "driver/jailer.h"
+#include "driver/firecracker/fc_api.h"
+#include "driver/firecracker/jailer.h"
 #include "driver/proc.h"
 #include "driver/vm.h"
 #include "guest/proto.h"

@@ -27,7 +27,7 @@
 
 #include "driver/cgroup.h"
 #include "driver/driver.h"
-#include "driver/jail.h"
+#include "driver/jail/jail.h"
 #include "util/cleanup.h"
 
 #define BUSYBOX "/bin/busybox"

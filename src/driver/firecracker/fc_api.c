@@ -1,4 +1,4 @@
-#include "driver/fc_api.h"
+#include "driver/firecracker/fc_api.h"
 
 #include <curl/curl.h>
 #include <errno.h>

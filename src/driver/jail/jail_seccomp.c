@@ -8,7 +8,7 @@
  * On x86_64 the same rules also cover the i386 and x32 entry points: a 64-bit process can make
  * 32-bit system calls (int $0x80), and a filter written for x86_64 numbers alone would let
  * them through. Any other architecture is killed. */
-#include "driver/jail.h"
+#include "driver/jail/jail.h"
 
 #include <errno.h>
 #include <linux/capability.h>

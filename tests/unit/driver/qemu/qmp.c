@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "driver/qmp.h"
+#include "driver/qemu/qmp.h"
 
 #define GREETING                                                                            \
 	"{\"QMP\": {\"version\": {\"qemu\": {\"micro\": 22, \"minor\": 2, \"major\": 7}}, " \

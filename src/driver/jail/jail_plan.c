@@ -1,7 +1,7 @@
 /* jail_plan: the list of setup steps a jail's first process performs between clone() and the
  * exec of the agent. Built (with allocations) in the parent; run (without any) in the child.
  * See jail.h for why. */
-#include "driver/jail.h"
+#include "driver/jail/jail.h"
 
 #include <errno.h>
 #include <fcntl.h>

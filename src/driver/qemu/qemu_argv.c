@@ -1,5 +1,5 @@
 /* qemu_argv: QEMU's command line and the guest kernel's. Pure functions (tested directly). */
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /* qemu_vm: one QEMU process and the ways the driver talks to it: its console (captured with a
  * size cap), its QMP socket, and the agent's channel. Everything blocks with a deadline: this
  * runs on worker threads. */
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 #include "driver/vm.h"
 
 #include <dirent.h>
@@ -27,7 +27,7 @@
 #include <linux/vm_sockets.h>
 
 #include "driver/proc.h"
-#include "driver/qmp.h"
+#include "driver/qemu/qmp.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
 #include "util/random.h"

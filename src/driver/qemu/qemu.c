@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "driver/proc.h"
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 #include "driver/vm.h"
 #include "util/cleanup.h"
 #include "util/log.h"

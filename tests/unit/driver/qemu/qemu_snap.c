@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 #include "util/cleanup.h"
 #include "util/sha256.h"
 

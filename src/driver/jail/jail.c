@@ -28,9 +28,8 @@
 #include <unistd.h>
 
 #include "driver/cgroup.h"
-#include "driver/jail.h"
+#include "driver/jail/jail.h"
 #include "driver/proc.h"
-#include "net/net.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 
@@ -504,13 +503,11 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		/* The resolver of the sandbox's network, when the network module made one, on the
 		 * template's /etc/resolv.conf when that is a plain file to mount on (the builder
 		 * makes one; without it, names do not resolve in this sandbox). */
-		char path[PATH_MAX];
 		_cleanup_free_ char *target = xasprintf("%s/etc/resolv.conf", t->rootfs_dir);
 		struct stat st, src;
-		if (net_resolv_conf_path(spec->netns_path, path, sizeof(path)) == 0 &&
-		    stat(path, &src) == 0 && S_ISREG(src.st_mode) && lstat(target, &st) == 0 &&
-		    S_ISREG(st.st_mode))
-			plan.resolv_conf = jail_plan_str(&plan, "%s", path);
+		if (spec->resolv_conf && stat(spec->resolv_conf, &src) == 0 &&
+		    S_ISREG(src.st_mode) && lstat(target, &st) == 0 && S_ISREG(st.st_mode))
+			plan.resolv_conf = jail_plan_str(&plan, "%s", spec->resolv_conf);
 	}
 	plan.seccomp = &host.seccomp;
 	plan.caps_keep = jail_caps_keep();

@@ -14,7 +14,7 @@
  * build) and QEMU inherits them. Neither a rebuild's swap nor templates/build.sh replacing
  * the whole template directory can then hand a clone the RAM of one build and the state of
  * another; clones of a replaced snapshot keep running on its unlinked RAM file. */
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 #include "driver/vm.h"
 
 #include <dirent.h>

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 
 static const struct qemu_machine tcg_serial = {
 	.accel = QEMU_ACCEL_TCG,

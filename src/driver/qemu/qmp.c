@@ -1,4 +1,4 @@
-#include "driver/qmp.h"
+#include "driver/qemu/qmp.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "driver/fc_api.h"
-#include "driver/jailer.h"
+#include "driver/firecracker/fc_api.h"
+#include "driver/firecracker/jailer.h"
 #include "util/fs.h"
 
 static const struct fc_jail_spec base_spec = {

@@ -1,4 +1,4 @@
-#include "session/template.h"
+#include "template/template.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "driver/qemu.h"
+#include "driver/qemu/qemu.h"
 
 static struct qemu_snap_key key(void)
 {
