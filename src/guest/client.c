@@ -58,42 +58,12 @@ void guest_set_violation_hook(guest_violation_fn fn)
 
 int guest_code_errno(const char *code)
 {
-	static const struct {
-		const char *code;
-		int num;
-	} map[] = {
-		{ "ENOENT", ENOENT },
-		{ "ESCAPE", EXDEV },
-		{ "EINVAL", EINVAL },
-		{ "EPROTO", EPROTO },
-		{ "EISDIR", EISDIR },
-		{ "ENOTDIR", ENOTDIR },
-		{ "EACCES", EACCES },
-		{ "EPERM", EPERM },
-		{ "EFBIG", EFBIG },
-		{ "E2BIG", E2BIG },
-		{ "EMSGSIZE", EMSGSIZE },
-		{ "ENOSPC", ENOSPC },
-		{ "EEXIST", EEXIST },
-		{ "EAGAIN", EAGAIN },
-		{ "ECANCELED", ECANCELED },
-		{ "ENOTSUP", ENOTSUP },
-		{ "ENOEXEC", ENOEXEC },
-		{ "ETIMEDOUT", ETIMEDOUT },
-		{ "ENAMETOOLONG", ENAMETOOLONG },
-		{ "ELOOP", ELOOP },
-		{ "ENOTEMPTY", ENOTEMPTY },
-		{ "EBUSY", EBUSY },
-		{ "EROFS", EROFS },
-		{ "EDQUOT", EDQUOT },
-		{ "ETXTBSY", ETXTBSY },
-		{ "ENOMEM", ENOMEM },
-	};
-	if (code)
-		for (size_t i = 0; i < ARRAY_SIZE(map); i++)
-			if (strcmp(map[i].code, code) == 0)
-				return map[i].num;
-	return EIO;
+	/* The agent names its errors with err_name(), and a path that leaves the workspace
+	 * ESCAPE (which the API reports like EXDEV). */
+	if (code && strcmp(code, "ESCAPE") == 0)
+		return EXDEV;
+	int num = err_from_name(code);
+	return num ? num : EIO;
 }
 
 int guest_check_protocol(const json_t *result, struct err *err)

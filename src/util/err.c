@@ -91,3 +91,12 @@ const char *err_name(int errnum)
 			return err_names[i].name;
 	return "EIO";
 }
+
+int err_from_name(const char *name)
+{
+	if (name)
+		for (size_t i = 0; i < sizeof(err_names) / sizeof(err_names[0]); i++)
+			if (strcmp(err_names[i].name, name) == 0)
+				return err_names[i].num;
+	return 0;
+}

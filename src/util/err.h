@@ -35,3 +35,6 @@ int err_copy(struct err *dst, const struct err *src);
 
 /* The symbolic name of an errno value ("ENOENT"), or "EIO" when unknown. */
 const char *err_name(int errnum);
+
+/* The errno value of a symbolic name err_name() gives, or 0 when it gives no such name. */
+int err_from_name(const char *name);

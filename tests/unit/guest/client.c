@@ -249,6 +249,15 @@ static void test_the_agent_hanging_up_stops_the_pings(void **state)
 	assert_int_equal(f->closes, 1);
 }
 
+static void test_agent_error_codes(void **state)
+{
+	assert_int_equal(guest_code_errno("ENOENT"), ENOENT);
+	assert_int_equal(guest_code_errno("ESCAPE"), EXDEV);
+	assert_int_equal(guest_code_errno("EDQUOT"), EDQUOT);
+	assert_int_equal(guest_code_errno("ENOSUCHTHING"), EIO);
+	assert_int_equal(guest_code_errno(NULL), EIO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -264,6 +273,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_no_pings_when_turned_off, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_agent_hanging_up_stops_the_pings, setup,
 						teardown),
+		cmocka_unit_test(test_agent_error_codes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,6 +108,17 @@ static void test_names(void **state)
 	assert_string_equal(err_name(0), "EIO");
 	assert_string_equal(err_name(99999), "EIO");
 	assert_string_equal(err_name(-ENOENT), "EIO");
+	/* And back, for every name err_name gives: what the agent sends the host. */
+	for (int e = 1; e < 200; e++) {
+		const char *n = err_name(e);
+		if (strcmp(n, "EIO") != 0 || e == EIO)
+			assert_int_equal(err_from_name(n), e);
+	}
+	assert_int_equal(err_from_name("ENOENT"), ENOENT);
+	assert_int_equal(err_from_name("EREMOTEIO"), EREMOTEIO);
+	assert_int_equal(err_from_name("ESCAPE"), 0);
+	assert_int_equal(err_from_name(""), 0);
+	assert_int_equal(err_from_name(NULL), 0);
 }
 
 int main(void)
