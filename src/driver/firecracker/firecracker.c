@@ -45,6 +45,7 @@
 #include "driver/firecracker/jailer.h"
 #include "driver/proc.h"
 #include "driver/vm.h"
+#include "guest/call.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
 #include "util/fs.h"
@@ -467,44 +468,12 @@ static int vsock_connect(const char *uds, long timeout_ms, int *ret, struct err 
 
 /* One ping through the guest protocol, for the snapshot build (the session layer does its own
  * first exchange for sessions). */
-static int agent_ping(int fd, long timeout_ms, struct err *err)
+static int agent_ping(int fd, int timeout_ms, struct err *err)
 {
-	static const char req[] = "{\"op\":\"ping\"}";
-	uint8_t hdr[GUEST_HDR_LEN];
-	guest_frame_header(hdr, GUEST_REQUEST, 1, sizeof(req) - 1);
-	if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
-	    write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1))
-		return err_sys(err, errno, "cannot write to the agent");
-	uint64_t deadline = time_deadline(timeout_ms);
-	uint8_t buf[4096];
-	size_t have = 0;
-	struct guest_decoder dec;
-	guest_decoder_init(&dec, sizeof(buf) - GUEST_HDR_LEN);
-	for (;;) {
-		struct guest_frame f;
-		size_t used = 0;
-		enum guest_decode_status st = guest_decode(&dec, buf, have, &f, &used);
-		if (st == GUEST_DECODE_FRAME && f.channel == 1 &&
-		    (f.type == GUEST_RESULT || f.type == GUEST_ERROR))
-			return f.type == GUEST_RESULT
-				       ? 0
-				       : err_set(err, EPROTO, "the agent refused a ping");
-		if (used) {
-			memmove(buf, buf + used, have - used);
-			have -= used;
-			continue;
-		}
-		if (have == sizeof(buf))
-			return err_set(err, EPROTO, "unexpected data from the agent");
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long left = deadline - time_mono_ms();
-		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-			return err_set(err, ETIMEDOUT, "the agent did not answer a ping");
-		ssize_t n = read(fd, buf + have, sizeof(buf) - have);
-		if (n <= 0)
-			return err_set(err, ECONNRESET, "the agent closed the connection");
-		have += (size_t)n;
-	}
+	struct guest_call c = {
+		.fd = fd, .channel = 1, .request = "{\"op\":\"ping\"}", .timeout_ms = timeout_ms
+	};
+	return guest_call(&c, NULL, err);
 }
 
 /* --- template snapshots ------------------------------------------------------------- */

@@ -236,7 +236,7 @@ int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err
 int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);
 
 /* Sends the guest-protocol REQUEST `request` (JSON) on channel ch of vm->agent_fd and waits
- * for its terminal frame: 0 for RESULT, -EPROTO with the agent's message for ERROR. Frames
+ * for its terminal frame: 0 for RESULT, -EREMOTEIO with the agent's message for ERROR. Frames
  * before it (output) are skipped. */
 int qemu_vm_call(struct qemu_vm *vm, uint32_t ch, const char *request, int timeout_ms,
 		 struct err *err);

@@ -28,6 +28,7 @@
 
 #include "driver/proc.h"
 #include "driver/qemu/qmp.h"
+#include "guest/call.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
 #include "util/random.h"
@@ -796,88 +797,22 @@ int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *e
 
 /* --- the agent ------------------------------------------------------------------------- */
 
+static bool vm_alive_cb(void *arg)
+{
+	return vm_alive(arg);
+}
+
 int qemu_vm_call(struct qemu_vm *vm, uint32_t ch, const char *request, int timeout_ms,
 		 struct err *err)
 {
-	uint64_t deadline = time_deadline(timeout_ms);
-	size_t rlen = strlen(request);
-	uint8_t hdr[GUEST_HDR_LEN];
-	guest_frame_header(hdr, GUEST_REQUEST, ch, (uint32_t)rlen);
-	struct iovec iov[2] = { { hdr, sizeof(hdr) }, { (void *)request, rlen } };
-	size_t total = sizeof(hdr) + rlen, off = 0;
-	while (off < total) {
-		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
-		ssize_t k = sendmsg(vm->agent_fd, &mh, MSG_NOSIGNAL);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			err_sys(err, errno, "writing to the agent");
-			return qemu_vm_explain(vm, err);
-		}
-		off += (size_t)k;
-		/* Advance the iovecs past what was written. */
-		for (int i = 0; i < 2; i++) {
-			size_t used = (size_t)k < iov[i].iov_len ? (size_t)k : iov[i].iov_len;
-			iov[i].iov_base = (uint8_t *)iov[i].iov_base + used;
-			iov[i].iov_len -= used;
-			k -= (ssize_t)used;
-		}
-	}
-
-	/* Output and other frames before the terminal one are skipped. */
-	struct guest_decoder dec;
-	guest_decoder_init(&dec, 64u << 10);
-	uint8_t buf[4096];
-	size_t len = 0;
-	for (;;) {
-		struct guest_frame f;
-		size_t used = 0;
-		enum guest_decode_status st = guest_decode(&dec, buf, len, &f, &used);
-		bool mine = st == GUEST_DECODE_FRAME && f.channel == ch &&
-			    (f.type == GUEST_RESULT || f.type == GUEST_ERROR);
-		if (mine && f.type == GUEST_RESULT)
-			return 0;
-		if (mine)
-			return err_set(err, EPROTO, "the agent answered with an error: %.*s",
-				       (int)(f.len > 200 ? 200 : f.len), (const char *)f.payload);
-		if (used) {
-			memmove(buf, buf + used, len - used);
-			len -= used;
-			continue;
-		}
-		if (len == sizeof(buf))
-			return err_set(err, EPROTO, "the agent sent an oversized reply");
-		int left = time_left_ms(deadline);
-		if (left <= 0) {
-			err_set(err, ETIMEDOUT, "the agent did not answer in %d ms", timeout_ms);
-			return qemu_vm_explain(vm, err);
-		}
-		struct pollfd p = { .fd = vm->agent_fd, .events = POLLIN };
-		int pr = poll(&p, 1, left > 100 ? 100 : left);
-		if (pr < 0 && errno != EINTR) {
-			err_sys(err, errno, "poll");
-			return qemu_vm_explain(vm, err);
-		}
-		if (pr <= 0) {
-			if (!vm_alive(vm)) {
-				err_set(err, ECHILD, "the VM stopped before its agent answered");
-				return qemu_vm_explain(vm, err);
-			}
-			continue;
-		}
-		ssize_t k = recv(vm->agent_fd, buf + len, sizeof(buf) - len, MSG_DONTWAIT);
-		if (k == 0) {
-			err_set(err, ECONNRESET,
-				"the agent channel closed before the agent answered");
-			return qemu_vm_explain(vm, err);
-		}
-		if (k < 0 && errno != EINTR && errno != EAGAIN) {
-			err_sys(err, errno, "reading from the agent");
-			return qemu_vm_explain(vm, err);
-		}
-		if (k > 0)
-			len += (size_t)k;
-	}
+	struct guest_call c = { .fd = vm->agent_fd,
+				.channel = ch,
+				.request = request,
+				.timeout_ms = timeout_ms,
+				.alive = vm_alive_cb,
+				.arg = vm };
+	int r = guest_call(&c, NULL, err);
+	return r < 0 ? qemu_vm_explain(vm, err) : 0;
 }
 
 /* --- teardown -------------------------------------------------------------------------- */
