@@ -51,3 +51,18 @@ int driver_select(const struct config *cfg, const struct driver **ret, struct er
 	}
 	return err_set(err, ENODEV, "no sandbox driver can run on this host");
 }
+
+void driver_default_limits(const struct config *cfg, const struct template *t,
+			   struct sandbox_limits *ret)
+{
+	*ret = (struct sandbox_limits){
+		.memory_bytes = cfg->memory_limit,
+		.cpu_quota_us = cfg->cpu_quota_us,
+		.cpu_period_us = cfg->cpu_period_us,
+		.pids_max = cfg->pids_max,
+		.workspace_bytes = cfg->disk_limit,
+		.nofile = cfg->nofile,
+		.vcpus = t->vcpus ? t->vcpus : cfg->vcpus,
+		.mem_mib = t->mem_mib ? t->mem_mib : cfg->mem_mib,
+	};
+}

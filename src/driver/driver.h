@@ -82,6 +82,13 @@ struct driver {
 	uint64_t (*oom_kills)(struct sandbox *sb);
 };
 
+/* The limits of a sandbox of template t that asks for nothing of its own: the server's
+ * (VM_*, SANDBOX_PIDS_MAX), the template's vCPUs and guest RAM where it gives them. The
+ * session layer starts from these, and a driver preparing a template's snapshot uses them
+ * to build it for the sandboxes it will restore. */
+void driver_default_limits(const struct config *cfg, const struct template *t,
+			   struct sandbox_limits *ret);
+
 /* The driver named `name`, or NULL. */
 const struct driver *driver_find(const char *name);
 

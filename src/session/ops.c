@@ -233,6 +233,10 @@ static void exec_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 			 void *arg)
 {
 	struct ops_exec *x = arg;
+	if (type == GUEST_FILEDATA) {
+		guest_op_violation(op, "file contents for a command");
+		return;
+	}
 	int si = type == GUEST_STDERR ? 1 : 0;
 
 	/* Join the held-back bytes with this chunk, hold back a new incomplete tail. */
@@ -586,19 +590,21 @@ static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 			 void *arg)
 {
 	struct ops_call *c = arg;
-	if (type == GUEST_FILEDATA && c->content) {
-		/* The agent enforces the limit too, but it is not trusted. */
-		if (evbuffer_get_length(c->content) + len > c->max_bytes) {
-			struct err e;
-			err_set(&e, EFBIG, "`%s` exceeds the limit of %zu bytes", c->path,
-				c->max_bytes);
-			guest_op_detach(op);
-			metrics_add(M.exec_message_total, 1, call_metric_type(c->kind));
-			call_fail(c, &e);
-			return;
-		}
-		evbuffer_add(c->content, data, len);
+	if (type != GUEST_FILEDATA || !c->content) {
+		/* Only a read has data, and only file contents. */
+		guest_op_violation(op, "data a file operation does not produce");
+		return;
 	}
+	/* The agent enforces the limit too, but it is not trusted. */
+	if (evbuffer_get_length(c->content) + len > c->max_bytes) {
+		struct err e;
+		err_set(&e, EFBIG, "`%s` exceeds the limit of %zu bytes", c->path, c->max_bytes);
+		guest_op_detach(op);
+		metrics_add(M.exec_message_total, 1, call_metric_type(c->kind));
+		call_fail(c, &e);
+		return;
+	}
+	evbuffer_add(c->content, data, len);
 	guest_op_consumed(op, len);
 }
 

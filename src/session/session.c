@@ -1,4 +1,6 @@
-#include "session/session.h"
+/* session: the table of sessions and their life (creating, ready, failed, destroyed), the
+ * reaper, start and stop. Sandboxes are made in sandbox.c, pooled in pool.c. */
+#include "session/internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -14,8 +16,7 @@
 #include "util/random.h"
 #include "util/time.h"
 
-/* A failing warm pool waits pool_retry_ms times its failures in a row, up to this many. */
-#define POOL_RETRY_MAX_STEPS 12
+struct session_module session_mod;
 
 struct session_waiter {
 	session_ready_fn cb;
@@ -23,55 +24,7 @@ struct session_waiter {
 	struct session_waiter *next;
 };
 
-/* A sandbox created ahead of demand for one template. */
-struct pool_entry {
-	struct pool *pool;
-	struct sandbox *sb;
-	struct guest_conn *conn;
-	struct guest_op *ping; /* the first ping, until it is answered */
-	bool ready;
-	struct pool_entry *next;
-};
-
-struct pool {
-	char *template_name;
-	struct pool_entry *entries;
-	unsigned inflight;
-	unsigned failures;
-	struct event *retry;
-	struct pool *next;
-};
-
-static struct {
-	struct event_base *base;
-	const struct config *cfg;
-	const struct driver *drv;
-	struct template_registry templates;
-	struct session *sessions;
-	size_t nsessions;
-	struct pool *pools;
-	struct event *reaper;
-	bool shutting_down;
-	unsigned destroying; /* sandboxes being destroyed on workers */
-	unsigned creating;   /* sandboxes being created on workers */
-	void (*shutdown_done)(void *arg);
-	void *shutdown_arg;
-	struct err last_create_error;
-	bool last_create_failed;
-} S;
-
-static void pool_refill(struct pool *p);
-static void shutdown_check(void);
-
 /* --- small helpers ------------------------------------------------------------------ */
-
-/* A connection to a new sandbox's agent, watched for liveness. */
-static struct guest_conn *conn_new(int fd, guest_close_fn on_close, void *arg)
-{
-	struct guest_conn *c = guest_conn_new(S.base, fd, on_close, arg);
-	guest_conn_set_liveness(c, S.cfg->ping_interval_ms, S.cfg->ping_timeout_ms);
-	return c;
-}
 
 static int tighter(const char *name, uint64_t asked, uint64_t server, struct err *err)
 {
@@ -86,10 +39,11 @@ static int tighter(const char *name, uint64_t asked, uint64_t server, struct err
 
 int session_resources_check(const struct session_resources *r, struct err *err)
 {
-	const struct config *c = S.cfg;
+	const struct config *c = session_mod.cfg;
 	/* In a VM these limits would bound the VMM on the host, not the processes in the guest,
 	 * whose memory is the template's (resources.memSizeMib in template.json). */
-	if (S.drv && strcmp(S.drv->isolation, "vm") == 0 && (r->memory_bytes || r->pids_max))
+	if (session_mod.drv && strcmp(session_mod.drv->isolation, "vm") == 0 &&
+	    (r->memory_bytes || r->pids_max))
 		return err_set(
 			err, EINVAL,
 			"resources.memoryBytes and resources.pidsMax apply to sandboxes of the "
@@ -146,152 +100,7 @@ const char *session_state_name(enum session_state st)
 	return "unknown";
 }
 
-/* --- destroying sandboxes ----------------------------------------------------------- */
-
-struct destroy_job {
-	struct sandbox *sb;
-	char *sandbox_id;
-	struct session *s; /* unref'd when done, may be NULL */
-};
-
-static void destroy_work(void *arg)
-{
-	struct destroy_job *j = arg;
-	j->sb->driver->destroy(j->sb);
-	/* After the sandbox: nothing of it may be left using its network. */
-	net_sandbox_destroy(j->sandbox_id);
-}
-
-static void destroy_done(void *arg)
-{
-	struct destroy_job *j = arg;
-	store_sandbox_delete(j->sandbox_id);
-	log_debug("session", "sandbox %s destroyed", j->sandbox_id);
-	if (j->s) {
-		j->s->state = j->s->state == SESSION_DESTROYING ? SESSION_GONE : j->s->state;
-		session_unref(j->s);
-	}
-	free(j->sandbox_id);
-	free(j);
-	S.destroying--;
-	shutdown_check();
-}
-
-/* Hands a sandbox to a worker for destruction; s (optional) is kept until it is done. */
-static void sandbox_destroy_async(struct sandbox *sb, struct session *s)
-{
-	struct destroy_job *j = xcalloc(1, sizeof(*j));
-	net_sandbox_stop(sb->id); /* its resolver lives on this thread */
-	j->sb = sb;
-	j->sandbox_id = xstrdup(sb->id);
-	j->s = s;
-	if (s)
-		session_ref(s);
-	S.destroying++;
-	loop_submit(destroy_work, destroy_done, j);
-}
-
-/* --- creating sandboxes ------------------------------------------------------------- */
-
-struct create_job {
-	struct sandbox_spec spec;
-	char *sandbox_id;
-	struct template *tmpl;
-	struct session *s; /* NULL for a pool entry */
-	struct pool *pool;
-	struct sandbox *sb;
-	struct net_policy *net_policy; /* the session's egress policy; NULL: the server's */
-	char *netns_path;
-	struct err err;
-	int rc;
-	uint64_t t0;
-};
-
-static void spec_fill(struct sandbox_spec *spec, struct template *t, const char *sandbox_id)
-{
-	const struct config *c = S.cfg;
-	spec->tmpl = t;
-	spec->id = sandbox_id;
-	spec->limits = (struct sandbox_limits){
-		.memory_bytes = c->memory_limit,
-		.cpu_quota_us = c->cpu_quota_us,
-		.cpu_period_us = c->cpu_period_us,
-		.pids_max = c->pids_max,
-		.workspace_bytes = c->disk_limit,
-		.nofile = c->nofile,
-		.vcpus = t->vcpus ? t->vcpus : c->vcpus,
-		.mem_mib = t->mem_mib ? t->mem_mib : c->mem_mib,
-	};
-}
-
-static void create_work(void *arg)
-{
-	struct create_job *j = arg;
-	/* prepare() is idempotent, thread-safe and cheap once the template is ready (e.g. its
-	 * snapshot exists and matches); the first creation pays for it. */
-	if (S.drv->prepare) {
-		j->rc = S.drv->prepare(S.cfg, j->tmpl, &j->err);
-		if (j->rc < 0) {
-			err_wrap(&j->err, "preparing template %s", j->tmpl->name);
-			return;
-		}
-	}
-	/* The network first: the driver puts the sandbox into its namespace. */
-	j->rc = net_sandbox_create(j->sandbox_id, j->net_policy,
-				   strcmp(S.drv->isolation, "vm") == 0, &j->netns_path, &j->err);
-	if (j->rc < 0)
-		return;
-	j->spec.netns_path = j->netns_path;
-	char resolv[PATH_MAX];
-	if (j->netns_path && net_resolv_conf_path(j->netns_path, resolv, sizeof(resolv)) == 0)
-		j->spec.resolv_conf = resolv;
-	j->rc = S.drv->create(S.cfg, &j->spec, &j->sb, &j->err);
-	j->spec.resolv_conf = NULL;
-	if (j->rc < 0)
-		net_sandbox_destroy(j->sandbox_id);
-}
-
-static struct create_job *create_job_new(struct template *t, struct session *s, struct pool *p)
-{
-	struct create_job *j = xcalloc(1, sizeof(*j));
-	char hex[13];
-	random_hex(hex, 6);
-	j->sandbox_id = xasprintf("sb-%s", hex);
-	j->tmpl = template_ref(t);
-	spec_fill(&j->spec, j->tmpl, j->sandbox_id);
-	if (s) {
-		const struct session_resources *r = &s->resources;
-		struct sandbox_limits *l = &j->spec.limits;
-		if (r->memory_bytes)
-			l->memory_bytes = r->memory_bytes;
-		if (r->cpu_quota_us)
-			l->cpu_quota_us = r->cpu_quota_us;
-		if (r->workspace_bytes)
-			l->workspace_bytes = r->workspace_bytes;
-		if (r->pids_max)
-			l->pids_max = r->pids_max;
-	}
-	j->s = s;
-	j->pool = p;
-	j->t0 = time_mono_ms();
-	return j;
-}
-
-static void create_job_free(struct create_job *j)
-{
-	net_policy_destroy(j->net_policy);
-	free(j->netns_path);
-	template_unref(j->tmpl);
-	free(j->sandbox_id);
-	free(j);
-}
-
 /* --- session lifetime --------------------------------------------------------------- */
-
-static void count_creation(const struct template *t, const char *result)
-{
-	metrics_add(M.session_creations_total, 1, t->name, S.drv->name, result);
-}
 
 void session_ref(struct session *s)
 {
@@ -330,11 +139,11 @@ void session_op_end(struct session *s)
 
 static void table_remove(struct session *s)
 {
-	for (struct session **pp = &S.sessions; *pp; pp = &(*pp)->next) {
+	for (struct session **pp = &session_mod.sessions; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
 			s->next = NULL;
-			S.nsessions--;
+			session_mod.nsessions--;
 			session_unref(s);
 			return;
 		}
@@ -369,7 +178,7 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 	bool was_creating = s->state == SESSION_CREATING;
 	s->state = SESSION_FAILED;
 	if (s->sb) {
-		sandbox_destroy_async(s->sb, NULL);
+		session_sandbox_destroy(s->sb, NULL);
 		s->sb = NULL;
 	}
 	if (was_creating)
@@ -379,7 +188,7 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 
 static void session_fail_creation(struct session *s, const struct err *err)
 {
-	count_creation(s->tmpl, err->errnum == ECANCELED ? "cancelled" : "failure");
+	session_count_creation(s->tmpl, err->errnum == ECANCELED ? "cancelled" : "failure");
 	err_copy(&s->failure, err);
 	s->state = SESSION_FAILED;
 	log_warn("session", "creating session %s failed: %s", s->id, err->msg);
@@ -387,16 +196,6 @@ static void session_fail_creation(struct session *s, const struct err *err)
 	table_remove(s);
 	fire_waiters(s, &s->failure);
 	session_unref(s);
-}
-
-/* Whether an agent's first answer says it can serve this server: err names the template. */
-static int check_agent(const struct template *t, const json_t *result, struct err *err)
-{
-	struct err why;
-	if (guest_check_protocol(result, &why) == 0)
-		return 0;
-	return err_set(err, why.errnum, "template `%s`: %s; rebuild it (templates/build.sh %s)",
-		       t->name, why.msg, t->name);
 }
 
 static void on_resume_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
@@ -407,16 +206,20 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 		return;
 	}
 	struct err stale;
-	if (!err && check_agent(s->tmpl, result, &stale) < 0)
+	if (!err && session_check_agent(s->tmpl, result, &stale) < 0)
 		err = &stale;
 	if (err) {
 		struct err e;
 		err_copy(&e, err);
+		/* Whatever the agent's own error says, its sandbox failing to start is not the
+		 * caller's doing: its silence stays a timeout, anything else is a bad gateway. */
+		if (e.errnum != ETIMEDOUT && e.errnum != EPROTONOSUPPORT)
+			e.errnum = EREMOTEIO;
 		err_wrap(&e, "the sandbox agent did not start");
 		if (s->sb) {
 			guest_conn_free(s->conn);
 			s->conn = NULL;
-			sandbox_destroy_async(s->sb, NULL);
+			session_sandbox_destroy(s->sb, NULL);
 			s->sb = NULL;
 		}
 		session_fail_creation(s, &e);
@@ -425,7 +228,7 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 	}
 	s->state = SESSION_READY;
 	session_touch(s);
-	count_creation(s->tmpl, "success");
+	session_count_creation(s->tmpl, "success");
 	metrics_observe(M.vsock_connection_time,
 			(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0);
 	log_info("session", "session %s ready (template %s, sandbox %s)", s->id, s->tmpl->name,
@@ -445,7 +248,7 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 	free(s->sandbox_id);
 	s->sandbox_id = xstrdup(sb->id);
 	struct err e;
-	if (store_sandbox_put(sb->id, S.drv->name, s->owner, s->id, sb->record, &e) < 0)
+	if (store_sandbox_put(sb->id, session_mod.drv->name, s->owner, s->id, sb->record, &e) < 0)
 		log_warn("session", "cannot record sandbox %s: %s", sb->id, e.msg);
 
 	struct timespec now;
@@ -470,236 +273,50 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 		on_resume_done(NULL, NULL, &e, s);
 		return;
 	}
-	guest_op_set_timeout(op, S.cfg->first_reply_timeout_ms, "resume");
+	guest_op_set_timeout(op, session_mod.cfg->first_reply_timeout_ms, "resume");
 }
 
 static void session_create_done(void *arg)
 {
 	struct create_job *j = arg;
 	struct session *s = j->s;
-	S.creating--;
+	session_mod.creating--;
 	if (j->rc >= 0)
 		metrics_observe(M.vm_creation_time, (double)(time_mono_ms() - j->t0) / 1000.0,
-				S.drv->name, "cold");
+				session_mod.drv->name, "cold");
 	if (j->rc < 0) {
 		/* Whatever the driver's errno, a sandbox that cannot be made is the server's
 		 * failure, not the request's: keep the message, report it as such. */
 		if (j->err.errnum != EAGAIN && j->err.errnum != ETIMEDOUT &&
 		    j->err.errnum != ENOSPC && j->err.errnum != ENOMEM)
 			j->err.errnum = EIO;
-		S.last_create_failed = true;
-		err_copy(&S.last_create_error, &j->err);
+		session_mod.last_create_failed = true;
+		err_copy(&session_mod.last_create_error, &j->err);
 		if (s->state == SESSION_CREATING)
 			session_fail_creation(s, &j->err);
 	} else {
-		S.last_create_failed = false;
+		session_mod.last_create_failed = false;
 		log_debug("session", "sandbox %s created in %llu ms", j->sb->id,
 			  (unsigned long long)(time_mono_ms() - j->t0));
 		net_sandbox_start(j->sb->id);
 		if (s->state != SESSION_CREATING) {
 			/* Destroyed while it was being made. */
-			sandbox_destroy_async(j->sb, NULL);
+			session_sandbox_destroy(j->sb, NULL);
 		} else {
 			int fd = TAKE_FD(j->sb->agent_fd);
-			session_attach(s, j->sb, conn_new(fd, on_session_conn_closed, s));
+			session_attach(s, j->sb, session_conn_new(fd, on_session_conn_closed, s));
 		}
 	}
 	session_unref(s);
-	create_job_free(j);
-	shutdown_check();
-}
-
-/* --- warm pool ---------------------------------------------------------------------- */
-
-static struct pool *pool_get(const char *name)
-{
-	for (struct pool *p = S.pools; p; p = p->next)
-		if (strcmp(p->template_name, name) == 0)
-			return p;
-	struct pool *p = xcalloc(1, sizeof(*p));
-	p->template_name = xstrdup(name);
-	p->next = S.pools;
-	S.pools = p;
-	return p;
-}
-
-static unsigned pool_count(struct pool *p)
-{
-	unsigned n = 0;
-	for (struct pool_entry *e = p->entries; e; e = e->next)
-		n++;
-	return n;
-}
-
-static void pool_unlink(struct pool_entry *e)
-{
-	for (struct pool_entry **pp = &e->pool->entries; *pp; pp = &(*pp)->next) {
-		if (*pp == e) {
-			*pp = e->next;
-			return;
-		}
-	}
-}
-
-static void pool_entry_discard(struct pool_entry *e)
-{
-	pool_unlink(e);
-	/* Its answer would come to e, which is about to go. */
-	if (e->ping)
-		guest_op_detach(e->ping);
-	if (e->conn)
-		guest_conn_free(e->conn);
-	if (e->sb)
-		sandbox_destroy_async(e->sb, NULL);
-	free(e);
-}
-
-static void on_pool_retry(evutil_socket_t fd, short what, void *arg)
-{
-	pool_refill(arg);
-}
-
-static void pool_failed(struct pool *p, const struct err *err)
-{
-	p->failures++;
-	unsigned steps = p->failures < POOL_RETRY_MAX_STEPS ? p->failures : POOL_RETRY_MAX_STEPS;
-	uint64_t ms = (uint64_t)S.cfg->pool_retry_ms * steps;
-	log_warn("session", "warm pool for template %s: %s (retrying in %llu ms)", p->template_name,
-		 err->msg, (unsigned long long)ms);
-	if (!p->retry)
-		p->retry = evtimer_new(S.base, on_pool_retry, p);
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
-			      .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
-	evtimer_add(p->retry, &tv);
-}
-
-static void on_pool_conn_closed(struct guest_conn *c, const struct err *why, void *arg)
-{
-	struct pool_entry *e = arg;
-	log_warn("session", "pooled sandbox %s stopped: %s", e->sb ? e->sb->id : "?", why->msg);
-	e->conn = NULL; /* freed by its owner below, not from inside its callback */
-	pool_unlink(e);
-	if (e->sb)
-		sandbox_destroy_async(e->sb, NULL);
-	e->sb = NULL;
-	guest_conn_free(c); /* deferred by the connection until its callback returns */
-	free(e);
-}
-
-static void on_pool_ping(struct guest_op *op, json_t *result, const struct err *err, void *arg)
-{
-	struct pool_entry *e = arg;
-	e->ping = NULL;
-	struct err stale;
-	const struct template *t = template_find(&S.templates, e->pool->template_name);
-	if (!err && t && check_agent(t, result, &stale) < 0)
-		err = &stale;
-	if (err) {
-		struct pool *p = e->pool;
-		struct err why;
-		err_copy(&why, err);
-		pool_entry_discard(e);
-		pool_failed(p, &why);
-		return;
-	}
-	e->ready = true;
-	e->pool->failures = 0;
-}
-
-static const struct guest_op_cbs pool_ping_cbs = { .on_done = on_pool_ping };
-
-static void pool_create_done(void *arg)
-{
-	struct create_job *j = arg;
-	struct pool *p = j->pool;
-	S.creating--;
-	p->inflight--;
-	if (j->rc < 0) {
-		S.last_create_failed = true;
-		err_copy(&S.last_create_error, &j->err);
-		pool_failed(p, &j->err);
-	} else if (S.shutting_down || !template_find(&S.templates, p->template_name)) {
-		S.last_create_failed = false;
-		sandbox_destroy_async(j->sb, NULL);
-	} else {
-		S.last_create_failed = false;
-		net_sandbox_start(j->sb->id);
-		struct pool_entry *e = xcalloc(1, sizeof(*e));
-		e->pool = p;
-		e->sb = j->sb;
-		struct err perr;
-		if (store_sandbox_put(j->sb->id, S.drv->name, NULL, NULL, j->sb->record, &perr) < 0)
-			log_warn("session", "cannot record sandbox %s: %s", j->sb->id, perr.msg);
-		e->conn = conn_new(TAKE_FD(j->sb->agent_fd), on_pool_conn_closed, e);
-		e->next = p->entries;
-		p->entries = e;
-		json_t *req = json_pack("{s:s}", "op", "ping");
-		e->ping = guest_op_start(e->conn, req, &pool_ping_cbs, e, &perr);
-		json_decref(req);
-		if (e->ping)
-			guest_op_set_timeout(e->ping, S.cfg->first_reply_timeout_ms, "first ping");
-		log_debug("session", "pooled sandbox %s for %s created in %llu ms", j->sb->id,
-			  p->template_name, (unsigned long long)(time_mono_ms() - j->t0));
-	}
-	create_job_free(j);
-	shutdown_check();
-	pool_refill(p);
-}
-
-static void pool_refill(struct pool *p)
-{
-	if (S.shutting_down || S.cfg->warm_pool == 0)
-		return;
-	if (p->retry && evtimer_pending(p->retry, NULL))
-		return;
-	struct template *t = template_find(&S.templates, p->template_name);
-	if (!t)
-		return;
-	/* One creation at a time per template: the pool fills in the background without
-	 * starving requests for the workers. */
-	while (pool_count(p) + p->inflight < S.cfg->warm_pool && p->inflight < 1) {
-		struct create_job *j = create_job_new(t, NULL, p);
-		p->inflight++;
-		S.creating++;
-		loop_submit(create_work, pool_create_done, j);
-	}
-}
-
-static struct pool_entry *pool_take(const char *template_name)
-{
-	for (struct pool *p = S.pools; p; p = p->next) {
-		if (strcmp(p->template_name, template_name) != 0)
-			continue;
-		for (struct pool_entry *e = p->entries; e; e = e->next) {
-			if (e->ready && guest_conn_alive(e->conn)) {
-				pool_unlink(e);
-				return e;
-			}
-		}
-	}
-	return NULL;
-}
-
-size_t session_pool_size(void)
-{
-	size_t n = 0;
-	for (struct pool *p = S.pools; p; p = p->next)
-		for (struct pool_entry *e = p->entries; e; e = e->next)
-			n += e->ready;
-	return n;
-}
-
-static void pools_fill_all(void)
-{
-	for (size_t i = 0; i < S.templates.n; i++)
-		pool_refill(pool_get(S.templates.items[i]->name));
+	session_job_free(j);
+	session_shutdown_check();
 }
 
 /* --- the table ---------------------------------------------------------------------- */
 
 struct session *session_find(const char *owner, const char *id)
 {
-	for (struct session *s = S.sessions; s; s = s->next)
+	for (struct session *s = session_mod.sessions; s; s = s->next)
 		if (strcmp(s->id, id) == 0 && strcmp(s->owner, owner ? owner : "") == 0)
 			return s;
 	return NULL;
@@ -743,24 +360,24 @@ void session_get_or_create(const char *owner, const char *id,
 			break;
 		}
 	}
-	if (S.shutting_down) {
+	if (session_mod.shutting_down) {
 		err_set(&e, ESHUTDOWN, "the server is shutting down");
 		cb(NULL, &e, arg);
 		return;
 	}
-	const char *tname =
-		opts && opts->template_name ? opts->template_name : S.cfg->default_template;
-	struct template *t = template_find(&S.templates, tname);
+	const char *tname = opts && opts->template_name ? opts->template_name
+							: session_mod.cfg->default_template;
+	struct template *t = template_find(&session_mod.templates, tname);
 	if (!t) {
-		_cleanup_free_ char *names = template_names(&S.templates);
+		_cleanup_free_ char *names = template_names(&session_mod.templates);
 		err_set(&e, EINVAL, "Unknown template `%s`; available templates: %s", tname,
 			*names ? names : "(none built)");
 		cb(NULL, &e, arg);
 		return;
 	}
-	if (S.nsessions >= S.cfg->max_sessions) {
+	if (session_mod.nsessions >= session_mod.cfg->max_sessions) {
 		err_set(&e, EAGAIN, "The server is at its limit of %u sessions",
-			S.cfg->max_sessions);
+			session_mod.cfg->max_sessions);
 		cb(NULL, &e, arg);
 		return;
 	}
@@ -780,14 +397,14 @@ void session_get_or_create(const char *owner, const char *id,
 	s->state = SESSION_CREATING;
 	s->created_ms = time_wall_ms();
 	s->active_mono_ms = time_mono_ms();
-	s->idle_timeout_s =
-		opts && opts->idle_timeout_s ? opts->idle_timeout_s : S.cfg->idle_timeout_s;
+	s->idle_timeout_s = opts && opts->idle_timeout_s ? opts->idle_timeout_s
+							 : session_mod.cfg->idle_timeout_s;
 	s->env = opts && json_is_object(opts->env) ? json_deep_copy(opts->env) : json_object();
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
-	s->next = S.sessions;
-	S.sessions = s;
-	S.nsessions++;
+	s->next = session_mod.sessions;
+	session_mod.sessions = s;
+	session_mod.nsessions++;
 	if (created)
 		*created = true;
 	add_waiter(s, cb, arg);
@@ -797,27 +414,23 @@ void session_get_or_create(const char *owner, const char *id,
 			  (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
 			   opts->resources->workspace_bytes || opts->resources->pids_max);
 	/* Likewise for the network: pooled sandboxes have the server's egress policy. */
-	struct pool_entry *pe = own_limits || egress ? NULL : pool_take(t->name);
-	if (pe) {
-		struct sandbox *sb = pe->sb;
-		struct guest_conn *conn = pe->conn;
-		struct pool *p = pe->pool;
-		free(pe);
+	struct sandbox *sb;
+	struct guest_conn *conn;
+	if (!own_limits && !egress && session_pool_claim(t->name, &sb, &conn)) {
 		guest_conn_set_close(conn, on_session_conn_closed, s);
 		session_attach(s, sb, conn);
 		metrics_observe(M.vm_creation_time,
-				(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0, S.drv->name,
-				"pool");
-		pool_refill(p);
+				(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0,
+				session_mod.drv->name, "pool");
 		return;
 	}
-	struct create_job *j = create_job_new(t, s, NULL);
+	struct create_job *j = session_job_new(t, s, NULL);
 	j->net_policy = egress;
 	session_ref(s);
-	S.creating++;
-	loop_submit(create_work, session_create_done, j);
-	if (S.cfg->warm_pool)
-		pool_refill(pool_get(t->name));
+	session_mod.creating++;
+	loop_submit(session_job_work, session_create_done, j);
+	if (session_mod.cfg->warm_pool)
+		session_pool_refill(t->name);
 }
 
 void session_destroy(struct session *s, const char *why)
@@ -843,7 +456,7 @@ void session_destroy(struct session *s, const char *why)
 		s->conn = NULL;
 	}
 	if (s->sb) {
-		sandbox_destroy_async(s->sb, s);
+		session_sandbox_destroy(s->sb, s);
 		s->sb = NULL;
 	} else {
 		s->state = SESSION_GONE;
@@ -885,14 +498,14 @@ struct session_exec *session_exec_find(struct session *s, const char *exec_id)
 
 void session_foreach(const char *owner, void (*fn)(struct session *s, void *arg), void *arg)
 {
-	for (struct session *s = S.sessions; s; s = s->next)
+	for (struct session *s = session_mod.sessions; s; s = s->next)
 		if (!owner || strcmp(s->owner, owner) == 0)
 			fn(s, arg);
 }
 
 size_t session_count(void)
 {
-	return S.nsessions;
+	return session_mod.nsessions;
 }
 
 static json_t *iso_time(uint64_t ms)
@@ -926,13 +539,14 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t now = time_mono_ms();
 	uint64_t wall = time_wall_ms();
-	struct session *s = S.sessions;
+	struct session *s = session_mod.sessions;
 	while (s) {
 		struct session *next = s->next;
 		bool idle = s->running == 0 &&
 			    now - s->active_mono_ms >= (uint64_t)s->idle_timeout_s * 1000;
-		bool expired = S.cfg->max_lifetime_s &&
-			       wall - s->created_ms >= (uint64_t)S.cfg->max_lifetime_s * 1000;
+		bool expired =
+			session_mod.cfg->max_lifetime_s &&
+			wall - s->created_ms >= (uint64_t)session_mod.cfg->max_lifetime_s * 1000;
 		if (s->state == SESSION_READY || s->state == SESSION_FAILED) {
 			if (idle)
 				session_destroy(s, "idle timeout");
@@ -976,7 +590,7 @@ static void cleanup_stale(void)
 		const struct driver *d = driver_find(st->driver);
 		if (d && d->cleanup_stale) {
 			log_info("session", "removing sandbox %s left by a previous run", st->id);
-			d->cleanup_stale(S.cfg, st->id, st->record);
+			d->cleanup_stale(session_mod.cfg, st->id, st->record);
 		} else {
 			log_warn("session", "sandbox %s was made by driver `%s`, not available now",
 				 st->id, st->driver);
@@ -992,116 +606,93 @@ static void cleanup_stale(void)
 static void on_scrape(void *arg)
 {
 	unsigned counts[SESSION_FAILED + 1] = { 0 };
-	for (struct session *s = S.sessions; s; s = s->next)
+	for (struct session *s = session_mod.sessions; s; s = s->next)
 		counts[s->state]++;
 	for (int st = SESSION_CREATING; st <= SESSION_FAILED; st++)
 		if (st != SESSION_GONE)
 			metrics_set(M.active_vm_count, counts[st], session_state_name(st));
 	metrics_set(M.active_vm_count, (double)session_pool_size(), "pooled");
-	metrics_set(M.exec_sessions_active, (double)S.nsessions);
-	for (struct pool *p = S.pools; p; p = p->next) {
-		unsigned ready = 0;
-		for (struct pool_entry *e = p->entries; e; e = e->next)
-			ready += e->ready;
-		metrics_set(M.warm_pool_size, ready, p->template_name);
-	}
+	metrics_set(M.exec_sessions_active, (double)session_mod.nsessions);
+	session_pools_publish();
 }
 
 int session_init(struct event_base *base, const struct config *cfg, const struct driver *drv,
 		 struct err *err)
 {
 	metrics_on_scrape(on_scrape, NULL);
-	S.base = base;
-	S.cfg = cfg;
-	S.drv = drv;
+	session_mod.base = base;
+	session_mod.cfg = cfg;
+	session_mod.drv = drv;
 	cleanup_stale();
 	int r = session_reload_templates(err);
 	if (r < 0)
 		return r;
-	S.reaper = event_new(base, -1, EV_PERSIST, on_reap, NULL);
-	struct timeval tv = { .tv_sec = S.cfg->reaper_interval_ms / 1000,
-			      .tv_usec = (suseconds_t)(S.cfg->reaper_interval_ms % 1000) * 1000 };
-	event_add(S.reaper, &tv);
-	pools_fill_all();
+	session_mod.reaper = event_new(base, -1, EV_PERSIST, on_reap, NULL);
+	struct timeval tv = { .tv_sec = session_mod.cfg->reaper_interval_ms / 1000,
+			      .tv_usec = (suseconds_t)(session_mod.cfg->reaper_interval_ms % 1000) *
+					 1000 };
+	event_add(session_mod.reaper, &tv);
+	session_pools_fill();
 	return 0;
 }
 
 int session_reload_templates(struct err *err)
 {
-	_cleanup_free_ char *dir = xasprintf("%s/templates", S.cfg->artifacts_dir);
-	int r = template_registry_load(&S.templates, dir, err);
+	_cleanup_free_ char *dir = xasprintf("%s/templates", session_mod.cfg->artifacts_dir);
+	int r = template_registry_load(&session_mod.templates, dir, err);
 	if (r < 0)
 		return r;
-	log_info("session", "%zu template(s) loaded from %s", S.templates.n, dir);
+	log_info("session", "%zu template(s) loaded from %s", session_mod.templates.n, dir);
 	/* Pooled sandboxes of templates that are gone or changed are dropped. */
-	for (struct pool *p = S.pools; p; p = p->next) {
-		if (template_find(&S.templates, p->template_name))
-			continue;
-		while (p->entries)
-			pool_entry_discard(p->entries);
-	}
-	if (S.reaper)
-		pools_fill_all();
+	session_pools_drop_stale();
+	if (session_mod.reaper)
+		session_pools_fill();
 	return 0;
 }
 
 const struct template_registry *session_templates(void)
 {
-	return &S.templates;
+	return &session_mod.templates;
 }
 
 const struct driver *session_driver(void)
 {
-	return S.drv;
+	return session_mod.drv;
 }
 
 bool session_driver_healthy(struct err *err)
 {
-	if (S.last_create_failed) {
-		err_copy(err, &S.last_create_error);
+	if (session_mod.last_create_failed) {
+		err_copy(err, &session_mod.last_create_error);
 		return false;
 	}
 	return true;
 }
 
-static void shutdown_check(void)
+void session_shutdown_check(void)
 {
-	if (!S.shutting_down || S.destroying || S.creating || S.nsessions)
+	if (!session_mod.shutting_down || session_mod.destroying || session_mod.creating ||
+	    session_mod.nsessions || !session_pools_idle())
 		return;
-	for (struct pool *p = S.pools; p; p = p->next)
-		if (p->entries || p->inflight)
-			return;
-	if (S.shutdown_done) {
-		void (*done)(void *) = S.shutdown_done;
-		S.shutdown_done = NULL;
-		if (S.reaper)
-			event_free(S.reaper);
-		S.reaper = NULL;
-		while (S.pools) {
-			struct pool *p = S.pools;
-			S.pools = p->next;
-			if (p->retry)
-				event_free(p->retry);
-			free(p->template_name);
-			free(p);
-		}
-		template_registry_clear(&S.templates);
-		done(S.shutdown_arg);
+	if (session_mod.shutdown_done) {
+		void (*done)(void *) = session_mod.shutdown_done;
+		session_mod.shutdown_done = NULL;
+		if (session_mod.reaper)
+			event_free(session_mod.reaper);
+		session_mod.reaper = NULL;
+		session_pools_free();
+		template_registry_clear(&session_mod.templates);
+		done(session_mod.shutdown_arg);
 	}
 }
 
 void session_shutdown(void (*done)(void *arg), void *arg)
 {
-	S.shutting_down = true;
-	S.shutdown_done = done;
-	S.shutdown_arg = arg;
-	while (S.sessions)
-		session_destroy(S.sessions, "server shutdown");
-	for (struct pool *p = S.pools; p; p = p->next) {
-		if (p->retry)
-			event_del(p->retry);
-		while (p->entries)
-			pool_entry_discard(p->entries);
-	}
-	shutdown_check();
+	session_mod.shutting_down = true;
+	session_mod.shutdown_done = done;
+	session_mod.shutdown_arg = arg;
+	while (session_mod.sessions)
+		session_destroy(session_mod.sessions, "server shutdown");
+	session_pools_discard();
+	session_shutdown_check();
 }

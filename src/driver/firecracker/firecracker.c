@@ -632,25 +632,10 @@ static int binary_version(const char *bin, struct fc_version *ret, struct err *e
 	return 0;
 }
 
-static void template_limits(const struct config *cfg, const struct template *t,
-			    struct sandbox_limits *l)
-{
-	*l = (struct sandbox_limits){
-		.memory_bytes = cfg->memory_limit,
-		.cpu_quota_us = cfg->cpu_quota_us,
-		.cpu_period_us = cfg->cpu_period_us,
-		.pids_max = cfg->pids_max,
-		.workspace_bytes = cfg->disk_limit,
-		.nofile = cfg->nofile,
-		.vcpus = t->vcpus ? t->vcpus : cfg->vcpus,
-		.mem_mib = t->mem_mib ? t->mem_mib : cfg->mem_mib,
-	};
-}
-
 static int fc_prepare(const struct config *cfg, struct template *t, struct err *err)
 {
 	struct sandbox_limits l;
-	template_limits(cfg, t, &l);
+	driver_default_limits(cfg, t, &l);
 	struct fc_version v;
 	int r = binary_version(cfg->fc_bin, &v, err);
 	if (r < 0)

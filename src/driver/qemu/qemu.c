@@ -356,10 +356,10 @@ static int qemu_prepare(const struct config *cfg, struct template *t, struct err
 	if (!h)
 		return -err->errnum;
 	/* The same resources the session layer gives the template's sandboxes. */
+	struct sandbox_limits l;
+	driver_default_limits(cfg, t, &l);
 	struct qemu_want w;
-	int r = want_for(t, t->vcpus ? t->vcpus : cfg->vcpus,
-			 t->mem_mib ? t->mem_mib : cfg->mem_mib, cfg->disk_limit, cfg->pids_max, &w,
-			 err);
+	int r = want_for(t, l.vcpus, l.mem_mib, l.workspace_bytes, l.pids_max, &w, err);
 	if (r < 0)
 		return r;
 	return qemu_snap_prepare(h, &w, err);

@@ -1,0 +1,97 @@
+/* What the files of the session module share (session.c: the table and the sessions' life;
+ * sandbox.c: creating and destroying sandboxes on workers; pool.c: the warm pool). Nothing
+ * outside src/session/ includes this. Everything here is the loop thread's but the jobs'
+ * work functions. */
+#pragma once
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "driver/driver.h"
+#include "guest/client.h"
+#include "session/session.h"
+#include "template/template.h"
+#include "util/err.h"
+
+struct pool;
+struct net_policy;
+
+struct session_module {
+	struct event_base *base;
+	const struct config *cfg;
+	const struct driver *drv;
+	struct template_registry templates;
+	struct session *sessions;
+	size_t nsessions;
+	struct pool *pools; /* pool.c */
+	struct event *reaper;
+	bool shutting_down;
+	unsigned destroying; /* sandboxes being destroyed on workers */
+	unsigned creating;   /* sandboxes being created on workers */
+	void (*shutdown_done)(void *arg);
+	void *shutdown_arg;
+	struct err last_create_error;
+	bool last_create_failed;
+};
+
+extern struct session_module session_mod;
+
+/* --- sandbox.c ------------------------------------------------------------------------ */
+
+/* Creating one sandbox on a worker: for a session (s) or for the warm pool (pool). */
+struct create_job {
+	struct sandbox_spec spec;
+	char *sandbox_id;
+	struct template *tmpl;
+	struct session *s; /* NULL for a pool entry */
+	struct pool *pool;
+	struct sandbox *sb;
+	struct net_policy *net_policy; /* the session's egress policy; NULL: the server's */
+	char *netns_path;
+	struct err err;
+	int rc;
+	uint64_t t0;
+};
+
+/* A job for a sandbox of template t with the server's limits, or the session's own. */
+struct create_job *session_job_new(struct template *t, struct session *s, struct pool *p);
+void session_job_free(struct create_job *j);
+/* The work (on a worker): prepares the template, the network, then the driver's create. */
+void session_job_work(void *arg);
+
+/* Hands a sandbox to a worker for destruction; s (optional) is kept until it is done. */
+void session_sandbox_destroy(struct sandbox *sb, struct session *s);
+
+/* A connection to a new sandbox's agent, watched for liveness. */
+struct guest_conn *session_conn_new(int fd, guest_close_fn on_close, void *arg);
+
+/* Whether an agent's first answer says it can serve this server: err names the template. */
+int session_check_agent(const struct template *t, const json_t *result, struct err *err);
+
+void session_count_creation(const struct template *t, const char *result);
+
+/* --- pool.c --------------------------------------------------------------------------- */
+
+/* Takes a ready pooled sandbox of the template, if there is one: true with the sandbox and
+ * its connection, which the caller owns now; the pool refills. */
+bool session_pool_claim(const char *template_name, struct sandbox **ret_sb,
+			struct guest_conn **ret_conn);
+/* Starts filling the template's pool, or every template's (when SANDBOX_WARM_POOL > 0). */
+void session_pool_refill(const char *template_name);
+void session_pools_fill(void);
+/* Drops the pooled sandboxes of templates that are no longer loaded. */
+void session_pools_drop_stale(void);
+/* Whether no pool holds a sandbox or is making one (for the shutdown). */
+bool session_pools_idle(void);
+/* Shutdown: no more retries, every pooled sandbox destroyed; then freed. */
+void session_pools_discard(void);
+void session_pools_free(void);
+/* Sets the warm-pool gauges. */
+void session_pools_publish(void);
+
+/* --- session.c ------------------------------------------------------------------------ */
+
+/* Ends the shutdown once nothing is left (sessions, pooled sandboxes, jobs). */
+void session_shutdown_check(void);
