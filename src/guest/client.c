@@ -17,6 +17,7 @@ struct guest_op {
 	bool detached;         /* no callbacks any more */
 	bool finished;         /* on_done ran (or was suppressed) */
 	bool released;         /* its channel is closed: freed once no callback is running */
+	bool giving_up;        /* the host gave up on it: the agent's grace period runs */
 	int64_t recv_credit;   /* data bytes the agent may still send us */
 	uint64_t consumed;     /* delivered and released, not yet granted back */
 	int64_t send_credit;   /* data bytes we may still send */
@@ -43,11 +44,19 @@ struct guest_conn {
 	 * outermost frame reaps released ops and, if asked to, frees the connection. */
 	int depth;
 	bool free_pending;
+	uint64_t grace_ms; /* guest_conn_set_grace */
+	/* frames and bytes for channels that are not open: a budget, then it is a violation */
+	uint64_t stray_frames, stray_bytes;
 	/* liveness (guest_conn_set_liveness) */
 	struct event *live_timer;
 	uint64_t live_interval_ms, live_timeout_ms;
 	struct guest_op *live_ping; /* the ping awaiting its answer, if any */
 };
+
+/* What an agent may send for channels that are not open before that is a violation: after
+ * a cancel it may still flush a window of output, in frames of any size. */
+#define GUEST_STRAY_FRAMES_MAX 4096
+#define GUEST_STRAY_BYTES_MAX  (64ull << 20)
 
 static guest_violation_fn violation_hook;
 
@@ -270,9 +279,15 @@ static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 	}
 	struct guest_op *op = find_op(c, f->channel);
 	if (!op) {
-		/* A channel we never opened, or one already closed by its terminal frame (a
-		 * second terminal reply, data after the result): count it and drop the frame. */
+		/* A channel we never opened, or one already closed (a second terminal reply,
+		 * data after the result or after we gave up): count it and drop the frame,
+		 * within a budget that a well-behaved agent never reaches. */
 		violation("channel");
+		c->stray_bytes += f->len;
+		if (++c->stray_frames > GUEST_STRAY_FRAMES_MAX ||
+		    c->stray_bytes > GUEST_STRAY_BYTES_MAX)
+			conn_fail(c, EREMOTEIO,
+				  "sandbox agent sent too much for channels that are not open");
 		return;
 	}
 	switch (f->type) {
@@ -378,6 +393,7 @@ struct guest_conn *guest_conn_new(struct event_base *base, int fd, guest_close_f
 	c->on_close = on_close;
 	c->arg = arg;
 	c->next_channel = 1;
+	c->grace_ms = GUEST_GIVE_UP_GRACE_MS;
 	/* Never hold more than a few frames of unread input: the agent's credit bounds the
 	 * rest, and reading stops while a consumer is slow. */
 	bufferevent_setwatermark(c->bev, EV_READ, 0, 4 * (GUEST_MAX_PAYLOAD + GUEST_HDR_LEN));
@@ -556,28 +572,62 @@ void guest_op_consumed(struct guest_op *op, size_t n)
 	}
 }
 
-static void on_timeout(evutil_socket_t fd, short what, void *arg)
+static void op_arm(struct guest_op *op, uint64_t ms);
+
+/* The host no longer waits for this op (its caller heard a timeout, or went away): the agent
+ * is told to cancel, nothing more goes to it but EOF, and it has the connection's grace
+ * period to end the channel with its terminal reply. After that the channel is closed on our
+ * side, so that an agent that ignores the cancel holds nothing of ours (and what it still
+ * sends counts as stray). */
+static void op_give_up(struct guest_op *op)
+{
+	if (op->giving_up || op->released)
+		return;
+	op->giving_up = true;
+	guest_op_cancel(op);
+	evbuffer_drain(op->outq, evbuffer_get_length(op->outq));
+	if (!op->eof_sent) {
+		op->eof_queued = true;
+		op_flush(op);
+	}
+	if (op->consumed)
+		guest_op_consumed(op, 0);
+	op_arm(op, op->conn->grace_ms);
+}
+
+static void on_op_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct guest_op *op = arg;
 	struct guest_conn *c = op->conn;
-	struct err e;
-	err_set(&e, ETIMEDOUT, "%s: the sandbox did not answer in time",
-		op->timeout_what ? op->timeout_what : "operation");
 	conn_enter(c);
-	guest_op_cancel(op);
-	op_finish(op, NULL, &e);
+	if (op->giving_up) {
+		op_release(op);
+	} else {
+		struct err e;
+		err_set(&e, ETIMEDOUT, "%s: the sandbox did not answer in time",
+			op->timeout_what ? op->timeout_what : "operation");
+		op_finish(op, NULL, &e);
+		op_give_up(op); /* unless the callback ended the connection meanwhile */
+	}
 	conn_leave(c);
+}
+
+static void op_arm(struct guest_op *op, uint64_t ms)
+{
+	if (!op->timer)
+		op->timer = evtimer_new(bufferevent_get_base(op->conn->bev), on_op_timer, op);
+	struct timeval tv;
+	timeval_ms(&tv, ms);
+	evtimer_add(op->timer, &tv);
 }
 
 void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what)
 {
-	if (!op->timer)
-		op->timer = evtimer_new(bufferevent_get_base(op->conn->bev), on_timeout, op);
+	if (op->finished)
+		return;
 	free(op->timeout_what);
 	op->timeout_what = what ? xstrdup(what) : NULL;
-	struct timeval tv;
-	timeval_ms(&tv, ms);
-	evtimer_add(op->timer, &tv);
+	op_arm(op, ms);
 }
 
 void guest_op_detach(struct guest_op *op)
@@ -586,17 +636,18 @@ void guest_op_detach(struct guest_op *op)
 		return;
 	op->detached = true;
 	op->finished = true;
-	if (op->timer)
-		event_del(op->timer);
-	guest_op_cancel(op);
-	/* Drop what we still meant to send, and let the agent flush its output freely. */
-	evbuffer_drain(op->outq, evbuffer_get_length(op->outq));
-	if (!op->eof_sent) {
-		op->eof_queued = true;
-		op_flush(op);
-	}
-	if (op->consumed)
-		guest_op_consumed(op, 0);
+	op_give_up(op);
+}
+
+void guest_conn_set_grace(struct guest_conn *c, uint64_t ms)
+{
+	c->grace_ms = ms;
+}
+
+void guest_op_violation(struct guest_op *op, const char *what)
+{
+	violation("frame");
+	conn_fail(op->conn, EREMOTEIO, "sandbox agent sent %s", what);
 }
 
 size_t guest_op_queued(struct guest_op *op)

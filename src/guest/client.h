@@ -48,6 +48,11 @@ void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *a
 /* Fails every open operation with ECONNRESET ("sandbox connection closed") and frees. */
 void guest_conn_free(struct guest_conn *c);
 
+/* How long the agent has to end an operation the host gave up on (its timeout fired, or
+ * its caller detached): after that its channel is closed on our side. */
+#define GUEST_GIVE_UP_GRACE_MS 10000
+void guest_conn_set_grace(struct guest_conn *c, uint64_t ms);
+
 /* Liveness: while the connection lives, a ping goes to the agent every interval_ms (counted
  * from the last answer), and a ping left unanswered for timeout_ms ends the connection with
  * ETIMEDOUT as if the agent had hung up: its operations fail and on_close runs. This is what
@@ -78,10 +83,17 @@ void guest_op_eof(struct guest_op *op);
 void guest_op_cancel(struct guest_op *op);
 /* Returns credit for n bytes delivered through on_data. */
 void guest_op_consumed(struct guest_op *op, size_t n);
-/* Fails the op with ETIMEDOUT (and cancels it in the agent) if it has not ended in `ms`. */
+/* Fails the op with ETIMEDOUT if it has not ended in `ms`; the host then gives up on it
+ * (see GUEST_GIVE_UP_GRACE_MS). */
 void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what);
-/* The caller is no longer interested: cancels in the agent, no more callbacks. */
+/* The caller is no longer interested: cancels in the agent, no more callbacks; the host
+ * gives up on it (see GUEST_GIVE_UP_GRACE_MS). */
 void guest_op_detach(struct guest_op *op);
+/* For a consumer that finds the agent's data wrong for the operation (a kind it never
+ * produces): a protocol violation, which ends the connection (op's on_done runs, with
+ * EREMOTEIO). Only from inside on_data; op must not be used afterwards. */
+void guest_op_violation(struct guest_op *op, const char *what);
+
 /* Bytes queued toward the agent and not yet sent. */
 size_t guest_op_queued(struct guest_op *op);
 

@@ -29,9 +29,10 @@
 /* Longest a cell may take before the test gives up on it. */
 #define CELL_LIMIT_MS 10000
 
-enum { NFAULTS = 8 };
+enum { NFAULTS = 9 };
 static const char *const faults[NFAULTS] = {
-	"error", "malformed", "silent", "eof", "oversize", "overcredit", "wrongchannel", "duplicate"
+	"error",    "malformed",  "notobject",    "silent",    "eof",
+	"oversize", "overcredit", "wrongchannel", "duplicate",
 };
 
 struct cell {
@@ -58,6 +59,9 @@ struct run {
 	struct err err;
 	/* the final ping */
 	bool ping_done, ping_ok;
+	/* another operation in flight, which the agent never answers */
+	bool other_done;
+	struct err other_err;
 };
 
 static uint64_t now_ms(void)
@@ -110,6 +114,16 @@ static void on_ping(struct guest_op *op, json_t *result, const struct err *err, 
 static const struct guest_op_cbs data_cbs = { .on_data = on_data, .on_done = on_done };
 static const struct guest_op_cbs control_cbs = { .on_done = on_done };
 static const struct guest_op_cbs ping_cbs = { .on_done = on_ping };
+
+static void on_other(struct guest_op *op, json_t *result, const struct err *err, void *arg)
+{
+	struct run *r = arg;
+	r->other_done = true;
+	if (err)
+		err_copy(&r->other_err, err);
+}
+
+static const struct guest_op_cbs other_cbs = { .on_done = on_other };
 
 static void pump_until(struct run *r, bool *flag)
 {
@@ -190,6 +204,8 @@ static void run_cell(void **state)
 
 	struct run r = { .free_on_failure = first };
 	start_agent(&r, script);
+	/* What the host gave up on is closed on our side soon, for the count below. */
+	guest_conn_set_grace(r.conn, 50);
 	if (!first) {
 		start_op(&r, "ping", &ping_cbs);
 		pump_until(&r, &r.ping_done);
@@ -198,6 +214,11 @@ static void run_cell(void **state)
 	}
 	bool control = strcmp(c->op, "resume") == 0 || strcmp(c->op, "ping") == 0;
 	start_op(&r, c->op, control ? &control_cbs : &data_cbs);
+	/* After it, so that the op under test stays its connection's first request. */
+	json_t *hang = json_pack("{s:s}", "op", "hang");
+	struct err e;
+	assert_non_null(guest_op_start(r.conn, hang, &other_cbs, &r, &e));
+	json_decref(hang);
 	pump_until(&r, &r.done);
 	assert_true(r.done);
 	if (c->expect_ok) {
@@ -211,17 +232,28 @@ static void run_cell(void **state)
 				 r.err.errnum, r.err.msg);
 	}
 	/* Whatever follows the fault (a reply after the result, the rest of a flood) has
-	 * arrived once the agent has been given a moment. */
+	 * arrived once the agent has been given a moment, and the grace of what timed out
+	 * has run. */
 	if (r.conn)
-		pump_for(&r, 50);
-	if (c->expect_dead) {
+		pump_for(&r, 120);
+	if (c->expect_dead || !r.conn) {
+		/* The connection is gone (or, for a connection's first request, its owner freed
+		 * it): the other operation failed with it. */
 		if (r.conn && guest_conn_alive(r.conn))
 			fail_msg("%s: the connection is still alive", c->name);
-		pump_for(&r, 20);
-		assert_true(r.closes <= 1);
-	} else if (r.conn) {
+		if (!r.other_done)
+			fail_msg("%s: the other operation did not end with the connection",
+				 c->name);
+		if (r.conn && r.closes != 1)
+			fail_msg("%s: on_close ran %d times", c->name, r.closes);
+	} else {
 		if (!guest_conn_alive(r.conn))
 			fail_msg("%s: the connection died: %s", c->name, r.closed.msg);
+		if (r.other_done)
+			fail_msg("%s: the other operation ended: %s", c->name, r.other_err.msg);
+		if (guest_conn_ops(r.conn) != 1)
+			fail_msg("%s: %zu operations open, expected only the other one", c->name,
+				 guest_conn_ops(r.conn));
 		start_op(&r, "ping", &ping_cbs);
 		pump_until(&r, &r.ping_done);
 		if (!r.ping_ok)
@@ -238,7 +270,7 @@ static int errnum_of(const char *name)
 	static const struct {
 		const char *name;
 		int num;
-	} names[] = { { "EIO", EIO },
+	} names[] = { { "ENOSPC", ENOSPC },
 		      { "EREMOTEIO", EREMOTEIO },
 		      { "ETIMEDOUT", ETIMEDOUT },
 		      { "ECONNRESET", ECONNRESET } };
@@ -266,8 +298,8 @@ static struct cell *load(const char *path, size_t *ncells, size_t *nna)
 		if (hash)
 			*hash = '\0';
 		char op[16], ctx[16], v[NFAULTS][32];
-		int got = sscanf(line, "%15s %15s %31s %31s %31s %31s %31s %31s %31s %31s", op, ctx,
-				 v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+		int got = sscanf(line, "%15s %15s %31s %31s %31s %31s %31s %31s %31s %31s %31s", op,
+				 ctx, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
 		if (got <= 0)
 			continue;
 		if (got != 2 + NFAULTS) {

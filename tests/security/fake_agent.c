@@ -16,8 +16,9 @@
  * agent's behaviour: `reply` (instead of the terminal reply), `midstream` (after the first
  * chunk of output of exec or read, or the first chunk of input of write), `after` (after the
  * terminal reply). FAULT is one of
- *     error         an ERROR frame
+ *     error         an ERROR frame (code ENOSPC, which the host must pass on as such)
  *     malformed     a RESULT whose payload is not JSON
+ *     notobject     a RESULT whose payload is JSON but not an object
  *     silent        nothing (other requests are still answered)
  *     eof           the connection is closed and the agent exits
  *     oversize      a frame header announcing more than GUEST_MAX_PAYLOAD bytes
@@ -27,7 +28,8 @@
  *
  * Answers without a fault: ping {"pong":true,"protocol":V}, resume {"protocol":V}, exec one
  * line of stdout then {"exitCode":0}, read some bytes then {"size":N}, write (after EOF)
- * {"size":N}, list {"entries":[]}; anything else ENOTSUP. FAKE_AGENT_PROTOCOL (or a script line
+ * {"size":N}, list {"entries":[]}; `hang` (an op of the tests only) never; anything else
+ * ENOTSUP. FAKE_AGENT_PROTOCOL (or a script line
  * `protocol V`) sets V, by default the protocol of the host it was built with.
  *
  * Libc only, so that it builds static with musl for the jail's root filesystems. */
@@ -52,6 +54,7 @@ enum fault {
 	F_NONE,
 	F_ERROR,
 	F_MALFORMED,
+	F_NOTOBJECT,
 	F_SILENT,
 	F_EOF,
 	F_OVERSIZE,
@@ -67,9 +70,10 @@ struct rule {
 	enum fault fault;
 };
 
-static const char *const fault_names[] = { "",           "error",        "malformed",
-					   "silent",     "eof",          "oversize",
-					   "overcredit", "wrongchannel", "duplicate" };
+static const char *const fault_names[] = {
+	"",    "error",    "malformed",  "notobject",    "silent",
+	"eof", "oversize", "overcredit", "wrongchannel", "duplicate",
+};
 
 static struct rule rules[MAX_RULES];
 static size_t nrules;
@@ -240,10 +244,13 @@ static bool do_fault(enum fault f, uint32_t ch, const char *ok)
 		return true;
 	case F_ERROR:
 		frame_str(GUEST_ERROR, ch,
-			  "{\"error\":\"the fake agent refuses\",\"code\":\"EIO\"}");
+			  "{\"error\":\"the fake agent refuses\",\"code\":\"ENOSPC\"}");
 		return true;
 	case F_MALFORMED:
 		frame_str(GUEST_RESULT, ch, "{\"this is\": not json");
+		return true;
+	case F_NOTOBJECT:
+		frame_str(GUEST_RESULT, ch, "[\"an\", \"array\"]");
 		return true;
 	case F_SILENT:
 		return true;
@@ -341,6 +348,8 @@ static bool handle_request(uint32_t ch, const char *json)
 	}
 	if (strcmp(op, "list") == 0)
 		return finish(op, nth, ch, "{\"entries\":[]}");
+	if (strcmp(op, "hang") == 0)
+		return true;
 	frame_str(GUEST_ERROR, ch, "{\"error\":\"not in the fake agent\",\"code\":\"ENOTSUP\"}");
 	return true;
 }

@@ -126,8 +126,10 @@ class FirstReplyTest(FakeAgentCase):
 
     CASES = {
         # fault: (statuses, a fragment of the error)
-        "error": ((500,), "the fake agent refuses"),
+        # The agent's own error is still not the caller's doing: 502.
+        "error": ((502,), "the fake agent refuses"),
         "malformed": ((502,), "malformed reply"),
+        "notobject": ((502,), "malformed reply"),
         "silent": ((504,), "did not answer in time"),
         "eof": ((502,), "connection closed"),
         "oversize": ((502,), "oversize frame"),
@@ -233,7 +235,9 @@ class LaterRequestTest(FakeAgentCase):
         self.assertJsonError(status, headers, body, (504,), "did not answer in time")
         sid = self.session("read-error")
         status, headers, body = self.d.get(f"/exec/{sid}/read", query={"path": "x"})
-        self.assertJsonError(status, headers, body, (500,), "the fake agent refuses")
+        # A file operation's error passes on with the agent's code (ENOSPC here): that is
+        # how a missing file is a 404 and a full workspace a 507.
+        self.assertJsonError(status, headers, body, (507,), "the fake agent refuses")
         sid = self.session("write-midstream-eof")
         status, headers, body = self.d.post(f"/exec/{sid}/write",
                                             body={"path": "f", "content": "x" * 1000})
@@ -246,16 +250,19 @@ class WarmPoolTest(FakeAgentCase):
     retried, the daemon stays up, and sessions of the template are still made (cold: their
     first request is resume, which the script leaves alone)."""
 
-    FAULTS = ("error", "malformed", "silent", "eof", "oversize", "overcredit")
+    FAULTS = ("error", "malformed", "notobject", "silent", "eof", "oversize", "overcredit")
     SCRIPTS = {f"pool-{f}": f"ping#1 reply {f}" for f in FAULTS}
     # Liveness pings are pings too: far apart, so that the script's ping#1 is the pool's.
     ENV = {"SANDBOX_WARM_POOL": "1", "SANDBOX_PING_INTERVAL_MS": "60000"}
 
     def test_bad_pool_pings_never_hurt_the_daemon(self):
         # Let every pool fail and retry a few times.
-        wait_until(lambda: self.d.logs() and sum(
-            "warm pool for template pool-" in e.get("msg", "") for e in self.d.logs()
-        ) >= 3 * len(self.FAULTS), 30, what="the warm pools failing and retrying")
+        def failures(fault):
+            prefix = f"warm pool for template pool-{fault}:"
+            return sum(e.get("msg", "").startswith(prefix) for e in self.d.logs())
+
+        wait_until(lambda: all(failures(f) >= 2 for f in self.FAULTS), 60,
+                   what="every bad template's warm pool failing twice")
         for fault in self.FAULTS:
             with self.subTest(fault=fault):
                 status, _, body = self.create(f"pool-{fault}")

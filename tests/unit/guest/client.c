@@ -249,6 +249,64 @@ static void test_the_agent_hanging_up_stops_the_pings(void **state)
 	assert_int_equal(f->closes, 1);
 }
 
+static void test_a_flood_for_closed_channels_ends_the_connection(void **state)
+{
+	struct fixture *f = *state;
+	/* A few frames for channels that are not open are dropped (a late reply after a
+	 * cancel); thousands are a violation, not a reason to keep the loop busy. */
+	for (int i = 0; i < 8; i++)
+		agent_send(f, GUEST_STDOUT, 1000 + (uint32_t)i, "late");
+	pump(f, 50);
+	assert_true(guest_conn_alive(f->conn));
+	/* Without blocking: the host stops reading once it has had enough. */
+	fcntl(f->agent, F_SETFL, fcntl(f->agent, F_GETFL) | O_NONBLOCK);
+	uint8_t frame[GUEST_HDR_LEN + 2];
+	guest_frame_header(frame, GUEST_RESULT, 999, 2);
+	memcpy(frame + GUEST_HDR_LEN, "{}", 2);
+	uint64_t deadline = now_ms() + WAIT_MS;
+	for (int sent = 0; sent < 6000 && f->closes == 0 && now_ms() < deadline;) {
+		ssize_t k = write(f->agent, frame, sizeof(frame));
+		if (k == (ssize_t)sizeof(frame))
+			sent++;
+		else
+			pump(f, 5); /* a partial frame is fine: the rest never matters */
+	}
+	wait_closed(f);
+	assert_int_equal(f->closed.errnum, EREMOTEIO);
+	assert_non_null(strstr(f->closed.msg, "not open"));
+}
+
+static void test_a_timed_out_operation_is_closed_after_the_grace(void **state)
+{
+	struct fixture *f = *state;
+	guest_conn_set_grace(f->conn, 50);
+	json_t *req = json_pack("{s:s}", "op", "exec");
+	struct err e;
+	struct guest_op *op = guest_op_start(f->conn, req, &op_cbs, f, &e);
+	json_decref(req);
+	/* Twice the agent's credit: half of it stays queued on our side. */
+	size_t n = 2 * GUEST_WINDOW_INITIAL;
+	char *data = calloc(1, n);
+	guest_op_send(op, data, n);
+	free(data);
+	assert_true(guest_op_queued(op) >= GUEST_WINDOW_INITIAL);
+	guest_op_set_timeout(op, 20, "exec");
+	uint64_t deadline = now_ms() + WAIT_MS;
+	while (f->dones == 0 && now_ms() < deadline)
+		pump(f, 5);
+	assert_int_equal(f->done_err.errnum, ETIMEDOUT);
+	/* Given up: nothing of it stays queued, and after the grace it is closed. */
+	assert_int_equal(guest_op_queued(op), 0);
+	assert_int_equal(guest_conn_ops(f->conn), 1);
+	pump(f, 150);
+	assert_int_equal(guest_conn_ops(f->conn), 0);
+	/* A reply coming after that is dropped; the connection stays. */
+	agent_send(f, GUEST_RESULT, 1, "{}");
+	pump(f, 50);
+	assert_true(guest_conn_alive(f->conn));
+	assert_int_equal(f->dones, 1);
+}
+
 static void test_agent_error_codes(void **state)
 {
 	assert_int_equal(guest_code_errno("ENOENT"), ENOENT);
@@ -273,6 +331,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_no_pings_when_turned_off, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_agent_hanging_up_stops_the_pings, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_flood_for_closed_channels_ends_the_connection, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_timed_out_operation_is_closed_after_the_grace, setup, teardown),
 		cmocka_unit_test(test_agent_error_codes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
