@@ -25,7 +25,7 @@
 #include "config.h"
 #include "driver/driver.h"
 #include "guest/proto.h"
-#include "session/template.h"
+#include "template/template.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 
@@ -172,19 +172,8 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 	}
 
 	/* What the session layer gives a sandbox of this template. */
-	struct sandbox_spec spec = {
-		.tmpl = t,
-		.limits = {
-			.memory_bytes = cfg->memory_limit,
-			.cpu_quota_us = cfg->cpu_quota_us,
-			.cpu_period_us = cfg->cpu_period_us,
-			.pids_max = cfg->pids_max,
-			.workspace_bytes = cfg->disk_limit,
-			.nofile = cfg->nofile,
-			.vcpus = t->vcpus ? t->vcpus : cfg->vcpus,
-			.mem_mib = t->mem_mib ? t->mem_mib : cfg->mem_mib,
-		},
-	};
+	struct sandbox_spec spec = { .tmpl = t };
+	driver_default_limits(cfg, t, &spec.limits);
 	struct sandbox_spec cold = spec;
 	cold.limits.workspace_bytes += 1u << 20;
 
@@ -225,13 +214,13 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 	static const char *const what[3] = { "create() returned", "agent's first answer",
 					     "first execute" };
 	for (int k = 0; k < 2; k++) {
-		const struct times *t = k == 0 ? cold_t : warm_t;
+		const struct times *ts = k == 0 ? cold_t : warm_t;
 		for (int phase = 0; phase < 3; phase++) {
 			double *v = xcalloc((size_t)runs, sizeof(double));
 			for (int i = 0; i < runs; i++)
-				v[i] = phase == 0   ? t[i].created
-				       : phase == 1 ? t[i].first_reply
-						    : t[i].first_exec;
+				v[i] = phase == 0   ? ts[i].created
+				       : phase == 1 ? ts[i].first_reply
+						    : ts[i].first_exec;
 			qsort(v, (size_t)runs, sizeof(double), cmp_double);
 			p50[k][phase] = pct(v, runs, 50);
 			p95[k][phase] = pct(v, runs, 95);
