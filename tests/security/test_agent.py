@@ -117,6 +117,13 @@ class FakeAgentCase(unittest.TestCase):
         if fragment:
             self.assertIn(fragment, body["error"])
 
+    def assertSandboxGone(self, status, headers, body):
+        """The reply to a request that met a sandbox whose agent had hung up: either the
+        request reached the connection first (its error is the connection's) or the
+        session had already failed (it says its sandbox stopped)."""
+        self.assertJsonError(status, headers, body, (502,))
+        self.assertTrue("stopped" in body["error"] or "connection" in body["error"], body)
+
     def create(self, template):
         return self.d.post("/exec/", body={"template": template})
 
@@ -131,7 +138,7 @@ class FirstReplyTest(FakeAgentCase):
         "malformed": ((502,), "malformed reply"),
         "notobject": ((502,), "malformed reply"),
         "silent": ((504,), "did not answer in time"),
-        "eof": ((502,), "connection closed"),
+        "eof": ((502,), "sandbox connection"),  # closed, or reset when it had unread data
         "oversize": ((502,), "oversize frame"),
         "overcredit": ((502,), "data for an operation that has none"),
         "wrongchannel": ((504,), "did not answer in time"),
@@ -202,7 +209,7 @@ class LaterRequestTest(FakeAgentCase):
                 # finds no session.
                 status, headers, body = self.d.get(f"/exec/{sid}/files")
                 if status != 404:
-                    self.assertJsonError(status, headers, body, (502,), "stopped")
+                    self.assertSandboxGone(status, headers, body)
                     status, _, body = self.d.get(f"/exec/{sid}/files")
                 self.assertEqual(status, 404, body)
         self.assertHealthy()
@@ -226,7 +233,7 @@ class LaterRequestTest(FakeAgentCase):
         self.assertEqual(body["output"][0]["data"], "fake output\n", body)
         status, headers, body = self.d.get(f"/exec/{sid}/files")
         if status != 404:
-            self.assertJsonError(status, headers, body, (502,), "stopped")
+            self.assertSandboxGone(status, headers, body)
         self.assertHealthy()
 
     def test_file_operations(self):
