@@ -227,6 +227,19 @@ class FirecrackerContractTest(unittest.TestCase):
         self.assertEqual(after, before + 1)
 
 
+def empty_artifacts(tmp):
+    """An artifacts directory in tmp with an empty kernel and an empty base template: enough
+    for the driver to get as far as preparing it."""
+    artifacts = os.path.join(tmp, "a")
+    tdir = os.path.join(artifacts, "templates", "base")
+    os.makedirs(tdir)
+    open(os.path.join(artifacts, "vmlinux"), "wb").close()
+    open(os.path.join(tdir, "rootfs.ext4"), "wb").close()
+    with open(os.path.join(tdir, "template.json"), "w") as f:
+        json.dump({"name": "base"}, f)
+    return artifacts
+
+
 @unittest.skipUnless(HAVE_YAML, "python3-yaml is not installed")
 class FirecrackerLimitsTest(unittest.TestCase):
     @classmethod
@@ -237,13 +250,7 @@ class FirecrackerLimitsTest(unittest.TestCase):
     def test_socket_path_too_long_is_a_clear_error(self):
         tmp = tempfile.mkdtemp(prefix="fc-long-")
         self.addCleanup(shutil.rmtree, tmp, True)
-        artifacts = os.path.join(tmp, "a")
-        tdir = os.path.join(artifacts, "templates", "base")
-        os.makedirs(tdir)
-        open(os.path.join(artifacts, "vmlinux"), "wb").close()
-        open(os.path.join(tdir, "rootfs.ext4"), "wb").close()
-        with open(os.path.join(tdir, "template.json"), "w") as f:
-            json.dump({"name": "base"}, f)
+        artifacts = empty_artifacts(tmp)
         d = harness.Daemon(env={
             "SANDBOX_DRIVER": "firecracker",
             "FIRECRACKER_BIN": os.path.join(HERE, "fake_firecracker.py"),
@@ -268,13 +275,7 @@ class HangingVersionTest(unittest.TestCase):
     def test_a_hanging_version_probe_fails_in_time(self):
         tmp = tempfile.mkdtemp(prefix="fc-hang-")
         self.addCleanup(shutil.rmtree, tmp, True)
-        artifacts = os.path.join(tmp, "a")
-        tdir = os.path.join(artifacts, "templates", "base")
-        os.makedirs(tdir)
-        open(os.path.join(artifacts, "vmlinux"), "wb").close()
-        open(os.path.join(tdir, "rootfs.ext4"), "wb").close()
-        with open(os.path.join(tdir, "template.json"), "w") as f:
-            json.dump({"name": "base"}, f)
+        artifacts = empty_artifacts(tmp)
         hanging = os.path.join(tmp, "firecracker")
         with open(hanging, "w") as f:
             f.write("#!/bin/sh\n[ \"$1\" = --version ] && exec sleep 600\n"
