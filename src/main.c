@@ -146,35 +146,38 @@ int main(int argc, char **argv)
 	metrics_process_init();
 	publish_config(&D.cfg);
 	guest_set_violation_hook(on_guest_violation);
+	/* A step that fails undoes the ones before it (see the end): a daemon that cannot start
+	 * leaves no nftables table, lock, listener or worker behind. */
+	int rc = 1;
 	D.base = event_base_new();
 	if (!D.base) {
 		log_error("sandboxd", "cannot create the event loop");
-		return 1;
+		goto out_config;
 	}
 	if (loop_pool_start(D.base, D.cfg.workers) < 0) {
 		log_error("sandboxd", "cannot start worker threads");
-		return 1;
+		goto out_workers; /* what did start */
 	}
 	if (store_open(D.cfg.state_dir, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		goto out_workers;
 	}
 	const struct driver *drv = NULL;
 	if (driver_select(&D.cfg, &drv, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		goto out_store;
 	}
 	log_info("sandboxd", "driver %s selected (isolation: %s)", drv->name, drv->isolation);
 	/* Before the sessions: the warm pool's first sandboxes need their networks. */
 	if (net_init(D.base, &D.cfg, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		goto out_store;
 	}
 	api_init(D.base, &D.cfg, drv->name, drv->isolation);
 
 	if (auth_init(D.base, &D.cfg, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		goto out_net;
 	}
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
 	http_server_set_auth(D.http, auth_http_check, NULL);
@@ -182,15 +185,15 @@ int main(int argc, char **argv)
 	int port = 0;
 	if (http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, &port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		goto out_http;
 	}
 	if (D.cfg.socket_path && http_server_listen_unix(D.http, D.cfg.socket_path, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		goto out_http;
 	}
 	if (session_init(D.base, &D.cfg, drv, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		goto out_http;
 	}
 	if (strcmp(D.cfg.host, "127.0.0.1") != 0 && strcmp(D.cfg.host, "localhost") != 0 &&
 	    strcmp(D.cfg.host, "::1") != 0)
@@ -199,7 +202,9 @@ int main(int argc, char **argv)
 		 D.cfg.socket_path ? " and " : "", D.cfg.socket_path ? D.cfg.socket_path : "");
 	if (D.cfg.port_file && write_port_file(D.cfg.port_file, port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		return 1;
+		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
+		D.exit_code = 1;
+		on_stop_signal(SIGTERM, 0, NULL);
 	}
 
 	D.sigterm = evsignal_new(D.base, SIGTERM, on_stop_signal, NULL);
@@ -214,21 +219,33 @@ int main(int argc, char **argv)
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGINT, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
+	rc = D.exit_code;
 
-	loop_pool_stop();
-	net_shutdown();
 	event_free(D.sigterm);
 	event_free(D.sigint);
 	event_free(D.sighup);
 	if (D.drain_timer)
 		event_free(D.drain_timer);
-	http_server_free(D.http);
-	auth_shutdown();
-	store_close();
-	event_base_free(D.base);
 	if (D.cfg.port_file)
 		unlink(D.cfg.port_file);
+	/* Undone in reverse order from wherever starting stopped. The workers go first on every
+	 * path (stopping them again is a no-op): a job may still be using the network or the
+	 * store. */
+out_http:
+	loop_pool_stop();
+	http_server_free(D.http);
+	auth_shutdown();
+out_net:
+	loop_pool_stop();
+	net_shutdown();
+out_store:
+	loop_pool_stop();
+	store_close();
+out_workers:
+	loop_pool_stop();
+	event_base_free(D.base);
+out_config:
 	config_free(&D.cfg);
 	metrics_reset();
-	return D.exit_code;
+	return rc;
 }

@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -436,6 +437,47 @@ class Bandwidth(NetTest):
         kbit = self.measure(sb, f"head -c {self.BYTES} /dev/zero | nc {W.WEB} {W.SINK_PORT}")
         print(f"upload: {kbit:.0f} kbit/s with a limit of {self.RATE_KBIT}", file=sys.stderr)
         self.assertLess(abs(kbit - self.RATE_KBIT) / self.RATE_KBIT, 0.30)
+
+
+class StartFailure(unittest.TestCase):
+    """A daemon that set networking up and then cannot start (its port is taken) undoes it:
+    no table of ours stays in nftables, and the next daemon gets the networking lock."""
+
+    def env(self, **more):
+        return {
+            "AUTH_ENABLED": "false",
+            "SANDBOX_DEFAULT_TEMPLATE": TEMPLATE,
+            "SANDBOX_WARM_POOL": "0",
+            "SANDBOX_NETWORK": "on",
+            "SANDBOX_NET_POOL": W.POOL,
+            "VM_DNS_UPSTREAM": W.DNS,
+            **more,
+        }
+
+    def setUp(self):
+        if WORLD is None or WORLD.aborted:
+            self.skipTest(WORLD.aborted if WORLD else "no test world")
+
+    def test_a_daemon_that_cannot_listen_leaves_no_network_behind(self):
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        d = harness.Daemon(env=self.env(PORT=str(port)), driver_name="jail")
+        with self.assertRaises(AssertionError) as failed:
+            d.start()
+        self.assertIn("exited with status 1", str(failed.exception))
+        self.assertIn("sandbox networking on", d.stderr())  # it had got that far
+        self.assertNotIn("Sanitizer", d.stderr())  # and freed what it had made
+        state = host_state()
+        self.assertFalse(state["table"], f"our nftables table was left: {state}")
+        self.assertEqual(state["netns"], [], state)
+        # The lock is free: a daemon with networking on starts, and it is clean too.
+        ok = harness.Daemon(env=self.env(), driver_name="jail")
+        ok.start()
+        ok.stop()
+        self.assertFalse(host_state()["table"])
 
 
 class Churn(NetTest):
