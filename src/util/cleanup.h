@@ -19,6 +19,14 @@ static inline void cleanup_closep(int *fd)
 		close(*fd);
 }
 
+/* A pipe's or a socketpair's two ends: `int p[2]`, each -1 or open. */
+static inline void cleanup_close_pairp(int (*p)[2])
+{
+	for (int i = 0; i < 2; i++)
+		if ((*p)[i] >= 0)
+			close((*p)[i]);
+}
+
 static inline void cleanup_fclosep(FILE **f)
 {
 	if (*f)
@@ -31,10 +39,11 @@ static inline void cleanup_closedirp(DIR **d)
 		closedir(*d);
 }
 
-#define _cleanup_free_     __attribute__((cleanup(cleanup_freep)))
-#define _cleanup_close_    __attribute__((cleanup(cleanup_closep)))
-#define _cleanup_fclose_   __attribute__((cleanup(cleanup_fclosep)))
-#define _cleanup_closedir_ __attribute__((cleanup(cleanup_closedirp)))
+#define _cleanup_free_       __attribute__((cleanup(cleanup_freep)))
+#define _cleanup_close_      __attribute__((cleanup(cleanup_closep)))
+#define _cleanup_close_pair_ __attribute__((cleanup(cleanup_close_pairp)))
+#define _cleanup_fclose_     __attribute__((cleanup(cleanup_fclosep)))
+#define _cleanup_closedir_   __attribute__((cleanup(cleanup_closedirp)))
 
 #define TAKE_PTR(p)                      \
 	({                               \

@@ -34,36 +34,51 @@ char *spawn_find_binary(const char *bin)
 	return NULL;
 }
 
-int spawn_run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap)
+/* The plan of a helper program: it dies with the thread that started it, reads /dev/null,
+ * writes into `out`, and runs argv with a plain PATH. */
+static void helper_plan(struct spawn_plan *plan, char *const argv[], int devnull, int out)
 {
 	static char *const env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-	int p[2];
+	spawn_plan_fd(plan, devnull, 0, true);
+	spawn_plan_fd(plan, out, 1, true);
+	spawn_plan_fd(plan, out, 2, true);
+	plan->argv = argv;
+	plan->envp = env;
+	spawn_plan_add(plan, SOP_PARENT_DEATH, "die with its parent");
+	spawn_plan_add(plan, SOP_SIGNALS, "reset signals");
+	struct spawn_op *op = spawn_plan_add(plan, SOP_EXEC, "execute");
+	op->src = argv[0];
+}
+
+int spawn_run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap)
+{
+	_cleanup_close_ int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull < 0)
+		return -errno;
+	_cleanup_close_pair_ int p[2] = { -1, -1 };
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		int e = errno;
-		close(p[0]);
-		close(p[1]);
-		return -e;
-	}
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		int devnull = open("/dev/null", O_RDWR);
-		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(p[1], 1) < 0 || dup2(p[1], 2) < 0)
-			_exit(127);
-		syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */);
-		execve(argv[0], argv, env);
-		_exit(127);
-	}
-	close(p[1]);
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "spawn");
+	helper_plan(&plan, argv, devnull, p[1]);
 	uint64_t deadline = time_deadline(timeout_ms);
+	struct spawn_child c = { .pid = 0, .pidfd = -1, .report = -1 };
+	struct err e;
+	int r = spawn_start(&plan, 0, -1, &c, &e);
+	if (r == 0)
+		r = spawn_wait(&plan, &c, timeout_ms, &e);
+	spawn_plan_free(&plan);
+	if (r < 0) {
+		if (c.pid > 0) {
+			spawn_kill(c.pid, c.pidfd);
+			spawn_reap(c.pid, c.pidfd);
+			spawn_child_close(&c);
+		}
+		return r;
+	}
+	pid_t pid = c.pid;
+	spawn_child_close(&c);
+	close(TAKE_FD(p[1]));
 	size_t len = 0;
 	bool timed_out = false;
 	char sink[1024];
@@ -74,7 +89,7 @@ int spawn_run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap)
 			break;
 		}
 		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
-		int r = poll(&pfd, 1, left);
+		r = poll(&pfd, 1, left);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0) {
@@ -91,7 +106,7 @@ int spawn_run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap)
 		if (dst != sink)
 			len += (size_t)n;
 	}
-	close(p[0]);
+	close(TAKE_FD(p[0]));
 	if (out && cap)
 		out[len] = '\0';
 	if (timed_out)

@@ -1,8 +1,15 @@
-/* spawn: running the host's helper programs (a VMM's --version, a probe) from blocking code,
- * with a bound on how long they may take. */
+/* spawn: starting processes from the daemon's threads: the host's helper programs (a VMM's
+ * --version) with a bound on how long they may take, and every child that must be set up
+ * between its start and its exec (a jail's first process, a VMM), as a plan. */
 #pragma once
 
+#include <linux/filter.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/err.h"
 
 /* The absolute path of `bin`, looked up in PATH when it has no slash; NULL when there is no
  * executable file of that name. Caller frees. */
@@ -13,3 +20,155 @@ char *spawn_find_binary(const char *bin);
  * not NULL, and kills it at timeout_ms. Returns its wait status, -ETIMEDOUT when it was
  * killed for taking too long, or another negative errno when it could not be started. */
 int spawn_run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap);
+
+/* --- the plan-based child -------------------------------------------------------------
+ *
+ * sandboxd is multithreaded, and after fork() or clone() the child of a multithreaded process
+ * may only make async-signal-safe calls until it execs (another thread may have held the
+ * malloc or stdio lock at the time of the clone). So the parent prepares everything that needs
+ * memory (paths, mount options, a BPF program, argv) as a list of steps, a plan, and the child
+ * only walks that list making raw system calls. A failing step is reported to the parent as
+ * (step index, errno) over a close-on-exec pipe; the parent turns it into a message such as
+ * "jail: pivot_root: Invalid argument". End of file on that pipe means the exec succeeded (or
+ * the plan's exit was reached). Every driver's children (the jail's first process, QEMU, the
+ * Firecracker jailer and its network namespace) and spawn_run_bounded are plans. */
+
+enum spawn_op_kind {
+	SOP_SIGNALS,      /* default dispositions, empty signal mask */
+	SOP_PARENT_DEATH, /* SIGKILL when the thread that started it exits; fail if it has */
+	SOP_WAIT_BYTE,    /* read one byte from fd (the parent's go-ahead); EOF fails ECANCELED */
+	SOP_WRITE,        /* open dst write-only and write src (a cgroup's procs file: "0") */
+	SOP_UNSHARE,      /* unshare(arg) */
+	SOP_SETNS,        /* setns(fd, arg) */
+	SOP_SETSID,       /* a session of its own, away from the daemon's terminal */
+	SOP_LO_UP,        /* bring the loopback interface up */
+	SOP_TAP,          /* create persistent TAP device src (IFF_TAP | IFF_NO_PI) */
+	SOP_HOSTNAME,     /* sethostname(src) */
+	SOP_MOUNT,        /* mount(src, dst, fstype, flags, data) */
+	SOP_MKDIR,        /* mkdir(dst, arg); an existing directory is fine */
+	SOP_MKNOD,        /* mknod(dst, arg, dev) */
+	SOP_SYMLINK,      /* symlink(src, dst) */
+	SOP_CHDIR,        /* chdir(dst), or fchdir(fd) when dst is NULL */
+	SOP_PIVOT_ROOT,   /* pivot_root(".", "."): the old root ends up stacked on the new one */
+	SOP_UMOUNT,       /* umount2(dst, flags) */
+	SOP_STDIO_NULL,   /* open dst and make it fds 0, 1 and 2 */
+	SOP_RLIMIT,       /* setrlimit(flags, {arg, arg}) */
+	SOP_CAPS,         /* bounding set, ambient, then effective/permitted/inheritable */
+	SOP_NO_NEW_PRIVS,
+	SOP_UMASK,   /* umask(arg) */
+	SOP_SECCOMP, /* install the plan's filter */
+	SOP_EXEC,    /* execveat(fd, "", argv, envp, AT_EMPTY_PATH), or execve(src) when fd < 0 */
+	SOP_EXIT,    /* _exit(0): the end of a probe */
+};
+
+struct spawn_op {
+	enum spawn_op_kind kind;
+	bool optional;    /* ENOENT is not a failure (paths a kernel may not have) */
+	const char *what; /* the step, as the error message names it */
+	const char *src;
+	const char *dst;
+	const char *fstype;
+	const char *data;
+	unsigned long flags;
+	unsigned long arg;
+	dev_t dev;
+	int fd; /* a descriptor number in the child (after the moves below) */
+};
+
+/* At most this many descriptors move into a child (the report pipe included). */
+#define SPAWN_MAX_FDS 12
+
+struct spawn_fd {
+	int from;  /* the parent's */
+	int to;    /* the child's */
+	bool keep; /* survives the exec; otherwise close-on-exec */
+};
+
+struct spawn_plan {
+	const char *name; /* what error messages start with: "jail", "qemu: starting `...`" */
+	struct spawn_op *ops;
+	size_t n, cap;
+	char **strs; /* strings the ops point to, owned by the plan */
+	size_t n_strs;
+
+	/* The child's descriptors: first thing in the child, each `from` is moved to its `to`
+	 * and every other descriptor is closed (the daemon's sockets, databases, other
+	 * sandboxes' fds). */
+	struct spawn_fd fds[SPAWN_MAX_FDS];
+	size_t n_fds;
+	int report_to; /* where the report pipe goes in the child; -1: above the others */
+
+	const struct sock_fprog *seccomp; /* SOP_SECCOMP; borrowed */
+	uint64_t caps_keep;               /* SOP_CAPS: the capabilities kept */
+	unsigned cap_last;                /* SOP_CAPS: highest capability the kernel knows */
+	char *const *argv;                /* SOP_EXEC; borrowed */
+	char *const *envp;
+
+	pid_t parent;  /* set by spawn_start, for SOP_PARENT_DEATH */
+	int report_fd; /* the write end, set by spawn_start (the child's, until exec) */
+};
+
+/* What the child writes to the report pipe when a step fails. */
+struct spawn_report {
+	int32_t step; /* index into ops, or -1: arranging the descriptors */
+	int32_t errnum;
+};
+
+/* `name` is borrowed (a literal, or a string of the plan's own). */
+void spawn_plan_init(struct spawn_plan *p, const char *name);
+void spawn_plan_free(struct spawn_plan *p);
+
+/* Appends a step and returns it for the caller to fill in; `what` is copied. */
+struct spawn_op *spawn_plan_add(struct spawn_plan *p, enum spawn_op_kind kind, const char *what);
+
+/* A copy of the formatted string that lives as long as the plan. */
+char *spawn_plan_str(struct spawn_plan *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Moves the parent's `from` to `to` in the child (kept across the exec when `keep`). A
+ * negative `from` is ignored. Aborts beyond SPAWN_MAX_FDS: a plan's size is the code's. */
+void spawn_plan_fd(struct spawn_plan *p, int from, int to, bool keep);
+
+/* Runs the plan in the freshly started child; never returns. Only async-signal-safe calls. */
+__attribute__((noreturn)) void spawn_plan_run(const struct spawn_plan *p);
+
+/* The message for a child's report: "<name>: <step>: <strerror>". Returns -errnum. */
+int spawn_plan_error(const struct spawn_plan *p, const struct spawn_report *rep, struct err *err);
+
+struct spawn_child {
+	pid_t pid;
+	int pidfd;   /* -1 on kernels without pidfds */
+	int report;  /* the read end of the report pipe; -1 once spawn_wait has read it */
+	bool placed; /* started in the cgroup asked for */
+};
+
+/* Starts a child that runs `plan`: clone3 with the namespaces in `flags`, a pidfd, and
+ * directly into the cgroup `cgroup_fd` refers to when it is not -1 and the kernel can
+ * (c->placed tells; otherwise the caller moves the child). Signals stay blocked across the
+ * clone so that none of the daemon's handlers can run in the child before it resets them. */
+int spawn_start(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, struct spawn_child *c,
+		struct err *err);
+
+/* Waits up to timeout_ms for the child's verdict: 0 when it reached its exec (or exit), the
+ * failing step's error, ETIMEDOUT, or ECHILD when it was killed during setup. Closes the
+ * report pipe. */
+int spawn_wait(const struct spawn_plan *plan, struct spawn_child *c, int timeout_ms,
+	       struct err *err);
+
+/* After the caller's own step failed: kills the child and, when the child had failed on its
+ * own first, replaces err with its reason. Returns the error to give. */
+int spawn_abort(const struct spawn_plan *plan, struct spawn_child *c, int r, struct err *err);
+
+/* Kills a child with SIGKILL, through its pidfd when it has one. Without a pidfd the pid is
+ * safe to use only because nobody but its starter reaps it. */
+void spawn_kill(pid_t pid, int pidfd);
+
+/* Waits for the child to exit; returns its wait status, or -1 when someone else reaped it. */
+int spawn_reap(pid_t pid, int pidfd);
+
+/* Whether a child (not yet reaped) is on its way out: its files (pipes, sockets) close
+ * before it can be reaped, so a peer may see the close first. True when it is gone. */
+bool spawn_exiting(pid_t pid);
+
+/* Releases what spawn_start left open (not the process). */
+void spawn_child_close(struct spawn_child *c);

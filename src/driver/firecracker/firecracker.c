@@ -23,7 +23,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +56,8 @@ extern char **environ;
 
 #define FC_GUEST_CID   3
 #define API_TIMEOUT_MS 10000
+/* How long a child may take from its start to its exec (or its end, for the NIC's namespace). */
+#define CHILD_TIMEOUT_MS 10000
 /* What the Firecracker process needs of the host besides guest RAM and a thread per vCPU
  * (see vm_vmm_limits): its heap, the API server, device buffers, and the page cache of the
  * snapshot's memory file that its faults bring in; its API, VMM and device threads. */
@@ -252,54 +253,79 @@ static int tap_netns_create(const char *path, struct err *err)
 	if (fd < 0)
 		return err_sys(err, errno, "cannot create `%s`", path);
 	close(fd);
-	int pipefd[2];
-	if (pipe2(pipefd, O_CLOEXEC) < 0) {
-		r = err_sys(err, errno, "pipe");
-		unlink(path);
-		return r;
+	/* A child does it, so that no thread of the daemon ever leaves the root namespace. */
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "firecracker");
+	struct spawn_op *op = spawn_plan_add(
+		&plan, SOP_UNSHARE,
+		spawn_plan_str(&plan, "creating a network namespace for `%s`", path));
+	op->arg = CLONE_NEWNET;
+	op = spawn_plan_add(&plan, SOP_TAP, "creating " FC_TAP_NAME);
+	op->src = FC_TAP_NAME;
+	op = spawn_plan_add(&plan, SOP_MOUNT,
+			    spawn_plan_str(&plan, "mounting the namespace on `%s`", path));
+	op->src = "/proc/self/ns/net";
+	op->dst = path;
+	op->flags = MS_BIND;
+	spawn_plan_add(&plan, SOP_EXIT, "exit");
+	struct spawn_child c;
+	r = spawn_start(&plan, 0, -1, &c, err);
+	if (r == 0) {
+		r = spawn_wait(&plan, &c, CHILD_TIMEOUT_MS, err);
+		if (r < 0)
+			spawn_kill(c.pid, c.pidfd);
+		int status = spawn_reap(c.pid, c.pidfd);
+		if (r == 0 && status != 0)
+			r = err_set(err, EIO,
+				    "firecracker: setting up the NIC's namespace `%s`: status %#x",
+				    path, status);
+		spawn_child_close(&c);
 	}
-	/* A child does it, so that no thread of the daemon ever leaves the root namespace.
-	 * Between fork and _exit: system calls only. */
-	pid_t pid = fork();
-	if (pid == 0) {
-		int step = 0;
-		struct ifreq ifr;
-		memset(&ifr, 0, sizeof(ifr));
-		ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
-		memcpy(ifr.ifr_name, FC_TAP_NAME, sizeof(FC_TAP_NAME));
-		int tun = -1;
-		if (unshare(CLONE_NEWNET) < 0)
-			step = 1;
-		else if ((tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC)) < 0 ||
-			 ioctl(tun, TUNSETIFF, &ifr) < 0 || ioctl(tun, TUNSETPERSIST, 1) < 0)
-			step = 2;
-		else if (mount("/proc/self/ns/net", path, NULL, MS_BIND, NULL) < 0)
-			step = 3;
-		int report[2] = { step, errno };
-		if (step && write(pipefd[1], report, sizeof(report)) < 0)
-			step = 4;
-		_exit(step ? 1 : 0);
+	spawn_plan_free(&plan);
+	if (r < 0)
+		tap_netns_remove(path);
+	return r;
+}
+
+static char *const jailer_env[] = {
+	/* Nothing of the daemon's environment (keys, tokens) reaches the jailer or the VMM. */
+	"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	NULL,
+};
+
+/* Starts the jailer (argv) with its output appended to `console`, in a session of its own. */
+static int start_jailer(struct fc_vm *vm, char **argv, const char *console, struct err *err)
+{
+	_cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int out =
+		open(console, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (devnull < 0 || out < 0)
+		return err_sys(err, errno, "cannot open `%s`", devnull < 0 ? "/dev/null" : console);
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "firecracker");
+	spawn_plan_fd(&plan, devnull, 0, true);
+	spawn_plan_fd(&plan, out, 1, true);
+	spawn_plan_fd(&plan, out, 2, true);
+	plan.argv = argv;
+	plan.envp = jailer_env;
+	spawn_plan_add(&plan, SOP_SIGNALS, "reset signals");
+	spawn_plan_add(&plan, SOP_SETSID, "setsid");
+	struct spawn_op *op = spawn_plan_add(
+		&plan, SOP_EXEC, spawn_plan_str(&plan, "cannot start the jailer `%s`", argv[0]));
+	op->src = argv[0];
+	struct spawn_child c;
+	int r = spawn_start(&plan, 0, -1, &c, err);
+	if (r == 0) {
+		vm->jailer = c.pid;
+		r = spawn_wait(&plan, &c, CHILD_TIMEOUT_MS, err);
+		if (r < 0) {
+			spawn_kill(c.pid, c.pidfd);
+			spawn_reap(c.pid, c.pidfd);
+			vm->jailer = 0;
+		}
+		spawn_child_close(&c);
 	}
-	close(pipefd[1]);
-	if (pid < 0) {
-		r = err_sys(err, errno, "fork");
-		close(pipefd[0]);
-		unlink(path);
-		return r;
-	}
-	int status = 0, report[2] = { 0, 0 };
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	ssize_t n = read(pipefd[0], report, sizeof(report));
-	close(pipefd[0]);
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-		return 0;
-	static const char *const what[] = { "", "creating a network namespace",
-					    ("creating " FC_TAP_NAME), "mounting the namespace" };
-	int step = n == (ssize_t)sizeof(report) && report[0] > 0 && report[0] < 4 ? report[0] : 0;
-	r = err_sys(err, step ? report[1] : EIO, "firecracker: %s for `%s`",
-		    step ? what[step] : "setting up the NIC's namespace", path);
-	tap_netns_remove(path);
+	spawn_plan_free(&plan);
 	return r;
 }
 
@@ -351,26 +377,10 @@ static int vm_start(const struct config *cfg, const char *id, const struct sandb
 	vm_vmm_limits(l, l->mem_mib, l->vcpus, &fc_vmm_needs, &js.memory_bytes, &js.pids_max);
 	char **argv = fc_jailer_argv(&js);
 	console = xasprintf("%s/console.log", vm->jail_dir);
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, console, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	posix_spawnattr_t sa;
-	posix_spawnattr_init(&sa);
-	posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
-	sigset_t none;
-	sigemptyset(&none);
-	posix_spawnattr_setsigmask(&sa, &none);
-	r = posix_spawn(&vm->jailer, argv[0], &fa, &sa, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&sa);
+	r = start_jailer(vm, argv, console, err);
 	fc_argv_free(argv);
-	if (r != 0) {
-		vm->jailer = 0;
-		r = err_sys(err, r, "cannot start the jailer `%s`", cfg->fc_jailer_bin);
+	if (r < 0)
 		goto fail;
-	}
 	if ((r = fc_api_wait(vm->api_sock, API_TIMEOUT_MS, err)) < 0) {
 		_cleanup_free_ char *tail = console_tail(vm);
 		err_wrap(err, "%s", *tail ? tail : "firecracker did not start");

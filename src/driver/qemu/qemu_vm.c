@@ -31,6 +31,7 @@
 #include "guest/call.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
+#include "util/spawn.h"
 #include "util/random.h"
 #include "util/time.h"
 
@@ -253,33 +254,6 @@ int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *e
 	return 0;
 }
 
-/* What the child reports through the exec pipe when it fails before exec. */
-struct child_failure {
-	int step;
-	int errnum;
-};
-
-enum { STEP_CGROUP = 1, STEP_NETNS, STEP_SETSID, STEP_CHDIR, STEP_STDIO, STEP_EXEC };
-
-static const char *step_name(int step)
-{
-	switch (step) {
-	case STEP_CGROUP:
-		return "joining its cgroup";
-	case STEP_NETNS:
-		return "entering its network namespace";
-	case STEP_SETSID:
-		return "setsid";
-	case STEP_CHDIR:
-		return "entering its run directory";
-	case STEP_STDIO:
-		return "setting up its output";
-	case STEP_EXEC:
-		return "exec";
-	}
-	return "setup";
-}
-
 static char *const qemu_env[] = {
 	/* QEMU's exec: migration runs /bin/sh and cat. Nothing of the daemon's environment
 	 * (keys, tokens) reaches QEMU. */
@@ -287,90 +261,46 @@ static char *const qemu_env[] = {
 	NULL,
 };
 
-/* What the child needs, all prepared before the fork. */
-struct child_args {
-	char **argv;
-	int pass[2]; /* become QEMU_FD_RAM and QEMU_FD_ROOTFS; -1: none */
-	const struct cgroup *cg;
-	int dirfd;
-	int netns; /* -1: a new network namespace */
-	int devnull;
-	int out;
-	int report;
-	pid_t parent;
-};
+/* Where the child's descriptors go before the exec: stdio, the files QEMU gets by number,
+ * then two that the plan's own steps use (closed on exec). */
+enum { CHILD_FD_DIR = QEMU_FD_ROOTFS + 1, CHILD_FD_NETNS };
 
-/* The child between fork and exec: async-signal-safe calls only (the parent has threads). */
-static __attribute__((noreturn)) void child_exec(const struct child_args *a)
+/* The plan of QEMU's process: it dies with the daemon's thread that started it (the daemon's
+ * workers live as long as the daemon), joins its cgroup and network namespace, leaves the
+ * daemon's session, works in its run directory with its output in `out`, and execs QEMU. */
+static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, char **argv,
+		       const struct cgroup *cg, int dirfd, int netns, int devnull, int out)
 {
-	struct child_failure f = { 0, 0 };
-	int report = a->report;
-	/* QEMU must not outlive the daemon, even when it is killed. The signal comes when the
-	 * thread that forked exits: the daemon's workers live as long as the daemon. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != a->parent)
-		_exit(127);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	struct sigaction dfl = { .sa_handler = SIG_DFL };
-	for (int sig = 1; sig < NSIG; sig++)
-		if (sig != SIGKILL && sig != SIGSTOP)
-			sigaction(sig, &dfl, NULL);
+	spawn_plan_fd(plan, devnull, 0, true);
+	spawn_plan_fd(plan, out, 1, true);
+	spawn_plan_fd(plan, out, 2, true);
+	spawn_plan_fd(plan, l->ram_fd, QEMU_FD_RAM, true);
+	spawn_plan_fd(plan, l->rootfs_fd, QEMU_FD_ROOTFS, true);
+	spawn_plan_fd(plan, dirfd, CHILD_FD_DIR, false);
+	spawn_plan_fd(plan, netns, CHILD_FD_NETNS, false);
+	plan->argv = argv;
+	plan->envp = qemu_env;
 
-	for (unsigned i = 0; a->cg && i < a->cg->n; i++) {
-		int fd = open(a->cg->procs[i], O_WRONLY | O_CLOEXEC);
-		if (fd < 0 || write(fd, "0", 1) != 1) {
-			f = (struct child_failure){ STEP_CGROUP, errno };
-			goto fail;
-		}
-		close(fd);
+	spawn_plan_add(plan, SOP_PARENT_DEATH, "die with the daemon");
+	spawn_plan_add(plan, SOP_SIGNALS, "reset signals");
+	for (unsigned i = 0; cg && i < cg->n; i++) {
+		struct spawn_op *op = spawn_plan_add(plan, SOP_WRITE, "join its cgroup");
+		op->dst = cg->procs[i];
+		op->src = "0";
 	}
-	if (a->netns >= 0 ? setns(a->netns, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0) {
-		f = (struct child_failure){ STEP_NETNS, errno };
-		goto fail;
+	struct spawn_op *op;
+	if (netns >= 0) {
+		op = spawn_plan_add(plan, SOP_SETNS, "enter its network namespace");
+		op->fd = CHILD_FD_NETNS;
+	} else {
+		op = spawn_plan_add(plan, SOP_UNSHARE, "make its network namespace");
 	}
-	if (setsid() < 0) {
-		f = (struct child_failure){ STEP_SETSID, errno };
-		goto fail;
-	}
-	if (fchdir(a->dirfd) < 0) {
-		f = (struct child_failure){ STEP_CHDIR, errno };
-		goto fail;
-	}
-	/* Out of the way of 0-2 and of the numbers QEMU gets its files at. */
-	int moved = fcntl(a->report, F_DUPFD_CLOEXEC, 64);
-	if (moved < 0) {
-		f = (struct child_failure){ STEP_STDIO, errno };
-		goto fail;
-	}
-	report = moved;
-	int pass[2];
-	for (int i = 0; i < 2; i++)
-		pass[i] = a->pass[i] >= 0 ? fcntl(a->pass[i], F_DUPFD_CLOEXEC, 64) : -1;
-	if (dup2(a->devnull, 0) < 0 || dup2(a->out, 1) < 0 || dup2(a->out, 2) < 0) {
-		f = (struct child_failure){ STEP_STDIO, errno };
-		goto fail;
-	}
-	/* Whatever other threads opened without O_CLOEXEC stays out of QEMU. */
-	if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) < 0) {
-		for (int fd = 3; fd < 64; fd++)
-			close(fd);
-	}
-	for (int i = 0; i < 2; i++) {
-		/* dup2 leaves the copy without FD_CLOEXEC: it survives the exec. */
-		if (a->pass[i] >= 0 && (pass[i] < 0 || dup2(pass[i], QEMU_FD_RAM + i) < 0)) {
-			f = (struct child_failure){ STEP_STDIO, errno };
-			goto fail;
-		}
-	}
-	execve(a->argv[0], a->argv, qemu_env);
-	f = (struct child_failure){ STEP_EXEC, errno };
-fail:
-	if (write(report, &f, sizeof(f)) < 0) {
-		/* nothing more to do */
-	}
-	_exit(127);
+	op->arg = CLONE_NEWNET;
+	spawn_plan_add(plan, SOP_SETSID, "setsid");
+	op = spawn_plan_add(plan, SOP_CHDIR, "enter its run directory");
+	op->fd = CHILD_FD_DIR;
+	op = spawn_plan_add(plan, SOP_EXEC, "exec");
+	op->src = argv[0];
 }
 
 static void reap(struct qemu_vm *vm, bool block)
@@ -393,30 +323,9 @@ static bool vm_alive(struct qemu_vm *vm)
 	return vm->pid > 0 && !vm->reaped;
 }
 
-/* Whether the process is on its way out: its files (sockets) close before it can be reaped,
- * so a peer may see the close first. Field 9 of /proc/<pid>/stat, PF_EXITING. */
-static bool exiting(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return true;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return true;
-	buf[n] = '\0';
-	char *p = strrchr(buf, ')');
-	char state;
-	unsigned long flags;
-	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
-		return false;
-	return state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */);
-}
-
 bool qemu_vm_running(struct qemu_vm *vm)
 {
-	return vm && vm_alive(vm) && !exiting(vm->pid);
+	return vm && vm_alive(vm) && !spawn_exiting(vm->pid);
 }
 
 /* How QEMU ended, for messages. */
@@ -439,7 +348,7 @@ int qemu_vm_explain(struct qemu_vm *vm, struct err *err)
 	if (!vm)
 		return -(err ? err->errnum : EIO);
 	reap(vm, false);
-	if (!vm->reaped && vm->pid > 0 && exiting(vm->pid) && vm->pidfd >= 0) {
+	if (!vm->reaped && vm->pid > 0 && spawn_exiting(vm->pid) && vm->pidfd >= 0) {
 		/* Dying: its exit status is moments away. */
 		struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
 		poll(&p, 1, 200);
@@ -520,7 +429,9 @@ int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *c
 	vm->vsock_cid = l->vsock_cid;
 	char **argv = qemu_argv(l);
 	_cleanup_close_ int devnull = -1, netns = -1;
-	int out[2] = { -1, -1 }, rep[2] = { -1, -1 };
+	_cleanup_close_pair_ int out[2] = { -1, -1 };
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "qemu");
 	int r;
 
 	vm->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -537,54 +448,32 @@ int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *c
 		r = err_sys(err, errno, "qemu: /dev/null");
 		goto fail;
 	}
-	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
+	if (pipe2(out, O_CLOEXEC) < 0) {
 		r = err_sys(err, errno, "qemu: pipe");
 		goto fail;
 	}
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		r = err_sys(err, errno, "qemu: fork");
+	plan.name = spawn_plan_str(&plan, "qemu: starting `%s`", argv[0]);
+	child_plan(&plan, l, argv, cg, vm->dirfd, netns, devnull, out[1]);
+	struct spawn_child c;
+	if ((r = spawn_start(&plan, 0, -1, &c, err)) < 0)
 		goto fail;
-	}
-	if (pid == 0) {
-		struct child_args a = {
-			.argv = argv,
-			.cg = cg,
-			.dirfd = vm->dirfd,
-			.netns = netns,
-			.devnull = devnull,
-			.out = out[1],
-			.report = rep[1],
-			.parent = parent,
-			.pass = { l->ram_fd, l->rootfs_fd },
-		};
-		child_exec(&a);
-	}
-	vm->pid = pid;
-	close(TAKE_FD(out[1]));
-	close(TAKE_FD(rep[1]));
-	/* Not reaped before we say so: the pid cannot be reused, so a pidfd is not needed for
+	/* Not reaped before we say so: the pid cannot be reused, so the pidfd is not needed for
 	 * safe kills; it lets waits poll. */
-	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	vm->pid = c.pid;
+	vm->pidfd = TAKE_FD(c.pidfd);
+	close(TAKE_FD(out[1]));
 
 	if ((r = console_start(out[0], vm->dirfd, &vm->con, err)) < 0) {
-		close(TAKE_FD(out[0]));
+		spawn_child_close(&c);
 		goto fail;
 	}
 	out[0] = -1;
-
-	struct child_failure f;
-	ssize_t n;
-	while ((n = read(rep[0], &f, sizeof(f))) < 0 && errno == EINTR)
-		;
-	close(TAKE_FD(rep[0]));
-	if (n == (ssize_t)sizeof(f)) {
+	int wait_ms = time_left_ms(deadline);
+	if ((r = spawn_wait(&plan, &c, wait_ms > 0 ? wait_ms : 1, err)) < 0) {
 		reap(vm, true);
-		r = err_sys(err, f.errnum, "qemu: starting `%s` (%s)", argv[0], step_name(f.step));
 		goto fail;
 	}
-	vm->start_time = proc_start_time(pid);
+	vm->start_time = proc_start_time(vm->pid);
 
 	int qfd = -1;
 	if ((r = connect_unix(vm, QEMU_QMP_SOCKET, deadline, &qfd, err)) < 0)
@@ -594,17 +483,13 @@ int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *c
 		qemu_vm_explain(vm, err);
 		goto fail;
 	}
+	spawn_plan_free(&plan);
 	qemu_argv_free(argv);
 	*ret = vm;
 	return 0;
 
 fail:
-	for (int i = 0; i < 2; i++) {
-		if (out[i] >= 0)
-			close(out[i]);
-		if (rep[i] >= 0)
-			close(rep[i]);
-	}
+	spawn_plan_free(&plan);
 	qemu_argv_free(argv);
 	qemu_vm_free(vm);
 	return r;
