@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/cleanup.h"
+
 static enum log_level min_level = LOG_INFO;
 static bool silent;
 
@@ -62,7 +64,7 @@ void log_fields(enum log_level level, const char *module, json_t *fields, const 
 	size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
 	snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000);
 
-	json_t *line = json_object();
+	json_auto_t *line = json_object();
 	json_object_set_new(line, "ts", json_string(when));
 	json_object_set_new(line, "level", json_string(level_names[level]));
 	if (module)
@@ -71,13 +73,12 @@ void log_fields(enum log_level level, const char *module, json_t *fields, const 
 	if (fields)
 		json_object_update_missing(line, fields);
 
-	char *text = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
-	json_decref(line);
+	_cleanup_free_ char *text =
+		json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
 	if (!text)
 		return;
 	size_t len = strlen(text);
 	text[len] = '\n'; /* json_dumps allocates len + 1: reuse the terminator */
 	ssize_t w = write(STDERR_FILENO, text, len + 1);
 	(void)w;
-	free(text);
 }

@@ -140,7 +140,7 @@ static int b64_val(char c)
 
 int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen)
 {
-	uint8_t *out = xmalloc(inlen / 4 * 3 + 3);
+	_cleanup_free_ uint8_t *out = xmalloc(inlen / 4 * 3 + 3);
 	size_t o = 0;
 	uint32_t acc = 0;
 	int nacc = 0, pad = 0;
@@ -166,10 +166,8 @@ int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen)
 			continue;
 		}
 		int v = b64_val(c);
-		if (v < 0 || pad) {
-			free(out);
+		if (v < 0 || pad)
 			return -1;
-		}
 		acc = acc << 6 | (uint32_t)v;
 		if (++nacc == 4) {
 			out[o++] = (uint8_t)(acc >> 16);
@@ -179,17 +177,15 @@ int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen)
 			nacc = 0;
 		}
 	}
-	if (nacc == 1 || pad > 2 || (pad && nacc + pad != 4)) {
-		free(out);
+	if (nacc == 1 || pad > 2 || (pad && nacc + pad != 4))
 		return -1;
-	}
 	if (nacc == 2) {
 		out[o++] = (uint8_t)(acc >> 4);
 	} else if (nacc == 3) {
 		out[o++] = (uint8_t)(acc >> 10);
 		out[o++] = (uint8_t)(acc >> 2);
 	}
-	*ret = out;
+	*ret = TAKE_PTR(out);
 	*retlen = o;
 	return 0;
 }
