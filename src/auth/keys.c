@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "store/store.h"
 #include "util/cleanup.h"
 #include "util/random.h"
 #include "util/sha256.h"
@@ -26,12 +27,9 @@ static const char *const scope_names[] = { "exec", "admin", "metrics" };
 
 int keys_init(sqlite3 *db, struct err *err)
 {
-	char *msg = NULL;
-	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
-		int r = err_set(err, EIO, "cannot create the key table: %s", msg ? msg : "?");
-		sqlite3_free(msg);
-		return r;
-	}
+	_cleanup_sqlite_free_ char *msg = NULL;
+	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK)
+		return err_set(err, EIO, "cannot create the key table: %s", msg ? msg : "?");
 	return 0;
 }
 
@@ -94,6 +92,30 @@ static void row_to_info(sqlite3_stmt *st, struct key_info *k)
 
 #define KEY_COLUMNS "id, name, prefix, scopes, rate_limit, created, last_used, expires, enabled"
 
+/* The row of a new key; `shown` is the start of its secret, `hash` the digest of it. */
+static int insert_key(sqlite3 *db, const char *id, const char *name, const char *shown,
+		      const char *hash, unsigned scopes, int64_t rate_limit, int64_t expires,
+		      struct err *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO api_keys(id, name, prefix, hash, scopes, rate_limit, "
+			       "created, expires) VALUES (?,?,?,?,?,?,?,?)",
+			       -1, &st, NULL) != SQLITE_OK)
+		return db_error(db, err, "insert");
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, shown, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 5, (int)scopes);
+	sqlite3_bind_int64(st, 6, rate_limit);
+	sqlite3_bind_int64(st, 7, (int64_t)time(NULL));
+	sqlite3_bind_int64(st, 8, expires);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		return db_error(db, err, "insert");
+	return 0;
+}
+
 int keys_create(sqlite3 *db, const char *prefix, const char *name, unsigned scopes,
 		int64_t rate_limit, int64_t expires, struct key_info *ret_info, char **ret_key,
 		struct err *err)
@@ -111,24 +133,9 @@ int keys_create(sqlite3 *db, const char *prefix, const char *name, unsigned scop
 	char shown[24];
 	snprintf(shown, sizeof(shown), "%.*s", (int)strlen(prefix) + 4, secret);
 
-	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db,
-			       "INSERT INTO api_keys(id, name, prefix, hash, scopes, rate_limit, "
-			       "created, expires) VALUES (?,?,?,?,?,?,?,?)",
-			       -1, &st, NULL) != SQLITE_OK)
-		return db_error(db, err, "insert");
-	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, shown, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
-	sqlite3_bind_int(st, 5, (int)scopes);
-	sqlite3_bind_int64(st, 6, rate_limit);
-	sqlite3_bind_int64(st, 7, (int64_t)time(NULL));
-	sqlite3_bind_int64(st, 8, expires);
-	int rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE)
-		return db_error(db, err, "insert");
+	int r = insert_key(db, id, name, shown, hash, scopes, rate_limit, expires, err);
+	if (r < 0)
+		return r;
 	if (ret_info && keys_get(db, id, ret_info, err) < 0)
 		return -EIO;
 	*ret_key = TAKE_PTR(secret);
@@ -146,16 +153,14 @@ int keys_rotate(sqlite3 *db, const char *prefix, const char *id, char **ret_key,
 	sha256_hex(secret, strlen(secret), hash);
 	char shown[24];
 	snprintf(shown, sizeof(shown), "%.*s", (int)strlen(prefix) + 4, secret);
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, "UPDATE api_keys SET hash = ?, prefix = ? WHERE id = ?", -1, &st,
 			       NULL) != SQLITE_OK)
 		return db_error(db, err, "rotate");
 	sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, shown, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE)
+	if (sqlite3_step(st) != SQLITE_DONE)
 		return db_error(db, err, "rotate");
 	*ret_key = TAKE_PTR(secret);
 	return 0;
@@ -163,14 +168,12 @@ int keys_rotate(sqlite3 *db, const char *prefix, const char *id, char **ret_key,
 
 static int exec_on_id(sqlite3 *db, const char *sql, const char *id, int64_t v, struct err *err)
 {
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
 		return db_error(db, err, "update");
 	sqlite3_bind_int64(st, 1, v);
 	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE)
+	if (sqlite3_step(st) != SQLITE_DONE)
 		return db_error(db, err, "update");
 	if (sqlite3_changes(db) == 0)
 		return err_set(err, ENOENT, "no key with id `%s`", id);
@@ -195,16 +198,15 @@ int keys_touch(sqlite3 *db, const char *id, int64_t when)
 static int get_one(sqlite3 *db, const char *sql, const char *arg, struct key_info *ret,
 		   struct err *err, const char *missing)
 {
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
 		return db_error(db, err, "select");
 	sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
 	int rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW)
+	if (rc == SQLITE_ROW) {
 		row_to_info(st, ret);
-	sqlite3_finalize(st);
-	if (rc == SQLITE_ROW)
 		return 0;
+	}
 	if (rc == SQLITE_DONE)
 		return err_set(err, ENOENT, "%s", missing);
 	return db_error(db, err, "select");
@@ -229,19 +231,18 @@ int keys_lookup(sqlite3 *db, const char *secret, struct key_info *ret, struct er
 
 int keys_count(sqlite3 *db, int64_t *ret)
 {
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, "SELECT count(*) FROM api_keys", -1, &st, NULL) != SQLITE_OK)
 		return -EIO;
 	int rc = sqlite3_step(st);
 	*ret = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-	sqlite3_finalize(st);
 	return rc == SQLITE_ROW ? 0 : -EIO;
 }
 
 int keys_foreach(sqlite3 *db, void (*fn)(const struct key_info *k, void *arg), void *arg,
 		 struct err *err)
 {
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, "SELECT " KEY_COLUMNS " FROM api_keys ORDER BY created, id", -1,
 			       &st, NULL) != SQLITE_OK)
 		return db_error(db, err, "select");
@@ -251,7 +252,6 @@ int keys_foreach(sqlite3 *db, void (*fn)(const struct key_info *k, void *arg), v
 		row_to_info(st, &k);
 		fn(&k, arg);
 	}
-	sqlite3_finalize(st);
 	return rc == SQLITE_DONE ? 0 : db_error(db, err, "select");
 }
 

@@ -37,12 +37,11 @@ int store_open(const char *dir, struct err *err)
 		return r;
 	}
 	sqlite3_busy_timeout(db, 5000);
-	char *msg = NULL;
+	_cleanup_sqlite_free_ char *msg = NULL;
 	if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
 			 &msg) != SQLITE_OK ||
 	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
 		r = err_set(err, EIO, "cannot initialise `%s`: %s", path, msg ? msg : "?");
-		sqlite3_free(msg);
 		store_close();
 		return r;
 	}
@@ -67,7 +66,7 @@ sqlite3 *store_db(void)
 int store_sandbox_put(const char *sandbox_id, const char *driver, const char *owner,
 		      const char *session_id, json_t *record, struct err *err)
 {
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db,
 			       "INSERT OR REPLACE INTO sandboxes(id, driver, owner, session_id, "
 			       "record) VALUES (?,?,?,?,?)",
@@ -79,28 +78,24 @@ int store_sandbox_put(const char *sandbox_id, const char *driver, const char *ow
 	sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 4, session_id, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 5, text, -1, free);
-	int rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE)
+	if (sqlite3_step(st) != SQLITE_DONE)
 		return err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
 	return 0;
 }
 
 int store_sandbox_delete(const char *sandbox_id)
 {
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, "DELETE FROM sandboxes WHERE id = ?", -1, &st, NULL) !=
 	    SQLITE_OK)
 		return -EIO;
 	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? 0 : -EIO;
+	return sqlite3_step(st) == SQLITE_DONE ? 0 : -EIO;
 }
 
 int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err)
 {
-	sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, "SELECT id, driver, record FROM sandboxes", -1, &st, NULL) !=
 	    SQLITE_OK)
 		return err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
@@ -109,11 +104,9 @@ int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err)
 		const char *id = (const char *)sqlite3_column_text(st, 0);
 		const char *driver = (const char *)sqlite3_column_text(st, 1);
 		const char *text = (const char *)sqlite3_column_text(st, 2);
-		json_t *rec = text ? json_loads(text, 0, NULL) : NULL;
+		json_auto_t *rec = text ? json_loads(text, 0, NULL) : NULL;
 		fn(id, driver, rec, arg);
-		json_decref(rec);
 	}
-	sqlite3_finalize(st);
 	return rc == SQLITE_DONE ? 0 : err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
 }
 

@@ -9,6 +9,21 @@
 
 #include "util/err.h"
 
+/* Scope-bound SQLite handles (util/cleanup.h): a statement finalized, a message of
+ * sqlite3_exec() freed. Both functions accept NULL. */
+static inline void store_finalizep(sqlite3_stmt **st)
+{
+	sqlite3_finalize(*st);
+}
+
+static inline void store_sqlite_freep(char **msg)
+{
+	sqlite3_free(*msg);
+}
+
+#define _cleanup_stmt_        __attribute__((cleanup(store_finalizep)))
+#define _cleanup_sqlite_free_ __attribute__((cleanup(store_sqlite_freep)))
+
 int store_open(const char *state_dir, struct err *err);
 void store_close(void);
 /* The open database (for modules that keep their own tables). */
