@@ -53,28 +53,24 @@ int template_load(const char *dir, struct template **ret, struct err *err)
 {
 	_cleanup_free_ char *path = xasprintf("%s/template.json", dir);
 	json_error_t jerr;
-	json_t *m = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *m = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!m)
 		return err_set(err, EINVAL, "%s: %s", path, jerr.text);
-	if (!json_is_object(m)) {
-		json_decref(m);
+	if (!json_is_object(m))
 		return err_set(err, EINVAL, "%s: not a JSON object", path);
-	}
 	const char *name = json_string_value(json_object_get(m, "name"));
 	const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
-	if (!name || !valid_name(name) || strcmp(name, base) != 0) {
-		json_decref(m);
+	if (!name || !valid_name(name) || strcmp(name, base) != 0)
 		return err_set(err, EINVAL, "%s: \"name\" must be the directory's name (`%s`)",
 			       path, base);
-	}
 	struct template *t = xcalloc(1, sizeof(*t));
 	t->refs = 1;
 	t->name = xstrdup(name);
 	t->dir = xstrdup(dir);
-	t->manifest = m;
 	json_t *res = json_object_get(m, "resources");
 	t->mem_mib = json_uint(res, "memSizeMib");
 	t->vcpus = json_uint(res, "vcpuCount");
+	t->manifest = TAKE_PTR(m);
 
 	struct stat st;
 	_cleanup_free_ char *rd = xasprintf("%s/rootfs", dir);
