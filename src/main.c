@@ -87,26 +87,27 @@ static void on_http_done(const char *method, const char *route, int status, doub
 {
 	char code[8];
 	snprintf(code, sizeof(code), "%d", status);
-	metrics_add(M.http_requests_total, 1, route, method, code);
-	metrics_observe(M.http_request_duration, seconds, route, method);
+	metrics_add(metrics_daemon.http_requests_total, 1, route, method, code);
+	metrics_observe(metrics_daemon.http_request_duration, seconds, route, method);
 }
 
 static void on_guest_violation(const char *kind)
 {
-	metrics_add(M.guest_protocol_errors_total, 1, kind);
-	metrics_add(M.vsock_errors_total, 1, "protocol");
+	metrics_add(metrics_daemon.guest_protocol_errors_total, 1, kind);
+	metrics_add(metrics_daemon.vsock_errors_total, 1, "protocol");
 }
 
 static void publish_config(const struct config *c)
 {
-	metrics_set(M.vm_resource_config, (double)c->vcpus, "vcpu_count");
-	metrics_set(M.vm_resource_config, (double)c->mem_mib, "mem_size_mib");
-	metrics_set(M.vm_resource_config, (double)c->cpu_quota_us, "cpu_quota_us");
-	metrics_set(M.vm_resource_config, (double)c->cpu_period_us, "cpu_period_us");
-	metrics_set(M.vm_resource_config, (double)c->memory_limit, "memory_limit_bytes");
-	metrics_set(M.vm_resource_config, (double)c->nofile, "nofile_limit");
-	metrics_set(M.vm_resource_config, (double)c->disk_limit, "disk_limit_bytes");
-	metrics_set(M.vm_resource_config, (double)c->pids_max, "pids_max");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->vcpus, "vcpu_count");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->mem_mib, "mem_size_mib");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->cpu_quota_us, "cpu_quota_us");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->cpu_period_us, "cpu_period_us");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->memory_limit,
+		    "memory_limit_bytes");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->nofile, "nofile_limit");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->disk_limit, "disk_limit_bytes");
+	metrics_set(metrics_daemon.vm_resource_config, (double)c->pids_max, "pids_max");
 }
 
 static int write_port_file(const char *path, int port, struct err *err)

@@ -40,7 +40,7 @@ static struct {
 } hooks[8];
 static size_t nhooks;
 
-struct sandbox_metrics M;
+struct sandbox_metrics metrics_daemon;
 
 static const double default_buckets[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
 					  0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
@@ -289,7 +289,7 @@ void metrics_reset(void)
 	}
 	tail = &all;
 	nhooks = 0;
-	memset(&M, 0, sizeof(M));
+	memset(&metrics_daemon, 0, sizeof(metrics_daemon));
 	pthread_mutex_unlock(&lock);
 }
 
@@ -300,48 +300,53 @@ void metrics_init(void)
 	static const double life_buckets[] = {
 		1, 10, 60, 300, 900, 1800, 3600, 7200, 21600, 86400
 	};
-	M.active_vm_count = metrics_gauge("active_vm_count", "Sandboxes by state", "state");
-	M.vm_creation_time = metrics_histogram("vm_creation_time",
-					       "Seconds to create a sandbox (snapshot restore or "
-					       "warm-pool hand-over)",
-					       "driver,source", vm_buckets, ARRAY_SIZE(vm_buckets));
-	M.exec_sessions_active = metrics_gauge("exec_sessions_active", "Sessions alive", NULL);
-	M.exec_session_duration =
+	metrics_daemon.active_vm_count =
+		metrics_gauge("active_vm_count", "Sandboxes by state", "state");
+	metrics_daemon.vm_creation_time =
+		metrics_histogram("vm_creation_time",
+				  "Seconds to create a sandbox (snapshot restore or "
+				  "warm-pool hand-over)",
+				  "driver,source", vm_buckets, ARRAY_SIZE(vm_buckets));
+	metrics_daemon.exec_sessions_active =
+		metrics_gauge("exec_sessions_active", "Sessions alive", NULL);
+	metrics_daemon.exec_session_duration =
 		metrics_histogram("exec_session_duration_seconds", "Session lifetimes", NULL,
 				  life_buckets, ARRAY_SIZE(life_buckets));
-	M.exec_message_total = metrics_counter("exec_message_total",
-					       "Operations sent to sandboxes by type", "type");
-	M.exec_message_duration =
+	metrics_daemon.exec_message_total = metrics_counter(
+		"exec_message_total", "Operations sent to sandboxes by type", "type");
+	metrics_daemon.exec_message_duration =
 		metrics_histogram("exec_message_duration_seconds",
 				  "Operation round-trip time by type", "type", NULL, 0);
-	M.vsock_connection_time = metrics_histogram("vsock_connection_time",
-						    "Seconds from a new sandbox to its agent's "
-						    "first answer",
-						    NULL, vm_buckets, ARRAY_SIZE(vm_buckets));
-	M.vsock_errors_total = metrics_counter(
+	metrics_daemon.vsock_connection_time =
+		metrics_histogram("vsock_connection_time",
+				  "Seconds from a new sandbox to its agent's "
+				  "first answer",
+				  NULL, vm_buckets, ARRAY_SIZE(vm_buckets));
+	metrics_daemon.vsock_errors_total = metrics_counter(
 		"vsock_errors_total", "Errors on sandbox agent connections by kind", "kind");
-	M.vm_resource_config = metrics_gauge("vm_resource_config",
-					     "Configured per-sandbox resource limits", "resource");
-	M.vm_egress_policy_applied_total = metrics_counter("vm_egress_policy_applied_total",
-							   "Egress policies applied to sandboxes",
-							   "dns_mode,dest_mode,bw_enabled");
-	M.http_requests_total = metrics_counter(
+	metrics_daemon.vm_resource_config = metrics_gauge(
+		"vm_resource_config", "Configured per-sandbox resource limits", "resource");
+	metrics_daemon.vm_egress_policy_applied_total = metrics_counter(
+		"vm_egress_policy_applied_total", "Egress policies applied to sandboxes",
+		"dns_mode,dest_mode,bw_enabled");
+	metrics_daemon.http_requests_total = metrics_counter(
 		"http_requests_total", "HTTP requests by route template, method and status",
 		"route,method,status");
-	M.http_request_duration = metrics_histogram("http_request_duration_seconds",
-						    "HTTP request latency by route template",
-						    "route,method", NULL, 0);
-	M.session_creations_total = metrics_counter("session_creations_total",
-						    "Session creations by template, driver and "
-						    "result",
-						    "template,driver,result");
-	M.warm_pool_size = metrics_gauge("warm_pool_size",
-					 "Ready sandboxes waiting in the warm "
-					 "pool by template",
-					 "template");
-	M.guest_protocol_errors_total = metrics_counter(
+	metrics_daemon.http_request_duration = metrics_histogram(
+		"http_request_duration_seconds", "HTTP request latency by route template",
+		"route,method", NULL, 0);
+	metrics_daemon.session_creations_total =
+		metrics_counter("session_creations_total",
+				"Session creations by template, driver and "
+				"result",
+				"template,driver,result");
+	metrics_daemon.warm_pool_size = metrics_gauge("warm_pool_size",
+						      "Ready sandboxes waiting in the warm "
+						      "pool by template",
+						      "template");
+	metrics_daemon.guest_protocol_errors_total = metrics_counter(
 		"guest_protocol_errors_total", "Guest protocol violations by kind", "kind");
-	M.egress_decisions_total =
+	metrics_daemon.egress_decisions_total =
 		metrics_counter("egress_decisions_total",
 				"Egress policy decisions by outcome and reason", "decision,reason");
 }

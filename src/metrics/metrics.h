@@ -35,8 +35,8 @@ char *metrics_render(size_t *len);
 /* Drops every metric (tests, shutdown). */
 void metrics_reset(void);
 
-/* The daemon's own metrics, declared by metrics_init() (sandboxd.c's names are the
- * reference project's plus ours). */
+/* The daemon's own metrics, declared by metrics_init(): the reference project's names, plus
+ * ours. */
 struct sandbox_metrics {
 	struct metric *active_vm_count;       /* gauge {state} */
 	struct metric *vm_creation_time;      /* histogram {driver, source} */
@@ -57,6 +57,8 @@ struct sandbox_metrics {
 	struct metric *egress_decisions_total;      /* counter {decision, reason} */
 };
 
-extern struct sandbox_metrics M;
+/* Every module records into these; NULL (a no-op) until metrics_init() and after
+ * metrics_reset(). */
+extern struct sandbox_metrics metrics_daemon;
 
 void metrics_init(void);

@@ -8,6 +8,7 @@
 
 #include "metrics/metrics.h"
 #include "metrics/process.h"
+#include "util/cleanup.h"
 
 static struct {
 	struct metric *cpu, *rss, *vsz, *fds, *max_fds, *start;
@@ -16,7 +17,7 @@ static struct {
 
 static double boot_time(void)
 {
-	FILE *f = fopen("/proc/stat", "re");
+	_cleanup_fclose_ FILE *f = fopen("/proc/stat", "re");
 	if (!f)
 		return 0;
 	char line[256];
@@ -24,8 +25,30 @@ static double boot_time(void)
 	while (fgets(line, sizeof(line), f))
 		if (sscanf(line, "btime %lf", &bt) == 1)
 			break;
-	fclose(f);
 	return bt;
+}
+
+static void refresh_memory(void)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/statm", "re");
+	unsigned long size, resident;
+	if (f && fscanf(f, "%lu %lu", &size, &resident) == 2) {
+		long page = sysconf(_SC_PAGESIZE);
+		metrics_set(P.vsz, (double)size * (double)page);
+		metrics_set(P.rss, (double)resident * (double)page);
+	}
+}
+
+/* Counts the daemon's descriptors: the other refreshers have closed theirs by then. */
+static void refresh_fds(void)
+{
+	_cleanup_closedir_ DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	int n = -1; /* the directory's own fd */
+	while (readdir(d))
+		n++;
+	metrics_set(P.fds, (double)(n - 2)); /* "." and ".." */
 }
 
 static void refresh(void *arg)
@@ -35,27 +58,29 @@ static void refresh(void *arg)
 		metrics_set(P.cpu, (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
 					   (double)ru.ru_stime.tv_sec +
 					   (double)ru.ru_stime.tv_usec / 1e6);
-	FILE *f = fopen("/proc/self/statm", "re");
-	unsigned long size, resident;
-	if (f && fscanf(f, "%lu %lu", &size, &resident) == 2) {
-		long page = sysconf(_SC_PAGESIZE);
-		metrics_set(P.vsz, (double)size * (double)page);
-		metrics_set(P.rss, (double)resident * (double)page);
-	}
-	if (f)
-		fclose(f);
-	DIR *d = opendir("/proc/self/fd");
-	if (d) {
-		int n = -1; /* the directory's own fd */
-		while (readdir(d))
-			n++;
-		closedir(d);
-		metrics_set(P.fds, (double)(n - 2)); /* "." and ".." */
-	}
+	refresh_memory();
+	refresh_fds();
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
 		metrics_set(P.max_fds, (double)rl.rlim_cur);
 	metrics_set(P.start, P.start_time);
+}
+
+/* Field 22 of /proc/self/stat: start time in clock ticks since boot. */
+static double start_time(void)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/stat", "re");
+	char buf[1024];
+	if (!f || !fgets(buf, sizeof(buf), f))
+		return 0;
+	char *p = strrchr(buf, ')');
+	unsigned long long ticks = 0;
+	for (int field = 2; p && *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	if (!p || sscanf(p, "%llu", &ticks) != 1)
+		return 0;
+	return boot_time() + (double)ticks / (double)sysconf(_SC_CLK_TCK);
 }
 
 void metrics_process_init(void)
@@ -67,19 +92,6 @@ void metrics_process_init(void)
 	P.max_fds = metrics_gauge("process_max_fds", "File descriptor limit", NULL);
 	P.start = metrics_gauge("process_start_time_seconds",
 				"Start time of the process since the epoch in seconds", NULL);
-	/* Field 22 of /proc/self/stat: start time in clock ticks since boot. */
-	FILE *f = fopen("/proc/self/stat", "re");
-	char buf[1024];
-	if (f && fgets(buf, sizeof(buf), f)) {
-		char *p = strrchr(buf, ')');
-		unsigned long long ticks = 0;
-		for (int field = 2; p && *p && field < 22; p++)
-			if (*p == ' ')
-				field++;
-		if (p && sscanf(p, "%llu", &ticks) == 1)
-			P.start_time = boot_time() + (double)ticks / (double)sysconf(_SC_CLK_TCK);
-	}
-	if (f)
-		fclose(f);
+	P.start_time = start_time();
 	metrics_on_scrape(refresh, NULL);
 }

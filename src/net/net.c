@@ -563,8 +563,9 @@ int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap
 		sandbox_free(s);
 		return r;
 	}
-	metrics_add(M.vm_egress_policy_applied_total, 1, net_policy_dns_mode(&s->policy),
-		    net_policy_dest_mode(&s->policy), s->policy.bw_enabled ? "true" : "false");
+	metrics_add(metrics_daemon.vm_egress_policy_applied_total, 1,
+		    net_policy_dns_mode(&s->policy), net_policy_dest_mode(&s->policy),
+		    s->policy.bw_enabled ? "true" : "false");
 	*ret_netns_path = xstrdup(s->netns_path);
 	pthread_mutex_lock(&net_mod.lock);
 	s->next = net_mod.list;

@@ -109,7 +109,7 @@ static uint16_t random_id(void)
 
 static void count(const char *decision, const char *reason)
 {
-	metrics_add(M.egress_decisions_total, 1, decision, reason);
+	metrics_add(metrics_daemon.egress_decisions_total, 1, decision, reason);
 }
 
 unsigned net_resolver_pending_total(void)

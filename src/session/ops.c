@@ -266,8 +266,8 @@ static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct
 		exec_deliver(x, si, x->carry[si], n);
 	}
 	double duration = (double)(time_mono_us() - x->t0_us) / 1000.0;
-	metrics_add(M.exec_message_total, 1, "execute");
-	metrics_observe(M.exec_message_duration, duration / 1000.0, "execute");
+	metrics_add(metrics_daemon.exec_message_total, 1, "execute");
+	metrics_observe(metrics_daemon.exec_message_duration, duration / 1000.0, "execute");
 	exec_release(x);
 	if (x->detached) {
 		x->phase = EXEC_DONE;
@@ -600,7 +600,7 @@ static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 		struct err e;
 		err_set(&e, EFBIG, "`%s` exceeds the limit of %zu bytes", c->path, c->max_bytes);
 		guest_op_detach(op);
-		metrics_add(M.exec_message_total, 1, call_metric_type(c->kind));
+		metrics_add(metrics_daemon.exec_message_total, 1, call_metric_type(c->kind));
 		call_fail(c, &e);
 		return;
 	}
@@ -613,8 +613,9 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 {
 	struct ops_call *c = arg;
 	const char *type = call_metric_type(c->kind);
-	metrics_add(M.exec_message_total, 1, type);
-	metrics_observe(M.exec_message_duration, (double)(time_mono_us() - c->t0_us) / 1e6, type);
+	metrics_add(metrics_daemon.exec_message_total, 1, type);
+	metrics_observe(metrics_daemon.exec_message_duration,
+			(double)(time_mono_us() - c->t0_us) / 1e6, type);
 	if (err) {
 		call_fail(c, err);
 		return;

@@ -290,6 +290,6 @@ void session_pools_publish(void)
 		unsigned ready = 0;
 		for (struct pool_entry *e = p->entries; e; e = e->next)
 			ready += e->ready;
-		metrics_set(M.warm_pool_size, ready, p->template_name);
+		metrics_set(metrics_daemon.warm_pool_size, ready, p->template_name);
 	}
 }

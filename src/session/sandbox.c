@@ -25,7 +25,8 @@ struct guest_conn *session_conn_new(int fd, guest_close_fn on_close, void *arg)
 
 void session_count_creation(const struct template *t, const char *result)
 {
-	metrics_add(M.session_creations_total, 1, t->name, session_mod.drv->name, result);
+	metrics_add(metrics_daemon.session_creations_total, 1, t->name, session_mod.drv->name,
+		    result);
 }
 
 int session_check_agent(const struct template *t, const json_t *result, struct err *err)

@@ -174,7 +174,7 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 	err_set(&s->failure, ECONNRESET, "the sandbox of session `%s` stopped unexpectedly (%s)",
 		s->id, why->msg);
 	log_warn("session", "%s", s->failure.msg);
-	metrics_add(M.vsock_errors_total, 1, "disconnect");
+	metrics_add(metrics_daemon.vsock_errors_total, 1, "disconnect");
 	bool was_creating = s->state == SESSION_CREATING;
 	s->state = SESSION_FAILED;
 	if (s->sb) {
@@ -229,7 +229,7 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 	s->state = SESSION_READY;
 	session_touch(s);
 	session_count_creation(s->tmpl, "success");
-	metrics_observe(M.vsock_connection_time,
+	metrics_observe(metrics_daemon.vsock_connection_time,
 			(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0);
 	log_info("session", "session %s ready (template %s, sandbox %s)", s->id, s->tmpl->name,
 		 s->sandbox_id);
@@ -282,8 +282,9 @@ static void session_create_done(void *arg)
 	struct session *s = j->s;
 	session_mod.creating--;
 	if (j->rc >= 0)
-		metrics_observe(M.vm_creation_time, (double)(time_mono_ms() - j->t0) / 1000.0,
-				session_mod.drv->name, "cold");
+		metrics_observe(metrics_daemon.vm_creation_time,
+				(double)(time_mono_ms() - j->t0) / 1000.0, session_mod.drv->name,
+				"cold");
 	if (j->rc < 0) {
 		/* Whatever the driver's errno, a sandbox that cannot be made is the server's
 		 * failure, not the request's: keep the message, report it as such. */
@@ -419,7 +420,7 @@ void session_get_or_create(const char *owner, const char *id,
 	if (!own_limits && !egress && session_pool_claim(t->name, &sb, &conn)) {
 		guest_conn_set_close(conn, on_session_conn_closed, s);
 		session_attach(s, sb, conn);
-		metrics_observe(M.vm_creation_time,
+		metrics_observe(metrics_daemon.vm_creation_time,
 				(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0,
 				session_mod.drv->name, "pool");
 		return;
@@ -439,7 +440,7 @@ void session_destroy(struct session *s, const char *why)
 		return;
 	log_info("session", "destroying session %s (%s)", s->id, why);
 	if (s->state == SESSION_READY || s->state == SESSION_FAILED)
-		metrics_observe(M.exec_session_duration,
+		metrics_observe(metrics_daemon.exec_session_duration,
 				(double)(time_wall_ms() - s->created_ms) / 1000.0);
 	bool creating = s->state == SESSION_CREATING;
 	s->state = SESSION_DESTROYING;
@@ -610,9 +611,10 @@ static void on_scrape(void *arg)
 		counts[s->state]++;
 	for (int st = SESSION_CREATING; st <= SESSION_FAILED; st++)
 		if (st != SESSION_GONE)
-			metrics_set(M.active_vm_count, counts[st], session_state_name(st));
-	metrics_set(M.active_vm_count, (double)session_pool_size(), "pooled");
-	metrics_set(M.exec_sessions_active, (double)session_mod.nsessions);
+			metrics_set(metrics_daemon.active_vm_count, counts[st],
+				    session_state_name(st));
+	metrics_set(metrics_daemon.active_vm_count, (double)session_pool_size(), "pooled");
+	metrics_set(metrics_daemon.exec_sessions_active, (double)session_mod.nsessions);
 	session_pools_publish();
 }
 
