@@ -47,8 +47,7 @@ struct http_server {
  * answer is JSON like the rest of the API. */
 void evhttp_send_error(struct evhttp_request *req, int error, const char *reason)
 {
-	struct evbuffer *buf = evbuffer_new();
-	json_t *body = json_object();
+	json_auto_t *body = json_object();
 	const char *msg = reason;
 	if (!msg) {
 		switch (error) {
@@ -69,10 +68,9 @@ void evhttp_send_error(struct evhttp_request *req, int error, const char *reason
 		}
 	}
 	json_object_set_new(body, "error", json_string(msg));
-	char *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
-	json_decref(body);
+	_cleanup_free_ char *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	struct evbuffer *buf = evbuffer_new();
 	evbuffer_add(buf, text, strlen(text));
-	free(text);
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 	evhttp_remove_header(out, "Content-Type");
 	evhttp_add_header(out, "Content-Type", "application/json");
@@ -93,13 +91,12 @@ static void ctx_log_and_count(struct http_ctx *ctx)
 	if (ctx->srv->done)
 		ctx->srv->done(http_method(ctx), route, status, secs, ctx->srv->done_arg);
 	if (log_enabled(LOG_INFO)) {
-		json_t *f = json_pack("{s:s, s:s, s:s, s:i, s:f}", "reqId", ctx->id, "method",
-				      http_method(ctx), "route", route, "status", status,
-				      "durationMs", secs * 1000.0);
+		json_auto_t *f = json_pack("{s:s, s:s, s:s, s:i, s:f}", "reqId", ctx->id, "method",
+					   http_method(ctx), "route", route, "status", status,
+					   "durationMs", secs * 1000.0);
 		if (ctx->gone)
 			json_object_set_new(f, "clientGone", json_true());
 		log_fields(LOG_INFO, "http", f, "request");
-		json_decref(f);
 	}
 }
 
@@ -216,38 +213,36 @@ static void watch_start(struct http_ctx *ctx)
  * A trailing slash is ignored ("/exec/" matches "/exec"). */
 static bool route_match(const char *pattern, const char *path, struct http_ctx *ctx)
 {
-	char *caught[HTTP_MAX_PARAMS];
+	/* Where each parameter is in the path: copied only once the whole path matched. */
+	const char *start[HTTP_MAX_PARAMS];
+	size_t len[HTTP_MAX_PARAMS];
 	size_t n = 0;
 	const char *p = pattern, *s = path;
 	while (*p) {
 		if (*p != '/' || *s != '/')
-			goto no;
+			return false;
 		p++, s++;
 		const char *pe = strchrnul(p, '/');
 		const char *se = strchrnul(s, '/');
 		if (*p == ':') {
 			if (se == s || n == HTTP_MAX_PARAMS)
-				goto no;
-			caught[n++] = strndup(s, (size_t)(se - s));
+				return false;
+			start[n] = s;
+			len[n++] = (size_t)(se - s);
 		} else if ((size_t)(pe - p) != (size_t)(se - s) ||
 			   strncmp(p, s, (size_t)(pe - p))) {
-			goto no;
+			return false;
 		}
 		p = pe, s = se;
 	}
 	if (!(*s == '\0' || (s[0] == '/' && s[1] == '\0')))
-		goto no;
+		return false;
 	for (size_t i = 0; i < n; i++) {
-		char *dec = evhttp_uridecode(caught[i], 0, NULL);
-		free(caught[i]);
-		ctx->params[i] = dec;
+		_cleanup_free_ char *raw = strndup(start[i], len[i]);
+		ctx->params[i] = evhttp_uridecode(raw, 0, NULL);
 	}
 	ctx->nparams = n;
 	return true;
-no:
-	for (size_t i = 0; i < n; i++)
-		free(caught[i]);
-	return false;
 }
 
 static void dispatch(struct evhttp_request *req, void *arg)
@@ -384,21 +379,18 @@ int http_server_listen_unix(struct http_server *srv, const char *path, struct er
 				       path);
 		unlink(path);
 	}
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return err_sys(err, errno, "socket");
-	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 128) < 0) {
-		int e = errno;
-		close(fd);
-		return err_sys(err, e, "cannot listen on `%s`", path);
-	}
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 128) < 0)
+		return err_sys(err, errno, "cannot listen on `%s`", path);
 	chmod(path, 0660);
 	struct evhttp_bound_socket *s = evhttp_accept_socket_with_handle(srv->evh, fd);
 	if (!s) {
-		close(fd);
 		unlink(path);
 		return err_set(err, EIO, "cannot accept on `%s`", path);
 	}
+	TAKE_FD(fd); /* the listener's now: evhttp closes it */
 	srv->listeners[srv->nlisteners++] =
 		(struct http_listener){ .sock = s, .unix_path = xstrdup(path) };
 	return 0;
@@ -525,18 +517,17 @@ int http_body_json(struct http_ctx *ctx, json_t **ret)
 		return -1;
 	}
 	json_error_t jerr;
-	json_t *j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!j) {
 		http_reply_error(ctx, 400, "Malformed JSON body: %s (line %d, column %d)",
 				 jerr.text, jerr.line, jerr.column);
 		return -1;
 	}
 	if (!json_is_object(j)) {
-		json_decref(j);
 		http_reply_error(ctx, 400, "The request body must be a JSON object");
 		return -1;
 	}
-	*ret = j;
+	*ret = TAKE_PTR(j);
 	return 0;
 }
 
@@ -577,10 +568,9 @@ void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type
 
 void http_reply_json(struct http_ctx *ctx, int status, json_t *body)
 {
-	char *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	_cleanup_free_ char *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(body);
 	http_reply_bytes(ctx, status, "application/json", text, strlen(text));
-	free(text);
 }
 
 void http_reply_error(struct http_ctx *ctx, int status, const char *fmt, ...)
