@@ -130,35 +130,16 @@ static int write_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-int net_nft_run(json_t *cmds, struct err *err)
+/* Starts `nft -j -f -` with stdin from in_fd, stdout to /dev/null and stderr to err_fd.
+ * Returns 0 or posix_spawn's error. */
+static int nft_spawn(int in_fd, int err_fd, pid_t *ret_pid)
 {
-	if (!*nft_path) {
-		int r = net_nft_find(err);
-		if (r < 0)
-			return r;
-	}
-	json_t *doc = json_pack("{s:O}", "nftables", cmds);
-	_cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT);
-	json_decref(doc);
-	if (!text)
-		return err_set(err, ENOMEM, "nft: cannot encode the batch");
-
-	int in[2] = { -1, -1 }, errp[2] = { -1, -1 };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
-	pid_t pid;
-	int r;
-
-	if (pipe2(in, O_CLOEXEC) < 0)
-		return err_sys(err, errno, "nft: pipe");
-	if (pipe2(errp, O_CLOEXEC) < 0) {
-		r = err_sys(err, errno, "nft: pipe");
-		goto out_in;
-	}
 	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+	posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
 	posix_spawnattr_init(&attr);
 	/* The daemon ignores SIGPIPE and may block signals on workers: nft gets defaults. */
 	sigset_t none, all;
@@ -168,15 +149,57 @@ int net_nft_run(json_t *cmds, struct err *err)
 	posix_spawnattr_setsigdefault(&attr, &all);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 	char *argv[] = { nft_path, "-j", "-f", "-", NULL };
-	int e = posix_spawn(&pid, nft_path, &fa, &attr, argv, environ);
+	int e = posix_spawn(ret_pid, nft_path, &fa, &attr, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
+	return e;
+}
+
+/* Waits for nft and says how the batch went: msg is what it wrote on stderr, wr how writing
+ * the batch to it went. */
+static int nft_result(pid_t pid, int wr, char *msg, struct err *err)
+{
+	int status = 0;
+	pid_t w;
+	do
+		w = waitpid(pid, &status, 0);
+	while (w < 0 && errno == EINTR);
+	if (w < 0)
+		return err_sys(err, errno, "nft: waitpid");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || wr < 0) {
+		/* The first line says what nft refused. */
+		msg[strcspn(msg, "\n")] = '\0';
+		return err_set(err, EPROTO, "nft refused the batch: %s",
+			       *msg     ? msg
+			       : wr < 0 ? strerror(-wr)
+					: "no message");
+	}
+	return 0;
+}
+
+int net_nft_run(json_t *cmds, struct err *err)
+{
+	if (!*nft_path) {
+		int r = net_nft_find(err);
+		if (r < 0)
+			return r;
+	}
+	json_auto_t *doc = json_pack("{s:O}", "nftables", cmds);
+	_cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT);
+	if (!text)
+		return err_set(err, ENOMEM, "nft: cannot encode the batch");
+
+	_cleanup_close_pair_ int in[2] = { -1, -1 };
+	_cleanup_close_pair_ int errp[2] = { -1, -1 };
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
+		return err_sys(err, errno, "nft: pipe");
+	pid_t pid;
+	int e = nft_spawn(in[0], errp[1], &pid);
+	/* nft has its own copies of these ends; with ours gone, its exit ends its stderr. */
 	close(TAKE_FD(in[0]));
 	close(TAKE_FD(errp[1]));
-	if (e != 0) {
-		r = err_sys(err, e, "cannot run %s", nft_path);
-		goto out;
-	}
+	if (e != 0)
+		return err_sys(err, e, "cannot run %s", nft_path);
 
 	/* nft reads its whole input before it writes anything, so writing first cannot
 	 * deadlock on a full stderr pipe. */
@@ -187,37 +210,7 @@ int net_nft_run(json_t *cmds, struct err *err)
 	clock_gettime(CLOCK_MONOTONIC, &deadline);
 	deadline.tv_sec += NFT_TIMEOUT_MS / 1000;
 	drain(errp[0], msg, sizeof(msg), &deadline);
-
-	int status = 0;
-	pid_t w;
-	do
-		w = waitpid(pid, &status, 0);
-	while (w < 0 && errno == EINTR);
-	if (w < 0) {
-		r = err_sys(err, errno, "nft: waitpid");
-		goto out;
-	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || wr < 0) {
-		/* The first line says what nft refused. */
-		msg[strcspn(msg, "\n")] = '\0';
-		r = err_set(err, EPROTO, "nft refused the batch: %s",
-			    *msg     ? msg
-			    : wr < 0 ? strerror(-wr)
-				     : "no message");
-		goto out;
-	}
-	r = 0;
-out:
-	if (errp[0] >= 0)
-		close(errp[0]);
-	if (errp[1] >= 0)
-		close(errp[1]);
-out_in:
-	if (in[0] >= 0)
-		close(in[0]);
-	if (in[1] >= 0)
-		close(in[1]);
-	return r;
+	return nft_result(pid, wr, msg, err);
 }
 
 /* --- JSON builders ------------------------------------------------------------------ */

@@ -34,10 +34,10 @@
 #define NET_NFT_SET_SIZE  1048576 /* elements of dns_allowed, all sandboxes together */
 #define NET_NFT_CHAIN_MAX 32      /* length of a policy chain's name */
 
-/* Finds the nft binary (SANDBOX_NFT, else PATH, /usr/sbin, /sbin). */
 /* The nft binary to use (SANDBOX_NFT); NULL or "": look on PATH and in /usr/sbin, /sbin. */
 void net_nft_set_bin(const char *path);
 
+/* Finds the nft binary (the one set, else on PATH, in /usr/sbin, /sbin); ENOENT if none. */
 int net_nft_find(struct err *err);
 
 /* Runs one batch: `cmds` is the array of commands of {"nftables": [...]}. Blocking. */

@@ -22,7 +22,11 @@ struct net_nl {
 
 /* Opens a NETLINK_ROUTE socket in the calling thread's network namespace. */
 int net_nl_open(struct net_nl *nl, struct err *err);
+/* Closes it; a zeroed or closed struct net_nl is fine. */
 void net_nl_close(struct net_nl *nl);
+
+/* `_cleanup_nl_ struct net_nl nl = { 0 };`: closed at the end of its scope (util/cleanup.h). */
+#define _cleanup_nl_ __attribute__((cleanup(net_nl_close)))
 
 /* The index of the link called `name`, or -ENODEV. */
 int net_nl_link_index(struct net_nl *nl, const char *name, struct err *err);

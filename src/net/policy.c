@@ -189,15 +189,20 @@ static int rules_add_cb(const char *item, void *arg, struct err *err)
 	return rules_add(arg, item, err);
 }
 
+static void rules_free(struct net_rules *rs)
+{
+	free(rs->v);
+	rs->v = NULL;
+	rs->n = 0;
+}
+
 int net_rules_parse(const char *list, struct net_rules *ret, struct err *err)
 {
-	struct net_rules rs = { 0 };
+	_cleanup_(rules_free) struct net_rules rs = { 0 };
 	int r = foreach_item(list, rules_add_cb, &rs, err);
-	if (r < 0) {
-		free(rs.v);
+	if (r < 0)
 		return r;
-	}
-	*ret = rs;
+	*ret = TAKE_STRUCT(rs);
 	return 0;
 }
 
@@ -237,13 +242,11 @@ static void names_free(struct net_names *ns)
 
 int net_names_parse(const char *list, struct net_names *ret, struct err *err)
 {
-	struct net_names ns = { 0 };
+	_cleanup_(names_free) struct net_names ns = { 0 };
 	int r = foreach_item(list, names_add_cb, &ns, err);
-	if (r < 0) {
-		names_free(&ns);
+	if (r < 0)
 		return r;
-	}
-	*ret = ns;
+	*ret = TAKE_STRUCT(ns);
 	return 0;
 }
 
@@ -283,32 +286,26 @@ bool net_policy_dns_filtered(const struct net_policy *p)
 int net_policy_from_config(const struct config *cfg, struct net_policy *ret, struct err *err)
 {
 	struct net_policy p = { 0 };
-	struct net_names names = { 0 };
-	struct net_rules rules = { 0 };
-	int r;
+	_cleanup_(names_free) struct net_names names = { 0 };
+	_cleanup_(rules_free) struct net_rules rules = { 0 };
 
-	if ((r = net_names_parse(cfg->dns_domains, &names, err)) < 0)
+	if (net_names_parse(cfg->dns_domains, &names, err) < 0)
 		return err_wrap(err, "VM_DNS_DOMAINS");
-	if ((r = net_rules_parse(cfg->dest_rules, &rules, err)) < 0) {
-		names_free(&names);
+	if (net_rules_parse(cfg->dest_rules, &rules, err) < 0)
 		return err_wrap(err, "VM_DEST_RULES");
-	}
+	/* Lists of a mode of "none" are dropped. */
 	if (cfg->dns_mode == NET_FILTER_ALLOW) {
 		p.dns_allow_only = true;
-		p.dns_allow = names;
+		p.dns_allow = TAKE_STRUCT(names);
 	} else if (cfg->dns_mode == NET_FILTER_DENY) {
-		p.dns_deny = names;
-	} else {
-		names_free(&names);
+		p.dns_deny = TAKE_STRUCT(names);
 	}
 	if (cfg->dest_mode == NET_FILTER_ALLOW) {
 		p.dest_allow_only = true;
 		p.dest_allow_lifts = true;
-		p.dest_allow = rules;
+		p.dest_allow = TAKE_STRUCT(rules);
 	} else if (cfg->dest_mode == NET_FILTER_DENY) {
-		p.dest_deny = rules;
-	} else {
-		free(rules.v);
+		p.dest_deny = TAKE_STRUCT(rules);
 	}
 	p.bw_enabled = cfg->bw_enabled;
 	p.bw_rate_kbit = cfg->bw_rate_kbit;
@@ -348,10 +345,8 @@ void net_policy_free(struct net_policy *p)
 		return;
 	names_free(&p->dns_allow);
 	names_free(&p->dns_deny);
-	free(p->dest_allow.v);
-	free(p->dest_deny.v);
-	p->dest_allow.v = p->dest_deny.v = NULL;
-	p->dest_allow.n = p->dest_deny.n = 0;
+	rules_free(&p->dest_allow);
+	rules_free(&p->dest_deny);
 }
 
 /* --- the override ------------------------------------------------------------------- */
@@ -417,24 +412,22 @@ static int merge_dns(struct net_policy *p, const json_t *dns, struct err *err)
 {
 	static const char *const keys[] = { "mode", "domains", NULL };
 	enum net_filter_mode mode;
-	struct net_names names = { 0 };
+	_cleanup_(names_free) struct net_names names = { 0 };
 	int r;
 
 	if (!json_is_object(dns))
 		return err_set(err, EINVAL, "egress.dns: expected an object");
 	if ((r = only_keys(dns, "egress.dns", keys, err)) < 0 ||
-	    (r = get_mode(dns, "egress.dns", &mode, err)) < 0)
-		return r;
-	if ((r = json_list(json_object_get(dns, "domains"), "egress.dns.domains", names_add_cb,
+	    (r = get_mode(dns, "egress.dns", &mode, err)) < 0 ||
+	    (r = json_list(json_object_get(dns, "domains"), "egress.dns.domains", names_add_cb,
 			   &names, err)) < 0)
-		goto out;
+		return r;
 	if (mode == NET_FILTER_DENY) {
 		for (size_t i = 0; i < names.n; i++) {
-			if (p->dns_deny.n >= NET_POLICY_MAX_NAMES) {
-				r = err_set(err, E2BIG, "egress.dns.domains: more than %d domains",
-					    NET_POLICY_MAX_NAMES);
-				goto out;
-			}
+			if (p->dns_deny.n >= NET_POLICY_MAX_NAMES)
+				return err_set(err, E2BIG,
+					       "egress.dns.domains: more than %d domains",
+					       NET_POLICY_MAX_NAMES);
 			p->dns_deny.v = xrealloc(p->dns_deny.v,
 						 (p->dns_deny.n + 1) * sizeof(*p->dns_deny.v));
 			p->dns_deny.v[p->dns_deny.n++] = TAKE_PTR(names.v[i]);
@@ -444,46 +437,38 @@ static int merge_dns(struct net_policy *p, const json_t *dns, struct err *err)
 			bool inside = false;
 			for (size_t j = 0; j < p->dns_allow.n && !inside; j++)
 				inside = net_name_within(names.v[i], p->dns_allow.v[j]);
-			if (!inside) {
-				r = err_set(err, EINVAL,
-					    "egress.dns.domains: `%s` is outside the domains the "
-					    "server allows",
-					    names.v[i]);
-				goto out;
-			}
+			if (!inside)
+				return err_set(
+					err, EINVAL,
+					"egress.dns.domains: `%s` is outside the domains the "
+					"server allows",
+					names.v[i]);
 		}
 		names_free(&p->dns_allow);
-		p->dns_allow = names;
+		p->dns_allow = TAKE_STRUCT(names);
 		p->dns_allow_only = true;
-		names = (struct net_names){ 0 };
 	}
-	r = 0;
-out:
-	names_free(&names);
-	return r;
+	return 0;
 }
 
 static int merge_dest(struct net_policy *p, const json_t *dest, struct err *err)
 {
 	static const char *const keys[] = { "mode", "rules", NULL };
 	enum net_filter_mode mode;
-	struct net_rules rules = { 0 };
+	_cleanup_(rules_free) struct net_rules rules = { 0 };
 	int r;
 
 	if (!json_is_object(dest))
 		return err_set(err, EINVAL, "egress.dest: expected an object");
 	if ((r = only_keys(dest, "egress.dest", keys, err)) < 0 ||
-	    (r = get_mode(dest, "egress.dest", &mode, err)) < 0)
-		return r;
-	if ((r = json_list(json_object_get(dest, "rules"), "egress.dest.rules", rules_add_cb,
+	    (r = get_mode(dest, "egress.dest", &mode, err)) < 0 ||
+	    (r = json_list(json_object_get(dest, "rules"), "egress.dest.rules", rules_add_cb,
 			   &rules, err)) < 0)
-		goto out;
+		return r;
 	if (mode == NET_FILTER_DENY) {
-		if (p->dest_deny.n + rules.n > NET_POLICY_MAX_RULES) {
-			r = err_set(err, E2BIG, "egress.dest.rules: more than %d rules",
-				    NET_POLICY_MAX_RULES);
-			goto out;
-		}
+		if (p->dest_deny.n + rules.n > NET_POLICY_MAX_RULES)
+			return err_set(err, E2BIG, "egress.dest.rules: more than %d rules",
+				       NET_POLICY_MAX_RULES);
 		p->dest_deny.v =
 			xrealloc(p->dest_deny.v, (p->dest_deny.n + rules.n + 1) * sizeof(*rules.v));
 		if (rules.n)
@@ -498,26 +483,21 @@ static int merge_dest(struct net_policy *p, const json_t *dest, struct err *err)
 			if (!inside) {
 				char text[RULE_TEXT_MAX];
 				net_rule_format(&rules.v[i], text, sizeof(text));
-				r = err_set(
+				return err_set(
 					err, EINVAL,
 					"egress.dest.rules: `%s` is outside the destinations the "
 					"server allows",
 					text);
-				goto out;
 			}
 		}
 		/* Within the server's allow list, the rules keep its power to open default-
 		 * blocked ranges; otherwise they only narrow what is reachable. */
 		p->dest_allow_lifts = p->dest_allow_only && p->dest_allow_lifts;
 		p->dest_allow_only = true;
-		free(p->dest_allow.v);
-		p->dest_allow = rules;
-		rules = (struct net_rules){ 0 };
+		rules_free(&p->dest_allow);
+		p->dest_allow = TAKE_STRUCT(rules);
 	}
-	r = 0;
-out:
-	free(rules.v);
-	return r;
+	return 0;
 }
 
 static int get_kbit(const json_t *bw, const char *key, unsigned *ret, struct err *err)
@@ -573,35 +553,30 @@ int net_policy_merge(const struct net_policy *server, const json_t *override,
 		     struct net_policy *ret, struct err *err)
 {
 	static const char *const keys[] = { "dns", "dest", "bandwidth", NULL };
-	struct net_policy p;
+	_cleanup_(net_policy_free) struct net_policy p = { 0 };
 	json_t *v;
 	int r;
 
 	net_policy_copy(&p, server);
 	if (!override || json_is_null(override)) {
-		*ret = p;
+		*ret = TAKE_STRUCT(p);
 		return 0;
 	}
-	if (!json_is_object(override)) {
-		r = err_set(err, EINVAL, "egress: expected an object");
-		goto fail;
-	}
+	if (!json_is_object(override))
+		return err_set(err, EINVAL, "egress: expected an object");
 	if ((r = only_keys(override, "egress", keys, err)) < 0)
-		goto fail;
+		return r;
 	if ((v = json_object_get(override, "dns")) && !json_is_null(v) &&
 	    (r = merge_dns(&p, v, err)) < 0)
-		goto fail;
+		return r;
 	if ((v = json_object_get(override, "dest")) && !json_is_null(v) &&
 	    (r = merge_dest(&p, v, err)) < 0)
-		goto fail;
+		return r;
 	if ((v = json_object_get(override, "bandwidth")) && !json_is_null(v) &&
 	    (r = merge_bandwidth(&p, v, err)) < 0)
-		goto fail;
-	*ret = p;
+		return r;
+	*ret = TAKE_STRUCT(p);
 	return 0;
-fail:
-	net_policy_free(&p);
-	return r;
 }
 
 /* --- names for logs, metrics and chains ----------------------------------------------- */

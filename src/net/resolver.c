@@ -641,13 +641,12 @@ void net_resolver_free(struct net_resolver *r)
 		if (r->tracked[i].expires_ms > soon)
 			r->tracked[n++].addr = r->tracked[i].addr;
 	if (n) {
-		uint32_t *addrs = xcalloc(n, sizeof(*addrs));
+		_cleanup_free_ uint32_t *addrs = xcalloc(n, sizeof(*addrs));
 		for (size_t i = 0; i < n; i++)
 			addrs[i] = r->tracked[i].addr;
 		struct err e;
 		if (net_nfnl_dns_del(r->ifname, addrs, n, &e) < 0)
 			log_warn("net", "resolver of %s: %s", r->ifname, e.msg);
-		free(addrs);
 	}
 	free(r->tracked);
 	free(r);
