@@ -43,7 +43,7 @@ static void cleanup_stale(void)
 	if (!d)
 		return;
 	struct dirent *de;
-	struct net_nl nl;
+	_cleanup_nl_ struct net_nl nl = { 0 };
 	struct err e;
 	bool have_nl = net_nl_open(&nl, &e) == 0;
 	while ((de = readdir(d))) {
@@ -62,8 +62,6 @@ static void cleanup_stale(void)
 		if (rmdir(dir) < 0)
 			log_warn("net", "removing %s: %s", dir, strerror(errno));
 	}
-	if (have_nl)
-		net_nl_close(&nl);
 }
 
 static int take_lock(struct err *err)
@@ -161,11 +159,9 @@ static int setup(struct err *err)
 	if ((r = net_host_addrs_get(&net_mod.host_addrs, &net_mod.n_host, err)) < 0 ||
 	    (r = check_pool(err)) < 0)
 		return r;
-	json_t *cmds = net_nft_table_cmds(net_mod.pool.base, net_mod.pool.prefix,
-					  net_mod.host_addrs, net_mod.n_host);
-	r = net_nft_run(cmds, err);
-	json_decref(cmds);
-	if (r < 0)
+	json_auto_t *cmds = net_nft_table_cmds(net_mod.pool.base, net_mod.pool.prefix,
+					       net_mod.host_addrs, net_mod.n_host);
+	if ((r = net_nft_run(cmds, err)) < 0)
 		return err_wrap(err, "creating nftables table inet %s", NET_NFT_TABLE);
 	net_mod.table_made = true;
 	struct chain *c;
@@ -180,7 +176,7 @@ static int setup(struct err *err)
 /* Waits a little for links whose namespaces are going away, then deletes what is left. */
 static void drain_dying(void)
 {
-	struct net_nl nl;
+	_cleanup_nl_ struct net_nl nl = { 0 };
 	struct err e;
 	if (net_nl_open(&nl, &e) < 0) {
 		log_warn("net", "%s", e.msg);
@@ -192,7 +188,6 @@ static void drain_dying(void)
 			usleep(50 * 1000);
 	}
 	net_reap_dying(&nl, true);
-	net_nl_close(&nl);
 }
 
 /* Undoes what setup() did, whatever point it reached. */
@@ -202,13 +197,12 @@ static void undo(void)
 	drain_dying();
 	bool table_gone = false;
 	if (net_mod.count == 0 && net_mod.table_made) {
-		json_t *cmds = net_nft_table_delete_cmds();
+		json_auto_t *cmds = net_nft_table_delete_cmds();
 		if (net_nft_run(cmds, &e) < 0)
 			log_warn("net", "removing nftables table inet %s: %s", NET_NFT_TABLE,
 				 e.msg);
 		else
 			table_gone = true;
-		json_decref(cmds);
 	} else if (net_mod.count) {
 		log_warn("net", "%zu sandbox networks remain: nftables table inet %s kept",
 			 net_mod.count, NET_NFT_TABLE);
@@ -224,8 +218,7 @@ static void undo(void)
 	while (net_mod.chains) {
 		struct chain *c = net_mod.chains;
 		net_mod.chains = c->next;
-		free(c->key);
-		free(c);
+		net_chain_free(c);
 	}
 	net_nfnl_close();
 	net_resolver_clear_upstreams();

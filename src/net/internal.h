@@ -85,7 +85,8 @@ struct dying_link {
 void net_ip_text(uint32_t addr, char out[INET_ADDRSTRLEN]);
 int net_sysctl_write(const char *path, const char *value, struct err *err);
 int net_sysctl_read(const char *path, char *buf, size_t len);
-struct chain;
 int net_chain_get(const struct net_policy *p, bool permanent, struct chain **ret, struct err *err);
+/* Frees a chain taken off the list (NULL is fine); its nftables chain is not touched. */
+void net_chain_free(struct chain *c);
 int net_host_addrs_get(uint32_t **ret, size_t *n, struct err *err);
 void net_reap_dying(struct net_nl *nl, bool all);

@@ -44,27 +44,32 @@ void net_ip_text(uint32_t addr, char out[INET_ADDRSTRLEN])
 	inet_ntop(AF_INET, &a, out, INET_ADDRSTRLEN);
 }
 
+/* Writes all of text to path, opened with O_WRONLY | flags; `open_fails` says in the message
+ * what a failing open means. */
+static int write_text(const char *path, int flags, const char *text, const char *open_fails,
+		      struct err *err)
+{
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0644);
+	if (fd < 0)
+		return err_sys(err, errno, "%s %s", open_fails, path);
+	ssize_t n = write(fd, text, strlen(text));
+	if (n != (ssize_t)strlen(text))
+		return err_sys(err, n < 0 ? errno : EIO, "cannot write %s", path);
+	return 0;
+}
+
 /* Writes a value to a file under /proc/sys, as the calling thread's namespace sees it. */
 int net_sysctl_write(const char *path, const char *value, struct err *err)
 {
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return err_sys(err, errno, "cannot open %s", path);
-	ssize_t n = write(fd, value, strlen(value));
-	int e = errno;
-	close(fd);
-	if (n != (ssize_t)strlen(value))
-		return err_sys(err, n < 0 ? e : EIO, "cannot write %s", path);
-	return 0;
+	return write_text(path, 0, value, "cannot open", err);
 }
 
 int net_sysctl_read(const char *path, char *buf, size_t len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	ssize_t n = read(fd, buf, len - 1);
-	close(fd);
 	if (n < 0)
 		return -errno;
 	buf[n] = '\0';
@@ -88,6 +93,12 @@ static void name_for(const char *id, char out[NET_NAME_MAX])
 	char hex[2 * SHA256_LEN + 1];
 	sha256_hex(id, strlen(id), hex);
 	snprintf(out, NET_NAME_MAX, "as-%.12s", hex);
+}
+
+/* The address of one slot of the sandbox's block of the pool. */
+static uint32_t addr_of(const struct net_sandbox *s, enum net_pool_slot slot)
+{
+	return net_pool_addr(&net_mod.pool, s->block, slot);
 }
 
 /* Called with net_mod.lock held. */
@@ -114,6 +125,35 @@ size_t net_sandbox_count(void)
 
 /* --- our table's structure ---------------------------------------------------------- */
 
+void net_chain_free(struct chain *c)
+{
+	if (!c)
+		return;
+	free(c->key);
+	free(c);
+}
+
+static void chain_freep(struct chain **c)
+{
+	net_chain_free(*c);
+}
+
+/* Names c after its key and creates it in our table for policy p. Called with nft_lock
+ * held. */
+static int chain_create(struct chain *c, const struct net_policy *p, struct err *err)
+{
+	net_nft_policy_chain_name(c->key, c->name);
+	for (struct chain *o = net_mod.chains; o; o = o->next) {
+		if (strcmp(o->name, c->name) == 0) {
+			/* Two policies with the same 64-bit digest: told apart by a suffix. */
+			size_t n = strlen(c->name);
+			snprintf(c->name + n, sizeof(c->name) - n, "_%p", (void *)c);
+		}
+	}
+	json_auto_t *cmds = net_nft_policy_cmds(c->name, p, net_mod.pool.base, net_mod.pool.prefix);
+	return net_nft_run(cmds, err);
+}
+
 /* Takes a reference on the chain of policy p, creating it when no sandbox uses it yet. */
 int net_chain_get(const struct net_policy *p, bool permanent, struct chain **ret, struct err *err)
 {
@@ -126,31 +166,17 @@ int net_chain_get(const struct net_policy *p, bool permanent, struct chain **ret
 			break;
 	if (c) {
 		c->refs++;
-		goto out;
-	}
-	c = xcalloc(1, sizeof(*c));
-	net_nft_policy_chain_name(key, c->name);
-	for (struct chain *o = net_mod.chains; o; o = o->next) {
-		if (strcmp(o->name, c->name) == 0) {
-			/* Two policies with the same 64-bit digest: told apart by a suffix. */
-			size_t n = strlen(c->name);
-			snprintf(c->name + n, sizeof(c->name) - n, "_%p", (void *)c);
+	} else {
+		_cleanup_(chain_freep) struct chain *fresh = xcalloc(1, sizeof(*fresh));
+		fresh->key = TAKE_PTR(key);
+		r = chain_create(fresh, p, err);
+		if (r == 0) {
+			fresh->refs = 1;
+			fresh->permanent = permanent;
+			fresh->next = net_mod.chains;
+			net_mod.chains = c = TAKE_PTR(fresh);
 		}
 	}
-	json_t *cmds = net_nft_policy_cmds(c->name, p, net_mod.pool.base, net_mod.pool.prefix);
-	r = net_nft_run(cmds, err);
-	json_decref(cmds);
-	if (r < 0) {
-		free(c);
-		c = NULL;
-		goto out;
-	}
-	c->key = TAKE_PTR(key);
-	c->refs = 1;
-	c->permanent = permanent;
-	c->next = net_mod.chains;
-	net_mod.chains = c;
-out:
 	pthread_mutex_unlock(&net_mod.nft_lock);
 	*ret = c;
 	return r;
@@ -172,30 +198,26 @@ static void chain_put(struct chain *c)
 		}
 	}
 	struct err e;
-	json_t *cmds = net_nft_policy_delete_cmds(c->name);
+	json_auto_t *cmds = net_nft_policy_delete_cmds(c->name);
 	if (net_nft_run(cmds, &e) < 0)
 		log_warn("net", "removing policy chain %s: %s", c->name, e.msg);
-	json_decref(cmds);
 	pthread_mutex_unlock(&net_mod.nft_lock);
-	free(c->key);
-	free(c);
+	net_chain_free(c);
 }
 
 int net_host_addrs_get(uint32_t **ret, size_t *n, struct err *err)
 {
-	struct net_nl nl;
+	_cleanup_nl_ struct net_nl nl = { 0 };
 	int r = net_nl_open(&nl, err);
 	if (r < 0)
 		return r;
-	r = net_nl_addrs4(&nl, NET_NFT_IFPREFIX, ret, n, err);
-	net_nl_close(&nl);
-	return r;
+	return net_nl_addrs4(&nl, NET_NFT_IFPREFIX, ret, n, err);
 }
 
 /* Keeps host_addrs in step with the host's addresses (they may change while we run). */
 static void host_addrs_refresh(void)
 {
-	uint32_t *addrs = NULL;
+	_cleanup_free_ uint32_t *addrs = NULL;
 	size_t n = 0;
 	struct err e;
 	if (net_host_addrs_get(&addrs, &n, &e) < 0) {
@@ -206,77 +228,88 @@ static void host_addrs_refresh(void)
 	if (n == net_mod.n_host &&
 	    (n == 0 || memcmp(addrs, net_mod.host_addrs, n * sizeof(*addrs)) == 0)) {
 		pthread_mutex_unlock(&net_mod.nft_lock);
-		free(addrs);
 		return;
 	}
-	json_t *cmds = net_nft_host_addrs_cmds(addrs, n);
+	json_auto_t *cmds = net_nft_host_addrs_cmds(addrs, n);
 	if (net_nft_run(cmds, &e) < 0) {
 		log_warn("net", "updating the host's addresses: %s", e.msg);
-		free(addrs);
 	} else {
 		log_info("net", "the host's addresses changed: %zu now blocked for sandboxes", n);
 		free(net_mod.host_addrs);
-		net_mod.host_addrs = addrs;
+		net_mod.host_addrs = TAKE_PTR(addrs);
 		net_mod.n_host = n;
 	}
-	json_decref(cmds);
 	pthread_mutex_unlock(&net_mod.nft_lock);
 }
 
 /* --- one sandbox's network ---------------------------------------------------------- */
 
-/* The steps that need the calling thread inside the new namespace: creating it, its
- * sysctls, and every socket that must live in it. The thread always comes back to the root
- * namespace; if it cannot, it is unusable and we stop rather than run a worker in a
- * sandbox's namespace. */
-static int inside_new_ns(struct net_sandbox *s, struct net_nl *nsnl, struct err *err)
+/* Brings the calling thread back to the root namespace after a moment in a sandbox's. If it
+ * cannot come back it is unusable: we stop rather than run a worker in a sandbox's
+ * namespace. */
+static void return_to_root_ns(void)
 {
-	int r;
-	if (unshare(CLONE_NEWNET) < 0)
-		return err_sys(err, errno, "creating a network namespace");
-	s->ns_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-	if (s->ns_fd < 0) {
-		r = err_sys(err, errno, "opening the new network namespace");
-		goto back;
-	}
-	/* IPv6 off before any link exists, so that links moved in inherit it. */
-	if ((r = net_sysctl_write("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err)) < 0 ||
-	    (r = net_sysctl_write("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1", err)) < 0) {
-		/* A kernel without IPv6 has nothing to disable. */
-		if (err->errnum != ENOENT)
-			goto back;
-	}
-	if (s->tap && (r = net_sysctl_write("/proc/sys/net/ipv4/ip_forward", "1", err)) < 0)
-		goto back;
-	if ((r = net_nl_open(nsnl, err)) < 0)
-		goto back;
-	s->udp_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	s->tcp_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (s->udp_fd < 0 || s->tcp_fd < 0) {
-		r = err_sys(err, errno, "resolver sockets");
-		goto back;
-	}
-	if (s->tap) {
-		/* A TAP belongs to the namespace /dev/net/tun was opened in. Persistent, so
-		 * that the VMM can attach to it later. */
-		_cleanup_close_ int tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
-		struct ifreq ifr;
-		memset(&ifr, 0, sizeof(ifr));
-		ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
-		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", NET_TAP_NAME);
-		if (tun < 0 || ioctl(tun, TUNSETIFF, &ifr) < 0 ||
-		    ioctl(tun, TUNSETPERSIST, 1) < 0) {
-			r = err_sys(err, errno, "creating %s", NET_TAP_NAME);
-			goto back;
-		}
-	}
-	r = 0;
-back:
 	if (setns(net_mod.root_ns_fd, CLONE_NEWNET) < 0) {
 		log_fields(LOG_FATAL, "net", NULL,
 			   "cannot return to the root network namespace: %s", strerror(errno));
 		abort();
 	}
+}
+
+/* Attaches fd, an open /dev/net/tun, to the sandbox's TAP. Returns ioctl's result. */
+static int tap_attach(int fd, int flags)
+{
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	ifr.ifr_flags = (short)flags;
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", NET_TAP_NAME);
+	return ioctl(fd, TUNSETIFF, &ifr);
+}
+
+/* A TAP belongs to the namespace /dev/net/tun was opened in: called inside the sandbox's.
+ * Persistent, so that the VMM can attach to it later. */
+static int tap_create(struct err *err)
+{
+	_cleanup_close_ int tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	if (tun < 0 || tap_attach(tun, IFF_TAP | IFF_NO_PI) < 0 || ioctl(tun, TUNSETPERSIST, 1) < 0)
+		return err_sys(err, errno, "creating %s", NET_TAP_NAME);
+	return 0;
+}
+
+/* What is done from inside the new namespace (see inside_new_ns). */
+static int configure_new_ns(struct net_sandbox *s, struct net_nl *nsnl, struct err *err)
+{
+	int r;
+	s->ns_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (s->ns_fd < 0)
+		return err_sys(err, errno, "opening the new network namespace");
+	/* IPv6 off before any link exists, so that links moved in inherit it. */
+	if ((r = net_sysctl_write("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err)) < 0 ||
+	    (r = net_sysctl_write("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1", err)) < 0) {
+		/* A kernel without IPv6 has nothing to disable. */
+		if (err->errnum != ENOENT)
+			return r;
+	}
+	if (s->tap && (r = net_sysctl_write("/proc/sys/net/ipv4/ip_forward", "1", err)) < 0)
+		return r;
+	if ((r = net_nl_open(nsnl, err)) < 0)
+		return r;
+	s->udp_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	s->tcp_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s->udp_fd < 0 || s->tcp_fd < 0)
+		return err_sys(err, errno, "resolver sockets");
+	return s->tap ? tap_create(err) : 0;
+}
+
+/* The steps that need the calling thread inside the new namespace: creating it, its
+ * sysctls, and every socket that must live in it (nsnl among them). The thread always comes
+ * back to the root namespace. */
+static int inside_new_ns(struct net_sandbox *s, struct net_nl *nsnl, struct err *err)
+{
+	if (unshare(CLONE_NEWNET) < 0)
+		return err_sys(err, errno, "creating a network namespace");
+	int r = configure_new_ns(s, nsnl, err);
+	return_to_root_ns();
 	return r;
 }
 
@@ -293,26 +326,110 @@ static int bind_resolver(struct net_sandbox *s, uint32_t addr, struct err *err)
 	return 0;
 }
 
-static int write_resolv_conf(struct net_sandbox *s, uint32_t dns, struct err *err)
+/* The sandbox's directory in NET_STATE_DIR, with its resolv.conf naming the resolver at dns.
+ * First of all: the directory is what says, after a crash, that this network is ours. */
+static int make_state_dir(struct net_sandbox *s, uint32_t dns, struct err *err)
 {
+	if (mkdir(s->dir, 0755) < 0)
+		return err_sys(err, errno, "cannot create %s", s->dir);
+	s->made_dir = true;
 	char ip[INET_ADDRSTRLEN];
 	net_ip_text(dns, ip);
 	_cleanup_free_ char *path = xasprintf("%s/resolv.conf", s->dir);
 	_cleanup_free_ char *text = xasprintf("nameserver %s\n", ip);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	return write_text(path, O_CREAT | O_TRUNC | O_NOFOLLOW, text, "cannot write", err);
+}
+
+/* Bind-mounts the namespace (s->ns_fd) on s->netns_path, where drivers find it. */
+static int pin_namespace(struct net_sandbox *s, struct err *err)
+{
+	int fd = open(s->netns_path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
 	if (fd < 0)
-		return err_sys(err, errno, "cannot write %s", path);
-	ssize_t n = write(fd, text, strlen(text));
-	int e = errno;
+		return err_sys(err, errno, "cannot create %s", s->netns_path);
 	close(fd);
-	if (n != (ssize_t)strlen(text))
-		return err_sys(err, n < 0 ? e : EIO, "cannot write %s", path);
+	s->made_ns_path = true;
+	char src[64];
+	snprintf(src, sizeof(src), "/proc/self/fd/%d", s->ns_fd);
+	if (mount(src, s->netns_path, "none", MS_BIND, NULL) < 0)
+		return err_sys(err, errno, "cannot bind-mount the namespace on %s", s->netns_path);
 	return 0;
 }
 
 static uint64_t kbit_bytes(unsigned kbit)
 {
 	return (uint64_t)kbit * 1000 / 8;
+}
+
+/* The token bucket of the policy on the link ifindex of nl's namespace: one on each end of
+ * the veth pair limits both directions. */
+static int limit_bandwidth(struct net_nl *nl, int ifindex, const struct net_policy *p,
+			   struct err *err)
+{
+	uint64_t burst = kbit_bytes(p->bw_burst_kbit);
+	/* A bucket smaller than a packet would hold every full-size packet forever. */
+	if (burst < 2 * MTU_BYTES)
+		burst = 2 * MTU_BYTES;
+	return net_nl_qdisc_tbf(nl, ifindex, kbit_bytes(p->bw_rate_kbit), (uint32_t)burst, err);
+}
+
+/* The host's end: the veth pair (its peer goes into the namespace), its address, strict
+ * reverse-path filtering, the route to a VM's TAP, the bucket toward the sandbox. */
+static int host_side(struct net_sandbox *s, struct err *err)
+{
+	_cleanup_nl_ struct net_nl nl = { 0 };
+	int r;
+	if ((r = net_nl_open(&nl, err)) < 0 ||
+	    (r = net_nl_veth_add(&nl, s->name, NS_LINK, s->ns_fd, err)) < 0)
+		return r;
+	s->made_link = true;
+	int hidx = net_nl_link_index(&nl, s->name, err);
+	if (hidx < 0)
+		return hidx;
+	if ((r = net_nl_addr_add(&nl, hidx, addr_of(s, NET_POOL_HOST), 31, err)) < 0)
+		return r;
+	/* Strict reverse-path filtering: the sandbox cannot send with another's address. */
+	char rp[96];
+	snprintf(rp, sizeof(rp), "/proc/sys/net/ipv4/conf/%s/rp_filter", s->name);
+	if ((r = net_sysctl_write(rp, "1", err)) < 0)
+		return r;
+	if (s->tap && (r = net_nl_route_add(&nl, addr_of(s, NET_POOL_INNER), 31,
+					    addr_of(s, NET_POOL_NS), hidx, err)) < 0)
+		return r;
+	if (s->policy.bw_enabled && (r = limit_bandwidth(&nl, hidx, &s->policy, err)) < 0)
+		return r;
+	return 0;
+}
+
+/* The sandbox's end, through nsnl, the socket opened inside its namespace: lo and eth0 up,
+ * the resolver's address (on the TAP for a VM, else on lo), the default route to the host,
+ * the bucket toward the world. */
+static int sandbox_side(struct net_sandbox *s, struct net_nl *nsnl, struct err *err)
+{
+	uint32_t inner = addr_of(s, NET_POOL_INNER);
+	int r;
+	if ((r = net_nl_link_up(nsnl, 1 /* lo */, err)) < 0)
+		return r;
+	int eidx = net_nl_link_index(nsnl, NS_LINK, err);
+	if (eidx < 0)
+		return eidx;
+	if ((r = net_nl_addr_add(nsnl, eidx, addr_of(s, NET_POOL_NS), 31, err)) < 0 ||
+	    (r = net_nl_link_up(nsnl, eidx, err)) < 0)
+		return r;
+	if (s->tap) {
+		int tidx = net_nl_link_index(nsnl, NET_TAP_NAME, err);
+		if (tidx < 0)
+			return tidx;
+		if ((r = net_nl_addr_add(nsnl, tidx, inner, 31, err)) < 0 ||
+		    (r = net_nl_link_up(nsnl, tidx, err)) < 0)
+			return r;
+	} else if ((r = net_nl_addr_add(nsnl, 1, inner, 32, err)) < 0) {
+		return r;
+	}
+	if ((r = net_nl_route_add(nsnl, 0, 0, addr_of(s, NET_POOL_HOST), eidx, err)) < 0)
+		return r;
+	if (s->policy.bw_enabled && (r = limit_bandwidth(nsnl, eidx, &s->policy, err)) < 0)
+		return r;
+	return 0;
 }
 
 /* A sandbox's host link on its way out. It goes with the sandbox's namespace, which the
@@ -411,109 +528,41 @@ static void sandbox_free(struct net_sandbox *s)
 	free(s);
 }
 
+static void sandbox_freep(struct net_sandbox **s)
+{
+	if (*s)
+		sandbox_free(*s);
+}
+
+/* Every part of s's network, in the order that lets teardown() undo what exists of it. */
 static int build(struct net_sandbox *s, struct err *err)
 {
-	uint32_t host = net_pool_addr(&net_mod.pool, s->block, NET_POOL_HOST);
-	uint32_t nsaddr = net_pool_addr(&net_mod.pool, s->block, NET_POOL_NS);
-	uint32_t inner = net_pool_addr(&net_mod.pool, s->block, NET_POOL_INNER);
-	struct net_nl nl = { 0 }, nsnl = { 0 };
+	uint32_t resolver = addr_of(s, NET_POOL_INNER);
+	_cleanup_nl_ struct net_nl nsnl = { 0 };
 	int r;
-
-	/* The directory first: it is what says, after a crash, that this network is ours. */
-	if (mkdir(s->dir, 0755) < 0)
-		return err_sys(err, errno, "cannot create %s", s->dir);
-	s->made_dir = true;
-	if ((r = write_resolv_conf(s, inner, err)) < 0)
+	if ((r = make_state_dir(s, resolver, err)) < 0)
 		return r;
-
 	if ((r = inside_new_ns(s, &nsnl, err)) < 0)
-		goto out;
-	int fd = open(s->netns_path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-	if (fd < 0) {
-		r = err_sys(err, errno, "cannot create %s", s->netns_path);
-		goto out;
-	}
-	close(fd);
-	s->made_ns_path = true;
-	char src[64];
-	snprintf(src, sizeof(src), "/proc/self/fd/%d", s->ns_fd);
-	if (mount(src, s->netns_path, "none", MS_BIND, NULL) < 0) {
-		r = err_sys(err, errno, "cannot bind-mount the namespace on %s", s->netns_path);
-		goto out;
-	}
-
-	/* The host's side. */
-	if ((r = net_nl_open(&nl, err)) < 0 ||
-	    (r = net_nl_veth_add(&nl, s->name, NS_LINK, s->ns_fd, err)) < 0)
-		goto out;
-	s->made_link = true;
-	int hidx = net_nl_link_index(&nl, s->name, err);
-	if (hidx < 0) {
-		r = hidx;
-		goto out;
-	}
-	if ((r = net_nl_addr_add(&nl, hidx, host, 31, err)) < 0)
-		goto out;
-	/* Strict reverse-path filtering: the sandbox cannot send with another's address. */
-	char rp[96];
-	snprintf(rp, sizeof(rp), "/proc/sys/net/ipv4/conf/%s/rp_filter", s->name);
-	if ((r = net_sysctl_write(rp, "1", err)) < 0)
-		goto out;
-	if (s->tap && (r = net_nl_route_add(&nl, inner, 31, nsaddr, hidx, err)) < 0)
-		goto out;
-	if (s->policy.bw_enabled) {
-		uint64_t burst = kbit_bytes(s->policy.bw_burst_kbit);
-		/* A bucket smaller than a packet would hold every full-size packet forever. */
-		if (burst < 2 * MTU_BYTES)
-			burst = 2 * MTU_BYTES;
-		if ((r = net_nl_qdisc_tbf(&nl, hidx, kbit_bytes(s->policy.bw_rate_kbit),
-					  (uint32_t)burst, err)) < 0)
-			goto out;
-	}
-
-	/* The sandbox's side, through the socket opened inside its namespace. */
-	if ((r = net_nl_link_up(&nsnl, 1 /* lo */, err)) < 0)
-		goto out;
-	int eidx = net_nl_link_index(&nsnl, NS_LINK, err);
-	if (eidx < 0) {
-		r = eidx;
-		goto out;
-	}
-	if ((r = net_nl_addr_add(&nsnl, eidx, nsaddr, 31, err)) < 0 ||
-	    (r = net_nl_link_up(&nsnl, eidx, err)) < 0)
-		goto out;
-	if (s->tap) {
-		int tidx = net_nl_link_index(&nsnl, NET_TAP_NAME, err);
-		if (tidx < 0) {
-			r = tidx;
-			goto out;
-		}
-		if ((r = net_nl_addr_add(&nsnl, tidx, inner, 31, err)) < 0 ||
-		    (r = net_nl_link_up(&nsnl, tidx, err)) < 0)
-			goto out;
-	} else if ((r = net_nl_addr_add(&nsnl, 1, inner, 32, err)) < 0) {
-		goto out;
-	}
-	if ((r = net_nl_route_add(&nsnl, 0, 0, host, eidx, err)) < 0)
-		goto out;
-	if (s->policy.bw_enabled) {
-		uint64_t burst = kbit_bytes(s->policy.bw_burst_kbit);
-		if (burst < 2 * MTU_BYTES)
-			burst = 2 * MTU_BYTES;
-		if ((r = net_nl_qdisc_tbf(&nsnl, eidx, kbit_bytes(s->policy.bw_rate_kbit),
-					  (uint32_t)burst, err)) < 0)
-			goto out;
-	}
-	if ((r = bind_resolver(s, inner, err)) < 0)
-		goto out;
-
+		return r;
+	if ((r = pin_namespace(s, err)) < 0)
+		return r;
+	if ((r = host_side(s, err)) < 0)
+		return r;
+	if ((r = sandbox_side(s, &nsnl, err)) < 0)
+		return r;
+	if ((r = bind_resolver(s, resolver, err)) < 0)
+		return r;
 	/* Last: from here on the sandbox's packets reach its policy chain instead of the
 	 * table's catch-all drop. */
-	r = net_nfnl_egress_add(s->name, s->chain->name, err);
-out:
-	net_nl_close(&nl);
-	net_nl_close(&nsnl);
-	return r;
+	return net_nfnl_egress_add(s->name, s->chain->name, err);
+}
+
+/* Gives back the addresses of host links that are gone by now (see net_reap_dying). */
+static void reap_dying_links(void)
+{
+	_cleanup_nl_ struct net_nl nl = { 0 };
+	if (net_nl_open(&nl, NULL) == 0)
+		net_reap_dying(&nl, false);
 }
 
 int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap,
@@ -522,7 +571,7 @@ int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap
 	*ret_netns_path = NULL;
 	if (!net_mod.enabled)
 		return 0;
-	struct net_sandbox *s = xcalloc(1, sizeof(*s));
+	_cleanup_(sandbox_freep) struct net_sandbox *s = xcalloc(1, sizeof(*s));
 	s->id = xstrdup(id);
 	s->tap = tap;
 	s->ns_fd = s->udp_fd = s->tcp_fd = -1;
@@ -530,28 +579,20 @@ int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap
 	net_policy_copy(&s->policy, policy ? policy : &net_mod.server);
 	int r;
 
-	struct net_nl nl;
-	if (net_nl_open(&nl, err) == 0) {
-		net_reap_dying(&nl, false);
-		net_nl_close(&nl);
-	}
+	reap_dying_links();
 	pthread_mutex_lock(&net_mod.lock);
 	bool dup = find_locked(id) != NULL;
 	for (struct net_sandbox *o = net_mod.list; o && !dup; o = o->next)
 		dup = strcmp(o->name, s->name) == 0;
 	r = dup ? -EEXIST : net_pool_alloc(&net_mod.pool, &s->block);
 	pthread_mutex_unlock(&net_mod.lock);
-	if (r == -EEXIST) {
-		err_set(err, EEXIST, "network `%s` of sandbox %s exists already", s->name, id);
-		sandbox_free(s);
-		return -EEXIST;
-	}
-	if (r < 0) {
-		err_set(err, EAGAIN, "no free addresses left in SANDBOX_NET_POOL (%u in use)",
-			net_mod.pool.used);
-		sandbox_free(s);
-		return -EAGAIN;
-	}
+	if (r == -EEXIST)
+		return err_set(err, EEXIST, "network `%s` of sandbox %s exists already", s->name,
+			       id);
+	if (r < 0)
+		return err_set(err, EAGAIN,
+			       "no free addresses left in SANDBOX_NET_POOL (%u in use)",
+			       net_mod.pool.used);
 	s->have_block = true;
 	snprintf(s->netns_path, sizeof(s->netns_path), "%s/%s", NET_NETNS_DIR, s->name);
 	snprintf(s->dir, sizeof(s->dir), "%s/%s", NET_STATE_DIR, s->name);
@@ -560,7 +601,6 @@ int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap
 	if ((r = net_chain_get(&s->policy, false, &s->chain, err)) < 0 || (r = build(s, err)) < 0) {
 		err_wrap(err, "sandbox network");
 		teardown(s);
-		sandbox_free(s);
 		return r;
 	}
 	metrics_add(metrics_daemon.vm_egress_policy_applied_total, 1,
@@ -569,7 +609,7 @@ int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap
 	*ret_netns_path = xstrdup(s->netns_path);
 	pthread_mutex_lock(&net_mod.lock);
 	s->next = net_mod.list;
-	net_mod.list = s;
+	net_mod.list = TAKE_PTR(s);
 	net_mod.count++;
 	pthread_mutex_unlock(&net_mod.lock);
 	return 0;
@@ -655,12 +695,9 @@ int net_sandbox_info(const char *id, struct net_sandbox_info *ret)
 	info.tap = s->tap;
 	if (s->tap)
 		snprintf(info.tap_name, sizeof(info.tap_name), "%s", NET_TAP_NAME);
-	uint32_t inner = net_pool_addr(&net_mod.pool, s->block, NET_POOL_INNER);
-	net_ip_text(s->tap ? net_pool_addr(&net_mod.pool, s->block, NET_POOL_GUEST)
-			   : net_pool_addr(&net_mod.pool, s->block, NET_POOL_NS),
-		    info.guest_addr);
-	net_ip_text(s->tap ? inner : net_pool_addr(&net_mod.pool, s->block, NET_POOL_HOST),
-		    info.gateway);
+	uint32_t inner = addr_of(s, NET_POOL_INNER);
+	net_ip_text(addr_of(s, s->tap ? NET_POOL_GUEST : NET_POOL_NS), info.guest_addr);
+	net_ip_text(s->tap ? inner : addr_of(s, NET_POOL_HOST), info.gateway);
 	net_ip_text(inner, info.dns);
 	info.prefix = 31;
 	pthread_mutex_unlock(&net_mod.lock);
@@ -674,51 +711,35 @@ int net_sandbox_tap_open(const char *id, bool vnet_hdr, struct err *err)
 		return err_set(err, ENOTCONN, "sandbox networking is off");
 	pthread_mutex_lock(&net_mod.lock);
 	struct net_sandbox *s = find_locked(id);
-	int nsfd = s && s->tap && s->ns_fd >= 0 ? fcntl(s->ns_fd, F_DUPFD_CLOEXEC, 0) : -1;
+	_cleanup_close_ int nsfd =
+		s && s->tap && s->ns_fd >= 0 ? fcntl(s->ns_fd, F_DUPFD_CLOEXEC, 0) : -1;
 	pthread_mutex_unlock(&net_mod.lock);
 	if (nsfd < 0)
 		return err_set(err, ENOENT, "sandbox %s has no TAP", id);
-	if (setns(nsfd, CLONE_NEWNET) < 0) {
-		int e = errno;
-		close(nsfd);
-		return err_sys(err, e, "entering the network namespace of sandbox %s", id);
-	}
+	if (setns(nsfd, CLONE_NEWNET) < 0)
+		return err_sys(err, errno, "entering the network namespace of sandbox %s", id);
 	/* Only the open needs the namespace: the device is looked up in the opener's. */
-	int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	_cleanup_close_ int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
 	int e = errno;
-	close(nsfd);
-	if (setns(net_mod.root_ns_fd, CLONE_NEWNET) < 0) {
-		log_fields(LOG_FATAL, "net", NULL,
-			   "cannot return to the root network namespace: %s", strerror(errno));
-		abort();
-	}
+	return_to_root_ns();
 	if (fd < 0)
 		return err_sys(err, e, "cannot open /dev/net/tun");
-	struct ifreq ifr;
-	memset(&ifr, 0, sizeof(ifr));
-	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
-	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", NET_TAP_NAME);
-	if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
-		e = errno;
-		close(fd);
-		return err_sys(err, e, "attaching to %s of sandbox %s", NET_TAP_NAME, id);
-	}
-	return fd;
+	if (tap_attach(fd, IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0)) < 0)
+		return err_sys(err, errno, "attaching to %s of sandbox %s", NET_TAP_NAME, id);
+	return TAKE_FD(fd);
 }
 
 int net_policy_for_session(const json_t *override, struct net_policy **ret, struct err *err)
 {
-	struct net_policy *p = xcalloc(1, sizeof(*p));
+	_cleanup_free_ struct net_policy *p = xcalloc(1, sizeof(*p));
 	/* With networking off there is nothing to merge into; the override is still checked
 	 * against the configuration so that a client learns about its mistakes. */
 	static const struct net_policy unfiltered;
 	const struct net_policy *server = net_mod.enabled ? &net_mod.server : &unfiltered;
 	int r = net_policy_merge(server, override, p, err);
-	if (r < 0) {
-		free(p);
+	if (r < 0)
 		return r;
-	}
-	*ret = p;
+	*ret = TAKE_PTR(p);
 	return 0;
 }
 
