@@ -18,90 +18,105 @@ static void add_key(const struct key_info *k, void *arg)
 void api_admin_keys_list(struct http_ctx *ctx)
 {
 	auth_flush_last_used();
-	json_t *list = json_array();
+	json_auto_t *list = json_array();
 	struct err e;
 	if (keys_foreach(store_db(), add_key, list, &e) < 0) {
-		json_decref(list);
 		http_reply_err(ctx, &e);
 		return;
 	}
-	http_reply_json(ctx, 200, json_pack("{s:o}", "keys", list));
+	http_reply_json(ctx, 200, json_pack("{s:o}", "keys", TAKE_PTR(list)));
+}
+
+/* "scopes": a non-empty array of scope names, or absent (exec). Replies 400 when bad. */
+static int opt_scopes(struct http_ctx *ctx, json_t *sc, unsigned *ret)
+{
+	*ret = KEYS_SCOPE_EXEC;
+	if (!sc || json_is_null(sc))
+		return 0;
+	if (!json_is_array(sc) || json_array_size(sc) == 0) {
+		http_reply_error(ctx, 400, "\"scopes\" must be a non-empty array of strings");
+		return -1;
+	}
+	unsigned scopes = 0;
+	size_t i;
+	json_t *s;
+	json_array_foreach (sc, i, s) {
+		unsigned one;
+		struct err e;
+		if (!json_is_string(s) || keys_parse_scopes(json_string_value(s), &one, &e) < 0) {
+			http_reply_error(ctx, 400, "%s",
+					 json_is_string(s) ? e.msg : "scopes must be strings");
+			return -1;
+		}
+		scopes |= one;
+	}
+	*ret = scopes;
+	return 0;
+}
+
+/* "rateLimit": requests per minute, or absent (0: none). Replies 400 when bad. */
+static int opt_rate_limit(struct http_ctx *ctx, json_t *rl, int64_t *ret)
+{
+	*ret = 0;
+	if (!rl || json_is_null(rl))
+		return 0;
+	if (!json_is_integer(rl) || json_integer_value(rl) < 0) {
+		http_reply_error(ctx, 400,
+				 "\"rateLimit\" must be a whole number of requests per minute");
+		return -1;
+	}
+	*ret = json_integer_value(rl);
+	return 0;
+}
+
+/* "expiresIn": seconds or a duration, or absent (0: never). *ret is the expiry time. Replies
+ * 400 when bad. */
+static int opt_expiry(struct http_ctx *ctx, json_t *ex, int64_t *ret)
+{
+	*ret = 0;
+	if (!ex || json_is_null(ex))
+		return 0;
+	int64_t secs = 0;
+	if (json_is_integer(ex) && json_integer_value(ex) > 0 &&
+	    json_integer_value(ex) <= KEYS_MAX_LIFETIME_S)
+		secs = json_integer_value(ex);
+	else if (!json_is_string(ex) || keys_parse_duration(json_string_value(ex), &secs) < 0) {
+		http_reply_error(ctx, 400,
+				 "\"expiresIn\" must be seconds or a duration like 30d, 12h "
+				 "(at most 100 years)");
+		return -1;
+	}
+	*ret = (int64_t)time(NULL) + secs;
+	return 0;
 }
 
 void api_admin_keys_create(struct http_ctx *ctx)
 {
-	json_t *body;
+	json_auto_t *body = NULL;
 	if (http_body_json(ctx, &body) < 0)
 		return;
-	struct err e;
-	char *secret = NULL;
-	unsigned scopes = KEYS_SCOPE_EXEC;
-	int64_t rate = 0, expires = 0;
+	unsigned scopes;
+	int64_t rate, expires;
 	json_t *name = json_object_get(body, "name");
-	json_t *sc = json_object_get(body, "scopes");
-	json_t *rl = json_object_get(body, "rateLimit");
-	json_t *ex = json_object_get(body, "expiresIn");
 	if (!json_is_string(name)) {
 		http_reply_error(ctx, 400, "\"name\" is required and must be a string");
-		goto out;
+		return;
 	}
-	if (sc && !json_is_null(sc)) {
-		if (!json_is_array(sc) || json_array_size(sc) == 0) {
-			http_reply_error(ctx, 400,
-					 "\"scopes\" must be a non-empty array of strings");
-			goto out;
-		}
-		scopes = 0;
-		size_t i;
-		json_t *s;
-		json_array_foreach (sc, i, s) {
-			unsigned one;
-			if (!json_is_string(s) ||
-			    keys_parse_scopes(json_string_value(s), &one, &e) < 0) {
-				http_reply_error(ctx, 400, "%s",
-						 json_is_string(s) ? e.msg
-								   : "scopes must be strings");
-				goto out;
-			}
-			scopes |= one;
-		}
-	}
-	if (rl && !json_is_null(rl)) {
-		if (!json_is_integer(rl) || json_integer_value(rl) < 0) {
-			http_reply_error(
-				ctx, 400,
-				"\"rateLimit\" must be a whole number of requests per minute");
-			goto out;
-		}
-		rate = json_integer_value(rl);
-	}
-	if (ex && !json_is_null(ex)) {
-		int64_t secs = 0;
-		if (json_is_integer(ex) && json_integer_value(ex) > 0 &&
-		    json_integer_value(ex) <= KEYS_MAX_LIFETIME_S)
-			secs = json_integer_value(ex);
-		else if (!json_is_string(ex) ||
-			 keys_parse_duration(json_string_value(ex), &secs) < 0) {
-			http_reply_error(
-				ctx, 400,
-				"\"expiresIn\" must be seconds or a duration like 30d, 12h "
-				"(at most 100 years)");
-			goto out;
-		}
-		expires = (int64_t)time(NULL) + secs;
-	}
+	if (opt_scopes(ctx, json_object_get(body, "scopes"), &scopes) < 0 ||
+	    opt_rate_limit(ctx, json_object_get(body, "rateLimit"), &rate) < 0 ||
+	    opt_expiry(ctx, json_object_get(body, "expiresIn"), &expires) < 0)
+		return;
 	struct key_info k;
+	struct err e;
+	_cleanup_free_ char *secret = NULL;
 	if (keys_create(store_db(), api_cfg->key_prefix, json_string_value(name), scopes, rate,
 			expires, &k, &secret, &e) < 0) {
 		http_reply_err(ctx, &e);
-		goto out;
+		return;
 	}
 	json_t *r = keys_info_json(&k);
 	json_object_set_new(r, "key", json_string(secret));
 	http_reply_json(ctx, 201, r);
-out:
-	free(secret);
-	json_decref(body);
 }
 
 static const char *key_id_param(struct http_ctx *ctx)

@@ -220,7 +220,7 @@ static void on_created(struct ops_call *c, const struct ops_result *r, const str
 
 void api_exec_create(struct http_ctx *ctx)
 {
-	json_t *body;
+	json_auto_t *body = NULL;
 	if (http_body_json(ctx, &body) < 0)
 		return;
 	const char *id, *tmpl;
@@ -231,7 +231,7 @@ void api_exec_create(struct http_ctx *ctx)
 	if (opt_string(ctx, body, "id", &id) < 0 || opt_string(ctx, body, "template", &tmpl) < 0 ||
 	    opt_env(ctx, body, &env) < 0 || opt_idle(ctx, body, &idle_s) < 0 ||
 	    opt_resources(ctx, body, &res, &has_res) < 0)
-		goto out;
+		return;
 	/* Always the caller's own session, admin or not. */
 	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
 	struct ops_session_opts o = { .idle_timeout_s = idle_s,
@@ -241,8 +241,6 @@ void api_exec_create(struct http_ctx *ctx)
 	struct err e;
 	if (!ops_create_session(&t, &o, on_created, ctx, &e))
 		http_reply_err(ctx, &e);
-out:
-	json_decref(body);
 }
 
 void api_exec_delete(struct http_ctx *ctx)
@@ -285,17 +283,16 @@ static void exec_req_free(struct exec_req *q)
 
 static void stream_line(struct exec_req *q, const char *event, json_t *obj)
 {
-	char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	_cleanup_free_ char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(obj);
 	if (q->mode == EXEC_SSE) {
 		_cleanup_free_ char *frame = xasprintf("event: %s\ndata: %s\n\n", event, text);
 		http_stream_write(q->ctx, frame, strlen(frame));
 	} else {
 		size_t n = strlen(text);
-		text[n] = '\n';
+		text[n] = '\n'; /* json_dumps allocates n + 1: reuse the terminator */
 		http_stream_write(q->ctx, text, n + 1);
 	}
-	free(text);
 }
 
 static void exec_on_start(struct ops_exec *x, void *arg)
@@ -518,13 +515,13 @@ static int parse_exec(struct http_ctx *ctx, json_t *body, struct ops_exec_req *r
 void api_exec_execute(struct http_ctx *ctx)
 {
 	const char *id;
-	json_t *body;
+	json_auto_t *body = NULL;
 	if (id_and_body(ctx, &id, &body) < 0)
 		return;
 	struct ops_exec_req req = { 0 };
 	const char *tmpl;
 	if (parse_exec(ctx, body, &req, &tmpl) < 0)
-		goto out;
+		return;
 	struct exec_req *q = xcalloc(1, sizeof(*q));
 	q->ctx = ctx;
 	q->mode = exec_mode(ctx);
@@ -536,32 +533,28 @@ void api_exec_execute(struct http_ctx *ctx)
 	if (!q->x) {
 		http_reply_err(ctx, &e);
 		exec_req_free(q);
-		goto out;
+		return;
 	}
 	ctx->on_gone = exec_on_client_gone;
 	ctx->on_gone_arg = q;
-out:
-	json_decref(body);
 }
 
 void api_exec_cancel(struct http_ctx *ctx)
 {
 	const char *id;
-	json_t *body;
+	json_auto_t *body = NULL;
 	if (id_and_body(ctx, &id, &body) < 0)
 		return;
 	const char *exec_id;
 	if (opt_string(ctx, body, "execId", &exec_id) < 0)
-		goto out;
+		return;
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;
 	if (ops_cancel_exec(&t, exec_id, &e) < 0) {
 		http_reply_err(ctx, &e);
-		goto out;
+		return;
 	}
 	http_reply_json(ctx, 202, json_pack("{s:b, s:s}", "cancelled", 1, "execId", exec_id));
-out:
-	json_decref(body);
 }
 
 /* --- files -------------------------------------------------------------------------- */
@@ -608,40 +601,39 @@ static int write_content(struct http_ctx *ctx, json_t *content, const char *enco
 void api_exec_write(struct http_ctx *ctx)
 {
 	const char *id;
-	json_t *body;
+	json_auto_t *body = NULL;
 	if (id_and_body(ctx, &id, &body) < 0)
 		return;
 	const char *path, *tmpl, *encoding;
 	if (opt_string(ctx, body, "path", &path) < 0 ||
 	    opt_string(ctx, body, "template", &tmpl) < 0 ||
 	    opt_string(ctx, body, "encoding", &encoding) < 0)
-		goto out;
+		return;
 	json_t *content = json_object_get(body, "content");
 	if (!path || !*path) {
 		http_reply_error(ctx, 400, "\"path\" is required");
-		goto out;
+		return;
 	}
 	if (!json_is_string(content)) {
 		http_reply_error(ctx, 400, "\"content\" is required and must be a string");
-		goto out;
+		return;
 	}
 	json_t *mode = json_object_get(body, "mode");
 	if (mode && !(json_is_integer(mode) && json_integer_value(mode) >= 0 &&
 		      json_integer_value(mode) <= 07777)) {
 		http_reply_error(ctx, 400, "\"mode\" must be a permission number (0 to 4095)");
-		goto out;
+		return;
 	}
-	uint8_t *data;
+	_cleanup_free_ uint8_t *data = NULL;
 	size_t len;
 	if (write_content(ctx, content, encoding, &data, &len) < 0)
-		goto out;
+		return;
 	struct ops_target t = request_target(ctx, id, tmpl);
 	struct err e;
-	if (!ops_write_file(&t, path, data, len, mode ? (int)json_integer_value(mode) : -1,
-			    on_written, ctx, &e))
+	/* ops takes the data, whatever happens. */
+	if (!ops_write_file(&t, path, TAKE_PTR(data), len,
+			    mode ? (int)json_integer_value(mode) : -1, on_written, ctx, &e))
 		http_reply_err(ctx, &e);
-out:
-	json_decref(body);
 }
 
 /* A path from the query string: JSON (to the agent) can carry only UTF-8 text. Replies 400

@@ -173,7 +173,8 @@ static bool precheck(struct http_ctx *ctx)
 	return true;
 }
 
-/* Reads the body as MCP messages; replies 400/415 and returns false when it is not. */
+/* Reads the body as MCP messages into b (zeroed, the caller frees it whatever the outcome);
+ * replies 400/415 and returns false when they are not. */
 static bool read_messages(struct http_ctx *ctx, struct mcp_batch *b)
 {
 	const char *type = http_header(ctx, "Content-Type");
@@ -193,7 +194,6 @@ static bool read_messages(struct http_ctx *ctx, struct mcp_batch *b)
 	/* One message that is not valid at all: an HTTP error, with its JSON-RPC error. */
 	if (!b->is_batch && b->msgs[0].kind == MCP_INVALID) {
 		reply_rpc_error(ctx, 400, b->msgs[0].id, b->msgs[0].error_code, b->msgs[0].error);
-		mcp_batch_free(b);
 		return false;
 	}
 	return true;
@@ -345,7 +345,7 @@ static void mcp_post(struct http_ctx *ctx)
 				"Not Acceptable: accept application/json and text/event-stream");
 		return;
 	}
-	struct mcp_batch b;
+	_cleanup_(mcp_batch_free) struct mcp_batch b = { 0 };
 	if (!read_messages(ctx, &b))
 		return;
 	const char *sid = http_header(ctx, "Mcp-Session-Id");
@@ -358,7 +358,7 @@ static void mcp_post(struct http_ctx *ctx)
 			reply_rpc_error(ctx, 404, NULL, MCP_NO_SESSION,
 					"Session not found: it ended or expired; initialize a new "
 					"one");
-			goto out;
+			return;
 		}
 	} else {
 		const struct mcp_msg *m = &b.msgs[0];
@@ -366,20 +366,20 @@ static void mcp_post(struct http_ctx *ctx)
 			reply_rpc_error(ctx, 400, NULL, MCP_INVALID_REQUEST,
 					"Bad Request: the Mcp-Session-Id header is required (the "
 					"first message is an initialize request)");
-			goto out;
+			return;
 		}
 		struct err e;
 		s = mcp_session_new(owner, &e);
 		if (!s) {
 			reply_rpc_error(ctx, 503, m->id, MCP_SERVER_BUSY, e.msg);
-			goto out;
+			return;
 		}
 		fresh = true;
 	}
 	if (!batch_allowed(ctx, &b, mcp_session_version(s))) {
 		if (fresh)
 			mcp_session_end(s, "refused its first request");
-		goto out;
+		return;
 	}
 
 	struct post *p = xcalloc(1, sizeof(*p));
@@ -409,8 +409,6 @@ static void mcp_post(struct http_ctx *ctx)
 			mcp_session_end(s, "initialize failed");
 	}
 	post_request_done(&p->sink);
-out:
-	mcp_batch_free(&b);
 }
 
 /* --- HTTP+SSE: the session stream --------------------------------------------------- */
@@ -519,13 +517,9 @@ static void sse_post(struct http_ctx *ctx)
 				"Session not found: open a new stream with GET");
 		return;
 	}
-	struct mcp_batch b;
-	if (!read_messages(ctx, &b))
+	_cleanup_(mcp_batch_free) struct mcp_batch b = { 0 };
+	if (!read_messages(ctx, &b) || !batch_allowed(ctx, &b, mcp_session_version(s)))
 		return;
-	if (!batch_allowed(ctx, &b, mcp_session_version(s))) {
-		mcp_batch_free(&b);
-		return;
-	}
 	/* Accepted now, answered on the stream: a later notifications/cancelled must not wait
 	 * for this POST's calls. */
 	http_reply_bytes(ctx, 202, "application/json", "", 0);
@@ -537,7 +531,6 @@ static void sse_post(struct http_ctx *ctx)
 		mcp_handle(s, k, &b.msgs[i]);
 	}
 	mcp_session_unref(s);
-	mcp_batch_free(&b);
 }
 
 /* --- keep-alives -------------------------------------------------------------------- */

@@ -120,7 +120,7 @@ int mcp_decode(const void *body, size_t len, struct mcp_batch *ret, int *ret_cod
 {
 	memset(ret, 0, sizeof(*ret));
 	json_error_t jerr;
-	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		*ret_code = MCP_PARSE_ERROR;
 		return err_set(err, EINVAL, "Parse error: %s (line %d, column %d)", jerr.text,
@@ -129,7 +129,6 @@ int mcp_decode(const void *body, size_t len, struct mcp_batch *ret, int *ret_cod
 	if (json_is_array(root)) {
 		size_t n = json_array_size(root);
 		if (n == 0 || n > MCP_MAX_BATCH) {
-			json_decref(root);
 			*ret_code = MCP_INVALID_REQUEST;
 			return err_set(err, EINVAL,
 				       n ? "Invalid Request: a batch holds at most %d messages"
@@ -141,14 +140,13 @@ int mcp_decode(const void *body, size_t len, struct mcp_batch *ret, int *ret_cod
 	} else if (json_is_object(root)) {
 		ret->n = 1;
 	} else {
-		json_decref(root);
 		*ret_code = MCP_INVALID_REQUEST;
 		return err_set(err, EINVAL, "Invalid Request: a message must be a JSON object");
 	}
-	ret->root = root;
+	ret->root = TAKE_PTR(root);
 	ret->msgs = xcalloc(ret->n, sizeof(*ret->msgs));
 	for (size_t i = 0; i < ret->n; i++)
-		classify(ret->is_batch ? json_array_get(root, i) : root, &ret->msgs[i]);
+		classify(ret->is_batch ? json_array_get(ret->root, i) : ret->root, &ret->msgs[i]);
 	return 0;
 }
 

@@ -400,11 +400,10 @@ static void do_tools_call(struct mcp_session *s, struct mcp_sink *k, const struc
 	s->calls = c;
 	s->ncalls++;
 	log_debug("mcp", "tools/call %s", c->tool);
-	json_t *empty = NULL;
+	json_auto_t *empty = NULL;
 	if (!json_is_object(args))
 		args = empty = json_object();
 	mcp_tool_call(c, c->tool, args, s->version);
-	json_decref(empty);
 }
 
 static void do_cancelled(struct mcp_session *s, const struct mcp_msg *m)

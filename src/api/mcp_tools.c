@@ -336,9 +336,8 @@ json_t *mcp_tools_list(const char *version, size_t offset)
 /* structuredContent (from 2025-06-18), and its JSON as the text block every version reads. */
 static void reply_ok(struct mcp_call *c, json_t *structured, const char *version)
 {
-	char *text = json_dumps(structured, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	_cleanup_free_ char *text = json_dumps(structured, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_t *result = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text", "text", text);
-	free(text);
 	if (mcp_version_at_least(version, "2025-06-18"))
 		json_object_set_new(result, "structuredContent", structured);
 	else
@@ -403,10 +402,8 @@ static json_t *session_shape(json_t *j)
 
 static json_t *session_shape_of(const struct session *s)
 {
-	json_t *j = session_json(s);
-	json_t *r = session_shape(j);
-	json_decref(j);
-	return r;
+	json_auto_t *j = session_json(s);
+	return session_shape(j);
 }
 
 /* Every tool that runs an ops_call: its answer arrives in a done callback. */
@@ -518,13 +515,12 @@ static void t_ping(struct mcp_call *c, json_t *args, const char *version)
 static void t_list_sessions(struct mcp_call *c, json_t *args, const char *version)
 {
 	struct ops_target t = { .owner = mcp_call_owner(c) };
-	json_t *rest = ops_list_sessions(&t);
+	json_auto_t *rest = ops_list_sessions(&t);
 	json_t *list = json_array();
 	size_t i;
 	json_t *v;
 	json_array_foreach (rest, i, v)
 		json_array_append_new(list, session_shape(v));
-	json_decref(rest);
 	reply_ok(c, json_pack("{s:o, s:i}", "sessions", list, "count", (int)json_array_size(list)),
 		 version);
 }
@@ -611,9 +607,8 @@ static void got_file(struct ops_call *op, const struct ops_result *r, const stru
 	json_t *content;
 	if (b64) {
 		size_t n;
-		char *enc = base64_encode(r->data, r->size, &n);
+		_cleanup_free_ char *enc = base64_encode(r->data, r->size, &n);
 		content = json_stringn(enc, n);
-		free(enc);
 	} else {
 		content = json_stringn((const char *)r->data, r->size);
 	}
