@@ -27,7 +27,6 @@ static struct {
 	bool stopping;
 	int efd;
 	struct event *ev;
-	unsigned pending; /* loop thread only */
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .efd = -1 };
 
 static void push(struct job **head, struct job **tail, struct job *j)
@@ -74,7 +73,6 @@ static void deliver(void)
 	pthread_mutex_unlock(&pool.lock);
 	while (j) {
 		struct job *next = j->next;
-		pool.pending--;
 		if (j->done)
 			j->done(j->arg);
 		free(j);
@@ -113,16 +111,10 @@ void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
 	j->work = work;
 	j->done = done;
 	j->arg = arg;
-	pool.pending++;
 	pthread_mutex_lock(&pool.lock);
 	push(&pool.todo, &pool.todo_tail, j);
 	pthread_cond_signal(&pool.cond);
 	pthread_mutex_unlock(&pool.lock);
-}
-
-unsigned loop_pending(void)
-{
-	return pool.pending;
 }
 
 void loop_pool_stop(void)

@@ -13,8 +13,5 @@ int loop_pool_start(struct event_base *base, unsigned nthreads);
 /* Runs work(arg) on a worker, then done(arg) on the loop thread (done may be NULL). */
 void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg);
 
-/* Number of jobs submitted whose done() has not run yet. */
-unsigned loop_pending(void);
-
 /* Lets queued jobs finish, joins the workers and delivers remaining completions. */
 void loop_pool_stop(void);

@@ -130,8 +130,6 @@ struct mcp_session *mcp_session_find(const char *id, const char *owner);
 const char *mcp_session_id(const struct mcp_session *s);
 /* The negotiated version, or NULL before initialize succeeded. */
 const char *mcp_session_version(const struct mcp_session *s);
-/* Whether initialize has been answered successfully. */
-bool mcp_session_initialized(const struct mcp_session *s);
 /* Ends a session: its calls are cancelled unanswered, it leaves the table, and an attached
  * stream is told (session_ended). */
 void mcp_session_end(struct mcp_session *s, const char *why);
@@ -149,9 +147,8 @@ void mcp_sink_gone(struct mcp_session *s, struct mcp_sink *k);
 
 /* --- for the tools (mcp_server.c) --------------------------------------------------- */
 
-/* The caller of a call (its key id) and its MCP session. */
+/* The caller of a call (its key id). */
 const char *mcp_call_owner(const struct mcp_call *c);
-struct mcp_session *mcp_call_session(const struct mcp_call *c);
 /* The request's _meta.progressToken, or NULL. */
 json_t *mcp_call_progress_token(const struct mcp_call *c);
 /* Answers a tools/call: result is the CallToolResult (stolen). */

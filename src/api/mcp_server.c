@@ -131,11 +131,6 @@ const char *mcp_session_version(const struct mcp_session *s)
 	return s->initialized ? s->version : NULL;
 }
 
-bool mcp_session_initialized(const struct mcp_session *s)
-{
-	return s->initialized;
-}
-
 void mcp_session_ref(struct mcp_session *s)
 {
 	s->refs++;
@@ -222,11 +217,6 @@ static void call_abort(struct mcp_call *c)
 const char *mcp_call_owner(const struct mcp_call *c)
 {
 	return c->s->owner;
-}
-
-struct mcp_session *mcp_call_session(const struct mcp_call *c)
-{
-	return c->s;
 }
 
 json_t *mcp_call_progress_token(const struct mcp_call *c)
