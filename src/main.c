@@ -122,9 +122,9 @@ static int write_port_file(const char *path, int port, struct err *err)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* --version, or the usage for anything else: the exit status, or -1 to go on and serve. */
+static int handle_args(int argc, char **argv)
 {
-	struct err e = { 0 };
 	if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
 		printf("sandboxd %s\n", SANDBOX_VERSION);
 		return 0;
@@ -135,6 +135,62 @@ int main(int argc, char **argv)
 			"sandboxd takes its configuration from the environment; see the README.\n");
 		return 2;
 	}
+	return -1;
+}
+
+/* The HTTP server and its listeners; *ret_port gets the TCP port. D.http is set even when a
+ * listener fails, for the caller to free. */
+static int serve_http(int *ret_port, struct err *err)
+{
+	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
+	http_server_set_auth(D.http, auth_http_check, NULL);
+	http_server_set_done(D.http, on_http_done, NULL);
+	int r = http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, ret_port, err);
+	if (r < 0)
+		return r;
+	if (D.cfg.socket_path)
+		return http_server_listen_unix(D.http, D.cfg.socket_path, err);
+	return 0;
+}
+
+static void announce(int port)
+{
+	if (strcmp(D.cfg.host, "127.0.0.1") != 0 && strcmp(D.cfg.host, "localhost") != 0 &&
+	    strcmp(D.cfg.host, "::1") != 0)
+		log_warn("sandboxd", "listening on %s: reachable from other hosts", D.cfg.host);
+	log_info("sandboxd", "listening on http://%s:%d%s%s", D.cfg.host, port,
+		 D.cfg.socket_path ? " and " : "", D.cfg.socket_path ? D.cfg.socket_path : "");
+}
+
+/* Runs the event loop until the daemon stops; the signal handlers live exactly as long. */
+static void run(void)
+{
+	D.sigterm = evsignal_new(D.base, SIGTERM, on_stop_signal, NULL);
+	D.sigint = evsignal_new(D.base, SIGINT, on_stop_signal, NULL);
+	D.sighup = evsignal_new(D.base, SIGHUP, on_sighup, NULL);
+	event_add(D.sigterm, NULL);
+	event_add(D.sigint, NULL);
+	event_add(D.sighup, NULL);
+
+	event_base_dispatch(D.base);
+	/* The handlers go away below: a late signal must not kill the process mid-cleanup. */
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+
+	event_free(D.sigterm);
+	event_free(D.sigint);
+	event_free(D.sighup);
+	if (D.drain_timer)
+		event_free(D.drain_timer);
+}
+
+int main(int argc, char **argv)
+{
+	int status = handle_args(argc, argv);
+	if (status >= 0)
+		return status;
+	struct err e = { 0 };
 	signal(SIGPIPE, SIG_IGN);
 	umask(022);
 
@@ -180,15 +236,8 @@ int main(int argc, char **argv)
 		log_error("sandboxd", "%s", e.msg);
 		goto out_net;
 	}
-	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
-	http_server_set_auth(D.http, auth_http_check, NULL);
-	http_server_set_done(D.http, on_http_done, NULL);
 	int port = 0;
-	if (http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, &port, &e) < 0) {
-		log_error("sandboxd", "%s", e.msg);
-		goto out_http;
-	}
-	if (D.cfg.socket_path && http_server_listen_unix(D.http, D.cfg.socket_path, &e) < 0) {
+	if (serve_http(&port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		goto out_http;
 	}
@@ -196,11 +245,7 @@ int main(int argc, char **argv)
 		log_error("sandboxd", "%s", e.msg);
 		goto out_http;
 	}
-	if (strcmp(D.cfg.host, "127.0.0.1") != 0 && strcmp(D.cfg.host, "localhost") != 0 &&
-	    strcmp(D.cfg.host, "::1") != 0)
-		log_warn("sandboxd", "listening on %s: reachable from other hosts", D.cfg.host);
-	log_info("sandboxd", "listening on http://%s:%d%s%s", D.cfg.host, port,
-		 D.cfg.socket_path ? " and " : "", D.cfg.socket_path ? D.cfg.socket_path : "");
+	announce(port);
 	if (D.cfg.port_file && write_port_file(D.cfg.port_file, port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
@@ -208,25 +253,8 @@ int main(int argc, char **argv)
 		on_stop_signal(SIGTERM, 0, NULL);
 	}
 
-	D.sigterm = evsignal_new(D.base, SIGTERM, on_stop_signal, NULL);
-	D.sigint = evsignal_new(D.base, SIGINT, on_stop_signal, NULL);
-	D.sighup = evsignal_new(D.base, SIGHUP, on_sighup, NULL);
-	event_add(D.sigterm, NULL);
-	event_add(D.sigint, NULL);
-	event_add(D.sighup, NULL);
-
-	event_base_dispatch(D.base);
-	/* The handlers go away below: a late signal must not kill the process mid-cleanup. */
-	signal(SIGTERM, SIG_IGN);
-	signal(SIGINT, SIG_IGN);
-	signal(SIGHUP, SIG_IGN);
+	run();
 	rc = D.exit_code;
-
-	event_free(D.sigterm);
-	event_free(D.sigint);
-	event_free(D.sighup);
-	if (D.drain_timer)
-		event_free(D.drain_timer);
 	if (D.cfg.port_file)
 		unlink(D.cfg.port_file);
 	/* Undone in reverse order from wherever starting stopped. The workers go first on every
