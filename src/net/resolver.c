@@ -579,14 +579,14 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		count("error", "dns_busy");
 		return;
 	}
-	struct tcp_client *c = xcalloc(1, sizeof(*c));
-	c->r = r;
-	c->bev = bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (!c->bev) {
+	struct bufferevent *bev = bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!bev) {
 		close(fd);
-		free(c);
 		return;
 	}
+	struct tcp_client *c = xcalloc(1, sizeof(*c));
+	c->r = r;
+	c->bev = bev;
 	c->next = r->clients;
 	r->clients = c;
 	r->nclients++;
