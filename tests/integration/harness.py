@@ -70,6 +70,23 @@ def _die_with_parent():
         pass
 
 
+def wait_until(predicate, timeout=30, interval=0.05, what="condition"):
+    """Polls predicate() until it returns something true and returns that, or fails the test
+    (AssertionError) after timeout seconds, naming what it waited for.
+
+    What a test waits for (a process to exit, a file to appear, the daemon to reach a state)
+    takes milliseconds on an idle machine: the deadline is for a loaded one, and a healthy
+    run never comes near it. Tests wait with this instead of sleeping a guessed time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
 def _tail(text, lines=60):
     return "\n".join(text.splitlines()[-lines:])
 

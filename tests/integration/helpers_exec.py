@@ -13,6 +13,7 @@ import time
 import unittest
 
 import harness
+from harness import wait_until  # noqa: F401 (the tests import it from here too)
 
 TEMPLATE = "base"
 
@@ -80,17 +81,12 @@ def joined(output, stream=None):
     return "".join(c["data"] for c in output if stream is None or c["stream"] == stream)
 
 
-def wait_until(predicate, timeout, interval=0.1, what="condition"):
-    """Polls predicate() until it returns something true; returns it, or raises after timeout
-    seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+def until_file(name, seconds=60):
+    """Shell (to put before the rest of a command) that waits until the workspace holds
+    `name`, for at most `seconds`: a command that goes on when the test says so, instead of
+    one that sleeps for a time the test hopes is long enough."""
+    return (f"i=0; while [ ! -e {name} ] && [ $i -lt {seconds * 50} ]; do usleep 20000; "
+            f"i=$((i+1)); done; ")
 
 
 class DaemonTestCase(unittest.TestCase):
@@ -136,6 +132,12 @@ class DaemonTestCase(unittest.TestCase):
 
     def stdout_of(self, sid, command, **fields):
         return joined(self.run_ok(sid, command, **fields)["output"], "stdout")
+
+    def wait_processes_gone(self, sid, fragment, what, timeout=30):
+        """Waits until no process of the session's sandbox has `fragment` in its command line
+        (as `ps` in the sandbox shows them)."""
+        wait_until(lambda: fragment not in self.stdout_of(sid, "ps -o args"), timeout,
+                   interval=0.2, what=what)
 
     def stream_execute(self, sid, command, mode="ndjson", http_timeout=60, **fields):
         """Starts a streaming execute; returns a harness.Stream (a context manager)."""
