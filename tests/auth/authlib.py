@@ -179,6 +179,7 @@ def wait_until_expired(key_json, limit=10):
     if left > limit:
         raise AssertionError(f"key {key_json['id']} expires too late to wait for: {left:.1f}s")
     if left > 0:
+        # An expiry is a moment: nothing but the clock passing it can be waited for.
         time.sleep(left)
 
 

@@ -57,6 +57,7 @@ class RateLimitTest(unittest.TestCase):
             self.assertEqual(request(self.d, "GET", "/exec/", key=k["key"])[0], 429)
 
         # After Retry-After, a token is back; the bucket refills slowly, not all at once.
+        # The refill is over time: the test lets the time it announced go by.
         time.sleep(retry)
         st, _, body = request(self.d, "GET", "/exec/templates", key=k["key"])
         self.assertEqual(st, 200, body)

@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,15 +83,27 @@ class CliTest(unittest.TestCase):
         self.assertIn(b'"type":"start"', lines[0])
         self.assertIn(b'"type":"result"', lines[-1])
 
+    def running(self, sid):
+        """How many commands the daemon has running in session sid (0 when it has none)."""
+        _, _, body = self.daemon.get("/exec/", timeout=30)
+        return next((s["running"] for s in body["sessions"] if s["id"] == sid), 0)
+
     def test_ctrl_c_cancels_the_remote_command(self):
+        # A command that would leave a file a minute in, were it not cancelled.
         proc = subprocess.Popen([CLI, "exec", "c3", "--", "sh", "-c",
-                                 "sleep 3; touch /workspace/late"],
+                                 "sleep 60; touch /workspace/late"],
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(1.5)
+        self.addCleanup(proc.kill)
+        harness.wait_until(lambda: self.running("c3") == 1, 60,
+                           what="the command to run in session c3")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        out, err = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 130, err)
-        time.sleep(3)
+        # Its processes are gone (so the file will never be made), and there is no file.
+        harness.wait_until(
+            lambda: b"touch /workspace/late" not in self.cli("exec", "c3", "--", "ps", "-o",
+                                                              "args", check=0).stdout,
+            30, interval=0.2, what="the command's processes to go after Ctrl-C")
         p = self.cli("exec", "c3", "--", "ls", "/workspace", check=0)
         self.assertNotIn(b"late", p.stdout)
         self.cli("rm", "c3", check=0)

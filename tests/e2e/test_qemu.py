@@ -208,7 +208,12 @@ class RestoreTest(QemuCase):
         pids = qemu_pids(sb)
         self.assertEqual(len(pids), 1, f"QEMU of {sb}: {pids}")
         os.kill(pids[0], signal.SIGKILL)
-        time.sleep(0.5)
+
+        def failed():
+            _, _, listed = d.get("/exec/", timeout=30)
+            return any(s["id"] == sid and s.get("state") == "failed" for s in listed["sessions"])
+
+        harness.wait_until(failed, 30, what=f"session {sid} to fail after its VM was killed")
         status, headers, body = execute(d, sid, "echo again")
         self.assertEqual(status, 502, body)
         self.assertIn("application/json", headers.get("Content-Type", ""))

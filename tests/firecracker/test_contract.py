@@ -205,10 +205,9 @@ class FirecrackerContractTest(unittest.TestCase):
             pid = int(f.read())
         st, _, _ = self.daemon.delete("/exec/fc5")
         self.assertEqual(st, 200)
-        deadline = time.time() + 10
-        while time.time() < deadline and (os.path.exists(os.path.join(jails, live[0]))
-                                          or os.path.exists(f"/proc/{pid}")):
-            time.sleep(0.1)
+        harness.wait_until(lambda: not os.path.exists(os.path.join(jails, live[0]))
+                           and not os.path.exists(f"/proc/{pid}"), 30,
+                           what="the sandbox's jail and VMM to go after DELETE")
         self.assertFalse(os.path.exists(os.path.join(jails, live[0])), "jail left behind")
         self.assertFalse(os.path.exists(netns), "network namespace left behind")
         self.assertFalse([d for d in os.listdir(jails) if d.startswith("tpl-")],

@@ -1,13 +1,13 @@
 """The /exec routes: sessions, execute in its three reply forms, cancel, errors, /health and
 /ready. One daemon serves the whole class; every test makes its own sessions."""
 
+import json
 import socket
 import threading
-import time
 import unittest
 
 import harness
-from helpers_exec import TEMPLATE, DaemonTestCase, joined, parse_sse_data, wait_until
+from helpers_exec import TEMPLATE, DaemonTestCase, joined, parse_sse_data, until_file, wait_until
 from runner import tag
 
 
@@ -217,6 +217,7 @@ class ExecuteTest(DaemonTestCase):
 
     def test_ndjson_by_accept_header(self):
         sid = self.session()
+        # The pause makes "b" a chunk of its own, after the others.
         with self.stream_execute(sid, "echo a; echo e >&2; sleep 0.2; echo b; exit 3") as s:
             self.assertEqual(s.status, 200)
             self.assertIn("application/x-ndjson", s.headers.get("Content-Type", ""))
@@ -238,16 +239,19 @@ class ExecuteTest(DaemonTestCase):
     @tag("driver")
     def test_ndjson_lines_arrive_while_the_command_runs(self):
         sid = self.session()
-        with self.stream_execute(sid, "echo first; sleep 5; echo second") as s:
-            t0 = time.monotonic()
+        # The command ends only once the test has seen its first line.
+        with self.stream_execute(sid, "echo first; " + until_file("go") + "echo second") as s:
             lines = s.ndjson()
             self.assertEqual(next(lines)["type"], "start")
             first = next(lines)
             self.assertEqual(first["data"], "first\n")
-            self.assertLess(time.monotonic() - t0, 4, "output was held back until the end")
+            self.assertEqual(self.listed_sessions()[sid]["running"], 1,
+                             "the first line came only after the command ended")
+            self.run_ok(sid, "touch go")
             rest = list(lines)
         self.assertEqual(rest[-1]["type"], "result")
         self.assertEqual(rest[-1]["exitCode"], 0)
+        self.assertEqual(joined(rest[:-1]), "second\n")
 
     def test_sse(self):
         sid = self.session()
@@ -374,19 +378,18 @@ class ExecuteTest(DaemonTestCase):
     @tag("driver")
     def test_timeout_is_honoured(self):
         sid = self.session()
-        t0 = time.monotonic()
+        # A command that outlives its timeout by far, on purpose.
         status, body = self.execute(sid, "echo started; sleep 30", timeout=1500)
-        elapsed = time.monotonic() - t0
         self.assertEqual(status, 200, body)
         self.assertTrue(body.get("timedOut"), body)
         self.assertIsNone(body["exitCode"], body)
         self.assertIn(body.get("signal"), ("SIGTERM", "SIGKILL"), body)
         self.assertEqual(joined(body["output"]), "started\n")
         self.assertGreaterEqual(body["duration"], 1400, body)
-        self.assertLess(elapsed, 20, f"sleep 30 with a 1.5 s timeout took {elapsed:.1f}s")
 
     def test_long_timeout_is_not_capped(self):
         sid = self.session()
+        # Longer than any cap a timeout might be cut to (30 s), on purpose.
         status, body = self.execute(sid, "sleep 32; echo done", timeout=120_000)
         self.assertEqual(status, 200, body)
         self.assertEqual(body["exitCode"], 0, body)
@@ -405,24 +408,22 @@ class ExecuteTest(DaemonTestCase):
     @tag("driver")
     def test_cancel_by_exec_id(self):
         sid = self.session()
+        # Long enough that only the cancel can end it.
         with self.stream_execute(sid, "echo go; sleep 30; echo never") as s:
             lines = s.ndjson()
             start = next(lines)
             self.assertEqual(next(lines)["data"], "go\n")
-            t0 = time.monotonic()
             status, _, body = self.d.post(f"/exec/{sid}/cancel",
                                           body={"execId": start["execId"]})
             self.assertEqual(status, 202, body)
             self.assertEqual(body, {"cancelled": True, "execId": start["execId"]})
             rest = list(lines)
-            elapsed = time.monotonic() - t0
         result = rest[-1]
         self.assertEqual(result["type"], "result", rest)
         self.assertTrue(result.get("cancelled"), result)
         self.assertIsNone(result["exitCode"], result)
         self.assertEqual(result.get("signal"), "SIGTERM", result)
         self.assertNotIn("never", joined(rest[:-1]))
-        self.assertLess(elapsed, 10)
         # The command is over: cancelling again finds nothing.
         status, headers, body = self.d.post(f"/exec/{sid}/cancel",
                                             body={"execId": start["execId"]})
@@ -445,6 +446,7 @@ class ExecuteTest(DaemonTestCase):
     @tag("driver")
     def test_command_ignoring_sigterm_is_killed_on_cancel(self):
         sid = self.session()
+        # It ignores SIGTERM and would run a minute: only SIGKILL ends it in time.
         cmd = "trap '' TERM; echo armed; sleep 60"
         with self.stream_execute(sid, cmd) as s:
             lines = s.ndjson()
@@ -461,6 +463,7 @@ class ExecuteTest(DaemonTestCase):
 
     def test_command_ignoring_sigterm_is_killed_on_timeout(self):
         sid = self.session()
+        # It ignores SIGTERM and would run a minute: only SIGKILL ends it in time.
         status, body = self.execute(sid, "trap '' TERM; sleep 60", timeout=1000)
         self.assertEqual(status, 200, body)
         self.assertTrue(body.get("timedOut"), body)
@@ -470,6 +473,7 @@ class ExecuteTest(DaemonTestCase):
     @tag("driver")
     def test_background_processes_of_a_timed_out_command_are_killed(self):
         sid = self.session()
+        # Both would outlive the test: they are gone only if the timeout killed them.
         status, body = self.execute(sid, "sleep 61 & sleep 62", timeout=1000)
         self.assertEqual(status, 200, body)
         self.assertTrue(body.get("timedOut"), body)
@@ -477,13 +481,18 @@ class ExecuteTest(DaemonTestCase):
         self.assertNotIn("sleep 61", ps)
         self.assertNotIn("sleep 62", ps)
 
+    # A command that would leave a marker a minute in, were it not cancelled.
+    MARKED = "sleep 60; touch marker"
+
     def _disconnect_and_check(self, sid, start_request):
         start_request()
         # The command is cancelled: the session has nothing running any more...
-        wait_until(lambda: self.listed_sessions()[sid]["running"] == 0, 10,
+        wait_until(lambda: self.listed_sessions()[sid]["running"] == 0, 30,
                    what="the command to stop after the client went away")
-        # ...and the marker it would have made three seconds in never appears.
-        time.sleep(4)
+        # ...its processes are gone, so nothing will ever make the marker...
+        self.wait_processes_gone(sid, "touch marker",
+                                 "the command's processes to go after the client went away")
+        # ...and there is none.
         self.assertEqual(self.stdout_of(sid, "test -e marker && echo yes || echo no"), "no\n")
 
     @tag("driver")
@@ -492,7 +501,7 @@ class ExecuteTest(DaemonTestCase):
         self.run_ok(sid, "true")
 
         def start():
-            s = self.stream_execute(sid, "sleep 3; touch marker")
+            s = self.stream_execute(sid, self.MARKED)
             start_line = next(s.ndjson())
             self.assertEqual(start_line["type"], "start")
             self.assertEqual(self.listed_sessions()[sid]["running"], 1)
@@ -506,7 +515,7 @@ class ExecuteTest(DaemonTestCase):
 
         def start():
             conn = socket.create_connection((self.d.host, self.d.port), timeout=10)
-            body = b'{"command": "sleep 3; touch marker"}'
+            body = json.dumps({"command": self.MARKED}).encode()
             conn.sendall(
                 f"POST /exec/{sid}/execute HTTP/1.1\r\nHost: x\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -523,6 +532,7 @@ class ExecuteTest(DaemonTestCase):
         self.run_ok(sid, "true")
         outcome = {}
 
+        # Both would run long past the test: only the DELETE ends them.
         def buffered():
             outcome["buffered"] = self.execute(sid, "sleep 30", http_timeout=60)
 
@@ -531,14 +541,13 @@ class ExecuteTest(DaemonTestCase):
         with self.stream_execute(sid, "sleep 30") as s:
             lines = s.ndjson()
             self.assertEqual(next(lines)["type"], "start")
-            wait_until(lambda: self.listed_sessions()[sid]["running"] == 2, 10,
+            wait_until(lambda: self.listed_sessions()[sid]["running"] == 2, 30,
                        what="both commands to run")
-            t0 = time.monotonic()
             status, _, body = self.d.delete(f"/exec/{sid}")
             self.assertEqual(status, 200, body)
             rest = list(lines)
         t.join(30)
-        self.assertLess(time.monotonic() - t0, 10)
+        self.assertFalse(t.is_alive(), "the buffered command was not answered after DELETE")
         self.assertEqual(rest[-1]["type"], "error", rest)
         self.assertTrue(rest[-1]["error"], rest)
         status, body = outcome["buffered"]
@@ -553,6 +562,7 @@ class ExecuteTest(DaemonTestCase):
 
         def one(i):
             try:
+                # The pause keeps the twenty running at the same time.
                 results[i] = self.execute(sid, f"echo start {i}; sleep 1; echo end {i}",
                                           http_timeout=60)
             except Exception as e:  # reported below, with the others

@@ -66,18 +66,29 @@ class IdleReaperTest(DaemonTestCase):
                    what="the idle session to be reaped")
         self.assertEqual(host.wait_all_gone(fp, [sandbox], timeout=20), [])
 
+    def reaped_witness(self):
+        """Waits until a session created now, and left alone, is reaped: by then every
+        session whose last request came before it has been idle past its timeout too."""
+        witness = self.create()
+        wait_until(lambda: witness not in self.listed_sessions(), 30,
+                   what="an idle session made for comparison to be reaped")
+
     def test_running_command_keeps_the_session_alive(self):
         sid = self.create()
-        with self.stream_execute(sid, "sleep 4; echo done", http_timeout=30) as s:
+        # The command runs until the test cancels it.
+        with self.stream_execute(sid, "sleep 600", http_timeout=60) as s:
             lines = s.ndjson()
-            self.assertEqual(next(lines)["type"], "start")
-            time.sleep(3.5)
+            start = next(lines)
+            self.assertEqual(start["type"], "start")
+            self.reaped_witness()
             listed = self.listed_sessions()
             self.assertIn(sid, listed, "reaped while a command ran")
             self.assertEqual(listed[sid]["running"], 1)
+            status, _, body = self.d.post(f"/exec/{sid}/cancel",
+                                          body={"execId": start["execId"]})
+            self.assertEqual(status, 202, body)
             rest = list(lines)
-        self.assertEqual(rest[-1]["exitCode"], 0, rest)
-        self.assertEqual(rest[0]["data"], "done\n")
+        self.assertTrue(rest[-1].get("cancelled"), rest)
         # Once it is over, the idle clock runs again.
         self.assertIn(sid, self.listed_sessions())
         wait_until(lambda: sid not in self.listed_sessions(), 10,
@@ -85,8 +96,15 @@ class IdleReaperTest(DaemonTestCase):
 
     def test_activity_keeps_the_session_alive(self):
         sid = self.create()
-        for _ in range(5):
-            time.sleep(0.8)
+        self.run_ok(sid, "true")
+        witness = self.create()
+        deadline = time.monotonic() + 30
+        # Requests a third of the idle timeout (2 s) apart, each of which resets it, until a
+        # session left alone meanwhile was reaped: the pause is the pacing of that activity.
+        while witness in self.listed_sessions():
+            self.assertLess(time.monotonic(), deadline,
+                            "an idle session made for comparison was never reaped")
+            time.sleep(0.6)
             self.run_ok(sid, "true")
         self.assertIn(sid, self.listed_sessions())
 

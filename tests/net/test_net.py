@@ -260,8 +260,8 @@ class DefaultPolicy(NetTest):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             # b listens (until someone connects, or 15 s)...
             listener = pool.submit(b.exec, "timeout 15 nc -l -p 8080 -e echo hi-from-b")
-            harness_wait(lambda: ":8080 " in W.run("ss", "-ltnH", ns=b.netns), 10,
-                         "the listener in the second sandbox")
+            harness.wait_until(lambda: ":8080 " in W.run("ss", "-ltnH", ns=b.netns), 30,
+                               what="the listener in the second sandbox")
             # ...a may not connect to it, though they are on the same host...
             code, text, _ = a.exec(f"timeout 3 nc {b.address} 8080 </dev/null 2>&1")
             self.assertNotIn("hi-from-b", text)
@@ -501,7 +501,7 @@ class Churn(NetTest):
         warm = self.sandbox()  # one first, so that lazily made sockets exist already
         st, _, _ = self.daemon.request("DELETE", f"/exec/{warm.sid}")
         self.assertIn(st, (200, 204))
-        harness_wait(lambda: not host_state()["netns"], 20, "the first sandbox to go")
+        harness.wait_until(lambda: not host_state()["netns"], 30, what="the first sandbox to go")
         before = self.sockets()
 
         lookup = ("nslookup web.test.example $(ip -4 addr show lo | awk '/inet / && "
@@ -523,8 +523,8 @@ class Churn(NetTest):
         self.assertEqual(errors, [])
         secs = time.monotonic() - t0
         print(f"{self.SESSIONS} sessions made and destroyed in {secs:.1f} s", file=sys.stderr)
-        harness_wait(lambda: not host_state()["netns"] and not host_state()["links"], 30,
-                     "every sandbox network to go")
+        harness.wait_until(lambda: not host_state()["netns"] and not host_state()["links"], 30,
+                           what="every sandbox network to go")
         state = host_state()
         self.assertEqual(state["netns"], [])
         self.assertEqual(state["links"], [])
@@ -553,14 +553,6 @@ def host_read(addr, port, timeout=5):
             if not chunk:
                 return data
             data += chunk
-
-
-def harness_wait(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def main():
