@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../wait.h"
+
 #define IN_CAP (GUEST_HDR_LEN + GUEST_MAX_PAYLOAD + 65536)
 
 static void die(const char *what)
@@ -66,24 +68,30 @@ static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *ftw
 	return 0;
 }
 
+struct reaped {
+	pid_t pid;
+	int status;
+};
+
+static bool reaped(void *arg)
+{
+	struct reaped *r = arg;
+	return waitpid(r->pid, &r->status, WNOHANG) == r->pid;
+}
+
 int client_stop(struct client *c)
 {
-	int status = -1;
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
-	/* The agent must leave on EOF; give it a few seconds before forcing it. */
-	for (int i = 0; i < 500; i++) {
-		pid_t p = waitpid(c->pid, &status, WNOHANG);
-		if (p == c->pid)
-			break;
-		if (i == 499) {
-			kill(c->pid, SIGKILL);
-			waitpid(c->pid, &status, 0);
-			status = -1;
-		}
-		usleep(10000);
+	/* The agent must leave on EOF; one that does not is killed, and the status says so. */
+	struct reaped r = { .pid = c->pid, .status = -1 };
+	if (!wait_until(reaped, &r, WAIT_TIMEOUT_MS, "the agent to exit on EOF")) {
+		kill(c->pid, SIGKILL);
+		waitpid(c->pid, NULL, 0);
+		r.status = -1;
 	}
+	int status = r.status;
 	chmod(c->ws, 0755);
 	nftw(c->ws, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 	for (size_t i = 0; i < c->nbacklog; i++)

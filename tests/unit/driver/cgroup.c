@@ -20,6 +20,8 @@
 #include "driver/cgroup.h"
 #include "util/cleanup.h"
 
+#include "../wait.h"
+
 static char *make_tmp(void)
 {
 	char *t = xstrdup("/tmp/cgroup-test-XXXXXX");
@@ -299,6 +301,21 @@ static void test_detect(void **state)
 	cgroup_root_free(&root);
 }
 
+/* Whether every directory of cgroup `arg` holds two processes. */
+static bool holds_two(void *arg)
+{
+	const struct cgroup *cg = arg;
+	for (unsigned i = 0; i < cg->n; i++) {
+		_cleanup_free_ char *procs = get(cg->dir[i], "cgroup.procs");
+		unsigned lines = 0;
+		for (const char *c = procs; c && *c; c++)
+			lines += *c == '\n';
+		if (lines != 2)
+			return false;
+	}
+	return true;
+}
+
 /* The real hierarchy: a process placed in the cgroup is killed by cgroup_remove. */
 static void test_real(void **state)
 {
@@ -339,7 +356,8 @@ static void test_real(void **state)
 		assert_non_null(strstr(procs, line));
 	}
 	assert_int_equal(write(ready[1], "x", 1), 1);
-	usleep(20000);
+	assert_true(wait_until(holds_two, cg, WAIT_TIMEOUT_MS,
+			       "the child's own child to join its cgroup"));
 	assert_int_equal(cgroup_oom_kills(cg), 0);
 
 	/* Our child turns zombie (outside the cgroup) until reaped; the grandchild is

@@ -17,6 +17,7 @@
 #include "net/net.h"
 #include "net/nft.h"
 #include "netns_child.h"
+#include "../wait.h"
 
 static char *capture(const char *cmd)
 {
@@ -57,18 +58,14 @@ static struct config config(void)
 	return c;
 }
 
-/* Waits for the kernel to dismantle the namespaces of removed sandboxes. */
-static bool links_gone(void)
+/* Whether the kernel has dismantled the namespaces of removed sandboxes: no link of ours
+ * is left. */
+static bool links_gone(void *unused)
 {
-	for (int i = 0; i < 200; i++) {
-		char *out = capture("ip -br link");
-		bool gone = strstr(out, "as-") == NULL;
-		free(out);
-		if (gone)
-			return true;
-		usleep(50 * 1000);
-	}
-	return false;
+	char *out = capture("ip -br link");
+	bool gone = strstr(out, "as-") == NULL;
+	free(out);
+	return gone;
 }
 
 static void body(void)
@@ -177,7 +174,7 @@ static void body(void)
 	CHECK(strstr(out, "192.0.2.0/24") == NULL);
 	CHECK(strstr(out, "chain pol_") != NULL);
 	free(out);
-	CHECK(links_gone());
+	CHECK(wait_until(links_gone, NULL, WAIT_TIMEOUT_MS, "the removed sandboxes' links to go"));
 	/* Released addresses are handed out again once their links are gone. */
 	CHECK(net_sandbox_create("sb-00000000000c", NULL, false, &none, &e) == 0);
 	net_sandbox_destroy("sb-00000000000c");

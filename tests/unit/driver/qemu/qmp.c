@@ -112,6 +112,8 @@ static void script_events_and_stale_replies(struct peer *p)
 		 id);
 	size_t half = strlen(buf) / 2;
 	assert_int_equal(send(p->fd, buf, half, MSG_NOSIGNAL), (ssize_t)half);
+	/* Pacing: the pause lets the client read the first half on its own, which is the case
+	 * under test (a missed pause only makes the test weaker, never wrong). */
 	struct timespec ts = { 0, 20 * 1000000L };
 	nanosleep(&ts, NULL);
 	say(p, buf + half);
