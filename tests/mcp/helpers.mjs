@@ -1,5 +1,6 @@
 // Shared by the MCP tests: where the daemon is (run.sh starts it and exports the
 // variables), and MCP clients of the official SDK over each transport.
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -13,7 +14,7 @@ import {
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const ROOT = path.resolve(here, "..", "..");
 
-function need(name) {
+export function need(name) {
   const v = process.env[name];
   if (!v) throw new Error(`${name} is not set: run the tests through tests/mcp/run.sh`);
   return v;
@@ -125,4 +126,60 @@ export async function rawSession(version = "2025-11-25") {
   return { id, version: r.json.result.protocolVersion, headers };
 }
 
+// A pause, for the tests whose point it is (pacing, a timeout let elapse on purpose); every
+// other wait is a waitUntil.
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Polls check() (which may be async) until it returns something truthy, and returns that;
+// throws after timeoutMs, naming what it waited for. What a test waits for takes
+// milliseconds on an idle machine: the deadline is for a loaded one.
+export async function waitUntil(check, what, timeoutMs = 30000, intervalMs = 50) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() >= deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    }
+    await sleep(intervalMs);
+  }
+}
+
+// A tools/call over raw Streamable HTTP in the MCP session whose headers are given; its
+// result (JSON, since no progress is asked for).
+export async function rawTool(headers, name, args, id = 100) {
+  const body = { jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } };
+  const r = await post("/mcp", body, headers);
+  if (!r.json || !r.json.result) throw new Error(`tools/call ${name}: HTTP ${r.status} ${r.text}`);
+  return r.json.result;
+}
+
+// Whether a command line holding `fragment` still runs in sandbox session `sessionId`, as
+// `ps` there shows; callTool runs one tool and returns its result.
+export async function stillRuns(callTool, sessionId, fragment) {
+  const ps = await callTool("execute", { sessionId, command: "ps -o args" });
+  if (ps.isError) throw new Error(`ps in ${sessionId}: ${errorText(ps)}`);
+  return ps.structuredContent.stdout.includes(fragment);
+}
+
+// How many commands run in sandbox session `sessionId` (0 when there is no such session).
+export async function runningIn(callTool, sessionId) {
+  const listed = structured(await callTool("list_sessions", {}));
+  return listed.sessions.find((s) => s.sessionId === sessionId)?.running ?? 0;
+}
+
+// The daemon's log lines (JSON, one a line) that run.sh keeps for the daemon named `which`
+// ("main" or "short"), as objects; what they say is observable state the tests wait on.
+export function daemonLog(which) {
+  const file = need(`MCP_TEST_${which.toUpperCase()}_LOG`);
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => {
+      try {
+        return JSON.parse(l);
+      } catch {
+        return {};
+      }
+    });
+}

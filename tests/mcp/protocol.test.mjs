@@ -9,7 +9,10 @@ import {
   post,
   initializeRequest,
   rawSession,
-  sleep,
+  rawTool,
+  runningIn,
+  stillRuns,
+  waitUntil,
 } from "./helpers.mjs";
 
 describe("initialize and versions", () => {
@@ -172,6 +175,7 @@ describe("Streamable HTTP", () => {
       method: "tools/call",
       params: {
         name: "execute",
+        // The pause makes "b" progress of its own.
         arguments: { sessionId: `sse-${process.pid}`, command: "echo a; sleep 0.2; echo b" },
         ...(meta ? { _meta: meta } : {}),
       },
@@ -202,6 +206,7 @@ describe("Streamable HTTP", () => {
     it(`a POST whose client goes away has its command cancelled (${streaming ? "SSE" : "JSON"})`, async () => {
       const s = await rawSession();
       const session = `gone-${process.pid}-${streaming}`;
+      const tool = (name, args) => rawTool(s.headers, name, args);
       const controller = new AbortController();
       const req = fetch(`${BASE}/mcp`, {
         method: "POST",
@@ -217,16 +222,21 @@ describe("Streamable HTTP", () => {
           method: "tools/call",
           params: {
             name: "execute",
-            arguments: { sessionId: session, command: "echo go; sleep 2; echo late > marker" },
+            // It would leave a marker a minute in, were it not cancelled.
+            arguments: { sessionId: session, command: "echo go; sleep 60; echo late > marker" },
             ...(streaming ? { _meta: { progressToken: 1 } } : {}),
           },
         }),
         signal: controller.signal,
       }).catch(() => null);
-      await sleep(700);
+      await waitUntil(async () => (await runningIn(tool, session)) === 1, "the command to run");
       controller.abort();
       await req;
-      await sleep(2500);
+      // Its processes go, so that nothing will ever make the marker; and there is none.
+      await waitUntil(
+        async () => !(await stillRuns(tool, session, "late > marker")),
+        "the command's processes to go after its client left",
+      );
       const r = await post(
         "/mcp",
         {
@@ -345,10 +355,12 @@ describe("HTTP+SSE", () => {
       assert.equal(parse.status, 400);
       assert.equal(parse.json.error.code, -32700);
       controller.abort();
-      await sleep(300);
       // Closing the stream ends the session.
-      const gone = await post(first.data, { jsonrpc: "2.0", id: 9, method: "ping" });
-      assert.equal(gone.status, 404);
+      const ping = { jsonrpc: "2.0", id: 9, method: "ping" };
+      await waitUntil(
+        async () => (await post(first.data, ping)).status === 404,
+        "the session to end with its stream",
+      );
     });
   }
 

@@ -75,6 +75,26 @@ if [[ ! -f $artifacts/templates/base/template.json ]]; then
 	artifacts=$work/artifacts
 fi
 
+# wait_for SECONDS CMD...: runs CMD every 0.1 s until it succeeds; fails once SECONDS passed.
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
+# started PORTFILE PID: the daemon wrote its port, or it is gone.
+started() {
+	[[ -s $1 ]] || ! kill -0 "$2" 2>/dev/null
+}
+
+# gone PID: the process has exited.
+gone() {
+	! kill -0 "$1" 2>/dev/null
+}
+
 # start_daemon NAME VAR=VALUE...: starts a daemon with its own state, run directory and
 # port; sets port_NAME and pid_NAME.
 start_daemon() {
@@ -89,12 +109,11 @@ start_daemon() {
 		LOG_LEVEL="${LOG_LEVEL:-info}" "$@" "$sandboxd" 2>"$dir/sandboxd.log" &
 	pid=$!
 	daemon_pids+=("$pid")
-	for _ in $(seq 300); do
-		[[ -s $dir/port ]] && break
-		kill -0 "$pid" 2>/dev/null || give_up "the $name daemon exited at start" "$dir"
-		sleep 0.1
-	done
-	[[ -s $dir/port ]] || give_up "the $name daemon did not write its port in 30 s" "$dir"
+	wait_for 60 started "$dir/port" "$pid"
+	if [[ ! -s $dir/port ]]; then
+		gone "$pid" && give_up "the $name daemon exited at start" "$dir"
+		give_up "the $name daemon did not write its port in 60 s" "$dir"
+	fi
 	printf -v "port_$name" '%s' "$(cat "$dir/port")"
 	printf -v "pid_$name" '%s' "$pid"
 }
@@ -105,12 +124,8 @@ stop_daemon() {
 	local name=$1 dir=$work/$1 pidvar=pid_$1 pid rc
 	pid=${!pidvar}
 	kill -TERM "$pid"
-	for _ in $(seq 300); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		echo "not ok: the $name daemon did not exit within 30 s of SIGTERM"
+	if ! wait_for 60 gone "$pid"; then
+		echo "not ok: the $name daemon did not exit within 60 s of SIGTERM"
 		failed=$((failed + 1))
 	else
 		wait "$pid"
@@ -163,6 +178,8 @@ export MCP_TEST_URL=http://127.0.0.1:$port_main
 # shellcheck disable=SC2154
 export MCP_TEST_SHORT_URL=http://127.0.0.1:$port_short
 export MCP_TEST_KEY_A=$key_a MCP_TEST_KEY_B=$key_b MCP_TEST_LEGACY_TOKEN=$legacy_token
+# The daemons' logs: what they say (an MCP session that expired) is state the tests wait on.
+export MCP_TEST_MAIN_LOG=$work/main/sandboxd.log MCP_TEST_SHORT_LOG=$work/short/sandboxd.log
 export MCP_TEST_CLI=$cli
 
 cd "$here" || give_up "cannot enter $here"
