@@ -98,8 +98,11 @@ static void body(void)
 
 static void test_links(void **state)
 {
-	if (!netns_child_possible() || access("/sbin/tc", X_OK) != 0)
-		skip();
+	const char *missing = netns_child_missing();
+	if (missing)
+		fail_msg("%s", missing);
+	if (access("/sbin/tc", X_OK) != 0)
+		fail_msg("no /sbin/tc (package iproute2, which make test installs)");
 	assert_int_equal(netns_child_run(body), 0);
 }
 

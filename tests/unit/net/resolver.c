@@ -292,8 +292,11 @@ static void body(void)
 static void test_resolver(void **state)
 {
 	struct err e;
-	if (!netns_child_possible() || net_nft_find(&e) < 0)
-		skip();
+	const char *missing = netns_child_missing();
+	if (missing)
+		fail_msg("%s", missing);
+	if (net_nft_find(&e) < 0)
+		fail_msg("%s (nft is in the package nftables, which make test installs)", e.msg);
 	assert_int_equal(netns_child_run(body), 0);
 }
 
