@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import unittest
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,17 +58,18 @@ def artifacts_dir():
     return os.environ.get("FIRECRACKER_ARTIFACTS_DIR") or harness.DEFAULT_ARTIFACTS
 
 
-def skip_unless_ready(cli=False):
-    """Skips (saying why) when the daemon, the CLI or the base template is missing."""
+def require_ready(cli=False):
+    """Fails (saying what is missing) when the daemon, the CLI or the base template is
+    missing: `make test` builds all three, so none is a reason to skip."""
     binary = harness.sandboxd_path()
     if not os.access(binary, os.X_OK):
-        raise unittest.SkipTest(f"sandboxd is not built at {binary} (ninja -C build)")
+        raise AssertionError(f"sandboxd is not built at {binary} (ninja -C build)")
     if cli and not os.access(cli_path(), os.X_OK):
-        raise unittest.SkipTest(f"the sandbox CLI is not built at {cli_path()}")
+        raise AssertionError(f"the sandbox CLI is not built at {cli_path()} (ninja -C build)")
     manifest = os.path.join(artifacts_dir(), "templates", TEMPLATE, "template.json")
     if not os.path.isfile(manifest):
-        raise unittest.SkipTest(f"the {TEMPLATE} template is not built ({manifest} is "
-                                f"missing; run templates/build.sh {TEMPLATE})")
+        raise AssertionError(f"the {TEMPLATE} template is not built ({manifest} is "
+                             f"missing; run make base-template)")
 
 
 def start_daemon(env=None, state_dir=None):

@@ -10,7 +10,7 @@ from authlib import assert_json_error, cli, cli_json, request
 class CliKeysTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        authlib.skip_unless_ready(cli=True)
+        authlib.require_ready(cli=True)
         cls.d = authlib.start_daemon()
         cls.addClassCleanup(cls.d.stop)
         cls.state = cls.d.state_dir

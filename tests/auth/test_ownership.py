@@ -11,7 +11,7 @@ from authlib import assert_json_error, request
 class OwnershipTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        authlib.skip_unless_ready()
+        authlib.require_ready()
         cls.d = authlib.start_daemon()
         cls.addClassCleanup(cls.d.stop)
 

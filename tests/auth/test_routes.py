@@ -51,7 +51,7 @@ def fill(value, **names):
 class RouteMatrixTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        authlib.skip_unless_ready()
+        authlib.require_ready()
         cls.d = authlib.start_daemon()
         cls.addClassCleanup(cls.d.stop)
         d = cls.d

@@ -11,7 +11,7 @@ from authlib import assert_json_error, request
 class RateLimitTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        authlib.skip_unless_ready()
+        authlib.require_ready()
         cls.d = authlib.start_daemon()
         cls.addClassCleanup(cls.d.stop)
 
@@ -81,7 +81,7 @@ class RateLimitTest(unittest.TestCase):
 class FailedAttemptsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        authlib.skip_unless_ready()
+        authlib.require_ready()
         cls.d = authlib.start_daemon()
         cls.addClassCleanup(cls.d.stop)
         cls.exec_key = authlib.create_key(cls.d, "exec", ["exec"])["key"]

@@ -6,8 +6,9 @@
 #   2. the VM-specific checks of tests/e2e/test_qemu.py (entropy and clock of restored
 #      sessions, shared pages, a killed VM, snapshot reuse and rebuild, a guest that panics).
 # Prints each part's output, then `N passed, N failed, N skipped` summed over both, last.
-# Exits non-zero when a test failed. Skips everything, saying why, when QEMU, the guest kernel
-# or the base template's rootfs.ext4 is missing.
+# Exits non-zero when a test failed. Fails at once, saying why, when QEMU, the guest kernel,
+# the base template's rootfs.ext4 or the daemon is missing: `make test` installs or builds
+# each of them, so none is a reason to skip.
 #
 # Environment: SANDBOXD (default build/src/sandboxd), FIRECRACKER_ARTIFACTS_DIR,
 # E2E_ONLY_VM=1 to skip the integration suite, E2E_ALL=1 to run all of it, E2E_TESTS to name
@@ -30,9 +31,9 @@ elif [[ ! -x $SANDBOXD ]]; then
 	why="sandboxd is not built at $SANDBOXD"
 fi
 if [[ -n $why ]]; then
-	echo "SKIP e2e (qemu): $why"
-	echo "0 passed, 0 failed, 1 skipped"
-	exit 0
+	echo "e2e (qemu): cannot run: $why"
+	echo "0 passed, 1 failed"
+	exit 1
 fi
 
 passed=0 failed=0 skipped=0

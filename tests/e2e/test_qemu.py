@@ -4,8 +4,9 @@ report a dead VM clearly and leave nothing behind; snapshots are reused while va
 when their template changes; a guest that cannot boot says why.
 
 Runs the real sandboxd with SANDBOX_DRIVER=qemu (TCG where KVM is not usable). Built on the
-integration harness (tests/integration/harness.py). Skips, saying why, when QEMU, the guest
-kernel or the base template's rootfs.ext4 is missing."""
+integration harness (tests/integration/harness.py). Fails, saying why, when QEMU, the guest
+kernel, the base template's rootfs.ext4 or the daemon is missing: `make test` installs or
+builds each of them."""
 
 import json
 import os
@@ -38,7 +39,7 @@ def artifacts():
 
 
 def missing():
-    """Why these tests cannot run here, or None."""
+    """What these tests need and is missing, or None."""
     qemu = os.environ.get("SANDBOX_QEMU_BIN") or "qemu-system-x86_64"
     if not shutil.which(qemu):
         return f"{qemu} is not installed (apt-get install qemu-system-x86)"
@@ -102,7 +103,7 @@ class QemuCase(unittest.TestCase):
     def setUp(self):
         why = missing()
         if why:
-            self.skipTest(why)
+            self.fail(why)
 
     def daemon(self, env=None):
         d = harness.Daemon(env={**ENV, **(env or {})}, driver_name="qemu",
@@ -289,8 +290,8 @@ class SnapshotLifecycleTest(QemuCase):
         self.assertIn("there is none", builds[1])
 
     def test_a_guest_that_cannot_boot_says_why(self):
-        if not shutil.which("mkfs.ext4"):
-            self.skipTest("mkfs.ext4 is not installed (apt-get install e2fsprogs)")
+        self.assertTrue(shutil.which("mkfs.ext4"),
+                        "mkfs.ext4 is not installed (package e2fsprogs, which make test installs)")
         broken = os.path.join(self.art, "templates", "broken")
         os.makedirs(os.path.join(broken, "empty"))
         with open(os.path.join(self.tdir, "template.json"), encoding="utf-8") as f:

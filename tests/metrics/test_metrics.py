@@ -128,8 +128,8 @@ class MetricsTest(unittest.TestCase):
 
     def test_promtool_accepts_the_exposition(self):
         promtool = shutil.which("promtool")
-        if not promtool:
-            self.skipTest("promtool (Debian package prometheus) is not installed")
+        self.assertTrue(promtool, "promtool is not installed (Debian package prometheus, "
+                        "which make test installs)")
         self.daemon.post("/exec/m3/execute", {"command": "true"})
         text, _ = self.scrape()
         p = subprocess.run([promtool, "check", "metrics"], input=text.encode(),

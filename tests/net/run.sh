@@ -3,7 +3,8 @@
 # driver (and, in QemuVm, the qemu driver) and the base template, in a stand-in internet of
 # their own (tests/net/world.py). Arguments, if any, name the test classes to run (e.g.
 # QemuVm). Prints unittest's verbose output, a `SKIP <test>: <reason>` line per skipped test,
-# and last `N passed, N failed, N skipped`; exits non-zero when a test failed.
+# and last `N passed, N failed, N skipped`; exits non-zero when a test failed, or at once when
+# something the tests need is missing.
 #
 # The tests and the daemons they start run in a new network namespace and a private mount
 # namespace with an empty /run (scripts/isolated.sh): their "host" has no way out to any real network, and a
@@ -16,17 +17,19 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 
-skip_all() {
-	echo "SKIP tests/net: $1"
-	echo "0 passed, 0 failed, 1 skipped"
-	exit 0
+# cannot_run REASON: what the tests need is missing; `make test` provides all of it (root, and
+# the packages of scripts/debian-packages.txt), so that is a failure.
+cannot_run() {
+	echo "tests/net: cannot run: $1"
+	echo "0 passed, 1 failed"
+	exit 1
 }
 
 export DRIVER=jail
 echo "net: daemon ${SANDBOXD:-build/src/sandboxd}, driver jail"
-((EUID == 0)) || skip_all "the networking tests need root"
+((EUID == 0)) || cannot_run "the networking tests need root (sudo make test)"
 for tool in ip nft unshare python3; do
-	command -v "$tool" >/dev/null || skip_all "$tool is not installed"
+	command -v "$tool" >/dev/null || cannot_run "$tool is not installed"
 done
 # Our own network and /run (the lock of sandbox networking, /run/netns), loopback up.
 exec scripts/isolated.sh python3 -u tests/net/test_net.py "$@"

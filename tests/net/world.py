@@ -85,7 +85,7 @@ class World:
     # --- set-up ----------------------------------------------------------------------
 
     def preflight(self):
-        """Reasons not to run (a string), or None."""
+        """What the tests need and is missing (a string), or None."""
         if os.geteuid() != 0:
             return "the networking tests need root"
         for tool in ("ip", "nft"):

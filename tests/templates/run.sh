@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Tests of the template builder (templates/build.sh).
-# Prints one line per test: "ok NAME", "FAIL NAME: reason" or
-# "skip NAME: reason", then "N passed, N failed[, N skipped]".
-# Exits non-zero if any test failed.
+# Prints one line per test: "ok NAME" or "FAIL NAME: reason", then
+# "N passed, N failed". Exits non-zero if any test failed.
 #
 # Builds go to a temporary artifacts directory. The tests of Dockerfile
-# builds need a container engine (buildah here) and Debian's archive (apt
-# in the base image; a minute or two the first time, for the base image).
+# builds need a container engine (buildah, which `make test` installs) and
+# Debian's archive (apt in the base image; a minute or two the first time,
+# for the base image). Nothing is skipped: what these tests need is built
+# or installed by `make test`, so its absence is a failure.
 # The guest kernel has its own tests, tests/kernel/run.sh.
 #
 # The bundled templates in sessions are tested by test_sessions.py, run with
@@ -29,7 +30,7 @@ if [[ ! -x $agent ]] || ldd "$agent" >/dev/null 2>&1; then
 fi
 export SANDBOX_AGENT_BIN="$agent"
 
-passed=0 failed=0 skipped=0
+passed=0 failed=0
 out="$tmp/out" # output of the last command run by `try`
 
 # try CMD...: runs CMD with its output in $out; returns its status.
@@ -38,27 +39,20 @@ try() {
 }
 
 # A test prints nothing. It calls fail REASON for each problem it finds
-# (the first one is reported) and skip REASON then returns when it cannot run.
+# (the first one is reported).
 fail() {
 	printf '%s\n' "$*" >>"$tmp/failures"
 	return 1
 }
-skip() {
-	printf '%s' "$*" >"$tmp/skipped"
-	return 0
-}
 
 run_test() {
 	local name=$1 status=0
-	rm -f "$tmp/failures" "$tmp/skipped" "$out"
+	rm -f "$tmp/failures" "$out"
 	"$name" || status=$?
 	if [[ -s $tmp/failures ]]; then
 		echo "FAIL $name: $(head -n 1 "$tmp/failures")"
 		failed=$((failed + 1))
 		if [[ -s $out ]]; then sed 's/^/    | /' "$out" | tail -n 20; fi
-	elif [[ -e $tmp/skipped ]]; then
-		echo "skip $name: $(cat "$tmp/skipped")"
-		skipped=$((skipped + 1))
 	elif ((status)); then
 		echo "FAIL $name: exit status $status"
 		failed=$((failed + 1))
@@ -138,7 +132,7 @@ test_build_base() {
 test_base_ext4_fsck() {
 	local img="$FIRECRACKER_ARTIFACTS_DIR/templates/base/rootfs.ext4"
 	[[ -s $img ]] || {
-		skip "no base rootfs.ext4"
+		fail "no base rootfs.ext4 (test_build_base makes it)"
 		return
 	}
 	try e2fsck -fn "$img" || fail "e2fsck reports errors"
@@ -148,6 +142,7 @@ test_base_rebuild_replaces() {
 	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/base" before after
 	before=$(jq -r .createdAt "$dir/template.json")
 	touch "$dir/stale-marker"
+	# createdAt counts whole seconds: the rebuild must come in another second to change it.
 	sleep 1
 	try "$build" base || {
 		fail "rebuild failed"
@@ -252,7 +247,7 @@ test_failed_rebuild_keeps_old() {
 
 test_shellcheck() {
 	command -v shellcheck >/dev/null || {
-		skip "shellcheck not installed"
+		fail "shellcheck is not installed (scripts/debian-packages.txt has it)"
 		return
 	}
 	# Every script of the project but the libraries that build.sh sources (checked through
@@ -262,19 +257,19 @@ test_shellcheck() {
 	try shellcheck -x "$build" "${scripts[@]}" || fail "shellcheck reports problems"
 }
 
-# needs_engine: false (after recording the skip) when no container engine can build a
+# needs_engine: false (after recording the failure) when no container engine can build a
 # Dockerfile here (templates/lib/engine.sh: docker, podman or buildah).
 needs_engine() {
 	local e
 	for e in buildah podman docker; do
 		command -v "$e" >/dev/null && return 0
 	done
-	skip "no container engine (docker, podman or buildah) is installed"
-	return 1
+	fail "no container engine (docker, podman or buildah) is installed;" \
+		"buildah is among the packages of scripts/debian-packages.txt"
 }
 
 test_dockerfile_step_failure() {
-	needs_engine || return 0
+	needs_engine || return
 	make_template bad $'FROM agent-sandbox-base:latest\nRUN echo first-step\nRUN echo "about to fail" \\\n && exit 7\nLABEL template.name="bad"\n' -
 	TEMPLATES_DIR="$tmp/src" expect_failure "Dockerfile line 3 failed: RUN" "$build" bad || return
 	grep -q "about to fail" "$out" || fail "the step's output is not shown"
@@ -282,7 +277,7 @@ test_dockerfile_step_failure() {
 }
 
 test_build_python() {
-	needs_engine || return 0
+	needs_engine || return
 	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/python"
 	try "$build" python || {
 		fail "templates/build.sh python failed"
@@ -316,7 +311,5 @@ for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces test_bas
 	run_test "$t"
 done
 
-summary="$passed passed, $failed failed"
-((skipped)) && summary+=", $skipped skipped"
-echo "$summary"
+echo "$passed passed, $failed failed"
 ((failed == 0))
