@@ -89,6 +89,7 @@ class LimitsTest(DaemonTestCase):
         self.run_ok(sid, "true")
         sandbox = sandbox_of(self.d, sid)
         self.assertTrue(sandbox, "no sandbox id logged for the session")
+        # The pause gives the bomb time to reach the pids limit before the command ends.
         status, body = self.execute(sid, "b() { b | b & }; b; sleep 3", timeout=8000,
                                     http_timeout=120)
         self.assertEqual(status, 200, body)
@@ -205,6 +206,7 @@ class DefaultTimeoutTest(DaemonTestCase):
 
     def test_default_timeout_applies_when_the_request_gives_none(self):
         sid = self.session()
+        # Far longer than the default timeout (1 s), on purpose.
         status, body = self.execute(sid, "sleep 30")
         self.assertEqual(status, 200, body)
         self.assertTrue(body.get("timedOut"), body)
@@ -212,6 +214,7 @@ class DefaultTimeoutTest(DaemonTestCase):
 
     def test_a_request_timeout_replaces_the_default(self):
         sid = self.session()
+        # Both outlive the default timeout (1 s) on purpose: only the request's own lets them.
         body = self.run_ok(sid, "sleep 2; echo late", timeout=20_000)
         self.assertEqual(joined(body["output"]), "late\n")
         body = self.run_ok(sid, "sleep 2; echo none", timeout=0)
