@@ -57,6 +57,7 @@ class IdleReaperTest(DaemonTestCase):
     @tag("driver")
     def test_idle_sandbox_is_removed_with_its_session(self):
         sid = self.create()
+        # A process that outlives the test unless the reaper's teardown kills it.
         self.run_ok(sid, "sleep 300 > /dev/null 2>&1 &")
         sandbox = sandbox_of(self.d, sid)
         self.assertTrue(sandbox, "no sandbox id logged for the session")
@@ -182,6 +183,7 @@ class CleanupTest(unittest.TestCase):
         d = start_daemon({"SANDBOX_WARM_POOL": "1"})
         self.addCleanup(d.stop, check=False)
         a, b = new_session_id("cleanup-a"), new_session_id("cleanup-b")
+        # Processes that outlive the test unless DELETE and shutdown kill them.
         for sid in (a, b):
             status, _, body = d.post(f"/exec/{sid}/execute",
                                      body={"command": "sleep 300 > /dev/null 2>&1 & echo $!"})
@@ -253,6 +255,7 @@ class CrashRecoveryTest(unittest.TestCase):
         self.addCleanup(first.kill)
         self.addCleanup(shutil.rmtree, first.tmp, True)
         sid = new_session_id("crash")
+        # A process that outlives the killed daemon, for the restarted one to remove.
         status, _, body = first.post(f"/exec/{sid}/execute",
                                      body={"command": "sleep 300 > /dev/null 2>&1 &"})
         self.assertEqual(status, 200, body)
