@@ -664,20 +664,7 @@ static void on_read(struct ops_call *c, const struct ops_result *r, const struct
 		http_reply_bytes(rr->ctx, 200, "application/octet-stream", r->data, r->size);
 		return;
 	}
-	/* Text that is not UTF-8 would be damaged by JSON: send it as base64 and say so. */
-	bool b64 = rr->want_base64 || !utf8_valid(r->data, r->size) || memchr(r->data, 0, r->size);
-	json_t *content;
-	if (b64) {
-		size_t n;
-		_cleanup_free_ char *enc = base64_encode(r->data, r->size, &n);
-		content = json_stringn(enc, n);
-	} else {
-		content = json_stringn((const char *)r->data, r->size);
-	}
-	http_reply_json(rr->ctx, 200,
-			json_pack("{s:s, s:o, s:s, s:I}", "path", r->path, "content", content,
-				  "encoding", b64 ? "base64" : "utf8", "size",
-				  (json_int_t)r->size));
+	http_reply_json(rr->ctx, 200, ops_read_json(r, rr->want_base64));
 }
 
 void api_exec_read(struct http_ctx *ctx)

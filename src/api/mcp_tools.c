@@ -602,21 +602,9 @@ static void got_file(struct ops_call *op, const struct ops_result *r, const stru
 		free(st);
 		return;
 	}
-	/* Text that is not UTF-8 would be damaged by JSON: send it as base64 and say so. */
-	bool b64 = st->want_base64 || !utf8_valid(r->data, r->size) || memchr(r->data, 0, r->size);
-	json_t *content;
-	if (b64) {
-		size_t n;
-		_cleanup_free_ char *enc = base64_encode(r->data, r->size, &n);
-		content = json_stringn(enc, n);
-	} else {
-		content = json_stringn((const char *)r->data, r->size);
-	}
-	reply_ok(st->c,
-		 json_pack("{s:s, s:s, s:o, s:s, s:I}", "sessionId", r->session_id, "path", r->path,
-			   "content", content, "encoding", b64 ? "base64" : "utf8", "size",
-			   (json_int_t)r->size),
-		 st->version);
+	json_t *reply = ops_read_json(r, st->want_base64);
+	json_object_set_new(reply, "sessionId", json_string(r->session_id));
+	reply_ok(st->c, reply, st->version);
 	free(st);
 }
 

@@ -888,3 +888,18 @@ json_t *ops_list_sessions(const struct ops_target *t)
 	session_foreach(t->any_owner ? NULL : (t->owner ? t->owner : ""), add_session_json, &st);
 	return st.list;
 }
+
+json_t *ops_read_json(const struct ops_result *r, bool want_base64)
+{
+	bool b64 = want_base64 || !utf8_valid(r->data, r->size) || memchr(r->data, 0, r->size);
+	json_t *content;
+	if (b64) {
+		size_t n;
+		_cleanup_free_ char *enc = base64_encode(r->data, r->size, &n);
+		content = json_stringn(enc, n);
+	} else {
+		content = json_stringn((const char *)r->data, r->size);
+	}
+	return json_pack("{s:s, s:o, s:s, s:I}", "path", r->path, "content", content, "encoding",
+			 b64 ? "base64" : "utf8", "size", (json_int_t)r->size);
+}

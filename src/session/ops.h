@@ -132,6 +132,10 @@ struct ops_call *ops_write_file(const struct ops_target *t, const char *path, ui
 /* Reads a file of at most max_bytes (0: the server's SANDBOX_MAX_READ_BYTES); EFBIG beyond. */
 struct ops_call *ops_read_file(const struct ops_target *t, const char *path, size_t max_bytes,
 			       ops_done_fn done, void *arg, struct err *err);
+/* A read's reply as every transport gives it: {path, content, encoding, size}. The content is
+ * the text itself ("utf8"), or "base64" when asked or when the bytes are not text that JSON
+ * can carry (invalid UTF-8, a NUL). */
+json_t *ops_read_json(const struct ops_result *r, bool want_base64);
 /* Lists a directory (NULL or "": the workspace), recursively when asked. */
 struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,
 				ops_done_fn done, void *arg, struct err *err);
