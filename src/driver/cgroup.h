@@ -16,6 +16,8 @@
 #include "util/err.h"
 
 #define CGROUP_PARENT "agent-sandbox"
+/* Where the cgroup hierarchies are mounted. */
+#define CGROUP_ROOT "/sys/fs/cgroup"
 
 /* The v1 controllers a sandbox is placed in, in this order. */
 #define CGROUP_V1_MAX 3

@@ -82,6 +82,22 @@ struct driver {
 	uint64_t (*oom_kills)(struct sandbox *sb);
 };
 
+/* What a driver's cleanup_stale removes of a sandbox a previous run left, done the same way
+ * for every driver by driver_cleanup_stale: the recorded process (only if it is still the very
+ * process that was started: same boot, pid and start time), a directory of the driver's, and
+ * the sandbox's cgroup (looked up afresh: the server may run another driver now). */
+struct driver_stale {
+	const char *driver; /* names the log lines: "qemu" */
+	const char *what;   /* the recorded process, as the log names it: "QEMU" */
+	/* An extra check that a recorded pid is the sandbox's (proc_kill_recorded), or NULL. */
+	bool (*also)(pid_t pid, void *arg);
+	void *arg;
+	const char *dir; /* built from the server's settings, never from the record; or NULL */
+};
+
+/* Nothing is touched for an invalid id; what cannot be removed is logged. */
+void driver_cleanup_stale(const struct driver_stale *s, const char *id, json_t *record);
+
 /* The limits of a sandbox of template t that asks for nothing of its own: the server's
  * (VM_*, SANDBOX_PIDS_MAX), the template's vCPUs and guest RAM where it gives them. The
  * session layer starts from these, and a driver preparing a template's snapshot uses them

@@ -1,7 +1,9 @@
 #include "util/fs.h"
 
 #include <errno.h>
-#include <ftw.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,18 +23,44 @@ int fs_mkdir_p(const char *path, mode_t mode)
 	return mkdir(p, mode) < 0 && errno != EEXIST ? -errno : 0;
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* Removes `name` under dirfd (dev: the device it must be on; 0: any). */
+static int rmtree_at(int dirfd, const char *name, dev_t dev, struct err *err)
 {
-	(void)st;
-	(void)ftw;
-	if (flag == FTW_DP)
-		return rmdir(path) < 0 && errno != ENOENT ? -1 : 0;
-	return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
+	if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+		return 0;
+	if (errno != EISDIR && errno != EPERM)
+		return err_sys(err, errno, "removing `%s`", name);
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : err_sys(err, errno, "opening `%s`", name);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || (dev && st.st_dev != dev)) {
+		/* Another file system mounted here: what it holds is not ours to remove. */
+		int e = errno;
+		close(fd);
+		return dev && st.st_dev != dev ? err_set(err, EBUSY, "`%s` is a mount point", name)
+					       : err_sys(err, e, "stat `%s`", name);
+	}
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return err_sys(err, errno, "reading `%s`", name);
+	}
+	int r = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		int q = rmtree_at(fd, de->d_name, st.st_dev, err);
+		if (q < 0 && r == 0)
+			r = q;
+	}
+	if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+		r = err_sys(err, errno, "removing `%s`", name);
+	return r;
 }
 
-int fs_rm_rf(const char *path)
+int fs_rm_rf(const char *path, struct err *err)
 {
-	if (access(path, F_OK) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) < 0 ? -errno : 0;
+	return rmtree_at(AT_FDCWD, path, 0, err);
 }

@@ -3,10 +3,13 @@
 
 #include <sys/types.h>
 
+#include "util/err.h"
+
 /* Creates `path` and its missing parents with `mode`; an existing directory is fine.
  * Returns 0 or negative errno. */
 int fs_mkdir_p(const char *path, mode_t mode);
 
-/* Removes a directory tree without following symlinks or crossing mount points; a missing
- * path is fine. Returns 0 or negative errno. */
-int fs_rm_rf(const char *path);
+/* Removes a file or a directory tree without following symlinks or entering another file
+ * system mounted below it (EBUSY for that part); a missing path is fine. Returns 0 or
+ * negative errno, with the first failure in err. */
+int fs_rm_rf(const char *path, struct err *err);

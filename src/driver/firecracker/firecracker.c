@@ -124,7 +124,7 @@ static int fc_init(const struct config *cfg, struct err *err)
 		return err_sys(err, -r, "cannot create `%s`", cfg->fc_jail_base);
 	pthread_mutex_lock(&F.lock);
 	if (!F.have_cgroots) {
-		r = cgroup_root_detect("/sys/fs/cgroup", &F.cgroots, err);
+		r = cgroup_root_detect(CGROUP_ROOT, &F.cgroots, err);
 		if (r == 0)
 			r = cgroup_init(&F.cgroots, err);
 		F.have_cgroots = r == 0;
@@ -192,7 +192,7 @@ static void vm_teardown(struct fc_vm *vm, const char *id)
 		if (cgroup_remove(vm->cg, &e) < 0)
 			log_warn("firecracker", "sandbox %s: %s", id, e.msg);
 	}
-	if (vm->jail_dir && fs_rm_rf(vm->jail_dir) < 0)
+	if (vm->jail_dir && fs_rm_rf(vm->jail_dir, NULL) < 0)
 		log_warn("firecracker", "sandbox %s: cannot remove `%s`", id, vm->jail_dir);
 	if (vm->own_netns)
 		tap_netns_remove(vm->own_netns);
@@ -287,12 +287,6 @@ static int tap_netns_create(const char *path, struct err *err)
 	return r;
 }
 
-static char *const jailer_env[] = {
-	/* Nothing of the daemon's environment (keys, tokens) reaches the jailer or the VMM. */
-	"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-	NULL,
-};
-
 /* Starts the jailer (argv) with its output appended to `console`, in a session of its own. */
 static int start_jailer(struct fc_vm *vm, char **argv, const char *console, struct err *err)
 {
@@ -307,7 +301,8 @@ static int start_jailer(struct fc_vm *vm, char **argv, const char *console, stru
 	spawn_plan_fd(&plan, out, 1, true);
 	spawn_plan_fd(&plan, out, 2, true);
 	plan.argv = argv;
-	plan.envp = jailer_env;
+	/* The daemon's environment, as the jailer has always had it. */
+	plan.envp = environ;
 	spawn_plan_add(&plan, SOP_SIGNALS, "reset signals");
 	spawn_plan_add(&plan, SOP_SETSID, "setsid");
 	struct spawn_op *op = spawn_plan_add(
@@ -668,7 +663,7 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 	}
 	if (have)
 		log_info("firecracker", "snapshot of template %s is stale: rebuilding", t->name);
-	fs_rm_rf(tmp);
+	fs_rm_rf(tmp, NULL);
 	if (mkdir(tmp, 0750) < 0 || chown(tmp, 0, cfg->fc_gid) < 0) {
 		r = err_sys(err, errno, "cannot create `%s`", tmp);
 		goto out;
@@ -682,17 +677,17 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 		/* Swap the new snapshot in: meta.json last, so a half-written one never matches. */
 		if (json_dump_file(meta, tmp_meta, JSON_INDENT(2)) < 0)
 			r = err_sys(err, errno, "cannot write `%s`", tmp_meta);
-		else if (fs_rm_rf(old) < 0 || (rename(dir, old) < 0 && errno != ENOENT) ||
+		else if (fs_rm_rf(old, NULL) < 0 || (rename(dir, old) < 0 && errno != ENOENT) ||
 			 rename(tmp, dir) < 0)
 			r = err_sys(err, errno, "cannot install the snapshot in `%s`", dir);
-		fs_rm_rf(old);
+		fs_rm_rf(old, NULL);
 		if (r == 0)
 			log_info("firecracker", "snapshot of template %s built in %ld ms", t->name,
 				 time_mono_ms() - t0);
 	}
 	json_decref(meta);
 	if (r < 0)
-		fs_rm_rf(tmp);
+		fs_rm_rf(tmp, NULL);
 out:
 	json_decref(have);
 	json_decref(want);
@@ -777,18 +772,13 @@ static void fc_cleanup_stale(const struct config *cfg, const char *id, json_t *r
 {
 	if (!cgroup_id_valid(id))
 		return;
-	/* Only the very process we started: same boot, pid and start time. */
-	if (record && proc_kill_recorded(record, NULL, NULL, 5000))
-		log_info("firecracker", "sandbox %s: killed a leftover Firecracker", id);
 	_cleanup_free_ char *dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
-	fs_rm_rf(dir);
 	_cleanup_free_ char *netns = own_netns_path(cfg, id);
+	const struct driver_stale stale = { .driver = "firecracker",
+					    .what = "Firecracker",
+					    .dir = dir };
+	driver_cleanup_stale(&stale, id, record);
 	tap_netns_remove(netns);
-	struct cgroup *cg = NULL;
-	if (F.have_cgroots && cgroup_open(&F.cgroots, id, &cg, NULL) == 0) {
-		cgroup_remove(cg, NULL);
-		cgroup_free(cg);
-	}
 }
 
 static uint64_t fc_oom_kills(struct sandbox *sb)

@@ -46,11 +46,9 @@
 #define P_PIDFD 3
 #endif
 
-#define CGROUP_ROOT "/sys/fs/cgroup"
 /* How long the child may take from clone to exec before create() gives up on it. */
 #define SETUP_TIMEOUT_MS 10000
 /* How long cleanup_stale waits for a killed leftover to exit. */
-#define STALE_WAIT_MS 2000
 /* When neither the sandbox's limits nor the configuration give one. */
 #define DEFAULT_WORKSPACE_BYTES (512ULL << 20)
 #define DEFAULT_NOFILE          1024
@@ -440,33 +438,11 @@ static void jail_destroy(struct sandbox *sb)
 	free(sb);
 }
 
-/* Kills a previous run's jail init if, and only if, its pid still names the same process:
- * same boot, same start time, checked through a pidfd so that the pid cannot change hands
- * between the check and the kill. */
-static void kill_stale(const char *id, json_t *record)
-{
-	if (proc_kill_recorded(record, NULL, NULL, STALE_WAIT_MS))
-		log_info("jail", "sandbox %s: killed a leftover process", id);
-}
-
 static void jail_cleanup_stale(const struct config *cfg, const char *id, json_t *record)
 {
-	if (!cgroup_id_valid(id)) {
-		log_warn("jail", "not cleaning up invalid sandbox id `%s`", id ? id : "");
-		return;
-	}
-	if (record)
-		kill_stale(id, record);
-
-	struct err e;
-	if (host_get(&e) < 0) {
-		log_warn("jail", "sandbox %s: %s", id, e.msg);
-		return;
-	}
-	struct cgroup *cg = NULL;
-	if (cgroup_open(&host.cg, id, &cg, &e) < 0 || cgroup_remove(cg, &e) < 0)
-		log_warn("jail", "sandbox %s: %s", id, e.msg);
-	cgroup_free(cg);
+	/* The jail's init: the pid namespace dies with it. */
+	const struct driver_stale stale = { .driver = "jail", .what = "process" };
+	driver_cleanup_stale(&stale, id, record);
 }
 
 static uint64_t jail_oom_kills(struct sandbox *sb)

@@ -25,11 +25,10 @@
 #include "driver/qemu/qemu.h"
 #include "driver/vm.h"
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/spawn.h"
 #include "util/time.h"
-
-#define CGROUP_ROOT "/sys/fs/cgroup"
 
 /* A guest kernel under a usable KVM reaches its first panic (no root device) well within
  * this; under a nested or emulated KVM it does not get through early boot at all. */
@@ -41,7 +40,6 @@
 #define COLD_BOOT_TIMEOUT_MS     120000
 #define RESTORE_TIMEOUT_MS       30000
 /* How long cleanup_stale waits for a killed leftover QEMU to exit. */
-#define STALE_WAIT_MS 2000
 
 /* The per-driver state of a sandbox (sandbox->priv). */
 struct qemu_sb {
@@ -274,7 +272,7 @@ static void sweep_builds(const struct qemu_host *h)
 			continue;
 		_cleanup_free_ char *path = xasprintf("%s/%s", h->run_dir, de->d_name);
 		struct err e;
-		if (qemu_rmtree(path, &e) < 0)
+		if (fs_rm_rf(path, &e) < 0)
 			log_warn("qemu", "cannot remove `%s`: %s", path, e.msg);
 		struct cgroup *cg = NULL;
 		if (cgroup_open(&h->cg, de->d_name, &cg, &e) < 0 || cgroup_remove(cg, &e) < 0)
@@ -553,36 +551,17 @@ static bool names_sandbox(pid_t pid, void *id)
 	return cmdline_names(pid, id);
 }
 
-static void kill_stale(const char *id, json_t *record)
-{
-	if (proc_kill_recorded(record, names_sandbox, (void *)id, STALE_WAIT_MS))
-		log_info("qemu", "sandbox %s: killed a leftover QEMU", id);
-}
-
 static void qemu_cleanup_stale(const struct config *cfg, const char *id, json_t *record)
 {
-	if (!cgroup_id_valid(id)) {
-		log_warn("qemu", "not cleaning up invalid sandbox id `%s`", id ? id : "");
-		return;
-	}
-	if (record)
-		kill_stale(id, record);
-	struct err e;
 	/* Built from our own settings, not from the record: only our directory goes. */
-	_cleanup_free_ char *dir = xasprintf("%s/qemu/%s", cfg->run_dir, id);
-	if (qemu_rmtree(dir, &e) < 0)
-		log_warn("qemu", "sandbox %s: %s", id, e.msg);
-	/* The server may run another driver now: the cgroup layout is looked up afresh. */
-	struct cgroup_root root;
-	if (cgroup_root_detect(CGROUP_ROOT, &root, &e) < 0) {
-		log_warn("qemu", "sandbox %s: %s", id, e.msg);
-		return;
-	}
-	struct cgroup *cg = NULL;
-	if (cgroup_open(&root, id, &cg, &e) < 0 || cgroup_remove(cg, &e) < 0)
-		log_warn("qemu", "sandbox %s: %s", id, e.msg);
-	cgroup_free(cg);
-	cgroup_root_free(&root);
+	_cleanup_free_ char *dir =
+		cgroup_id_valid(id) ? xasprintf("%s/qemu/%s", cfg->run_dir, id) : NULL;
+	const struct driver_stale stale = { .driver = "qemu",
+					    .what = "QEMU",
+					    .also = names_sandbox,
+					    .arg = (void *)id,
+					    .dir = dir };
+	driver_cleanup_stale(&stale, id, record);
 }
 
 static uint64_t qemu_oom_kills(struct sandbox *sb)

@@ -261,6 +261,3 @@ void qemu_vm_stop(struct qemu_vm *vm);
 
 /* Stops the VM, removes its run directory and frees it. Accepts NULL. */
 void qemu_vm_free(struct qemu_vm *vm);
-
-/* Removes a directory tree (no symlinks followed). Missing is fine. */
-int qemu_rmtree(const char *path, struct err *err);

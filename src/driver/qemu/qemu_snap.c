@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/random.h"
 #include "util/sha256.h"
@@ -437,7 +438,7 @@ static int build(const struct qemu_host *h, const struct qemu_want *w, struct er
 				 w->tdir, (long long)boot_ms);
 	}
 	struct err e;
-	if (qemu_rmtree(tmp, &e) < 0)
+	if (fs_rm_rf(tmp, &e) < 0)
 		log_warn("qemu", "cannot remove `%s`: %s", tmp, e.msg);
 	qemu_key_free(&k);
 	return r;
@@ -454,7 +455,7 @@ static void sweep_tmp(const char *tdir)
 			continue;
 		_cleanup_free_ char *path = xasprintf("%s/%s", tdir, de->d_name);
 		struct err e;
-		if (qemu_rmtree(path, &e) < 0)
+		if (fs_rm_rf(path, &e) < 0)
 			log_warn("qemu", "cannot remove `%s`: %s", path, e.msg);
 		else
 			log_info("qemu", "removed `%s`, left by an interrupted build", path);

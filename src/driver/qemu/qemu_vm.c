@@ -31,6 +31,7 @@
 #include "guest/call.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/spawn.h"
 #include "util/random.h"
 #include "util/time.h"
@@ -636,20 +637,25 @@ static int ignore_shared(struct qemu_vm *vm, uint64_t deadline, struct err *err)
 	return r;
 }
 
+/* Starts migration command cmd ("migrate", "migrate-incoming") on state_fd. QEMU reads or
+ * writes the stream through a copy of our descriptor: no path to race with, no shell. */
+static int migrate_fd(struct qemu_vm *vm, const char *cmd, int state_fd, uint64_t deadline,
+		      struct err *err)
+{
+	int left = time_left_ms(deadline);
+	if (qmp_pass_fd(vm->qmp, state_fd, "state", left > 0 ? left : 1, err) < 0)
+		return qemu_vm_explain(vm, err);
+	json_auto_t *args = json_pack("{s:s}", "uri", "fd:state");
+	return qmp_step(vm, cmd, args, deadline, NULL, err);
+}
+
 int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
 {
 	uint64_t deadline = time_deadline(timeout_ms);
 	int r;
 	if ((r = ignore_shared(vm, deadline, err)) < 0)
 		return r;
-	/* QEMU reads the stream from a copy of our descriptor: no path to race with, no shell. */
-	int left = time_left_ms(deadline);
-	if ((r = qmp_pass_fd(vm->qmp, state_fd, "state", left > 0 ? left : 1, err)) < 0)
-		return qemu_vm_explain(vm, err);
-	json_t *args = json_pack("{s:s}", "uri", "fd:state");
-	r = qmp_step(vm, "migrate-incoming", args, deadline, NULL, err);
-	json_decref(args);
-	if (r < 0)
+	if ((r = migrate_fd(vm, "migrate-incoming", state_fd, deadline, err)) < 0)
 		return r;
 	if ((r = migration_wait(vm, "restoring the snapshot", deadline, err)) < 0) {
 		/* QEMU 7.2 exits when an incoming stream does not load, saying so. */
@@ -669,13 +675,7 @@ int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *e
 		return r;
 	if ((r = ignore_shared(vm, deadline, err)) < 0)
 		return r;
-	int left = time_left_ms(deadline);
-	if ((r = qmp_pass_fd(vm->qmp, state_fd, "state", left > 0 ? left : 1, err)) < 0)
-		return qemu_vm_explain(vm, err);
-	json_t *args = json_pack("{s:s}", "uri", "fd:state");
-	r = qmp_step(vm, "migrate", args, deadline, NULL, err);
-	json_decref(args);
-	if (r < 0)
+	if ((r = migrate_fd(vm, "migrate", state_fd, deadline, err)) < 0)
 		return r;
 	return migration_wait(vm, "saving the snapshot", deadline, err);
 }
@@ -701,39 +701,6 @@ int qemu_vm_call(struct qemu_vm *vm, uint32_t ch, const char *request, int timeo
 }
 
 /* --- teardown -------------------------------------------------------------------------- */
-
-static int rmtree_at(int dirfd, const char *name, struct err *err)
-{
-	if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
-		return 0;
-	if (errno != EISDIR && errno != EPERM)
-		return err_sys(err, errno, "removing `%s`", name);
-	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : err_sys(err, errno, "opening `%s`", name);
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_sys(err, errno, "reading `%s`", name);
-	}
-	int r = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		int q = rmtree_at(fd, de->d_name, err);
-		if (q < 0 && r == 0)
-			r = q;
-	}
-	if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
-		r = err_sys(err, errno, "removing `%s`", name);
-	return r;
-}
-
-int qemu_rmtree(const char *path, struct err *err)
-{
-	return rmtree_at(AT_FDCWD, path, err);
-}
 
 void qemu_vm_stop(struct qemu_vm *vm)
 {
@@ -761,7 +728,7 @@ void qemu_vm_free(struct qemu_vm *vm)
 	if (vm->dirfd >= 0)
 		close(vm->dirfd);
 	if (vm->dir)
-		qemu_rmtree(vm->dir, NULL);
+		fs_rm_rf(vm->dir, NULL);
 	free(vm->dir);
 	free(vm->name);
 	free(vm);

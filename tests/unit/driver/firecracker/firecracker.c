@@ -136,7 +136,7 @@ static void test_stage_link_and_modes(void **state)
 	assert_int_equal(st.st_mode & 0007, 0);
 	/* Staging again over an existing file is an error, never a silent overwrite. */
 	assert_true(fc_jail_stage(root, src, "rootfs.ext4", 997, 982, 0400, &e) < 0);
-	assert_int_equal(fs_rm_rf(dir), 0);
+	assert_int_equal(fs_rm_rf(dir, NULL), 0);
 	assert_int_equal(access(dir, F_OK), -1);
 }
 
@@ -163,8 +163,8 @@ static void test_stage_copy_across_filesystems(void **state)
 		assert_int_equal(st.st_mode & 07777, 0400);
 		assert_int_equal(st.st_size, 10);
 	}
-	fs_rm_rf(dir);
-	fs_rm_rf(root);
+	fs_rm_rf(dir, NULL);
+	fs_rm_rf(root, NULL);
 }
 
 static void test_version(void **state)

@@ -17,6 +17,7 @@
 
 #include "driver/qemu/qemu.h"
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/sha256.h"
 
 struct fixture {
@@ -84,7 +85,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	qemu_rmtree(f->dir, NULL);
+	fs_rm_rf(f->dir, NULL);
 	cgroup_root_free(&f->h.cg);
 	free(f->kernel);
 	free(f->tdir);
@@ -208,7 +209,7 @@ static void test_a_clone_keeps_its_files_whatever_happens_to_the_paths(void **st
 	/* templates/build.sh replaces the whole template directory; a rebuild swaps the
 	 * snapshot: what the clone opened is still the snapshot it validated. */
 	_cleanup_free_ char *snapdir = xasprintf("%s/qemu", f->tdir);
-	assert_int_equal(qemu_rmtree(snapdir, &e), 0);
+	assert_int_equal(fs_rm_rf(snapdir, &e), 0);
 	assert_int_equal(unlink(f->rootfs), 0);
 	char buf[8];
 	assert_int_equal(pread(s.state_fd, buf, 4, 0), 4);
