@@ -134,7 +134,11 @@ static int map_open_error(const struct wspath *p, int e, struct err *err)
 
 /* The user-space walk: each component is opened with O_NOFOLLOW relative to the directory
  * before it; symlinks are expanded by hand and ".." pops a stack of directories, so nothing
- * can climb above the workspace descriptor. */
+ * can climb above the workspace descriptor.
+ *
+ * One function on purpose: the directory stack, the pending-path buffer and the symlink
+ * budget are one state machine, and every exit must close the same stack; split up, each
+ * piece would take all of that state as arguments and the invariant would be spread thin. */
 static int walk(const struct workspace *ws, const char *rel, int flags, mode_t mode)
 {
 	int stack[WS_MAX_DEPTH];

@@ -363,6 +363,95 @@ static int qemu_prepare(const struct config *cfg, struct template *t, struct err
 	return qemu_snap_prepare(h, &w, err);
 }
 
+/* What a sandbox starts from: the template's snapshot, or (when there is none that fits) a
+ * cold boot of its image. */
+struct boot_source {
+	bool restore;
+	struct qemu_snap snap;     /* restore */
+	struct qemu_snap_key cold; /* cold boot: the machine */
+	int rootfs_fd;             /* cold boot: the image */
+};
+
+static int source_get(const struct qemu_host *h, const struct qemu_want *w,
+		      const struct sandbox_spec *spec, struct boot_source *src, struct err *err)
+{
+	*src = (struct boot_source){ .restore = true, .rootfs_fd = -1 };
+	struct err why;
+	if (qemu_snap_acquire(h, w, &src->snap, &why) == 0)
+		return 0;
+	/* prepare() made one moments ago: this template changed since, or its snapshot needs
+	 * other resources than this sandbox gets. */
+	log_info("qemu", "sandbox %s: cold boot of template %s (%s)", spec->id, spec->tmpl->name,
+		 why.msg);
+	src->restore = false;
+	int r = qemu_key_build(h, w, NULL, &src->cold, err);
+	if (r < 0)
+		return r;
+	src->rootfs_fd = open(w->rootfs, O_RDONLY | O_CLOEXEC);
+	if (src->rootfs_fd < 0) {
+		r = err_sys(err, errno, "qemu: template image `%s`", w->rootfs);
+		qemu_key_free(&src->cold);
+		return r;
+	}
+	return 0;
+}
+
+static void source_release(struct boot_source *src)
+{
+	if (src->restore) {
+		qemu_snap_release(&src->snap);
+	} else {
+		qemu_key_free(&src->cold);
+		if (src->rootfs_fd >= 0)
+			close(TAKE_FD(src->rootfs_fd));
+	}
+}
+
+/* Brings a started VM to a connected agent: restores the snapshot (when there is one) and
+ * connects the agent's channel. */
+static int boot(struct qemu_vm *vm, const struct qemu_want *w, struct boot_source *src,
+		const struct sandbox_spec *spec, struct err *err)
+{
+	const struct qemu_machine *m = src->restore ? &src->snap.key.m : &src->cold.m;
+	int connect_ms = src->restore || m->channel == QEMU_CHANNEL_SERIAL
+				 ? AGENT_CONNECT_TIMEOUT_MS
+				 : COLD_BOOT_TIMEOUT_MS;
+	int r;
+	/* Over serial the host connects before the restore: the guest never sees its host
+	 * gone. Over vsock the guest's transport resets with the restore, so after. */
+	if (m->channel == QEMU_CHANNEL_SERIAL &&
+	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
+		return r;
+	if (src->restore) {
+		if ((r = qemu_vm_restore(vm, src->snap.state_fd, RESTORE_TIMEOUT_MS, err)) < 0) {
+			if (vm->migration_failed)
+				qemu_snap_invalidate(w, &src->snap);
+			return err_wrap(err, "restoring template %s", spec->tmpl->name);
+		}
+	}
+	if (m->channel == QEMU_CHANNEL_VSOCK &&
+	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
+		return r;
+	return 0;
+}
+
+static struct sandbox *sandbox_of(const struct sandbox_spec *spec, struct qemu_vm *vm,
+				  struct cgroup *cg)
+{
+	struct qemu_sb *q = xcalloc(1, sizeof(*q));
+	q->vm = vm;
+	q->cg = cg;
+	struct sandbox *sb = xcalloc(1, sizeof(*sb));
+	sb->driver = &driver_qemu;
+	sb->id = xstrdup(spec->id);
+	sb->agent_fd = TAKE_FD(vm->agent_fd);
+	sb->pid = vm->pid;
+	sb->record = json_pack("{s:s}", "run_dir", vm->dir);
+	proc_record_add(sb->record, vm->pid);
+	sb->priv = q;
+	return sb;
+}
+
 static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec,
 		       struct sandbox **ret, struct err *err)
 {
@@ -380,27 +469,10 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		return r;
 
 	int64_t t0 = time_mono_ms();
-	struct qemu_snap snap;
-	struct qemu_snap_key cold;
-	_cleanup_close_ int rootfs_fd = -1;
-	bool restore = true;
-	struct err why;
-	if (qemu_snap_acquire(h, &w, &snap, &why) < 0) {
-		/* prepare() made one moments ago: this template changed since, or its
-		 * snapshot needs other resources than this sandbox gets. */
-		log_info("qemu", "sandbox %s: cold boot of template %s (%s)", spec->id,
-			 spec->tmpl->name, why.msg);
-		restore = false;
-		if ((r = qemu_key_build(h, &w, NULL, &cold, err)) < 0)
-			return r;
-		rootfs_fd = open(w.rootfs, O_RDONLY | O_CLOEXEC);
-		if (rootfs_fd < 0) {
-			r = err_sys(err, errno, "qemu: template image `%s`", w.rootfs);
-			qemu_key_free(&cold);
-			return r;
-		}
-	}
-	const struct qemu_machine *m = restore ? &snap.key.m : &cold.m;
+	struct boot_source src;
+	if ((r = source_get(h, &w, spec, &src, err)) < 0)
+		return r;
+	const struct qemu_machine *m = src.restore ? &src.snap.key.m : &src.cold.m;
 
 	/* QEMU aborts when it cannot start a thread, and a memory limit below its needs kills
 	 * the VM rather than a process in it. */
@@ -423,54 +495,25 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		.qemu_bin = h->qemu_bin,
 		.name = spec->id,
 		.mem_share = false,
-		.incoming = restore,
-		.ram_fd = restore ? snap.ram_fd : -1,
-		.rootfs_fd = restore ? snap.rootfs_fd : rootfs_fd,
+		.incoming = src.restore,
+		.ram_fd = src.restore ? src.snap.ram_fd : -1,
+		.rootfs_fd = src.restore ? src.snap.rootfs_fd : src.rootfs_fd,
 		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 		.netns_path = spec->netns_path,
 	};
 	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
 		goto fail;
 	int64_t t1 = time_mono_ms();
-	int connect_ms = restore || m->channel == QEMU_CHANNEL_SERIAL ? AGENT_CONNECT_TIMEOUT_MS
-								      : COLD_BOOT_TIMEOUT_MS;
-	/* Over serial the host connects before the restore: the guest never sees its host
-	 * gone. Over vsock the guest's transport resets with the restore, so after. */
-	if (m->channel == QEMU_CHANNEL_SERIAL &&
-	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
-		goto fail;
-	if (restore) {
-		if ((r = qemu_vm_restore(vm, snap.state_fd, RESTORE_TIMEOUT_MS, err)) < 0) {
-			if (vm->migration_failed)
-				qemu_snap_invalidate(&w, &snap);
-			err_wrap(err, "restoring template %s", spec->tmpl->name);
-			goto fail;
-		}
-		/* QEMU holds what it needs of the files now. */
-		qemu_snap_release(&snap);
-	}
-	if (m->channel == QEMU_CHANNEL_VSOCK &&
-	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
+	if ((r = boot(vm, &w, &src, spec, err)) < 0)
 		goto fail;
 	int64_t t2 = time_mono_ms();
-
-	struct qemu_sb *q = xcalloc(1, sizeof(*q));
-	q->vm = vm;
-	q->cg = cg;
-	struct sandbox *sb = xcalloc(1, sizeof(*sb));
-	sb->driver = &driver_qemu;
-	sb->id = xstrdup(spec->id);
-	sb->agent_fd = TAKE_FD(vm->agent_fd);
-	sb->pid = vm->pid;
-	sb->record = json_pack("{s:s}", "run_dir", vm->dir);
-	proc_record_add(sb->record, vm->pid);
-	sb->priv = q;
 	log_debug("qemu", "sandbox %s: %s in %lld ms (QEMU up %lld ms, %s %lld ms)", spec->id,
-		  restore ? "restored" : "cold-started", (long long)(t2 - t0), (long long)(t1 - t0),
-		  restore ? "restore" : "agent channel", (long long)(t2 - t1));
-	if (!restore)
-		qemu_key_free(&cold);
-	*ret = sb;
+		  src.restore ? "restored" : "cold-started", (long long)(t2 - t0),
+		  (long long)(t1 - t0), src.restore ? "restore" : "agent channel",
+		  (long long)(t2 - t1));
+	/* QEMU holds what it needs of the files now. */
+	source_release(&src);
+	*ret = sandbox_of(spec, vm, cg);
 	return 0;
 
 fail:
@@ -482,10 +525,7 @@ fail:
 			log_warn("qemu", "sandbox %s: %s", spec->id, e.msg);
 		cgroup_free(cg);
 	}
-	if (restore)
-		qemu_snap_release(&snap);
-	else
-		qemu_key_free(&cold);
+	source_release(&src);
 	return r;
 }
 
