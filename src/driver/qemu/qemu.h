@@ -99,9 +99,6 @@ struct qemu_cmdline_opts {
  * against the emulated PIT fails on a busy host, and the boot then hangs. */
 char *qemu_cmdline(const struct qemu_cmdline_opts *o);
 
-/* Quotes s for /bin/sh (single quotes). */
-char *qemu_shell_quote(const char *s);
-
 /* --- snapshots (qemu_snap.c) -------------------------------------------------------------- */
 
 #define QEMU_SNAP_DIR   "qemu"
@@ -251,9 +248,6 @@ int qemu_vm_explain(struct qemu_vm *vm, struct err *err);
 /* How many processes the guest kernel's OOM killer has killed, as its console reported
  * them. A guest root can print such lines itself: it only misleads its own results. */
 uint64_t qemu_vm_guest_oom_kills(struct qemu_vm *vm);
-
-/* The last bytes of the console (owned, printable ASCII, at most max bytes). */
-char *qemu_vm_console_tail(struct qemu_vm *vm, size_t max);
 
 /* Kills QEMU (SIGKILL) and reaps it, stops the console capture (its tail stays readable),
  * closes QMP. Idempotent. */

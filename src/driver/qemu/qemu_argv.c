@@ -163,24 +163,3 @@ char *qemu_cmdline(const struct qemu_cmdline_opts *o)
 				     .workspace_mib = o->workspace_mib };
 	return vm_guest_cmdline(&v);
 }
-
-char *qemu_shell_quote(const char *s)
-{
-	size_t n = 2;
-	for (const char *p = s; *p; p++)
-		n += *p == '\'' ? 4 : 1;
-	char *out = xmalloc(n + 1);
-	char *o = out;
-	*o++ = '\'';
-	for (const char *p = s; *p; p++) {
-		if (*p == '\'') {
-			memcpy(o, "'\\''", 4);
-			o += 4;
-		} else {
-			*o++ = *p;
-		}
-	}
-	*o++ = '\'';
-	*o = '\0';
-	return out;
-}

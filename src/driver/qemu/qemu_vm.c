@@ -234,11 +234,6 @@ uint64_t qemu_vm_guest_oom_kills(struct qemu_vm *vm)
 	return vm && vm->con ? atomic_load(&vm->con->oom_kills) : 0;
 }
 
-char *qemu_vm_console_tail(struct qemu_vm *vm, size_t max)
-{
-	return console_tail(vm ? vm->con : NULL, max);
-}
-
 /* --- the process ----------------------------------------------------------------------- */
 
 int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *err)

@@ -247,16 +247,6 @@ static void test_kernel_cmdline(void **state)
 	free(c);
 }
 
-static void test_shell_quote(void **state)
-{
-	char *q = qemu_shell_quote("/a b/c'd$e");
-	assert_string_equal(q, "'/a b/c'\\''d$e'");
-	free(q);
-	q = qemu_shell_quote("");
-	assert_string_equal(q, "''");
-	free(q);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -267,7 +257,6 @@ int main(void)
 		cmocka_unit_test(test_commas_in_paths_are_doubled),
 		cmocka_unit_test(test_inherited_descriptors_replace_paths),
 		cmocka_unit_test(test_kernel_cmdline),
-		cmocka_unit_test(test_shell_quote),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
