@@ -1,0 +1,701 @@
+/* Tests of src/session/ops.c, and through it of the session table and a session's life
+ * (session.c, sandbox.c): every operation against the fake driver (fake_driver.h), whose
+ * sandboxes are the real sandbox-agent or the scripted fake agent on a socketpair.
+ *
+ * The session layer is one per process, so the whole file shares one: started before the
+ * first test, shut down after the last. Each test leaves nothing behind (its teardown
+ * destroys every session and waits for every sandbox to be gone), and waits only on what it
+ * can observe, with a deadline that fails it.
+ *
+ *     test-session-ops SANDBOX_AGENT FAKE_AGENT
+ *
+ * SESSION_OPS_FILTER=PATTERN runs only the cases whose names match (cmocka's filter, `*`
+ * as a wildcard). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fake_driver.h"
+#include "loop.h"
+#include "session/ops.h"
+#include "session/session.h"
+#include "store/store.h"
+#include "util/cleanup.h"
+#include "util/text.h"
+
+#include "../wait.h"
+
+static struct {
+	char dir[64];
+	struct event_base *base;
+	struct config cfg;
+	struct config defaults; /* what tests may change in cfg, restored after each */
+	bool shut_down;
+} T;
+
+struct loop_goal {
+	bool (*cond)(const void *arg);
+	const void *arg;
+};
+
+/* Whether the goal is reached, after a turn of the loop (what is ready runs) if it was not. */
+static bool loop_step(void *arg)
+{
+	const struct loop_goal *g = arg;
+	if (g->cond(g->arg))
+		return true;
+	event_base_loop(T.base, EVLOOP_NONBLOCK);
+	return g->cond(g->arg);
+}
+
+/* Runs the loop until cond(arg) holds, failing the test past wait.h's deadline. */
+static void loop_until(bool (*cond)(const void *arg), const void *arg, const char *what)
+{
+	struct loop_goal g = { cond, arg };
+	assert_true(wait_until(loop_step, &g, WAIT_TIMEOUT_MS, what));
+}
+
+struct count_goal {
+	const int *n;
+	int want;
+};
+
+static bool count_reached(const void *arg)
+{
+	const struct count_goal *g = arg;
+	return *g->n >= g->want;
+}
+
+/* Until *n reaches want: a callback counted that many times. */
+static void wait_count(const int *n, int want, const char *what)
+{
+	struct count_goal g = { n, want };
+	loop_until(count_reached, &g, what);
+}
+
+static bool session_ready(const char *owner, const char *id)
+{
+	struct session *s = session_find(owner, id);
+	return s && s->state == SESSION_READY;
+}
+
+static struct fake_counts counts(void)
+{
+	struct fake_counts c;
+	fake_driver_counts(&c);
+	return c;
+}
+
+static void count_record(const char *sandbox_id, const char *driver, json_t *record, void *arg)
+{
+	(*(unsigned *)arg)++;
+}
+
+/* The sandboxes recorded for crash recovery: each from its session's start until it is
+ * destroyed, on the loop, once the driver is done with it. */
+static unsigned recorded_sandboxes(void)
+{
+	unsigned n = 0;
+	struct err e;
+	assert_int_equal(store_sandbox_foreach(count_record, &n, &e), 0);
+	return n;
+}
+
+/* Every sandbox handed out was destroyed, and its record is gone. */
+static bool settled(const void *arg)
+{
+	struct fake_counts c = counts();
+	return c.created == c.destroyed && c.held == 0 && recorded_sandboxes() == 0;
+}
+
+static void plan_real(void)
+{
+	struct fake_plan p = { 0 };
+	fake_driver_plan(&p);
+}
+
+static struct ops_target target(const char *owner, const char *id)
+{
+	return (struct ops_target){ .owner = owner, .session_id = id };
+}
+
+/* --- recorders ----------------------------------------------------------------------- */
+
+/* What the callbacks of the tests' operations record into lives until the test's teardown:
+ * a test that failed midway leaves operations whose callbacks run while it destroys their
+ * sessions. */
+static struct {
+	void **items;
+	size_t n;
+} recorders;
+
+static void *recorder_new(size_t size)
+{
+	void *r = xcalloc(1, size);
+	recorders.items = xrealloc(recorders.items, (recorders.n + 1) * sizeof(void *));
+	recorders.items[recorders.n++] = r;
+	return r;
+}
+
+static void recorders_free(void)
+{
+	for (size_t i = 0; i < recorders.n; i++)
+		free(recorders.items[i]);
+	free(recorders.items);
+	recorders.items = NULL;
+	recorders.n = 0;
+}
+
+/* --- execute: what the callbacks saw -------------------------------------------------- */
+
+enum action { ACT_NONE, ACT_CANCEL, ACT_DETACH, ACT_DESTROY, ACT_OOM_KILL };
+
+struct exec_rec {
+	struct ops_exec *x; /* what ops_execute returned */
+	bool returned;      /* ops_execute had returned */
+	int early;          /* callbacks before it had, or with another handle */
+	int starts, outputs, dones;
+	char out[8192], errout[8192];
+	size_t out_len, err_len;
+	bool ok;
+	struct ops_exec_result r; /* its strings point into the copies below */
+	char exec_id[32], session_id[160], signal[16];
+	struct err err;
+	char start_id[32];             /* ops_exec_id() in on_start */
+	struct session *start_session; /* ops_exec_session() in on_start */
+	/* what the callbacks do */
+	enum action on_start_do, on_output_do, on_done_do;
+	struct ops_target destroy_target;
+	int destroy_rc;
+};
+
+static void exec_act(struct exec_rec *rec, struct ops_exec *x, enum action a)
+{
+	struct err e;
+	switch (a) {
+	case ACT_NONE:
+		break;
+	case ACT_CANCEL:
+		ops_exec_cancel(x);
+		break;
+	case ACT_DETACH:
+		ops_exec_detach(x);
+		break;
+	case ACT_DESTROY:
+		rec->destroy_rc = ops_destroy_session(&rec->destroy_target, "by the test", &e);
+		break;
+	case ACT_OOM_KILL:
+		fake_driver_count_oom_kill();
+		break;
+	}
+}
+
+static void check_handle(struct exec_rec *rec, struct ops_exec *x)
+{
+	if (!rec->returned || x != rec->x)
+		rec->early++;
+}
+
+static void on_exec_start(struct ops_exec *x, void *arg)
+{
+	struct exec_rec *rec = arg;
+	check_handle(rec, x);
+	rec->starts++;
+	snprintf(rec->start_id, sizeof(rec->start_id), "%s", ops_exec_id(x));
+	rec->start_session = ops_exec_session(x);
+	exec_act(rec, x, rec->on_start_do);
+}
+
+static void append(char *buf, size_t cap, size_t *len, const char *text, size_t n)
+{
+	if (*len + n >= cap)
+		n = cap - *len - 1;
+	memcpy(buf + *len, text, n);
+	*len += n;
+	buf[*len] = '\0';
+}
+
+static void on_exec_output(struct ops_exec *x, enum ops_stream stream, const char *text, size_t len,
+			   void *arg)
+{
+	struct exec_rec *rec = arg;
+	check_handle(rec, x);
+	rec->outputs++;
+	if (stream == OPS_STDOUT)
+		append(rec->out, sizeof(rec->out), &rec->out_len, text, len);
+	else
+		append(rec->errout, sizeof(rec->errout), &rec->err_len, text, len);
+	exec_act(rec, x, rec->on_output_do);
+}
+
+static void on_exec_done(struct ops_exec *x, const struct ops_exec_result *r, const struct err *err,
+			 void *arg)
+{
+	struct exec_rec *rec = arg;
+	check_handle(rec, x);
+	rec->dones++;
+	rec->ok = r != NULL;
+	exec_act(rec, x, rec->on_done_do);
+	if (err) {
+		err_copy(&rec->err, err);
+		return;
+	}
+	rec->r = *r;
+	snprintf(rec->exec_id, sizeof(rec->exec_id), "%s", r->exec_id);
+	snprintf(rec->session_id, sizeof(rec->session_id), "%s", r->session_id);
+	snprintf(rec->signal, sizeof(rec->signal), "%s", r->signal ? r->signal : "");
+	rec->r.exec_id = rec->exec_id;
+	rec->r.session_id = rec->session_id;
+	rec->r.signal = r->signal ? rec->signal : NULL;
+}
+
+static struct exec_rec *exec_rec_new(void)
+{
+	return recorder_new(sizeof(struct exec_rec));
+}
+
+static const struct ops_exec_cbs exec_cbs = {
+	.on_start = on_exec_start,
+	.on_output = on_exec_output,
+	.on_done = on_exec_done,
+};
+
+/* Starts req in session t; the callbacks record into rec. */
+static void exec_begin(struct exec_rec *rec, const struct ops_target *t,
+		       const struct ops_exec_req *req)
+{
+	struct err e;
+	rec->x = ops_execute(t, req, &exec_cbs, rec, &e);
+	if (!rec->x)
+		fail_msg("ops_execute: %s", e.msg);
+	rec->returned = true;
+}
+
+static void exec_begin_cmd(struct exec_rec *rec, const struct ops_target *t, const char *command)
+{
+	struct ops_exec_req req = { .command = command };
+	exec_begin(rec, t, &req);
+}
+
+/* Runs command in session t to its end. */
+static void exec_run(struct exec_rec *rec, const struct ops_target *t, const char *command)
+{
+	exec_begin_cmd(rec, t, command);
+	wait_count(&rec->dones, 1, "the command's end");
+}
+
+/* --- files and sessions: what the callback saw ---------------------------------------- */
+
+struct call_rec {
+	struct ops_call *c;
+	bool returned;
+	int early;
+	int dones;
+	bool ok;
+	struct err err;
+	char session_id[160], path[256];
+	struct session *session;
+	uint64_t size;
+	char data[4096];
+	size_t data_len;
+	char names[1024]; /* list: the entries' names, each followed by a space */
+	bool truncated;
+	/* what the callback does: destroy this session (when destroy_target.session_id) */
+	struct ops_target destroy_target;
+	int destroy_rc;
+};
+
+static void on_call_done(struct ops_call *c, const struct ops_result *r, const struct err *err,
+			 void *arg)
+{
+	struct call_rec *rec = arg;
+	if (!rec->returned || c != rec->c)
+		rec->early++;
+	rec->dones++;
+	rec->ok = r != NULL;
+	if (rec->destroy_target.session_id) {
+		struct err e;
+		rec->destroy_rc = ops_destroy_session(&rec->destroy_target, "by the test", &e);
+	}
+	if (err) {
+		err_copy(&rec->err, err);
+		return;
+	}
+	snprintf(rec->session_id, sizeof(rec->session_id), "%s", r->session_id);
+	snprintf(rec->path, sizeof(rec->path), "%s", r->path ? r->path : "");
+	rec->session = r->session;
+	rec->size = r->size;
+	if (r->data) {
+		size_t n = r->size < sizeof(rec->data) - 1 ? r->size : sizeof(rec->data) - 1;
+		memcpy(rec->data, r->data, n);
+		rec->data[n] = '\0';
+		rec->data_len = n;
+	}
+	size_t i;
+	json_t *entry;
+	size_t len = 0;
+	json_array_foreach (r->entries, i, entry) {
+		const char *name = json_string_value(json_object_get(entry, "name"));
+		if (!name)
+			continue;
+		append(rec->names, sizeof(rec->names), &len, name, strlen(name));
+		append(rec->names, sizeof(rec->names), &len, " ", 1);
+	}
+	rec->truncated = r->truncated;
+}
+
+static struct call_rec *call_rec_new(void)
+{
+	return recorder_new(sizeof(struct call_rec));
+}
+
+static void call_started(struct call_rec *rec, struct ops_call *c, const struct err *e)
+{
+	if (!c)
+		fail_msg("the operation did not start: %s", e->msg);
+	rec->c = c;
+	rec->returned = true;
+}
+
+static void list_run(struct call_rec *rec, const struct ops_target *t, const char *path)
+{
+	struct err e;
+	call_started(rec, ops_list_files(t, path, false, on_call_done, rec, &e), &e);
+	wait_count(&rec->dones, 1, "the listing");
+}
+
+static void create_run(struct call_rec *rec, const struct ops_target *t,
+		       const struct ops_session_opts *o)
+{
+	struct err e;
+	call_started(rec, ops_create_session(t, o, on_call_done, rec, &e), &e);
+	wait_count(&rec->dones, 1, "the creation");
+}
+
+/* Lists session t's workspace and waits for the answer: whatever the agent sent on the
+ * connection before it (a stray second reply, say) has been handled by then. */
+static void barrier(const struct ops_target *t)
+{
+	struct call_rec *rec = call_rec_new();
+	list_run(rec, t, NULL);
+	assert_true(rec->ok);
+}
+
+/* --- fixture -------------------------------------------------------------------------- */
+
+static const char *agent_bin, *fake_agent_bin;
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "we");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	remove(path);
+	return 0;
+}
+
+static int group_setup(void **state)
+{
+	snprintf(T.dir, sizeof(T.dir), "/tmp/session-ops-XXXXXX");
+	assert_non_null(mkdtemp(T.dir));
+	char path[256];
+	const char *const dirs[] = { "state",
+				     "artifacts",
+				     "artifacts/templates",
+				     "artifacts/templates/base",
+				     "artifacts/templates/base/rootfs",
+				     "artifacts/templates/other",
+				     "artifacts/templates/other/rootfs" };
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		snprintf(path, sizeof(path), "%s/%s", T.dir, dirs[i]);
+		assert_int_equal(mkdir(path, 0755), 0);
+	}
+	snprintf(path, sizeof(path), "%s/artifacts/templates/base/template.json", T.dir);
+	write_text(path, "{\"name\": \"base\"}");
+	snprintf(path, sizeof(path), "%s/artifacts/templates/other/template.json", T.dir);
+	write_text(path, "{\"name\": \"other\"}");
+
+	snprintf(path, sizeof(path), "%s/state", T.dir);
+	setenv("SANDBOX_STATE_DIR", path, 1);
+	snprintf(path, sizeof(path), "%s/artifacts", T.dir);
+	setenv("FIRECRACKER_ARTIFACTS_DIR", path, 1);
+	setenv("SANDBOX_DEFAULT_TEMPLATE", "base", 1);
+	setenv("SANDBOX_WARM_POOL", "0", 1);
+	setenv("SANDBOX_NETWORK", "off", 1);
+	setenv("SANDBOX_PING_INTERVAL_MS", "0", 1);
+	setenv("SANDBOX_REAPER_INTERVAL_MS", "50", 1);
+	setenv("SANDBOX_WORKERS", "2", 1);
+	setenv("LOG_LEVEL", "warn", 1);
+	struct err e;
+	if (config_load(&T.cfg, &e) < 0)
+		fail_msg("config: %s", e.msg);
+	T.defaults = T.cfg;
+
+	fake_driver_setup(agent_bin, fake_agent_bin, T.dir);
+	T.base = event_base_new();
+	assert_int_equal(loop_pool_start(T.base, T.cfg.workers), 0);
+	if (store_open(T.cfg.state_dir, &e) < 0)
+		fail_msg("store: %s", e.msg);
+	ops_init(T.base, &T.cfg);
+	if (session_init(T.base, &T.cfg, &fake_driver, &e) < 0)
+		fail_msg("session_init: %s", e.msg);
+	return 0;
+}
+
+static void on_shut_down(void *arg)
+{
+	T.shut_down = true;
+}
+
+static bool is_shut_down(const void *arg)
+{
+	return T.shut_down;
+}
+
+static int group_teardown(void **state)
+{
+	session_shutdown(on_shut_down, NULL);
+	loop_until(is_shut_down, NULL, "the session layer's shutdown");
+	loop_pool_stop();
+	store_close();
+	event_base_free(T.base);
+	config_free(&T.cfg);
+	nftw(T.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return 0;
+}
+
+static void collect(struct session *s, void *arg)
+{
+	json_array_append_new(arg, json_pack("[s,s]", s->owner, s->id));
+}
+
+static void destroy_all(void)
+{
+	json_t *all = json_array();
+	session_foreach(NULL, collect, all);
+	size_t i;
+	json_t *pair;
+	json_array_foreach (all, i, pair) {
+		struct session *s = session_find(json_string_value(json_array_get(pair, 0)),
+						 json_string_value(json_array_get(pair, 1)));
+		if (s)
+			session_destroy(s, "the test is over");
+	}
+	json_decref(all);
+}
+
+/* Destroys what is left, then tells whether nothing is (sessions, sandboxes, records). */
+static bool cleared(const void *arg)
+{
+	destroy_all();
+	return session_count() == 0 && settled(NULL);
+}
+
+/* Destroys whatever the test left and waits until its sandboxes are gone. A test that failed
+ * midway may have left an operation that has yet to start, and make a session when it does
+ * (on the first turn of the loop): that one is destroyed in turn. */
+static int teardown(void **state)
+{
+	fake_driver_release();
+	plan_real();
+	T.cfg.max_sessions = T.defaults.max_sessions;
+	T.cfg.default_timeout_ms = T.defaults.default_timeout_ms;
+	T.cfg.first_reply_timeout_ms = T.defaults.first_reply_timeout_ms;
+	T.cfg.file_op_timeout_ms = T.defaults.file_op_timeout_ms;
+	event_base_loop(T.base, EVLOOP_NONBLOCK);
+	loop_until(cleared, NULL, "what the test left to be gone");
+	recorders_free();
+	return 0;
+}
+
+/* --- execute ------------------------------------------------------------------------ */
+
+static void test_execute_creates_the_session_and_reports_the_command(void **state)
+{
+	struct ops_target t = target("", "first");
+	struct fake_counts before = counts();
+	struct exec_rec *rec = exec_rec_new();
+	long long t0 = wait_now_ms();
+	exec_begin_cmd(rec, &t, "echo out; echo err >&2; exit 7");
+	/* Nothing happens before the call returned: the session is asked for on the loop. */
+	assert_null(session_find("", "first"));
+	wait_count(&rec->dones, 1, "the command's end");
+	long long elapsed = wait_now_ms() - t0;
+
+	assert_int_equal(rec->early, 0);
+	assert_true(rec->ok);
+	assert_int_equal(rec->starts, 1);
+	assert_string_equal(rec->out, "out\n");
+	assert_string_equal(rec->errout, "err\n");
+	assert_true(rec->r.has_exit_code);
+	assert_int_equal(rec->r.exit_code, 7);
+	assert_null(rec->r.signal);
+	assert_false(rec->r.timed_out);
+	assert_false(rec->r.cancelled);
+	assert_false(rec->r.oom_killed);
+	assert_string_equal(rec->r.session_id, "first");
+	assert_true(strncmp(rec->r.exec_id, "exec_", 5) == 0);
+	assert_string_equal(rec->r.exec_id, rec->start_id);
+	assert_true(rec->r.duration_ms > 0);
+	assert_true(rec->r.duration_ms <= (double)elapsed);
+	/* The session was made on the way, with one sandbox. */
+	assert_true(session_ready("", "first"));
+	assert_int_equal(counts().created, before.created + 1);
+	assert_int_equal(session_count(), 1);
+
+	/* The next command runs in the same session; plain words run without a shell. */
+	struct exec_rec *again = exec_rec_new();
+	json_t *args = json_pack("[s,s,s]", "%s-%s", "a b", "c");
+	struct ops_exec_req req = { .command = "printf", .args = args };
+	exec_begin(again, &t, &req);
+	json_decref(args);
+	wait_count(&again->dones, 1, "the second command");
+	assert_true(again->ok);
+	assert_int_equal(again->early, 0);
+	assert_string_equal(again->out, "a b-c");
+	assert_int_equal(again->r.exit_code, 0);
+	assert_string_not_equal(again->r.exec_id, rec->r.exec_id);
+	assert_int_equal(counts().created, before.created + 1);
+	assert_int_equal(session_find("", "first")->execs_total, 2);
+
+	/* Exactly one terminal callback each: nothing more arrives. */
+	barrier(&t);
+	assert_int_equal(rec->dones, 1);
+	assert_int_equal(again->dones, 1);
+	assert_null(session_find("", "first")->execs);
+	assert_int_equal(session_find("", "first")->running, 0);
+}
+
+static void test_a_signal_ends_the_command(void **state)
+{
+	struct ops_target t = target("", "signal");
+	struct exec_rec *rec = exec_rec_new();
+	exec_run(rec, &t, "kill -KILL $$");
+	assert_true(rec->ok);
+	assert_false(rec->r.has_exit_code);
+	assert_non_null(rec->r.signal);
+	assert_string_equal(rec->r.signal, "SIGKILL");
+	assert_false(rec->r.cancelled);
+	assert_false(rec->r.timed_out);
+}
+
+static void test_a_missing_command_is_reported(void **state)
+{
+	struct ops_target t = target("", "missing-command");
+	struct exec_rec *rec = exec_rec_new();
+	exec_run(rec, &t, "no-such-command-anywhere");
+	assert_int_equal(rec->dones, 1);
+	assert_false(rec->ok);
+	assert_int_equal(rec->err.errnum, ENOENT);
+	assert_int_equal(rec->early, 0);
+	/* The session is still there and usable. */
+	assert_true(session_ready("", "missing-command"));
+	barrier(&t);
+}
+
+static void test_output_is_never_cut_inside_a_character(void **state)
+{
+	struct ops_target t = target("", "utf8");
+	struct exec_rec *rec = exec_rec_new();
+	/* A euro sign written in two halves, the agent sending each as it comes, then an
+	 * invalid byte, then half a character at the very end. */
+	exec_run(rec, &t, "printf '\\342\\202'; sleep 0.2; printf '\\254 \\377 \\342\\202'");
+	assert_true(rec->ok);
+	assert_true(rec->outputs >= 2);
+	assert_true(utf8_valid((const uint8_t *)rec->out, rec->out_len));
+	/* U+FFFD for the invalid byte, then for each byte of the character cut short. */
+	assert_string_equal(rec->out, "\xe2\x82\xac \xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd");
+}
+
+static void test_the_session_environment_is_under_the_request_environment(void **state)
+{
+	struct ops_target t = target("", "env");
+	json_t *senv = json_pack("{s:s, s:s}", "A", "session-a", "B", "session-b");
+	struct ops_session_opts o = { .env = senv };
+	struct call_rec *created = call_rec_new();
+	create_run(created, &t, &o);
+	json_decref(senv);
+	assert_true(created->ok);
+
+	json_t *renv = json_pack("{s:s}", "B", "request-b");
+	struct ops_exec_req req = { .command = "echo $A $B", .env = renv };
+	struct exec_rec *rec = exec_rec_new();
+	exec_begin(rec, &t, &req);
+	json_decref(renv);
+	wait_count(&rec->dones, 1, "the command's end");
+	assert_true(rec->ok);
+	assert_string_equal(rec->out, "session-a request-b\n");
+}
+
+static void test_stdin_is_sent_then_closed(void **state)
+{
+	struct ops_target t = target("", "stdin");
+	static const char input[] = "line one\nline two\n";
+	struct ops_exec_req req = { .command = "wc -l",
+				    .stdin_data = input,
+				    .stdin_len = sizeof(input) - 1,
+				    .has_stdin = true };
+	struct exec_rec *rec = exec_rec_new();
+	exec_begin(rec, &t, &req);
+	wait_count(&rec->dones, 1, "the command's end");
+	assert_true(rec->ok);
+	assert_int_equal(atoi(rec->out), 2);
+}
+
+static void test_an_oom_kill_meanwhile_is_reported(void **state)
+{
+	struct ops_target t = target("", "oom");
+	struct exec_rec *rec = exec_rec_new();
+	rec->on_start_do = ACT_OOM_KILL;
+	exec_run(rec, &t, "true");
+	assert_true(rec->ok);
+	assert_true(rec->r.oom_killed);
+	/* None since the next command started: none reported. */
+	struct exec_rec *next = exec_rec_new();
+	exec_run(next, &t, "true");
+	assert_true(next->ok);
+	assert_false(next->r.oom_killed);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s SANDBOX_AGENT FAKE_AGENT\n", argv[0]);
+		return 2;
+	}
+	agent_bin = argv[1];
+	fake_agent_bin = argv[2];
+#define T_(fn) cmocka_unit_test_teardown(fn, teardown)
+	const struct CMUnitTest tests[] = {
+		T_(test_execute_creates_the_session_and_reports_the_command),
+		T_(test_a_signal_ends_the_command),
+		T_(test_a_missing_command_is_reported),
+		T_(test_output_is_never_cut_inside_a_character),
+		T_(test_the_session_environment_is_under_the_request_environment),
+		T_(test_stdin_is_sent_then_closed),
+		T_(test_an_oom_kill_meanwhile_is_reported),
+	};
+#undef T_
+	if (getenv("SESSION_OPS_FILTER"))
+		cmocka_set_test_filter(getenv("SESSION_OPS_FILTER"));
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
