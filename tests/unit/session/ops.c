@@ -87,10 +87,38 @@ static void wait_count(const int *n, int want, const char *what)
 	loop_until(count_reached, &g, what);
 }
 
+struct session_name {
+	const char *owner, *id;
+};
+
 static bool session_ready(const char *owner, const char *id)
 {
 	struct session *s = session_find(owner, id);
 	return s && s->state == SESSION_READY;
+}
+
+static bool is_ready(const void *arg)
+{
+	const struct session_name *n = arg;
+	return session_ready(n->owner, n->id);
+}
+
+static bool is_gone(const void *arg)
+{
+	const struct session_name *n = arg;
+	return !session_find(n->owner, n->id);
+}
+
+static void wait_ready(const char *owner, const char *id)
+{
+	struct session_name n = { owner, id };
+	loop_until(is_ready, &n, "the session to be ready");
+}
+
+static void wait_gone(const char *owner, const char *id)
+{
+	struct session_name n = { owner, id };
+	loop_until(is_gone, &n, "the session to go");
 }
 
 static struct fake_counts counts(void)
@@ -120,6 +148,23 @@ static bool settled(const void *arg)
 {
 	struct fake_counts c = counts();
 	return c.created == c.destroyed && c.held == 0 && recorded_sandboxes() == 0;
+}
+
+static void wait_settled(void)
+{
+	loop_until(settled, NULL, "every sandbox to be destroyed");
+}
+
+static bool held_after(const void *arg)
+{
+	struct fake_counts c = counts();
+	return c.calls >= *(const unsigned *)arg && c.held > 0;
+}
+
+/* Until create() was entered `calls` times in all and is held there. */
+static void wait_held(unsigned calls)
+{
+	loop_until(held_after, &calls, "the driver's create() to be held");
 }
 
 static void plan_real(void)
@@ -371,6 +416,19 @@ static void call_started(struct call_rec *rec, struct ops_call *c, const struct 
 	rec->returned = true;
 }
 
+static void read_begin(struct call_rec *rec, const struct ops_target *t, const char *path,
+		       size_t max)
+{
+	struct err e;
+	call_started(rec, ops_read_file(t, path, max, on_call_done, rec, &e), &e);
+}
+
+static void read_run(struct call_rec *rec, const struct ops_target *t, const char *path, size_t max)
+{
+	read_begin(rec, t, path, max);
+	wait_count(&rec->dones, 1, "the read");
+}
+
 static void list_run(struct call_rec *rec, const struct ops_target *t, const char *path)
 {
 	struct err e;
@@ -386,6 +444,15 @@ static void create_run(struct call_rec *rec, const struct ops_target *t,
 	wait_count(&rec->dones, 1, "the creation");
 }
 
+/* The operation rec recorded ended once, in a failure with errnum. */
+static void expect_call_error(struct call_rec *rec, int errnum)
+{
+	assert_int_equal(rec->dones, 1);
+	assert_false(rec->ok);
+	assert_int_equal(rec->err.errnum, errnum);
+	assert_int_equal(rec->early, 0);
+}
+
 /* Lists session t's workspace and waits for the answer: whatever the agent sent on the
  * connection before it (a stray second reply, say) has been handled by then. */
 static void barrier(const struct ops_target *t)
@@ -393,6 +460,16 @@ static void barrier(const struct ops_target *t)
 	struct call_rec *rec = call_rec_new();
 	list_run(rec, t, NULL);
 	assert_true(rec->ok);
+}
+
+/* One turn of the loop for deferred starts: an operation started now is answered after
+ * every operation started before it has been looked at. */
+static void barrier_idle(void)
+{
+	struct call_rec *rec = call_rec_new();
+	struct ops_target t = target("nobody", "no-such-session");
+	read_run(rec, &t, "x", 0);
+	expect_call_error(rec, ENOENT);
 }
 
 /* --- fixture -------------------------------------------------------------------------- */
@@ -676,6 +753,181 @@ static void test_an_oom_kill_meanwhile_is_reported(void **state)
 	assert_false(next->r.oom_killed);
 }
 
+/* --- cancel, detach, timeout -------------------------------------------------------- */
+
+static void test_cancel_a_running_command(void **state)
+{
+	struct ops_target t = target("", "cancel");
+	struct exec_rec *rec = exec_rec_new();
+	rec->on_start_do = ACT_CANCEL;
+	exec_run(rec, &t, "sleep 30");
+	assert_int_equal(rec->early, 0);
+	assert_true(rec->ok);
+	assert_true(rec->r.cancelled);
+	assert_false(rec->r.timed_out);
+	assert_false(rec->r.has_exit_code);
+	assert_string_equal(rec->r.signal, "SIGTERM");
+	barrier(&t);
+	assert_int_equal(rec->dones, 1);
+	assert_int_equal(session_find("", "cancel")->running, 0);
+}
+
+static void test_cancel_before_the_command_started(void **state)
+{
+	struct ops_target t = target("", "cancel-early");
+	struct exec_rec *rec = exec_rec_new();
+	exec_begin_cmd(rec, &t, "sleep 30");
+	ops_exec_cancel(rec->x);
+	wait_count(&rec->dones, 1, "the command's end");
+	assert_false(rec->ok);
+	assert_int_equal(rec->err.errnum, ECANCELED);
+	assert_int_equal(rec->starts, 0);
+	assert_int_equal(rec->early, 0);
+	/* The session it waited for was made all the same, and never ran it. */
+	assert_true(session_ready("", "cancel-early"));
+	assert_int_equal(session_find("", "cancel-early")->execs_total, 0);
+}
+
+static void test_cancel_by_id(void **state)
+{
+	struct ops_target t = target("", "cancel-id");
+	struct exec_rec *rec = exec_rec_new();
+	exec_begin_cmd(rec, &t, "sleep 30");
+	wait_count(&rec->starts, 1, "the command's start");
+	struct session *s = session_find("", "cancel-id");
+	assert_ptr_equal(rec->start_session, s);
+	assert_string_equal(ops_exec_id(rec->x), rec->start_id);
+	assert_non_null(session_exec_find(s, rec->start_id));
+	assert_int_equal(s->running, 1);
+
+	struct err e;
+	assert_int_equal(ops_cancel_exec(&t, "exec_000000000000", &e), -ENOENT);
+	assert_int_equal(ops_cancel_exec(&t, "", &e), -ENOENT);
+	assert_int_equal(ops_cancel_exec(&t, NULL, &e), -EINVAL);
+	struct ops_target other = target("", "no-such-session");
+	assert_int_equal(ops_cancel_exec(&other, rec->start_id, &e), -ENOENT);
+	assert_int_equal(rec->dones, 0);
+
+	assert_int_equal(ops_cancel_exec(&t, rec->start_id, &e), 0);
+	wait_count(&rec->dones, 1, "the command's end");
+	assert_true(rec->ok);
+	assert_true(rec->r.cancelled);
+	/* It is no longer running, so no longer there to cancel. */
+	assert_null(session_exec_find(s, rec->start_id));
+	assert_int_equal(ops_cancel_exec(&t, rec->start_id, &e), -ENOENT);
+	assert_int_equal(s->running, 0);
+}
+
+/* Whether session t's command left its mark: a file `mark` that says it was stopped. */
+static bool marked(void *arg)
+{
+	struct call_rec *r = call_rec_new();
+	read_run(r, arg, "mark", 0);
+	return r->ok && strcmp(r->data, "stopped\n") == 0;
+}
+
+static void test_detach_while_running_cancels_without_callbacks(void **state)
+{
+	struct ops_target t = target("", "detach");
+	struct exec_rec *rec = exec_rec_new();
+	/* The command leaves a mark when it is told to stop, once it says it is ready to. */
+	exec_begin_cmd(rec, &t,
+		       "trap 'echo stopped > mark; exit 1' TERM; echo ready; sleep 30 & wait");
+	wait_count(&rec->outputs, 1, "the command's start");
+	assert_string_equal(rec->out, "ready\n");
+	struct session *s = session_find("", "detach");
+	ops_exec_detach(rec->x);
+	/* Given back at once: nothing runs in the session any longer. */
+	assert_int_equal(s->running, 0);
+	assert_null(s->execs);
+	/* The agent was told to cancel it: the mark appears. */
+	assert_true(wait_until(marked, &t, WAIT_TIMEOUT_MS, "the cancelled command's mark"));
+	barrier(&t);
+	assert_int_equal(rec->dones, 0);
+	assert_int_equal(rec->early, 0);
+}
+
+static void test_detach_before_the_start_does_nothing(void **state)
+{
+	struct ops_target t = target("", "detach-early");
+	struct fake_counts before = counts();
+	struct exec_rec *rec = exec_rec_new();
+	exec_begin_cmd(rec, &t, "true");
+	ops_exec_detach(rec->x);
+	barrier_idle();
+	/* Never asked for its session. */
+	assert_null(session_find("", "detach-early"));
+	assert_int_equal(counts().calls, before.calls);
+	assert_int_equal(rec->starts + rec->outputs + rec->dones, 0);
+}
+
+static void test_detach_while_the_session_is_created(void **state)
+{
+	struct ops_target t = target("", "detach-creating");
+	struct fake_plan hold = { .hold = true };
+	fake_driver_plan(&hold);
+	unsigned calls = counts().calls;
+	struct exec_rec *rec = exec_rec_new();
+	exec_begin_cmd(rec, &t, "true");
+	wait_held(calls + 1);
+	ops_exec_detach(rec->x);
+	fake_driver_release();
+	wait_ready("", "detach-creating");
+	barrier(&t);
+	assert_int_equal(rec->starts + rec->outputs + rec->dones, 0);
+	assert_int_equal(session_find("", "detach-creating")->execs_total, 0);
+}
+
+static void test_detach_from_the_output_callback(void **state)
+{
+	struct ops_target t = target("", "detach-output");
+	struct exec_rec *rec = exec_rec_new();
+	rec->on_output_do = ACT_DETACH;
+	exec_begin_cmd(rec, &t, "echo hello; sleep 30");
+	wait_count(&rec->outputs, 1, "the output");
+	barrier(&t);
+	assert_int_equal(rec->outputs, 1);
+	assert_int_equal(rec->dones, 0);
+	assert_int_equal(session_find("", "detach-output")->running, 0);
+}
+
+static void test_a_command_times_out(void **state)
+{
+	struct ops_target t = target("", "timeout");
+	struct ops_exec_req req = { .command = "sleep 30", .timeout_ms = 200, .has_timeout = true };
+	struct exec_rec *rec = exec_rec_new();
+	exec_begin(rec, &t, &req);
+	wait_count(&rec->dones, 1, "the command's end");
+	assert_true(rec->ok);
+	assert_true(rec->r.timed_out);
+	assert_false(rec->r.cancelled);
+	assert_false(rec->r.has_exit_code);
+
+	/* Without a timeout of its own, the server's default applies. */
+	T.cfg.default_timeout_ms = 200;
+	struct exec_rec *dflt = exec_rec_new();
+	exec_run(dflt, &t, "sleep 30");
+	assert_true(dflt->ok);
+	assert_true(dflt->r.timed_out);
+}
+
+static void test_a_running_command_keeps_its_session_alive(void **state)
+{
+	struct ops_target t = target("", "busy");
+	struct ops_session_opts o = { .idle_timeout_s = 1 };
+	struct call_rec *created = call_rec_new();
+	create_run(created, &t, &o);
+	assert_true(created->ok);
+	/* Longer than the idle timeout, with the reaper looking every 50 ms. */
+	struct exec_rec *rec = exec_rec_new();
+	exec_run(rec, &t, "sleep 2");
+	assert_true(rec->ok);
+	assert_int_equal(rec->r.exit_code, 0);
+	/* Idle afterwards: the reaper destroys it. */
+	wait_gone("", "busy");
+	wait_settled();
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -693,6 +945,15 @@ int main(int argc, char **argv)
 		T_(test_the_session_environment_is_under_the_request_environment),
 		T_(test_stdin_is_sent_then_closed),
 		T_(test_an_oom_kill_meanwhile_is_reported),
+		T_(test_cancel_a_running_command),
+		T_(test_cancel_before_the_command_started),
+		T_(test_cancel_by_id),
+		T_(test_detach_while_running_cancels_without_callbacks),
+		T_(test_detach_before_the_start_does_nothing),
+		T_(test_detach_while_the_session_is_created),
+		T_(test_detach_from_the_output_callback),
+		T_(test_a_command_times_out),
+		T_(test_a_running_command_keeps_its_session_alive),
 	};
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
