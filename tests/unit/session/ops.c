@@ -109,6 +109,14 @@ static bool is_gone(const void *arg)
 	return !session_find(n->owner, n->id);
 }
 
+/* Whether an operation runs in the session. */
+static bool is_running(const void *arg)
+{
+	const struct session_name *n = arg;
+	struct session *s = session_find(n->owner, n->id);
+	return s && s->running > 0;
+}
+
 static void wait_ready(const char *owner, const char *id)
 {
 	struct session_name n = { owner, id };
@@ -119,6 +127,12 @@ static void wait_gone(const char *owner, const char *id)
 {
 	struct session_name n = { owner, id };
 	loop_until(is_gone, &n, "the session to go");
+}
+
+static void wait_running(const char *owner, const char *id)
+{
+	struct session_name n = { owner, id };
+	loop_until(is_running, &n, "an operation to run in the session");
 }
 
 static struct fake_counts counts(void)
@@ -170,6 +184,12 @@ static void wait_held(unsigned calls)
 static void plan_real(void)
 {
 	struct fake_plan p = { 0 };
+	fake_driver_plan(&p);
+}
+
+static void plan_script(const char *script)
+{
+	struct fake_plan p = { .script = script };
 	fake_driver_plan(&p);
 }
 
@@ -414,6 +434,23 @@ static void call_started(struct call_rec *rec, struct ops_call *c, const struct 
 		fail_msg("the operation did not start: %s", e->msg);
 	rec->c = c;
 	rec->returned = true;
+}
+
+static void write_begin(struct call_rec *rec, const struct ops_target *t, const char *path,
+			const char *text)
+{
+	struct err e;
+	size_t n = strlen(text);
+	uint8_t *data = xmalloc(n + 1);
+	memcpy(data, text, n);
+	call_started(rec, ops_write_file(t, path, data, n, -1, on_call_done, rec, &e), &e);
+}
+
+static void write_run(struct call_rec *rec, const struct ops_target *t, const char *path,
+		      const char *text)
+{
+	write_begin(rec, t, path, text);
+	wait_count(&rec->dones, 1, "the write");
 }
 
 static void read_begin(struct call_rec *rec, const struct ops_target *t, const char *path,
@@ -928,6 +965,137 @@ static void test_a_running_command_keeps_its_session_alive(void **state)
 	wait_settled();
 }
 
+/* --- files -------------------------------------------------------------------------- */
+
+static void test_write_read_and_list_files(void **state)
+{
+	struct ops_target t = target("", "files");
+	struct call_rec *w = call_rec_new();
+	write_run(w, &t, "hello.txt", "hello, world");
+	assert_true(w->ok);
+	assert_int_equal(w->early, 0);
+	assert_int_equal(w->size, 12);
+	assert_string_equal(w->path, "hello.txt");
+	assert_string_equal(w->session_id, "files");
+	/* The write made the session. */
+	assert_true(session_ready("", "files"));
+
+	struct call_rec *r = call_rec_new();
+	read_run(r, &t, "hello.txt", 0);
+	assert_true(r->ok);
+	assert_int_equal(r->early, 0);
+	assert_int_equal(r->size, 12);
+	assert_string_equal(r->data, "hello, world");
+
+	struct call_rec *l = call_rec_new();
+	list_run(l, &t, "");
+	assert_true(l->ok);
+	assert_string_equal(l->path, ".");
+	assert_string_equal(l->names, "hello.txt ");
+	assert_false(l->truncated);
+
+	/* An empty file reads as no bytes. */
+	struct call_rec *we = call_rec_new();
+	write_run(we, &t, "empty", "");
+	assert_true(we->ok);
+	struct call_rec *re = call_rec_new();
+	read_run(re, &t, "empty", 0);
+	assert_true(re->ok);
+	assert_int_equal(re->size, 0);
+
+	struct call_rec *missing = call_rec_new();
+	read_run(missing, &t, "no-such-file", 0);
+	expect_call_error(missing, ENOENT);
+	assert_int_equal(session_find("", "files")->running, 0);
+}
+
+static void test_reading_or_listing_needs_the_session(void **state)
+{
+	struct fake_counts before = counts();
+	struct ops_target t = target("", "never-made");
+	struct call_rec *r = call_rec_new();
+	read_run(r, &t, "file", 0);
+	expect_call_error(r, ENOENT);
+	struct call_rec *l = call_rec_new();
+	list_run(l, &t, NULL);
+	expect_call_error(l, ENOENT);
+	struct err e;
+	assert_null(ops_find_session(&t, &e));
+	assert_int_equal(e.errnum, ENOENT);
+	assert_null(session_find("", "never-made"));
+	assert_int_equal(counts().calls, before.calls);
+}
+
+static void test_reading_beyond_max_bytes(void **state)
+{
+	struct ops_target t = target("", "big");
+	struct call_rec *w = call_rec_new();
+	write_run(w, &t, "file", "0123456789abcdef");
+	assert_true(w->ok);
+	struct call_rec *r = call_rec_new();
+	read_run(r, &t, "file", 10);
+	expect_call_error(r, EFBIG);
+	struct call_rec *exact = call_rec_new();
+	read_run(exact, &t, "file", 16);
+	assert_true(exact->ok);
+	assert_string_equal(exact->data, "0123456789abcdef");
+}
+
+static void test_an_agent_sending_more_than_max_bytes_is_stopped(void **state)
+{
+	/* The fake agent ignores maxBytes: the host's own limit is what holds. */
+	plan_script("");
+	struct ops_target t = target("", "big-fake");
+	struct call_rec *created = call_rec_new();
+	create_run(created, &t, NULL);
+	assert_true(created->ok);
+	struct call_rec *r = call_rec_new();
+	read_run(r, &t, "file", 5);
+	expect_call_error(r, EFBIG);
+	assert_non_null(strstr(r->err.msg, "5 bytes"));
+	/* The session goes on. */
+	struct call_rec *all = call_rec_new();
+	read_run(all, &t, "file", 0);
+	assert_true(all->ok);
+	assert_string_equal(all->data, "fake file contents\n");
+	assert_int_equal(session_find("", "big-fake")->running, 0);
+}
+
+static void test_a_file_operation_times_out(void **state)
+{
+	plan_script("read reply silent");
+	T.cfg.file_op_timeout_ms = 200;
+	struct ops_target t = target("", "slow-read");
+	struct call_rec *created = call_rec_new();
+	create_run(created, &t, NULL);
+	assert_true(created->ok);
+	struct call_rec *r = call_rec_new();
+	read_run(r, &t, "file", 0);
+	expect_call_error(r, ETIMEDOUT);
+	assert_int_equal(session_find("", "slow-read")->running, 0);
+}
+
+static void test_detach_a_file_operation(void **state)
+{
+	plan_script("read reply silent");
+	struct ops_target t = target("", "detach-read");
+	struct call_rec *created = call_rec_new();
+	create_run(created, &t, NULL);
+	assert_true(created->ok);
+	/* Before it started, and while the agent has it. */
+	struct call_rec *early = call_rec_new();
+	read_begin(early, &t, "file", 0);
+	ops_call_detach(early->c);
+	struct call_rec *late = call_rec_new();
+	read_begin(late, &t, "file", 0);
+	wait_running("", "detach-read");
+	assert_int_equal(session_find("", "detach-read")->running, 1);
+	ops_call_detach(late->c);
+	assert_int_equal(session_find("", "detach-read")->running, 0);
+	barrier(&t);
+	assert_int_equal(early->dones + late->dones, 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -954,6 +1122,12 @@ int main(int argc, char **argv)
 		T_(test_detach_from_the_output_callback),
 		T_(test_a_command_times_out),
 		T_(test_a_running_command_keeps_its_session_alive),
+		T_(test_write_read_and_list_files),
+		T_(test_reading_or_listing_needs_the_session),
+		T_(test_reading_beyond_max_bytes),
+		T_(test_an_agent_sending_more_than_max_bytes_is_stopped),
+		T_(test_a_file_operation_times_out),
+		T_(test_detach_a_file_operation),
 	};
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
