@@ -198,6 +198,11 @@ static struct ops_target target(const char *owner, const char *id)
 	return (struct ops_target){ .owner = owner, .session_id = id };
 }
 
+static struct ops_target admin(const char *id)
+{
+	return (struct ops_target){ .owner = "admin", .session_id = id, .any_owner = true };
+}
+
 /* --- recorders ----------------------------------------------------------------------- */
 
 /* What the callbacks of the tests' operations record into lives until the test's teardown:
@@ -1096,6 +1101,171 @@ static void test_detach_a_file_operation(void **state)
 	assert_int_equal(early->dones + late->dones, 0);
 }
 
+/* --- owners ------------------------------------------------------------------------- */
+
+static void test_owners_do_not_see_each_other(void **state)
+{
+	struct ops_target a = target("key-a", "shared");
+	struct ops_target b = target("key-b", "shared");
+	struct call_rec *w = call_rec_new();
+	write_run(w, &a, "secret", "a's");
+	assert_true(w->ok);
+
+	struct call_rec *r = call_rec_new();
+	read_run(r, &b, "secret", 0);
+	expect_call_error(r, ENOENT);
+	struct call_rec *l = call_rec_new();
+	list_run(l, &b, NULL);
+	expect_call_error(l, ENOENT);
+	struct err e;
+	assert_int_equal(ops_destroy_session(&b, "by b", &e), -ENOENT);
+	assert_int_equal(ops_cancel_exec(&b, "exec_000000000000", &e), -ENOENT);
+	assert_null(ops_find_session(&b, &e));
+	assert_int_equal(e.errnum, ENOENT);
+	json_t *list = ops_list_sessions(&b);
+	assert_int_equal(json_array_size(list), 0);
+	json_decref(list);
+	list = ops_list_sessions(&a);
+	assert_int_equal(json_array_size(list), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(list, 0), "id")),
+			    "shared");
+	assert_null(json_object_get(json_array_get(list, 0), "owner"));
+	json_decref(list);
+	assert_true(session_ready("key-a", "shared"));
+
+	/* b's own session by that id is another one, with another sandbox. */
+	struct exec_rec *x = exec_rec_new();
+	exec_run(x, &b, "cat secret");
+	assert_true(x->ok);
+	assert_int_equal(x->r.exit_code, 1);
+	assert_true(session_ready("key-b", "shared"));
+	assert_ptr_not_equal(session_find("key-a", "shared"), session_find("key-b", "shared"));
+	assert_int_equal(session_count(), 2);
+	struct call_rec *still = call_rec_new();
+	read_run(still, &a, "secret", 0);
+	assert_true(still->ok);
+	assert_string_equal(still->data, "a's");
+}
+
+static void test_an_admin_reaches_the_one_other_owners_session(void **state)
+{
+	struct ops_target a = target("key-a", "only-a");
+	struct call_rec *w = call_rec_new();
+	write_run(w, &a, "file", "a's");
+	assert_true(w->ok);
+
+	struct ops_target adm = admin("only-a");
+	struct call_rec *r = call_rec_new();
+	read_run(r, &adm, "file", 0);
+	assert_true(r->ok);
+	assert_string_equal(r->data, "a's");
+	struct exec_rec *x = exec_rec_new();
+	exec_run(x, &adm, "cat file");
+	assert_true(x->ok);
+	assert_string_equal(x->out, "a's");
+	struct call_rec *w2 = call_rec_new();
+	write_run(w2, &adm, "by-admin", "x");
+	assert_true(w2->ok);
+	/* All of it in a's session: the admin has none. */
+	assert_null(session_find("admin", "only-a"));
+	assert_int_equal(session_count(), 1);
+
+	/* Without any_owner the admin is an owner like any other. */
+	struct ops_target plain = target("admin", "only-a");
+	struct call_rec *r2 = call_rec_new();
+	read_run(r2, &plain, "file", 0);
+	expect_call_error(r2, ENOENT);
+
+	struct err e;
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), 0);
+	assert_null(session_find("key-a", "only-a"));
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), -ENOENT);
+}
+
+static void test_an_admin_means_its_own_session_first(void **state)
+{
+	struct ops_target a = target("key-a", "both");
+	struct call_rec *wa = call_rec_new();
+	write_run(wa, &a, "file", "a's");
+	assert_true(wa->ok);
+	/* Creating is never of another owner's session, whatever any_owner says. */
+	struct ops_target adm = admin("both");
+	struct call_rec *c = call_rec_new();
+	create_run(c, &adm, NULL);
+	assert_true(c->ok);
+	assert_ptr_equal(c->session, session_find("admin", "both"));
+	struct call_rec *wadm = call_rec_new();
+	write_run(wadm, &adm, "file", "admin's");
+	assert_true(wadm->ok);
+
+	struct call_rec *r = call_rec_new();
+	read_run(r, &adm, "file", 0);
+	assert_true(r->ok);
+	assert_string_equal(r->data, "admin's");
+	/* Its own goes first; then the one other owner's is what the id means. */
+	struct err e;
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), 0);
+	assert_null(session_find("admin", "both"));
+	assert_non_null(session_find("key-a", "both"));
+	struct call_rec *r2 = call_rec_new();
+	read_run(r2, &adm, "file", 0);
+	assert_true(r2->ok);
+	assert_string_equal(r2->data, "a's");
+}
+
+static void test_an_admin_id_of_several_owners_is_ambiguous(void **state)
+{
+	struct ops_target a = target("key-a", "dup");
+	struct ops_target b = target("key-b", "dup");
+	struct call_rec *wa = call_rec_new();
+	struct call_rec *wb = call_rec_new();
+	write_run(wa, &a, "file", "a's");
+	write_run(wb, &b, "file", "b's");
+	assert_true(wa->ok);
+	assert_true(wb->ok);
+
+	struct ops_target adm = admin("dup");
+	struct call_rec *r = call_rec_new();
+	read_run(r, &adm, "file", 0);
+	expect_call_error(r, EEXIST);
+	struct call_rec *l = call_rec_new();
+	list_run(l, &adm, NULL);
+	expect_call_error(l, EEXIST);
+	struct call_rec *w = call_rec_new();
+	write_run(w, &adm, "file", "admin's");
+	expect_call_error(w, EEXIST);
+	struct exec_rec *x = exec_rec_new();
+	exec_run(x, &adm, "true");
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, EEXIST);
+	struct err e;
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), -EEXIST);
+	assert_int_equal(ops_cancel_exec(&adm, "exec_000000000000", &e), -EEXIST);
+	assert_int_equal(session_count(), 2);
+	assert_null(session_find("admin", "dup"));
+
+	/* The admin's listing says whose each is. */
+	json_t *list = ops_list_sessions(&adm);
+	assert_int_equal(json_array_size(list), 2);
+	const char *o0 = json_string_value(json_object_get(json_array_get(list, 0), "owner"));
+	const char *o1 = json_string_value(json_object_get(json_array_get(list, 1), "owner"));
+	assert_non_null(o0);
+	assert_non_null(o1);
+	assert_true((strcmp(o0, "key-a") == 0 && strcmp(o1, "key-b") == 0) ||
+		    (strcmp(o0, "key-b") == 0 && strcmp(o1, "key-a") == 0));
+	json_decref(list);
+}
+
+static void test_an_admin_without_a_match_creates_its_own(void **state)
+{
+	struct ops_target adm = admin("fresh");
+	struct exec_rec *x = exec_rec_new();
+	exec_run(x, &adm, "true");
+	assert_true(x->ok);
+	assert_true(session_ready("admin", "fresh"));
+	assert_int_equal(session_count(), 1);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -1128,6 +1298,11 @@ int main(int argc, char **argv)
 		T_(test_an_agent_sending_more_than_max_bytes_is_stopped),
 		T_(test_a_file_operation_times_out),
 		T_(test_detach_a_file_operation),
+		T_(test_owners_do_not_see_each_other),
+		T_(test_an_admin_reaches_the_one_other_owners_session),
+		T_(test_an_admin_means_its_own_session_first),
+		T_(test_an_admin_id_of_several_owners_is_ambiguous),
+		T_(test_an_admin_without_a_match_creates_its_own),
 	};
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
