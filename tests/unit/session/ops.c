@@ -169,10 +169,21 @@ static void wait_settled(void)
 	loop_until(settled, NULL, "every sandbox to be destroyed");
 }
 
+static bool created_reached(const void *arg)
+{
+	return counts().created >= *(const unsigned *)arg;
+}
+
 static bool held_after(const void *arg)
 {
 	struct fake_counts c = counts();
 	return c.calls >= *(const unsigned *)arg && c.held > 0;
+}
+
+/* Until the driver made (or destroyed) n sandboxes in all. */
+static void wait_created(unsigned n)
+{
+	loop_until(created_reached, &n, "the driver to make a sandbox");
 }
 
 /* Until create() was entered `calls` times in all and is held there. */
@@ -1266,6 +1277,183 @@ static void test_an_admin_without_a_match_creates_its_own(void **state)
 	assert_int_equal(session_count(), 1);
 }
 
+/* --- capacity and the driver -------------------------------------------------------- */
+
+static void test_creation_beyond_max_sessions_fails(void **state)
+{
+	T.cfg.max_sessions = 2;
+	struct ops_target t1 = target("", "one"), t2 = target("key-b", "two");
+	struct call_rec *c1 = call_rec_new();
+	struct call_rec *c2 = call_rec_new();
+	create_run(c1, &t1, NULL);
+	create_run(c2, &t2, NULL);
+	assert_true(c1->ok);
+	assert_true(c2->ok);
+	unsigned calls = counts().calls;
+
+	struct ops_target t3 = target("", "three");
+	struct call_rec *c3 = call_rec_new();
+	create_run(c3, &t3, NULL);
+	expect_call_error(c3, EAGAIN);
+	assert_non_null(strstr(c3->err.msg, "2 sessions"));
+	struct exec_rec *x = exec_rec_new();
+	exec_run(x, &t3, "true");
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, EAGAIN);
+	struct call_rec *w = call_rec_new();
+	write_run(w, &t3, "file", "x");
+	expect_call_error(w, EAGAIN);
+	assert_null(session_find("", "three"));
+	assert_int_equal(session_count(), 2);
+	assert_int_equal(counts().calls, calls);
+	/* The existing sessions still work. */
+	barrier(&t1);
+
+	/* Room again once one is gone. */
+	struct err e;
+	assert_int_equal(ops_destroy_session(&t2, "room", &e), 0);
+	struct call_rec *c4 = call_rec_new();
+	create_run(c4, &t3, NULL);
+	assert_true(c4->ok);
+}
+
+static void test_a_failing_driver_fails_every_waiter(void **state)
+{
+	/* Whatever the driver's errno, a sandbox that cannot be made is the server's error;
+	 * a lack of resources keeps its own. */
+	const int asked[] = { EPERM, ENOSPC };
+	const int seen[] = { EIO, ENOSPC };
+	for (size_t i = 0; i < ARRAY_SIZE(asked); i++) {
+		struct fake_plan plan = { .fail_errnum = asked[i], .hold = true };
+		fake_driver_plan(&plan);
+		unsigned calls = counts().calls;
+		struct ops_target t = target("", "doomed");
+		struct exec_rec *x = exec_rec_new();
+		exec_begin_cmd(x, &t, "true");
+		wait_held(calls + 1);
+		/* Being created: others wait for it, or hear it is not ready. */
+		struct session *s = session_find("", "doomed");
+		assert_non_null(s);
+		assert_int_equal(s->state, SESSION_CREATING);
+		struct call_rec *w = call_rec_new();
+		write_begin(w, &t, "file", "x");
+		struct call_rec *r = call_rec_new();
+		read_run(r, &t, "file", 0);
+		expect_call_error(r, EBUSY);
+		struct call_rec *c = call_rec_new();
+		create_run(c, &t, NULL);
+		expect_call_error(c, EEXIST);
+		json_t *list = ops_list_sessions(&t);
+		assert_string_equal(
+			json_string_value(json_object_get(json_array_get(list, 0), "state")),
+			"creating");
+		json_decref(list);
+		assert_int_equal(w->dones, 0);
+
+		fake_driver_release();
+		wait_count(&x->dones, 1, "the command's failure");
+		wait_count(&w->dones, 1, "the write's failure");
+		assert_false(x->ok);
+		assert_int_equal(x->err.errnum, seen[i]);
+		assert_non_null(strstr(x->err.msg, "the fake driver was told to fail"));
+		expect_call_error(w, seen[i]);
+		assert_int_equal(x->starts, 0);
+		/* Removed, not left in creating; the driver is reported unhealthy. */
+		assert_null(session_find("", "doomed"));
+		assert_int_equal(session_count(), 0);
+		struct err why;
+		assert_false(session_driver_healthy(&why));
+		assert_int_equal(why.errnum, seen[i]);
+		assert_int_equal(counts().calls, calls + 1);
+	}
+
+	/* The next request starts afresh. */
+	plan_real();
+	struct ops_target t = target("", "doomed");
+	struct exec_rec *ok = exec_rec_new();
+	exec_run(ok, &t, "true");
+	assert_true(ok->ok);
+	struct err why;
+	assert_true(session_driver_healthy(&why));
+}
+
+static void test_destroy_while_the_session_is_created(void **state)
+{
+	struct fake_plan hold = { .hold = true };
+	fake_driver_plan(&hold);
+	unsigned calls = counts().calls;
+	struct ops_target t = target("", "short-lived");
+	struct exec_rec *x = exec_rec_new();
+	exec_begin_cmd(x, &t, "true");
+	wait_held(calls + 1);
+	struct err e;
+	assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+	/* Gone at once; its waiter hears why. */
+	assert_null(session_find("", "short-lived"));
+	wait_count(&x->dones, 1, "the command's failure");
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, ECANCELED);
+	assert_int_equal(x->early, 0);
+	/* The sandbox made meanwhile is destroyed once it is there. */
+	unsigned created = counts().created;
+	fake_driver_release();
+	wait_created(created + 1);
+	wait_settled();
+	assert_int_equal(x->dones, 1);
+}
+
+struct first_reply_case {
+	const char *script;
+	int errnum;
+	const char *says;
+};
+
+static void test_an_agent_failing_its_first_reply_fails_the_creation(void **state)
+{
+	T.cfg.first_reply_timeout_ms = 200;
+	const struct first_reply_case cases[] = {
+		{ "resume reply error", EREMOTEIO, "the sandbox agent did not start" },
+		{ "resume reply malformed", EREMOTEIO, "the sandbox agent did not start" },
+		{ "resume reply eof", EREMOTEIO, "the sandbox agent did not start" },
+		{ "resume reply silent", ETIMEDOUT, "the sandbox agent did not start" },
+		{ "protocol 1", EPROTONOSUPPORT, "template `base`" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		plan_script(cases[i].script);
+		struct ops_target t = target("", "bad-agent");
+		struct exec_rec *x = exec_rec_new();
+		struct call_rec *w = call_rec_new();
+		exec_begin_cmd(x, &t, "true");
+		write_begin(w, &t, "file", "x");
+		wait_count(&x->dones, 1, "the command's failure");
+		wait_count(&w->dones, 1, "the write's failure");
+		assert_false(x->ok);
+		assert_int_equal(x->err.errnum, cases[i].errnum);
+		assert_non_null(strstr(x->err.msg, cases[i].says));
+		expect_call_error(w, cases[i].errnum);
+		assert_null(session_find("", "bad-agent"));
+		wait_settled();
+	}
+}
+
+static void test_an_unknown_template_is_the_callers_error(void **state)
+{
+	struct ops_target t = { .owner = "", .session_id = "tmpl", .template_name = "nope" };
+	struct exec_rec *x = exec_rec_new();
+	exec_run(x, &t, "true");
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, EINVAL);
+	assert_non_null(strstr(x->err.msg, "base, other"));
+	assert_null(session_find("", "tmpl"));
+
+	/* Another template than the default. */
+	struct ops_target other = { .owner = "", .session_id = "tmpl", .template_name = "other" };
+	struct call_rec *c = call_rec_new();
+	create_run(c, &other, NULL);
+	assert_true(c->ok);
+	assert_string_equal(session_find("", "tmpl")->tmpl->name, "other");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -1303,6 +1491,11 @@ int main(int argc, char **argv)
 		T_(test_an_admin_means_its_own_session_first),
 		T_(test_an_admin_id_of_several_owners_is_ambiguous),
 		T_(test_an_admin_without_a_match_creates_its_own),
+		T_(test_creation_beyond_max_sessions_fails),
+		T_(test_a_failing_driver_fails_every_waiter),
+		T_(test_destroy_while_the_session_is_created),
+		T_(test_an_agent_failing_its_first_reply_fails_the_creation),
+		T_(test_an_unknown_template_is_the_callers_error),
 	};
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
