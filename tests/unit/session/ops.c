@@ -174,6 +174,11 @@ static bool created_reached(const void *arg)
 	return counts().created >= *(const unsigned *)arg;
 }
 
+static bool destroyed_reached(const void *arg)
+{
+	return counts().destroyed >= *(const unsigned *)arg;
+}
+
 static bool held_after(const void *arg)
 {
 	struct fake_counts c = counts();
@@ -184,6 +189,11 @@ static bool held_after(const void *arg)
 static void wait_created(unsigned n)
 {
 	loop_until(created_reached, &n, "the driver to make a sandbox");
+}
+
+static void wait_destroyed(unsigned n)
+{
+	loop_until(destroyed_reached, &n, "the driver to destroy a sandbox");
 }
 
 /* Until create() was entered `calls` times in all and is held there. */
@@ -1454,6 +1464,207 @@ static void test_an_unknown_template_is_the_callers_error(void **state)
 	assert_string_equal(session_find("", "tmpl")->tmpl->name, "other");
 }
 
+/* --- destroying, and the agent dying, midway ------------------------------------------ */
+
+static void test_destroy_while_a_command_runs(void **state)
+{
+	struct ops_target t = target("", "doomed-exec");
+	struct exec_rec *x = exec_rec_new();
+	exec_begin_cmd(x, &t, "sleep 30");
+	wait_count(&x->starts, 1, "the command's start");
+	unsigned destroyed = counts().destroyed;
+	struct err e;
+	assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+	assert_null(session_find("", "doomed-exec"));
+	wait_count(&x->dones, 1, "the command's failure");
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, ECONNRESET);
+	assert_int_equal(x->early, 0);
+	wait_settled();
+	assert_int_equal(counts().destroyed, destroyed + 1);
+	assert_int_equal(x->dones, 1);
+}
+
+static void test_destroy_from_the_done_callback(void **state)
+{
+	struct ops_target t = target("", "doomed-done");
+	struct exec_rec *x = exec_rec_new();
+	x->on_done_do = ACT_DESTROY;
+	x->destroy_target = t;
+	exec_run(x, &t, "echo bye");
+	assert_true(x->ok);
+	assert_int_equal(x->destroy_rc, 0);
+	assert_string_equal(x->out, "bye\n");
+	assert_null(session_find("", "doomed-done"));
+	struct call_rec *c = call_rec_new();
+	c->destroy_target = target("", "doomed-created");
+	struct ops_target tc = target("", "doomed-created");
+	create_run(c, &tc, NULL);
+	assert_true(c->ok);
+	assert_int_equal(c->destroy_rc, 0);
+	assert_null(session_find("", "doomed-created"));
+	wait_settled();
+	barrier_idle();
+	assert_int_equal(x->dones, 1);
+	assert_int_equal(c->dones, 1);
+}
+
+static void test_destroy_while_a_file_operation_waits(void **state)
+{
+	plan_script("read reply silent");
+	struct ops_target t = target("", "doomed-read");
+	struct call_rec *c = call_rec_new();
+	create_run(c, &t, NULL);
+	assert_true(c->ok);
+	struct call_rec *r = call_rec_new();
+	read_begin(r, &t, "file", 0);
+	wait_running("", "doomed-read");
+	struct err e;
+	assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+	wait_count(&r->dones, 1, "the read's failure");
+	expect_call_error(r, ECONNRESET);
+	wait_settled();
+}
+
+struct fault_case {
+	const char *script;
+	const char *op; /* exec, read, write or list */
+	int errnum;
+};
+
+/* Runs one operation of the case's kind in session t; its error's errnum, 0 on success. */
+static int run_op(const struct fault_case *fc, const struct ops_target *t)
+{
+	if (strcmp(fc->op, "exec") == 0) {
+		struct exec_rec *x = exec_rec_new();
+		exec_run(x, t, "true");
+		assert_int_equal(x->early, 0);
+		return x->ok ? 0 : x->err.errnum;
+	}
+	struct call_rec *r = call_rec_new();
+	if (strcmp(fc->op, "read") == 0)
+		read_run(r, t, "file", 0);
+	else if (strcmp(fc->op, "write") == 0)
+		write_run(r, t, "file", "some bytes");
+	else
+		list_run(r, t, NULL);
+	assert_int_equal(r->early, 0);
+	return r->ok ? 0 : r->err.errnum;
+}
+
+static void expect_errnum(const struct fault_case *fc, int errnum)
+{
+	if (errnum != fc->errnum)
+		fail_msg("%s: %s, not %s", fc->script, errnum ? err_name(errnum) : "success",
+			 err_name(fc->errnum));
+}
+
+static void test_an_agent_failing_midway_fails_the_operation_then_the_session(void **state)
+{
+	const struct fault_case cases[] = {
+		{ "exec midstream eof", "exec", ECONNRESET },
+		{ "exec midstream oversize", "exec", EREMOTEIO },
+		{ "read midstream eof", "read", ECONNRESET },
+		{ "read midstream oversize", "read", EREMOTEIO },
+		{ "write midstream eof", "write", ECONNRESET },
+		{ "list reply eof", "list", ECONNRESET },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		plan_script(cases[i].script);
+		struct ops_target t = target("", "midway");
+		struct call_rec *c = call_rec_new();
+		create_run(c, &t, NULL);
+		assert_true(c->ok);
+		unsigned destroyed = counts().destroyed;
+		expect_errnum(&cases[i], run_op(&cases[i], &t));
+		/* The session failed with its sandbox, which is destroyed. */
+		struct session *s = session_find("", "midway");
+		assert_non_null(s);
+		assert_int_equal(s->state, SESSION_FAILED);
+		wait_destroyed(destroyed + 1);
+		/* It says why once, then it is gone. */
+		struct err e;
+		assert_null(ops_find_session(&t, &e));
+		assert_int_equal(e.errnum, ECONNRESET);
+		assert_non_null(strstr(e.msg, "stopped unexpectedly"));
+		assert_null(ops_find_session(&t, &e));
+		assert_int_equal(e.errnum, ENOENT);
+		wait_settled();
+	}
+}
+
+static void test_an_agents_bad_answer_fails_only_the_operation(void **state)
+{
+	/* The agent's own error keeps its code; a reply that breaks the protocol is the
+	 * agent's fault, not the caller's. */
+	const struct fault_case cases[] = {
+		{ "exec#1 reply error", "exec", ENOSPC },
+		{ "exec#1 midstream malformed", "exec", EREMOTEIO },
+		{ "read#1 reply notobject", "read", EREMOTEIO },
+		{ "write#1 reply error", "write", ENOSPC },
+		{ "list#1 reply malformed", "list", EREMOTEIO },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		plan_script(cases[i].script);
+		struct ops_target t = target("", "bad-answer");
+		struct call_rec *c = call_rec_new();
+		create_run(c, &t, NULL);
+		assert_true(c->ok);
+		expect_errnum(&cases[i], run_op(&cases[i], &t));
+		/* The session goes on: the same operation works the next time. */
+		assert_true(session_ready("", "bad-answer"));
+		const struct fault_case fine = { cases[i].script, cases[i].op, 0 };
+		expect_errnum(&fine, run_op(&fine, &t));
+		assert_int_equal(session_find("", "bad-answer")->running, 0);
+		struct err e;
+		assert_int_equal(ops_destroy_session(&t, "next case", &e), 0);
+		wait_settled();
+	}
+}
+
+static void test_a_failed_session_reports_once_then_starts_afresh(void **state)
+{
+	plan_script("exec midstream eof");
+	struct ops_target t = target("", "again");
+	struct exec_rec *first = exec_rec_new();
+	exec_run(first, &t, "true");
+	assert_false(first->ok);
+	assert_int_equal(first->err.errnum, ECONNRESET);
+	assert_string_equal(first->out, "fake output\n");
+	plan_real();
+	/* The next command hears why, the one after gets a new session. */
+	unsigned created = counts().created;
+	struct exec_rec *second = exec_rec_new();
+	exec_run(second, &t, "true");
+	assert_false(second->ok);
+	assert_int_equal(second->err.errnum, ECONNRESET);
+	assert_non_null(strstr(second->err.msg, "stopped unexpectedly"));
+	struct exec_rec *third = exec_rec_new();
+	exec_run(third, &t, "true");
+	assert_true(third->ok);
+	assert_int_equal(counts().created, created + 1);
+}
+
+static void test_the_real_agent_killed_midway(void **state)
+{
+	struct ops_target t = target("", "killed");
+	struct exec_rec *x = exec_rec_new();
+	exec_begin_cmd(x, &t, "echo $$; exec sleep 30");
+	wait_count(&x->outputs, 1, "the command's pid");
+	pid_t command = (pid_t)atoi(x->out);
+	assert_true(command > 0);
+	assert_int_equal(kill(fake_driver_last_pid(), SIGKILL), 0);
+	wait_count(&x->dones, 1, "the command's failure");
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, ECONNRESET);
+	/* What the agent left running is the test's to end. */
+	kill(-command, SIGKILL);
+	struct err e;
+	assert_null(ops_find_session(&t, &e));
+	assert_int_equal(e.errnum, ECONNRESET);
+	wait_settled();
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -1496,6 +1707,13 @@ int main(int argc, char **argv)
 		T_(test_destroy_while_the_session_is_created),
 		T_(test_an_agent_failing_its_first_reply_fails_the_creation),
 		T_(test_an_unknown_template_is_the_callers_error),
+		T_(test_destroy_while_a_command_runs),
+		T_(test_destroy_from_the_done_callback),
+		T_(test_destroy_while_a_file_operation_waits),
+		T_(test_an_agent_failing_midway_fails_the_operation_then_the_session),
+		T_(test_an_agents_bad_answer_fails_only_the_operation),
+		T_(test_a_failed_session_reports_once_then_starts_afresh),
+		T_(test_the_real_agent_killed_midway),
 	};
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
