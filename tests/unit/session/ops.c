@@ -462,6 +462,14 @@ static void call_started(struct call_rec *rec, struct ops_call *c, const struct 
 	rec->returned = true;
 }
 
+/* A byte for a write to take over. */
+static uint8_t *one_byte(void)
+{
+	uint8_t *b = xmalloc(1);
+	b[0] = 'x';
+	return b;
+}
+
 static void write_begin(struct call_rec *rec, const struct ops_target *t, const char *path,
 			const char *text)
 {
@@ -1665,6 +1673,185 @@ static void test_the_real_agent_killed_midway(void **state)
 	wait_settled();
 }
 
+/* --- sessions and validation -------------------------------------------------------- */
+
+static void test_create_session(void **state)
+{
+	/* What is refused records here if a broken check lets it run. */
+	struct call_rec *stray = call_rec_new();
+	struct ops_target t = target("", "made");
+	struct call_rec *c = call_rec_new();
+	create_run(c, &t, NULL);
+	assert_true(c->ok);
+	assert_int_equal(c->early, 0);
+	assert_string_equal(c->session_id, "made");
+	assert_ptr_equal(c->session, session_find("", "made"));
+	assert_int_equal(c->session->state, SESSION_READY);
+
+	struct call_rec *again = call_rec_new();
+	create_run(again, &t, NULL);
+	expect_call_error(again, EEXIST);
+	/* Another owner may have one by that id. */
+	struct ops_target b = target("key-b", "made");
+	struct call_rec *other = call_rec_new();
+	create_run(other, &b, NULL);
+	assert_true(other->ok);
+
+	/* Without an id, a fresh one. */
+	struct ops_target anon = target("", NULL);
+	struct call_rec *fresh = call_rec_new();
+	create_run(fresh, &anon, NULL);
+	assert_true(fresh->ok);
+	assert_true(strncmp(fresh->session_id, "sess_", 5) == 0);
+	assert_true(session_ready("", fresh->session_id));
+	assert_int_equal(session_count(), 3);
+
+	/* Its limits, which may only be tighter than the server's, reach the driver. */
+	struct session_resources res = { .memory_bytes = 64u << 20, .pids_max = 32 };
+	struct ops_session_opts o = { .resources = &res, .idle_timeout_s = 7 };
+	struct ops_target lim = target("", "limited");
+	struct call_rec *l = call_rec_new();
+	create_run(l, &lim, &o);
+	assert_true(l->ok);
+	struct sandbox_limits got;
+	fake_driver_last_limits(&got);
+	assert_int_equal(got.memory_bytes, 64u << 20);
+	assert_int_equal(got.pids_max, 32);
+	assert_int_equal(l->session->idle_timeout_s, 7);
+
+	struct err e;
+	struct session_resources more = { .memory_bytes = T.cfg.memory_limit * 2 };
+	struct ops_session_opts loose = { .resources = &more };
+	assert_null(ops_create_session(&lim, &loose, on_call_done, stray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	assert_non_null(strstr(e.msg, "memoryBytes"));
+}
+
+static void test_invalid_session_ids(void **state)
+{
+	/* What is refused records here if a broken check lets it run. */
+	struct exec_rec *xstray = exec_rec_new();
+	struct call_rec *stray = call_rec_new();
+	char long_id[130];
+	memset(long_id, 'a', 129);
+	long_id[129] = '\0';
+	const char *const bad[] = {
+		"", "with space", "a/b", "semi;colon", "\xc3\xa9", long_id, NULL
+	};
+	assert_true(session_id_valid("aZ0-_.x"));
+	long_id[128] = '\0';
+	assert_true(session_id_valid(long_id));
+	long_id[128] = 'a';
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		struct ops_target t = target("", bad[i]);
+		struct err e;
+		struct ops_exec_req req = { .command = "true" };
+		e.errnum = 0;
+		assert_null(ops_execute(&t, &req, &exec_cbs, xstray, &e));
+		assert_int_equal(e.errnum, EINVAL);
+		e.errnum = 0;
+		assert_null(ops_write_file(&t, "f", one_byte(), 1, -1, on_call_done, stray, &e));
+		assert_int_equal(e.errnum, EINVAL);
+		e.errnum = 0;
+		assert_null(ops_read_file(&t, "f", 0, on_call_done, stray, &e));
+		assert_int_equal(e.errnum, EINVAL);
+		e.errnum = 0;
+		assert_null(ops_list_files(&t, NULL, false, on_call_done, stray, &e));
+		assert_int_equal(e.errnum, EINVAL);
+		assert_int_equal(ops_destroy_session(&t, "x", &e), -EINVAL);
+		assert_int_equal(ops_cancel_exec(&t, "exec_000000000000", &e), -EINVAL);
+		if (bad[i]) {
+			e.errnum = 0;
+			assert_null(ops_create_session(&t, NULL, on_call_done, stray, &e));
+			assert_int_equal(e.errnum, EINVAL);
+		}
+	}
+	barrier_idle();
+	assert_int_equal(session_count(), 0);
+}
+
+static void test_invalid_environments(void **state)
+{
+	/* What is refused records here if a broken check lets it run. */
+	struct exec_rec *xstray = exec_rec_new();
+	struct call_rec *stray = call_rec_new();
+	json_t *bad[] = {
+		json_pack("{s:s}", "A=B", "x"),
+		json_pack("{s:s}", "", "x"),
+		json_pack("{s:i}", "A", 1),
+		json_pack("{s:n}", "A"),
+		json_string("A=1"),
+		json_pack("[s]", "A=1"),
+	};
+	struct ops_target t = target("", "env-check");
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		struct err e;
+		e.errnum = 0;
+		assert_int_equal(ops_check_env(bad[i], &e), -EINVAL);
+		struct ops_exec_req req = { .command = "true", .env = bad[i] };
+		e.errnum = 0;
+		assert_null(ops_execute(&t, &req, &exec_cbs, xstray, &e));
+		assert_int_equal(e.errnum, EINVAL);
+		struct ops_session_opts o = { .env = bad[i] };
+		e.errnum = 0;
+		assert_null(ops_create_session(&t, &o, on_call_done, stray, &e));
+		assert_int_equal(e.errnum, EINVAL);
+		json_decref(bad[i]);
+	}
+	struct err e;
+	assert_int_equal(ops_check_env(NULL, &e), 0);
+	json_t *null = json_null();
+	assert_int_equal(ops_check_env(null, &e), 0);
+	json_t *good = json_pack("{s:s, s:s}", "A", "", "LONG_NAME_1", "x=y");
+	assert_int_equal(ops_check_env(good, &e), 0);
+	json_decref(good);
+	barrier_idle();
+	assert_int_equal(session_count(), 0);
+}
+
+static void test_invalid_requests(void **state)
+{
+	/* What is refused records here if a broken check lets it run. */
+	struct exec_rec *xstray = exec_rec_new();
+	struct call_rec *stray = call_rec_new();
+	struct ops_target t = target("", "req-check");
+	struct err e;
+	struct ops_exec_req none = { 0 };
+	assert_null(ops_execute(&t, &none, &exec_cbs, xstray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	struct ops_exec_req empty = { .command = "" };
+	assert_null(ops_execute(&t, &empty, &exec_cbs, xstray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	json_t *not_array = json_string("x");
+	struct ops_exec_req args1 = { .command = "echo", .args = not_array };
+	assert_null(ops_execute(&t, &args1, &exec_cbs, xstray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	json_decref(not_array);
+	json_t *not_strings = json_pack("[s,i]", "x", 1);
+	struct ops_exec_req args2 = { .command = "echo", .args = not_strings };
+	assert_null(ops_execute(&t, &args2, &exec_cbs, xstray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	assert_non_null(strstr(e.msg, "args[1]"));
+	json_decref(not_strings);
+	struct ops_exec_req week = { .command = "true",
+				     .timeout_ms = 604800001ull,
+				     .has_timeout = true };
+	assert_null(ops_execute(&t, &week, &exec_cbs, xstray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+
+	/* A write takes its data over even when it refuses. */
+	assert_null(ops_write_file(&t, "f", one_byte(), 1, 010000, on_call_done, stray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	assert_null(ops_write_file(&t, "", one_byte(), 1, -1, on_call_done, stray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	assert_null(ops_write_file(&t, NULL, one_byte(), 1, -1, on_call_done, stray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	assert_null(ops_read_file(&t, "", 0, on_call_done, stray, &e));
+	assert_int_equal(e.errnum, EINVAL);
+	barrier_idle();
+	assert_int_equal(session_count(), 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -1714,6 +1901,10 @@ int main(int argc, char **argv)
 		T_(test_an_agents_bad_answer_fails_only_the_operation),
 		T_(test_a_failed_session_reports_once_then_starts_afresh),
 		T_(test_the_real_agent_killed_midway),
+		T_(test_create_session),
+		T_(test_invalid_session_ids),
+		T_(test_invalid_environments),
+		T_(test_invalid_requests),
 	};
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
