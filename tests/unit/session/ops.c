@@ -10,7 +10,7 @@
  *     test-session-ops SANDBOX_AGENT FAKE_AGENT
  *
  * SESSION_OPS_FILTER=PATTERN runs only the cases whose names match (cmocka's filter, `*`
- * as a wildcard). */
+ * as a wildcard); SESSION_OPS_KNOWN_BUGS=1 runs the reproducers of known bugs instead. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1852,6 +1852,80 @@ static void test_invalid_requests(void **state)
 	assert_int_equal(session_count(), 0);
 }
 
+/* --- known bugs -------------------------------------------------------------------- */
+
+/* Each test below reproduces a bug of src/session that crashes the process under ASan. They
+ * run only with SESSION_OPS_KNOWN_BUGS set (the known-bugs suite, where they are expected to
+ * fail), so that the unit suite stays usable until the bugs are fixed; a fix moves its
+ * reproducer into the unit suite's cases. */
+
+/* KNOWN BUG (ops.c): destroying the session from inside on_output or on_start frees the
+ * command's handle under the callback. guest_conn_free() fails the session's operations at
+ * once; exec_on_guest_done() -> exec_fail() frees the handle although x->in_cb says that a
+ * callback is still on the stack, and exec_deliver() (or exec_on_session()) then decrements
+ * x->in_cb in freed memory: a heap-use-after-free. */
+static void test_destroy_from_the_output_callback(void **state)
+{
+	struct ops_target t = target("", "doomed-output");
+	struct exec_rec *x = exec_rec_new();
+	x->on_output_do = ACT_DESTROY;
+	x->destroy_target = t;
+	exec_begin_cmd(x, &t, "echo hello; sleep 30");
+	wait_count(&x->dones, 1, "the command's failure");
+	assert_int_equal(x->destroy_rc, 0);
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, ECONNRESET);
+	assert_int_equal(x->outputs, 1);
+	assert_null(session_find("", "doomed-output"));
+	wait_settled();
+	assert_int_equal(x->dones, 1);
+}
+
+static void test_destroy_from_the_start_callback(void **state)
+{
+	struct ops_target t = target("", "doomed-start");
+	struct exec_rec *x = exec_rec_new();
+	x->on_start_do = ACT_DESTROY;
+	x->destroy_target = t;
+	exec_begin_cmd(x, &t, "sleep 30");
+	wait_count(&x->dones, 1, "the command's failure");
+	assert_int_equal(x->destroy_rc, 0);
+	assert_false(x->ok);
+	assert_int_equal(x->err.errnum, ECONNRESET);
+	assert_int_equal(x->starts, 1);
+	assert_null(session_find("", "doomed-start"));
+	wait_settled();
+	assert_int_equal(x->dones, 1);
+}
+
+/* KNOWN BUG (session.c): a waiter that destroys the session from its callback (here the
+ * creation's done) leaves fire_waiters() handing the same, now destroyed, session to the
+ * next waiter as ready: exec_on_session() then calls guest_op_start() on s->conn, which
+ * session_destroy() freed and set to NULL: a NULL dereference. */
+static void test_a_waiter_destroying_the_session_fails_the_others(void **state)
+{
+	struct fake_plan hold = { .hold = true };
+	fake_driver_plan(&hold);
+	unsigned calls = counts().calls;
+	struct ops_target t = target("", "destroyed-by-a-waiter");
+	struct call_rec *c = call_rec_new();
+	c->destroy_target = t;
+	struct err e;
+	call_started(c, ops_create_session(&t, NULL, on_call_done, c, &e), &e);
+	wait_held(calls + 1);
+	struct exec_rec *x = exec_rec_new();
+	exec_begin_cmd(x, &t, "true");
+	barrier_idle();
+	fake_driver_release();
+	wait_count(&c->dones, 1, "the creation");
+	wait_count(&x->dones, 1, "the command's failure");
+	assert_true(c->ok);
+	assert_int_equal(c->destroy_rc, 0);
+	assert_false(x->ok);
+	assert_int_equal(x->early, 0);
+	wait_settled();
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -1906,8 +1980,15 @@ int main(int argc, char **argv)
 		T_(test_invalid_environments),
 		T_(test_invalid_requests),
 	};
+	const struct CMUnitTest known_bugs[] = {
+		T_(test_destroy_from_the_output_callback),
+		T_(test_destroy_from_the_start_callback),
+		T_(test_a_waiter_destroying_the_session_fails_the_others),
+	};
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
 		cmocka_set_test_filter(getenv("SESSION_OPS_FILTER"));
+	if (getenv("SESSION_OPS_KNOWN_BUGS"))
+		return cmocka_run_group_tests(known_bugs, group_setup, group_teardown);
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
