@@ -165,7 +165,8 @@ struct ops_exec {
 	size_t unacked;
 	bool cancel_requested;
 	bool detached;
-	int in_cb; /* user callbacks on the stack: frees wait for them */
+	int in_cb;     /* user callbacks on the stack: frees wait for them */
+	bool finished; /* the terminal callback ran inside another: free when it returns */
 	char exec_id[25];
 };
 
@@ -192,23 +193,44 @@ static void exec_release(struct ops_exec *x)
 	x->op = NULL;
 }
 
+/* The handle's end: now, or when the outermost callback on the stack returns (a caller may
+ * destroy the session from on_start or on_output, which ends the command under it). */
+static void exec_finish(struct ops_exec *x)
+{
+	if (x->in_cb)
+		x->finished = true;
+	else
+		exec_free(x);
+}
+
+/* Returns from a user callback; true when x is gone. */
+static bool exec_cb_return(struct ops_exec *x)
+{
+	if (--x->in_cb || !x->finished)
+		return false;
+	exec_free(x);
+	return true;
+}
+
 static void exec_fail(struct ops_exec *x, const struct err *err)
 {
 	x->phase = EXEC_DONE;
 	x->in_cb++;
 	x->cbs->on_done(x, NULL, err, x->arg);
-	exec_free(x);
+	x->in_cb--;
+	exec_finish(x);
 }
 
-static void exec_deliver(struct ops_exec *x, int si, const uint8_t *buf, size_t len)
+/* Returns true when x is gone. */
+static bool exec_deliver(struct ops_exec *x, int si, const uint8_t *buf, size_t len)
 {
-	if (len == 0 || !x->cbs->on_output)
-		return;
+	if (len == 0 || !x->cbs->on_output || x->phase == EXEC_DONE)
+		return false;
 	size_t tlen;
 	_cleanup_free_ char *text = utf8_sanitize(buf, len, &tlen);
 	x->in_cb++;
 	x->cbs->on_output(x, si ? OPS_STDERR : OPS_STDOUT, text, tlen, x->arg);
-	x->in_cb--;
+	return exec_cb_return(x);
 }
 
 /* The caller detached from inside a callback: finish that now that it returned. */
@@ -247,7 +269,8 @@ static void exec_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 	size_t tail = utf8_incomplete_tail(buf, total);
 	memcpy(x->carry[si], buf + total - tail, tail);
 	x->carry_len[si] = tail;
-	exec_deliver(x, si, buf, total - tail);
+	if (exec_deliver(x, si, buf, total - tail) || x->phase == EXEC_DONE)
+		return;
 	if (x->paused || x->detached)
 		x->unacked += len;
 	else
@@ -263,7 +286,8 @@ static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct
 	for (int si = 0; si < 2; si++) {
 		size_t n = x->carry_len[si];
 		x->carry_len[si] = 0;
-		exec_deliver(x, si, x->carry[si], n);
+		if (exec_deliver(x, si, x->carry[si], n) || x->phase == EXEC_DONE)
+			return;
 	}
 	double duration = (double)(time_mono_us() - x->t0_us) / 1000.0;
 	metrics_add(metrics_daemon.exec_message_total, 1, "execute");
@@ -271,8 +295,7 @@ static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct
 	exec_release(x);
 	if (x->detached) {
 		x->phase = EXEC_DONE;
-		if (!x->in_cb)
-			exec_free(x);
+		exec_finish(x);
 		return;
 	}
 	if (err) {
@@ -295,7 +318,8 @@ static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct
 	x->phase = EXEC_DONE;
 	x->in_cb++;
 	x->cbs->on_done(x, &r, NULL, x->arg);
-	exec_free(x);
+	x->in_cb--;
+	exec_finish(x);
 }
 
 static const struct guest_op_cbs exec_guest_cbs = { .on_data = exec_on_data,
@@ -350,7 +374,8 @@ static void exec_on_session(struct session *s, const struct err *err, void *arg)
 	if (x->cbs->on_start) {
 		x->in_cb++;
 		x->cbs->on_start(x, x->arg);
-		x->in_cb--;
+		if (exec_cb_return(x) || x->phase == EXEC_DONE)
+			return;
 		exec_detached_now(x);
 	}
 }

@@ -155,8 +155,15 @@ static void fire_waiters(struct session *s, const struct err *err)
 	struct session_waiter *w = s->waiters;
 	s->waiters = NULL;
 	session_ref(s);
+	struct err gone;
 	while (w) {
 		struct session_waiter *next = w->next;
+		/* A waiter before this one may have destroyed the session from its callback. */
+		if (!err && s->state != SESSION_READY) {
+			err_set(&gone, ECONNRESET, "session `%s` was destroyed while it was made",
+				s->id);
+			err = &gone;
+		}
 		w->cb(err ? NULL : s, err, w->arg);
 		free(w);
 		w = next;

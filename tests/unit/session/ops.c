@@ -10,7 +10,7 @@
  *     test-session-ops SANDBOX_AGENT FAKE_AGENT
  *
  * SESSION_OPS_FILTER=PATTERN runs only the cases whose names match (cmocka's filter, `*`
- * as a wildcard); SESSION_OPS_KNOWN_BUGS=1 runs the reproducers of known bugs instead. */
+ * as a wildcard). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1852,18 +1852,11 @@ static void test_invalid_requests(void **state)
 	assert_int_equal(session_count(), 0);
 }
 
-/* --- known bugs -------------------------------------------------------------------- */
+/* --- destroying a session from inside a callback ----------------------------------- */
 
-/* Each test below reproduces a bug of src/session that crashes the process under ASan. They
- * run only with SESSION_OPS_KNOWN_BUGS set (the known-bugs suite, where they are expected to
- * fail), so that the unit suite stays usable until the bugs are fixed; a fix moves its
- * reproducer into the unit suite's cases. */
-
-/* KNOWN BUG (ops.c): destroying the session from inside on_output or on_start frees the
- * command's handle under the callback. guest_conn_free() fails the session's operations at
- * once; exec_on_guest_done() -> exec_fail() frees the handle although x->in_cb says that a
- * callback is still on the stack, and exec_deliver() (or exec_on_session()) then decrements
- * x->in_cb in freed memory: a heap-use-after-free. */
+/* Destroying the session from inside on_output or on_start ends the command under the
+ * callback (the connection's end fails its operations at once): the command fails once, and
+ * its handle outlives the callback that ended it. */
 static void test_destroy_from_the_output_callback(void **state)
 {
 	struct ops_target t = target("", "doomed-output");
@@ -1898,10 +1891,8 @@ static void test_destroy_from_the_start_callback(void **state)
 	assert_int_equal(x->dones, 1);
 }
 
-/* KNOWN BUG (session.c): a waiter that destroys the session from its callback (here the
- * creation's done) leaves fire_waiters() handing the same, now destroyed, session to the
- * next waiter as ready: exec_on_session() then calls guest_op_start() on s->conn, which
- * session_destroy() freed and set to NULL: a NULL dereference. */
+/* A waiter that destroys the session from its callback (here the creation's done) leaves
+ * the waiters after it an error, not the destroyed session. */
 static void test_a_waiter_destroying_the_session_fails_the_others(void **state)
 {
 	struct fake_plan hold = { .hold = true };
@@ -1979,8 +1970,6 @@ int main(int argc, char **argv)
 		T_(test_invalid_session_ids),
 		T_(test_invalid_environments),
 		T_(test_invalid_requests),
-	};
-	const struct CMUnitTest known_bugs[] = {
 		T_(test_destroy_from_the_output_callback),
 		T_(test_destroy_from_the_start_callback),
 		T_(test_a_waiter_destroying_the_session_fails_the_others),
@@ -1988,7 +1977,5 @@ int main(int argc, char **argv)
 #undef T_
 	if (getenv("SESSION_OPS_FILTER"))
 		cmocka_set_test_filter(getenv("SESSION_OPS_FILTER"));
-	if (getenv("SESSION_OPS_KNOWN_BUGS"))
-		return cmocka_run_group_tests(known_bugs, group_setup, group_teardown);
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
