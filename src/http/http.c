@@ -626,6 +626,8 @@ int http_status_for_errno(int errnum)
 	case ENOTSUP:
 	case ENOSYS:
 		return 501;
+	case EROFS: /* the server cannot record what it would create */
+		return 503;
 	case ECANCELED:
 		return 409;
 	default:

@@ -58,6 +58,11 @@ struct create_job {
 /* A job for a sandbox of template t with the server's limits, or the session's own. */
 struct create_job *session_job_new(struct template *t, struct session *s, struct pool *p);
 void session_job_free(struct create_job *j);
+/* Records the sandbox a job is about to make before anything of it exists (its id names every
+ * kernel object and directory the driver makes), so that a crash from then on leaves a record
+ * the next start cleans up by. When the store cannot write, nothing is made: EROFS. */
+int session_job_record(struct create_job *j, const char *owner, const char *session_id,
+		       struct err *err);
 /* The work (on a worker): prepares the template, the network, then the driver's create. */
 void session_job_work(void *arg);
 

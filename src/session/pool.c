@@ -142,6 +142,7 @@ static void pool_create_done(void *arg)
 	session_mod.creating--;
 	p->inflight--;
 	if (j->rc < 0) {
+		store_sandbox_delete(j->sandbox_id);
 		session_mod.last_create_failed = true;
 		err_copy(&session_mod.last_create_error, &j->err);
 		pool_failed(p, &j->err);
@@ -189,6 +190,12 @@ static void pool_refill(struct pool *p)
 	 * starving requests for the workers. */
 	while (pool_count(p) + p->inflight < session_mod.cfg->warm_pool && p->inflight < 1) {
 		struct create_job *j = session_job_new(t, NULL, p);
+		struct err e;
+		if (session_job_record(j, NULL, NULL, &e) < 0) {
+			session_job_free(j);
+			pool_failed(p, &e);
+			return;
+		}
 		p->inflight++;
 		session_mod.creating++;
 		loop_submit(session_job_work, pool_create_done, j);

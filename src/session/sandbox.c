@@ -110,6 +110,7 @@ void session_job_work(void *arg)
 	if (j->rc < 0)
 		return;
 	j->spec.netns_path = j->netns_path;
+	log_debug("session", "sandbox %s: creating (template %s)", j->sandbox_id, j->tmpl->name);
 	char resolv[PATH_MAX];
 	if (j->netns_path && net_resolv_conf_path(j->netns_path, resolv, sizeof(resolv)) == 0)
 		j->spec.resolv_conf = resolv;
@@ -143,6 +144,20 @@ struct create_job *session_job_new(struct template *t, struct session *s, struct
 	j->pool = p;
 	j->t0 = time_mono_ms();
 	return j;
+}
+
+int session_job_record(struct create_job *j, const char *owner, const char *session_id,
+		       struct err *err)
+{
+	json_auto_t *intent = json_pack("{s:s}", "state", "creating");
+	struct err e;
+	if (store_sandbox_put(j->sandbox_id, session_mod.drv->name, owner, session_id, intent, &e) <
+	    0)
+		return err_set(err, EROFS,
+			       "the server cannot record new sandboxes now (%s); nothing was "
+			       "created",
+			       e.msg);
+	return 0;
 }
 
 void session_job_free(struct create_job *j)

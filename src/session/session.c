@@ -293,6 +293,8 @@ static void session_create_done(void *arg)
 				(double)(time_mono_ms() - j->t0) / 1000.0, session_mod.drv->name,
 				"cold");
 	if (j->rc < 0) {
+		/* The driver left nothing behind: nor does its record. */
+		store_sandbox_delete(j->sandbox_id);
 		/* Whatever the driver's errno, a sandbox that cannot be made is the server's
 		 * failure, not the request's: keep the message, report it as such. */
 		if (j->err.errnum != EAGAIN && j->err.errnum != ETIMEDOUT &&
@@ -434,6 +436,12 @@ void session_get_or_create(const char *owner, const char *id,
 	}
 	struct create_job *j = session_job_new(t, s, NULL);
 	j->net_policy = egress;
+	struct err unrecorded;
+	if (session_job_record(j, s->owner, s->id, &unrecorded) < 0) {
+		session_job_free(j);
+		session_fail_creation(s, &unrecorded);
+		return;
+	}
 	session_ref(s);
 	session_mod.creating++;
 	loop_submit(session_job_work, session_create_done, j);

@@ -2,10 +2,13 @@
 and a restart after the daemon was killed."""
 
 import os
+import random
 import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
 import unittest
 
@@ -290,6 +293,141 @@ class CrashRecoveryTest(unittest.TestCase):
         self.assertIsNone(decoy.poll(), "the daemon's shutdown killed a process not its own")
         for path in decoy_dirs:
             self.assertTrue(os.path.isdir(path), f"the daemon's shutdown removed {path}")
+
+
+class CreationCrashTest(unittest.TestCase):
+    """kill -9 while sandboxes are being made (by requests and by the warm pool): every
+    sandbox the daemon began is recorded before it exists, so the restart removes it."""
+    ROUNDS = 4
+    BURST = 4
+
+    def leftovers(self, daemon, ids):
+        left = []
+        for sandbox in ids:
+            left += host.cgroup_dirs(sandbox)
+            run = os.path.join(daemon.run_dir, "qemu", sandbox)
+            if os.path.exists(run):
+                left.append(run)
+        return left
+
+    def crash_round(self, pool):
+        first = start_daemon({"SANDBOX_WARM_POOL": str(pool)})
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        if not self.decoy_dirs:
+            # Once the daemon made its cgroup parents.
+            self.decoy, self.decoy_dirs = CrashRecoveryTest.make_decoys(
+                self, host.cgroup_parents())
+
+        def create(sid):
+            try:
+                first.post("/exec/", body={"id": sid}, timeout=60)
+            except OSError:
+                pass  # the daemon was killed under the request: that is the point
+
+        burst = [threading.Thread(target=create, args=(new_session_id("burst"),), daemon=True)
+                 for _ in range(self.BURST)]
+        for t in burst:
+            t.start()
+        wait_until(lambda: "creating (template" in first.stderr(), 60,
+                   what="a sandbox being made")
+        # Somewhere in the creations' window: a random point, not a synchronisation.
+        time.sleep(random.uniform(0, 0.03))
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        first.kill()
+        for t in burst:
+            t.join(60)
+        ids = host.sandbox_ids(first.stderr())
+        self.assertTrue(ids, "the daemon began no sandbox before it was killed")
+
+        second = start_daemon({"SANDBOX_WARM_POOL": "0",
+                               "SANDBOX_STATE_DIR": first.state_dir,
+                               "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        status, _, body = second.get("/health")
+        self.assertEqual(status, 200, body)
+        second.stop()
+        self.assertEqual(self.leftovers(first, ids), [],
+                         f"sandboxes the killed daemon began survived its restart ({ids})")
+
+    @tag("driver")
+    def test_kill_during_creation_leaves_nothing(self):
+        self.decoy, self.decoy_dirs = None, []
+        for i in range(self.ROUNDS):
+            with self.subTest(round=i, pool=i % 2 * 2):
+                self.crash_round(pool=i % 2 * 2)
+        self.assertIsNone(self.decoy.poll(), "a restarted daemon killed a process not its own")
+        for path in self.decoy_dirs:
+            self.assertTrue(os.path.isdir(path), f"a restarted daemon removed {path}")
+
+
+class FullStateDiskTest(unittest.TestCase):
+    """A state directory that cannot be written: no sandbox is made that is not recorded;
+    creations fail with 503 and come back with the space; what exists keeps working."""
+
+    def fill(self, directory):
+        """Fills the file system of `directory`; returns the filler's path."""
+        path = os.path.join(directory, "filler")
+        with open(path, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        return path
+
+    @tag("driver")
+    def test_no_record_no_sandbox(self):
+        tmp = tempfile.mkdtemp(prefix="sandbox-fulldisk-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        state = os.path.join(tmp, "state")
+        os.mkdir(state)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", state], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", state], check=False)
+        first = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_STATE_DIR": state})
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        before = new_session_id("before")
+        status, _, body = first.post("/exec/", body={"id": before})
+        self.assertEqual(status, 201, body)
+
+        filler = self.fill(state)
+        refused = None
+        for i in range(200):
+            status, _, body = first.post("/exec/", body={"id": new_session_id(f"full{i}")})
+            self.assertIn(status, (201, 503), body)
+            if status == 503:
+                refused = body
+                break
+        self.assertIsNotNone(refused, "creations went on with the state directory full")
+        self.assertIn("cannot record", refused.get("error", ""))
+        # What exists keeps working.
+        status, _, body = first.post(f"/exec/{before}/execute", body={"command": "echo ok"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body.get("exitCode"), 0, body)
+
+        # Space again: creations come back by themselves.
+        os.unlink(filler)
+        status, _, body = first.post("/exec/", body={"id": new_session_id("after")})
+        self.assertEqual(status, 201, body)
+
+        # Whatever was made is recorded: a crash now leaves nothing after the restart.
+        self.fill(state)
+        for i in range(5):
+            first.post("/exec/", body={"id": new_session_id(f"crash{i}")})
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        first.kill()
+        ids = host.sandbox_ids(first.stderr())
+        os.unlink(os.path.join(state, "filler"))
+        second = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_STATE_DIR": state,
+                               "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        second.stop()
+        left = [d for sandbox in ids for d in host.cgroup_dirs(sandbox)]
+        self.assertEqual(left, [], "a sandbox made while the state disk was full survived")
 
 
 def _read(path):
