@@ -101,7 +101,7 @@ static int read_message(struct qmp *q, uint64_t deadline, const char *what, json
 		}
 		size_t line = (size_t)(nl - q->buf);
 		json_error_t jerr;
-		json_t *msg = NULL;
+		json_auto_t *msg = NULL;
 		size_t skip = 0;
 		while (skip < line &&
 		       (q->buf[skip] == ' ' || q->buf[skip] == '\t' || q->buf[skip] == '\r'))
@@ -113,14 +113,12 @@ static int read_message(struct qmp *q, uint64_t deadline, const char *what, json
 		q->len -= line + 1;
 		if (blank)
 			continue;
-		if (!msg || qmp_classify(msg) == QMP_INVALID) {
-			json_decref(msg);
+		if (!msg || qmp_classify(msg) == QMP_INVALID)
 			return err_set(err, EPROTO,
 				       "qmp: QEMU sent something that is not a QMP "
 				       "message while we waited for %s",
 				       what);
-		}
-		*ret = msg;
+		*ret = TAKE_PTR(msg);
 		return 0;
 	}
 }
@@ -173,11 +171,10 @@ static int execute_until(struct qmp *q, const char *command, json_t *args, int f
 			 uint64_t deadline, json_t **ret, struct err *err)
 {
 	json_int_t id = (json_int_t)++q->next_id;
-	json_t *req = json_pack("{s:s, s:I}", "execute", command, "id", id);
+	json_auto_t *req = json_pack("{s:s, s:I}", "execute", command, "id", id);
 	if (args)
 		json_object_set(req, "arguments", args);
 	_cleanup_free_ char *text = json_dumps(req, JSON_COMPACT);
-	json_decref(req);
 	if (!text)
 		return err_set(err, EINVAL, "qmp `%s`: arguments cannot be encoded", command);
 	size_t n = strlen(text);
@@ -189,24 +186,18 @@ static int execute_until(struct qmp *q, const char *command, json_t *args, int f
 	char what[96];
 	snprintf(what, sizeof(what), "`%s`", command);
 	for (;;) {
-		json_t *msg = NULL;
+		json_auto_t *msg = NULL;
 		if ((r = read_message(q, deadline, what, &msg, err)) < 0)
 			return r;
 		enum qmp_kind kind = qmp_classify(msg);
 		json_t *rid = json_object_get(msg, "id");
 		if ((kind != QMP_RETURN && kind != QMP_ERROR) || !json_is_integer(rid) ||
-		    json_integer_value(rid) != id) {
-			json_decref(msg); /* an event, or the late reply to an earlier command */
-			continue;
-		}
-		if (kind == QMP_ERROR) {
-			r = qmp_reply_error(msg, command, err);
-			json_decref(msg);
-			return r;
-		}
+		    json_integer_value(rid) != id)
+			continue; /* an event, or the late reply to an earlier command */
+		if (kind == QMP_ERROR)
+			return qmp_reply_error(msg, command, err);
 		if (ret)
 			*ret = json_incref(json_object_get(msg, "return"));
-		json_decref(msg);
 		return 0;
 	}
 }
@@ -219,35 +210,32 @@ int qmp_execute(struct qmp *q, const char *command, json_t *args, int timeout_ms
 
 int qmp_pass_fd(struct qmp *q, int fd, const char *name, int timeout_ms, struct err *err)
 {
-	json_t *args = json_pack("{s:s}", "fdname", name);
-	int r = execute_until(q, "getfd", args, fd, time_mono_ms() + timeout_ms, NULL, err);
-	json_decref(args);
-	return r;
+	json_auto_t *args = json_pack("{s:s}", "fdname", name);
+	return execute_until(q, "getfd", args, fd, time_mono_ms() + timeout_ms, NULL, err);
+}
+
+static void qmp_closep(struct qmp **q)
+{
+	qmp_close(*q);
 }
 
 int qmp_open(int fd, int timeout_ms, struct qmp **ret, struct err *err)
 {
 	uint64_t deadline = time_deadline(timeout_ms);
-	struct qmp *q = xcalloc(1, sizeof(*q));
+	_cleanup_(qmp_closep) struct qmp *q = xcalloc(1, sizeof(*q));
 	q->fd = fd;
 	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-		int r = err_sys(err, errno, "qmp: socket");
-		qmp_close(q);
-		return r;
-	}
-	json_t *greeting = NULL;
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return err_sys(err, errno, "qmp: socket");
+	json_auto_t *greeting = NULL;
 	int r = read_message(q, deadline, "the greeting", &greeting, err);
-	if (r == 0 && qmp_classify(greeting) != QMP_GREETING)
-		r = err_set(err, EPROTO, "qmp: QEMU's control socket did not greet with QMP");
-	json_decref(greeting);
-	if (r == 0)
-		r = execute_until(q, "qmp_capabilities", NULL, -1, deadline, NULL, err);
-	if (r < 0) {
-		qmp_close(q);
+	if (r < 0)
 		return r;
-	}
-	*ret = q;
+	if (qmp_classify(greeting) != QMP_GREETING)
+		return err_set(err, EPROTO, "qmp: QEMU's control socket did not greet with QMP");
+	if ((r = execute_until(q, "qmp_capabilities", NULL, -1, deadline, NULL, err)) < 0)
+		return r;
+	*ret = TAKE_PTR(q);
 	return 0;
 }
 
