@@ -70,12 +70,11 @@ int fc_api_call(const char *sock, const char *method, const char *path, json_t *
 		res = err_set(err, rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : ECONNREFUSED,
 			      "firecracker API %s %s: %s", method, path, curl_easy_strerror(rc));
 	} else if (status < 200 || status >= 300) {
-		json_t *j = r.data ? json_loads(r.data, 0, NULL) : NULL;
+		json_auto_t *j = r.data ? json_loads(r.data, 0, NULL) : NULL;
 		const char *fault = json_string_value(json_object_get(j, "fault_message"));
 		res = err_set(err, status == 400 ? EINVAL : EIO, "firecracker %s %s: %s (HTTP %ld)",
 			      method, path, fault ? fault : (r.data ? r.data : "no reason given"),
 			      status);
-		json_decref(j);
 	} else if (ret) {
 		json_error_t jerr;
 		*ret = r.len ? json_loads(r.data, 0, &jerr) : json_object();
@@ -133,14 +132,12 @@ int fc_version_at_least(const struct fc_version *v, unsigned major, unsigned min
 
 int fc_api_version(const char *sock, struct fc_version *ret, struct err *err)
 {
-	json_t *j = NULL;
+	json_auto_t *j = NULL;
 	int r = fc_api_call(sock, "GET", "/version", NULL, &j, 2000, err);
 	if (r < 0)
 		return r;
 	const char *v = json_string_value(json_object_get(j, "firecracker_version"));
-	r = v ? fc_version_parse(v, ret) : -EINVAL;
-	json_decref(j);
-	if (r < 0)
+	if (!v || fc_version_parse(v, ret) < 0)
 		return err_set(err, EBADMSG, "firecracker reported no usable version");
 	return 0;
 }
