@@ -507,7 +507,7 @@ static int qmp_step(struct qemu_vm *vm, const char *cmd, json_t *args, uint64_t 
  * prefix. */
 static int chardev_connected(struct qemu_vm *vm, uint64_t deadline, bool *ret, struct err *err)
 {
-	json_t *list = NULL;
+	json_auto_t *list = NULL;
 	int r = qmp_step(vm, "query-chardev", NULL, deadline, &list, err);
 	if (r < 0)
 		return r;
@@ -520,7 +520,6 @@ static int chardev_connected(struct qemu_vm *vm, uint64_t deadline, bool *ret, s
 		if (label && file && strcmp(label, "agent") == 0)
 			*ret = strncmp(file, "disconnected:", 13) != 0;
 	}
-	json_decref(list);
 	return 0;
 }
 
@@ -596,23 +595,19 @@ int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err)
 static int migration_wait(struct qemu_vm *vm, const char *what, uint64_t deadline, struct err *err)
 {
 	for (;;) {
-		json_t *info = NULL;
+		json_auto_t *info = NULL;
 		int r = qmp_step(vm, "query-migrate", NULL, deadline, &info, err);
 		if (r < 0)
 			return err_wrap(err, "%s", what);
 		const char *status = json_string_value(json_object_get(info, "status"));
-		if (status && strcmp(status, "completed") == 0) {
-			json_decref(info);
+		if (status && strcmp(status, "completed") == 0)
 			return 0;
-		}
 		if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
 			const char *desc = json_string_value(json_object_get(info, "error-desc"));
 			vm->migration_failed = true;
 			err_set(err, EIO, "%s failed: %s", what, desc ? desc : status);
-			json_decref(info);
 			return qemu_vm_explain(vm, err);
 		}
-		json_decref(info);
 		if (time_mono_ms() >= deadline) {
 			err_set(err, ETIMEDOUT, "%s did not finish in time (status %s)", what,
 				status ? status : "unknown");
@@ -625,11 +620,9 @@ static int migration_wait(struct qemu_vm *vm, const char *what, uint64_t deadlin
 static int ignore_shared(struct qemu_vm *vm, uint64_t deadline, struct err *err)
 {
 	/* Guest RAM is in a file the snapshot and its clones share: it is not copied. */
-	json_t *args = json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
-				 "x-ignore-shared", "state", 1);
-	int r = qmp_step(vm, "migrate-set-capabilities", args, deadline, NULL, err);
-	json_decref(args);
-	return r;
+	json_auto_t *args = json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
+				      "x-ignore-shared", "state", 1);
+	return qmp_step(vm, "migrate-set-capabilities", args, deadline, NULL, err);
 }
 
 /* Starts migration command cmd ("migrate", "migrate-incoming") on state_fd. QEMU reads or
