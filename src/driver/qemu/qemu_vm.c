@@ -240,13 +240,10 @@ int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *e
 {
 	if (mkdir(run_dir, 0700) < 0 && errno != EEXIST)
 		return err_sys(err, errno, "qemu: creating `%s`", run_dir);
-	char *dir = xasprintf("%s/%s", run_dir, name);
-	if (mkdir(dir, 0700) < 0) {
-		int r = err_sys(err, errno, "qemu: creating the run directory `%s`", dir);
-		free(dir);
-		return r;
-	}
-	*ret = dir;
+	_cleanup_free_ char *dir = xasprintf("%s/%s", run_dir, name);
+	if (mkdir(dir, 0700) < 0)
+		return err_sys(err, errno, "qemu: creating the run directory `%s`", dir);
+	*ret = TAKE_PTR(dir);
 	return 0;
 }
 
@@ -411,6 +408,68 @@ static int connect_unix(struct qemu_vm *vm, const char *name, uint64_t deadline,
 	}
 }
 
+static void argv_freep(char ***argv)
+{
+	qemu_argv_free(*argv);
+}
+
+/* Starts QEMU's process for l in vm's run directory, its output going to the console reader,
+ * and waits until it has reached its exec. */
+static int start_process(struct qemu_vm *vm, const struct qemu_launch *l, const struct cgroup *cg,
+			 uint64_t deadline, struct err *err)
+{
+	_cleanup_(argv_freep) char **argv = qemu_argv(l);
+	_cleanup_close_ int devnull = -1, netns = -1;
+	_cleanup_close_pair_ int out[2] = { -1, -1 };
+	vm->dirfd = open(vm->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (vm->dirfd < 0)
+		return err_sys(err, errno, "qemu: run directory `%s`", vm->dir);
+	if (l->netns_path && (netns = open(l->netns_path, O_RDONLY | O_CLOEXEC)) < 0)
+		return err_sys(err, errno, "qemu: network namespace `%s`", l->netns_path);
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull < 0)
+		return err_sys(err, errno, "qemu: /dev/null");
+	if (pipe2(out, O_CLOEXEC) < 0)
+		return err_sys(err, errno, "qemu: pipe");
+	_cleanup_(spawn_plan_free) struct spawn_plan plan;
+	spawn_plan_init(&plan, "qemu");
+	plan.name = spawn_plan_str(&plan, "qemu: starting `%s`", argv[0]);
+	child_plan(&plan, l, argv, cg, vm->dirfd, netns, devnull, out[1]);
+	_cleanup_(spawn_child_close) struct spawn_child c = { .pidfd = -1, .report = -1 };
+	int r = spawn_start(&plan, 0, -1, &c, err);
+	if (r < 0)
+		return r;
+	/* Not reaped before we say so: the pid cannot be reused, so the pidfd is not needed for
+	 * safe kills; it lets waits poll. */
+	vm->pid = c.pid;
+	vm->pidfd = TAKE_FD(c.pidfd);
+	close(TAKE_FD(out[1]));
+
+	if ((r = console_start(out[0], vm->dirfd, &vm->con, err)) < 0)
+		return r;
+	out[0] = -1; /* the console's now */
+	int wait_ms = time_left_ms(deadline);
+	if ((r = spawn_wait(&plan, &c, wait_ms > 0 ? wait_ms : 1, err)) < 0) {
+		reap(vm, true);
+		return r;
+	}
+	vm->start_time = proc_start_time(vm->pid);
+	return 0;
+}
+
+/* Connects to QEMU's QMP socket (vm->qmp) by the deadline. */
+static int open_qmp(struct qemu_vm *vm, uint64_t deadline, struct err *err)
+{
+	int qfd = -1;
+	int r = connect_unix(vm, QEMU_QMP_SOCKET, deadline, &qfd, err);
+	if (r < 0)
+		return r;
+	int left = time_left_ms(deadline);
+	if ((r = qmp_open(qfd, left > 0 ? left : 1, &vm->qmp, err)) < 0)
+		qemu_vm_explain(vm, err);
+	return r;
+}
+
 int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *cg, int timeout_ms,
 		  struct qemu_vm **ret, struct err *err)
 {
@@ -423,72 +482,15 @@ int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *c
 	vm->dirfd = -1;
 	vm->channel = l->m->channel;
 	vm->vsock_cid = l->vsock_cid;
-	char **argv = qemu_argv(l);
-	_cleanup_close_ int devnull = -1, netns = -1;
-	_cleanup_close_pair_ int out[2] = { -1, -1 };
-	struct spawn_plan plan;
-	spawn_plan_init(&plan, "qemu");
 	int r;
-
-	vm->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (vm->dirfd < 0) {
-		r = err_sys(err, errno, "qemu: run directory `%s`", dir);
-		goto fail;
+	/* Whatever of it was done, qemu_vm_free undoes: the process, the run directory. */
+	if ((r = start_process(vm, l, cg, deadline, err)) < 0 ||
+	    (r = open_qmp(vm, deadline, err)) < 0) {
+		qemu_vm_free(vm);
+		return r;
 	}
-	if (l->netns_path && (netns = open(l->netns_path, O_RDONLY | O_CLOEXEC)) < 0) {
-		r = err_sys(err, errno, "qemu: network namespace `%s`", l->netns_path);
-		goto fail;
-	}
-	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (devnull < 0) {
-		r = err_sys(err, errno, "qemu: /dev/null");
-		goto fail;
-	}
-	if (pipe2(out, O_CLOEXEC) < 0) {
-		r = err_sys(err, errno, "qemu: pipe");
-		goto fail;
-	}
-	plan.name = spawn_plan_str(&plan, "qemu: starting `%s`", argv[0]);
-	child_plan(&plan, l, argv, cg, vm->dirfd, netns, devnull, out[1]);
-	struct spawn_child c;
-	if ((r = spawn_start(&plan, 0, -1, &c, err)) < 0)
-		goto fail;
-	/* Not reaped before we say so: the pid cannot be reused, so the pidfd is not needed for
-	 * safe kills; it lets waits poll. */
-	vm->pid = c.pid;
-	vm->pidfd = TAKE_FD(c.pidfd);
-	close(TAKE_FD(out[1]));
-
-	if ((r = console_start(out[0], vm->dirfd, &vm->con, err)) < 0) {
-		spawn_child_close(&c);
-		goto fail;
-	}
-	out[0] = -1;
-	int wait_ms = time_left_ms(deadline);
-	if ((r = spawn_wait(&plan, &c, wait_ms > 0 ? wait_ms : 1, err)) < 0) {
-		reap(vm, true);
-		goto fail;
-	}
-	vm->start_time = proc_start_time(vm->pid);
-
-	int qfd = -1;
-	if ((r = connect_unix(vm, QEMU_QMP_SOCKET, deadline, &qfd, err)) < 0)
-		goto fail;
-	int left = time_left_ms(deadline);
-	if ((r = qmp_open(qfd, left > 0 ? left : 1, &vm->qmp, err)) < 0) {
-		qemu_vm_explain(vm, err);
-		goto fail;
-	}
-	spawn_plan_free(&plan);
-	qemu_argv_free(argv);
 	*ret = vm;
 	return 0;
-
-fail:
-	spawn_plan_free(&plan);
-	qemu_argv_free(argv);
-	qemu_vm_free(vm);
-	return r;
 }
 
 /* --- QMP-driven steps ------------------------------------------------------------------ */
