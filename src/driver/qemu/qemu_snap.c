@@ -193,11 +193,9 @@ static json_t *meta_load(const char *tdir, int dirfd, struct err *err)
 	if (meta)
 		return meta;
 
-	int fd = openat(dirfd, QEMU_SNAP_META, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int fd = openat(dirfd, QEMU_SNAP_META, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	json_error_t jerr;
 	meta = fd >= 0 ? json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-	if (fd >= 0)
-		close(fd);
 	if (!meta) {
 		err_set(err, EINVAL, "its meta.json cannot be read: %s",
 			fd >= 0 ? jerr.text : strerror(errno));
@@ -279,18 +277,15 @@ fail:
 static int lock_file(const char *tdir, const char *name, int op, int *ret, struct err *err)
 {
 	_cleanup_free_ char *path = xasprintf("%s/%s", tdir, name);
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	_cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return err_sys(err, errno, "qemu: lock file `%s`", path);
 	int r;
 	while ((r = flock(fd, op)) < 0 && errno == EINTR)
 		;
-	if (r < 0) {
-		r = err_sys(err, errno, "qemu: locking `%s`", path);
-		close(fd);
-		return r;
-	}
-	*ret = fd;
+	if (r < 0)
+		return err_sys(err, errno, "qemu: locking `%s`", path);
+	*ret = TAKE_FD(fd);
 	return 0;
 }
 
@@ -405,22 +400,18 @@ static int swap_in(const char *tdir, const char *tmp, struct err *err)
 
 static int build(const struct qemu_host *h, const struct qemu_want *w, struct err *err)
 {
-	struct qemu_snap_key k;
-	json_t *old = current_meta(w->tdir);
+	_cleanup_(qemu_key_free) struct qemu_snap_key k = { 0 };
+	json_auto_t *old = current_meta(w->tdir);
 	int r = qemu_key_build(h, w, old, &k, err);
-	json_decref(old);
 	if (r < 0)
 		return r;
 	_cleanup_free_ char *tmp = xasprintf("%s/.qemu.tmp-XXXXXX", w->tdir);
-	if (!mkdtemp(tmp)) {
-		r = err_sys(err, errno, "qemu: creating a directory in `%s`", w->tdir);
-		qemu_key_free(&k);
-		return r;
-	}
+	if (!mkdtemp(tmp))
+		return err_sys(err, errno, "qemu: creating a directory in `%s`", w->tdir);
 	int64_t boot_ms = 0;
 	r = boot_and_save(h, &k, tmp, &boot_ms, err);
 	if (r == 0) {
-		json_t *meta = qemu_meta_build(&k);
+		json_auto_t *meta = qemu_meta_build(&k);
 		json_object_set_new(meta, "bootMs", json_integer(boot_ms));
 		json_object_set_new(meta, "createdAt", json_integer((json_int_t)time(NULL)));
 		_cleanup_free_ char *ram = xasprintf("%s/" QEMU_SNAP_RAM, tmp);
@@ -432,7 +423,6 @@ static int build(const struct qemu_host *h, const struct qemu_want *w, struct er
 		    (r = write_meta(tmp, meta, err)) == 0 &&
 		    (r = fsync_path(tmp, O_RDONLY | O_DIRECTORY, err)) == 0)
 			r = swap_in(w->tdir, tmp, err);
-		json_decref(meta);
 		if (r == 0)
 			log_info("qemu", "snapshot of %s built: cold boot to first reply %lld ms",
 				 w->tdir, (long long)boot_ms);
@@ -440,7 +430,6 @@ static int build(const struct qemu_host *h, const struct qemu_want *w, struct er
 	struct err e;
 	if (fs_rm_rf(tmp, &e) < 0)
 		log_warn("qemu", "cannot remove `%s`: %s", tmp, e.msg);
-	qemu_key_free(&k);
 	return r;
 }
 
@@ -527,10 +516,8 @@ void qemu_snap_invalidate(const struct qemu_want *w, const struct qemu_snap *s)
 	_cleanup_close_ int dirfd = open_snap_dir(w->tdir);
 	if (dirfd < 0)
 		return;
-	json_t *now = meta_load(w->tdir, dirfd, NULL);
-	bool same = now && s->meta && json_equal(now, s->meta);
-	json_decref(now);
-	if (!same)
+	json_auto_t *now = meta_load(w->tdir, dirfd, NULL);
+	if (!now || !s->meta || !json_equal(now, s->meta))
 		return; /* rebuilt meanwhile */
 	if (renameat(dirfd, QEMU_SNAP_META, dirfd, QEMU_SNAP_META ".rejected") == 0)
 		log_warn("qemu", "the snapshot of %s did not restore: it will be rebuilt", w->tdir);
