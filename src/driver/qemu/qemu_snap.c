@@ -229,6 +229,31 @@ static json_t *current_meta(const char *tdir)
 	return dirfd >= 0 ? meta_load(tdir, dirfd, NULL) : NULL;
 }
 
+/* What load() checks once s has its meta and key: that they match, that the snapshot's files
+ * are there at their size and, with `rootfs`, that the template's image is still the one the
+ * key describes. The files checked are opened into s. */
+static int check_files(int dirfd, const struct qemu_want *w, struct qemu_snap *s, bool rootfs,
+		       struct err *why)
+{
+	int r = qemu_meta_match(s->meta, &s->key, why);
+	if (r < 0)
+		return r;
+	struct stat st;
+	s->ram_fd = openat(dirfd, QEMU_SNAP_RAM, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	s->state_fd = openat(dirfd, QEMU_SNAP_STATE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (s->ram_fd < 0 || s->state_fd < 0 || fstat(s->ram_fd, &st) < 0 ||
+	    (uint64_t)st.st_size != (uint64_t)s->key.m.mem_mib << 20)
+		return err_set(why, ENOENT, "its files are incomplete");
+	if (!rootfs)
+		return 0;
+	/* The image QEMU attaches must be the one the guest's page cache came from. */
+	s->rootfs_fd = open(w->rootfs, O_RDONLY | O_CLOEXEC);
+	if (s->rootfs_fd < 0 || fstat(s->rootfs_fd, &st) < 0 ||
+	    (uint64_t)st.st_size != s->key.rootfs_size || mtime_ns(&st) != s->key.rootfs_mtime_ns)
+		return err_set(why, ESTALE, "the template's %s changed", w->rootfs);
+	return 0;
+}
+
 /* Whether tdir has a snapshot that matches w: 0, or -ESTALE/-ENOENT/-EINVAL with why. With
  * ret, also opens its files and the template's rootfs (checked against the key) into it. */
 static int load(const struct qemu_host *h, const struct qemu_want *w, struct qemu_snap *ret,
@@ -237,41 +262,25 @@ static int load(const struct qemu_host *h, const struct qemu_want *w, struct qem
 	_cleanup_close_ int dirfd = open_snap_dir(w->tdir);
 	if (dirfd < 0)
 		return err_set(why, ENOENT, "there is none");
-	json_t *meta = meta_load(w->tdir, dirfd, why);
-	if (!meta)
+	struct qemu_snap s = { .ram_fd = -1, .state_fd = -1, .rootfs_fd = -1 };
+	s.meta = meta_load(w->tdir, dirfd, why);
+	if (!s.meta)
 		return -why->errnum;
-	struct qemu_snap s = { .ram_fd = -1, .state_fd = -1, .rootfs_fd = -1, .meta = meta };
-	struct stat st;
-	int r = qemu_key_build(h, w, meta, &s.key, why);
-	if (r < 0) {
-		json_decref(meta);
+	int r = qemu_key_build(h, w, s.meta, &s.key, why);
+	if (r == 0)
+		r = check_files(dirfd, w, &s, ret != NULL, why);
+	if (r < 0 || !ret) {
+		qemu_snap_release(&s);
 		return r;
 	}
-	if ((r = qemu_meta_match(meta, &s.key, why)) < 0)
-		goto fail;
-	s.ram_fd = openat(dirfd, QEMU_SNAP_RAM, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	s.state_fd = openat(dirfd, QEMU_SNAP_STATE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (s.ram_fd < 0 || s.state_fd < 0 || fstat(s.ram_fd, &st) < 0 ||
-	    (uint64_t)st.st_size != (uint64_t)s.key.m.mem_mib << 20) {
-		r = err_set(why, ENOENT, "its files are incomplete");
-		goto fail;
-	}
-	if (ret) {
-		/* The image QEMU attaches must be the one the guest's page cache came from. */
-		s.rootfs_fd = open(w->rootfs, O_RDONLY | O_CLOEXEC);
-		if (s.rootfs_fd < 0 || fstat(s.rootfs_fd, &st) < 0 ||
-		    (uint64_t)st.st_size != s.key.rootfs_size ||
-		    mtime_ns(&st) != s.key.rootfs_mtime_ns) {
-			r = err_set(why, ESTALE, "the template's %s changed", w->rootfs);
-			goto fail;
-		}
-		*ret = s;
-		return 0;
-	}
-	r = 0;
-fail:
-	qemu_snap_release(&s);
-	return r;
+	*ret = s;
+	return 0;
+}
+
+/* Whether load() failed in a way a build mends: no snapshot, a stale one, a malformed one. */
+static bool build_mends(int r)
+{
+	return r == -ESTALE || r == -ENOENT || r == -EINVAL;
 }
 
 static int lock_file(const char *tdir, const char *name, int op, int *ret, struct err *err)
@@ -451,38 +460,42 @@ static void sweep_tmp(const char *tdir)
 	}
 }
 
+/* Builds the snapshot unless another builder did meanwhile. Called with S.build held; takes
+ * the template's build lock, which keeps other daemons out. */
+static int prepare_locked(const struct qemu_host *h, const struct qemu_want *w, struct err *err)
+{
+	_cleanup_close_ int lock = -1;
+	int r = lock_file(w->tdir, "qemu.build.lock", LOCK_EX, &lock, err);
+	if (r < 0)
+		return r;
+	/* Someone may have built it while we waited. */
+	struct err why;
+	r = load(h, w, NULL, &why);
+	if (r == 0)
+		return 0;
+	if (!build_mends(r))
+		return err_copy(err, &why);
+	sweep_tmp(w->tdir);
+	log_info("qemu", "building the snapshot of %s: %s", w->tdir, why.msg);
+	if ((r = build(h, w, err)) < 0) {
+		err_wrap(err, "building the snapshot");
+		return r;
+	}
+	if (load(h, w, NULL, &why) < 0)
+		return err_set(err, EIO, "the snapshot just built does not validate: %s", why.msg);
+	return 0;
+}
+
 int qemu_snap_prepare(const struct qemu_host *h, const struct qemu_want *w, struct err *err)
 {
 	struct err why;
 	int r = load(h, w, NULL, &why);
 	if (r == 0)
 		return 0;
-	if (r != -ESTALE && r != -ENOENT && r != -EINVAL)
+	if (!build_mends(r))
 		return err_copy(err, &why);
-
 	pthread_mutex_lock(&S.build);
-	_cleanup_close_ int lock = -1;
-	r = lock_file(w->tdir, "qemu.build.lock", LOCK_EX, &lock, err);
-	if (r < 0)
-		goto out;
-	/* Someone may have built it while we waited. */
-	r = load(h, w, NULL, &why);
-	if (r == 0)
-		goto out;
-	if (r != -ESTALE && r != -ENOENT && r != -EINVAL) {
-		r = err_copy(err, &why);
-		goto out;
-	}
-	sweep_tmp(w->tdir);
-	log_info("qemu", "building the snapshot of %s: %s", w->tdir, why.msg);
-	if ((r = build(h, w, err)) < 0) {
-		err_wrap(err, "building the snapshot");
-		goto out;
-	}
-	r = load(h, w, NULL, &why);
-	if (r < 0)
-		r = err_set(err, EIO, "the snapshot just built does not validate: %s", why.msg);
-out:
+	r = prepare_locked(h, w, err);
 	pthread_mutex_unlock(&S.build);
 	return r;
 }
