@@ -314,6 +314,47 @@ static int write_meta(const char *dir, json_t *meta, struct err *err)
 	return fsync_path(path, O_RDONLY, err);
 }
 
+/* Warms the build's VM up, then saves its state into `state`. */
+static int warm_and_save(struct qemu_vm *vm, const char *state, struct err *err)
+{
+	/* What every clone's first command does, done once here: the shell and what it loads
+	 * are then in the guest's page cache in the snapshot, instead of being read from the
+	 * disk by each clone. A template without /bin/sh only misses the head start. */
+	struct err werr;
+	if (qemu_vm_call(vm, 2, "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"true\"]}",
+			 BUILD_BOOT_TIMEOUT_MS, &werr) < 0)
+		log_info("qemu", "snapshot build %s: warm-up command failed: %s", vm->name,
+			 werr.msg);
+	_cleanup_close_ int sfd =
+		open(state, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (sfd < 0)
+		return err_sys(err, errno, "qemu: creating `%s`", state);
+	return qemu_vm_save(vm, sfd, BUILD_SAVE_TIMEOUT_MS, err);
+}
+
+/* Starts the build's VM (l) in cg, waits for its agent and saves it into `state`. The VM and
+ * its run directory are gone when this returns. */
+static int run_and_save(const struct qemu_host *h, const struct qemu_launch *l,
+			const struct cgroup *cg, const char *state, int64_t *boot_ms,
+			struct err *err)
+{
+	_cleanup_free_ char *dir = NULL;
+	int r = qemu_vm_dir(h->run_dir, l->name, &dir, err);
+	if (r < 0)
+		return r;
+	int64_t t0 = time_mono_ms();
+	struct qemu_vm *vm = NULL;
+	if ((r = qemu_vm_start(l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
+		return r;
+	if ((r = qemu_vm_connect_agent(vm, BUILD_BOOT_TIMEOUT_MS, err)) == 0 &&
+	    (r = qemu_vm_call(vm, 1, "{\"op\":\"ping\"}", BUILD_BOOT_TIMEOUT_MS, err)) == 0) {
+		*boot_ms = time_mono_ms() - t0;
+		r = warm_and_save(vm, state, err);
+	}
+	qemu_vm_free(vm);
+	return r;
+}
+
 /* Boots the template once in `tmp`, waits for its agent and saves it there. */
 static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *k, const char *tmp,
 			 int64_t *boot_ms, struct err *err)
@@ -323,11 +364,6 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 	_cleanup_free_ char *name = xasprintf("prep-%s", hex);
 	_cleanup_free_ char *ram = xasprintf("%s/" QEMU_SNAP_RAM, tmp);
 	_cleanup_free_ char *state = xasprintf("%s/" QEMU_SNAP_STATE, tmp);
-	struct cgroup *cg = NULL;
-	struct qemu_vm *vm = NULL;
-	char *dir = NULL;
-	_cleanup_close_ int sfd = -1;
-	int r;
 
 	/* The RAM file at its full size, sparse: only what the guest touches takes disk. */
 	{
@@ -349,10 +385,10 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 	struct cgroup_limits lim = { 0 };
 	vm_vmm_limits(&(struct sandbox_limits){ 0 }, k->m.mem_mib, k->m.vcpus, &qemu_vmm_needs,
 		      &lim.memory_bytes, &lim.pids_max);
-	if ((r = cgroup_create(&h->cg, name, &lim, &cg, err)) < 0)
+	struct cgroup *cg = NULL;
+	int r = cgroup_create(&h->cg, name, &lim, &cg, err);
+	if (r < 0)
 		return err_wrap(err, "qemu");
-	if ((r = qemu_vm_dir(h->run_dir, name, &dir, err)) < 0)
-		goto out;
 	struct qemu_launch l = {
 		.m = &k->m,
 		.qemu_bin = h->qemu_bin,
@@ -363,30 +399,7 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 		.rootfs_fd = rootfs,
 		.vsock_cid = k->m.channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 	};
-	int64_t t0 = time_mono_ms();
-	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
-		goto out;
-	if ((r = qemu_vm_connect_agent(vm, BUILD_BOOT_TIMEOUT_MS, err)) < 0)
-		goto out;
-	if ((r = qemu_vm_call(vm, 1, "{\"op\":\"ping\"}", BUILD_BOOT_TIMEOUT_MS, err)) < 0)
-		goto out;
-	*boot_ms = time_mono_ms() - t0;
-	/* What every clone's first command does, done once here: the shell and what it loads
-	 * are then in the guest's page cache in the snapshot, instead of being read from the
-	 * disk by each clone. A template without /bin/sh only misses the head start. */
-	struct err werr;
-	if (qemu_vm_call(vm, 2, "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"true\"]}",
-			 BUILD_BOOT_TIMEOUT_MS, &werr) < 0)
-		log_info("qemu", "snapshot build %s: warm-up command failed: %s", name, werr.msg);
-	sfd = open(state, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (sfd < 0) {
-		r = err_sys(err, errno, "qemu: creating `%s`", state);
-		goto out;
-	}
-	r = qemu_vm_save(vm, sfd, BUILD_SAVE_TIMEOUT_MS, err);
-out:
-	qemu_vm_free(vm);
-	free(dir);
+	r = run_and_save(h, &l, cg, state, boot_ms, err);
 	struct err e;
 	if (cgroup_remove(cg, &e) < 0)
 		log_warn("qemu", "snapshot build %s: %s", name, e.msg);
