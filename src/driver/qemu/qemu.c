@@ -230,32 +230,32 @@ static int probe_host(const struct config *cfg, struct qemu_host *h, struct err 
 	return 0;
 }
 
+/* Learns the host's facts into Q.h. Called with Q.lock held. */
+static int probe_locked(const struct config *cfg, struct err *err)
+{
+	_cleanup_(host_clear) struct qemu_host h = { 0 };
+	int r = probe_host(cfg, &h, err);
+	if (r < 0)
+		return r;
+	Q.h = TAKE_STRUCT(h);
+	Q.probed = true;
+	log_info("qemu", "%s, %s%s%s, agent channel %s", Q.h.qemu_version,
+		 Q.h.accel == QEMU_ACCEL_KVM ? "KVM" : "TCG (full emulation)",
+		 Q.h.accel == QEMU_ACCEL_TCG ? ": " : "",
+		 Q.h.accel == QEMU_ACCEL_TCG ? Q.kvm_why : "", qemu_channel_name(Q.h.channel));
+	return 0;
+}
+
 static int qemu_probe(const struct config *cfg, struct err *err)
 {
 	pthread_mutex_lock(&Q.lock);
-	int r = 0;
-	if (!Q.probed) {
-		struct qemu_host h;
-		r = probe_host(cfg, &h, err);
-		if (r < 0) {
-			host_clear(&h);
-			goto out;
-		}
-		Q.h = h;
-		Q.probed = true;
-		log_info("qemu", "%s, %s%s%s, agent channel %s", Q.h.qemu_version,
-			 Q.h.accel == QEMU_ACCEL_KVM ? "KVM" : "TCG (full emulation)",
-			 Q.h.accel == QEMU_ACCEL_TCG ? ": " : "",
-			 Q.h.accel == QEMU_ACCEL_TCG ? Q.kvm_why : "",
-			 qemu_channel_name(Q.h.channel));
-	}
+	int r = Q.probed ? 0 : probe_locked(cfg, err);
 	/* Chosen automatically only as a hardware VM: without KVM the jail is faster, and
 	 * TCG is for those who ask for it. */
-	if (strcmp(cfg->driver, "auto") == 0 && Q.h.accel != QEMU_ACCEL_KVM)
+	if (r == 0 && strcmp(cfg->driver, "auto") == 0 && Q.h.accel != QEMU_ACCEL_KVM)
 		r = err_set(err, ENODEV,
 			    "no usable KVM (%s); SANDBOX_DRIVER=qemu runs it under TCG emulation",
 			    Q.kvm_why);
-out:
 	pthread_mutex_unlock(&Q.lock);
 	return r;
 }
@@ -281,29 +281,30 @@ static void sweep_builds(const struct qemu_host *h)
 	}
 }
 
+/* The run directories, the cgroup parent, and what dead builds left. Called with Q.lock
+ * held. */
+static int init_locked(const struct config *cfg, struct err *err)
+{
+	if (mkdir(cfg->run_dir, 0755) < 0 && errno != EEXIST)
+		return err_sys(err, errno, "qemu: creating `%s`", cfg->run_dir);
+	if (mkdir(Q.h.run_dir, 0700) < 0 && errno != EEXIST)
+		return err_sys(err, errno, "qemu: creating `%s`", Q.h.run_dir);
+	int r = cgroup_init(&Q.h.cg, err);
+	if (r < 0)
+		return r;
+	sweep_builds(&Q.h);
+	Q.initialised = true;
+	return 0;
+}
+
 static int qemu_init(const struct config *cfg, struct err *err)
 {
 	pthread_mutex_lock(&Q.lock);
 	int r = 0;
-	if (!Q.probed) {
+	if (!Q.probed)
 		r = err_set(err, EINVAL, "qemu: not probed");
-		goto out;
-	}
-	if (Q.initialised)
-		goto out;
-	if (mkdir(cfg->run_dir, 0755) < 0 && errno != EEXIST) {
-		r = err_sys(err, errno, "qemu: creating `%s`", cfg->run_dir);
-		goto out;
-	}
-	if (mkdir(Q.h.run_dir, 0700) < 0 && errno != EEXIST) {
-		r = err_sys(err, errno, "qemu: creating `%s`", Q.h.run_dir);
-		goto out;
-	}
-	if ((r = cgroup_init(&Q.h.cg, err)) < 0)
-		goto out;
-	sweep_builds(&Q.h);
-	Q.initialised = true;
-out:
+	else if (!Q.initialised)
+		r = init_locked(cfg, err);
 	pthread_mutex_unlock(&Q.lock);
 	return r;
 }
