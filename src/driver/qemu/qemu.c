@@ -408,12 +408,18 @@ static void source_release(struct boot_source *src)
 	}
 }
 
+/* The machine the sandbox starts as: the snapshot's, or the cold boot's. */
+static const struct qemu_machine *source_machine(const struct boot_source *src)
+{
+	return src->restore ? &src->snap.key.m : &src->cold.m;
+}
+
 /* Brings a started VM to a connected agent: restores the snapshot (when there is one) and
  * connects the agent's channel. */
 static int boot(struct qemu_vm *vm, const struct qemu_want *w, struct boot_source *src,
 		const struct sandbox_spec *spec, struct err *err)
 {
-	const struct qemu_machine *m = src->restore ? &src->snap.key.m : &src->cold.m;
+	const struct qemu_machine *m = source_machine(src);
 	int connect_ms = src->restore || m->channel == QEMU_CHANNEL_SERIAL
 				 ? AGENT_CONNECT_TIMEOUT_MS
 				 : COLD_BOOT_TIMEOUT_MS;
@@ -453,6 +459,57 @@ static struct sandbox *sandbox_of(const struct sandbox_spec *spec, struct qemu_v
 	return sb;
 }
 
+/* Removes and frees the sandbox's cgroup (NULL: nothing), logging what it cannot remove. */
+static void drop_cgroup(struct cgroup *cg, const char *id)
+{
+	if (!cg)
+		return;
+	struct err e;
+	if (cgroup_remove(cg, &e) < 0)
+		log_warn("qemu", "sandbox %s: %s", id, e.msg);
+	cgroup_free(cg);
+}
+
+/* Starts the sandbox's QEMU from src in cgroup cg, in a run directory of its own, and brings it
+ * to its agent; on failure neither the process nor the directory is left. t0: when the create
+ * began, for the log. */
+static int vm_up(const struct qemu_host *h, const struct qemu_want *w, struct boot_source *src,
+		 const struct sandbox_spec *spec, const struct cgroup *cg, int64_t t0,
+		 struct qemu_vm **ret, struct err *err)
+{
+	_cleanup_free_ char *dir = NULL;
+	int r = qemu_vm_dir(h->run_dir, spec->id, &dir, err);
+	if (r < 0)
+		return r;
+	const struct qemu_machine *m = source_machine(src);
+	struct qemu_launch l = {
+		.m = m,
+		.qemu_bin = h->qemu_bin,
+		.name = spec->id,
+		.mem_share = false,
+		.incoming = src->restore,
+		.ram_fd = src->restore ? src->snap.ram_fd : -1,
+		.rootfs_fd = src->restore ? src->snap.rootfs_fd : src->rootfs_fd,
+		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
+		.netns_path = spec->netns_path,
+	};
+	struct qemu_vm *vm = NULL;
+	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
+		return r;
+	int64_t t1 = time_mono_ms();
+	if ((r = boot(vm, w, src, spec, err)) < 0) {
+		qemu_vm_free(vm);
+		return r;
+	}
+	int64_t t2 = time_mono_ms();
+	log_debug("qemu", "sandbox %s: %s in %lld ms (QEMU up %lld ms, %s %lld ms)", spec->id,
+		  src->restore ? "restored" : "cold-started", (long long)(t2 - t0),
+		  (long long)(t1 - t0), src->restore ? "restore" : "agent channel",
+		  (long long)(t2 - t1));
+	*ret = vm;
+	return 0;
+}
+
 static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec,
 		       struct sandbox **ret, struct err *err)
 {
@@ -470,10 +527,11 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		return r;
 
 	int64_t t0 = time_mono_ms();
-	struct boot_source src;
+	/* Released when the create returns: by then QEMU holds what it needs of the files. */
+	_cleanup_(source_release) struct boot_source src = { .rootfs_fd = -1 };
 	if ((r = source_get(h, &w, spec, &src, err)) < 0)
 		return r;
-	const struct qemu_machine *m = src.restore ? &src.snap.key.m : &src.cold.m;
+	const struct qemu_machine *m = source_machine(&src);
 
 	/* QEMU aborts when it cannot start a thread, and a memory limit below its needs kills
 	 * the VM rather than a process in it. */
@@ -483,51 +541,15 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	};
 	vm_vmm_limits(lim, m->mem_mib, m->vcpus, &qemu_vmm_needs, &cl.memory_bytes, &cl.pids_max);
 	struct cgroup *cg = NULL;
+	if ((r = cgroup_create(&h->cg, spec->id, &cl, &cg, err)) < 0)
+		return err_wrap(err, "qemu");
 	struct qemu_vm *vm = NULL;
-	char *dir = NULL;
-	if ((r = cgroup_create(&h->cg, spec->id, &cl, &cg, err)) < 0) {
-		err_wrap(err, "qemu");
-		goto fail;
+	if ((r = vm_up(h, &w, &src, spec, cg, t0, &vm, err)) < 0) {
+		drop_cgroup(cg, spec->id);
+		return r;
 	}
-	if ((r = qemu_vm_dir(h->run_dir, spec->id, &dir, err)) < 0)
-		goto fail;
-	struct qemu_launch l = {
-		.m = m,
-		.qemu_bin = h->qemu_bin,
-		.name = spec->id,
-		.mem_share = false,
-		.incoming = src.restore,
-		.ram_fd = src.restore ? src.snap.ram_fd : -1,
-		.rootfs_fd = src.restore ? src.snap.rootfs_fd : src.rootfs_fd,
-		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
-		.netns_path = spec->netns_path,
-	};
-	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
-		goto fail;
-	int64_t t1 = time_mono_ms();
-	if ((r = boot(vm, &w, &src, spec, err)) < 0)
-		goto fail;
-	int64_t t2 = time_mono_ms();
-	log_debug("qemu", "sandbox %s: %s in %lld ms (QEMU up %lld ms, %s %lld ms)", spec->id,
-		  src.restore ? "restored" : "cold-started", (long long)(t2 - t0),
-		  (long long)(t1 - t0), src.restore ? "restore" : "agent channel",
-		  (long long)(t2 - t1));
-	/* QEMU holds what it needs of the files now. */
-	source_release(&src);
 	*ret = sandbox_of(spec, vm, cg);
 	return 0;
-
-fail:
-	qemu_vm_free(vm);
-	free(dir);
-	if (cg) {
-		struct err e;
-		if (cgroup_remove(cg, &e) < 0)
-			log_warn("qemu", "sandbox %s: %s", spec->id, e.msg);
-		cgroup_free(cg);
-	}
-	source_release(&src);
-	return r;
 }
 
 static void qemu_destroy(struct sandbox *sb)
@@ -550,12 +572,8 @@ static void qemu_destroy(struct sandbox *sb)
 		}
 		qemu_vm_free(vm);
 	}
-	if (q && q->cg) {
-		struct err e;
-		if (cgroup_remove(q->cg, &e) < 0)
-			log_warn("qemu", "sandbox %s: %s", sb->id, e.msg);
-		cgroup_free(q->cg);
-	}
+	if (q)
+		drop_cgroup(q->cg, sb->id);
 	free(q);
 	json_decref(sb->record);
 	free(sb->id);
