@@ -198,6 +198,15 @@ static void vm_teardown(struct fc_vm *vm, const char *id)
 		tap_netns_remove(vm->own_netns);
 }
 
+/* Tears the VM down and frees it (NULL: nothing). */
+static void vm_discard(struct fc_vm *vm, const char *id)
+{
+	if (!vm)
+		return;
+	vm_teardown(vm, id);
+	vm_free(vm);
+}
+
 static int read_pid_file(const char *path, pid_t *ret)
 {
 	_cleanup_fclose_ FILE *f = fopen(path, "re");
@@ -324,36 +333,24 @@ static int start_jailer(struct fc_vm *vm, char **argv, const char *console, stru
 	return r;
 }
 
-/* Starts the jailer for sandbox `id`; on success the API socket answers. */
-static int vm_start(const struct config *cfg, const char *id, const struct sandbox_limits *l,
-		    const char *netns, struct fc_vm **ret, struct err *err)
+/* Makes the VM's jail and starts the jailer for sandbox `id` in it; on success the API
+ * socket answers. What it did, vm_teardown undoes. */
+static int vm_launch(const struct config *cfg, struct fc_vm *vm, const char *id,
+		     const struct sandbox_limits *l, const char *netns, struct err *err)
 {
-	_cleanup_free_ char *console = NULL, *pidfile = NULL;
-	struct fc_vm *vm = xcalloc(1, sizeof(*vm));
-	vm->jail_dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
-	vm->root = xasprintf("%s/root", vm->jail_dir);
-	vm->api_sock = xasprintf("%s%s", vm->root, FC_API_SOCK);
-	vm->vsock = xasprintf("%s%s", vm->root, FC_VSOCK_UDS);
-	int r;
-	if (strlen(vm->api_sock) > FC_SUN_PATH_MAX || strlen(vm->vsock) > FC_SUN_PATH_MAX) {
-		r = err_set(err, ENAMETOOLONG,
-			    "FIRECRACKER_JAIL_BASE `%s` is too long: the socket path `%s` exceeds "
-			    "%d bytes",
-			    cfg->fc_jail_base, vm->api_sock, FC_SUN_PATH_MAX);
-		goto fail;
-	}
-	if (access(vm->jail_dir, F_OK) == 0) {
-		r = err_set(err, EEXIST, "jail `%s` already exists", vm->jail_dir);
-		goto fail;
-	}
-	if ((r = fs_mkdir_p(vm->root, 0750)) < 0) {
-		err_sys(err, -r, "cannot create `%s`", vm->root);
-		goto fail;
-	}
-	if (chown(vm->root, 0, cfg->fc_gid) < 0) {
-		r = err_sys(err, errno, "chown `%s`", vm->root);
-		goto fail;
-	}
+	if (strlen(vm->api_sock) > FC_SUN_PATH_MAX || strlen(vm->vsock) > FC_SUN_PATH_MAX)
+		return err_set(
+			err, ENAMETOOLONG,
+			"FIRECRACKER_JAIL_BASE `%s` is too long: the socket path `%s` exceeds "
+			"%d bytes",
+			cfg->fc_jail_base, vm->api_sock, FC_SUN_PATH_MAX);
+	if (access(vm->jail_dir, F_OK) == 0)
+		return err_set(err, EEXIST, "jail `%s` already exists", vm->jail_dir);
+	int r = fs_mkdir_p(vm->root, 0750);
+	if (r < 0)
+		return err_sys(err, -r, "cannot create `%s`", vm->root);
+	if (chown(vm->root, 0, cfg->fc_gid) < 0)
+		return err_sys(err, errno, "chown `%s`", vm->root);
 
 	struct fc_jail_spec js = {
 		.jailer_bin = cfg->fc_jailer_bin,
@@ -371,31 +368,42 @@ static int vm_start(const struct config *cfg, const char *id, const struct sandb
 	};
 	vm_vmm_limits(l, l->mem_mib, l->vcpus, &fc_vmm_needs, &js.memory_bytes, &js.pids_max);
 	char **argv = fc_jailer_argv(&js);
-	console = xasprintf("%s/console.log", vm->jail_dir);
+	_cleanup_free_ char *console = xasprintf("%s/console.log", vm->jail_dir);
 	r = start_jailer(vm, argv, console, err);
 	fc_argv_free(argv);
 	if (r < 0)
-		goto fail;
+		return r;
 	if ((r = fc_api_wait(vm->api_sock, API_TIMEOUT_MS, err)) < 0) {
 		_cleanup_free_ char *tail = console_tail(vm);
 		err_wrap(err, "%s", *tail ? tail : "firecracker did not start");
-		goto fail;
+		return r;
 	}
-	pidfile = xasprintf("%s/firecracker.pid", vm->root);
+	_cleanup_free_ char *pidfile = xasprintf("%s/firecracker.pid", vm->root);
 	if (read_pid_file(pidfile, &vm->vmm) < 0)
 		log_warn("firecracker", "sandbox %s: no pid file from the jailer", id);
 	/* The jailer has handed over to Firecracker in its new pid namespace. */
 	waitpid(vm->jailer, NULL, WNOHANG);
 	if (F.have_cgroots && cgroup_open(&F.cgroots, id, &vm->cg, NULL) < 0)
 		vm->cg = NULL;
-	if ((r = fc_api_version(vm->api_sock, &vm->version, err)) < 0)
-		goto fail;
+	return fc_api_version(vm->api_sock, &vm->version, err);
+}
+
+/* Starts the jailer for sandbox `id`; on success the API socket answers. */
+static int vm_start(const struct config *cfg, const char *id, const struct sandbox_limits *l,
+		    const char *netns, struct fc_vm **ret, struct err *err)
+{
+	struct fc_vm *vm = xcalloc(1, sizeof(*vm));
+	vm->jail_dir = fc_jail_dir(cfg->fc_jail_base, cfg->fc_bin, id);
+	vm->root = xasprintf("%s/root", vm->jail_dir);
+	vm->api_sock = xasprintf("%s%s", vm->root, FC_API_SOCK);
+	vm->vsock = xasprintf("%s%s", vm->root, FC_VSOCK_UDS);
+	int r = vm_launch(cfg, vm, id, l, netns, err);
+	if (r < 0) {
+		vm_discard(vm, id);
+		return r;
+	}
 	*ret = vm;
 	return 0;
-fail:
-	vm_teardown(vm, id);
-	vm_free(vm);
-	return r;
 }
 
 /* vm_start in `netns`, or without one in a namespace of our own with a dummy tap0. */
@@ -404,15 +412,14 @@ static int vm_start_net(const struct config *cfg, const char *id, const struct s
 {
 	if (netns)
 		return vm_start(cfg, id, l, netns, ret, err);
-	char *own = own_netns_path(cfg, id);
+	_cleanup_free_ char *own = own_netns_path(cfg, id);
 	int r = tap_netns_create(own, err);
 	if (r == 0 && (r = vm_start(cfg, id, l, own, ret, err)) == 0) {
-		(*ret)->own_netns = own;
+		(*ret)->own_netns = TAKE_PTR(own);
 		return 0;
 	}
 	if (r < 0 && access(own, F_OK) == 0)
 		tap_netns_remove(own);
-	free(own);
 	return r;
 }
 
@@ -759,10 +766,7 @@ static void fc_destroy(struct sandbox *sb)
 	struct fc_vm *vm = sb->priv;
 	if (sb->agent_fd >= 0)
 		close(sb->agent_fd);
-	if (vm) {
-		vm_teardown(vm, sb->id);
-		vm_free(vm);
-	}
+	vm_discard(vm, sb->id);
 	json_decref(sb->record);
 	free(sb->id);
 	free(sb);
