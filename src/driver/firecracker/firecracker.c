@@ -531,9 +531,8 @@ static json_t *snapshot_identity(const struct config *cfg, const struct template
 static int send_body(struct fc_vm *vm, const char *method, const char *path, json_t *body,
 		     struct err *err)
 {
-	int r = fc_api_call(vm->api_sock, method, path, body, NULL, API_TIMEOUT_MS, err);
-	json_decref(body);
-	return r;
+	json_auto_t *stolen = body;
+	return fc_api_call(vm->api_sock, method, path, stolen, NULL, API_TIMEOUT_MS, err);
 }
 
 static int put(struct fc_vm *vm, const char *path, json_t *body, struct err *err)
@@ -541,31 +540,18 @@ static int put(struct fc_vm *vm, const char *path, json_t *body, struct err *err
 	return send_body(vm, "PUT", path, body, err);
 }
 
-/* Boots the template once in a throwaway jail and takes its snapshot into `out_dir`. */
-static int build_snapshot(const struct config *cfg, struct template *t,
-			  const struct sandbox_limits *l, const char *out_dir, json_t **ret_meta,
-			  struct err *err)
+/* Stages the template's kernel and rootfs in the VM's jail, configures the machine and boots
+ * it until its agent answers. */
+static int boot_template(const struct config *cfg, struct fc_vm *vm, const struct template *t,
+			 const struct sandbox_limits *l, const char *kernel, struct err *err)
 {
-	char hex[9];
-	snprintf(hex, sizeof(hex), "%08lx", (unsigned long)(time_mono_ms() & 0xffffffff));
-	_cleanup_free_ char *id = xasprintf("tpl-%s", hex);
-	_cleanup_free_ char *kernel = xasprintf("%s/vmlinux", cfg->artifacts_dir);
-	if (!t->rootfs_img)
-		return err_set(err, ENOENT, "template %s has no rootfs.ext4", t->name);
-	if (access(kernel, R_OK) < 0)
-		return err_sys(err, errno, "guest kernel `%s`", kernel);
-
 	_cleanup_free_ char *args = boot_args(l);
-	struct fc_vm *vm = NULL;
-	int r = vm_start_net(cfg, id, l, NULL, &vm, err);
-	if (r < 0)
-		return r;
-	int fd = -1;
+	int r;
 	if ((r = fc_jail_stage(vm->root, kernel, "vmlinux", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
 		    0 ||
 	    (r = fc_jail_stage(vm->root, t->rootfs_img, "rootfs.ext4", cfg->fc_uid, cfg->fc_gid,
 			       0400, err)) < 0)
-		goto out;
+		return r;
 	if ((r = put(vm, "/machine-config",
 		     json_pack("{s:i, s:i, s:b}", "vcpu_count", (int)l->vcpus, "mem_size_mib",
 			       (int)l->mem_mib, "smt", 0),
@@ -585,42 +571,69 @@ static int build_snapshot(const struct config *cfg, struct template *t,
 		     json_pack("{s:s, s:s}", "iface_id", "eth0", "host_dev_name", FC_TAP_NAME),
 		     err)) < 0 ||
 	    (r = put(vm, "/actions", json_pack("{s:s}", "action_type", "InstanceStart"), err)) < 0)
-		goto out;
+		return r;
+	_cleanup_close_ int fd = -1;
 	if ((r = vsock_connect(vm->vsock, BOOT_TIMEOUT_MS, &fd, err)) < 0 ||
 	    (r = agent_ping(fd, BOOT_TIMEOUT_MS, err)) < 0) {
 		_cleanup_free_ char *tail = console_tail(vm);
 		err_wrap(err, "booting template %s%s%s", t->name, *tail ? "; console: " : "", tail);
-		goto out;
+		return r;
 	}
-	close(fd);
-	fd = -1;
-	if ((r = send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Paused"), err)) < 0)
-		goto out;
-	if ((r = put(vm, "/snapshot/create",
-		     json_pack("{s:s, s:s, s:s}", "snapshot_type", "Full", "snapshot_path",
-			       "/vmstate", "mem_file_path", "/memory"),
-		     err)) < 0)
-		goto out;
-	*ret_meta = snapshot_identity(cfg, t, l, &vm->version);
-	/* The snapshot files move out of the jail before it is removed. */
+	return 0;
+}
+
+/* Pauses the booted VM and takes its Full snapshot, in its jail. */
+static int snapshot_take(struct fc_vm *vm, struct err *err)
+{
+	int r = send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Paused"), err);
+	if (r < 0)
+		return r;
+	return put(vm, "/snapshot/create",
+		   json_pack("{s:s, s:s, s:s}", "snapshot_type", "Full", "snapshot_path",
+			     "/vmstate", "mem_file_path", "/memory"),
+		   err);
+}
+
+/* Moves the snapshot's files out of the jail, which goes with the VM, into out_dir. */
+static int snapshot_move(const struct config *cfg, const struct fc_vm *vm, const char *out_dir,
+			 struct err *err)
+{
 	const char *names[] = { "vmstate", "memory" };
 	for (size_t i = 0; i < 2; i++) {
 		_cleanup_free_ char *src = xasprintf("%s/%s", vm->root, names[i]);
 		_cleanup_free_ char *dst = xasprintf("%s/%s", out_dir, names[i]);
-		if (rename(src, dst) < 0 && (errno != EXDEV || fc_copy_file(src, dst, 0640) < 0)) {
-			r = err_sys(err, errno, "cannot keep snapshot file `%s`", src);
-			goto out;
-		}
-		if (chown(dst, 0, cfg->fc_gid) < 0 || chmod(dst, 0640) < 0) {
-			r = err_sys(err, errno, "cannot set owner of `%s`", dst);
-			goto out;
-		}
+		if (rename(src, dst) < 0 && (errno != EXDEV || fc_copy_file(src, dst, 0640) < 0))
+			return err_sys(err, errno, "cannot keep snapshot file `%s`", src);
+		if (chown(dst, 0, cfg->fc_gid) < 0 || chmod(dst, 0640) < 0)
+			return err_sys(err, errno, "cannot set owner of `%s`", dst);
 	}
-out:
-	if (fd >= 0)
-		close(fd);
-	vm_teardown(vm, id);
-	vm_free(vm);
+	return 0;
+}
+
+/* Boots the template once in a throwaway jail and takes its snapshot into `out_dir`. */
+static int build_snapshot(const struct config *cfg, struct template *t,
+			  const struct sandbox_limits *l, const char *out_dir, json_t **ret_meta,
+			  struct err *err)
+{
+	char hex[9];
+	snprintf(hex, sizeof(hex), "%08lx", (unsigned long)(time_mono_ms() & 0xffffffff));
+	_cleanup_free_ char *id = xasprintf("tpl-%s", hex);
+	_cleanup_free_ char *kernel = xasprintf("%s/vmlinux", cfg->artifacts_dir);
+	if (!t->rootfs_img)
+		return err_set(err, ENOENT, "template %s has no rootfs.ext4", t->name);
+	if (access(kernel, R_OK) < 0)
+		return err_sys(err, errno, "guest kernel `%s`", kernel);
+
+	struct fc_vm *vm = NULL;
+	int r = vm_start_net(cfg, id, l, NULL, &vm, err);
+	if (r < 0)
+		return r;
+	if ((r = boot_template(cfg, vm, t, l, kernel, err)) == 0 &&
+	    (r = snapshot_take(vm, err)) == 0) {
+		*ret_meta = snapshot_identity(cfg, t, l, &vm->version);
+		r = snapshot_move(cfg, vm, out_dir, err);
+	}
+	vm_discard(vm, id);
 	return r;
 }
 
