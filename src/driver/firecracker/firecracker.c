@@ -657,6 +657,56 @@ static int binary_version(const char *bin, struct fc_version *ret, struct err *e
 	return 0;
 }
 
+/* Puts the snapshot built in tmp in dir's place: meta.json last, so a half-written one never
+ * matches. */
+static int snapshot_install(const char *dir, const char *tmp, json_t *meta, struct err *err)
+{
+	_cleanup_free_ char *tmp_meta = xasprintf("%s/meta.json", tmp);
+	_cleanup_free_ char *old = xasprintf("%s.old", dir);
+	int r = 0;
+	if (json_dump_file(meta, tmp_meta, JSON_INDENT(2)) < 0)
+		r = err_sys(err, errno, "cannot write `%s`", tmp_meta);
+	else if (fs_rm_rf(old, NULL) < 0 || (rename(dir, old) < 0 && errno != ENOENT) ||
+		 rename(tmp, dir) < 0)
+		r = err_sys(err, errno, "cannot install the snapshot in `%s`", dir);
+	fs_rm_rf(old, NULL);
+	return r;
+}
+
+/* Builds the template's snapshot unless the one it has was made from `want`. Called with F.lock
+ * held; the template's lock file keeps other daemons out. */
+static int snapshot_ensure(const struct config *cfg, struct template *t,
+			   const struct sandbox_limits *l, const json_t *want, struct err *err)
+{
+	_cleanup_free_ char *dir = xasprintf("%s/firecracker", t->dir);
+	_cleanup_free_ char *meta_path = xasprintf("%s/meta.json", dir);
+	_cleanup_free_ char *tmp = xasprintf("%s.tmp", dir);
+	/* Another daemon on the same artifacts must not build the same snapshot at once. */
+	_cleanup_free_ char *lock_path = xasprintf("%s/.firecracker.lock", t->dir);
+	_cleanup_close_ int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock >= 0)
+		flock(lock, LOCK_EX);
+	json_auto_t *have = json_load_file(meta_path, 0, NULL);
+	if (have && json_equal(have, want))
+		return 0;
+	if (have)
+		log_info("firecracker", "snapshot of template %s is stale: rebuilding", t->name);
+	fs_rm_rf(tmp, NULL);
+	if (mkdir(tmp, 0750) < 0 || chown(tmp, 0, cfg->fc_gid) < 0)
+		return err_sys(err, errno, "cannot create `%s`", tmp);
+	long t0 = time_mono_ms();
+	json_auto_t *meta = NULL;
+	int r = build_snapshot(cfg, t, l, tmp, &meta, err);
+	if (r == 0)
+		r = snapshot_install(dir, tmp, meta, err);
+	if (r == 0)
+		log_info("firecracker", "snapshot of template %s built in %ld ms", t->name,
+			 time_mono_ms() - t0);
+	else
+		fs_rm_rf(tmp, NULL);
+	return r;
+}
+
 static int fc_prepare(const struct config *cfg, struct template *t, struct err *err)
 {
 	struct sandbox_limits l;
@@ -665,54 +715,9 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 	int r = binary_version(cfg->fc_bin, &v, err);
 	if (r < 0)
 		return r;
-	json_t *want = snapshot_identity(cfg, t, &l, &v);
-	_cleanup_free_ char *dir = xasprintf("%s/firecracker", t->dir);
-	_cleanup_free_ char *meta_path = xasprintf("%s/meta.json", dir);
-	_cleanup_free_ char *tmp = xasprintf("%s.tmp", dir);
-
+	json_auto_t *want = snapshot_identity(cfg, t, &l, &v);
 	pthread_mutex_lock(&F.lock);
-	/* Another daemon on the same artifacts must not build the same snapshot at once. */
-	_cleanup_free_ char *lock_path = xasprintf("%s/.firecracker.lock", t->dir);
-	int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (lock >= 0)
-		flock(lock, LOCK_EX);
-	json_t *have = json_load_file(meta_path, 0, NULL);
-	if (have && json_equal(have, want)) {
-		r = 0;
-		goto out;
-	}
-	if (have)
-		log_info("firecracker", "snapshot of template %s is stale: rebuilding", t->name);
-	fs_rm_rf(tmp, NULL);
-	if (mkdir(tmp, 0750) < 0 || chown(tmp, 0, cfg->fc_gid) < 0) {
-		r = err_sys(err, errno, "cannot create `%s`", tmp);
-		goto out;
-	}
-	long t0 = time_mono_ms();
-	json_t *meta = NULL;
-	r = build_snapshot(cfg, t, &l, tmp, &meta, err);
-	if (r == 0) {
-		_cleanup_free_ char *tmp_meta = xasprintf("%s/meta.json", tmp);
-		_cleanup_free_ char *old = xasprintf("%s.old", dir);
-		/* Swap the new snapshot in: meta.json last, so a half-written one never matches. */
-		if (json_dump_file(meta, tmp_meta, JSON_INDENT(2)) < 0)
-			r = err_sys(err, errno, "cannot write `%s`", tmp_meta);
-		else if (fs_rm_rf(old, NULL) < 0 || (rename(dir, old) < 0 && errno != ENOENT) ||
-			 rename(tmp, dir) < 0)
-			r = err_sys(err, errno, "cannot install the snapshot in `%s`", dir);
-		fs_rm_rf(old, NULL);
-		if (r == 0)
-			log_info("firecracker", "snapshot of template %s built in %ld ms", t->name,
-				 time_mono_ms() - t0);
-	}
-	json_decref(meta);
-	if (r < 0)
-		fs_rm_rf(tmp, NULL);
-out:
-	json_decref(have);
-	json_decref(want);
-	if (lock >= 0)
-		close(lock);
+	r = snapshot_ensure(cfg, t, &l, want, err);
 	pthread_mutex_unlock(&F.lock);
 	return r;
 }
