@@ -724,6 +724,33 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 
 /* --- sandboxes ---------------------------------------------------------------------- */
 
+/* Stages the template's rootfs and snapshot in the started VM's jail, loads the snapshot and
+ * connects to the agent (*ret_fd). */
+static int restore(const struct config *cfg, struct fc_vm *vm, const struct template *t,
+		   const char *vmstate, const char *memory, int *ret_fd, struct err *err)
+{
+	int r;
+	/* The drive must sit where it was at snapshot time; the snapshot files are shared. */
+	if ((r = fc_jail_stage(vm->root, t->rootfs_img, "rootfs.ext4", cfg->fc_uid, cfg->fc_gid,
+			       0400, err)) < 0 ||
+	    (r = fc_jail_stage(vm->root, vmstate, "vmstate", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
+		    0 ||
+	    (r = fc_jail_stage(vm->root, memory, "memory", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
+		    0)
+		return r;
+	json_t *load =
+		json_pack("{s:s, s:{s:s, s:s}, s:b}", "snapshot_path", "/vmstate", "mem_backend",
+			  "backend_type", "File", "backend_path", "/memory", "resume_vm", 1);
+	if ((r = put(vm, "/snapshot/load", load, err)) < 0)
+		return r;
+	if ((r = vsock_connect(vm->vsock, RESTORE_TIMEOUT_MS, ret_fd, err)) < 0) {
+		_cleanup_free_ char *tail = console_tail(vm);
+		err_wrap(err, "restoring %s%s%s", t->name, *tail ? "; console: " : "", tail);
+		return r;
+	}
+	return 0;
+}
+
 static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 		     struct sandbox **ret, struct err *err)
 {
@@ -741,24 +768,9 @@ static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 	if (r < 0)
 		return r;
 	int fd = -1;
-	/* The drive must sit where it was at snapshot time; the snapshot files are shared. */
-	if ((r = fc_jail_stage(vm->root, t->rootfs_img, "rootfs.ext4", cfg->fc_uid, cfg->fc_gid,
-			       0400, err)) < 0 ||
-	    (r = fc_jail_stage(vm->root, vmstate, "vmstate", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
-		    0 ||
-	    (r = fc_jail_stage(vm->root, memory, "memory", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
-		    0)
-		goto fail;
-	json_t *load =
-		json_pack("{s:s, s:{s:s, s:s}, s:b}", "snapshot_path", "/vmstate", "mem_backend",
-			  "backend_type", "File", "backend_path", "/memory", "resume_vm", 1);
-	r = put(vm, "/snapshot/load", load, err);
-	if (r < 0)
-		goto fail;
-	if ((r = vsock_connect(vm->vsock, RESTORE_TIMEOUT_MS, &fd, err)) < 0) {
-		_cleanup_free_ char *tail = console_tail(vm);
-		err_wrap(err, "restoring %s%s%s", t->name, *tail ? "; console: " : "", tail);
-		goto fail;
+	if ((r = restore(cfg, vm, t, vmstate, memory, &fd, err)) < 0) {
+		vm_discard(vm, spec->id);
+		return r;
 	}
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_firecracker;
@@ -771,12 +783,6 @@ static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 		proc_record_add(sb->record, vm->vmm);
 	*ret = sb;
 	return 0;
-fail:
-	if (fd >= 0)
-		close(fd);
-	vm_teardown(vm, spec->id);
-	vm_free(vm);
-	return r;
 }
 
 static void fc_destroy(struct sandbox *sb)
