@@ -93,23 +93,25 @@ static unsigned read_cap_last(void)
 	return CAP_LAST_CAP;
 }
 
-static int host_get(struct err *err)
+/* What every sandbox shares: the cgroup hierarchy, the seccomp filter, the capabilities the
+ * kernel knows. Called with host.lock held. */
+static int host_setup(struct err *err)
 {
-	int r = 0;
-	pthread_mutex_lock(&host.lock);
-	if (host.ready)
-		goto out;
-	struct cgroup_root cg;
-	if ((r = cgroup_root_detect(CGROUP_ROOT, &cg, err)) < 0)
-		goto out;
-	if ((r = jail_seccomp_build(&host.seccomp, err)) < 0) {
-		cgroup_root_free(&cg);
-		goto out;
-	}
-	host.cg = cg;
+	_cleanup_(cgroup_root_free) struct cgroup_root cg = { 0 };
+	int r;
+	if ((r = cgroup_root_detect(CGROUP_ROOT, &cg, err)) < 0 ||
+	    (r = jail_seccomp_build(&host.seccomp, err)) < 0)
+		return r;
+	host.cg = TAKE_STRUCT(cg);
 	host.cap_last = read_cap_last();
 	host.ready = true;
-out:
+	return 0;
+}
+
+static int host_get(struct err *err)
+{
+	pthread_mutex_lock(&host.lock);
+	int r = host.ready ? 0 : host_setup(err);
 	pthread_mutex_unlock(&host.lock);
 	return r;
 }
