@@ -189,7 +189,7 @@ static int add_rules(scmp_filter_ctx ctx, struct err *err)
 
 int jail_seccomp_build(struct sock_fprog *ret, struct err *err)
 {
-	__attribute__((cleanup(ctx_release))) scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	_cleanup_(ctx_release) scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
 		return err_set(err, ENOMEM, "jail: seccomp_init failed");
 	int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
@@ -220,12 +220,10 @@ int jail_seccomp_build(struct sock_fprog *ret, struct err *err)
 	    size / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS)
 		return err_set(err, EINVAL, "jail: seccomp: unexpected filter size %lld",
 			       (long long)size);
-	struct sock_filter *insns = xmalloc((size_t)size);
-	if (pread(fd, insns, (size_t)size, 0) != size) {
-		free(insns);
+	_cleanup_free_ struct sock_filter *insns = xmalloc((size_t)size);
+	if (pread(fd, insns, (size_t)size, 0) != size)
 		return err_set(err, EIO, "jail: seccomp: cannot read the exported filter back");
-	}
 	ret->len = (unsigned short)(size / (off_t)sizeof(struct sock_filter));
-	ret->filter = insns;
+	ret->filter = TAKE_PTR(insns);
 	return 0;
 }
