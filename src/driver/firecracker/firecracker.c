@@ -338,14 +338,17 @@ static int start_jailer(struct fc_vm *vm, char **argv, const char *console, stru
 static int vm_launch(const struct config *cfg, struct fc_vm *vm, const char *id,
 		     const struct sandbox_limits *l, const char *netns, struct err *err)
 {
+	/* Until the jail is made here, the directory of that name is not this VM's to remove. */
+	_cleanup_free_ char *jail_dir = TAKE_PTR(vm->jail_dir);
 	if (strlen(vm->api_sock) > FC_SUN_PATH_MAX || strlen(vm->vsock) > FC_SUN_PATH_MAX)
 		return err_set(
 			err, ENAMETOOLONG,
 			"FIRECRACKER_JAIL_BASE `%s` is too long: the socket path `%s` exceeds "
 			"%d bytes",
 			cfg->fc_jail_base, vm->api_sock, FC_SUN_PATH_MAX);
-	if (access(vm->jail_dir, F_OK) == 0)
-		return err_set(err, EEXIST, "jail `%s` already exists", vm->jail_dir);
+	if (access(jail_dir, F_OK) == 0)
+		return err_set(err, EEXIST, "jail `%s` already exists", jail_dir);
+	vm->jail_dir = TAKE_PTR(jail_dir);
 	int r = fs_mkdir_p(vm->root, 0750);
 	if (r < 0)
 		return err_sys(err, -r, "cannot create `%s`", vm->root);

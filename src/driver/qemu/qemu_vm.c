@@ -450,6 +450,8 @@ static int start_process(struct qemu_vm *vm, const struct qemu_launch *l, const 
 	out[0] = -1; /* the console's now */
 	int wait_ms = time_left_ms(deadline);
 	if ((r = spawn_wait(&plan, &c, wait_ms > 0 ? wait_ms : 1, err)) < 0) {
+		/* A child stuck in its setup (or on its way to exec QEMU) is not waited for. */
+		kill(vm->pid, SIGKILL);
 		reap(vm, true);
 		return r;
 	}
