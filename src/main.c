@@ -25,13 +25,13 @@
 #include "util/log.h"
 
 /* How often a stopping daemon looks whether its in-flight requests have finished. */
-#define DRAIN_TICK_MS 100
+#define GRACE_TICK_MS 100
 
 static struct {
 	struct event_base *base;
 	struct config cfg;
 	struct http_server *http;
-	struct event *sigterm, *sigint, *sighup, *drain_timer;
+	struct event *sigterm, *sigint, *sighup, *grace_timer;
 	bool stopping;
 	int exit_code;
 } D;
@@ -44,16 +44,16 @@ static void on_sessions_gone(void *arg)
 
 static void finish_shutdown(void)
 {
-	if (D.drain_timer)
-		event_del(D.drain_timer);
+	if (D.grace_timer)
+		event_del(D.grace_timer);
 	session_shutdown(on_sessions_gone, NULL);
 }
 
-static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+static void on_grace_tick(evutil_socket_t fd, short what, void *arg)
 {
 	static unsigned waited_ms;
 	/* Streaming requests end when their sessions go; others get the grace period. */
-	waited_ms += DRAIN_TICK_MS;
+	waited_ms += GRACE_TICK_MS;
 	if (http_server_inflight(D.http) == 0 || waited_ms >= D.cfg.shutdown_grace_ms)
 		finish_shutdown();
 }
@@ -67,12 +67,15 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 		return;
 	}
 	D.stopping = true;
-	log_info("sandboxd", "received %s: no new connections; finishing in-flight requests",
+	log_info("sandboxd",
+		 "received %s: no new connections, sessions or commands; finishing in-flight "
+		 "requests",
 		 strsignal((int)sig));
 	http_server_stop_accepting(D.http);
-	D.drain_timer = event_new(D.base, -1, EV_PERSIST, on_drain_tick, NULL);
-	struct timeval tv = { .tv_usec = DRAIN_TICK_MS * 1000 };
-	event_add(D.drain_timer, &tv);
+	session_grace_begin();
+	D.grace_timer = event_new(D.base, -1, EV_PERSIST, on_grace_tick, NULL);
+	struct timeval tv = { .tv_usec = GRACE_TICK_MS * 1000 };
+	event_add(D.grace_timer, &tv);
 }
 
 static void on_sighup(evutil_socket_t sig, short what, void *arg)
@@ -181,8 +184,8 @@ static void run(void)
 	event_free(D.sigterm);
 	event_free(D.sigint);
 	event_free(D.sighup);
-	if (D.drain_timer)
-		event_free(D.drain_timer);
+	if (D.grace_timer)
+		event_free(D.grace_timer);
 }
 
 int main(int argc, char **argv)

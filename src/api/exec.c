@@ -440,8 +440,9 @@ static void reply_stream_end(struct exec_req *q, const char *exec_id,
 {
 	if (err) {
 		stream_line(q, "error",
-			    json_pack("{s:s, s:s, s:s}", "type", "error", "error", err->msg,
-				      "execId", exec_id));
+			    json_pack("{s:s, s:s, s:s, s:i}", "type", "error", "error", err->msg,
+				      "execId", exec_id, "status",
+				      http_status_for_errno(err->errnum)));
 	} else {
 		json_t *j = exec_result_json(r);
 		json_object_set_new(j, "type", json_string("result"));

@@ -419,15 +419,20 @@ static void conn_destroy(struct guest_conn *c)
 	free(c);
 }
 
-void guest_conn_free(struct guest_conn *c)
+void guest_conn_close(struct guest_conn *c, int errnum, const char *msg)
 {
 	if (!c || c->free_pending)
 		return;
 	c->on_close = NULL;
 	conn_enter(c);
-	conn_fail(c, ECONNRESET, "sandbox connection closed");
+	conn_fail(c, errnum, "%s", msg);
 	c->free_pending = true; /* by the outermost frame: maybe this one */
 	conn_leave(c);
+}
+
+void guest_conn_free(struct guest_conn *c)
+{
+	guest_conn_close(c, ECONNRESET, "sandbox connection closed");
 }
 
 void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *arg)

@@ -48,6 +48,10 @@ void guest_conn_set_close(struct guest_conn *c, guest_close_fn on_close, void *a
 /* Fails every open operation with ECONNRESET ("sandbox connection closed") and frees. */
 void guest_conn_free(struct guest_conn *c);
 
+/* The same, failing them with errnum and msg instead: the host ends them for its own reason
+ * (the server shutting down), not the sandbox. */
+void guest_conn_close(struct guest_conn *c, int errnum, const char *msg);
+
 /* How long the agent has to end an operation the host gave up on (its timeout fired, or
  * its caller detached): after that its channel is closed on our side. */
 #define GUEST_GIVE_UP_GRACE_MS 10000

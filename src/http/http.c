@@ -618,7 +618,6 @@ int http_status_for_errno(int errnum)
 		return 504;
 	case ECONNRESET:
 	case ENOTCONN:
-	case ESHUTDOWN:
 	case EPIPE:
 	case EREMOTEIO:       /* the sandbox's agent broke the protocol */
 	case EPROTONOSUPPORT: /* its agent is too old for this server */
@@ -626,7 +625,8 @@ int http_status_for_errno(int errnum)
 	case ENOTSUP:
 	case ENOSYS:
 		return 501;
-	case EROFS: /* the server cannot record what it would create */
+	case EROFS:     /* the server cannot record what it would create */
+	case ESHUTDOWN: /* the server is shutting down */
 		return 503;
 	case ECANCELED:
 		return 409;

@@ -28,6 +28,7 @@ struct session_module {
 	struct pool *pools; /* pool.c */
 	struct event *reaper;
 	bool shutting_down;
+	bool closing;        /* the shutdown grace began: nothing new starts */
 	unsigned destroying; /* sandboxes being destroyed on workers */
 	unsigned creating;   /* sandboxes being created on workers */
 	void (*shutdown_done)(void *arg);

@@ -388,6 +388,11 @@ static void exec_start(evutil_socket_t fd, short what, void *arg)
 	/* Resolved when it runs, not when asked: sessions may have come and gone meanwhile. */
 	const char *owner = NULL;
 	struct err e;
+	if (session_closing()) {
+		err_set(&e, ESHUTDOWN, "the server is shutting down");
+		exec_fail(x, &e);
+		return;
+	}
 	if (target_owner(&x->t, &owner, &e) < 0) {
 		exec_fail(x, &e);
 		return;

@@ -370,7 +370,7 @@ void session_get_or_create(const char *owner, const char *id,
 			break;
 		}
 	}
-	if (session_mod.shutting_down) {
+	if (session_closing()) {
 		err_set(&e, ESHUTDOWN, "the server is shutting down");
 		cb(NULL, &e, arg);
 		return;
@@ -468,7 +468,11 @@ void session_destroy(struct session *s, const char *why)
 		fire_waiters(s, &e);
 	}
 	if (s->conn) {
-		guest_conn_free(s->conn); /* fails the session's operations */
+		/* Fails the session's operations: as a server's shutdown when that is why. */
+		if (session_mod.shutting_down)
+			guest_conn_close(s->conn, ESHUTDOWN, "the server is shutting down");
+		else
+			guest_conn_free(s->conn);
 		s->conn = NULL;
 	}
 	if (s->sb) {
@@ -703,8 +707,19 @@ void session_shutdown_check(void)
 	}
 }
 
+void session_grace_begin(void)
+{
+	session_mod.closing = true;
+}
+
+bool session_closing(void)
+{
+	return session_mod.closing || session_mod.shutting_down;
+}
+
 void session_shutdown(void (*done)(void *arg), void *arg)
 {
+	session_mod.closing = true;
 	session_mod.shutting_down = true;
 	session_mod.shutdown_done = done;
 	session_mod.shutdown_arg = arg;

@@ -83,8 +83,15 @@ int session_init(struct event_base *base, const struct config *cfg, const struct
 		 struct err *err);
 
 /* Destroys every session and pooled sandbox, waiting (on the loop) until all are gone;
- * calls done() when nothing of ours remains. */
+ * calls done() when nothing of ours remains. What still runs fails with ESHUTDOWN ("the
+ * server is shutting down"). */
 void session_shutdown(void (*done)(void *arg), void *arg);
+
+/* The shutdown grace begins: from now on no session is created and no command started
+ * (ESHUTDOWN, "the server is shutting down"); what runs may finish until session_shutdown. */
+void session_grace_begin(void);
+/* Whether the shutdown grace (or the shutdown) has begun. */
+bool session_closing(void);
 
 /* Reloads templates from disk (SIGHUP). */
 int session_reload_templates(struct err *err);

@@ -1,11 +1,14 @@
 """Session lifetime and what the daemon leaves on the host: the idle reaper, DELETE, shutdown,
 and a restart after the daemon was killed."""
 
+import http.client
+import json
 import os
 import random
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -428,6 +431,89 @@ class FullStateDiskTest(unittest.TestCase):
         second.stop()
         left = [d for sandbox in ids for d in host.cgroup_dirs(sandbox)]
         self.assertEqual(left, [], "a sandbox made while the state disk was full survived")
+
+
+class ShutdownGraceTest(unittest.TestCase):
+    """SIGTERM: from that moment nothing new starts, on any connection; what runs may finish
+    within the grace; what is still running then ends with 503 "the server is shutting
+    down", in a reply and in a stream alike."""
+
+    def test_shutdown_grace(self):
+        d = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_SHUTDOWN_GRACE_MS": "3000"})
+        self.addCleanup(shutil.rmtree, d.tmp, True)
+        self.addCleanup(d.kill)
+        sid = new_session_id("grace")
+        status, _, body = d.post(f"/exec/{sid}/execute", body={"command": "true"})
+        self.assertEqual(status, 200, body)
+        # A keep-alive connection opened before the signal.
+        conn = http.client.HTTPConnection(d.host, d.port, timeout=30)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/health")
+        conn.getresponse().read()
+
+        results = {}
+
+        def run(name, path, body, headers=None):
+            c = http.client.HTTPConnection(d.host, d.port, timeout=60)
+            c.request("POST", path, body=json.dumps(body),
+                      headers={"Content-Type": "application/json", **(headers or {})})
+            r = c.getresponse()
+            results[name] = (r.status, r.read().decode())
+            c.close()
+
+        plain = threading.Thread(target=run, args=(
+            "plain", f"/exec/{sid}/execute", {"command": "sleep 60"}), daemon=True)
+        streamed = threading.Thread(target=run, args=(
+            "stream", f"/exec/{sid}/execute?format=ndjson", {"command": "sleep 60"}),
+            daemon=True)
+        plain.start()
+        streamed.start()
+        wait_until(lambda: _running(d, sid) >= 2, 30, what="both commands running")
+
+        d.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: not _accepts(d), 10, what="the shutdown grace to begin")
+        conn.request("POST", "/exec/", body=json.dumps({"id": new_session_id("late")}),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        late = json.loads(r.read())
+        self.assertEqual(r.status, 503, late)
+        self.assertEqual(late.get("error"), "the server is shutting down")
+        conn.request("POST", f"/exec/{sid}/execute", body=json.dumps({"command": "true"}),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        late = json.loads(r.read())
+        self.assertEqual(r.status, 503, late)
+        self.assertEqual(late.get("error"), "the server is shutting down")
+
+        plain.join(60)
+        streamed.join(60)
+        status, text = results["plain"]
+        self.assertEqual(status, 503, text)
+        self.assertEqual(json.loads(text).get("error"), "the server is shutting down")
+        status, text = results["stream"]
+        self.assertEqual(status, 200, text)
+        last = json.loads(text.strip().splitlines()[-1])
+        self.assertEqual(last.get("type"), "error", last)
+        self.assertEqual(last.get("status"), 503, last)
+        self.assertEqual(last.get("error"), "the server is shutting down")
+        self.assertEqual(d.proc.wait(30), 0)
+
+
+def _accepts(d):
+    """Whether the daemon still accepts connections (it stops when the grace begins)."""
+    try:
+        socket.create_connection((d.host, d.port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _running(d, sid):
+    status, _, body = d.get("/exec")
+    for s in body.get("sessions", []) if status == 200 else []:
+        if s.get("id") == sid:
+            return s.get("running", 0)
+    return 0
 
 
 def _read(path):
