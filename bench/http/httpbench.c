@@ -63,7 +63,6 @@ struct memory {
 	double per_idle[MAX_ROUNDS]; /* bytes per idle connection, opened only */
 	double per_used[MAX_ROUNDS]; /* bytes per idle connection after one request on each */
 	double cpu_pct[MAX_ROUNDS];  /* CPU while they idle */
-	long base_kb[MAX_ROUNDS];
 };
 
 /* Where the client and the servers run: both on one CPU (the default: a round trip is then the
@@ -469,7 +468,6 @@ static void measure_memory(const struct bench_server *s, size_t idle, struct mem
 	free(fds);
 	server_stop(pid, s->name);
 
-	m->base_kb[round] = base;
 	m->per_idle[round] = (double)(opened - base) * 1024.0 / (double)idle;
 	m->per_used[round] = (double)(used - base) * 1024.0 / (double)idle;
 	m->cpu_pct[round] = (double)(t1 - t0) * 100.0 / (double)sysconf(_SC_CLK_TCK);
@@ -511,18 +509,15 @@ static void print_memory(const struct bench_server **servers, size_t ns, struct 
 {
 	printf("\nresident memory with %zu idle connections (median of %zu rounds)\n", idle,
 	       rounds);
-	printf("%-10s %8s %12s %7s %14s %7s %12s\n", "server", "base KiB", "B/idle conn", "x",
-	       "B/conn after 1", "x", "idle CPU %");
+	printf("%-10s %12s %7s %14s %7s %12s\n", "server", "B/idle conn", "x", "B/conn after 1",
+	       "x", "idle CPU %");
 	double b_idle = median(mem[0].per_idle, rounds), b_used = median(mem[0].per_used, rounds);
 	for (size_t i = 0; i < ns; i++) {
 		double per_idle = median(mem[i].per_idle, rounds);
 		double per_used = median(mem[i].per_used, rounds);
-		double base[MAX_ROUNDS];
-		for (size_t k = 0; k < rounds; k++)
-			base[k] = (double)mem[i].base_kb[k];
-		printf("%-10s %8.0f %12.0f %7.2f %14.0f %7.2f %12.1f\n", servers[i]->name,
-		       median(base, rounds), per_idle, per_idle / b_idle, per_used,
-		       per_used / b_used, median(mem[i].cpu_pct, rounds));
+		printf("%-10s %12.0f %7.2f %14.0f %7.2f %12.1f\n", servers[i]->name, per_idle,
+		       per_idle / b_idle, per_used, per_used / b_used,
+		       median(mem[i].cpu_pct, rounds));
 	}
 }
 

@@ -81,22 +81,64 @@ static void conn_free(struct pconn *c)
 	free(c);
 }
 
-/* Queues a whole reply (head and body in one piece). */
+/* After the last reply: shuts our side, then drops what the client still sends until it closes
+ * or LINGER_S pass. */
+static void on_linger_read(struct bufferevent *bev, void *arg)
+{
+	struct evbuffer *in = bufferevent_get_input(bev);
+	evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg);
+
+static void linger(struct pconn *c)
+{
+	shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+	struct timeval t = { .tv_sec = LINGER_S };
+	bufferevent_setcb(c->bev, on_linger_read, NULL, on_event, c);
+	bufferevent_set_timeouts(c->bev, &t, NULL);
+	bufferevent_enable(c->bev, EV_READ);
+}
+
+/* Sends bytes straight to the socket while nothing waits before them, so that most replies
+ * cost one send(2) and no change to what epoll watches; the rest goes through the bufferevent,
+ * which writes it when the socket can take it. */
+static void conn_send(struct pconn *c, const char *data, size_t len)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	if (evbuffer_get_length(out) == 0) {
+		ssize_t n = send(bufferevent_getfd(c->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			data += n;
+			len -= (size_t)n;
+		}
+	}
+	if (len)
+		evbuffer_add(out, data, len);
+}
+
+/* Sends a whole reply, head and body in one piece. */
 static void send_reply(struct pconn *c, int status, const char *body, size_t len, bool keep)
 {
-	char head[256];
-	int n = snprintf(head, sizeof(head),
+	char msg[1024];
+	int n = snprintf(msg, sizeof(msg),
 			 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
 			 "Content-Length: %zu\r\nDate: %s\r\n%s\r\n",
 			 status, reason_of(status), len, http_date(),
 			 keep ? "" : "Connection: close\r\n");
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	evbuffer_add(out, head, (size_t)n);
-	evbuffer_add(out, body, len);
-	if (!keep) {
-		c->closing = true;
-		bufferevent_disable(c->bev, EV_READ);
+	if (len <= sizeof(msg) - (size_t)n) {
+		memcpy(msg + n, body, len);
+		conn_send(c, msg, (size_t)n + len);
+	} else {
+		conn_send(c, msg, (size_t)n);
+		conn_send(c, body, len);
 	}
+	if (keep)
+		return;
+	c->closing = true;
+	bufferevent_disable(c->bev, EV_READ);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		linger(c);
 }
 
 static void send_error(struct pconn *c, int status)
@@ -122,7 +164,7 @@ static int on_head(const struct h1_head *head, void *arg)
 	memcpy(c->id, id, (size_t)id_len);
 	c->id_len = (size_t)id_len;
 	if (head->expect_continue)
-		bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+		conn_send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 	return 0;
 }
 
@@ -175,13 +217,6 @@ static void on_read(struct bufferevent *bev, void *arg)
 	}
 }
 
-/* After the last reply: drops what the client still sends until it closes or LINGER_S. */
-static void on_linger_read(struct bufferevent *bev, void *arg)
-{
-	struct evbuffer *in = bufferevent_get_input(bev);
-	evbuffer_drain(in, evbuffer_get_length(in));
-}
-
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
 	struct pconn *c = arg;
@@ -193,14 +228,9 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 static void on_write(struct bufferevent *bev, void *arg)
 {
 	struct pconn *c = arg;
-	if (!c->closing)
-		return;
-	/* The last reply is out: shut our side, then drain theirs for a while. */
-	shutdown(bufferevent_getfd(bev), SHUT_WR);
-	struct timeval linger = { .tv_sec = LINGER_S };
-	bufferevent_setcb(bev, on_linger_read, NULL, on_event, c);
-	bufferevent_set_timeouts(bev, &linger, NULL);
-	bufferevent_enable(bev, EV_READ);
+	/* The last reply is out. */
+	if (c->closing)
+		linger(c);
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
