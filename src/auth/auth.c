@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 #include <time.h>
 
@@ -94,11 +95,19 @@ int auth_init(struct event_base *base, const struct config *cfg, struct err *err
 				&secret, err);
 		if (r < 0)
 			return r;
-		/* Printed once, outside the JSON log, so that it is easy to copy. */
-		fprintf(stderr,
-			"\nsandboxd: no API key existed, so an admin key was created (id %s).\n"
-			"sandboxd: it is shown only this once:\n\n    %s\n\n",
-			k.id, secret);
+		/* Shown once. On a terminal as text that is easy to copy; otherwise (a log file,
+		 * the journal) as a log line like every other. */
+		if (isatty(STDERR_FILENO)) {
+			fprintf(stderr,
+				"\nsandboxd: no API key existed, so an admin key was created (id "
+				"%s).\nsandboxd: it is shown only this once:\n\n    %s\n\n",
+				k.id, secret);
+		} else {
+			json_auto_t *fields = json_pack("{s:s, s:s}", "keyId", k.id, "key", secret);
+			log_fields(LOG_WARN, "auth", fields,
+				   "no API key existed, so an admin key was created; it is shown "
+				   "only this once");
+		}
 	}
 	return 0;
 }

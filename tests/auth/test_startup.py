@@ -44,9 +44,13 @@ class FirstStartTest(unittest.TestCase):
         self.assertEqual(len(found), 1, text)
         key = found[0]
         self.assertEqual(d.admin_key, key)
-        # Outside the JSON log lines, so that it is easy to copy and never parsed as a field.
-        self.assertTrue(any(key in l for l in non_json_lines(text)))
-        self.assertFalse(any(key in json.dumps(l) for l in d.logs()))
+        # stderr is not a terminal here: one log line like every other, the key in a field
+        # of its own, and no line that is not JSON.
+        self.assertEqual(non_json_lines(text), [])
+        banner = [l for l in d.logs() if key in json.dumps(l)]
+        self.assertEqual(len(banner), 1, banner)
+        self.assertEqual(banner[0].get("key"), key)
+        self.assertEqual(banner[0].get("module"), "auth")
         keys = list(authlib.list_keys(d).values())
         self.assertEqual(len(keys), 1)
         self.assertEqual(keys[0]["scopes"], ["exec", "admin", "metrics"])

@@ -15,8 +15,9 @@ import threading
 import time
 import unittest
 
+import harness
 import helpers_host as host
-from helpers_exec import DaemonTestCase, new_session_id, sandbox_of, start_daemon, wait_until
+from helpers_exec import BASE_ENV, DaemonTestCase, new_session_id, sandbox_of, start_daemon, wait_until
 from runner import tag
 
 
@@ -497,6 +498,53 @@ class ShutdownGraceTest(unittest.TestCase):
         self.assertEqual(last.get("status"), 503, last)
         self.assertEqual(last.get("error"), "the server is shutting down")
         self.assertEqual(d.proc.wait(30), 0)
+
+
+class LogLinesTest(unittest.TestCase):
+    """Every line the daemon writes is JSON, libevent's own warnings included, and a failure
+    that repeats in a loop (accept at the descriptor limit) does not flood the log."""
+
+    def test_libevent_warnings_are_json_and_bounded(self):
+        # The daemon alone gets a low descriptor limit, soft and hard.
+        d = harness.Daemon(env={**BASE_ENV, "SANDBOX_WARM_POOL": "0"},
+                           binary=shutil.which("prlimit"),
+                           args=("--nofile=96:96", "--", harness.sandboxd_path()))
+        d.start()
+        self.addCleanup(shutil.rmtree, d.tmp, True)
+        self.addCleanup(d.kill)
+        socks = []
+        self.addCleanup(lambda: [s.close() for s in socks])
+        started = time.monotonic()
+        for _ in range(200):
+            try:
+                socks.append(socket.create_connection((d.host, d.port), timeout=5))
+            except OSError:
+                break
+
+        def libevent_lines():
+            return [l for l in d.logs() if l.get("module") == "libevent"]
+
+        wait_until(lambda: libevent_lines(), 30, what="libevent to complain about accept")
+        for s in socks:
+            s.close()
+        socks.clear()
+        # Room again: the daemon serves.
+        wait_until(lambda: d.get("/health", timeout=5)[0] == 200, 30, what="/health again")
+        seconds = time.monotonic() - started
+        d.stop()
+        text = d.stderr()
+        bad = [l for l in text.splitlines() if not _is_json_object(l)]
+        self.assertEqual(bad, [], "lines of the log that are not JSON")
+        lines = libevent_lines()
+        self.assertLessEqual(len(lines), 10 * (int(seconds) + 2),
+                             f"libevent wrote {len(lines)} lines in {seconds:.1f} s")
+
+
+def _is_json_object(line):
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def _accepts(d):
