@@ -38,8 +38,14 @@ int store_open(const char *dir, struct err *err)
 	}
 	sqlite3_busy_timeout(db, 5000);
 	_cleanup_sqlite_free_ char *msg = NULL;
-	if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
-			 &msg) != SQLITE_OK ||
+	/* WAL with synchronous=NORMAL: a record survives the process's death, with no fsync per
+	 * write (only a power loss can take the last ones). The log is checkpointed every 256
+	 * pages (1 MiB) and cut back to 1 MiB after, so the state directory's need stays small
+	 * and known (docs/operations.md). */
+	if (sqlite3_exec(db,
+			 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+			 "PRAGMA wal_autocheckpoint=256; PRAGMA journal_size_limit=1048576;",
+			 NULL, NULL, &msg) != SQLITE_OK ||
 	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
 		r = err_set(err, EIO, "cannot initialise `%s`: %s", path, msg ? msg : "?");
 		store_close();
