@@ -356,6 +356,46 @@ class CreationCrashTest(unittest.TestCase):
                          f"sandboxes the killed daemon began survived its restart ({ids})")
 
     @tag("driver")
+    def test_kill_during_destruction_leaves_nothing(self):
+        for i in range(2):
+            with self.subTest(round=i):
+                first = start_daemon({"SANDBOX_WARM_POOL": "0"})
+                self.addCleanup(shutil.rmtree, first.tmp, True)
+                self.addCleanup(first.kill)
+                sids = [new_session_id("doomed") for _ in range(self.BURST)]
+                for sid in sids:
+                    status, _, body = first.post("/exec/", body={"id": sid})
+                    self.assertEqual(status, 201, body)
+
+                def destroy(sid):
+                    try:
+                        first.delete(f"/exec/{sid}", timeout=60)
+                    except OSError:
+                        pass  # killed under the request
+
+                burst = [threading.Thread(target=destroy, args=(sid,), daemon=True)
+                         for sid in sids]
+                for t in burst:
+                    t.start()
+                wait_until(lambda: "destroying session" in first.stderr(), 60,
+                           what="a session being destroyed")
+                # A random point of the destructions, not a synchronisation.
+                time.sleep(random.uniform(0, 0.03))
+                first.proc.send_signal(signal.SIGKILL)
+                first.proc.wait(10)
+                first.kill()
+                for t in burst:
+                    t.join(60)
+                ids = host.sandbox_ids(first.stderr())
+                second = start_daemon({"SANDBOX_WARM_POOL": "0",
+                                       "SANDBOX_STATE_DIR": first.state_dir,
+                                       "SANDBOX_RUN_DIR": first.run_dir})
+                self.addCleanup(second.stop, check=False)
+                second.stop()
+                self.assertEqual(self.leftovers(first, ids), [],
+                                 f"sandboxes being destroyed survived the restart ({ids})")
+
+    @tag("driver")
     def test_kill_during_creation_leaves_nothing(self):
         self.decoy, self.decoy_dirs = None, []
         for i in range(self.ROUNDS):
@@ -539,6 +579,31 @@ class LogLinesTest(unittest.TestCase):
         self.assertLessEqual(len(lines), 10 * (int(seconds) + 2),
                              f"libevent wrote {len(lines)} lines in {seconds:.1f} s")
 
+
+class SecondSignalTest(unittest.TestCase):
+    @tag("driver")
+    def test_a_second_signal_exits_at_once_and_the_next_start_cleans(self):
+        first = start_daemon({"SANDBOX_WARM_POOL": "1", "SANDBOX_SHUTDOWN_GRACE_MS": "60000"})
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        sid = new_session_id("twice")
+        status, _, body = first.post(f"/exec/{sid}/execute",
+                                     body={"command": "sleep 300 > /dev/null 2>&1 &"})
+        self.assertEqual(status, 200, body)
+        wait_for_warm_pool(first)
+        ids = host.sandbox_ids(first.stderr())
+        first.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: not _accepts(first), 10, what="the shutdown grace to begin")
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 1)
+        first.kill()
+        second = start_daemon({"SANDBOX_WARM_POOL": "0",
+                               "SANDBOX_STATE_DIR": first.state_dir,
+                               "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        second.stop()
+        left = [d for sandbox in ids for d in host.cgroup_dirs(sandbox)]
+        self.assertEqual(left, [], "what the interrupted shutdown left survived the restart")
 
 def _is_json_object(line):
     try:
