@@ -314,28 +314,21 @@ class CreationCrashTest(unittest.TestCase):
                 left.append(run)
         return left
 
-    def crash_round(self, pool):
-        first = start_daemon({"SANDBOX_WARM_POOL": str(pool)})
-        self.addCleanup(shutil.rmtree, first.tmp, True)
-        self.addCleanup(first.kill)
-        if not self.decoy_dirs:
-            # Once the daemon made its cgroup parents.
-            self.decoy, self.decoy_dirs = CrashRecoveryTest.make_decoys(
-                self, host.cgroup_parents())
-
-        def create(sid):
+    def crash_amid(self, first, requests, started, what):
+        """Sends `requests` (method, path, body) at once, kills the daemon with SIGKILL at a
+        random point after its log shows `started`, restarts it on the same state, stops it
+        cleanly, and checks that nothing is left of any sandbox the first one named."""
+        def send(method, path, body):
             try:
-                first.post("/exec/", body={"id": sid}, timeout=60)
+                first.request(method, path, body=body, timeout=60)
             except OSError:
                 pass  # the daemon was killed under the request: that is the point
 
-        burst = [threading.Thread(target=create, args=(new_session_id("burst"),), daemon=True)
-                 for _ in range(self.BURST)]
+        burst = [threading.Thread(target=send, args=r, daemon=True) for r in requests]
         for t in burst:
             t.start()
-        wait_until(lambda: "creating (template" in first.stderr(), 60,
-                   what="a sandbox being made")
-        # Somewhere in the creations' window: a random point, not a synchronisation.
+        wait_until(lambda: started in first.stderr(), 60, what=what)
+        # A random point of the window, not a synchronisation.
         time.sleep(random.uniform(0, 0.03))
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
@@ -343,7 +336,7 @@ class CreationCrashTest(unittest.TestCase):
         for t in burst:
             t.join(60)
         ids = host.sandbox_ids(first.stderr())
-        self.assertTrue(ids, "the daemon began no sandbox before it was killed")
+        self.assertTrue(ids, "the daemon named no sandbox before it was killed")
 
         second = start_daemon({"SANDBOX_WARM_POOL": "0",
                                "SANDBOX_STATE_DIR": first.state_dir,
@@ -353,58 +346,48 @@ class CreationCrashTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         second.stop()
         self.assertEqual(self.leftovers(first, ids), [],
-                         f"sandboxes the killed daemon began survived its restart ({ids})")
+                         f"sandboxes the killed daemon had survived its restart ({ids})")
+
+    def daemon(self, pool):
+        first = start_daemon({"SANDBOX_WARM_POOL": str(pool)})
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        if not self.decoy_dirs:
+            # Once the daemon made its cgroup parents.
+            self.decoy, self.decoy_dirs = CrashRecoveryTest.make_decoys(
+                self, host.cgroup_parents())
+        return first
+
+    def check_decoy(self):
+        self.assertIsNone(self.decoy.poll(), "a restarted daemon killed a process not its own")
+        for path in self.decoy_dirs:
+            self.assertTrue(os.path.isdir(path), f"a restarted daemon removed {path}")
 
     @tag("driver")
     def test_kill_during_destruction_leaves_nothing(self):
+        self.decoy, self.decoy_dirs = None, []
         for i in range(2):
             with self.subTest(round=i):
-                first = start_daemon({"SANDBOX_WARM_POOL": "0"})
-                self.addCleanup(shutil.rmtree, first.tmp, True)
-                self.addCleanup(first.kill)
+                first = self.daemon(pool=0)
                 sids = [new_session_id("doomed") for _ in range(self.BURST)]
                 for sid in sids:
                     status, _, body = first.post("/exec/", body={"id": sid})
                     self.assertEqual(status, 201, body)
-
-                def destroy(sid):
-                    try:
-                        first.delete(f"/exec/{sid}", timeout=60)
-                    except OSError:
-                        pass  # killed under the request
-
-                burst = [threading.Thread(target=destroy, args=(sid,), daemon=True)
-                         for sid in sids]
-                for t in burst:
-                    t.start()
-                wait_until(lambda: "destroying session" in first.stderr(), 60,
-                           what="a session being destroyed")
-                # A random point of the destructions, not a synchronisation.
-                time.sleep(random.uniform(0, 0.03))
-                first.proc.send_signal(signal.SIGKILL)
-                first.proc.wait(10)
-                first.kill()
-                for t in burst:
-                    t.join(60)
-                ids = host.sandbox_ids(first.stderr())
-                second = start_daemon({"SANDBOX_WARM_POOL": "0",
-                                       "SANDBOX_STATE_DIR": first.state_dir,
-                                       "SANDBOX_RUN_DIR": first.run_dir})
-                self.addCleanup(second.stop, check=False)
-                second.stop()
-                self.assertEqual(self.leftovers(first, ids), [],
-                                 f"sandboxes being destroyed survived the restart ({ids})")
+                self.crash_amid(first, [("DELETE", f"/exec/{sid}", None) for sid in sids],
+                                "destroying session", "a session being destroyed")
+        self.check_decoy()
 
     @tag("driver")
     def test_kill_during_creation_leaves_nothing(self):
         self.decoy, self.decoy_dirs = None, []
         for i in range(self.ROUNDS):
-            with self.subTest(round=i, pool=i % 2 * 2):
-                self.crash_round(pool=i % 2 * 2)
-        self.assertIsNone(self.decoy.poll(), "a restarted daemon killed a process not its own")
-        for path in self.decoy_dirs:
-            self.assertTrue(os.path.isdir(path), f"a restarted daemon removed {path}")
-
+            pool = i % 2 * 2
+            with self.subTest(round=i, pool=pool):
+                first = self.daemon(pool)
+                self.crash_amid(first, [("POST", "/exec/", {"id": new_session_id("burst")})
+                                        for _ in range(self.BURST)],
+                                "creating (template", "a sandbox being made")
+        self.check_decoy()
 
 class FullStateDiskTest(unittest.TestCase):
     """A state directory that cannot be written: no sandbox is made that is not recorded;

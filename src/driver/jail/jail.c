@@ -33,17 +33,8 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 
-#ifndef CLONE_PIDFD
-#define CLONE_PIDFD 0x00001000
-#endif
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
-#endif
-#ifndef CLONE_INTO_CGROUP
-#define CLONE_INTO_CGROUP 0x200000000ULL
-#endif
-#ifndef P_PIDFD
-#define P_PIDFD 3
 #endif
 
 /* How long the child may take from clone to exec before create() gives up on it. */

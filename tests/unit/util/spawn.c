@@ -160,17 +160,23 @@ static void test_write_and_exec_failure(void **state)
 	spawn_plan_free(&plan);
 }
 
+/* A plan that waits for a byte on go[0] (made here), then exits. */
+static void waiting_plan(struct spawn_plan *plan, int go[2])
+{
+	assert_int_equal(pipe2(go, O_CLOEXEC), 0);
+	spawn_plan_init(plan, "test");
+	spawn_plan_fd(plan, go[0], 3, false);
+	struct spawn_op *op = spawn_plan_add(plan, SOP_WAIT_BYTE, "wait");
+	op->fd = 3;
+	spawn_plan_add(plan, SOP_EXIT, "exit");
+}
+
 /* A child that dies during setup (here, killed while it waits) is not taken for a success. */
 static void test_killed_during_setup(void **state)
 {
 	int go[2];
-	assert_int_equal(pipe2(go, O_CLOEXEC), 0);
 	struct spawn_plan plan;
-	spawn_plan_init(&plan, "test");
-	spawn_plan_fd(&plan, go[0], 3, false);
-	struct spawn_op *op = spawn_plan_add(&plan, SOP_WAIT_BYTE, "wait");
-	op->fd = 3;
-	spawn_plan_add(&plan, SOP_EXIT, "exit");
+	waiting_plan(&plan, go);
 	struct spawn_child c;
 	struct err e = { 0 };
 	assert_int_equal(spawn_start(&plan, 0, -1, &c, &e), 0);
@@ -198,13 +204,8 @@ static void test_killed_during_setup(void **state)
 static void test_setup_timeout(void **state)
 {
 	int go[2];
-	assert_int_equal(pipe2(go, O_CLOEXEC), 0);
 	struct spawn_plan plan;
-	spawn_plan_init(&plan, "test");
-	spawn_plan_fd(&plan, go[0], 3, false);
-	struct spawn_op *op = spawn_plan_add(&plan, SOP_WAIT_BYTE, "wait");
-	op->fd = 3;
-	spawn_plan_add(&plan, SOP_EXIT, "exit");
+	waiting_plan(&plan, go);
 	struct spawn_child c;
 	struct err e = { 0 };
 	assert_int_equal(spawn_start(&plan, 0, -1, &c, &e), 0);
