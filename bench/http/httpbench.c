@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../stats.h"
 #include "route.h"
 #include "servers.h"
 
@@ -89,25 +90,11 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentile of n samples (sorted in place). */
-static double pct(double *v, size_t n, double p)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	size_t k = (size_t)ceil(p / 100.0 * (double)n);
-	return v[k ? k - 1 : 0];
-}
-
 static double median(const double *v, size_t n)
 {
 	double tmp[MAX_ROUNDS];
 	memcpy(tmp, v, n * sizeof(*v));
-	return pct(tmp, n, 50);
+	return bench_pct(tmp, n, 50);
 }
 
 /* --- the servers' processes ------------------------------------------------------------ */
@@ -371,7 +358,7 @@ static void run(pid_t pid, enum mode mode, size_t n, struct result *r, size_t ro
 	if (!tmp)
 		die("malloc");
 	memcpy(tmp, us, n * sizeof(*tmp));
-	r->round_p50[round] = pct(tmp, n, 50);
+	r->round_p50[round] = bench_pct(tmp, n, 50);
 	free(tmp);
 	r->n += n;
 }
@@ -485,7 +472,7 @@ static void print_latency(const struct bench_server **servers, size_t ns, struct
 		double base_p50 = 0, base_p99 = 0, base_cpu = 0, base_rps = 0;
 		for (size_t i = 0; i < ns; i++) {
 			struct result *x = &r[i][m];
-			double p50 = pct(x->us, x->n, 50), p99 = pct(x->us, x->n, 99);
+			double p50 = bench_pct(x->us, x->n, 50), p99 = bench_pct(x->us, x->n, 99);
 			double cpu = x->cpu_s * 1e6 / (double)x->n;
 			double rps = (double)x->n / x->wall_s;
 			if (i == 0) {

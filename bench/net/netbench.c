@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../stats.h"
 #include "config.h"
 #include "net/net.h"
 #include "util/log.h"
@@ -39,20 +40,6 @@ static double now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentile of n samples (sorted in place). */
-static double pct(double *v, size_t n, double p)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	size_t k = (size_t)ceil(p / 100.0 * (double)n);
-	return v[k ? k - 1 : 0];
 }
 
 static void die(const char *what)
@@ -192,8 +179,8 @@ static void summarize(struct series *s)
 {
 	double *v[3] = { s->setup, s->teardown, s->total };
 	for (int i = 0; i < 3; i++) {
-		s->p50[i] = pct(v[i], s->n, 50);
-		s->p99[i] = pct(v[i], s->n, 99);
+		s->p50[i] = bench_pct(v[i], s->n, 50);
+		s->p99[i] = bench_pct(v[i], s->n, 99);
 	}
 }
 

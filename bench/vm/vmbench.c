@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../stats.h"
 #include "config.h"
 #include "driver/driver.h"
 #include "guest/proto.h"
@@ -131,19 +132,6 @@ out:
 	return r;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentile of sorted samples. */
-static double pct(const double *s, int n, double p)
-{
-	int k = (int)ceil(p / 100.0 * n) - 1;
-	return s[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
-
 /* Prepares the template, takes the samples and prints the table; 0 on success. */
 static int bench(struct config *cfg, const char *tname, int runs, const char *json_path)
 {
@@ -221,9 +209,8 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 				v[i] = phase == 0   ? ts[i].created
 				       : phase == 1 ? ts[i].first_reply
 						    : ts[i].first_exec;
-			qsort(v, (size_t)runs, sizeof(double), cmp_double);
-			p50[k][phase] = pct(v, runs, 50);
-			p95[k][phase] = pct(v, runs, 95);
+			p50[k][phase] = bench_pct(v, (size_t)runs, 50);
+			p95[k][phase] = bench_pct(v, (size_t)runs, 95);
 			char label[64];
 			snprintf(label, sizeof(label), "%s: %s", k == 0 ? "cold" : "restore",
 				 what[phase]);
