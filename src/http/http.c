@@ -552,9 +552,10 @@ void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type
 	if (ctx->replied)
 		return;
 	ctx->replied = true;
-	ctx->status = status;
 	watch_stop(ctx);
 	if (ctx->req) {
+		/* The status sent: a reply to a client already gone sends nothing (499). */
+		ctx->status = status;
 		struct evbuffer *buf = evbuffer_new();
 		evbuffer_add(buf, data, len);
 		set_content_type(ctx, content_type);
@@ -643,9 +644,9 @@ void http_reply_err(struct http_ctx *ctx, const struct err *err)
 void http_stream_start(struct http_ctx *ctx, int status, const char *content_type)
 {
 	ctx->streaming = true;
-	ctx->status = status;
 	if (!ctx->req)
-		return;
+		return; /* the client is gone: nothing is sent (499) */
+	ctx->status = status;
 	set_content_type(ctx, content_type);
 	http_add_header(ctx, "Cache-Control", "no-cache");
 	http_add_header(ctx, "X-Accel-Buffering", "no");

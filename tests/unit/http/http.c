@@ -654,6 +654,9 @@ static void test_client_leaves_before_the_answer(void **state)
 	wait_count(&P.done, 1, "the request to finish after its client left");
 	assert_int_equal(atomic_load(&P.gone), 1);
 	assert_false(atomic_load(&P.req_in_gone));
+	/* No status was ever sent: the request is counted and logged as 499, not as the status
+	 * of the answer that was dropped. */
+	assert_int_equal(atomic_load(&P.status), 499);
 	assert_int_equal(inflight(), 0);
 }
 
@@ -673,6 +676,7 @@ static void test_client_leaves_before_an_answer_nobody_is_told_of(void **state)
 	assert_int_equal(inflight(), 1);
 	on_server(answer_quiet);
 	wait_count(&P.done, 1, "the late answer to finish the request");
+	assert_int_equal(atomic_load(&P.status), 499); /* nothing was sent */
 	assert_int_equal(inflight(), 0);
 }
 
