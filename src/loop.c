@@ -7,8 +7,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/time.h"
 
 struct job {
 	void (*work)(void *);
@@ -136,4 +139,39 @@ void loop_pool_stop(void)
 		close(pool.efd);
 	pool.efd = -1;
 	pool.stopping = false;
+}
+
+static void on_libevent_log(int severity, const char *msg)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static uint64_t window_ms;
+	static unsigned in_window, dropped;
+	pthread_mutex_lock(&lock);
+	uint64_t now = time_mono_ms();
+	if (now - window_ms >= 1000) {
+		window_ms = now;
+		in_window = 0;
+	}
+	bool write = in_window < LOOP_LIBEVENT_LOG_BURST;
+	unsigned suppressed = 0;
+	if (write) {
+		in_window++;
+		suppressed = TAKE_STRUCT(dropped);
+	} else {
+		dropped++;
+	}
+	pthread_mutex_unlock(&lock);
+	if (!write)
+		return;
+	enum log_level level = severity == EVENT_LOG_DEBUG  ? LOG_DEBUG
+			       : severity == EVENT_LOG_MSG  ? LOG_INFO
+			       : severity == EVENT_LOG_WARN ? LOG_WARN
+							    : LOG_ERROR;
+	json_auto_t *fields = suppressed ? json_pack("{s:i}", "suppressed", suppressed) : NULL;
+	log_fields(level, "libevent", fields, "%s", msg);
+}
+
+void loop_log_libevent(void)
+{
+	event_set_log_callback(on_libevent_log);
 }

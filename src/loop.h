@@ -1,4 +1,5 @@
-/* loop: the worker pool that runs blocking work off the event loop.
+/* loop: the worker pool that runs blocking work off the event loop, and libevent's own
+ * messages in the daemon's log.
  *
  * Only the loop thread touches daemon state. Work that blocks (creating or destroying a
  * sandbox, building a snapshot) runs on a worker; its completion runs back on the loop
@@ -15,3 +16,10 @@ void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg);
 
 /* Lets queued jobs finish, joins the workers and delivers remaining completions. */
 void loop_pool_stop(void);
+
+/* Sends libevent's own messages (a failed accept, a bad socket) to the log as lines like
+ * every other (module "libevent"), at most LOOP_LIBEVENT_LOG_BURST a second: a failure that
+ * repeats in a loop must not flood the log. What was dropped is counted in the next line's
+ * "suppressed". */
+#define LOOP_LIBEVENT_LOG_BURST 10
+void loop_log_libevent(void);

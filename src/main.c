@@ -2,7 +2,6 @@
  * driver, serves the HTTP API on one event loop and cleans up everything on the way out. */
 #include <errno.h>
 #include <event2/event.h>
-#include <pthread.h>
 #include <event2/thread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,41 +36,6 @@ static struct {
 	bool stopping;
 	int exit_code;
 } D;
-
-/* libevent's own messages (a failed accept, a bad socket) as log lines like every other,
- * at most LIBEVENT_LOG_BURST a second: a failure that repeats in a loop (accept at the
- * descriptor limit) must not flood the log. What was dropped is counted in the next line. */
-#define LIBEVENT_LOG_BURST 10
-
-static void on_libevent_log(int severity, const char *msg)
-{
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	static uint64_t window_ms;
-	static unsigned in_window, dropped;
-	pthread_mutex_lock(&lock);
-	uint64_t now = time_mono_ms();
-	if (now - window_ms >= 1000) {
-		window_ms = now;
-		in_window = 0;
-	}
-	bool write = in_window < LIBEVENT_LOG_BURST;
-	unsigned suppressed = 0;
-	if (write) {
-		in_window++;
-		suppressed = TAKE_STRUCT(dropped);
-	} else {
-		dropped++;
-	}
-	pthread_mutex_unlock(&lock);
-	if (!write)
-		return;
-	enum log_level level = severity == EVENT_LOG_DEBUG  ? LOG_DEBUG
-			       : severity == EVENT_LOG_MSG  ? LOG_INFO
-			       : severity == EVENT_LOG_WARN ? LOG_WARN
-							    : LOG_ERROR;
-	json_auto_t *fields = suppressed ? json_pack("{s:i}", "suppressed", suppressed) : NULL;
-	log_fields(level, "libevent", fields, "%s", msg);
-}
 
 static void on_sessions_gone(void *arg)
 {
@@ -238,7 +202,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sandboxd: invalid configuration:\n%s\n", e.msg);
 		return 2;
 	}
-	event_set_log_callback(on_libevent_log);
+	loop_log_libevent();
 	evthread_use_pthreads();
 	metrics_init();
 	metrics_process_init();

@@ -4,8 +4,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
-#include <sys/queue.h>
 #include <event2/listener.h>
+#include <sys/queue.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,9 +20,15 @@
 #include "util/text.h"
 #include "util/time.h"
 
+/* How long accepting pauses when it fails for want of descriptors (EMFILE, ENFILE) or
+ * memory: a failing accept() in a level-triggered loop would otherwise spin. */
+#define ACCEPT_PAUSE_MS 100
+
 struct http_listener {
 	struct evhttp_bound_socket *sock;
 	char *unix_path;
+	struct event *resume; /* re-enables accepting after a pause */
+	uint64_t warned_ms;   /* when the last pause was logged */
 };
 
 struct http_server {
@@ -333,6 +339,61 @@ void http_server_set_done(struct http_server *srv, http_done_fn fn, void *arg)
 	srv->done_arg = arg;
 }
 
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_listener *l = arg;
+	if (l->sock)
+		evconnlistener_enable(evhttp_bound_socket_get_listener(l->sock));
+}
+
+/* The listeners whose accept errors are watched: libevent hands the error callback evhttp's
+ * argument, not ours, so the listener is found by its evconnlistener. Loop thread only. */
+static struct http_listener *watched[16];
+
+/* accept() failed for a reason the next try may not have (the descriptor limit reached):
+ * accepting pauses, is logged once a burst, and resumes by itself. */
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+	int e = EVUTIL_SOCKET_ERROR();
+	struct http_listener *l = NULL;
+	for (size_t i = 0; i < ARRAY_SIZE(watched) && !l; i++)
+		if (watched[i] && watched[i]->sock &&
+		    evhttp_bound_socket_get_listener(watched[i]->sock) == lev)
+			l = watched[i];
+	if (!l)
+		return;
+	evconnlistener_disable(lev);
+	uint64_t now = time_mono_ms();
+	if (!l->warned_ms || now - l->warned_ms >= 10000)
+		log_warn("http", "accepting paused for %d ms: %s", ACCEPT_PAUSE_MS, strerror(e));
+	l->warned_ms = now;
+	struct timeval tv = { .tv_usec = ACCEPT_PAUSE_MS * 1000 };
+	evtimer_add(l->resume, &tv);
+}
+
+static void listener_watch(struct http_server *srv, struct http_listener *l)
+{
+	l->resume = evtimer_new(srv->base, on_accept_resume, l);
+	for (size_t i = 0; i < ARRAY_SIZE(watched); i++) {
+		if (!watched[i]) {
+			watched[i] = l;
+			evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(l->sock),
+						    on_accept_error);
+			return;
+		}
+	}
+}
+
+static void listener_unwatch(struct http_listener *l)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(watched); i++)
+		if (watched[i] == l)
+			watched[i] = NULL;
+	if (l->resume)
+		event_free(l->resume);
+	l->resume = NULL;
+}
+
 int http_server_listen_tcp(struct http_server *srv, const char *host, int port, int *ret_port,
 			   struct err *err)
 {
@@ -343,7 +404,8 @@ int http_server_listen_tcp(struct http_server *srv, const char *host, int port, 
 	if (!s)
 		return err_sys(err, errno ? errno : EADDRNOTAVAIL, "cannot listen on %s:%d", host,
 			       port);
-	srv->listeners[srv->nlisteners++] = (struct http_listener){ .sock = s };
+	srv->listeners[srv->nlisteners] = (struct http_listener){ .sock = s };
+	listener_watch(srv, &srv->listeners[srv->nlisteners++]);
 	if (ret_port) {
 		struct sockaddr_storage ss;
 		socklen_t len = sizeof(ss);
@@ -391,8 +453,9 @@ int http_server_listen_unix(struct http_server *srv, const char *path, struct er
 		return err_set(err, EIO, "cannot accept on `%s`", path);
 	}
 	TAKE_FD(fd); /* the listener's now: evhttp closes it */
-	srv->listeners[srv->nlisteners++] =
+	srv->listeners[srv->nlisteners] =
 		(struct http_listener){ .sock = s, .unix_path = xstrdup(path) };
+	listener_watch(srv, &srv->listeners[srv->nlisteners++]);
 	return 0;
 }
 
@@ -400,6 +463,7 @@ void http_server_stop_accepting(struct http_server *srv)
 {
 	for (size_t i = 0; i < srv->nlisteners; i++) {
 		struct http_listener *l = &srv->listeners[i];
+		listener_unwatch(l);
 		if (l->sock)
 			evhttp_del_accept_socket(srv->evh, l->sock);
 		l->sock = NULL;

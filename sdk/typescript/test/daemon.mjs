@@ -36,7 +36,8 @@ export async function startDaemon(extraEnv = {}) {
     await new Promise((r) => setTimeout(r, 50));
   }
   const port = readFileSync(portFile, "utf8").trim();
-  const key = /^\s+(sk_\S+)$/m.exec(stderr)?.[1];
+  // Not a terminal: the first start's key is in a JSON log line's "key".
+  const key = /"key":"(sk_[^"]+)"/.exec(stderr)?.[1];
   return {
     baseUrl: `http://127.0.0.1:${port}`,
     apiKey: key,
