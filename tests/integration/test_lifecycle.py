@@ -523,6 +523,32 @@ class ShutdownGraceTest(unittest.TestCase):
         self.assertEqual(d.proc.wait(30), 0)
 
 
+class SecondSignalTest(unittest.TestCase):
+    @tag("driver")
+    def test_a_second_signal_exits_at_once_and_the_next_start_cleans(self):
+        first = start_daemon({"SANDBOX_WARM_POOL": "1", "SANDBOX_SHUTDOWN_GRACE_MS": "60000"})
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        sid = new_session_id("twice")
+        status, _, body = first.post(f"/exec/{sid}/execute",
+                                     body={"command": "sleep 300 > /dev/null 2>&1 &"})
+        self.assertEqual(status, 200, body)
+        wait_for_warm_pool(first)
+        ids = host.sandbox_ids(first.stderr())
+        first.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: not _accepts(first), 10, what="the shutdown grace to begin")
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 1)
+        first.kill()
+        second = start_daemon({"SANDBOX_WARM_POOL": "0",
+                               "SANDBOX_STATE_DIR": first.state_dir,
+                               "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        second.stop()
+        left = [d for sandbox in ids for d in host.cgroup_dirs(sandbox)]
+        self.assertEqual(left, [], "what the interrupted shutdown left survived the restart")
+
+
 class AcceptLimitTest(unittest.TestCase):
     """At the descriptor limit accepting pauses and resumes by itself, logged once a burst
     (not once an attempt), every line of the log JSON; with room again the daemon serves."""
