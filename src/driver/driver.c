@@ -20,6 +20,15 @@ const struct driver *driver_find(const char *name)
 	return NULL;
 }
 
+static void append_reason(char *buf, size_t cap, const char *driver, const char *why)
+{
+	size_t len = strlen(buf);
+	/* Cut at the end when long: the first reasons matter most. */
+	if (len < cap &&
+	    snprintf(buf + len, cap - len, "%s%s: %s", len ? "; " : "", driver, why) < 0)
+		buf[len] = '\0';
+}
+
 int driver_select(const struct config *cfg, const struct driver **ret, struct err *err)
 {
 	if (strcmp(cfg->driver, "auto") != 0) {
@@ -35,21 +44,26 @@ int driver_select(const struct config *cfg, const struct driver **ret, struct er
 		*ret = d;
 		return 0;
 	}
+	char reasons[ERR_MSG_MAX - 64] = "";
 	for (size_t i = 0; i < sizeof(drivers) / sizeof(drivers[0]); i++) {
 		const struct driver *d = drivers[i];
 		struct err why;
 		if (d->probe(cfg, &why) < 0) {
 			log_info("driver", "driver %s not usable: %s", d->name, why.msg);
+			append_reason(reasons, sizeof(reasons), d->name, why.msg);
 			continue;
 		}
 		if (d->init(cfg, &why) < 0) {
 			log_warn("driver", "driver %s failed to initialise: %s", d->name, why.msg);
+			append_reason(reasons, sizeof(reasons), d->name, why.msg);
 			continue;
 		}
 		*ret = d;
 		return 0;
 	}
-	return err_set(err, ENODEV, "no sandbox driver can run on this host");
+	/* Each driver's reason: the one that should have run says what it misses (its agent
+	 * binary, /dev/kvm...). */
+	return err_set(err, ENODEV, "no sandbox driver can run on this host (%s)", reasons);
 }
 
 void driver_default_limits(const struct config *cfg, const struct template *t,

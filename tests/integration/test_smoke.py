@@ -1,5 +1,6 @@
 """The daemon starts, answers /health and stops cleanly on SIGTERM."""
 
+import shutil
 import unittest
 
 import harness
@@ -20,6 +21,21 @@ class SmokeTest(unittest.TestCase):
         self.assertEqual(body["driver"], d.driver)
 
         d.stop()  # exits with status 0 on SIGTERM
+
+
+
+class StartupErrorTest(unittest.TestCase):
+    def test_a_missing_agent_binary_is_named(self):
+        """With no driver usable, the error says why for each, naming the missing file."""
+        missing = "/nonexistent/sandbox-agent-for-this-test"
+        d = harness.Daemon(env={"SANDBOX_DRIVER": "auto", "SANDBOX_AGENT_BIN": missing})
+        self.addCleanup(d.kill)
+        with self.assertRaises(AssertionError):
+            d.start()
+        self.addCleanup(shutil.rmtree, d.tmp, True)
+        errors = [l["msg"] for l in d.logs() if l.get("level") == "error"]
+        self.assertTrue(any("no sandbox driver can run on this host" in m and missing in m
+                            for m in errors), errors)
 
 
 if __name__ == "__main__":
