@@ -315,8 +315,15 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 		return -1;
 	}
 	const char *secret = request_secret(ctx);
-	if (!secret)
+	if (!secret) {
+		/* A key sent in a form we do not read is not "no key": say which forms we do. */
+		const char *h = http_header(ctx, "Authorization");
+		if (h && *h && strncasecmp(h, "Bearer", 6) != 0)
+			return deny(ctx, 401,
+				    "API key required: an Authorization header must be `Bearer "
+				    "<key>` (or send the key in X-API-Key)");
 		return deny(ctx, 401, "API key required");
+	}
 
 	/* The deprecated single MCP token admits MCP requests only. */
 	const char *token = A.cfg->mcp_auth_token;

@@ -170,6 +170,12 @@ class RouteMatrixTest(unittest.TestCase):
         resp = request(self.d, "GET", "/exec/templates", headers={"Authorization": "Bearer "},
                        source=source)
         assert_json_error(self, resp, 401, "API key required")
+        # A key in an Authorization header without its scheme: the answer says the form.
+        resp = request(self.d, "GET", "/exec/templates", headers={"Authorization": key},
+                       source=source)
+        assert_json_error(self, resp, 401,
+                          "API key required: an Authorization header must be `Bearer <key>` "
+                          "(or send the key in X-API-Key)")
         # The header forms come first: a good header wins over a bad query key.
         st, _, body = request(self.d, "GET", "/exec/templates?api_key=nonsense",
                               headers={"X-API-Key": key})
