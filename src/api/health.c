@@ -4,6 +4,7 @@
 
 #include "api/api.h"
 #include "session/ops.h"
+#include "net/net.h"
 #include "session/session.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -41,11 +42,17 @@ static double uptime(void)
 
 void api_health(struct http_ctx *ctx)
 {
-	http_reply_json(ctx, 200,
-			json_pack("{s:s, s:f, s:s, s:s, s:s, s:i, s:i}", "status", "ok", "uptime",
-				  uptime(), "version", SANDBOX_VERSION, "driver", H.driver,
-				  "isolation", H.isolation, "sessions", (int)session_count(),
-				  "warmPool", (int)session_pool_size()));
+	json_t *body =
+		json_pack("{s:s, s:f, s:s, s:s, s:s, s:i, s:i}", "status", "ok", "uptime", uptime(),
+			  "version", SANDBOX_VERSION, "driver", H.driver, "isolation", H.isolation,
+			  "sessions", (int)session_count(), "warmPool", (int)session_pool_size());
+	/* Whether sandboxes get a network, and why not: without it a DNS failure inside is the
+	 * only other clue. */
+	const char *off = net_why_off();
+	json_object_set_new(body, "network",
+			    off ? json_pack("{s:b, s:s}", "enabled", 0, "reason", off)
+				: json_pack("{s:b}", "enabled", 1));
+	http_reply_json(ctx, 200, body);
 }
 
 /* Ready means a request for a session can succeed now: state can be written, the driver

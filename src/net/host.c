@@ -252,6 +252,7 @@ int net_init(struct event_base *base, const struct config *cfg, struct err *err)
 	if (mode == NET_MODE_OFF) {
 		log_info("net", "sandbox networking is off (SANDBOX_NETWORK=off): sandboxes have "
 				"no network");
+		snprintf(net_mod.why_off, sizeof(net_mod.why_off), "SANDBOX_NETWORK=off");
 		return 0;
 	}
 	int r = configure(cfg, err);
@@ -267,6 +268,7 @@ int net_init(struct event_base *base, const struct config *cfg, struct err *err)
 			return err_copy(err, &e);
 		log_error("net", "sandbox networking is unavailable, sandboxes have no network: %s",
 			  e.msg);
+		snprintf(net_mod.why_off, sizeof(net_mod.why_off), "unavailable: %.200s", e.msg);
 		return 0;
 	}
 	net_mod.enabled = true;
@@ -279,6 +281,11 @@ int net_init(struct event_base *base, const struct config *cfg, struct err *err)
 		 net_policy_dns_mode(&net_mod.server), net_policy_dest_mode(&net_mod.server),
 		 net_mod.server.bw_enabled ? "limited" : "unlimited");
 	return 0;
+}
+
+const char *net_why_off(void)
+{
+	return net_mod.enabled ? NULL : net_mod.why_off[0] ? net_mod.why_off : "not started";
 }
 
 void net_shutdown(void)

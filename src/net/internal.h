@@ -53,6 +53,7 @@ struct net_sandbox {
 /* The module's state (net.c and host.c). */
 struct net_module {
 	bool enabled;
+	char why_off[256]; /* why sandboxes have no network, when they have none */
 	struct event_base *base;
 	pthread_mutex_t lock; /* the list, the pool */
 	struct net_pool pool;

@@ -76,6 +76,9 @@ struct net_sandbox_info {
 int net_init(struct event_base *base, const struct config *cfg, struct err *err);
 
 bool net_enabled(void);
+/* Why sandboxes have no network ("SANDBOX_NETWORK=off", "unavailable: ..."), or NULL when
+ * networking is on. */
+const char *net_why_off(void);
 
 /* Removes our table (only when no sandbox network remains) and undoes net_init. */
 void net_shutdown(void);

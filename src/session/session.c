@@ -550,6 +550,10 @@ json_t *session_json(const struct session *s)
 	json_object_set_new(j, "lastActivity", iso_time(time_wall_ms() - idle_ms));
 	if (s->state == SESSION_FAILED)
 		json_object_set_new(j, "error", json_string(s->failure.msg));
+	/* Whether its sandbox has a network (see /health for why not). */
+	struct net_sandbox_info ni;
+	bool networked = s->sb && s->sandbox_id && net_sandbox_info(s->sandbox_id, &ni) == 0;
+	json_object_set_new(j, "network", json_string(networked ? "on" : "off"));
 	return j;
 }
 

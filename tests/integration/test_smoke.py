@@ -24,6 +24,24 @@ class SmokeTest(unittest.TestCase):
 
 
 
+class NetworkModeTest(unittest.TestCase):
+    def test_network_off_is_said(self):
+        """Without a network, /health says why and each session says it has none."""
+        d = harness.Daemon(env={"SANDBOX_NETWORK": "off", "SANDBOX_WARM_POOL": "0",
+                                "AUTH_ENABLED": "false"})
+        d.start()
+        self.addCleanup(d.stop, check=False)
+        status, _, body = d.get("/health")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body.get("network"), {"enabled": False, "reason": "SANDBOX_NETWORK=off"})
+        status, _, body = d.post("/exec/", body={"id": "netless"})
+        self.assertEqual(status, 201, body)
+        self.assertEqual(body.get("network"), "off", body)
+        status, _, body = d.get("/exec")
+        self.assertEqual([s.get("network") for s in body.get("sessions", [])], ["off"], body)
+        d.stop()
+
+
 class StartupErrorTest(unittest.TestCase):
     def test_a_missing_agent_binary_is_named(self):
         """With no driver usable, the error says why for each, naming the missing file."""

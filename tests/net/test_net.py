@@ -220,6 +220,12 @@ class DefaultPolicy(NetTest):
         self.assertIn(f"default via {sb.gateway} dev eth0", text)
         self.assertEqual(text.strip().splitlines()[-1], "1", "IPv6 is not disabled")
         self.assertIn(f"inet {sb.resolver}/32", text)
+        # The daemon says so: in /health and in the session object.
+        st, _, health = self.daemon.get("/health")
+        self.assertEqual(health.get("network"), {"enabled": True}, health)
+        st, _, listing = self.daemon.get("/exec")
+        mine = [x for x in listing.get("sessions", []) if x.get("id") == sb.sid]
+        self.assertEqual([x.get("network") for x in mine], ["on"], listing)
 
     def test_reaches_internet_by_address(self):
         sb = self.sandbox()
