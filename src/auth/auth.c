@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 #include <strings.h>
@@ -84,30 +86,56 @@ int auth_init(struct event_base *base, const struct config *cfg, struct err *err
 				 "use this only on a trusted machine");
 		return 0;
 	}
+	return 0;
+}
+
+/* Keeps the first start's key in the state directory (0600), so that it is never lost with
+ * the one printing; an existing file is not replaced. */
+static void keep_key_file(const struct config *cfg, const char *secret, char *path, size_t cap)
+{
+	snprintf(path, cap, "%s/admin-key", cfg->state_dir);
+	_cleanup_close_ int fd =
+		open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || dprintf(fd, "%s\n", secret) < 0) {
+		log_warn("auth", "cannot keep the admin key in `%s`: %s", path, strerror(errno));
+		path[0] = '\0';
+	}
+}
+
+int auth_first_start(const struct config *cfg, const char *url, struct err *err)
+{
+	if (!cfg->auth_enabled)
+		return 0;
 	int64_t n = 0;
 	if (keys_count(store_db(), &n) < 0)
 		return err_set(err, EIO, "cannot count API keys");
-	if (n == 0) {
-		struct key_info k;
-		_cleanup_free_ char *secret = NULL;
-		r = keys_create(store_db(), cfg->key_prefix, "admin (created at first start)",
-				KEYS_SCOPE_EXEC | KEYS_SCOPE_ADMIN | KEYS_SCOPE_METRICS, 0, 0, &k,
-				&secret, err);
-		if (r < 0)
-			return r;
-		/* Shown once. On a terminal as text that is easy to copy; otherwise (a log file,
-		 * the journal) as a log line like every other. */
-		if (isatty(STDERR_FILENO)) {
-			fprintf(stderr,
-				"\nsandboxd: no API key existed, so an admin key was created (id "
-				"%s).\nsandboxd: it is shown only this once:\n\n    %s\n\n",
-				k.id, secret);
-		} else {
-			json_auto_t *fields = json_pack("{s:s, s:s}", "keyId", k.id, "key", secret);
-			log_fields(LOG_WARN, "auth", fields,
-				   "no API key existed, so an admin key was created; it is shown "
-				   "only this once");
-		}
+	if (n > 0)
+		return 0;
+	struct key_info k;
+	_cleanup_free_ char *secret = NULL;
+	int r = keys_create(store_db(), cfg->key_prefix, "admin (created at first start)",
+			    KEYS_SCOPE_EXEC | KEYS_SCOPE_ADMIN | KEYS_SCOPE_METRICS, 0, 0, &k,
+			    &secret, err);
+	if (r < 0)
+		return r;
+	char path[PATH_MAX];
+	keep_key_file(cfg, secret, path, sizeof(path));
+	/* Shown once. On a terminal as text that is easy to copy, with what to do with it;
+	 * otherwise (a log file, the journal) as a log line like every other. */
+	if (isatty(STDERR_FILENO)) {
+		fprintf(stderr,
+			"\nsandboxd: no API key existed, so an admin key was created (id %s).\n"
+			"sandboxd: it is shown only this once%s%s%s:\n\n    %s\n\n"
+			"Use it from a shell (the CLI is build/cli/sandbox in a checkout):\n\n"
+			"    export SANDBOX_URL=%s\n    export SANDBOX_API_KEY=%s\n\n",
+			k.id, path[0] ? " (and kept in " : "", path, path[0] ? ", mode 0600)" : "",
+			secret, url, secret);
+	} else {
+		json_auto_t *fields = json_pack("{s:s, s:s, s:s, s:s}", "keyId", k.id, "key",
+						secret, "keyFile", path, "url", url);
+		log_fields(LOG_WARN, "auth", fields,
+			   "no API key existed, so an admin key was created; it is shown only this "
+			   "once (export SANDBOX_API_KEY=<key> for the CLI and SDKs)");
 	}
 	return 0;
 }

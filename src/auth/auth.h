@@ -15,9 +15,12 @@ struct auth_identity {
 	unsigned scopes; /* KEYS_SCOPE_* */
 };
 
-/* Prepares the key table; on the first start with auth on and no key, creates an admin key
- * and prints it once on stderr. */
+/* Prepares the key table. */
 int auth_init(struct event_base *base, const struct config *cfg, struct err *err);
+/* Once the daemon serves at `url`: on the first start with auth on and no key at all,
+ * creates an admin key, keeps it in <state dir>/admin-key (0600) and shows it once on
+ * stderr, with what to do with it. */
+int auth_first_start(const struct config *cfg, const char *url, struct err *err);
 /* Writes pending last-used times. */
 void auth_shutdown(void);
 /* Writes the last-used times noted since the last write. A request costs no database

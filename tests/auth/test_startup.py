@@ -3,11 +3,14 @@ AUTH_ENABLED=false, the deprecated MCP_AUTH_TOKEN, no secret in the log, last-us
 written in batches."""
 
 import json
+import os
+import socket
 import secrets
 import time
 import unittest
 
 import authlib
+import harness
 from authlib import assert_json_error, cli_json, request
 
 MCP_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -51,6 +54,17 @@ class FirstStartTest(unittest.TestCase):
         self.assertEqual(len(banner), 1, banner)
         self.assertEqual(banner[0].get("key"), key)
         self.assertEqual(banner[0].get("module"), "auth")
+        self.assertEqual(banner[0].get("url"), d.base_url)
+        # Shown once the daemon serves, never before.
+        order = [l.get("msg", "") for l in d.logs()]
+        listening = next(i for i, m in enumerate(order) if m.startswith("listening on"))
+        self.assertLess(listening, order.index(banner[0]["msg"]))
+        # And kept: a file of the state directory only root can read.
+        path = os.path.join(state, "admin-key")
+        self.assertEqual(banner[0].get("keyFile"), path)
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        with open(path, encoding="ascii") as f:
+            self.assertEqual(f.read().strip(), key)
         keys = list(authlib.list_keys(d).values())
         self.assertEqual(len(keys), 1)
         self.assertEqual(keys[0]["scopes"], ["exec", "admin", "metrics"])
@@ -67,6 +81,25 @@ class FirstStartTest(unittest.TestCase):
         self.assertEqual(st, 200, body)
         self.assertEqual(len(body["keys"]), 1)
         again.stop()
+
+    def test_a_start_that_fails_does_not_use_up_the_key(self):
+        state = authlib.new_state_dir(self)
+        busy = socket.socket()
+        self.addCleanup(busy.close)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        failed = harness.Daemon(env={**authlib.BASE_ENV, "SANDBOX_STATE_DIR": state,
+                                     "PORT": str(busy.getsockname()[1])})
+        self.addCleanup(failed.kill)
+        with self.assertRaises(AssertionError):
+            failed.start()
+        self.assertEqual(authlib.KEY_RE.findall(failed.stderr()), [])
+        self.assertFalse(os.path.exists(os.path.join(state, "admin-key")))
+        # The next start that serves shows it.
+        d = authlib.start_daemon(state_dir=state)
+        self.addCleanup(d.stop, check=False)
+        self.assertEqual(len(authlib.KEY_RE.findall(d.stderr())), 1)
+        d.stop()
 
     def test_no_key_printed_when_keys_exist(self):
         state = authlib.new_state_dir(self)
