@@ -166,6 +166,31 @@ static void announce(int port)
 		 D.cfg.socket_path ? " and " : "", D.cfg.socket_path ? D.cfg.socket_path : "");
 }
 
+/* The daemon serves on `port`: it says so, shows a first start's key, and writes the port
+ * file that tells scripts it is up. A failure here stops it as SIGTERM would. */
+static void started(int port)
+{
+	struct err e;
+	announce(port);
+	/* The first start's key, once serving: a start that fails before (a busy port) does
+	 * not use up its only showing. Before the port file, which tells scripts it is up. */
+	char url[300];
+	snprintf(url, sizeof(url), "http://%s:%d", D.cfg.host, port);
+	if (auth_first_start(&D.cfg, url, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		D.exit_code = 1;
+		on_stop_signal(SIGTERM, 0, NULL);
+	} else if (isatty(STDERR_FILENO)) {
+		fprintf(stderr, "sandboxd is serving on %s; Ctrl-C to stop.\n", url);
+	}
+	if (!D.stopping && D.cfg.port_file && write_port_file(D.cfg.port_file, port, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
+		D.exit_code = 1;
+		on_stop_signal(SIGTERM, 0, NULL);
+	}
+}
+
 /* Runs the event loop until the daemon stops; the signal handlers live exactly as long. */
 static void run(void)
 {
@@ -250,24 +275,7 @@ int main(int argc, char **argv)
 		log_error("sandboxd", "%s", e.msg);
 		goto out_http;
 	}
-	announce(port);
-	/* The first start's key, once serving: a start that fails before (a busy port) does
-	 * not use up its only showing. Before the port file, which tells scripts it is up. */
-	char url[300];
-	snprintf(url, sizeof(url), "http://%s:%d", D.cfg.host, port);
-	if (auth_first_start(&D.cfg, url, &e) < 0) {
-		log_error("sandboxd", "%s", e.msg);
-		D.exit_code = 1;
-		on_stop_signal(SIGTERM, 0, NULL);
-	} else if (isatty(STDERR_FILENO)) {
-		fprintf(stderr, "sandboxd is serving on %s; Ctrl-C to stop.\n", url);
-	}
-	if (!D.stopping && D.cfg.port_file && write_port_file(D.cfg.port_file, port, &e) < 0) {
-		log_error("sandboxd", "%s", e.msg);
-		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
-		D.exit_code = 1;
-		on_stop_signal(SIGTERM, 0, NULL);
-	}
+	started(port);
 
 	run();
 	rc = D.exit_code;

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 #include <stdbool.h>
+#include <time.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -28,9 +29,10 @@ struct session_module {
 	struct pool *pools; /* pool.c */
 	struct event *reaper;
 	bool shutting_down;
-	bool closing;        /* the shutdown grace began: nothing new starts */
-	unsigned destroying; /* sandboxes being destroyed on workers */
-	unsigned creating;   /* sandboxes being created on workers */
+	bool closing;                    /* the shutdown grace began: nothing new starts */
+	struct timespec templates_mtime; /* of the templates directory when last loaded */
+	unsigned destroying;             /* sandboxes being destroyed on workers */
+	unsigned creating;               /* sandboxes being created on workers */
 	void (*shutdown_done)(void *arg);
 	void *shutdown_arg;
 	struct err last_create_error;

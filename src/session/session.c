@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "loop.h"
@@ -343,6 +344,43 @@ static void add_waiter(struct session *s, session_ready_fn cb, void *arg)
 	*pp = w;
 }
 
+static void templates_refresh(void);
+
+/* Gives a new session its sandbox: a pooled one when it asks for nothing of its own, else a
+ * new one, recorded before anything of it exists. */
+static void session_start(struct session *s, struct template *t,
+			  const struct session_create_opts *opts, struct net_policy *egress)
+{
+	/* Pooled sandboxes have the server's limits: a session with its own goes cold. */
+	bool own_limits = opts && opts->resources &&
+			  (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
+			   opts->resources->workspace_bytes || opts->resources->pids_max);
+	/* Likewise for the network: pooled sandboxes have the server's egress policy. */
+	struct sandbox *sb;
+	struct guest_conn *conn;
+	if (!own_limits && !egress && session_pool_claim(t->name, &sb, &conn)) {
+		guest_conn_set_close(conn, on_session_conn_closed, s);
+		session_attach(s, sb, conn);
+		metrics_observe(metrics_daemon.vm_creation_time,
+				(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0,
+				session_mod.drv->name, "pool");
+		return;
+	}
+	struct create_job *j = session_job_new(t, s, NULL);
+	j->net_policy = egress;
+	struct err unrecorded;
+	if (session_job_record(j, s->owner, s->id, &unrecorded) < 0) {
+		session_job_free(j);
+		session_fail_creation(s, &unrecorded);
+		return;
+	}
+	session_ref(s);
+	session_mod.creating++;
+	loop_submit(session_job_work, session_create_done, j);
+	if (session_mod.cfg->warm_pool)
+		session_pool_refill(t->name);
+}
+
 void session_get_or_create(const char *owner, const char *id,
 			   const struct session_create_opts *opts, session_ready_fn cb, void *arg,
 			   bool *created)
@@ -377,11 +415,14 @@ void session_get_or_create(const char *owner, const char *id,
 	}
 	const char *tname = opts && opts->template_name ? opts->template_name
 							: session_mod.cfg->default_template;
+	templates_refresh();
 	struct template *t = template_find(&session_mod.templates, tname);
 	if (!t) {
 		_cleanup_free_ char *names = template_names(&session_mod.templates);
-		err_set(&e, EINVAL, "Unknown template `%s`; available templates: %s", tname,
-			*names ? names : "(none built)");
+		err_set(&e, EINVAL,
+			"Unknown template `%s`; available templates: %s (a template built with "
+			"templates/build.sh is found as soon as it is there)",
+			tname, *names ? names : "(none built)");
 		cb(NULL, &e, arg);
 		return;
 	}
@@ -419,34 +460,7 @@ void session_get_or_create(const char *owner, const char *id,
 		*created = true;
 	add_waiter(s, cb, arg);
 
-	/* Pooled sandboxes have the server's limits: a session with its own goes cold. */
-	bool own_limits = opts && opts->resources &&
-			  (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
-			   opts->resources->workspace_bytes || opts->resources->pids_max);
-	/* Likewise for the network: pooled sandboxes have the server's egress policy. */
-	struct sandbox *sb;
-	struct guest_conn *conn;
-	if (!own_limits && !egress && session_pool_claim(t->name, &sb, &conn)) {
-		guest_conn_set_close(conn, on_session_conn_closed, s);
-		session_attach(s, sb, conn);
-		metrics_observe(metrics_daemon.vm_creation_time,
-				(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0,
-				session_mod.drv->name, "pool");
-		return;
-	}
-	struct create_job *j = session_job_new(t, s, NULL);
-	j->net_policy = egress;
-	struct err unrecorded;
-	if (session_job_record(j, s->owner, s->id, &unrecorded) < 0) {
-		session_job_free(j);
-		session_fail_creation(s, &unrecorded);
-		return;
-	}
-	session_ref(s);
-	session_mod.creating++;
-	loop_submit(session_job_work, session_create_done, j);
-	if (session_mod.cfg->warm_pool)
-		session_pool_refill(t->name);
+	session_start(s, t, opts, egress);
 }
 
 void session_destroy(struct session *s, const char *why)
@@ -661,9 +675,33 @@ int session_init(struct event_base *base, const struct config *cfg, const struct
 	return 0;
 }
 
+/* The templates directory's modification time: it changes when a template is built,
+ * rebuilt (templates/build.sh replaces a template's directory) or removed. */
+static struct timespec templates_dir_mtime(const char *dir)
+{
+	struct stat st;
+	return stat(dir, &st) == 0 ? st.st_mtim : (struct timespec){ 0, 0 };
+}
+
+/* Reads the templates again when their directory changed since they were loaded: one stat
+ * per lookup, and no signal needed for a template built while the daemon runs. */
+static void templates_refresh(void)
+{
+	_cleanup_free_ char *dir = xasprintf("%s/templates", session_mod.cfg->artifacts_dir);
+	struct timespec now = templates_dir_mtime(dir);
+	if (now.tv_sec == session_mod.templates_mtime.tv_sec &&
+	    now.tv_nsec == session_mod.templates_mtime.tv_nsec)
+		return;
+	struct err e;
+	if (session_reload_templates(&e) < 0)
+		log_warn("session", "reading the templates again: %s", e.msg);
+}
+
 int session_reload_templates(struct err *err)
 {
 	_cleanup_free_ char *dir = xasprintf("%s/templates", session_mod.cfg->artifacts_dir);
+	/* Before the load: a change during it is seen by the next lookup. */
+	session_mod.templates_mtime = templates_dir_mtime(dir);
 	int r = template_registry_load(&session_mod.templates, dir, err);
 	if (r < 0)
 		return r;
@@ -677,6 +715,7 @@ int session_reload_templates(struct err *err)
 
 const struct template_registry *session_templates(void)
 {
+	templates_refresh();
 	return &session_mod.templates;
 }
 

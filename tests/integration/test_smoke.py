@@ -1,6 +1,9 @@
 """The daemon starts, answers /health and stops cleanly on SIGTERM."""
 
+import json
+import os
 import shutil
+import tempfile
 import unittest
 
 import harness
@@ -39,6 +42,51 @@ class NetworkModeTest(unittest.TestCase):
         self.assertEqual(body.get("network"), "off", body)
         status, _, body = d.get("/exec")
         self.assertEqual([s.get("network") for s in body.get("sessions", [])], ["off"], body)
+        d.stop()
+
+
+class TemplatesRefreshTest(unittest.TestCase):
+    def test_a_template_built_while_running_is_found(self):
+        """No signal needed: a template that appears (or goes) is seen by the next request."""
+        real = os.path.join(harness.DEFAULT_ARTIFACTS, "templates", "base")
+        artifacts = tempfile.mkdtemp(prefix="sandboxd-artifacts-")
+        self.addCleanup(shutil.rmtree, artifacts, True)
+        templates = os.path.join(artifacts, "templates")
+        os.mkdir(templates)
+        os.symlink(real, os.path.join(templates, "base"))
+        d = harness.Daemon(env={"FIRECRACKER_ARTIFACTS_DIR": artifacts, "AUTH_ENABLED": "false",
+                                "SANDBOX_WARM_POOL": "0", "SANDBOX_DEFAULT_TEMPLATE": "base"})
+        d.start()
+        self.addCleanup(d.stop, check=False)
+
+        def names():
+            status, _, body = d.get("/exec/templates")
+            self.assertEqual(status, 200, body)
+            return sorted(t["name"] for t in body["templates"])
+
+        self.assertEqual(names(), ["base"])
+        status, _, body = d.post("/exec/", body={"id": "early", "template": "extra"})
+        self.assertEqual(status, 400, body)
+        self.assertIn("found as soon as it is there", body.get("error", ""))
+
+        # Built the way templates/build.sh installs one: a whole directory, renamed in place.
+        staging = os.path.join(templates, ".extra.tmp")
+        os.mkdir(staging)
+        with open(os.path.join(real, "template.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        manifest["name"] = "extra"
+        with open(os.path.join(staging, "template.json"), "w", encoding="utf-8") as f:
+            json.dump(manifest, f)
+        os.symlink(os.path.join(real, "rootfs"), os.path.join(staging, "rootfs"))
+        os.rename(staging, os.path.join(templates, "extra"))
+
+        status, _, body = d.post("/exec/", body={"id": "late", "template": "extra"})
+        self.assertEqual(status, 201, body)
+        self.assertEqual(body.get("template"), "extra", body)
+        self.assertEqual(names(), ["base", "extra"])
+        d.delete("/exec/late")
+        shutil.rmtree(os.path.join(templates, "extra"))
+        self.assertEqual(names(), ["base"])
         d.stop()
 
 
