@@ -30,11 +30,13 @@ set -euo pipefail
 
 usage() {
 	cat <<EOF
-usage: templates/build.sh [--rebuild-base] NAME...
+usage: templates/build.sh [--force] [--rebuild-base] NAME...
 
 Builds each named template from $TEMPLATES_DIR/NAME/ into
-$ARTIFACTS/templates/NAME/.
+$ARTIFACTS/templates/NAME/, unless the build there was made from the same
+inputs (the template's files, this builder, the guest agent): then it is kept.
 
+  --force          build even when the inputs are unchanged
   --rebuild-base   recreate the Debian base image $BASE_IMAGE first
                    (it is otherwise created once and reused)
 
@@ -98,8 +100,19 @@ build_with_recipe() {
 	base_image=scratch
 }
 
+# The SHA-256 of what a build of the template in $1 is made from: its files, the builder and
+# the guest agent. Kept in the build as .inputs; a build with the same key is reused.
+inputs_key() {
+	local src=$1
+	{
+		find "$src" "$TEMPLATES_HOME/build.sh" "$TEMPLATES_HOME/lib" -type f -print0 |
+			sort -z | xargs -0 sha256sum
+		sha256sum <"$SANDBOX_AGENT_BIN"
+	} | sha256sum | cut -d' ' -f1
+}
+
 build_one() {
-	local src work dest old start headroom used
+	local src work dest old start headroom used key
 	name=$1
 	log_prefix=$name
 	start=$(date +%s)
@@ -121,6 +134,13 @@ build_one() {
 
 	mkdir -p "$ARTIFACTS/templates"
 	take_lock "$ARTIFACTS/templates/.$name.lock"
+	dest="$ARTIFACTS/templates/$name"
+	key=$(inputs_key "$src")
+	if ((!force)) && [[ -f $dest/.inputs && $(<"$dest/.inputs") == "$key" ]]; then
+		log "up to date (its inputs are unchanged; --force builds it again): $dest"
+		printf '%s\n' "$dest"
+		return
+	fi
 	work=$(mktemp -d "$ARTIFACTS/templates/.$name.build.XXXXXX")
 	defer rm -rf "$work"
 	chmod 0755 "$work"
@@ -139,8 +159,8 @@ build_one() {
 	log "writing rootfs.ext4"
 	rootfs_make_ext4 "$work/rootfs" "$work/rootfs.ext4" "$headroom"
 	manifest_write "$src/template.json" "$labels_json" "$base_image" "$work/template.json" "$name"
+	printf '%s\n' "$key" >"$work/.inputs"
 
-	dest="$ARTIFACTS/templates/$name"
 	if [[ -e $dest ]]; then
 		old=$(mktemp -d "$ARTIFACTS/templates/.$name.old.XXXXXX")
 		defer rm -rf "$old"
@@ -157,12 +177,14 @@ build_one() {
 main() {
 	local names=() n
 	rebuild_base=0
+	force=0
 	while (($#)); do
 		case $1 in
 		-h | --help)
 			usage
 			exit 0
 			;;
+		--force) force=1 ;;
 		--rebuild-base) rebuild_base=1 ;;
 		--) shift; names+=("$@"); break ;;
 		-*)

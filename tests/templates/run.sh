@@ -144,7 +144,7 @@ test_base_rebuild_replaces() {
 	touch "$dir/stale-marker"
 	# createdAt counts whole seconds: the rebuild must come in another second to change it.
 	sleep 1
-	try "$build" base || {
+	try "$build" --force base || {
 		fail "rebuild failed"
 		return
 	}
@@ -154,10 +154,42 @@ test_base_rebuild_replaces() {
 	no_leftovers
 }
 
+test_base_up_to_date_is_reused() {
+	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/base"
+	touch "$dir/kept-marker"
+	try "$build" base || {
+		fail "build failed"
+		return
+	}
+	grep -q "up to date" "$out" || fail "an unchanged template was built again"
+	[[ -e $dir/kept-marker ]] || fail "the build of unchanged inputs was replaced"
+	[[ $(tail -n 1 "$out") == "$dir" ]] || fail "did not print $dir on stdout"
+	rm -f "$dir/kept-marker"
+}
+
+test_changed_input_rebuilds() {
+	local src="$tmp/src" dir="$FIRECRACKER_ARTIFACTS_DIR/templates/base"
+	mkdir -p "$src"
+	cp -a "$repo/templates/base" "$src/"
+	TEMPLATES_DIR="$src" try "$build" base || {
+		fail "build from a copy failed"
+		return
+	}
+	touch "$dir/stale-marker"
+	printf '\n' >>"$src/base/template.json"
+	TEMPLATES_DIR="$src" try "$build" base || {
+		fail "build after a change failed"
+		return
+	}
+	grep -q "up to date" "$out" && fail "a changed template was not built again"
+	[[ ! -e $dir/stale-marker ]] || fail "the build was not replaced"
+	no_leftovers
+}
+
 test_base_fast() {
 	local start end
 	start=$(date +%s%N)
-	try "$build" base || {
+	try "$build" --force base || {
 		fail "build failed"
 		return
 	}
@@ -301,7 +333,8 @@ test_build_python() {
 	fi
 }
 
-for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces test_base_fast \
+for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces \
+	test_base_up_to_date_is_reused test_changed_input_rebuilds test_base_fast \
 	test_unknown_template test_invalid_name test_missing_agent \
 	test_dockerfile_without_from test_dockerfile_unknown_instruction test_dockerfile_empty \
 	test_dockerfile_missing_argument test_manifest_syntax_error test_manifest_wrong_types \
