@@ -102,11 +102,13 @@ build_with_recipe() {
 
 # The SHA-256 of what a build of the template in $1 is made from: its files, the builder and
 # the guest agent. Kept in the build as .inputs; a build with the same key is reused.
+# Names are relative, so that checkouts in other places make the same key.
 inputs_key() {
 	local src=$1
 	{
-		find "$src" "$TEMPLATES_HOME/build.sh" "$TEMPLATES_HOME/lib" -type f -print0 |
-			sort -z | xargs -0 sha256sum
+		(cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+		(cd "$TEMPLATES_HOME" && find build.sh lib -type f -print0 | sort -z |
+			xargs -0 sha256sum)
 		sha256sum <"$SANDBOX_AGENT_BIN"
 	} | sha256sum | cut -d' ' -f1
 }
