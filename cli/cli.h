@@ -15,10 +15,12 @@ struct cli_command {
 /* Prints "sandbox: <message>" on stderr; returns 1 (the exit code for a failure). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Whether argv holds --json (machine-readable output). */
+/* Whether argv holds flag (such as --json) before any "--": what follows "--" is the
+ * command's, never the CLI's. */
 bool cli_flag(int argc, char **argv, const char *flag);
 
-/* A client from --url/--api-key in argv (removed from it) or $SANDBOX_URL/$SANDBOX_API_KEY. */
+/* A client from --url/--api-key in argv (removed from it, up to any "--") or
+ * $SANDBOX_URL/$SANDBOX_API_KEY. */
 struct client;
 struct client *cli_client(int *argc, char **argv);
 

@@ -14,8 +14,14 @@ struct client *cli_client(int *argc, char **argv)
 {
 	const char *url = NULL, *key = NULL;
 	int out = 1;
+	bool rest = false; /* after "--" every argument belongs to the command */
 	for (int i = 1; i < *argc; i++) {
-		if (strcmp(argv[i], "--url") == 0 && i + 1 < *argc)
+		if (rest) {
+			argv[out++] = argv[i];
+		} else if (strcmp(argv[i], "--") == 0) {
+			rest = true;
+			argv[out++] = argv[i];
+		} else if (strcmp(argv[i], "--url") == 0 && i + 1 < *argc)
 			url = argv[++i];
 		else if (strcmp(argv[i], "--api-key") == 0 && i + 1 < *argc)
 			key = argv[++i];

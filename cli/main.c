@@ -39,7 +39,7 @@ int cli_fail(const char *fmt, ...)
 
 bool cli_flag(int argc, char **argv, const char *flag)
 {
-	for (int i = 1; i < argc; i++)
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
 		if (strcmp(argv[i], flag) == 0)
 			return true;
 	return false;

@@ -1,6 +1,7 @@
 """The `sandbox` CLI against a real daemon: every subcommand, exit codes, bytes, Ctrl-C."""
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -120,7 +121,6 @@ class CliTest(unittest.TestCase):
 
     def test_keys_cli_is_seen_at_once(self):
         p = self.cli("keys", "create", "cli-test", "--scopes", "exec", "--json", check=0)
-        import json
         k = json.loads(p.stdout)
         env = dict(self.env, SANDBOX_API_KEY=k["key"])
         r = subprocess.run([CLI, "templates"], env=env, capture_output=True, timeout=30)
@@ -129,6 +129,17 @@ class CliTest(unittest.TestCase):
         r = subprocess.run([CLI, "templates"], env=env, capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"revoked", r.stderr)
+
+    def test_arguments_after_double_dash_are_the_commands(self):
+        p = self.cli("run", "--", "echo", "--json", check=0)
+        self.assertEqual(p.stdout, b"--json\n")
+        p = self.cli("run", "--", "echo", "-h", check=0)
+        self.assertEqual(p.stdout, b"-h\n")
+        p = self.cli("run", "--", "echo", "--help", "--url", "u", "--api-key", "k", check=0)
+        self.assertEqual(p.stdout, b"--help --url u --api-key k\n")
+        p = self.cli("exec", "c5", "--", "echo", "--json", "-h", check=0)
+        self.assertEqual(p.stdout, b"--json -h\n")
+        self.cli("rm", "c5", check=0)
 
     def test_help_for_every_command(self):
         for cmd in ("run", "exec", "cp", "ls", "cat", "ps", "rm", "templates", "keys"):
