@@ -1,12 +1,14 @@
-/* sandbox keys: API key management on the daemon's database, safe while it runs. */
-#include <errno.h>
+/* sandbox keys: API key management, through the daemon's /admin/keys when it is named
+ * (--url or $SANDBOX_URL), otherwise on its database directly (safe while it runs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth/keys.h"
 #include "cli.h"
+#include "sandbox.h"
 #include "util/cleanup.h"
 
 #define DEFAULT_STATE_DIR "/var/lib/agent-sandbox/state"
@@ -21,23 +23,49 @@ void cmd_keys_help(void)
 	       "  rotate ID      replace a key's secret; its sessions stay its own\n"
 	       "  revoke ID      disable a key at once\n"
 	       "  delete ID      remove a key\n\n"
-	       "options: --json for machine-readable output\n"
-	       "environment: SANDBOX_STATE_DIR (default %s), AUTH_KEY_PREFIX (default %s)\n",
+	       "With --url URL or $SANDBOX_URL (http://host:port or unix:/path) the daemon does "
+	       "it\n"
+	       "through /admin/keys, with an admin key (--api-key or $SANDBOX_API_KEY). Without\n"
+	       "them the daemon's database is opened directly, and named on stderr: the one in\n"
+	       "--state-dir DIR or $SANDBOX_STATE_DIR (default %s); only create\n"
+	       "makes it when missing (keys made before the daemon's first start), and\n"
+	       "AUTH_KEY_PREFIX (default %s) is then the prefix of new secrets.\n\n"
+	       "options: --json for machine-readable output\n",
 	       DEFAULT_STATE_DIR, DEFAULT_PREFIX);
 }
 
-static sqlite3 *open_db(void)
+/* Where the keys are: the daemon (http) or its database (db); exactly one is set. */
+struct keys_store {
+	struct client *http;
+	sqlite3 *db;
+};
+
+/* Opens the database in dir (else $SANDBOX_STATE_DIR, else the default), saying which on
+ * stderr. Only create may make one that is missing (keys made before the daemon's first
+ * start); the other actions on a missing one fail, naming it. */
+static sqlite3 *open_db(const char *dir, bool create)
 {
-	const char *dir = getenv("SANDBOX_STATE_DIR");
+	if (!dir || !*dir)
+		dir = getenv("SANDBOX_STATE_DIR");
 	if (!dir || !*dir)
 		dir = DEFAULT_STATE_DIR;
 	_cleanup_free_ char *path = xasprintf("%s/sandboxd.db", dir);
+	bool missing = access(path, F_OK) < 0;
+	if (missing && !create) {
+		cli_fail("no key store at `%s` (name the daemon's state directory with "
+			 "--state-dir or $SANDBOX_STATE_DIR, or the daemon with --url)",
+			 path);
+		return NULL;
+	}
+	fprintf(stderr,
+		"sandbox: %s the key store %s (--url or $SANDBOX_URL to go through the "
+		"daemon instead)\n",
+		missing ? "creating" : "using", path);
 	sqlite3 *db = NULL;
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
-	    SQLITE_OK) {
-		cli_fail("cannot open the key store `%s`: %s (is SANDBOX_STATE_DIR right, and are "
-			 "you root?)",
-			 path, db ? sqlite3_errmsg(db) : "out of memory");
+	int flags = SQLITE_OPEN_READWRITE | (missing ? SQLITE_OPEN_CREATE : 0);
+	if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
+		cli_fail("cannot open the key store `%s`: %s (are you root?)", path,
+			 db ? sqlite3_errmsg(db) : "out of memory");
 		sqlite3_close(db);
 		return NULL;
 	}
@@ -63,136 +91,234 @@ static void print_json(json_t *j)
 	char *s = json_dumps(j, JSON_INDENT(2));
 	puts(s);
 	free(s);
-	json_decref(j);
 }
 
-static void print_key_line(const struct key_info *k, void *arg)
+static void print_key_line(json_t *k)
 {
-	if (arg) {
-		json_array_append_new(arg, keys_info_json(k));
-		return;
-	}
-	json_t *scopes = keys_scopes_json(k->scopes);
 	char sc[64] = "";
-	size_t i;
+	size_t i, n = 0;
 	json_t *v;
-	json_array_foreach (scopes, i, v) {
-		if (i)
-			strcat(sc, ",");
-		strcat(sc, json_string_value(v));
-	}
-	json_decref(scopes);
+	json_array_foreach (json_object_get(k, "scopes"), i, v)
+		if (n < sizeof(sc))
+			n += (size_t)snprintf(sc + n, sizeof(sc) - n, "%s%s", i ? "," : "",
+					      json_string_value(v));
 	char exp[32] = "never";
-	if (k->expires) {
-		time_t t = (time_t)k->expires;
-		strftime(exp, sizeof(exp), "%Y-%m-%d %H:%M", gmtime(&t));
+	const char *at = json_string_value(json_object_get(k, "expiresAt"));
+	if (at) {
+		snprintf(exp, sizeof(exp), "%.16s", at); /* 2026-12-01T14:00 */
+		char *t = strchr(exp, 'T');
+		if (t)
+			*t = ' ';
 	}
-	printf("%-22s %-24s %-14s %-20s %-8lld %-8s %s\n", k->id, k->name, k->prefix, sc,
-	       (long long)k->rate_limit, k->enabled ? "enabled" : "revoked", exp);
+	printf("%-22s %-24s %-14s %-20s %-8lld %-8s %s\n",
+	       json_string_value(json_object_get(k, "id")),
+	       json_string_value(json_object_get(k, "name")),
+	       json_string_value(json_object_get(k, "prefix")), sc,
+	       (long long)json_integer_value(json_object_get(k, "rateLimit")),
+	       json_is_true(json_object_get(k, "enabled")) ? "enabled" : "revoked", exp);
 }
 
-static int keys_create_cmd(sqlite3 *db, int argc, char **argv, bool json)
+static void append_key(const struct key_info *k, void *arg)
 {
-	const char *name = NULL, *scopes_s = "exec";
-	int64_t rate = 0, expires = 0;
+	json_array_append_new(arg, keys_info_json(k));
+}
+
+/* The options of create as the body of POST /admin/keys; 0, or 2 after a message. */
+static int parse_create(int argc, char **argv, json_t *body)
+{
+	const char *scopes = "exec";
 	for (int i = 2; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0)
 			continue;
 		if (strcmp(argv[i], "--scopes") == 0 && i + 1 < argc) {
-			scopes_s = argv[++i];
+			scopes = argv[++i];
 		} else if (strcmp(argv[i], "--rate-limit") == 0 && i + 1 < argc) {
 			char *end;
 			const char *v = argv[++i];
-			rate = strtoll(v, &end, 10);
+			long long rate = strtoll(v, &end, 10);
 			if (!*v || *end || rate < 0)
 				return cli_fail("--rate-limit takes a whole number of requests per "
-						"minute (0 for none)");
+						"minute (0 for none)"),
+				       2;
+			json_object_set_new(body, "rateLimit", json_integer(rate));
 		} else if (strcmp(argv[i], "--expires") == 0 && i + 1 < argc) {
 			int64_t secs;
 			if (keys_parse_duration(argv[++i], &secs) < 0)
 				return cli_fail("--expires takes a duration like 30d, 12h, 90m or "
-						"seconds");
-			expires = (int64_t)time(NULL) + secs;
+						"seconds"),
+				       2;
+			json_object_set_new(body, "expiresIn", json_string(argv[i]));
 		} else if (argv[i][0] == '-') {
-			return cli_fail("unknown or incomplete option `%s`", argv[i]);
-		} else if (!name) {
-			name = argv[i];
+			return cli_fail("unknown or incomplete option `%s`", argv[i]), 2;
+		} else if (!json_object_get(body, "name")) {
+			json_object_set_new(body, "name", json_string(argv[i]));
 		} else {
-			return cli_fail("unexpected argument `%s`", argv[i]);
+			return cli_fail("unexpected argument `%s`", argv[i]), 2;
 		}
 	}
-	if (!name)
+	if (!json_object_get(body, "name"))
 		return cli_fail("usage: sandbox keys create NAME [--scopes exec,admin,metrics] "
-				"[--rate-limit N] [--expires DURATION]");
-	struct err e;
+				"[--rate-limit N] [--expires DURATION]"),
+		       2;
+	json_t *arr = json_array();
+	_cleanup_free_ char *copy = xstrdup(scopes);
+	char *save = NULL;
+	for (char *s = strtok_r(copy, ",", &save); s; s = strtok_r(NULL, ",", &save))
+		json_array_append_new(arr, json_string(s));
+	json_object_set_new(body, "scopes", arr);
+	return 0;
+}
+
+static int create_local(sqlite3 *db, json_t *body, json_t **ret, struct err *e)
+{
+	_cleanup_free_ char *scopes_s = NULL;
+	size_t i, n = 0;
+	json_t *v;
+	json_array_foreach (json_object_get(body, "scopes"), i, v) {
+		char *s = xasprintf("%s%s%s", scopes_s ? scopes_s : "", n++ ? "," : "",
+				    json_string_value(v));
+		free(scopes_s);
+		scopes_s = s;
+	}
 	unsigned scopes;
-	if (keys_parse_scopes(scopes_s, &scopes, &e) < 0)
-		return cli_fail("%s", e.msg);
+	if (keys_parse_scopes(scopes_s ? scopes_s : "", &scopes, e) < 0)
+		return -1;
+	int64_t expires = 0;
+	const char *exp = json_string_value(json_object_get(body, "expiresIn"));
+	if (exp && keys_parse_duration(exp, &expires) == 0)
+		expires += (int64_t)time(NULL);
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
-	if (keys_create(db, prefix(), name, scopes, rate, expires, &k, &secret, &e) < 0)
-		return cli_fail("%s", e.msg);
-	if (json) {
-		json_t *j = keys_info_json(&k);
-		json_object_set_new(j, "key", json_string(secret));
-		print_json(j);
-	} else {
-		printf("Created key %s (%s).\nKey (shown only now): %s\n", k.id, k.name, secret);
-	}
+	if (keys_create(db, prefix(), json_string_value(json_object_get(body, "name")), scopes,
+			json_integer_value(json_object_get(body, "rateLimit")), expires, &k,
+			&secret, e) < 0)
+		return -1;
+	*ret = keys_info_json(&k);
+	json_object_set_new(*ret, "key", json_string(secret));
 	return 0;
+}
+
+/* Runs action on the store; *ret gets the reply as the HTTP API gives it. */
+static int keys_do(struct keys_store *st, const char *action, const char *id, json_t *body,
+		   json_t **ret, struct err *e)
+{
+	bool create = strcmp(action, "create") == 0, list = strcmp(action, "list") == 0;
+	if (st->http) {
+		_cleanup_free_ char *esc = id ? client_escape(id) : NULL;
+		_cleanup_free_ char *path = create || list ? xstrdup("/admin/keys")
+					    : strcmp(action, "delete") == 0
+						    ? xasprintf("/admin/keys/%s", esc)
+						    : xasprintf("/admin/keys/%s/%s", esc, action);
+		const char *method = list                            ? "GET"
+				     : strcmp(action, "delete") == 0 ? "DELETE"
+								     : "POST";
+		return client_json(st->http, method, path, create ? body : NULL, ret, NULL, e);
+	}
+	if (create)
+		return create_local(st->db, body, ret, e);
+	if (list) {
+		json_t *arr = json_array();
+		if (keys_foreach(st->db, append_key, arr, e) < 0) {
+			json_decref(arr);
+			return -1;
+		}
+		*ret = json_pack("{s:o}", "keys", arr);
+		return 0;
+	}
+	if (strcmp(action, "rotate") == 0) {
+		_cleanup_free_ char *secret = NULL;
+		if (keys_rotate(st->db, prefix(), id, &secret, e) < 0)
+			return -1;
+		*ret = json_pack("{s:s, s:s}", "id", id, "key", secret);
+		return 0;
+	}
+	int r = strcmp(action, "revoke") == 0 ? keys_set_enabled(st->db, id, false, e)
+					      : keys_delete(st->db, id, e);
+	if (r < 0)
+		return -1;
+	*ret = json_pack("{s:b, s:s}", "success", 1, "id", id);
+	return 0;
+}
+
+static void print_result(const char *action, const char *id, json_t *r)
+{
+	const char *secret = json_string_value(json_object_get(r, "key"));
+	if (strcmp(action, "list") == 0) {
+		printf("%-22s %-24s %-14s %-20s %-8s %-8s %s\n", "ID", "NAME", "PREFIX", "SCOPES",
+		       "RATE/MIN", "STATE", "EXPIRES");
+		size_t i;
+		json_t *k;
+		json_array_foreach (json_object_get(r, "keys"), i, k)
+			print_key_line(k);
+	} else if (strcmp(action, "create") == 0) {
+		printf("Created key %s (%s).\nKey (shown only now): %s\n",
+		       json_string_value(json_object_get(r, "id")),
+		       json_string_value(json_object_get(r, "name")), secret);
+	} else if (strcmp(action, "rotate") == 0) {
+		printf("Rotated key %s.\nNew key (shown only now): %s\n", id, secret);
+	} else {
+		printf("%s key %s.\n", strcmp(action, "revoke") == 0 ? "Revoked" : "Deleted", id);
+	}
+}
+
+/* Takes --state-dir DIR out of argv (up to "--"); returns DIR or NULL. */
+static const char *take_state_dir(int *argc, char **argv)
+{
+	const char *dir = NULL;
+	int out = 1;
+	for (int i = 1; i < *argc; i++) {
+		if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < *argc)
+			dir = argv[++i];
+		else
+			argv[out++] = argv[i];
+	}
+	*argc = out;
+	argv[out] = NULL;
+	return dir;
 }
 
 int cmd_keys(int argc, char **argv)
 {
-	if (argc < 2)
+	const char *url = getenv("SANDBOX_URL");
+	bool http = cli_flag(argc, argv, "--url") || (url && *url);
+	struct client *c = cli_client(&argc, argv);
+	const char *state_dir = take_state_dir(&argc, argv);
+	if (argc < 2) {
+		client_free(c);
 		return cmd_keys_help(), 2;
+	}
 	bool json = cli_flag(argc, argv, "--json");
 	const char *action = argv[1];
-	sqlite3 *db = open_db();
-	if (!db)
-		return 1;
-	int rc = 0;
-	struct err e;
 	const char *id = argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
-	if (strcmp(action, "create") == 0) {
-		rc = keys_create_cmd(db, argc, argv, json);
-	} else if (strcmp(action, "list") == 0) {
-		json_t *arr = json ? json_array() : NULL;
-		if (!json)
-			printf("%-22s %-24s %-14s %-20s %-8s %-8s %s\n", "ID", "NAME", "PREFIX",
-			       "SCOPES", "RATE/MIN", "STATE", "EXPIRES");
-		if (keys_foreach(db, print_key_line, arr, &e) < 0)
-			rc = cli_fail("%s", e.msg);
-		else if (json)
-			print_json(json_pack("{s:o}", "keys", arr));
-	} else if (!id && (strcmp(action, "rotate") == 0 || strcmp(action, "revoke") == 0 ||
-			   strcmp(action, "delete") == 0)) {
-		rc = cli_fail("usage: sandbox keys %s ID", action);
-	} else if (strcmp(action, "rotate") == 0) {
-		_cleanup_free_ char *secret = NULL;
-		if (keys_rotate(db, prefix(), id, &secret, &e) < 0)
-			rc = cli_fail("%s", e.msg);
-		else if (json)
-			print_json(json_pack("{s:s, s:s}", "id", id, "key", secret));
-		else
-			printf("Rotated key %s.\nNew key (shown only now): %s\n", id, secret);
-	} else if (strcmp(action, "revoke") == 0) {
-		if (keys_set_enabled(db, id, false, &e) < 0)
-			rc = cli_fail("%s", e.msg);
-		else if (json)
-			print_json(json_pack("{s:b, s:s}", "success", 1, "id", id));
-		else
-			printf("Revoked key %s.\n", id);
-	} else if (strcmp(action, "delete") == 0) {
-		if (keys_delete(db, id, &e) < 0)
-			rc = cli_fail("%s", e.msg);
-		else if (json)
-			print_json(json_pack("{s:b, s:s}", "success", 1, "id", id));
-		else
-			printf("Deleted key %s.\n", id);
-	} else {
+	static const char *const actions[] = { "create", "list", "rotate", "revoke", "delete" };
+	bool known = false;
+	for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+		known |= strcmp(action, actions[i]) == 0;
+	int rc = 0;
+	json_t *body = json_object();
+	if (!known)
 		rc = cli_fail("unknown action `%s` (create, list, rotate, revoke, delete)", action);
-	}
-	sqlite3_close(db);
+	else if (strcmp(action, "create") == 0)
+		rc = parse_create(argc, argv, body);
+	else if (!id && strcmp(action, "list") != 0)
+		rc = cli_fail("usage: sandbox keys %s ID", action);
+	struct keys_store st = { 0 };
+	if (rc == 0 && http)
+		st.http = c, c = NULL;
+	else if (rc == 0 && !(st.db = open_db(state_dir, strcmp(action, "create") == 0)))
+		rc = 1;
+	json_t *r = NULL;
+	struct err e;
+	if (rc == 0 && keys_do(&st, action, id, body, &r, &e) < 0)
+		rc = cli_fail("%s", e.msg);
+	else if (rc == 0 && json)
+		print_json(r);
+	else if (rc == 0)
+		print_result(action, id, r);
+	json_decref(r);
+	json_decref(body);
+	sqlite3_close(st.db);
+	client_free(st.http);
+	client_free(c);
 	return rc;
 }

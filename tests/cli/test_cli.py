@@ -141,6 +141,69 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.stdout, b"--json -h\n")
         self.cli("rm", "c5", check=0)
 
+    def test_keys_go_through_the_daemon_when_it_is_named(self):
+        # A state directory with no database: only the HTTP API can answer.
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(self.env, SANDBOX_STATE_DIR=d)
+            run = lambda *a: subprocess.run([CLI, *a], env=env, capture_output=True,
+                                            timeout=30)
+            p = run("keys", "create", "over-http", "--scopes", "exec,metrics",
+                    "--rate-limit", "50", "--expires", "1d", "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            k = json.loads(p.stdout)
+            self.assertEqual(k["scopes"], ["exec", "metrics"])
+            self.assertEqual(k["rateLimit"], 50)
+            self.assertTrue(k["expiresAt"])
+            self.assertTrue(k["key"])
+            p = run("keys", "list")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(k["id"].encode(), p.stdout)
+            self.assertIn(b"exec,metrics", p.stdout)
+            p = run("keys", "rotate", k["id"], "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            new = json.loads(p.stdout)["key"]
+            self.assertNotEqual(new, k["key"])
+            r = subprocess.run([CLI, "templates"], env=dict(env, SANDBOX_API_KEY=new),
+                               capture_output=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            p = run("keys", "revoke", k["id"])
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(b"Revoked", p.stdout)
+            p = run("keys", "delete", k["id"], "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(json.loads(p.stdout)["success"])
+            p = run("--url", self.daemon.base_url, "keys", "list", "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertNotIn(k["id"], [x["id"] for x in json.loads(p.stdout)["keys"]])
+            self.assertEqual(os.listdir(d), [])
+
+    def test_keys_without_a_daemon_name_their_store(self):
+        env = {n: v for n, v in self.env.items() if n != "SANDBOX_URL"}
+        p = subprocess.run([CLI, "keys", "list", "--json"], env=env, capture_output=True,
+                           timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        db = os.path.join(self.daemon.state_dir, "sandboxd.db")
+        self.assertIn(db.encode(), p.stderr)
+        self.assertTrue(json.loads(p.stdout)["keys"])
+        # A state directory without a database is an error naming it, and stays empty.
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run([CLI, "keys", "--state-dir", d, "list"], env=env,
+                               capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(os.path.join(d, "sandboxd.db").encode(), p.stderr)
+            self.assertIn(b"no key store", p.stderr)
+            self.assertEqual(os.listdir(d), [])
+            # Only create makes one (keys made before a daemon's first start), and says so.
+            p = subprocess.run([CLI, "keys", "create", "early", "--state-dir", d], env=env,
+                               capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(b"creating the key store " + os.path.join(d, "sandboxd.db").encode(),
+                          p.stderr)
+            p = subprocess.run([CLI, "keys", "list"], env=dict(env, SANDBOX_STATE_DIR=d),
+                               capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(b"early", p.stdout)
+
     def test_help_for_every_command(self):
         for cmd in ("run", "exec", "cp", "ls", "cat", "ps", "rm", "templates", "keys"):
             p = self.cli(cmd, "--help", check=0)
