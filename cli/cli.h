@@ -41,6 +41,7 @@ int cli_env_add(json_t *obj, const char *kv);
 
 DECLARE_COMMAND(keys);
 DECLARE_COMMAND(run);
+DECLARE_COMMAND(create);
 DECLARE_COMMAND(exec);
 DECLARE_COMMAND(cp);
 DECLARE_COMMAND(ls);

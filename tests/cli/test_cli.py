@@ -204,8 +204,36 @@ class CliTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn(b"early", p.stdout)
 
+    def test_create_with_template_timeout_env_and_resources(self):
+        p = self.cli("create", "c6", "--template", "base", "--idle-timeout", "10m",
+                     "--env", "FOO=bar", "--env", "BAZ=q=x", "--cpu-quota", "50000",
+                     "--disk", "64M", "--json", check=0)
+        s = json.loads(p.stdout)
+        self.assertEqual(s["id"], "c6")
+        self.assertEqual(s["template"], "base")
+        self.assertEqual(s["idleTimeout"], 600)
+        p = self.cli("exec", "c6", "--", "sh", "-c", "echo $FOO $BAZ", check=0)
+        self.assertEqual(p.stdout, b"bar q=x\n")
+        # The workspace is the size asked for (df counts in 1K blocks).
+        p = self.cli("exec", "c6", "--", "df", "-k", "/workspace", check=0)
+        self.assertIn(b" 65536 ", p.stdout.replace(b"\t", b" "), p.stdout)
+        p = self.cli("create", "c6")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"409", p.stderr)
+        p = self.cli("create", "--memory", "lots")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"--memory takes a size", p.stderr)
+        p = self.cli("create", "--template", "nope")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"Unknown template", p.stderr)
+        p = self.cli("create", check=0)
+        made = p.stdout.decode().strip()
+        self.assertTrue(made.startswith("sess_"), made)
+        self.cli("rm", "c6", made, check=0)
+
     def test_help_for_every_command(self):
-        for cmd in ("run", "exec", "cp", "ls", "cat", "ps", "rm", "templates", "keys"):
+        for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
+                    "keys"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 
