@@ -1,13 +1,87 @@
-/* sandbox ps: your sessions. */
+/* sandbox ps: your sessions, with how long each has been idle and when it will go. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "sandbox.h"
 
 void cmd_ps_help(void)
 {
-	printf("usage: sandbox ps [--json]\n");
+	printf("usage: sandbox ps [--json]\n\n"
+	       "Lists your sessions (all of them with an admin key). IDLE is the time since the\n"
+	       "session's last request; EXPIRES is when the idle timeout will destroy it (never\n"
+	       "while a command runs), or the server's expiry time when it gives one; RESOURCES\n"
+	       "are the session's own limits when the server reports them (- when it does not).\n"
+	       "--json prints the server's session objects as they are.\n");
+}
+
+/* "45s", "12m", "3h", "2d": the largest unit, rounded down. */
+static void fmt_duration(char *buf, size_t len, long long ms)
+{
+	long long s = ms < 0 ? 0 : ms / 1000;
+	if (s < 60)
+		snprintf(buf, len, "%llds", s);
+	else if (s < 3600)
+		snprintf(buf, len, "%lldm%02llds", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, len, "%lldh%02lldm", s / 3600, s / 60 % 60);
+	else
+		snprintf(buf, len, "%lldd%02lldh", s / 86400, s / 3600 % 24);
+}
+
+static void fmt_expiry(char *buf, size_t len, json_t *s)
+{
+	const char *at = json_string_value(json_object_get(s, "expiresAt"));
+	json_t *timeout = json_object_get(s, "idleTimeout");
+	if (at) {
+		snprintf(buf, len, "%s", at);
+	} else if (!json_is_integer(timeout)) {
+		snprintf(buf, len, "-");
+	} else if (json_integer_value(json_object_get(s, "running")) > 0) {
+		snprintf(buf, len, "when idle");
+	} else {
+		char d[32];
+		fmt_duration(d, sizeof(d),
+			     json_integer_value(timeout) * 1000 -
+				     json_integer_value(json_object_get(s, "idleMs")));
+		snprintf(buf, len, "in %s", d);
+	}
+}
+
+/* "memoryBytes=67108864 pidsMax=64" as "mem=64M pids=64"; "-" without resources. */
+static void fmt_resources(char *buf, size_t len, json_t *s)
+{
+	static const struct {
+		const char *field, *label;
+		bool bytes;
+	} names[] = { { "memoryBytes", "mem", true },
+		      { "cpuQuotaUs", "cpu", false },
+		      { "pidsMax", "pids", false },
+		      { "diskBytes", "disk", true } };
+	json_t *res = json_object_get(s, "resources");
+	size_t n = 0;
+	buf[0] = '\0';
+	const char *key;
+	json_t *v;
+	json_object_foreach (res, key, v) {
+		const char *label = key;
+		bool bytes = false;
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			if (strcmp(names[i].field, key) == 0)
+				label = names[i].label, bytes = names[i].bytes;
+		long long x = json_integer_value(v);
+		const char *unit = "";
+		if (bytes && x && x % (1 << 30) == 0)
+			x >>= 30, unit = "G";
+		else if (bytes && x && x % (1 << 20) == 0)
+			x >>= 20, unit = "M";
+		if (n < len)
+			n += (size_t)snprintf(buf + n, len - n, "%s%s=%lld%s", n ? "," : "", label,
+					      x, unit);
+	}
+	if (!buf[0])
+		snprintf(buf, len, "-");
 }
 
 int cmd_ps(int argc, char **argv)
@@ -23,17 +97,23 @@ int cmd_ps(int argc, char **argv)
 		puts(s);
 		free(s);
 	} else {
-		printf("%-32s %-12s %-10s %-8s %s\n", "ID", "TEMPLATE", "STATE", "RUNNING",
-		       "CREATED");
+		printf("%-32s %-12s %-8s %-7s %-9s %-12s %-28s %s\n", "ID", "TEMPLATE", "STATE",
+		       "RUNNING", "IDLE", "EXPIRES", "RESOURCES", "CREATED");
 		size_t i;
 		json_t *s;
-		json_array_foreach (json_object_get(r, "sessions"), i, s)
-			printf("%-32s %-12s %-10s %-8lld %s\n",
+		json_array_foreach (json_object_get(r, "sessions"), i, s) {
+			char idle[32], exp[64], res[128];
+			fmt_duration(idle, sizeof(idle),
+				     json_integer_value(json_object_get(s, "idleMs")));
+			fmt_expiry(exp, sizeof(exp), s);
+			fmt_resources(res, sizeof(res), s);
+			printf("%-32s %-12s %-8s %-7lld %-9s %-12s %-28s %s\n",
 			       json_string_value(json_object_get(s, "id")),
 			       json_string_value(json_object_get(s, "template")),
 			       json_string_value(json_object_get(s, "state")),
-			       (long long)json_integer_value(json_object_get(s, "running")),
-			       json_string_value(json_object_get(s, "createdAt")));
+			       (long long)json_integer_value(json_object_get(s, "running")), idle,
+			       exp, res, json_string_value(json_object_get(s, "createdAt")));
+		}
 	}
 	json_decref(r);
 	client_free(c);

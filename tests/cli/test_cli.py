@@ -231,6 +231,20 @@ class CliTest(unittest.TestCase):
         self.assertTrue(made.startswith("sess_"), made)
         self.cli("rm", "c6", made, check=0)
 
+    def test_ps_shows_idle_time_expiry_and_resources(self):
+        self.cli("exec", "c7", "--", "true", check=0)
+        self.cli("create", "c9", "--idle-timeout", "3600", check=0)
+        p = self.cli("ps", check=0)
+        lines = p.stdout.decode().splitlines()
+        header = lines[0].split()
+        for col in ("IDLE", "EXPIRES", "RESOURCES"):
+            self.assertIn(col, header)
+        row = next(l for l in lines if l.startswith("c7 "))
+        self.assertRegex(row, r" ready +0 +\d+s +in \d+[mh]\d\d[sm] +- ")
+        row = next(l for l in lines if l.startswith("c9 "))
+        self.assertRegex(row, r" \d+s +in (59m\d\ds|1h00m) ")
+        self.cli("rm", "c7", "c9", check=0)
+
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
                     "keys"):
