@@ -245,6 +245,39 @@ class CliTest(unittest.TestCase):
         self.assertRegex(row, r" \d+s +in (59m\d\ds|1h00m) ")
         self.cli("rm", "c7", "c9", check=0)
 
+    def test_cp_directories_both_ways(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "src")
+            os.makedirs(os.path.join(src, "a", "b"))
+            files = {"top.txt": b"top\n", "a/bin": bytes(range(256)) * 64,
+                     "a/b/deep.sh": b"#!/bin/sh\necho deep\n"}
+            for rel, data in files.items():
+                with open(os.path.join(src, rel), "wb") as f:
+                    f.write(data)
+            os.chmod(os.path.join(src, "a/b/deep.sh"), 0o755)
+            self.cli("cp", src, "c8:tree", check=0)
+            p = self.cli("ls", "c8", "tree", "-r", check=0)
+            for rel in files:
+                self.assertIn(rel.encode(), p.stdout)
+            p = self.cli("exec", "c8", "--", "tree/a/b/deep.sh", check=0)
+            self.assertEqual(p.stdout, b"deep\n")
+            dst = os.path.join(d, "dst", "copy")
+            self.cli("cp", "c8:tree", dst, check=0)
+            for rel, data in files.items():
+                with open(os.path.join(dst, rel), "rb") as f:
+                    self.assertEqual(f.read(), data, rel)
+            self.assertTrue(os.access(os.path.join(dst, "a/b/deep.sh"), os.X_OK))
+            # The whole workspace, and a file still copies as a file.
+            ws = os.path.join(d, "ws")
+            self.cli("cp", "c8:", ws, check=0)
+            with open(os.path.join(ws, "tree", "top.txt"), "rb") as f:
+                self.assertEqual(f.read(), b"top\n")
+            p = self.cli("cp", "c8:tree/top.txt", "-", check=0)
+            self.assertEqual(p.stdout, b"top\n")
+            p = self.cli("cp", "c8:tree", "-")
+            self.assertEqual(p.returncode, 1)
+        self.cli("rm", "c8", check=0)
+
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
                     "keys"):
