@@ -12,7 +12,8 @@ void cmd_ps_help(void)
 	       "Lists your sessions (all of them with an admin key). IDLE is the time since the\n"
 	       "session's last request; EXPIRES is when the idle timeout will destroy it (never\n"
 	       "while a command runs), or the server's expiry time when it gives one; RESOURCES\n"
-	       "are the session's own limits when the server reports them (- when it does not).\n"
+	       "are the session's own limits when the server reports them (- when it does not);\n"
+	       "NET is whether its sandbox has a network (the daemon's /health says why not).\n"
 	       "--json prints the server's session objects as they are.\n");
 }
 
@@ -97,8 +98,8 @@ int cmd_ps(int argc, char **argv)
 		puts(s);
 		free(s);
 	} else {
-		printf("%-32s %-12s %-8s %-7s %-9s %-12s %-28s %s\n", "ID", "TEMPLATE", "STATE",
-		       "RUNNING", "IDLE", "EXPIRES", "RESOURCES", "CREATED");
+		printf("%-32s %-12s %-8s %-7s %-9s %-12s %-28s %-4s %s\n", "ID", "TEMPLATE",
+		       "STATE", "RUNNING", "IDLE", "EXPIRES", "RESOURCES", "NET", "CREATED");
 		size_t i;
 		json_t *s;
 		json_array_foreach (json_object_get(r, "sessions"), i, s) {
@@ -107,12 +108,14 @@ int cmd_ps(int argc, char **argv)
 				     json_integer_value(json_object_get(s, "idleMs")));
 			fmt_expiry(exp, sizeof(exp), s);
 			fmt_resources(res, sizeof(res), s);
-			printf("%-32s %-12s %-8s %-7lld %-9s %-12s %-28s %s\n",
+			const char *net = json_string_value(json_object_get(s, "network"));
+			printf("%-32s %-12s %-8s %-7lld %-9s %-12s %-28s %-4s %s\n",
 			       json_string_value(json_object_get(s, "id")),
 			       json_string_value(json_object_get(s, "template")),
 			       json_string_value(json_object_get(s, "state")),
 			       (long long)json_integer_value(json_object_get(s, "running")), idle,
-			       exp, res, json_string_value(json_object_get(s, "createdAt")));
+			       exp, res, net ? net : "-",
+			       json_string_value(json_object_get(s, "createdAt")));
 		}
 	}
 	json_decref(r);

@@ -237,10 +237,10 @@ class CliTest(unittest.TestCase):
         p = self.cli("ps", check=0)
         lines = p.stdout.decode().splitlines()
         header = lines[0].split()
-        for col in ("IDLE", "EXPIRES", "RESOURCES"):
+        for col in ("IDLE", "EXPIRES", "RESOURCES", "NET"):
             self.assertIn(col, header)
         row = next(l for l in lines if l.startswith("c7 "))
-        self.assertRegex(row, r" ready +0 +\d+s +in \d+[mh]\d\d[sm] +- ")
+        self.assertRegex(row, r" ready +0 +\d+s +in \d+[mh]\d\d[sm] +- +(on|off) ")
         row = next(l for l in lines if l.startswith("c9 "))
         self.assertRegex(row, r" \d+s +in (59m\d\ds|1h00m) ")
         self.cli("rm", "c7", "c9", check=0)
