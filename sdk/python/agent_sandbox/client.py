@@ -9,17 +9,41 @@ import os
 import socket
 import secrets
 import urllib.parse
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 DEFAULT_URL = "http://127.0.0.1:3000"
 
+# How long a request may wait for its reply, unless it says otherwise (milliseconds).
+DEFAULT_HTTP_TIMEOUT_MS = 60_000
+# What an execute waits beyond its command's own timeout: the daemon's reply about a command it
+# stopped at its timeout still has to arrive (milliseconds).
+EXEC_REPLY_MARGIN_MS = 30_000
+
 # Interpreters for run_code, by template name.
 _INTERPRETERS = {
     "python": ["python3", "-c"],
     "node": ["node", "-e"],
+    "go": ["sh", "-c"],
     "base": ["sh", "-c"],
 }
+
+
+def _deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warns the caller of the public function (stacklevel counts from here)."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)
+
+
+def _timeout_ms(timeout_ms: Optional[float], timeout_s: Optional[float], old: str,
+                new: str) -> Optional[float]:
+    """timeout_ms, or the deprecated seconds-valued `timeout` converted (with a warning)."""
+    if timeout_s is None:
+        return timeout_ms
+    if timeout_ms is not None:
+        raise TypeError(f"give {new} or {old}, not both")
+    _deprecated(old, f"{new} (milliseconds)", stacklevel=4)
+    return timeout_s * 1000
 
 
 class SandboxError(Exception):
@@ -103,6 +127,47 @@ class FileEntry:
     mtime: float
 
 
+class _Request:
+    """One request's connection, which knows whether the request went out (to tell "cannot
+    reach sandboxd" from "sandboxd did not answer in time")."""
+
+    def __init__(self, client: "Sandbox", reply_timeout_ms: Optional[float]):
+        self.client = client
+        self.reply_timeout_ms = reply_timeout_ms
+        self.sent = False
+        # Connecting and sending take the client's HTTP timeout; waiting for the reply, the
+        # request's own.
+        self.conn = client._conn(client.http_timeout_ms / 1000)
+
+    def send(self, method: str, path: str, body: Any, accept: str) -> http.client.HTTPResponse:
+        data = json.dumps(body).encode() if body is not None else None
+        self.conn.request(method, self.client._path(path), body=data,
+                          headers=self.client._headers(accept))
+        self.sent = True
+        if self.conn.sock is not None:
+            ms = self.reply_timeout_ms
+            self.conn.sock.settimeout(None if ms is None else ms / 1000)
+        return self.conn.getresponse()
+
+    def error(self, e: OSError) -> "SandboxError":
+        url = self.client.base_url
+        if self.sent and isinstance(e, socket.timeout):
+            return SandboxError(0, f"no reply from sandboxd at {url} within "
+                                   f"{self.reply_timeout_ms:g} ms; the client stopped waiting "
+                                   "(the request may still be running there)")
+        if self.sent:
+            return SandboxError(0, f"lost the connection to sandboxd at {url}: {e}")
+        return SandboxError(0, f"cannot reach sandboxd at {url}: {e}")
+
+
+def _exec_http_timeout_ms(client: "Sandbox", command_timeout_ms: Optional[float]) -> Optional[float]:
+    """An execute waits for its command's own timeout plus a margin; with no command timeout
+    it waits as long as the command runs (the daemon's default may be none)."""
+    if command_timeout_ms is None or command_timeout_ms == 0:
+        return None
+    return max(client.http_timeout_ms, command_timeout_ms + EXEC_REPLY_MARGIN_MS)
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: Optional[float]):
         super().__init__("localhost", timeout=timeout)
@@ -119,14 +184,18 @@ class Sandbox:
     """A connection to sandboxd.
 
     base_url: "http://host:port" or "unix:/path/to/socket" (default: $SANDBOX_URL or
-    http://127.0.0.1:3000). api_key: default $SANDBOX_API_KEY.
+    http://127.0.0.1:3000). api_key: default $SANDBOX_API_KEY. http_timeout_ms: how long a
+    request waits for its reply (an execute waits for its command's timeout plus a margin
+    instead); `timeout` in seconds is its deprecated older name.
     """
 
     def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 timeout: float = 600.0):
+                 timeout: Optional[float] = None, *,
+                 http_timeout_ms: Optional[float] = None):
         self.base_url = base_url or os.environ.get("SANDBOX_URL") or DEFAULT_URL
         self.api_key = api_key if api_key is not None else os.environ.get("SANDBOX_API_KEY")
-        self.timeout = timeout
+        ms = _timeout_ms(http_timeout_ms, timeout, "Sandbox(timeout=seconds)", "http_timeout_ms")
+        self.http_timeout_ms = DEFAULT_HTTP_TIMEOUT_MS if ms is None else ms
         if self.base_url.startswith("unix:"):
             self._unix = self.base_url[5:]
         else:
@@ -144,12 +213,17 @@ class Sandbox:
     def __exit__(self, *exc: Any) -> None:
         pass
 
-    def _conn(self) -> http.client.HTTPConnection:
+    @property
+    def timeout(self) -> float:
+        """The HTTP timeout in seconds (deprecated: see http_timeout_ms)."""
+        return self.http_timeout_ms / 1000
+
+    def _conn(self, timeout_s: Optional[float]) -> http.client.HTTPConnection:
         if self._unix:
-            return _UnixHTTPConnection(self._unix, self.timeout)
+            return _UnixHTTPConnection(self._unix, timeout_s)
         if self._scheme == "https":
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout)
-        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout_s)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout_s)
 
     def _headers(self, accept: str = "application/json") -> Dict[str, str]:
         h = {"Accept": accept, "Content-Type": "application/json"}
@@ -161,18 +235,20 @@ class Sandbox:
         return (self._prefix if not self._unix else "") + path
 
     def request(self, method: str, path: str, body: Any = None,
-                accept: str = "application/json") -> Any:
-        """Sends one request; returns the parsed JSON (or bytes for octet-stream)."""
-        conn = self._conn()
+                accept: str = "application/json", *,
+                http_timeout_ms: Union[float, None, str] = "default") -> Any:
+        """Sends one request; returns the parsed JSON (or bytes for octet-stream).
+        http_timeout_ms: how long to wait for the reply (None: as long as it takes)."""
+        if http_timeout_ms == "default":
+            http_timeout_ms = self.http_timeout_ms
+        req = _Request(self, http_timeout_ms)  # type: ignore[arg-type]
         try:
-            data = json.dumps(body).encode() if body is not None else None
-            conn.request(method, self._path(path), body=data, headers=self._headers(accept))
-            resp = conn.getresponse()
+            resp = req.send(method, path, body, accept)
             raw = resp.read()
         except OSError as e:
-            raise SandboxError(0, f"cannot reach sandboxd at {self.base_url}: {e}") from e
+            raise req.error(e) from e
         finally:
-            conn.close()
+            req.conn.close()
         ctype = resp.getheader("Content-Type", "")
         if resp.status >= 400:
             try:
@@ -185,13 +261,15 @@ class Sandbox:
             return json.loads(raw) if raw else None
         return raw
 
-    def stream(self, method: str, path: str, body: Any) -> Iterator[Dict[str, Any]]:
-        """Yields the JSON objects of an NDJSON reply as they arrive."""
-        conn = self._conn()
+    def stream(self, method: str, path: str, body: Any, *,
+               http_timeout_ms: Union[float, None, str] = "default") -> Iterator[Dict[str, Any]]:
+        """Yields the JSON objects of an NDJSON reply as they arrive. http_timeout_ms bounds
+        each wait for more of the reply (None: no bound)."""
+        if http_timeout_ms == "default":
+            http_timeout_ms = self.http_timeout_ms
+        req = _Request(self, http_timeout_ms)  # type: ignore[arg-type]
         try:
-            conn.request(method, self._path(path), body=json.dumps(body).encode(),
-                         headers=self._headers("application/x-ndjson"))
-            resp = conn.getresponse()
+            resp = req.send(method, path, body, "application/x-ndjson")
             if resp.status >= 400:
                 raw = resp.read()
                 try:
@@ -207,9 +285,9 @@ class Sandbox:
                 if line:
                     yield json.loads(line)
         except OSError as e:
-            raise SandboxError(0, f"stream from sandboxd failed: {e}") from e
+            raise req.error(e) from e
         finally:
-            conn.close()
+            req.conn.close()
 
     # -- top-level API --
     def healthy(self) -> bool:
@@ -228,8 +306,22 @@ class Sandbox:
         return self.request("GET", "/exec/")["sessions"]
 
     def create(self, template: Optional[str] = None, id: Optional[str] = None,
-               env: Optional[Dict[str, str]] = None, idle_timeout: Optional[int] = None) -> "Session":
-        """Creates a session now (POST /exec/) and returns its handle."""
+               env: Optional[Dict[str, str]] = None,
+               idle_timeout: Optional[int] = None) -> "Session":
+        """A handle on a new session, which the server creates on its first command or write
+        (as the TypeScript SDK's create()). env and idle_timeout, deprecated here, create it
+        now as create_session() does."""
+        if env is not None or idle_timeout is not None:
+            _deprecated("create(env=, idle_timeout=)", "create_session(env=, idle_timeout_s=)")
+            return self.create_session(template=template, id=id, env=env,
+                                       idle_timeout_s=idle_timeout)
+        return self.session(id, template)
+
+    def create_session(self, template: Optional[str] = None, id: Optional[str] = None,
+                       env: Optional[Dict[str, str]] = None,
+                       idle_timeout_s: Optional[int] = None) -> "Session":
+        """Creates a session now (POST /exec/), waits until it is ready, returns its handle.
+        idle_timeout_s: seconds of inactivity before the server reaps it."""
         body: Dict[str, Any] = {}
         if template:
             body["template"] = template
@@ -237,8 +329,8 @@ class Sandbox:
             body["id"] = id
         if env:
             body["env"] = env
-        if idle_timeout:
-            body["idleTimeout"] = idle_timeout
+        if idle_timeout_s:
+            body["idleTimeout"] = idle_timeout_s
         j = self.request("POST", "/exec/", body)
         return Session(self, j["id"], j.get("template", template))
 
@@ -248,12 +340,37 @@ class Sandbox:
 
 
 class Session:
-    """One sandbox. Use as a context manager to destroy it on exit."""
+    """One sandbox. Use as a context manager to destroy it on exit.
+
+    template is the one the session was made with, when this handle knows it (see
+    resolve_template)."""
 
     def __init__(self, client: Sandbox, id: str, template: Optional[str] = None):
         self.client = client
         self.id = id
         self.template = template
+
+    def resolve_template(self) -> str:
+        """The session's template: this handle's, else the daemon's answer for this session
+        (creating it with the daemon's default template when it does not exist yet, as its
+        first command would)."""
+        if self.template:
+            return self.template
+        info = self._info()
+        if info is None:
+            try:
+                info = self.client.request("POST", "/exec/", {"id": self.id})
+            except SandboxError as e:
+                if e.status != 409:  # made by someone else meanwhile: ask again
+                    raise
+                info = self._info()
+        if not info or not info.get("template"):
+            raise SandboxError(0, f"cannot tell the template of session {self.id}")
+        self.template = info["template"]
+        return self.template
+
+    def _info(self) -> Optional[Dict[str, Any]]:
+        return next((s for s in self.client.sessions() if s.get("id") == self.id), None)
 
     def __enter__(self) -> "Session":
         return self
@@ -272,7 +389,8 @@ class Session:
         return f"/exec/{urllib.parse.quote(self.id, safe='')}{suffix}"
 
     def _exec_body(self, command: str, args: Optional[Sequence[str]], env: Optional[Dict[str, str]],
-                   cwd: Optional[str], timeout: Optional[float], stdin: Optional[str]) -> Dict[str, Any]:
+                   cwd: Optional[str], timeout_ms: Optional[float],
+                   stdin: Optional[str]) -> Dict[str, Any]:
         body: Dict[str, Any] = {"command": command}
         if args is not None:
             body["args"] = list(args)
@@ -282,19 +400,23 @@ class Session:
             body["env"] = env
         if cwd:
             body["cwd"] = cwd
-        if timeout is not None:
-            body["timeout"] = int(timeout * 1000)
+        if timeout_ms is not None:
+            body["timeout"] = int(timeout_ms)
         if stdin is not None:
             body["stdin"] = stdin
         return body
 
     def exec(self, command: str, args: Optional[Sequence[str]] = None, *,
              env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
-             timeout: Optional[float] = None, stdin: Optional[str] = None) -> ExecResult:
-        """Runs a command and waits for it. timeout is in seconds. Without args, a command
-        string with shell syntax runs under /bin/sh -c."""
+             timeout_ms: Optional[float] = None, stdin: Optional[str] = None,
+             timeout: Optional[float] = None) -> ExecResult:
+        """Runs a command and waits for it. timeout_ms: the command's limit in milliseconds
+        (absent: the server's default; 0: none); the client waits for it plus a margin.
+        `timeout` in seconds is its deprecated older name."""
+        timeout_ms = _timeout_ms(timeout_ms, timeout, "exec(timeout=seconds)", "timeout_ms")
         j = self.client.request("POST", self._p("/execute"),
-                                self._exec_body(command, args, env, cwd, timeout, stdin))
+                                self._exec_body(command, args, env, cwd, timeout_ms, stdin),
+                                http_timeout_ms=_exec_http_timeout_ms(self.client, timeout_ms))
         return ExecResult.from_json(j)
 
     def run(self, command: str, **kw: Any) -> ExecResult:
@@ -302,18 +424,25 @@ class Session:
         return self.exec("/bin/sh", ["-c", command], **kw)
 
     def run_code(self, code: str, language: Optional[str] = None, **kw: Any) -> ExecResult:
-        """Runs a snippet with the interpreter of the session's template (or `language`)."""
-        interp = _INTERPRETERS.get(language or self.template or "node")
+        """Runs a snippet with the interpreter of `language` or of the session's template
+        (resolve_template)."""
+        lang = language or self.resolve_template()
+        interp = _INTERPRETERS.get(lang)
         if not interp:
-            raise ValueError(f"no interpreter known for {language or self.template!r}")
+            raise ValueError(f"no interpreter known for {lang!r}")
         return self.exec(interp[0], [interp[1], code], **kw)
 
     def exec_stream(self, command: str, args: Optional[Sequence[str]] = None, *,
                     env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
-                    timeout: Optional[float] = None, stdin: Optional[str] = None) -> Iterator[StreamEvent]:
-        """Runs a command, yielding output as it arrives, then a result (or error) event."""
-        body = self._exec_body(command, args, env, cwd, timeout, stdin)
-        for j in self.client.stream("POST", self._p("/execute"), body):
+                    timeout_ms: Optional[float] = None, stdin: Optional[str] = None,
+                    timeout: Optional[float] = None) -> Iterator[StreamEvent]:
+        """Runs a command, yielding output as it arrives, then a result (or error) event.
+        timeout_ms (`timeout` in seconds, deprecated) as for exec."""
+        timeout_ms = _timeout_ms(timeout_ms, timeout, "exec_stream(timeout=seconds)",
+                                 "timeout_ms")
+        body = self._exec_body(command, args, env, cwd, timeout_ms, stdin)
+        wait = _exec_http_timeout_ms(self.client, timeout_ms)
+        for j in self.client.stream("POST", self._p("/execute"), body, http_timeout_ms=wait):
             yield StreamEvent(type=j.get("type", ""), stream=j.get("stream"), data=j.get("data"),
                               exec_id=j.get("execId"), exit_code=j.get("exitCode"),
                               signal=j.get("signal"), duration=j.get("duration"),

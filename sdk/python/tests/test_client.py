@@ -1,8 +1,11 @@
 """The Python SDK against a real sandboxd (started by the integration harness)."""
 
 import os
+import socket
 import sys
+import threading
 import unittest
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -69,12 +72,89 @@ class SdkTest(unittest.TestCase):
             s.destroy()
         self.assertEqual(cm.exception.status, 404)
 
+    def test_create_is_lazy(self):
+        s = self.sb.create(template="base")
+        self.assertNotIn(s.id, [x["id"] for x in self.sb.sessions()])
+        self.assertEqual(s.exec("true").exit_code, 0)
+        self.assertIn(s.id, [x["id"] for x in self.sb.sessions()])
+        s.destroy()
+        now = self.sb.create_session(template="base", idle_timeout_s=60)
+        self.assertIn(now.id, [x["id"] for x in self.sb.sessions()])
+        now.destroy()
+
+    def test_create_with_old_arguments_warns_and_creates_now(self):
+        with self.assertWarns(DeprecationWarning):
+            s = self.sb.create(template="base", idle_timeout=60)
+        info = [x for x in self.sb.sessions() if x["id"] == s.id]
+        self.assertEqual(len(info), 1)
+        self.assertEqual(info[0]["idleTimeout"], 60)
+        s.destroy()
+
+    def test_run_code_follows_the_daemons_template(self):
+        # No template on the handle: the daemon's default (base) decides, not node.
+        with self.sb.create() as s:
+            r = s.run_code("echo $((2+2))")
+            self.assertEqual(r.stdout, "4\n")
+            self.assertEqual(s.template, "base")
+        existing = self.sb.create_session(template="base")
+        handle = self.sb.session(existing.id)
+        self.assertEqual(handle.run_code("echo ok").stdout, "ok\n")
+        existing.destroy()
+
+    def test_exec_timeout_is_milliseconds(self):
+        with self.sb.create(template="base") as s:
+            r = s.exec("sleep", ["5"], timeout_ms=300)
+            self.assertTrue(r.timed_out)
+            self.assertLess(r.duration, 4000)
+            with self.assertWarns(DeprecationWarning):
+                r = s.exec("sleep", ["5"], timeout=0.3)
+            self.assertTrue(r.timed_out)
+
+    def test_command_longer_than_the_http_timeout(self):
+        # The execute waits for the command's timeout plus a margin, not the client's 0.5 s.
+        sb = Sandbox(base_url=self.daemon.base_url, api_key=self.daemon.admin_key,
+                     http_timeout_ms=500)
+        with sb.create(template="base") as s:
+            r = s.exec("sleep", ["1.5"], timeout_ms=10000)
+            self.assertEqual(r.exit_code, 0)
+            events = list(s.exec_stream("sleep", ["1.5"], timeout_ms=10000))
+            self.assertEqual(events[-1].exit_code, 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old = Sandbox(base_url=self.daemon.base_url, api_key=self.daemon.admin_key,
+                          timeout=0.5)
+            with old.create(template="base") as s:
+                self.assertEqual(s.exec("sleep", ["1.5"], timeout=10).exit_code, 0)
+
     def test_unreachable_daemon(self):
-        bad = Sandbox(base_url="http://127.0.0.1:9", api_key="x", timeout=2)
+        bad = Sandbox(base_url="http://127.0.0.1:9", api_key="x", http_timeout_ms=2000)
         self.assertFalse(bad.healthy())
         with self.assertRaises(SandboxError) as cm:
             bad.templates()
         self.assertEqual(cm.exception.status, 0)
+
+    def test_client_gives_up_on_a_silent_daemon(self):
+        # A server that accepts and never answers: the client says it stopped waiting.
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        held = []
+        t = threading.Thread(target=lambda: held.append(srv.accept()[0]), daemon=True)
+        t.start()
+        try:
+            sb = Sandbox(base_url=f"http://127.0.0.1:{srv.getsockname()[1]}", api_key="x",
+                         http_timeout_ms=300)
+            with self.assertRaises(SandboxError) as cm:
+                sb.health()
+            self.assertEqual(cm.exception.status, 0)
+            self.assertIn("no reply from sandboxd", cm.exception.message)
+            self.assertIn("300 ms", cm.exception.message)
+            self.assertNotIn("cannot reach", cm.exception.message)
+        finally:
+            t.join(5)
+            for c in held:
+                c.close()
+            srv.close()
 
     def test_bad_key(self):
         bad = Sandbox(base_url=self.daemon.base_url, api_key="sk_test_" + "0" * 32)
