@@ -5,6 +5,7 @@ import type {
   ExecResult,
   ListFilesResult,
   ReadFileResult,
+  SessionInfo,
   StreamEvent,
   WriteFileResult,
 } from "./types.js";
@@ -33,11 +34,42 @@ function fromBase64(s: string): Uint8Array {
 
 /** One sandbox. */
 export class Session {
+  private knownTemplate?: string;
+
   constructor(
     readonly client: Sandbox,
     readonly id: string,
-    readonly template?: string,
-  ) {}
+    template?: string,
+  ) {
+    this.knownTemplate = template;
+  }
+
+  /** The template the session was made with, when this handle knows it. */
+  get template(): string | undefined {
+    return this.knownTemplate;
+  }
+
+  /**
+   * The session's template: the one this handle was made with, else the daemon's answer for
+   * this session (creating it with the daemon's default template when it does not exist yet,
+   * as its first command would).
+   */
+  async resolveTemplate(): Promise<string> {
+    if (this.knownTemplate) return this.knownTemplate;
+    let info = (await this.client.sessions()).find((s) => s.id === this.id);
+    if (!info) {
+      try {
+        info = await this.client.json<SessionInfo>("POST", "/exec/", { id: this.id });
+      } catch (e) {
+        // Made by someone else meanwhile: ask again.
+        if (!(e instanceof SandboxError) || e.status !== 409) throw e;
+        info = (await this.client.sessions()).find((s) => s.id === this.id);
+      }
+    }
+    if (!info?.template) throw new SandboxError(0, `cannot tell the template of session ${this.id}`);
+    this.knownTemplate = info.template;
+    return info.template;
+  }
 
   private path(suffix: string): string {
     return `/exec/${encodeURIComponent(this.id)}${suffix}`;
@@ -64,12 +96,13 @@ export class Session {
     return this.exec("/bin/sh", { ...opts, args: ["-c", commandLine] });
   }
 
-  /** Runs code with the template's interpreter (python3 -c, node -e, sh -c). */
+  /** Runs code with the interpreter of `language` or of the session's template (python3 -c, node -e, sh -c). */
   async runCode(code: string, opts: Omit<ExecOptions, "args"> & { language?: string } = {}): Promise<ExecResult> {
-    const lang = opts.language ?? this.template ?? "node";
+    const { language, ...execOpts } = opts;
+    const lang = language ?? (await this.resolveTemplate());
     const interp = INTERPRETERS[lang];
     if (!interp) throw new SandboxError(0, `no interpreter known for template ${lang}`);
-    return this.exec(interp[0], { ...opts, args: [interp[1], code] });
+    return this.exec(interp[0], { ...execOpts, args: [interp[1], code] });
   }
 
   /** Runs a command, yielding its output as it arrives; aborting opts.signal cancels it. */

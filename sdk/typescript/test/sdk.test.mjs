@@ -89,3 +89,17 @@ test("errors carry status and message", async () => {
   assert.equal(await down.healthy(), false);
   await assert.rejects(down.templates(), (e) => e instanceof SandboxError && e.status === 0);
 });
+
+test("runCode follows the session's template, asking the daemon when the handle has none", async () => {
+  // The daemon's default template here is base (sh), not node.
+  const s = sandbox.create();
+  assert.equal(s.template, undefined);
+  const r = await s.runCode("echo $((2+2))");
+  assert.equal(r.output.map((c) => c.data).join(""), "4\n");
+  assert.equal(s.template, "base");
+  const existing = await sandbox.createSession({ template: "base" });
+  const handle = sandbox.session(existing.id);
+  assert.equal((await handle.runCode("echo ok")).output[0].data, "ok\n");
+  await existing.destroy();
+  await s.destroy();
+});
