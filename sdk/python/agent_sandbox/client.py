@@ -16,10 +16,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 DEFAULT_URL = "http://127.0.0.1:3000"
 
 # How long a request may wait for its reply, unless it says otherwise (milliseconds).
-DEFAULT_HTTP_TIMEOUT_MS = 60_000
+DEFAULT_HTTP_TIMEOUT_MS = 600_000
 # What an execute waits beyond its command's own timeout: the daemon's reply about a command it
 # stopped at its timeout still has to arrive (milliseconds).
 EXEC_REPLY_MARGIN_MS = 30_000
+# A request's http_timeout_ms when it gives none: the client's.
+_CLIENT_TIMEOUT: Any = object()
 
 # Interpreters for run_code, by template name.
 _INTERPRETERS = {
@@ -236,12 +238,12 @@ class Sandbox:
 
     def request(self, method: str, path: str, body: Any = None,
                 accept: str = "application/json", *,
-                http_timeout_ms: Union[float, None, str] = "default") -> Any:
+                http_timeout_ms: Optional[float] = _CLIENT_TIMEOUT) -> Any:
         """Sends one request; returns the parsed JSON (or bytes for octet-stream).
         http_timeout_ms: how long to wait for the reply (None: as long as it takes)."""
-        if http_timeout_ms == "default":
+        if http_timeout_ms is _CLIENT_TIMEOUT:
             http_timeout_ms = self.http_timeout_ms
-        req = _Request(self, http_timeout_ms)  # type: ignore[arg-type]
+        req = _Request(self, http_timeout_ms)
         try:
             resp = req.send(method, path, body, accept)
             raw = resp.read()
@@ -262,12 +264,12 @@ class Sandbox:
         return raw
 
     def stream(self, method: str, path: str, body: Any, *,
-               http_timeout_ms: Union[float, None, str] = "default") -> Iterator[Dict[str, Any]]:
+               http_timeout_ms: Optional[float] = _CLIENT_TIMEOUT) -> Iterator[Dict[str, Any]]:
         """Yields the JSON objects of an NDJSON reply as they arrive. http_timeout_ms bounds
         each wait for more of the reply (None: no bound)."""
-        if http_timeout_ms == "default":
+        if http_timeout_ms is _CLIENT_TIMEOUT:
             http_timeout_ms = self.http_timeout_ms
-        req = _Request(self, http_timeout_ms)  # type: ignore[arg-type]
+        req = _Request(self, http_timeout_ms)
         try:
             resp = req.send(method, path, body, "application/x-ndjson")
             if resp.status >= 400:
