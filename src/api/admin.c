@@ -10,9 +10,29 @@
 #include "store/store.h"
 #include "util/cleanup.h"
 
+/* A key object with the reference's name for its prefix, "keyPrefix", beside "prefix". */
+static json_t *key_json(const struct key_info *k)
+{
+	json_t *j = keys_info_json(k);
+	json_t *prefix = json_object_get(j, "prefix");
+	if (prefix)
+		json_object_set(j, "keyPrefix", prefix);
+	return j;
+}
+
+/* A key and its new secret: the key's fields, the secret as "key", and the key object once
+ * more as "record", where the reference puts it. */
+static json_t *key_with_secret(const struct key_info *k, const char *secret)
+{
+	json_t *r = key_json(k);
+	json_object_set_new(r, "record", key_json(k));
+	json_object_set_new(r, "key", json_string(secret));
+	return r;
+}
+
 static void add_key(const struct key_info *k, void *arg)
 {
-	json_array_append_new(arg, keys_info_json(k));
+	json_array_append_new(arg, key_json(k));
 }
 
 void api_admin_keys_list(struct http_ctx *ctx)
@@ -114,15 +134,22 @@ void api_admin_keys_create(struct http_ctx *ctx)
 		http_reply_err(ctx, &e);
 		return;
 	}
-	json_t *r = keys_info_json(&k);
-	json_object_set_new(r, "key", json_string(secret));
-	http_reply_json(ctx, 201, r);
+	http_reply_json(ctx, 201, key_with_secret(&k, secret));
 }
 
 static const char *key_id_param(struct http_ctx *ctx)
 {
 	const char *id = http_param(ctx, 0);
 	return id ? id : "";
+}
+
+/* {success, id} and the reference's "message", e.g. "Key key_... revoked". */
+static void reply_done(struct http_ctx *ctx, const char *what)
+{
+	const char *id = key_id_param(ctx);
+	_cleanup_free_ char *msg = xasprintf("Key %s %s", id, what);
+	http_reply_json(ctx, 200,
+			json_pack("{s:b, s:s, s:s}", "success", 1, "id", id, "message", msg));
 }
 
 void api_admin_keys_revoke(struct http_ctx *ctx)
@@ -132,7 +159,7 @@ void api_admin_keys_revoke(struct http_ctx *ctx)
 		http_reply_err(ctx, &e);
 		return;
 	}
-	http_reply_json(ctx, 200, json_pack("{s:b, s:s}", "success", 1, "id", key_id_param(ctx)));
+	reply_done(ctx, "revoked");
 }
 
 void api_admin_keys_rotate(struct http_ctx *ctx)
@@ -148,9 +175,7 @@ void api_admin_keys_rotate(struct http_ctx *ctx)
 		http_reply_err(ctx, &e);
 		return;
 	}
-	json_t *r = keys_info_json(&k);
-	json_object_set_new(r, "key", json_string(secret));
-	http_reply_json(ctx, 200, r);
+	http_reply_json(ctx, 200, key_with_secret(&k, secret));
 }
 
 void api_admin_keys_delete(struct http_ctx *ctx)
@@ -160,5 +185,5 @@ void api_admin_keys_delete(struct http_ctx *ctx)
 		http_reply_err(ctx, &e);
 		return;
 	}
-	http_reply_json(ctx, 200, json_pack("{s:b, s:s}", "success", 1, "id", key_id_param(ctx)));
+	reply_done(ctx, "deleted");
 }

@@ -120,11 +120,25 @@ void api_exec_templates(struct http_ctx *ctx)
 	http_reply_json(ctx, 200, json_pack("{s:o}", "templates", list));
 }
 
+/* Adds the reference's names to a session object (session_json()): "sessionId" beside
+ * "id", and "lastActivityAt", the last activity in milliseconds since the epoch. */
+static json_t *with_reference_fields(json_t *j)
+{
+	json_t *id = json_object_get(j, "id");
+	json_int_t idle = json_integer_value(json_object_get(j, "idleMs"));
+	if (id)
+		json_object_set(j, "sessionId", id);
+	json_object_set_new(j, "lastActivityAt", json_integer((json_int_t)time_wall_ms() - idle));
+	return j;
+}
+
 void api_exec_list(struct http_ctx *ctx)
 {
 	struct ops_target t = request_target(ctx, NULL, NULL);
 	json_t *list = ops_list_sessions(&t);
 	size_t n = json_array_size(list);
+	for (size_t i = 0; i < n; i++)
+		with_reference_fields(json_array_get(list, i));
 	http_reply_json(ctx, 200, json_pack("{s:o, s:i}", "sessions", list, "count", (int)n));
 }
 
@@ -215,7 +229,7 @@ static void on_created(struct ops_call *c, const struct ops_result *r, const str
 	if (err)
 		http_reply_err(ctx, err);
 	else
-		http_reply_json(ctx, 201, session_json(r->session));
+		http_reply_json(ctx, 201, with_reference_fields(session_json(r->session)));
 }
 
 void api_exec_create(struct http_ctx *ctx)
@@ -251,10 +265,16 @@ void api_exec_delete(struct http_ctx *ctx)
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;
 	if (ops_destroy_session(&t, "deleted by the client", &e) < 0) {
-		http_reply_err(ctx, &e);
+		/* The reference's "destroyed" says whether there was a session to destroy; the
+		 * status stays the 404 (or other error) it has always been. */
+		int status = http_status_for_errno(e.errnum);
+		_cleanup_free_ char *msg =
+			utf8_sanitize((const uint8_t *)e.msg, strlen(e.msg), NULL);
+		http_reply_json(ctx, status, json_pack("{s:s, s:b}", "error", msg, "destroyed", 0));
 		return;
 	}
-	http_reply_json(ctx, 200, json_pack("{s:b, s:s}", "success", 1, "id", id));
+	http_reply_json(ctx, 200,
+			json_pack("{s:b, s:s, s:b}", "success", 1, "id", id, "destroyed", 1));
 }
 
 /* --- execute ------------------------------------------------------------------------ */
@@ -369,6 +389,8 @@ static void exec_on_output(struct ops_exec *x, enum ops_stream stream, const cha
 	}
 	json_t *chunk = output_chunk(stream, text, len);
 	json_object_set_new(chunk, "type", json_string("stream"));
+	/* The reference tags each chunk with the id of its command. */
+	json_object_set_new(chunk, "id", json_string(ops_exec_id(x)));
 	stream_line(q, "stream", chunk);
 	pace_stream(q, x);
 }
@@ -572,8 +594,8 @@ static void on_written(struct ops_call *c, const struct ops_result *r, const str
 		return;
 	}
 	http_reply_json(ctx, 200,
-			json_pack("{s:b, s:s, s:I}", "success", 1, "path", r->path, "size",
-				  (json_int_t)r->size));
+			json_pack("{s:b, s:s, s:I, s:I}", "success", 1, "path", r->path, "size",
+				  (json_int_t)r->size, "bytesWritten", (json_int_t)r->size));
 }
 
 /* The bytes "content" stands for in its "encoding" (the caller frees *ret). */

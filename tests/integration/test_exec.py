@@ -27,7 +27,8 @@ class SessionRoutesTest(DaemonTestCase):
         status, _, body = self.d.post(f"/exec/{sid}/write",
                                       body={"path": "note.txt", "content": "from write\n"})
         self.assertEqual(status, 200, body)
-        self.assertEqual(body, {"success": True, "path": "note.txt", "size": 11})
+        self.assertEqual(body, {"success": True, "path": "note.txt", "size": 11,
+                                "bytesWritten": 11})
         self.assertIn(sid, self.listed_sessions())
         self.assertEqual(self.stdout_of(sid, "cat note.txt"), "from write\n")
 
@@ -158,7 +159,7 @@ class SessionRoutesTest(DaemonTestCase):
         self.run_ok(sid, "true")
         status, _, body = self.d.delete(f"/exec/{sid}")
         self.assertEqual(status, 200, body)
-        self.assertEqual(body, {"success": True, "id": sid})
+        self.assertEqual(body, {"success": True, "id": sid, "destroyed": True})
         self.assertNotIn(sid, self.listed_sessions())
         status, headers, body = self.d.delete(f"/exec/{sid}")
         self.assertJsonError(status, headers, body, 404, sid)
@@ -733,11 +734,13 @@ class AdminKeysRouteTest(DaemonTestCase):
         self.assertEqual(status, 200, rotated)
         self.assertNotEqual(rotated["key"], key["key"])
         status, _, body = self.d.post(f"/admin/keys/{kid}/revoke")
-        self.assertEqual((status, body), (200, {"success": True, "id": kid}))
+        self.assertEqual((status, body), (200, {"success": True, "id": kid,
+                                                "message": f"Key {kid} revoked"}))
         status, _, body = self.d.get("/admin/keys")
         self.assertFalse({k["id"]: k for k in body["keys"]}[kid]["enabled"])
         status, _, body = self.d.delete(f"/admin/keys/{kid}")
-        self.assertEqual((status, body), (200, {"success": True, "id": kid}))
+        self.assertEqual((status, body), (200, {"success": True, "id": kid,
+                                                "message": f"Key {kid} deleted"}))
         for method, path in (("DELETE", f"/admin/keys/{kid}"),
                              ("POST", f"/admin/keys/{kid}/revoke"),
                              ("POST", f"/admin/keys/{kid}/rotate")):

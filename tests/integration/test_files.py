@@ -72,7 +72,8 @@ class FilesTest(DaemonTestCase):
         sid = self.session()
         text = "héllo €😀\nline two\n"
         body = self.write_ok(sid, "t.txt", text)
-        self.assertEqual(body, {"success": True, "path": "t.txt", "size": len(text.encode())})
+        self.assertEqual(body, {"success": True, "path": "t.txt", "size": len(text.encode()),
+                                "bytesWritten": len(text.encode())})
         status, headers, body = self.read(sid, "t.txt")
         self.assertEqual(status, 200, body)
         self.assertIn("application/json", headers.get("Content-Type", ""))
