@@ -58,7 +58,19 @@ static const char in_create_session[] =
 	"\"egress\": {\"type\": \"object\", \"description\": \"The session's own egress "
 	"policy {dns, dest, bandwidth}, which may only tighten the server's\"}}, "
 	"\"additionalProperties\": false}";
-static const char out_session[] = SESSION_SHAPE;
+/* The session with the reference's "status" ("active": ready for commands) beside "state". */
+static const char out_create_session[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "
+	"\"state\": {\"type\": \"string\", \"enum\": [\"creating\", \"ready\", "
+	"\"destroying\", \"gone\", \"failed\"]}, "
+	"\"status\": {\"type\": \"string\", \"enum\": [\"active\"], \"description\": "
+	"\"the session is ready for commands\"}, "
+	"\"createdAt\": {\"type\": \"string\", \"description\": \"ISO 8601\"}, "
+	"\"idleTimeout\": {\"type\": \"integer\", \"description\": \"seconds\"}, "
+	"\"running\": {\"type\": \"integer\", \"description\": \"operations in flight\"}}, "
+	"\"required\": [\"sessionId\", \"template\", \"state\", \"status\", \"createdAt\", "
+	"\"idleTimeout\", \"running\"]}";
 
 static const char in_none[] = "{\"type\": \"object\", \"additionalProperties\": false}";
 static const char out_list_templates[] =
@@ -121,8 +133,10 @@ static const char in_write_file[] =
 static const char out_write_file[] =
 	"{\"type\": \"object\", \"properties\": {"
 	"\"sessionId\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, "
-	"\"size\": {\"type\": \"integer\", \"description\": \"bytes written\"}}, "
-	"\"required\": [\"sessionId\", \"path\", \"size\"]}";
+	"\"size\": {\"type\": \"integer\", \"description\": \"bytes written\"}, "
+	"\"bytesWritten\": {\"type\": \"integer\", \"description\": \"bytes written (the "
+	"reference's name for size)\"}}, "
+	"\"required\": [\"sessionId\", \"path\", \"size\", \"bytesWritten\"]}";
 
 static const char in_read_file[] =
 	"{\"type\": \"object\", \"properties\": {"
@@ -227,7 +241,7 @@ static struct tool tools[] = {
 	  "Create a new isolated Linux sandbox session from a template and return its id. "
 	  "Optional: your own sessionId, the template, environment variables for every "
 	  "command, and the idle timeout.",
-	  in_create_session, out_session, false, false, false, false, t_create_session },
+	  in_create_session, out_create_session, false, false, false, false, t_create_session },
 	{ "list_templates", "List templates",
 	  "List the environment templates sessions can be created from (name, description, "
 	  "tools, resources) and the default one.",
@@ -450,8 +464,12 @@ static void created(struct ops_call *op, const struct ops_result *r, const struc
 	struct call_state *st = arg;
 	if (err)
 		reply_err(st->c, err);
-	else
-		reply_ok(st->c, session_shape_of(r->session), st->version);
+	else {
+		/* A created session is ready: the reference's "status" says so. */
+		json_t *j = session_shape_of(r->session);
+		json_object_set_new(j, "status", json_string("active"));
+		reply_ok(st->c, j, st->version);
+	}
 	free(st);
 }
 
@@ -559,8 +577,9 @@ static void written(struct ops_call *op, const struct ops_result *r, const struc
 		reply_err(st->c, err);
 	else
 		reply_ok(st->c,
-			 json_pack("{s:s, s:s, s:I}", "sessionId", r->session_id, "path", r->path,
-				   "size", (json_int_t)r->size),
+			 json_pack("{s:s, s:s, s:I, s:I}", "sessionId", r->session_id, "path",
+				   r->path, "size", (json_int_t)r->size, "bytesWritten",
+				   (json_int_t)r->size),
 			 st->version);
 	free(st);
 }

@@ -208,7 +208,7 @@ for (const kind of TRANSPORTS) {
           arguments: { sessionId: id, path: "dir/hello.txt", content: "héllo\n" },
         }),
       );
-      assert.deepEqual(w, { sessionId: id, path: "dir/hello.txt", size: 7 });
+      assert.deepEqual(w, { sessionId: id, path: "dir/hello.txt", size: 7, bytesWritten: 7 });
       const bytes = Buffer.from([0, 1, 2, 255, 254, 10]);
       structured(
         await client.callTool({
