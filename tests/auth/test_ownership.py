@@ -64,7 +64,7 @@ class OwnershipTest(unittest.TestCase):
         self.assertEqual(self.read(self.a, "own-a"), (200, "a's"))
         # B deletes its own; A's stays, and a second delete by B finds nothing.
         st, _, body = self.call(self.b, "DELETE", "/exec/own-a")
-        self.assertEqual((st, body), (200, {"success": True, "id": "own-a"}))
+        self.assertEqual((st, body), (200, {"success": True, "id": "own-a", "destroyed": True}))
         assert_json_error(self, self.call(self.b, "DELETE", "/exec/own-a"), 404)
         self.assertEqual(self.read(self.a, "own-a"), (200, "a's"))
         self.assertEqual(self.ids(self.a), ["own-a"])

@@ -258,12 +258,14 @@ class RouteMatrixTest(unittest.TestCase):
                           401, "Invalid API key")
         self.assertEqual(request(self.d, "GET", "/exec/", key=rotated["key"])[0], 200)
         st, _, body = authlib.admin(self.d, "POST", f"/admin/keys/{k['id']}/revoke")
-        self.assertEqual((st, body), (200, {"success": True, "id": k["id"]}))
+        self.assertEqual((st, body), (200, {"success": True, "id": k["id"],
+                                            "message": f"Key {k['id']} revoked"}))
         self.assertFalse(authlib.list_keys(self.d)[k["id"]]["enabled"])
         assert_json_error(self, request(self.d, "GET", "/exec/", key=rotated["key"],
                                         source=source), 401, "API key revoked")
         st, _, body = authlib.admin(self.d, "DELETE", f"/admin/keys/{k['id']}")
-        self.assertEqual((st, body), (200, {"success": True, "id": k["id"]}))
+        self.assertEqual((st, body), (200, {"success": True, "id": k["id"],
+                                            "message": f"Key {k['id']} deleted"}))
         assert_json_error(self, request(self.d, "GET", "/exec/", key=rotated["key"],
                                         source=source), 401, "Invalid API key")
         self.assertNotIn(k["id"], authlib.list_keys(self.d))
