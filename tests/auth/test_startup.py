@@ -4,8 +4,9 @@ written in batches."""
 
 import json
 import os
-import socket
 import secrets
+import shutil
+import socket
 import time
 import unittest
 
@@ -93,6 +94,7 @@ class FirstStartTest(unittest.TestCase):
         self.addCleanup(failed.kill)
         with self.assertRaises(AssertionError):
             failed.start()
+        self.addCleanup(shutil.rmtree, failed.tmp, True)  # a failed start keeps its files
         self.assertEqual(authlib.KEY_RE.findall(failed.stderr()), [])
         self.assertFalse(os.path.exists(os.path.join(state, "admin-key")))
         # The next start that serves shows it.

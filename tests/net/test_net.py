@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -477,6 +478,7 @@ class StartFailure(unittest.TestCase):
         d = harness.Daemon(env=self.env(PORT=str(port)), driver_name="jail")
         with self.assertRaises(AssertionError) as failed:
             d.start()
+        self.addCleanup(shutil.rmtree, d.tmp, True)  # a failed start keeps its files
         self.assertIn("exited with status 1", str(failed.exception))
         self.assertIn("sandbox networking on", d.stderr())  # it had got that far
         self.assertNotIn("Sanitizer", d.stderr())  # and freed what it had made
