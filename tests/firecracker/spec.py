@@ -12,8 +12,9 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-DEFAULT_SPEC = os.path.abspath(os.path.join(ROOT, "..", "shared", "firecracker",
-                                            "firecracker-v1.16.1.yaml"))
+# Firecracker's own API description (swagger) of the version the driver speaks, kept here so
+# that every checkout checks against it.
+DEFAULT_SPEC = os.path.join(HERE, "firecracker-v1.16.1.yaml")
 
 
 def spec_path():
