@@ -36,9 +36,8 @@ AGENT_HOST = os.environ.get("SANDBOX_AGENT_HOST_BIN") or os.path.join(
 
 
 def require_spec():
-    """Fails when python3-yaml is missing (a package make test installs). Skips when the
-    Firecracker spec is not at its path: it lies outside the repository (../shared), and
-    neither the machine nor make test provides it."""
+    """Fails when python3-yaml is missing (a package make test installs). Skips only when
+    FIRECRACKER_SPEC names a spec that is not there (the repository keeps its own)."""
     if YAML_MISSING:
         raise AssertionError(YAML_MISSING)
     if not os.path.exists(spec_path()):
