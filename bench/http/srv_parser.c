@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "h1.h"
+#include "http/h1.h"
 #include "route.h"
 #include "servers.h"
 

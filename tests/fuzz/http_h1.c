@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "h1.h"
+#include "http/h1.h"
 
 #define MAX_BODY 4096
 

@@ -61,14 +61,11 @@ static int on_message_begin(http_parser *p)
 	h->body_seen = 0;
 	h->header_bytes = 0;
 	h->store_len = 0;
-	h->auth_at = h->expect_at = SIZE_MAX;
-	h->field_len = 0;
-	h->field_long = false;
+	h->name_len = h->value_len = 0;
 	h->in_target = true;
 	h->in_value = false;
-	h->keep_value = false;
-	h->have_host = false;
 	h->head_done = false;
+	h->started = true;
 	return 0;
 }
 
@@ -92,42 +89,24 @@ static void end_target(struct h1 *h)
 	store_end(h);
 }
 
-/* The name of a header is complete: decides whether its value is kept. A header kept once may
- * not come twice (two keys, two hosts: which one counts is exactly what a smuggler plays on). */
-static int begin_value(struct h1 *h)
+/* Headers a request may not carry twice: which of two keys, hosts or lengths counts is
+ * exactly what a request smuggler plays on. */
+static bool once_only(const char *name)
 {
-	h->field[h->field_len] = '\0';
-	h->keep_value = false;
-	h->value_len = 0;
-	if (h->field_long)
-		return 0;
-	if (!strcasecmp(h->field, "host")) {
-		if (h->have_host)
-			return fail(h, 400);
-		h->have_host = true;
-		return 0;
-	}
-	size_t *at;
-	if (!strcasecmp(h->field, "authorization")) {
-		at = &h->auth_at;
-		h->value_max = H1_MAX_VALUE;
-	} else if (!strcasecmp(h->field, "expect")) {
-		at = &h->expect_at;
-		h->value_max = 32;
-	} else {
-		return 0;
-	}
-	if (*at != SIZE_MAX)
-		return fail(h, 400);
-	*at = h->store_len;
-	h->keep_value = true;
-	return 0;
+	static const char *const names[] = {
+		"host",         "authorization",  "x-api-key",         "expect", "upgrade",
+		"content-type", "content-length", "sec-websocket-key", "origin", "mcp-session-id",
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcasecmp(name, names[i]))
+			return true;
+	return false;
 }
 
-/* A kept value is complete: http_parser leaves the whitespace that may end it (RFC 9110 5.5). */
+/* A value is complete: http_parser leaves the whitespace that may end it (RFC 9110 5.5). */
 static void end_value(struct h1 *h)
 {
-	if (!h->keep_value)
+	if (!h->in_value)
 		return;
 	while (h->value_len &&
 	       (h->store[h->store_len - 1] == ' ' || h->store[h->store_len - 1] == '\t')) {
@@ -135,7 +114,8 @@ static void end_value(struct h1 *h)
 		h->value_len--;
 	}
 	store_end(h);
-	h->keep_value = false;
+	h->in_value = false;
+	h->head.nheaders++;
 }
 
 static int on_header_field(http_parser *p, const char *at, size_t len)
@@ -144,20 +124,19 @@ static int on_header_field(http_parser *p, const char *at, size_t len)
 	if (add_header_bytes(h, len) < 0)
 		return -1;
 	if (h->head_done)
-		return 0;
+		return 0; /* a trailer: counted, not kept */
 	end_target(h);
-	if (h->in_value) {
+	if (h->in_value || h->name_len == 0) {
 		end_value(h);
-		h->in_value = false;
-		h->field_len = 0;
-		h->field_long = false;
+		if (h->head.nheaders == H1_MAX_HEADERS)
+			return fail(h, 431);
+		h->name_at[h->head.nheaders] = (uint32_t)h->store_len;
+		h->name_len = 0;
 	}
-	if (len > H1_MAX_FIELD - h->field_len) {
-		h->field_long = true;
-		return 0;
-	}
-	memcpy(h->field + h->field_len, at, len);
-	h->field_len += len;
+	if (len > H1_MAX_FIELD - h->name_len)
+		return fail(h, 431);
+	store_add(h, at, len);
+	h->name_len += len;
 	return 0;
 }
 
@@ -169,13 +148,17 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 	if (h->head_done)
 		return 0;
 	if (!h->in_value) {
+		store_end(h); /* the name's */
+		size_t i = h->head.nheaders;
+		const char *name = h->store + h->name_at[i];
+		if (once_only(name) && h1_header(h, name))
+			return fail(h, 400);
+		h->value_at[i] = (uint32_t)h->store_len;
 		h->in_value = true;
-		if (begin_value(h) < 0)
-			return -1;
+		h->value_len = 0;
+		h->name_len = 0;
 	}
-	if (!h->keep_value)
-		return 0;
-	if (len > h->value_max - h->value_len)
+	if (len > H1_MAX_VALUE - h->value_len)
 		return fail(h, 431);
 	store_add(h, at, len);
 	h->value_len += len;
@@ -189,14 +172,17 @@ static int on_headers_complete(http_parser *p)
 	end_target(h);
 	end_value(h);
 	h->head_done = true;
-	/* RFC 9112 3.2: a 1.1 request without Host is refused. */
-	if (p->http_major == 1 && p->http_minor >= 1 && !h->have_host)
-		return fail(h, 400);
 	head->target = h->store;
-	if (h->auth_at != SIZE_MAX)
-		head->authorization = h->store + h->auth_at;
-	if (h->expect_at != SIZE_MAX) {
-		if (strcasecmp(h->store + h->expect_at, "100-continue"))
+	head->http_major = p->http_major;
+	head->http_minor = p->http_minor;
+	head->host = h1_header(h, "host");
+	/* RFC 9112 3.2: a 1.1 request without Host is refused. */
+	if (p->http_major == 1 && p->http_minor >= 1 && !head->host)
+		return fail(h, 400);
+	head->authorization = h1_header(h, "authorization");
+	const char *expect = h1_header(h, "expect");
+	if (expect) {
+		if (strcasecmp(expect, "100-continue"))
 			return fail(h, 417);
 		head->expect_continue = true;
 	}
@@ -205,10 +191,13 @@ static int on_headers_complete(http_parser *p)
 	head->content_length = (p->flags & F_CONTENTLENGTH) ? p->content_length : 0;
 	head->keep_alive = http_should_keep_alive(p) != 0;
 	head->upgrade = p->upgrade != 0;
+	int status = h->cb->on_head ? h->cb->on_head(head, h->arg) : 0;
+	if (status)
+		return fail(h, status);
+	/* After on_head, which may have set the route's own limit. */
 	if (head->content_length > h->max_body)
 		return fail(h, 413);
-	int status = h->cb->on_head ? h->cb->on_head(head, h->arg) : 0;
-	return status ? fail(h, status) : 0;
+	return 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t len)
@@ -251,7 +240,11 @@ void h1_init(struct h1 *h, const struct h1_callbacks *cb, void *arg, uint64_t ma
 	h->cb = cb;
 	h->arg = arg;
 	h->max_body = max_body;
-	h->auth_at = h->expect_at = SIZE_MAX;
+}
+
+void h1_set_max_body(struct h1 *h, uint64_t max_body)
+{
+	h->max_body = max_body;
 }
 
 /* The status for an error http_parser found itself. */
@@ -260,8 +253,6 @@ static int status_for(enum http_errno e)
 	switch (e) {
 	case HPE_HEADER_OVERFLOW:
 		return 431;
-	case HPE_INVALID_METHOD:
-		return 501;
 	default:
 		return 400;
 	}
@@ -293,9 +284,29 @@ bool h1_ended(const struct h1 *h)
 	return h->ended;
 }
 
+const char *h1_header(const struct h1 *h, const char *name)
+{
+	for (size_t i = 0; i < h->head.nheaders; i++)
+		if (!strcasecmp(h->store + h->name_at[i], name))
+			return h->store + h->value_at[i];
+	return NULL;
+}
+
+void h1_header_at(const struct h1 *h, size_t i, const char **name, const char **value)
+{
+	*name = h->store + h->name_at[i];
+	*value = h->store + h->value_at[i];
+}
+
+bool h1_in_request(const struct h1 *h)
+{
+	return h->started;
+}
+
 void h1_next(struct h1 *h)
 {
 	h->ended = false;
+	h->started = false;
 	memset(&h->head, 0, sizeof(h->head));
 	free(h->store);
 	h->store = NULL;

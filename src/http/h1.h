@@ -1,12 +1,12 @@
 /* h1: reads HTTP/1.1 requests off one connection's bytes with http_parser (libhttp-parser).
  *
  * Bytes go in through h1_feed as they arrive, in pieces of any size. A request's head (method,
- * target, the headers kept, its Content-Length) is handed to on_head once complete, before any
- * byte of its body, so that a route and a key can be checked first; then its body in pieces to
- * on_body (already de-chunked), then on_end. After on_end the reader stops at the end of that
- * request, even when the next one is already in the bytes fed: the caller answers, then calls
- * h1_next and feeds the rest. Every part a client controls is bounded (target, kept header
- * values, header block, body).
+ * target, headers, its Content-Length) is handed to on_head once complete, before any byte of
+ * its body, so that a route and a key can be checked first; then its body in pieces to on_body
+ * (already de-chunked), then on_end. After on_end the reader stops at the end of that request,
+ * even when the next one is already in the bytes fed: the caller answers, then calls h1_next
+ * and feeds the rest. Every part a client controls is bounded (target, names, values, their
+ * number, the header block, the body).
  *
  * Does no I/O. A struct h1 lives inside the caller's connection and is small: what a request
  * keeps of its head is allocated when the request starts and freed by h1_next, so that an idle
@@ -19,23 +19,27 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define H1_MAX_TARGET 2048
-#define H1_MAX_VALUE  512
-#define H1_MAX_FIELD  32    /* longer header names are never ones we keep */
-#define H1_MAX_HEADER 16384 /* the whole header block (request line included) */
+#define H1_MAX_TARGET  8192
+#define H1_MAX_FIELD   256   /* a header's name */
+#define H1_MAX_VALUE   8192  /* a header's value */
+#define H1_MAX_HEADERS 100   /* headers in one request */
+#define H1_MAX_HEADER  32768 /* the whole header block (request line included) */
 
 /* Valid from on_head until h1_next. */
 struct h1_head {
 	enum http_method method;
+	unsigned short http_major, http_minor;
 	const char *target; /* as sent: path and query, NUL-terminated */
 	size_t target_len;
 	const char *authorization; /* NULL when absent */
+	const char *host;          /* NULL when absent (HTTP/1.0) */
 	uint64_t content_length;   /* 0 without Content-Length (or chunked) */
 	bool chunked;
 	bool keep_alive;      /* the connection may serve another request after this one */
 	bool expect_continue; /* the client waits for "100 Continue" before sending its body */
 	bool upgrade;         /* Upgrade (WebSocket) or CONNECT: after on_end the connection's bytes
 			       * are another protocol's, and h1_next must not be called */
+	size_t nheaders;
 };
 
 struct h1_callbacks {
@@ -56,26 +60,26 @@ struct h1 {
 	struct h1_head head;
 	uint64_t body_seen;
 	size_t header_bytes;
-	/* The target and the kept headers' values, one after the other, each NUL-terminated. */
+	/* The target, then each header's name and value, one after the other, NUL-terminated. */
 	char *store;
 	size_t store_len, store_cap;
-	size_t auth_at, expect_at; /* their offsets in store, or SIZE_MAX */
-	char field[H1_MAX_FIELD + 1];
-	size_t field_len;
-	bool field_long;
-	bool in_target;   /* the target is being stored */
-	bool in_value;    /* the last piece of header was a value */
-	bool keep_value;  /* the current value is being stored */
-	size_t value_len; /* bytes of it so far */
-	size_t value_max; /* bytes it may have */
-	bool have_host;   /* a Host header was seen */
-	bool head_done;   /* on_head was called: what follows the body (trailers) is not kept */
-	int status;       /* the status a failure asks for, once failed */
-	bool ended;       /* on_end was called; h1_next before feeding more */
+	uint32_t name_at[H1_MAX_HEADERS];  /* offsets in store of each header's name... */
+	uint32_t value_at[H1_MAX_HEADERS]; /* ...and value */
+	size_t name_len;                   /* bytes of the current name so far */
+	size_t value_len;                  /* bytes of the current value so far */
+	bool in_target;                    /* the target is being stored */
+	bool in_value;                     /* the last piece of header was a value */
+	bool head_done; /* on_head was called: what follows the body (trailers) is not kept */
+	int status;     /* the status a failure asks for, once failed */
+	bool started;   /* bytes of a request were fed since h1_next */
+	bool ended;     /* on_end was called; h1_next before feeding more */
 };
 
 /* Prepares h for a new connection: bodies over max_body bytes are refused with 413. */
 void h1_init(struct h1 *h, const struct h1_callbacks *cb, void *arg, uint64_t max_body);
+
+/* Changes the body limit of the request under way (from on_head: a route's own limit). */
+void h1_set_max_body(struct h1 *h, uint64_t max_body);
 
 /* Parses up to len bytes. Returns how many were consumed: all of them, or fewer when a
  * request ended (h1_ended() is then true) and the rest belongs to the next one. Returns
@@ -87,6 +91,12 @@ ssize_t h1_feed(struct h1 *h, const char *data, size_t len);
 /* Whether the current request ended (on_end was called). */
 bool h1_ended(const struct h1 *h);
 
+/* The value of the current request's header `name` (any case), or NULL. From on_head on. */
+const char *h1_header(const struct h1 *h, const char *name);
+
+/* The i-th header of the current request (i < head.nheaders). */
+void h1_header_at(const struct h1 *h, size_t i, const char **name, const char **value);
+
 /* Starts on the next request of the connection once the last one is answered. */
 void h1_next(struct h1 *h);
 
@@ -96,3 +106,6 @@ void h1_free(struct h1 *h);
 /* The connection's peer closed it. Returns 0 between requests, or -400 when it did so within
  * a request. */
 int h1_eof(struct h1 *h);
+
+/* Whether bytes have been fed toward a request not yet complete (a head under way). */
+bool h1_in_request(const struct h1 *h);
