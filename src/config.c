@@ -93,6 +93,14 @@ static const struct var vars[] = {
 	{ "SANDBOX_EXEC_TIMEOUT_MS", V_UINT, F(default_timeout_ms), "0", 0, UINT_MAX },
 	{ "SANDBOX_WORKERS", V_UINT, F(workers), "4", 1, 256 },
 
+	{ "SANDBOX_MAX_CONNECTIONS", V_UINT, F(http_max_connections), "0", 0, 1048576 },
+	{ "SANDBOX_MAX_CONNECTIONS_PER_ADDRESS", V_UINT, F(http_max_per_address), "128", 1,
+	  1048576 },
+	{ "SANDBOX_HEADER_TIMEOUT_MS", V_UINT, F(http_header_timeout_ms), "10000", 100, 3600000 },
+	{ "SANDBOX_BODY_TIMEOUT_MS", V_UINT, F(http_body_timeout_ms), "60000", 100, 3600000 },
+	{ "SANDBOX_KEEPALIVE_TIMEOUT_MS", V_UINT, F(http_keepalive_timeout_ms), "60000", 100,
+	  3600000 },
+
 	{ "SANDBOX_FIRST_REPLY_TIMEOUT_MS", V_UINT, F(first_reply_timeout_ms), "30000", 100,
 	  3600000 },
 	{ "SANDBOX_FILE_OP_TIMEOUT_MS", V_UINT, F(file_op_timeout_ms), "120000", 100, 86400000 },

@@ -51,6 +51,21 @@ struct config {
 					0 = none */
 	unsigned workers;            /* SANDBOX_WORKERS: blocking-work threads, default 4 */
 
+	/* connections (docs/operations.md, "Connections") */
+	/* SANDBOX_MAX_CONNECTIONS: client connections open at once; default 0 = half of what the
+	   descriptor limit leaves after a reserve */
+	unsigned http_max_connections;
+	/* SANDBOX_MAX_CONNECTIONS_PER_ADDRESS: connections from one address that have not yet
+	   passed a key check, default 128 */
+	unsigned http_max_per_address;
+	/* SANDBOX_HEADER_TIMEOUT_MS: for a request's head to arrive, default 10000 */
+	unsigned http_header_timeout_ms;
+	/* SANDBOX_BODY_TIMEOUT_MS: the longest pause within a request's body, default 60000 */
+	unsigned http_body_timeout_ms;
+	/* SANDBOX_KEEPALIVE_TIMEOUT_MS: an idle kept-alive connection is closed after, default
+	   60000 */
+	unsigned http_keepalive_timeout_ms;
+
 	/* waits: each default suits production; tests shorten them */
 	/* SANDBOX_FIRST_REPLY_TIMEOUT_MS: for a new sandbox's agent to answer, default 30000 */
 	unsigned first_reply_timeout_ms;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,6 +96,24 @@ static void on_http_done(const char *method, const char *route, int status, doub
 	metrics_observe(metrics_daemon.http_request_duration, seconds, route, method);
 }
 
+/* The connection layer's counts, into /metrics at each scrape. */
+static void on_scrape_http(void *arg)
+{
+	static struct http_stats last;
+	struct http_stats st;
+	if (!D.http)
+		return;
+	http_server_stats(D.http, &st);
+	metrics_set(metrics_daemon.http_connections, (double)st.connections);
+	metrics_add(metrics_daemon.http_connections_closed, (double)(st.refused - last.refused),
+		    "refused");
+	metrics_add(metrics_daemon.http_connections_closed, (double)(st.evicted - last.evicted),
+		    "evicted");
+	metrics_add(metrics_daemon.http_connections_closed,
+		    (double)(st.header_timeouts - last.header_timeouts), "timeout");
+	last = st;
+}
+
 static void on_guest_violation(const char *kind)
 {
 	metrics_add(metrics_daemon.guest_protocol_errors_total, 1, kind);
@@ -142,13 +161,32 @@ static int handle_args(int argc, char **argv)
 	return -1;
 }
 
+/* Raises the descriptor limit to its hard limit: each sandbox holds a few descriptors (its
+ * agent's socket, its resolver's two sockets, its pidfd) and each client connection one, so
+ * the default soft limit of 1024 would cap the daemon at a few hundred of either. The HTTP
+ * layer takes half of what is left after a reserve for its connections (docs/operations.md,
+ * "Connections"). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rlim_t old = rl.rlim_cur;
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+			log_debug("main", "descriptor limit raised from %llu to %llu",
+				  (unsigned long long)old, (unsigned long long)rl.rlim_max);
+	}
+}
+
 /* The HTTP server and its listeners; *ret_port gets the TCP port. D.http is set even when a
  * listener fails, for the caller to free. */
 static int serve_http(int *ret_port, struct err *err)
 {
+	raise_nofile();
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
 	http_server_set_auth(D.http, auth_http_check, NULL);
 	http_server_set_done(D.http, on_http_done, NULL);
+	metrics_on_scrape(on_scrape_http, NULL);
 	int r = http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, ret_port, err);
 	if (r < 0)
 		return r;

@@ -18,8 +18,7 @@
 #include "util/time.h"
 
 /* Streaming output waits for the client once this much is queued toward it. */
-#define STREAM_HIGH_WATER    (512u << 10)
-#define BACKPRESSURE_POLL_MS 10
+#define STREAM_HIGH_WATER (512u << 10)
 
 const char *api_owner(struct http_ctx *ctx)
 {
@@ -290,13 +289,10 @@ struct exec_req {
 	json_t *output;
 	size_t output_bytes;
 	bool truncated;
-	struct event *bp_timer; /* polls a slow streaming client */
 };
 
 static void exec_req_free(struct exec_req *q)
 {
-	if (q->bp_timer)
-		event_free(q->bp_timer);
 	json_decref(q->output);
 	free(q);
 }
@@ -349,31 +345,22 @@ static size_t buffered_room(struct exec_req *q, const char *text, size_t len)
 	return room - utf8_incomplete_tail((const uint8_t *)text, room);
 }
 
-static void on_backpressure_poll(evutil_socket_t fd, short what, void *arg)
+/* The client read enough of the stream (or left, reading nothing more: the command then
+ * finishes its cancellation). */
+static void on_stream_drained(struct http_ctx *ctx, void *arg)
 {
 	struct exec_req *q = arg;
-	/* A client that left reads nothing more: let the command finish its cancellation. */
-	if (!q->ctx->req || http_stream_pending(q->ctx) < STREAM_HIGH_WATER / 2) {
-		ops_exec_resume(q->x);
-		return;
-	}
-	struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
-	evtimer_add(q->bp_timer, &tv);
+	ops_exec_resume(q->x);
 }
 
 /* Holds the command's output back while the client has much of it still to read, so that
  * a slow reader costs the daemon a bounded buffer, not the command's whole output. */
 static void pace_stream(struct exec_req *q, struct ops_exec *x)
 {
-	if (!q->ctx->req || http_stream_pending(q->ctx) < STREAM_HIGH_WATER)
+	if (!q->ctx->conn || http_stream_pending(q->ctx) < STREAM_HIGH_WATER)
 		return;
 	ops_exec_pause(x);
-	if (!q->bp_timer)
-		q->bp_timer = evtimer_new(api_base, on_backpressure_poll, q);
-	if (!evtimer_pending(q->bp_timer, NULL)) {
-		struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
-		evtimer_add(q->bp_timer, &tv);
-	}
+	http_stream_on_drain(q->ctx, STREAM_HIGH_WATER / 2, on_stream_drained, q);
 }
 
 static void exec_on_output(struct ops_exec *x, enum ops_stream stream, const char *text, size_t len,

@@ -256,7 +256,7 @@ static void post_start_stream(struct post *p)
 static void post_send(struct mcp_sink *k, json_t *msg, bool is_response)
 {
 	struct post *p = (struct post *)k;
-	if (!p->ctx->req) {
+	if (!p->ctx->conn) {
 		json_decref(msg);
 		return;
 	}
@@ -283,10 +283,22 @@ static size_t post_pending(struct mcp_sink *k)
 	return p->streaming ? http_stream_pending(p->ctx) : 0;
 }
 
+static void post_drained(struct http_ctx *ctx, void *arg)
+{
+	mcp_sink_drained(arg);
+}
+
+static void post_arm_drain(struct mcp_sink *k, size_t below)
+{
+	struct post *p = (struct post *)k;
+	http_stream_on_drain(p->ctx, below, post_drained, &p->sink);
+}
+
 static void post_finish(struct post *p)
 {
 	struct http_ctx *ctx = p->ctx;
 	ctx->on_gone = NULL;
+	http_stream_on_drain(ctx, 0, NULL, NULL);
 	if (p->streaming) {
 		post_unlist(p);
 		http_stream_end(ctx);
@@ -321,6 +333,7 @@ static const struct mcp_sink_ops post_ops = {
 	.send = post_send,
 	.pending = post_pending,
 	.request_done = post_request_done,
+	.arm_drain = post_arm_drain,
 };
 
 static void post_gone(struct http_ctx *ctx, void *arg)
@@ -449,10 +462,22 @@ static void stream_request_done(struct mcp_sink *k)
 	/* Answers went out on the stream as they came. */
 }
 
+static void stream_drained(struct http_ctx *ctx, void *arg)
+{
+	mcp_sink_drained(arg);
+}
+
+static void stream_arm_drain(struct mcp_sink *k, size_t below)
+{
+	struct stream *st = (struct stream *)k;
+	http_stream_on_drain(st->ctx, below, stream_drained, &st->sink);
+}
+
 static void stream_close(struct stream *st)
 {
 	stream_unlist(st);
 	st->ctx->on_gone = NULL;
+	http_stream_on_drain(st->ctx, 0, NULL, NULL);
 	http_stream_end(st->ctx);
 	mcp_session_unref(st->s);
 	free(st);
@@ -469,6 +494,7 @@ static const struct mcp_sink_ops stream_ops = {
 	.pending = stream_pending,
 	.request_done = stream_request_done,
 	.session_ended = stream_session_ended,
+	.arm_drain = stream_arm_drain,
 };
 
 static void stream_gone(struct http_ctx *ctx, void *arg)

@@ -103,10 +103,22 @@ struct mcp_sink_ops {
 	void (*request_done)(struct mcp_sink *k);
 	/* The session the sink belongs to ended (optional: the HTTP+SSE stream closes). */
 	void (*session_ended)(struct mcp_sink *k);
+	/* Calls mcp_sink_drained() once fewer than `below` bytes are queued toward the client
+	 * (or the client is gone). Optional: a sink without it never holds producers back. */
+	void (*arm_drain)(struct mcp_sink *k, size_t below);
+};
+
+/* A producer held back until its sink drains: fn runs once, from the loop. It must not end
+ * the sink from within (resuming a command only lets its output flow again, later). */
+struct mcp_drain {
+	void (*fn)(struct mcp_drain *d);
+	struct mcp_drain *next;
+	bool waiting;
 };
 
 struct mcp_sink {
 	const struct mcp_sink_ops *ops;
+	struct mcp_drain *waiters;
 };
 
 #define MCP_HIGH_WATER (512u << 10)
@@ -157,6 +169,12 @@ void mcp_call_reply(struct mcp_call *c, json_t *result);
 void mcp_call_notify(struct mcp_call *c, json_t *notification);
 /* Bytes queued toward the call's client. */
 size_t mcp_call_pending(struct mcp_call *c);
+/* d->fn runs once the call's sink has fewer than MCP_HIGH_WATER / 2 bytes queued. */
+void mcp_call_on_drain(struct mcp_call *c, struct mcp_drain *d);
+/* Withdraws d (before the producer that holds it goes, and before its call is answered). */
+void mcp_call_drain_cancel(struct mcp_call *c, struct mcp_drain *d);
+/* For the transports: the sink drained; every producer waiting on it goes on. */
+void mcp_sink_drained(struct mcp_sink *k);
 
 /* A running tool's hooks: cancel stops it without an answer (the call ends right after);
  * the state is the tool's own. */

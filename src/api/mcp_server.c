@@ -250,6 +250,45 @@ size_t mcp_call_pending(struct mcp_call *c)
 	return c->k->ops->pending(c->k);
 }
 
+void mcp_call_on_drain(struct mcp_call *c, struct mcp_drain *d)
+{
+	struct mcp_sink *k = c->k;
+	if (!d->waiting) {
+		d->waiting = true;
+		d->next = k->waiters;
+		k->waiters = d;
+	}
+	if (k->ops->arm_drain)
+		k->ops->arm_drain(k, MCP_HIGH_WATER / 2);
+	else
+		mcp_sink_drained(k);
+}
+
+void mcp_call_drain_cancel(struct mcp_call *c, struct mcp_drain *d)
+{
+	if (!d->waiting)
+		return;
+	for (struct mcp_drain **pp = &c->k->waiters; *pp; pp = &(*pp)->next) {
+		if (*pp == d) {
+			*pp = d->next;
+			break;
+		}
+	}
+	d->waiting = false;
+}
+
+void mcp_sink_drained(struct mcp_sink *k)
+{
+	struct mcp_drain *d = k->waiters;
+	k->waiters = NULL;
+	while (d) {
+		struct mcp_drain *next = d->next;
+		d->waiting = false;
+		d->fn(d);
+		d = next;
+	}
+}
+
 void mcp_sink_gone(struct mcp_session *s, struct mcp_sink *k)
 {
 	mcp_session_ref(s);

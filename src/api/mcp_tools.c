@@ -18,7 +18,6 @@
 #include "util/log.h"
 #include "util/text.h"
 
-#define BACKPRESSURE_POLL_MS 10
 /* What read_file returns at most unless asked for more (an agent rarely wants more). */
 #define READ_DEFAULT_MAX (8u << 20)
 
@@ -706,14 +705,15 @@ struct exec_state {
 	struct evbuffer *out[2];
 	size_t collected;
 	bool truncated;
-	uint64_t progress; /* bytes of output so far: what progress notifications count */
-	struct event *bp_timer;
+	uint64_t progress;      /* bytes of output so far: what progress notifications count */
+	struct mcp_drain drain; /* held back until the client reads what it was sent */
 };
 
+/* Frees st; its wait for the sink to drain is withdrawn first, while its call still has a
+ * sink (an answer may end the sink). */
 static void exec_state_free(struct exec_state *st)
 {
-	if (st->bp_timer)
-		event_free(st->bp_timer);
+	mcp_call_drain_cancel(st->c, &st->drain);
 	evbuffer_free(st->out[0]);
 	evbuffer_free(st->out[1]);
 	free(st);
@@ -722,6 +722,7 @@ static void exec_state_free(struct exec_state *st)
 static void exec_cancel(struct mcp_call *c, void *state)
 {
 	struct exec_state *st = state;
+	mcp_call_drain_cancel(st->c, &st->drain);
 	ops_exec_detach(st->x);
 	exec_state_free(st);
 }
@@ -750,15 +751,11 @@ static void exec_started(struct ops_exec *x, void *arg)
 			   ops_exec_session(x)->id));
 }
 
-static void on_backpressure_poll(evutil_socket_t fd, short what, void *arg)
+static void on_drained(struct mcp_drain *d)
 {
-	struct exec_state *st = arg;
-	if (mcp_call_pending(st->c) < MCP_HIGH_WATER / 2) {
-		ops_exec_resume(st->x);
-		return;
-	}
-	struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
-	evtimer_add(st->bp_timer, &tv);
+	struct exec_state *st =
+		(struct exec_state *)((char *)d - offsetof(struct exec_state, drain));
+	ops_exec_resume(st->x);
 }
 
 static void exec_output(struct ops_exec *x, enum ops_stream stream, const char *text, size_t len,
@@ -781,12 +778,8 @@ static void exec_output(struct ops_exec *x, enum ops_stream stream, const char *
 	if (mcp_call_pending(st->c) < MCP_HIGH_WATER)
 		return;
 	ops_exec_pause(x);
-	if (!st->bp_timer)
-		st->bp_timer = evtimer_new(api_base, on_backpressure_poll, st);
-	if (!evtimer_pending(st->bp_timer, NULL)) {
-		struct timeval tv = { .tv_usec = BACKPRESSURE_POLL_MS * 1000 };
-		evtimer_add(st->bp_timer, &tv);
-	}
+	st->drain.fn = on_drained;
+	mcp_call_on_drain(st->c, &st->drain);
 }
 
 static json_t *buffer_string(struct evbuffer *b)
@@ -799,6 +792,7 @@ static void exec_done(struct ops_exec *x, const struct ops_exec_result *r, const
 		      void *arg)
 {
 	struct exec_state *st = arg;
+	mcp_call_drain_cancel(st->c, &st->drain);
 	if (err) {
 		reply_err(st->c, err);
 		exec_state_free(st);

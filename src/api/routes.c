@@ -1,8 +1,8 @@
 #include "api/api.h"
 
-#define GET    EVHTTP_REQ_GET
-#define POST   EVHTTP_REQ_POST
-#define DELETE EVHTTP_REQ_DELETE
+#define GET    HTTP_REQ_GET
+#define POST   HTTP_REQ_POST
+#define DELETE HTTP_REQ_DELETE
 
 /* Order matters: fixed paths before the :id patterns they would also match. */
 const struct http_route api_routes[] = {

@@ -1,20 +1,47 @@
+/* http: see http.h. One struct http_conn per accepted socket, a bufferevent under it and an
+ * h1 reader (http_parser) over its bytes; one struct http_ctx per request.
+ *
+ * A connection's life, in states:
+ *   IDLE    no byte of a request yet (a new connection, or between keep-alive requests)
+ *   HEAD    a request's head is arriving; when it is complete its route is chosen and its
+ *           key checked (http.h) before the body is looked at
+ *   BODY    its body is arriving: buffered up to the route's limit, or streamed
+ *   WAIT    the request is complete and its handler answers; bytes the client sends
+ *           meanwhile (a pipelined request) wait in the input, up to a bound
+ *   LINGER  the request was refused before its body was read: the body is read and dropped,
+ *           up to a bound, so that the client sees the answer rather than a reset
+ *   CLOSING the reply is going out and then the connection closes
+ *
+ * IDLE and HEAD connections are the ones a client can hold without having been let in: they
+ * are the ones evicted when a cap is reached (oldest first, after one last look at what they
+ * sent), and the ones a deadline closes. */
 #include "http/http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
-#include <sys/queue.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/queue.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "http/h1.h"
+#include "http/internal.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -24,8 +51,72 @@
  * memory: a failing accept() in a level-triggered loop would otherwise spin. */
 #define ACCEPT_PAUSE_MS 100
 
+/* Defaults of the settings (config.h) when they are 0. */
+#define DEFAULT_HEADER_TIMEOUT_MS    10000
+#define DEFAULT_KEEPALIVE_TIMEOUT_MS 60000
+#define DEFAULT_BODY_TIMEOUT_MS      60000
+#define DEFAULT_PER_ADDRESS          128
+
+/* A refused request's body is read and dropped, for this long at most, before closing: all
+ * of a declared length up to LINGER_MAX (a client that sends its whole body before reading,
+ * as many do, then sees the answer rather than a reset), else LINGER_CHUNKED. Dropping costs
+ * no memory. */
+#define LINGER_MAX     (16u << 20)
+#define LINGER_CHUNKED (1u << 20)
+#define LINGER_MS      3000
+
+/* Bytes a client may send ahead while its request is being answered (pipelining). */
+#define WAIT_INPUT_MAX (64 * 1024)
+
+/* Candidates looked at when a connection must be evicted. */
+#define EVICT_TRIES 16
+
+/* Descriptors kept for everything that is not a client connection (sandboxes, their
+ * sockets, the store, logs) when the connection cap is derived from the descriptor limit. */
+#define FD_RESERVE 64
+
+enum conn_state { C_IDLE, C_HEAD, C_BODY, C_WAIT, C_LINGER, C_CLOSING };
+
+struct addr_entry;
+
+struct http_conn {
+	struct http_server *srv;
+	struct bufferevent *bev;
+	TAILQ_ENTRY(http_conn) all;      /* srv->conns */
+	TAILQ_ENTRY(http_conn) waiting;  /* srv->waiting, while IDLE or HEAD */
+	TAILQ_ENTRY(http_conn) stranger; /* its address's list, until it authenticated */
+	struct addr_entry *addr;         /* set while counted as not yet authenticated */
+	struct h1 h1;
+	struct http_ctx *ctx; /* the request under way */
+	struct event *timer;
+	enum conn_state state;
+	bool listed_waiting;
+	bool fresh;       /* no request has completed on it yet */
+	bool close_after; /* close once the current reply is out */
+	bool body_paused; /* http_body_pause() */
+	bool answered;    /* the current request was answered before its body was read */
+	bool upgrading;   /* the current request will take the connection over */
+	bool in_parser;   /* within h1_feed: the reader may not be restarted */
+	bool done_later;  /* a reply completed within h1_feed: conn_next() once it returns */
+	int busy;         /* conn_process() frames running */
+	bool dead;        /* to be freed when the outermost frame ends */
+	size_t linger_left;
+	char peer[INET6_ADDRSTRLEN];
+};
+
+/* Connections not yet authenticated, per peer address. */
+struct addr_entry {
+	struct addr_entry *next;
+	TAILQ_HEAD(, http_conn) conns; /* oldest first */
+	unsigned n;
+	char addr[INET6_ADDRSTRLEN];
+};
+
+#define ADDR_BUCKETS 1024
+
 struct http_listener {
-	struct evhttp_bound_socket *sock;
+	struct evconnlistener *lev;
+	struct http_server *srv;
 	char *unix_path;
 	struct event *resume; /* re-enables accepting after a pause */
 	uint64_t warned_ms;   /* when the last pause was logged */
@@ -33,61 +124,255 @@ struct http_listener {
 
 struct http_server {
 	struct event_base *base;
-	struct evhttp *evh;
 	const struct config *cfg;
 	const struct http_route *routes;
 	size_t nroutes;
 	http_auth_fn auth;
 	void *auth_arg;
+	http_host_fn host_router;
+	void *host_arg;
 	http_done_fn done;
 	void *done_arg;
 	struct http_listener listeners[4];
 	size_t nlisteners;
 	size_t inflight;
 	uint64_t next_id;
+	TAILQ_HEAD(, http_conn) conns;
+	TAILQ_HEAD(, http_conn) waiting; /* IDLE and HEAD connections, oldest first */
+	struct addr_entry *addrs[ADDR_BUCKETS];
+	unsigned max_conns, max_per_addr;
+	unsigned header_ms, keepalive_ms, body_ms;
+	struct http_stats stats;
+	char date[40];
+	time_t date_at;
 };
 
-/* libevent answers some protocol errors itself (413 for an oversize body, 400 for a
- * malformed request line, 405...) through evhttp_send_error(), with an HTML page. The
- * library calls it through its PLT, so this definition takes its place and every such
- * answer is JSON like the rest of the API. */
-void evhttp_send_error(struct evhttp_request *req, int error, const char *reason)
+static void conn_process(struct http_conn *c);
+static void conn_close(struct http_conn *c);
+static void conn_answer_error(struct http_conn *c, int status);
+
+/* --- small parts ---------------------------------------------------------------------- */
+
+static const char *reason_phrase(int status)
 {
-	json_auto_t *body = json_object();
-	const char *msg = reason;
-	if (!msg) {
-		switch (error) {
-		case HTTP_ENTITYTOOLARGE:
-			msg = "Request body too large";
-			break;
-		case HTTP_BADREQUEST:
-			msg = "Malformed HTTP request";
-			break;
-		case HTTP_BADMETHOD:
-			msg = "Method not allowed";
-			break;
-		case HTTP_NOTFOUND:
-			msg = "Not found";
-			break;
-		default:
-			msg = "HTTP error";
+	switch (status) {
+	case 100:
+		return "Continue";
+	case 101:
+		return "Switching Protocols";
+	case 200:
+		return "OK";
+	case 201:
+		return "Created";
+	case 202:
+		return "Accepted";
+	case 204:
+		return "No Content";
+	case 400:
+		return "Bad Request";
+	case 401:
+		return "Unauthorized";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 406:
+		return "Not Acceptable";
+	case 408:
+		return "Request Timeout";
+	case 409:
+		return "Conflict";
+	case 410:
+		return "Gone";
+	case 411:
+		return "Length Required";
+	case 413:
+		return "Content Too Large";
+	case 414:
+		return "URI Too Long";
+	case 415:
+		return "Unsupported Media Type";
+	case 417:
+		return "Expectation Failed";
+	case 426:
+		return "Upgrade Required";
+	case 429:
+		return "Too Many Requests";
+	case 431:
+		return "Request Header Fields Too Large";
+	case 500:
+		return "Internal Server Error";
+	case 501:
+		return "Not Implemented";
+	case 502:
+		return "Bad Gateway";
+	case 503:
+		return "Service Unavailable";
+	case 504:
+		return "Gateway Timeout";
+	case 507:
+		return "Insufficient Storage";
+	default:
+		return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+	}
+}
+
+/* The error message of a status the connection layer answers itself. */
+static const char *layer_message(int status)
+{
+	switch (status) {
+	case 400:
+		return "Malformed HTTP request";
+	case 408:
+		return "The request was not sent in time";
+	case 413:
+		return "Request body too large";
+	case 414:
+		return "Request target too long";
+	case 417:
+		return "Only \"Expect: 100-continue\" is supported";
+	case 431:
+		return "Request headers too large";
+	case 501:
+		return "Method not implemented";
+	case 503:
+		return "Too many connections; try again";
+	default:
+		return "HTTP error";
+	}
+}
+
+static const char *http_date(struct http_server *srv)
+{
+	time_t now = time(NULL);
+	if (now != srv->date_at) {
+		struct tm tm;
+		gmtime_r(&now, &tm);
+		strftime(srv->date, sizeof(srv->date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+		srv->date_at = now;
+	}
+	return srv->date;
+}
+
+static int method_mask(enum http_method m)
+{
+	switch (m) {
+	case HTTP_GET:
+		return HTTP_REQ_GET;
+	case HTTP_POST:
+		return HTTP_REQ_POST;
+	case HTTP_PUT:
+		return HTTP_REQ_PUT;
+	case HTTP_DELETE:
+		return HTTP_REQ_DELETE;
+	case HTTP_PATCH:
+		return HTTP_REQ_PATCH;
+	case HTTP_HEAD:
+		return HTTP_REQ_HEAD;
+	case HTTP_OPTIONS:
+		return HTTP_REQ_OPTIONS;
+	case HTTP_CONNECT:
+		return HTTP_REQ_CONNECT;
+	default:
+		return 0;
+	}
+}
+
+static bool safe_header_text(const char *s)
+{
+	for (; *s; s++)
+		if (*s == '\r' || *s == '\n' || ((unsigned char)*s < 0x20 && *s != '\t'))
+			return false;
+	return true;
+}
+
+/* --- per-address tally of connections not yet authenticated ------------------------------ */
+
+static unsigned addr_hash(const char *a)
+{
+	uint32_t h = 2166136261u;
+	for (; *a; a++)
+		h = (h ^ (uint8_t)*a) * 16777619u;
+	return h % ADDR_BUCKETS;
+}
+
+static struct addr_entry *addr_find(struct http_server *srv, const char *a, bool create)
+{
+	struct addr_entry **slot = &srv->addrs[addr_hash(a)];
+	for (struct addr_entry *e = *slot; e; e = e->next)
+		if (!strcmp(e->addr, a))
+			return e;
+	if (!create)
+		return NULL;
+	struct addr_entry *e = xcalloc(1, sizeof(*e));
+	snprintf(e->addr, sizeof(e->addr), "%s", a);
+	TAILQ_INIT(&e->conns);
+	e->next = *slot;
+	*slot = e;
+	return e;
+}
+
+static void addr_drop(struct http_server *srv, struct addr_entry *e)
+{
+	for (struct addr_entry **pp = &srv->addrs[addr_hash(e->addr)]; *pp; pp = &(*pp)->next) {
+		if (*pp == e) {
+			*pp = e->next;
+			free(e);
+			return;
 		}
 	}
-	json_object_set_new(body, "error", json_string(msg));
-	_cleanup_free_ char *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
-	struct evbuffer *buf = evbuffer_new();
-	evbuffer_add(buf, text, strlen(text));
-	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-	evhttp_remove_header(out, "Content-Type");
-	evhttp_add_header(out, "Content-Type", "application/json");
-	evhttp_add_header(out, "Connection", "close");
-	evhttp_send_reply(req, error, NULL, buf);
-	evbuffer_free(buf);
+}
+
+/* The connection authenticated (or closed): it no longer counts against its address. */
+static void conn_unlist_stranger(struct http_conn *c)
+{
+	struct addr_entry *e = c->addr;
+	if (!e)
+		return;
+	TAILQ_REMOVE(&e->conns, c, stranger);
+	c->addr = NULL;
+	if (--e->n == 0)
+		addr_drop(c->srv, e);
+}
+
+static void conn_set_waiting(struct http_conn *c, bool on)
+{
+	if (on == c->listed_waiting)
+		return;
+	if (on)
+		TAILQ_INSERT_TAIL(&c->srv->waiting, c, waiting);
+	else
+		TAILQ_REMOVE(&c->srv->waiting, c, waiting);
+	c->listed_waiting = on;
 }
 
 /* --- ctx lifetime ------------------------------------------------------------------- */
 
-static void ctx_maybe_free(struct http_ctx *ctx);
+static const char *method_name(int m)
+{
+	switch (m) {
+	case HTTP_REQ_GET:
+		return "GET";
+	case HTTP_REQ_POST:
+		return "POST";
+	case HTTP_REQ_PUT:
+		return "PUT";
+	case HTTP_REQ_DELETE:
+		return "DELETE";
+	case HTTP_REQ_PATCH:
+		return "PATCH";
+	case HTTP_REQ_HEAD:
+		return "HEAD";
+	case HTTP_REQ_OPTIONS:
+		return "OPTIONS";
+	case HTTP_REQ_CONNECT:
+		return "CONNECT";
+	default:
+		return "OTHER";
+	}
+}
 
 static void ctx_log_and_count(struct http_ctx *ctx)
 {
@@ -106,11 +391,8 @@ static void ctx_log_and_count(struct http_ctx *ctx)
 	}
 }
 
-static void watch_stop(struct http_ctx *ctx);
-
 static void ctx_free(struct http_ctx *ctx)
 {
-	watch_stop(ctx);
 	ctx_log_and_count(ctx);
 	for (size_t i = 0; i < ctx->nparams; i++)
 		free(ctx->params[i]);
@@ -121,8 +403,11 @@ static void ctx_free(struct http_ctx *ctx)
 		evhttp_clear_headers(ctx->query);
 		free(ctx->query);
 	}
-	if (ctx->orphan)
-		evhttp_request_free(ctx->orphan);
+	if (ctx->body)
+		evbuffer_free(ctx->body);
+	if (ctx->headers)
+		evbuffer_free(ctx->headers);
+	free(ctx->path);
 	free(ctx);
 }
 
@@ -143,74 +428,163 @@ void http_ctx_release(struct http_ctx *ctx)
 	ctx_maybe_free(ctx);
 }
 
-static void watch_stop(struct http_ctx *ctx)
+/* The client left (or the connection failed) before the reply completed. */
+static void ctx_gone(struct http_ctx *ctx)
 {
-	if (ctx->close_ev) {
-		event_free(ctx->close_ev);
-		ctx->close_ev = NULL;
-	}
-}
-
-static void on_conn_close(struct evhttp_connection *evcon, void *arg)
-{
-	struct http_ctx *ctx = arg;
-	watch_stop(ctx);
-	evhttp_connection_set_closecb(evcon, NULL, NULL);
-	/* When a client leaves while its reply is under way, libevent detaches the request from
-	 * the connection and leaves freeing it to us; a request still attached is freed with
-	 * its connection. */
-	if (ctx->req && !evhttp_request_get_connection(ctx->req))
-		ctx->orphan = ctx->req;
-	ctx->req = NULL;
+	ctx->conn = NULL;
 	ctx->gone = true;
+	if (!ctx->dispatched)
+		ctx->replied = true; /* no handler will answer: it never got the request */
+	ctx->holds++;
 	if (ctx->on_gone && !ctx->replied) {
 		void (*fn)(struct http_ctx *, void *) = ctx->on_gone;
 		ctx->on_gone = NULL;
-		ctx->holds++;
 		fn(ctx, ctx->on_gone_arg);
-		ctx->holds--;
 	}
+	if (ctx->drain_fn) {
+		void (*fn)(struct http_ctx *, void *) = ctx->drain_fn;
+		ctx->drain_fn = NULL;
+		fn(ctx, ctx->drain_arg);
+	}
+	ctx->holds--;
 	ctx_maybe_free(ctx);
 }
 
-static void on_complete(struct evhttp_request *req, void *arg)
+/* --- connections ------------------------------------------------------------------------ */
+
+static void conn_arm(struct http_conn *c, unsigned ms)
 {
-	struct http_ctx *ctx = arg;
-	watch_stop(ctx);
-	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-	if (evcon)
-		evhttp_connection_set_closecb(evcon, NULL, NULL);
-	ctx->req = NULL;
-	ctx->complete = true;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	evtimer_add(c->timer, &tv);
+}
+
+static void conn_free(struct http_conn *c)
+{
+	struct http_server *srv = c->srv;
+	if (c->ctx) {
+		struct http_ctx *ctx = c->ctx;
+		c->ctx = NULL;
+		ctx_gone(ctx);
+	}
+	conn_unlist_stranger(c);
+	conn_set_waiting(c, false);
+	TAILQ_REMOVE(&srv->conns, c, all);
+	srv->stats.connections--;
+	if (c->timer)
+		event_free(c->timer);
+	if (c->bev)
+		bufferevent_free(c->bev);
+	h1_free(&c->h1);
+	free(c);
+}
+
+/* Closes now (or, inside conn_process, when its outermost frame ends). */
+static void conn_close(struct http_conn *c)
+{
+	if (c->busy) {
+		c->dead = true;
+		if (c->bev)
+			bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+		return;
+	}
+	conn_free(c);
+}
+
+/* Closes once what is queued has gone out. */
+static void conn_close_after_flush(struct http_conn *c)
+{
+	c->state = C_CLOSING;
+	conn_set_waiting(c, false);
+	evtimer_del(c->timer);
+	bufferevent_disable(c->bev, EV_READ);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c);
+	else
+		conn_arm(
+			c,
+			c->srv->body_ms); /* a client that reads nothing is not waited on forever */
+}
+
+/* Drops what is left of a refused request's body, then closes (on_write, on_read). */
+static void conn_linger(struct http_conn *c)
+{
+	uint64_t declared = c->h1.head.content_length;
+	c->state = C_LINGER;
+	c->linger_left = c->h1.head.chunked || !declared ? LINGER_CHUNKED
+			 : declared < LINGER_MAX         ? (size_t)declared + 1
+							 : LINGER_MAX;
+	conn_set_waiting(c, false);
+	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+	bufferevent_enable(c->bev, EV_READ);
+	conn_arm(c, LINGER_MS);
+}
+
+/* Ready for the next request on a kept-alive connection. */
+static void conn_next(struct http_conn *c)
+{
+	h1_next(&c->h1);
+	c->state = C_IDLE;
+	c->answered = false;
+	c->body_paused = false;
+	c->fresh = false;
+	c->done_later = false;
+	bufferevent_setwatermark(c->bev, EV_READ | EV_WRITE, 0, 0);
+	bufferevent_enable(c->bev, EV_READ);
+	conn_set_waiting(c, true);
+	conn_arm(c, c->srv->keepalive_ms);
+}
+
+/* The reply of c's request is all queued (or its ctx gave up the connection). */
+static void conn_reply_done(struct http_conn *c)
+{
+	struct http_ctx *ctx = c->ctx;
+	c->ctx = NULL;
+	if (ctx) {
+		ctx->conn = NULL;
+		ctx->complete = true;
+	}
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	if (c->state == C_HEAD || c->state == C_BODY) {
+		/* Answered before its body was read: the body is dropped, then the connection
+		 * closes, as where the next request would start is not worth finding. */
+		conn_linger(c);
+		return;
+	}
+	if (c->close_after || c->upgrading) {
+		conn_close_after_flush(c);
+		return;
+	}
+	if (c->in_parser) {
+		c->done_later = true; /* refused at its head, with no body: the reader ends it */
+		return;
+	}
+	conn_next(c);
+	if (!c->busy)
+		conn_process(c);
+}
+
+/* The request is complete and its handler answers from here. */
+static void conn_dispatch(struct http_conn *c)
+{
+	struct http_ctx *ctx = c->ctx;
+	c->state = C_WAIT;
+	ctx->dispatched = true;
+	evtimer_del(c->timer);
+	/* Bytes sent ahead wait, up to a bound; reading on lets a client that leaves be seen. */
+	bufferevent_setwatermark(c->bev, EV_READ, 0, WAIT_INPUT_MAX);
+	if (ctx->route->flags & HTTP_ROUTE_STREAM_BODY) {
+		if (ctx->body_ops && ctx->body_ops->end) {
+			ctx->holds++;
+			ctx->body_ops->end(ctx, ctx->body_arg);
+			ctx->holds--;
+			ctx_maybe_free(ctx);
+		}
+		return;
+	}
+	ctx->holds++;
+	ctx->route->fn(ctx);
+	ctx->holds--;
 	ctx_maybe_free(ctx);
-}
-
-/* libevent reads nothing from a connection while its request awaits an answer, so it does not
- * notice a client that leaves before the answer starts (or during a quiet stream). An
- * EV_CLOSED watch (EPOLLRDHUP) on the socket does; closing the connection then runs the usual
- * client-gone path, which cancels whatever the request started. */
-static void on_peer_closed(evutil_socket_t fd, short what, void *arg)
-{
-	struct http_ctx *ctx = arg;
-	watch_stop(ctx);
-	struct evhttp_connection *evcon = ctx->req ? evhttp_request_get_connection(ctx->req) : NULL;
-	if (evcon)
-		evhttp_connection_free(evcon);
-}
-
-static void watch_start(struct http_ctx *ctx)
-{
-	if (!ctx->req || ctx->close_ev ||
-	    !(event_base_get_features(ctx->srv->base) & EV_FEATURE_EARLY_CLOSE))
-		return;
-	struct evhttp_connection *evcon = evhttp_request_get_connection(ctx->req);
-	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
-	evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-	if (fd < 0)
-		return;
-	ctx->close_ev = event_new(ctx->srv->base, fd, EV_CLOSED, on_peer_closed, ctx);
-	if (ctx->close_ev)
-		event_add(ctx->close_ev, NULL);
 }
 
 /* --- routing ------------------------------------------------------------------------ */
@@ -251,56 +625,512 @@ static bool route_match(const char *pattern, const char *path, struct http_ctx *
 	return true;
 }
 
-static void dispatch(struct evhttp_request *req, void *arg)
+static void params_clear(struct http_ctx *ctx)
 {
-	struct http_server *srv = arg;
+	for (size_t j = 0; j < ctx->nparams; j++)
+		free(ctx->params[j]);
+	ctx->nparams = 0;
+}
+
+/* Chooses ctx's route; replies 404 or 405 itself when there is none. */
+static const struct http_route *route_find(struct http_ctx *ctx, const char *host)
+{
+	struct http_server *srv = ctx->srv;
+	if (srv->host_router) {
+		const struct http_route *r = srv->host_router(ctx, host, srv->host_arg);
+		if (r || ctx->replied)
+			return r;
+	}
+	bool path_known = false;
+	for (size_t i = 0; i < srv->nroutes; i++) {
+		const struct http_route *r = &srv->routes[i];
+		if (!route_match(r->pattern, ctx->path, ctx))
+			continue;
+		path_known = true;
+		if (r->methods & ctx->method)
+			return r;
+		params_clear(ctx);
+	}
+	if (path_known)
+		http_reply_error(ctx, 405, "Method %s not allowed on %s", http_method(ctx),
+				 ctx->path);
+	else
+		http_reply_error(ctx, 404, "Not found");
+	return NULL;
+}
+
+/* --- the request reader's callbacks ----------------------------------------------------- */
+
+static struct http_ctx *ctx_new(struct http_conn *c, const struct h1_head *head)
+{
+	struct http_server *srv = c->srv;
 	struct http_ctx *ctx = xcalloc(1, sizeof(*ctx));
-	ctx->req = req;
+	ctx->conn = c;
 	ctx->srv = srv;
 	ctx->start_ns = time_mono_ns();
 	snprintf(ctx->id, sizeof(ctx->id), "%016llx",
 		 (unsigned long long)(srv->next_id++ ^ (ctx->start_ns << 20)));
 	srv->inflight++;
-	ctx->method_name = http_method(ctx);
+	ctx->method = method_mask(head->method);
+	ctx->head_only = head->method == HTTP_HEAD;
+	const char *t = head->target;
+	size_t plen = strcspn(t, "?#");
+	ctx->path = plen && t[0] == '/' ? strndup(t, plen) : xstrdup("/");
+	if (!ctx->path)
+		abort();
+	return ctx;
+}
 
-	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-	evhttp_connection_set_closecb(evcon, on_conn_close, ctx);
-	evhttp_request_set_on_complete_cb(req, on_complete, ctx);
-	evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", ctx->id);
+/* The request was answered at its head: with a body to come, the reader stops (the body is
+ * dropped while the connection lingers); without one, the reader ends the request. */
+static int refused(struct http_conn *c, struct http_ctx *ctx, int fallback)
+{
+	if (c->state == C_WAIT)
+		return 0;
+	return ctx->status ? ctx->status : fallback;
+}
 
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-	if (!path || !*path)
-		path = "/";
-	int method = (int)evhttp_request_get_command(req);
+/* The checks at the head (see on_head); ctx is held meanwhile. */
+static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h1_head *head)
+{
+	struct http_server *srv = c->srv;
+	bool has_body = head->content_length > 0 || head->chunked;
+	c->state = has_body ? C_BODY : C_WAIT;
+	c->close_after = !head->keep_alive;
+	c->upgrading = head->upgrade;
+	conn_set_waiting(c, false);
+	evtimer_del(c->timer);
 
-	bool path_known = false;
-	for (size_t i = 0; i < srv->nroutes; i++) {
-		const struct http_route *r = &srv->routes[i];
-		if (!route_match(r->pattern, path, ctx))
-			continue;
-		path_known = true;
-		if (!(r->methods & method)) {
-			for (size_t j = 0; j < ctx->nparams; j++)
-				free(ctx->params[j]);
-			ctx->nparams = 0;
-			continue;
-		}
-		ctx->route = r;
-		if (srv->auth && srv->auth(ctx, r->scope, srv->auth_arg) < 0)
-			return;
-		ctx->holds++;
+	if (!ctx->method) {
+		http_reply_error(ctx, 501, "Method not implemented");
+		return refused(c, ctx, 501);
+	}
+	const struct http_route *r = route_find(ctx, head->host ? head->host : "");
+	if (!r)
+		return refused(c, ctx, 404);
+	ctx->route = r;
+	if (srv->auth && srv->auth(ctx, r->scope, srv->auth_arg) < 0)
+		return refused(c, ctx, 401);
+	/* Past the key check: the connection is no stranger any more. */
+	conn_unlist_stranger(c);
+	uint64_t limit = r->max_body ? r->max_body : srv->cfg->max_body_bytes;
+	h1_set_max_body(&c->h1, limit);
+	if (head->content_length > limit) {
+		http_reply_error(ctx, 413, "Request body of %llu bytes exceeds the limit of %llu",
+				 (unsigned long long)head->content_length,
+				 (unsigned long long)limit);
+		return refused(c, ctx, 413);
+	}
+	if (has_body)
+		conn_arm(c, srv->body_ms);
+	if (r->flags & HTTP_ROUTE_STREAM_BODY) {
+		ctx->dispatched = true;
 		r->fn(ctx);
-		if (!ctx->replied)
-			watch_start(ctx);
+		if (ctx->replied)
+			return refused(c, ctx, 400);
+	} else if (has_body) {
+		ctx->body = evbuffer_new();
+	}
+	if (has_body && head->expect_continue)
+		bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+	return 0;
+}
+
+static int on_head(const struct h1_head *head, void *arg)
+{
+	struct http_conn *c = arg;
+	struct http_ctx *ctx = ctx_new(c, head);
+	c->ctx = ctx;
+	ctx->holds++; /* a refusal completes (and would free) it */
+	int r = head_checks(c, ctx, head);
+	ctx->holds--;
+	ctx_maybe_free(ctx);
+	return r;
+}
+
+static int on_body(const char *data, size_t len, void *arg)
+{
+	struct http_conn *c = arg;
+	struct http_ctx *ctx = c->ctx;
+	if (!ctx)
+		return 400;
+	conn_arm(c, c->srv->body_ms);
+	if (ctx->body) {
+		evbuffer_add(ctx->body, data, len);
+		return 0;
+	}
+	if (ctx->body_ops && ctx->body_ops->data) {
+		ctx->holds++;
+		int r = ctx->body_ops->data(ctx, (const uint8_t *)data, len, ctx->body_arg);
+		bool replied = ctx->replied;
+		int status = ctx->status;
 		ctx->holds--;
 		ctx_maybe_free(ctx);
+		if (r < 0 || replied)
+			return status ? status : 400;
+	}
+	return 0;
+}
+
+static int on_end(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static const struct h1_callbacks h1_cb = {
+	.on_head = on_head,
+	.on_body = on_body,
+	.on_end = on_end,
+};
+
+/* --- reading ----------------------------------------------------------------------------- */
+
+/* Feeds what the input holds to the reader, dispatching each request as it completes.
+ * Returns false once the connection is to go. */
+static bool conn_feed(struct http_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	while (!c->dead && (c->state == C_IDLE || c->state == C_HEAD || c->state == C_BODY)) {
+		if (c->body_paused)
+			return true;
+		size_t avail = evbuffer_get_length(in);
+		if (avail == 0)
+			return true;
+		if (c->state == C_IDLE) {
+			c->state = C_HEAD;
+			/* A new connection's deadline runs from its accept; a kept-alive one's
+			 * from the first byte of its next request. */
+			if (!c->fresh)
+				conn_arm(c, c->srv->header_ms);
+		}
+		struct evbuffer_iovec v;
+		if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+			return true;
+		c->in_parser = true;
+		ssize_t n = h1_feed(&c->h1, v.iov_base, v.iov_len);
+		c->in_parser = false;
+		if (n < 0) {
+			int status = (int)-n;
+			/* The piece holds the head (or body) of a request that goes no further: it
+			 * is dropped with whatever lingering drops after it. */
+			evbuffer_drain(in, v.iov_len);
+			if (c->answered || (c->ctx && c->ctx->replied) || c->state == C_LINGER) {
+				/* A callback answered: conn_reply_done() chose what follows. */
+				if (c->state != C_LINGER && !c->dead)
+					conn_answer_error(c, status);
+				return !c->dead;
+			}
+			conn_answer_error(c, status);
+			return false;
+		}
+		evbuffer_drain(in, (size_t)n);
+		if (c->done_later) {
+			conn_next(c);
+			continue;
+		}
+		if (h1_ended(&c->h1) && c->ctx && c->state != C_LINGER)
+			conn_dispatch(c);
+	}
+	return !c->dead;
+}
+
+static void conn_linger_read(struct http_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	size_t n = evbuffer_get_length(in);
+	if (n >= c->linger_left) {
+		evbuffer_drain(in, n);
+		conn_close_after_flush(c); /* the answer goes out first */
 		return;
 	}
-	if (path_known)
-		http_reply_error(ctx, 405, "Method %s not allowed on %s", http_method(ctx), path);
-	else
-		http_reply_error(ctx, 404, "Not found");
+	evbuffer_drain(in, n);
+	c->linger_left -= n;
+}
+
+/* Does whatever the connection's bytes and state allow now. */
+static void conn_process(struct http_conn *c)
+{
+	c->busy++;
+	for (;;) {
+		enum conn_state was = c->state;
+		if (c->state == C_LINGER)
+			conn_linger_read(c);
+		else if (c->state != C_WAIT && c->state != C_CLOSING)
+			conn_feed(c);
+		if (c->dead || c->state == was)
+			break;
+	}
+	c->busy--;
+	if (c->busy == 0 && c->dead)
+		conn_free(c);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+	conn_process(arg);
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+	struct http_conn *c = arg;
+	size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
+	if (c->state == C_CLOSING && pending == 0) {
+		conn_close(c);
+		return;
+	}
+	if (c->state == C_LINGER && pending == 0) {
+		/* The answer is out: say so, and keep dropping what the client still sends. */
+		shutdown(bufferevent_getfd(bev), SHUT_WR);
+		return;
+	}
+	struct http_ctx *ctx = c->ctx;
+	if (ctx && ctx->drain_fn && pending < ctx->drain_below) {
+		void (*fn)(struct http_ctx *, void *) = ctx->drain_fn;
+		ctx->drain_fn = NULL;
+		bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+		ctx->holds++;
+		fn(ctx, ctx->drain_arg);
+		ctx->holds--;
+		ctx_maybe_free(ctx);
+	}
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct http_conn *c = arg;
+	if ((what & BEV_EVENT_EOF) && c->state == C_HEAD && h1_eof(&c->h1) < 0 && !c->ctx)
+		log_debug("http", "%s closed the connection within a request", c->peer);
+	conn_close(c);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn *c = arg;
+	switch (c->state) {
+	case C_HEAD:
+	case C_BODY:
+		c->srv->stats.header_timeouts++;
+		if (!c->ctx || !c->ctx->replied) {
+			conn_answer_error(c, 408);
+			return;
+		}
+		conn_close(c);
+		return;
+	case C_IDLE:
+		if (c->fresh)
+			c->srv->stats.header_timeouts++;
+		conn_close(c);
+		return;
+	default:
+		conn_close(c);
+		return;
+	}
+}
+
+/* Answers an error the connection layer found itself (a malformed request, a deadline)
+ * and closes the connection after it. */
+static void conn_answer_error(struct http_conn *c, int status)
+{
+	struct http_ctx *ctx = c->ctx;
+	if (ctx && !ctx->replied) {
+		c->close_after = true;
+		http_reply_error(ctx, status, "%s", layer_message(status));
+		return;
+	}
+	if (ctx) {
+		c->ctx = NULL;
+		ctx->conn = NULL;
+		ctx->complete = true;
+		ctx_maybe_free(ctx);
+	}
+	_cleanup_free_ char *body = NULL;
+	int n = asprintf(&body, "{\"error\":\"%s\"}", layer_message(status));
+	if (n < 0)
+		abort();
+	evbuffer_add_printf(bufferevent_get_output(c->bev),
+			    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+			    "Content-Length: %d\r\nDate: %s\r\nConnection: close\r\n\r\n%s",
+			    status, reason_phrase(status), n, http_date(c->srv), body);
+	conn_linger(c);
+}
+
+/* --- accepting ------------------------------------------------------------------------- */
+
+/* Whether c has sent bytes the loop has not looked at yet (read by its bufferevent but not
+ * handed over, its callbacks being deferred, or still in the kernel): those may complete a
+ * request's head, so c is not the one to close. */
+static bool conn_has_unread(struct http_conn *c)
+{
+	if (evbuffer_get_length(bufferevent_get_input(c->bev)))
+		return true;
+	int n = 0;
+	return ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n > 0;
+}
+
+static bool evictable(struct http_conn *c)
+{
+	return (c->state == C_IDLE || c->state == C_HEAD) && !conn_has_unread(c);
+}
+
+/* Closes the oldest connection that has not completed a request's head and has nothing
+ * unread: of all of them, or of the strangers from address `addr`. Returns false if there
+ * was none among the first few. */
+static bool evict_one(struct http_server *srv, const char *addr)
+{
+	struct http_conn *c = NULL;
+	int tries = 0;
+	if (addr) {
+		struct addr_entry *e = addr_find(srv, addr, false);
+		if (e)
+			TAILQ_FOREACH (c, &e->conns, stranger)
+				if (evictable(c) || ++tries == EVICT_TRIES)
+					break;
+	} else {
+		TAILQ_FOREACH (c, &srv->waiting, waiting)
+			if (evictable(c) || ++tries == EVICT_TRIES)
+				break;
+	}
+	if (!c || !evictable(c))
+		return false;
+	srv->stats.evicted++;
+	log_debug("http", "closing a connection from %s that sent no request in time to make room",
+		  c->peer);
+	conn_close(c);
+	return true;
+}
+
+/* Strangers from addr right now. */
+static unsigned strangers(struct http_server *srv, const char *addr)
+{
+	struct addr_entry *e = addr_find(srv, addr, false);
+	return e ? e->n : 0;
+}
+
+/* Answers a connection the caps leave no room for, without reading it, and closes it. */
+static void refuse_fd(struct http_server *srv, evutil_socket_t fd)
+{
+	static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\n"
+				  "Content-Type: application/json\r\nContent-Length: 45\r\n"
+				  "Retry-After: 1\r\nConnection: close\r\n\r\n"
+				  "{\"error\":\"Too many connections; try again\"}\n";
+	ssize_t w = send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	(void)w;
+	close(fd);
+	srv->stats.refused++;
+}
+
+static void peer_text(const struct sockaddr *sa, char *out, size_t outlen)
+{
+	out[0] = '\0';
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
+			  (socklen_t)outlen);
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out,
+			  (socklen_t)outlen);
+}
+
+static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+		      int salen, void *arg)
+{
+	struct http_listener *l = arg;
+	struct http_server *srv = l->srv;
+	char peer[INET6_ADDRSTRLEN];
+	peer_text(sa, peer, sizeof(peer));
+	bool is_unix = sa->sa_family == AF_UNIX;
+
+	if (srv->stats.connections >= srv->max_conns && !evict_one(srv, NULL)) {
+		refuse_fd(srv, fd);
+		return;
+	}
+	if (!is_unix && strangers(srv, peer) >= srv->max_per_addr && !evict_one(srv, peer)) {
+		refuse_fd(srv, fd);
+		return;
+	}
+	struct bufferevent *bev = bufferevent_socket_new(
+		srv->base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+	if (!bev) {
+		close(fd);
+		return;
+	}
+	if (!is_unix) {
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	struct http_conn *c = xcalloc(1, sizeof(*c));
+	c->srv = srv;
+	c->bev = bev;
+	c->fresh = true;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	h1_init(&c->h1, &h1_cb, c, srv->cfg->max_body_bytes);
+	c->timer = evtimer_new(srv->base, on_timer, c);
+	TAILQ_INSERT_TAIL(&srv->conns, c, all);
+	srv->stats.connections++;
+	srv->stats.accepted++;
+	if (!is_unix) {
+		c->addr = addr_find(srv, peer, true);
+		TAILQ_INSERT_TAIL(&c->addr->conns, c, stranger);
+		c->addr->n++;
+	}
+	conn_set_waiting(c, true);
+	bufferevent_setcb(bev, on_read, on_write, on_event, c);
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	conn_arm(c, srv->header_ms);
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_listener *l = arg;
+	if (l->lev)
+		evconnlistener_enable(l->lev);
+}
+
+/* accept() failed for a reason the next try may not have (the descriptor limit reached):
+ * accepting pauses, is logged once a burst, and resumes by itself. */
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+	struct http_listener *l = arg;
+	int e = EVUTIL_SOCKET_ERROR();
+	evconnlistener_disable(lev);
+	l->srv->stats.accept_pauses++;
+	uint64_t now = time_mono_ms();
+	if (!l->warned_ms || now - l->warned_ms >= 10000)
+		log_warn("http", "accepting paused for %d ms: %s", ACCEPT_PAUSE_MS, strerror(e));
+	l->warned_ms = now;
+	struct timeval tv = { .tv_usec = ACCEPT_PAUSE_MS * 1000 };
+	evtimer_add(l->resume, &tv);
+}
+
+static int listener_add(struct http_server *srv, evutil_socket_t fd, const char *unix_path,
+			struct err *err)
+{
+	struct http_listener *l = &srv->listeners[srv->nlisteners];
+	*l = (struct http_listener){ .srv = srv };
+	l->lev = evconnlistener_new(srv->base, on_accept, l,
+				    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 1024, fd);
+	if (!l->lev)
+		return err_set(err, EIO, "cannot accept connections");
+	evconnlistener_set_error_cb(l->lev, on_accept_error);
+	l->resume = evtimer_new(srv->base, on_accept_resume, l);
+	if (unix_path)
+		l->unix_path = xstrdup(unix_path);
+	srv->nlisteners++;
+	return 0;
+}
+
+/* --- the server ---------------------------------------------------------------------- */
+
+/* The connection cap by default: half of what the descriptor limit leaves after a reserve,
+ * so that sandboxes keep the other half. */
+static unsigned default_max_conns(void)
+{
+	struct rlimit rl;
+	rlim_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+	if (lim == RLIM_INFINITY || lim > 1u << 20)
+		lim = 1u << 20;
+	rlim_t n = lim > 2 * FD_RESERVE ? (lim - FD_RESERVE) / 2 : 32;
+	return (unsigned)n;
 }
 
 struct http_server *http_server_new(struct event_base *base, const struct config *cfg,
@@ -311,19 +1141,20 @@ struct http_server *http_server_new(struct event_base *base, const struct config
 	srv->cfg = cfg;
 	srv->routes = routes;
 	srv->nroutes = nroutes;
-	srv->evh = evhttp_new(base);
-	if (!srv->evh)
-		abort();
-	evhttp_set_allowed_methods(srv->evh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-						     EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH |
-						     EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS);
-	evhttp_set_max_body_size(srv->evh, (ev_ssize_t)cfg->max_body_bytes);
-	evhttp_set_max_headers_size(srv->evh, 64 * 1024);
-	evhttp_set_default_content_type(srv->evh, "application/json");
-	/* Read an oversize body to its end before answering 413, so the client sees the JSON
-	 * error rather than a connection reset. */
-	evhttp_set_flags(srv->evh, EVHTTP_SERVER_LINGERING_CLOSE);
-	evhttp_set_gencb(srv->evh, dispatch, srv);
+	TAILQ_INIT(&srv->conns);
+	TAILQ_INIT(&srv->waiting);
+	srv->max_conns =
+		cfg->http_max_connections ? cfg->http_max_connections : default_max_conns();
+	srv->max_per_addr =
+		cfg->http_max_per_address ? cfg->http_max_per_address : DEFAULT_PER_ADDRESS;
+	srv->header_ms = cfg->http_header_timeout_ms ? cfg->http_header_timeout_ms
+						     : DEFAULT_HEADER_TIMEOUT_MS;
+	srv->keepalive_ms = cfg->http_keepalive_timeout_ms ? cfg->http_keepalive_timeout_ms
+							   : DEFAULT_KEEPALIVE_TIMEOUT_MS;
+	srv->body_ms =
+		cfg->http_body_timeout_ms ? cfg->http_body_timeout_ms : DEFAULT_BODY_TIMEOUT_MS;
+	srv->stats.max_connections = srv->max_conns;
+	srv->stats.max_per_address = srv->max_per_addr;
 	return srv;
 }
 
@@ -333,65 +1164,16 @@ void http_server_set_auth(struct http_server *srv, http_auth_fn fn, void *arg)
 	srv->auth_arg = arg;
 }
 
+void http_server_set_host_router(struct http_server *srv, http_host_fn fn, void *arg)
+{
+	srv->host_router = fn;
+	srv->host_arg = arg;
+}
+
 void http_server_set_done(struct http_server *srv, http_done_fn fn, void *arg)
 {
 	srv->done = fn;
 	srv->done_arg = arg;
-}
-
-static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
-{
-	struct http_listener *l = arg;
-	if (l->sock)
-		evconnlistener_enable(evhttp_bound_socket_get_listener(l->sock));
-}
-
-/* The listeners whose accept errors are watched: libevent hands the error callback evhttp's
- * argument, not ours, so the listener is found by its evconnlistener. Loop thread only. */
-static struct http_listener *watched[16];
-
-/* accept() failed for a reason the next try may not have (the descriptor limit reached):
- * accepting pauses, is logged once a burst, and resumes by itself. */
-static void on_accept_error(struct evconnlistener *lev, void *arg)
-{
-	int e = EVUTIL_SOCKET_ERROR();
-	struct http_listener *l = NULL;
-	for (size_t i = 0; i < ARRAY_SIZE(watched) && !l; i++)
-		if (watched[i] && watched[i]->sock &&
-		    evhttp_bound_socket_get_listener(watched[i]->sock) == lev)
-			l = watched[i];
-	if (!l)
-		return;
-	evconnlistener_disable(lev);
-	uint64_t now = time_mono_ms();
-	if (!l->warned_ms || now - l->warned_ms >= 10000)
-		log_warn("http", "accepting paused for %d ms: %s", ACCEPT_PAUSE_MS, strerror(e));
-	l->warned_ms = now;
-	struct timeval tv = { .tv_usec = ACCEPT_PAUSE_MS * 1000 };
-	evtimer_add(l->resume, &tv);
-}
-
-static void listener_watch(struct http_server *srv, struct http_listener *l)
-{
-	l->resume = evtimer_new(srv->base, on_accept_resume, l);
-	for (size_t i = 0; i < ARRAY_SIZE(watched); i++) {
-		if (!watched[i]) {
-			watched[i] = l;
-			evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(l->sock),
-						    on_accept_error);
-			return;
-		}
-	}
-}
-
-static void listener_unwatch(struct http_listener *l)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(watched); i++)
-		if (watched[i] == l)
-			watched[i] = NULL;
-	if (l->resume)
-		event_free(l->resume);
-	l->resume = NULL;
 }
 
 int http_server_listen_tcp(struct http_server *srv, const char *host, int port, int *ret_port,
@@ -399,24 +1181,40 @@ int http_server_listen_tcp(struct http_server *srv, const char *host, int port, 
 {
 	if (srv->nlisteners == ARRAY_SIZE(srv->listeners))
 		return err_set(err, ENOSPC, "too many listeners");
-	struct evhttp_bound_socket *s =
-		evhttp_bind_socket_with_handle(srv->evh, host, (ev_uint16_t)port);
-	if (!s)
-		return err_sys(err, errno ? errno : EADDRNOTAVAIL, "cannot listen on %s:%d", host,
-			       port);
-	srv->listeners[srv->nlisteners] = (struct http_listener){ .sock = s };
-	listener_watch(srv, &srv->listeners[srv->nlisteners++]);
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	char service[8];
+	snprintf(service, sizeof(service), "%d", port);
+	int gai = getaddrinfo(host, service, &hints, &ai);
+	if (gai != 0)
+		return err_set(err, EADDRNOTAVAIL, "cannot listen on %s:%d: %s", host, port,
+			       gai_strerror(gai));
+	_cleanup_close_ int fd =
+		socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		freeaddrinfo(ai);
+		return err_sys(err, errno, "socket");
+	}
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	int r = bind(fd, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	if (r < 0 || listen(fd, 1024) < 0)
+		return err_sys(err, errno, "cannot listen on %s:%d", host, port);
 	if (ret_port) {
 		struct sockaddr_storage ss;
 		socklen_t len = sizeof(ss);
-		int fd = evhttp_bound_socket_get_fd(s);
 		if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
 			return err_sys(err, errno, "getsockname");
-		if (ss.ss_family == AF_INET)
-			*ret_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		else
-			*ret_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		*ret_port = ss.ss_family == AF_INET
+				    ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+				    : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	}
+	if (listener_add(srv, fd, NULL, err) < 0)
+		return -1;
+	TAKE_FD(fd); /* the listener's now */
 	return 0;
 }
 
@@ -444,18 +1242,14 @@ int http_server_listen_unix(struct http_server *srv, const char *path, struct er
 	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return err_sys(err, errno, "socket");
-	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 128) < 0)
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 1024) < 0)
 		return err_sys(err, errno, "cannot listen on `%s`", path);
 	chmod(path, 0660);
-	struct evhttp_bound_socket *s = evhttp_accept_socket_with_handle(srv->evh, fd);
-	if (!s) {
+	if (listener_add(srv, fd, path, err) < 0) {
 		unlink(path);
-		return err_set(err, EIO, "cannot accept on `%s`", path);
+		return -1;
 	}
-	TAKE_FD(fd); /* the listener's now: evhttp closes it */
-	srv->listeners[srv->nlisteners] =
-		(struct http_listener){ .sock = s, .unix_path = xstrdup(path) };
-	listener_watch(srv, &srv->listeners[srv->nlisteners++]);
+	TAKE_FD(fd);
 	return 0;
 }
 
@@ -463,16 +1257,20 @@ void http_server_stop_accepting(struct http_server *srv)
 {
 	for (size_t i = 0; i < srv->nlisteners; i++) {
 		struct http_listener *l = &srv->listeners[i];
-		listener_unwatch(l);
-		if (l->sock)
-			evhttp_del_accept_socket(srv->evh, l->sock);
-		l->sock = NULL;
+		if (l->resume)
+			event_free(l->resume);
+		l->resume = NULL;
+		if (l->lev)
+			evconnlistener_free(l->lev);
+		l->lev = NULL;
 		if (l->unix_path) {
 			unlink(l->unix_path);
 			free(l->unix_path);
 			l->unix_path = NULL;
 		}
 	}
+	/* Open connections stay: during the shutdown grace their requests get 503 (the API's
+	 * answer), not a reset. */
 }
 
 size_t http_server_inflight(struct http_server *srv)
@@ -480,12 +1278,26 @@ size_t http_server_inflight(struct http_server *srv)
 	return srv->inflight;
 }
 
+void http_server_stats(struct http_server *srv, struct http_stats *st)
+{
+	*st = srv->stats;
+	st->reading_heads = 0;
+	struct http_conn *c;
+	TAILQ_FOREACH (c, &srv->waiting, waiting)
+		st->reading_heads += c->state == C_HEAD;
+}
+
 void http_server_free(struct http_server *srv)
 {
 	if (!srv)
 		return;
 	http_server_stop_accepting(srv);
-	evhttp_free(srv->evh);
+	struct http_conn *c;
+	while ((c = TAILQ_FIRST(&srv->conns)))
+		conn_free(c);
+	for (size_t i = 0; i < ADDR_BUCKETS; i++)
+		while (srv->addrs[i])
+			addr_drop(srv, srv->addrs[i]);
 	free(srv);
 }
 
@@ -493,26 +1305,7 @@ void http_server_free(struct http_server *srv)
 
 const char *http_method(struct http_ctx *ctx)
 {
-	if (!ctx->req)
-		return ctx->method_name ? ctx->method_name : "?";
-	switch (evhttp_request_get_command(ctx->req)) {
-	case EVHTTP_REQ_GET:
-		return "GET";
-	case EVHTTP_REQ_POST:
-		return "POST";
-	case EVHTTP_REQ_PUT:
-		return "PUT";
-	case EVHTTP_REQ_DELETE:
-		return "DELETE";
-	case EVHTTP_REQ_PATCH:
-		return "PATCH";
-	case EVHTTP_REQ_HEAD:
-		return "HEAD";
-	case EVHTTP_REQ_OPTIONS:
-		return "OPTIONS";
-	default:
-		return "OTHER";
-	}
+	return method_name(ctx->method);
 }
 
 const char *http_param(struct http_ctx *ctx, size_t i)
@@ -525,30 +1318,27 @@ const char *http_query(struct http_ctx *ctx, const char *name)
 	if (!ctx->query) {
 		ctx->query = xcalloc(1, sizeof(*ctx->query));
 		TAILQ_INIT(ctx->query);
-		const struct evhttp_uri *uri =
-			ctx->req ? evhttp_request_get_evhttp_uri(ctx->req) : NULL;
-		const char *q = uri ? evhttp_uri_get_query(uri) : NULL;
-		if (q)
-			evhttp_parse_query_str(q, ctx->query);
+		const char *t = ctx->conn ? ctx->conn->h1.head.target : NULL;
+		const char *q = t ? strchr(t, '?') : NULL;
+		if (q) {
+			_cleanup_free_ char *qs = strndup(q + 1, strcspn(q + 1, "#"));
+			if (qs)
+				evhttp_parse_query_str(qs, ctx->query);
+		}
 	}
 	return evhttp_find_header(ctx->query, name);
 }
 
 const char *http_header(struct http_ctx *ctx, const char *name)
 {
-	if (!ctx->req)
+	if (!ctx->conn)
 		return NULL;
-	return evhttp_find_header(evhttp_request_get_input_headers(ctx->req), name);
+	return h1_header(&ctx->conn->h1, name);
 }
 
 const char *http_peer(struct http_ctx *ctx)
 {
-	char *addr = NULL;
-	ev_uint16_t port = 0;
-	if (!ctx->req)
-		return "";
-	evhttp_connection_get_peer(evhttp_request_get_connection(ctx->req), &addr, &port);
-	return addr ? addr : "";
+	return ctx->conn ? ctx->conn->peer : "";
 }
 
 bool http_accepts(struct http_ctx *ctx, const char *type)
@@ -559,12 +1349,8 @@ bool http_accepts(struct http_ctx *ctx, const char *type)
 
 const uint8_t *http_body(struct http_ctx *ctx, size_t *len)
 {
-	*len = 0;
-	if (!ctx->req)
-		return NULL;
-	struct evbuffer *in = evhttp_request_get_input_buffer(ctx->req);
-	*len = evbuffer_get_length(in);
-	return *len ? evbuffer_pullup(in, -1) : (const uint8_t *)"";
+	*len = ctx->body ? evbuffer_get_length(ctx->body) : 0;
+	return *len ? evbuffer_pullup(ctx->body, -1) : (const uint8_t *)"";
 }
 
 int http_body_json(struct http_ctx *ctx, json_t **ret)
@@ -574,11 +1360,6 @@ int http_body_json(struct http_ctx *ctx, json_t **ret)
 	if (len == 0) {
 		*ret = json_object();
 		return 0;
-	}
-	if (len > ctx->srv->cfg->max_body_bytes) {
-		http_reply_error(ctx, 413, "Request body of %zu bytes exceeds the limit of %zu",
-				 len, ctx->srv->cfg->max_body_bytes);
-		return -1;
 	}
 	json_error_t jerr;
 	json_auto_t *j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -595,19 +1376,74 @@ int http_body_json(struct http_ctx *ctx, json_t **ret)
 	return 0;
 }
 
+void http_body_stream(struct http_ctx *ctx, const struct http_body_ops *ops, void *arg)
+{
+	ctx->body_ops = ops;
+	ctx->body_arg = arg;
+}
+
+void http_body_pause(struct http_ctx *ctx)
+{
+	struct http_conn *c = ctx->conn;
+	if (!c || c->body_paused)
+		return;
+	c->body_paused = true;
+	evtimer_del(c->timer); /* the client is not the slow one now */
+	bufferevent_disable(c->bev, EV_READ);
+}
+
+void http_body_resume(struct http_ctx *ctx)
+{
+	struct http_conn *c = ctx->conn;
+	if (!c || !c->body_paused)
+		return;
+	c->body_paused = false;
+	if (c->state == C_BODY)
+		conn_arm(c, c->srv->body_ms);
+	bufferevent_enable(c->bev, EV_READ);
+	/* What was read before the pause is fed from the loop, not from the caller's frame. */
+	bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
+}
+
 /* --- replies ------------------------------------------------------------------------ */
 
 void http_add_header(struct http_ctx *ctx, const char *name, const char *value)
 {
-	if (ctx->req)
-		evhttp_add_header(evhttp_request_get_output_headers(ctx->req), name, value);
+	if (ctx->replied || ctx->streaming || !safe_header_text(name) || !safe_header_text(value))
+		return;
+	if (!ctx->headers)
+		ctx->headers = evbuffer_new();
+	evbuffer_add_printf(ctx->headers, "%s: %s\r\n", name, value);
 }
 
-static void set_content_type(struct http_ctx *ctx, const char *type)
+/* Queues the status line and headers. `length` < 0: a stream. */
+static void send_head(struct http_ctx *ctx, int status, const char *content_type, ssize_t length)
 {
-	struct evkeyvalq *out = evhttp_request_get_output_headers(ctx->req);
-	evhttp_remove_header(out, "Content-Type");
-	evhttp_add_header(out, "Content-Type", type);
+	struct http_conn *c = ctx->conn;
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	bool http10 = c->h1.head.http_major == 1 && c->h1.head.http_minor == 0;
+	/* A request answered before its body was read, or that asked for it, closes after. */
+	if (c->state == C_HEAD || c->state == C_BODY || c->upgrading)
+		c->close_after = true;
+	evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nDate: %s\r\nX-Request-Id: %s\r\n", status,
+			    reason_phrase(status), http_date(c->srv), ctx->id);
+	if (content_type)
+		evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
+	if (length >= 0) {
+		evbuffer_add_printf(out, "Content-Length: %zd\r\n", length);
+	} else if (!http10) {
+		evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+		ctx->chunked = true;
+	} else {
+		c->close_after = true; /* the stream ends when the connection does */
+	}
+	if (ctx->headers)
+		evbuffer_add_buffer(out, ctx->headers);
+	if (c->close_after)
+		evbuffer_add(out, "Connection: close\r\n", 19);
+	else if (http10)
+		evbuffer_add(out, "Connection: keep-alive\r\n", 24);
+	evbuffer_add(out, "\r\n", 2);
 }
 
 void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type, const void *data,
@@ -616,17 +1452,18 @@ void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type
 	if (ctx->replied)
 		return;
 	ctx->replied = true;
-	watch_stop(ctx);
-	if (ctx->req) {
+	struct http_conn *c = ctx->conn;
+	if (c) {
 		/* The status sent: a reply to a client already gone sends nothing (499). */
 		ctx->status = status;
-		struct evbuffer *buf = evbuffer_new();
-		evbuffer_add(buf, data, len);
-		set_content_type(ctx, content_type);
-		ctx->holds++; /* in case libevent completes the reply before returning */
-		evhttp_send_reply(ctx->req, status, NULL, buf);
+		if (c->state == C_HEAD || c->state == C_BODY)
+			c->answered = true;
+		send_head(ctx, status, content_type, (ssize_t)len);
+		if (!ctx->head_only)
+			bufferevent_write(c->bev, data, len);
+		ctx->holds++;
+		conn_reply_done(c);
 		ctx->holds--;
-		evbuffer_free(buf);
 	}
 	ctx_maybe_free(ctx);
 }
@@ -707,33 +1544,69 @@ void http_reply_err(struct http_ctx *ctx, const struct err *err)
 
 void http_stream_start(struct http_ctx *ctx, int status, const char *content_type)
 {
+	if (ctx->streaming || ctx->replied)
+		return;
 	ctx->streaming = true;
-	if (!ctx->req)
+	struct http_conn *c = ctx->conn;
+	if (!c)
 		return; /* the client is gone: nothing is sent (499) */
 	ctx->status = status;
-	set_content_type(ctx, content_type);
-	http_add_header(ctx, "Cache-Control", "no-cache");
-	http_add_header(ctx, "X-Accel-Buffering", "no");
-	evhttp_send_reply_start(ctx->req, status, NULL);
+	http_add_header_raw(ctx, "Cache-Control", "no-cache");
+	http_add_header_raw(ctx, "X-Accel-Buffering", "no");
+	send_head(ctx, status, content_type, -1);
 }
 
 void http_stream_write(struct http_ctx *ctx, const void *data, size_t len)
 {
-	if (!ctx->req || ctx->replied || !ctx->streaming)
+	struct http_conn *c = ctx->conn;
+	if (!c || ctx->replied || !ctx->streaming || len == 0 || ctx->head_only)
 		return;
-	struct evbuffer *buf = evbuffer_new();
-	evbuffer_add(buf, data, len);
-	evhttp_send_reply_chunk(ctx->req, buf);
-	evbuffer_free(buf);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	if (ctx->chunked)
+		evbuffer_add_printf(out, "%zx\r\n", len);
+	evbuffer_add(out, data, len);
+	if (ctx->chunked)
+		evbuffer_add(out, "\r\n", 2);
 }
 
 size_t http_stream_pending(struct http_ctx *ctx)
 {
-	if (!ctx->req)
-		return 0;
-	struct evhttp_connection *evcon = evhttp_request_get_connection(ctx->req);
-	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
-	return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+	struct http_conn *c = ctx->conn;
+	return c ? evbuffer_get_length(bufferevent_get_output(c->bev)) : 0;
+}
+
+static void drain_later(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_ctx *ctx = arg;
+	void (*fn)(struct http_ctx *, void *) = ctx->drain_fn;
+	ctx->drain_fn = NULL;
+	if (fn && !ctx->replied) /* a producer that answered is done waiting */
+		fn(ctx, ctx->drain_arg);
+	http_ctx_release(ctx);
+}
+
+void http_stream_on_drain(struct http_ctx *ctx, size_t below,
+			  void (*fn)(struct http_ctx *ctx, void *arg), void *arg)
+{
+	ctx->drain_fn = fn;
+	ctx->drain_arg = arg;
+	ctx->drain_below = below ? below : 1;
+	struct http_conn *c = ctx->conn;
+	if (!fn)
+		return;
+	if (!c) {
+		/* Nothing waits to go out any more: fn runs from the loop. */
+		ctx->holds++;
+		struct timeval now = { 0, 0 };
+		event_base_once(ctx->srv->base, -1, EV_TIMEOUT, drain_later, ctx, &now);
+		return;
+	}
+	/* The write callback runs when the output falls to the low mark; below it already, it
+	 * is made to run from the loop. */
+	bufferevent_setwatermark(c->bev, EV_WRITE, below ? below - 1 : 0, 0);
+	if (http_stream_pending(ctx) < ctx->drain_below)
+		bufferevent_trigger(c->bev, EV_WRITE,
+				    BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
 }
 
 void http_stream_end(struct http_ctx *ctx)
@@ -741,13 +1614,68 @@ void http_stream_end(struct http_ctx *ctx)
 	if (ctx->replied)
 		return;
 	ctx->replied = true;
-	watch_stop(ctx);
-	if (ctx->req) {
+	struct http_conn *c = ctx->conn;
+	if (c) {
+		if (!ctx->streaming) /* ended without a start: an empty 200 is still JSON-less */
+			send_head(ctx, ctx->status ? ctx->status : 200, NULL, -1);
+		if (ctx->chunked && !ctx->head_only)
+			evbuffer_add(bufferevent_get_output(c->bev), "0\r\n\r\n", 5);
 		ctx->holds++;
-		evhttp_send_reply_end(ctx->req);
+		conn_reply_done(c);
 		ctx->holds--;
 	}
 	ctx_maybe_free(ctx);
+}
+
+/* --- upgrades ------------------------------------------------------------------------ */
+
+struct bufferevent *http_upgrade_raw(struct http_ctx *ctx, int status)
+{
+	struct http_conn *c = ctx->conn;
+	if (ctx->replied)
+		return NULL;
+	if (!c) {
+		http_reply_error(ctx, 400, "The client is gone");
+		return NULL;
+	}
+	if (!c->upgrading || c->state != C_WAIT) {
+		http_reply_error(ctx, 400, "This request cannot take over its connection");
+		return NULL;
+	}
+	ctx->replied = true;
+	ctx->status = status;
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nDate: %s\r\nX-Request-Id: %s\r\n", status,
+			    reason_phrase(status), http_date(c->srv), ctx->id);
+	if (ctx->headers)
+		evbuffer_add_buffer(out, ctx->headers);
+	evbuffer_add(out, "\r\n", 2);
+	/* The connection leaves the layer: its bufferevent goes to the caller, with its
+	 * watermarks and callbacks reset. */
+	struct bufferevent *bev = c->bev;
+	c->bev = NULL;
+	c->ctx = NULL;
+	ctx->conn = NULL;
+	ctx->complete = true;
+	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
+	bufferevent_disable(bev, EV_READ);
+	c->state = C_CLOSING;
+	conn_close(c);
+	ctx_maybe_free(ctx);
+	return bev;
+}
+
+bool http_upgrade_requested(struct http_ctx *ctx)
+{
+	return ctx->conn && ctx->conn->upgrading;
+}
+
+void http_add_header_raw(struct http_ctx *ctx, const char *name, const char *value)
+{
+	if (!ctx->headers)
+		ctx->headers = evbuffer_new();
+	evbuffer_add_printf(ctx->headers, "%s: %s\r\n", name, value);
 }
 
 void http_redact_uri(const char *uri, char *out, size_t outlen)

@@ -1,18 +1,22 @@
-/* http: the daemon's HTTP front door on libevent's evhttp.
+/* http: the daemon's HTTP/1.1 front door, on libevent bufferevents and http_parser (h1.h).
  *
- * Owns routing (method + path template with :params), request ids, bounded JSON bodies,
- * JSON replies and errors, streaming replies with back-pressure, client-disconnect
- * notification and the access log. Every reply is JSON (or the stream a route asked for):
- * never an HTML page, never a 200 with an empty body.
+ * Owns connections (a global cap, a per-address cap for connections that have not yet
+ * authenticated, deadlines for headers, bodies and idle keep-alive), routing by Host and by
+ * method + path template with :params, header-phase checks (a request's route and key are
+ * checked before any byte of its body is read; a refused request's body is not read),
+ * request ids, bodies buffered up to a per-route limit or streamed to the handler with
+ * back-pressure, JSON replies and errors, streaming replies with a drain callback,
+ * client-disconnect notification, upgrades to WebSocket (ws.c, over wslay) and raw tunnels,
+ * and the access log. Every reply is JSON (or the stream a route asked for): never an HTML
+ * page, never a 200 with an empty body.
  *
- * A struct http_ctx lives from the request's arrival until its reply is finished or its
- * client is gone, whichever comes last of "the handler replied" and "nothing holds it":
- * handlers that answer later keep the ctx and must call one of the reply functions exactly
- * once; if the client went away meanwhile the reply is dropped and the ctx freed. */
+ * A struct http_ctx lives from the arrival of a request's head until its reply is finished
+ * or its client is gone, whichever comes last of "the handler replied" and "nothing holds
+ * it": handlers that answer later keep the ctx and must call one of the reply functions
+ * exactly once; if the client went away meanwhile the reply is dropped and the ctx freed. */
 #pragma once
 
 #include <event2/event.h>
-#include <event2/http.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,6 +24,25 @@
 
 #include "config.h"
 #include "util/err.h"
+
+/* Methods, as masks for struct http_route. */
+enum {
+	HTTP_REQ_GET = 1 << 0,
+	HTTP_REQ_POST = 1 << 1,
+	HTTP_REQ_PUT = 1 << 2,
+	HTTP_REQ_DELETE = 1 << 3,
+	HTTP_REQ_PATCH = 1 << 4,
+	HTTP_REQ_HEAD = 1 << 5,
+	HTTP_REQ_OPTIONS = 1 << 6,
+	HTTP_REQ_CONNECT = 1 << 7,
+};
+
+/* struct http_route flags */
+enum {
+	/* The handler runs as soon as the head passed its checks, before any body byte; it
+	 * receives the body through http_body_stream() (or refuses it by replying). */
+	HTTP_ROUTE_STREAM_BODY = 1 << 0,
+};
 
 #define HTTP_MAX_PARAMS 3
 
@@ -29,48 +52,69 @@ struct http_server;
 typedef void (*http_handler_fn)(struct http_ctx *ctx);
 
 struct http_route {
-	int methods;         /* EVHTTP_REQ_* mask */
+	int methods;         /* HTTP_REQ_* mask */
 	const char *pattern; /* "/exec/:id/execute"; also the route's label in logs and metrics */
 	http_handler_fn fn;
 	const char *scope; /* scope the caller's key needs ("exec", "admin", "metrics"), or NULL */
+	size_t max_body;   /* the largest body it takes; 0: the server's (SANDBOX_MAX_BODY_BYTES) */
+	unsigned flags;    /* HTTP_ROUTE_* */
 };
 
 /* Called before every routed request; returns 0 to go on, or replies itself and returns -1. */
 typedef int (*http_auth_fn)(struct http_ctx *ctx, const char *scope, void *arg);
 
+/* Chooses a route by the request's Host (and anything else of its head), before the path
+ * routes are looked at: returns the route to use, or NULL for the path routes. */
+typedef const struct http_route *(*http_host_fn)(struct http_ctx *ctx, const char *host, void *arg);
+
 /* Called when a request finished (metrics). `route` is the pattern or "unmatched". */
 typedef void (*http_done_fn)(const char *method, const char *route, int status, double seconds,
 			     void *arg);
 
+struct http_conn;
+struct evbuffer;
+struct evkeyvalq;
+
 struct http_ctx {
-	struct evhttp_request *req; /* NULL once the client is gone */
-	/* A request libevent handed back when its client left mid-reply: freed with the ctx. */
-	struct evhttp_request *orphan;
+	struct http_conn *conn; /* NULL once the reply is out or the client is gone */
 	struct http_server *srv;
 	char id[17]; /* request id, also sent as X-Request-Id */
 	const struct http_route *route;
 	char *params[HTTP_MAX_PARAMS];
 	size_t nparams;
 	uint64_t start_ns;
-	int status;     /* status sent, 0 before */
-	bool streaming; /* a chunked reply is under way */
-	bool replied;   /* the reply is complete (or abandoned) */
-	bool complete;  /* libevent finished sending the reply */
-	bool gone;      /* the client disconnected before the reply completed */
-	void *user;     /* set by auth: the caller's identity */
+	int status;      /* status sent, 0 before */
+	bool streaming;  /* a chunked reply is under way */
+	bool replied;    /* the reply is complete (or abandoned) */
+	bool complete;   /* the reply is all queued toward the client */
+	bool gone;       /* the client disconnected before the reply completed */
+	bool dispatched; /* its handler was called */
+	void *user;      /* set by auth: the caller's identity */
 	void (*user_free)(void *user);
 	/* Called once if the client disconnects before the reply completes. */
 	void (*on_gone)(struct http_ctx *ctx, void *arg);
 	void *on_gone_arg;
-	int holds;               /* http_ctx_hold() count */
-	struct event *close_ev;  /* watches the client's socket while the reply is pending */
-	struct evkeyvalq *query; /* parsed lazily */
-	const char *method_name; /* kept for the access log after the request is gone */
+	int holds;                /* http_ctx_hold() count */
+	int method;               /* HTTP_REQ_* */
+	struct evkeyvalq *query;  /* parsed lazily */
+	char *path;               /* the target's path, as sent (not decoded) */
+	struct evbuffer *body;    /* a buffered route's body */
+	struct evbuffer *headers; /* reply headers added so far, as "Name: value\r\n" lines */
+	bool head_only;           /* HEAD: the reply's body is not sent */
+	bool chunked;             /* the stream under way is chunked (else ends at close) */
+	/* http_stream_on_drain() */
+	void (*drain_fn)(struct http_ctx *ctx, void *arg);
+	void *drain_arg;
+	size_t drain_below;
+	/* http_body_stream() */
+	const struct http_body_ops *body_ops;
+	void *body_arg;
 };
 
 struct http_server *http_server_new(struct event_base *base, const struct config *cfg,
 				    const struct http_route *routes, size_t nroutes);
 void http_server_set_auth(struct http_server *srv, http_auth_fn fn, void *arg);
+void http_server_set_host_router(struct http_server *srv, http_host_fn fn, void *arg);
 void http_server_set_done(struct http_server *srv, http_done_fn fn, void *arg);
 
 /* Binds host:port (port 0 picks one; *ret_port gets the bound port). */
@@ -83,6 +127,20 @@ int http_server_listen_unix(struct http_server *srv, const char *path, struct er
 void http_server_stop_accepting(struct http_server *srv);
 /* Number of requests whose reply has not completed. */
 size_t http_server_inflight(struct http_server *srv);
+
+/* What the connection layer did, for /metrics. */
+struct http_stats {
+	uint64_t connections;     /* open now */
+	uint64_t reading_heads;   /* of those, in the middle of a request's head */
+	uint64_t accepted;        /* since start */
+	uint64_t refused;         /* closed at accept: over a cap with nothing to evict */
+	uint64_t evicted;         /* closed to make room: had not completed a request's head */
+	uint64_t header_timeouts; /* closed for a head (or body) not sent in time */
+	uint64_t accept_pauses;   /* accepting paused for want of descriptors */
+	unsigned max_connections; /* the caps in force */
+	unsigned max_per_address;
+};
+void http_server_stats(struct http_server *srv, struct http_stats *st);
 void http_server_free(struct http_server *srv);
 
 /* --- request accessors ------------------------------------------------------------ */
@@ -97,8 +155,20 @@ const char *http_header(struct http_ctx *ctx, const char *name);
 const char *http_peer(struct http_ctx *ctx);
 /* Whether the client accepts `type` (a plain substring test over Accept). */
 bool http_accepts(struct http_ctx *ctx, const char *type);
-/* The raw body. */
+/* The raw body of a buffered route. */
 const uint8_t *http_body(struct http_ctx *ctx, size_t *len);
+
+/* A streamed body (HTTP_ROUTE_STREAM_BODY): `data` gets each piece as it arrives (return 0,
+ * or reply and return -1 to refuse the rest), `end` is called once it is complete. Either may
+ * be NULL. Pieces keep coming until http_body_pause(); http_body_resume() lets them come
+ * again (credit toward whatever consumes them). */
+struct http_body_ops {
+	int (*data)(struct http_ctx *ctx, const uint8_t *data, size_t len, void *arg);
+	void (*end)(struct http_ctx *ctx, void *arg);
+};
+void http_body_stream(struct http_ctx *ctx, const struct http_body_ops *ops, void *arg);
+void http_body_pause(struct http_ctx *ctx);
+void http_body_resume(struct http_ctx *ctx);
 
 /* Parses the body as a JSON object (an empty body is {}). On failure replies 400/413 and
  * returns -1; the handler must then return without replying again. */
@@ -124,6 +194,45 @@ void http_stream_start(struct http_ctx *ctx, int status, const char *content_typ
 void http_stream_write(struct http_ctx *ctx, const void *data, size_t len);
 size_t http_stream_pending(struct http_ctx *ctx);
 void http_stream_end(struct http_ctx *ctx);
+
+/* Calls fn once, from the loop, when fewer than `below` bytes wait to go out to the client
+ * (at once if that is so already), or when the client is gone: a producer paused at its
+ * high-water mark resumes from it. A new call replaces the one pending; fn NULL cancels. */
+void http_stream_on_drain(struct http_ctx *ctx, size_t below,
+			  void (*fn)(struct http_ctx *ctx, void *arg), void *arg);
+
+/* --- upgrades ----------------------------------------------------------------------- */
+
+/* Takes the connection over as a raw byte stream: sends `status` (101 for an Upgrade, 200
+ * for CONNECT) with the headers added so far and hands the socket's bufferevent, with any
+ * bytes already read past the head in its input, to the caller, who owns and frees it. The
+ * ctx is finished. Returns NULL (having replied with an error) when the request cannot be
+ * upgraded or its client is gone. */
+struct bufferevent *http_upgrade_raw(struct http_ctx *ctx, int status);
+
+struct http_ws;
+struct http_ws_ops {
+	/* A whole message (text or binary; fragments joined, at most max_message bytes). */
+	void (*message)(struct http_ws *ws, bool binary, const uint8_t *data, size_t len,
+			void *arg);
+	/* Fewer than the high-water mark of bytes wait to go out (optional). */
+	void (*drain)(struct http_ws *ws, void *arg);
+	/* The connection ended (closed by either side, or failed); ws is freed after this. */
+	void (*closed)(struct http_ws *ws, uint16_t code, void *arg);
+};
+/* Answers a WebSocket handshake (RFC 6455) and takes the connection over; on a request that
+ * is not a valid handshake replies 400 (426 without Upgrade) and returns NULL. `protocol`, if
+ * not NULL, is the subprotocol chosen (echoed as Sec-WebSocket-Protocol). */
+struct http_ws *http_ws_accept(struct http_ctx *ctx, const char *protocol,
+			       const struct http_ws_ops *ops, void *arg, size_t max_message);
+/* Queues a message; dropped once the connection is closing. */
+void http_ws_send(struct http_ws *ws, bool binary, const void *data, size_t len);
+/* Bytes queued toward the client. */
+size_t http_ws_pending(struct http_ws *ws);
+/* Starts the closing handshake; `closed` follows. */
+void http_ws_close(struct http_ws *ws, uint16_t code, const char *reason);
+/* The peer's address, as http_peer gave it. */
+const char *http_ws_peer(struct http_ws *ws);
 
 /* Keeps ctx alive past its reply (for producers that may still call in); release with
  * http_ctx_release. */

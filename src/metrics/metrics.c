@@ -332,6 +332,14 @@ void metrics_init(void)
 	metrics_daemon.http_requests_total = metrics_counter(
 		"http_requests_total", "HTTP requests by route template, method and status",
 		"route,method,status");
+	metrics_daemon.http_connections =
+		metrics_gauge("http_connections", "Client connections open", NULL);
+	metrics_daemon.http_connections_closed =
+		metrics_counter("http_connections_closed_total",
+				"Client connections the server closed early: refused at a cap, "
+				"evicted to make room, "
+				"or too slow to send a request",
+				"reason");
 	metrics_daemon.http_request_duration = metrics_histogram(
 		"http_request_duration_seconds", "HTTP request latency by route template",
 		"route,method", NULL, 0);

@@ -51,6 +51,8 @@ struct sandbox_metrics {
 		*vm_egress_policy_applied_total;    /* counter {dns_mode, dest_mode, bw_enabled} */
 	struct metric *http_requests_total;         /* counter {route, method, status} */
 	struct metric *http_request_duration;       /* histogram {route, method} */
+	struct metric *http_connections;            /* gauge */
+	struct metric *http_connections_closed;     /* counter {reason} */
 	struct metric *session_creations_total;     /* counter {template, driver, result} */
 	struct metric *warm_pool_size;              /* gauge {template} */
 	struct metric *guest_protocol_errors_total; /* counter {kind} */

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -100,20 +99,6 @@ static int forwarding_on(struct err *err)
 	return 0;
 }
 
-/* Each sandbox holds its resolver's two sockets: the default soft limit of 1024 descriptors
- * would cap the daemon at a few hundred sandboxes. */
-static void raise_nofile(void)
-{
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rlim_t old = rl.rlim_cur;
-		rl.rlim_cur = rl.rlim_max;
-		if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-			log_debug("net", "descriptor limit raised from %llu to %llu",
-				  (unsigned long long)old, (unsigned long long)rl.rlim_max);
-	}
-}
-
 /* Refuses a pool that overlaps one of the host's addresses: its traffic would be ours. */
 static int check_pool(struct err *err)
 {
@@ -169,7 +154,6 @@ static int setup(struct err *err)
 		return err_wrap(err, "creating the server's policy chain");
 	if ((r = net_nfnl_open(err)) < 0 || (r = forwarding_on(err)) < 0)
 		return r;
-	raise_nofile();
 	return 0;
 }
 

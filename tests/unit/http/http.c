@@ -66,7 +66,7 @@ static struct {
 	atomic_int gone;             /* on_gone calls */
 	atomic_int done;             /* requests finished (the server's done callback) */
 	atomic_int status;           /* the status the last finished request was counted with */
-	atomic_bool req_in_gone;     /* ctx->req was still set while on_gone ran */
+	atomic_bool req_in_gone;     /* ctx->conn was still set while on_gone ran */
 	atomic_long pending_in_gone; /* http_stream_pending() while on_gone ran */
 	atomic_int dropped;          /* writes tried after the client left */
 	atomic_long written;         /* payload bytes the flood wrote */
@@ -134,7 +134,7 @@ static void producer_on_timer(evutil_socket_t fd, short what, void *arg)
 static void producer_gone(struct http_ctx *ctx, void *arg)
 {
 	struct producer *p = arg;
-	atomic_store(&P.req_in_gone, ctx->req != NULL);
+	atomic_store(&P.req_in_gone, ctx->conn != NULL);
 	atomic_store(&P.pending_in_gone, (long)http_stream_pending(ctx));
 	p->gone = true;
 	atomic_fetch_add(&P.gone, 1);
@@ -237,7 +237,7 @@ static void later_reply(evutil_socket_t fd, short what, void *arg)
 
 static void later_gone(struct http_ctx *ctx, void *arg)
 {
-	atomic_store(&P.req_in_gone, ctx->req != NULL);
+	atomic_store(&P.req_in_gone, ctx->conn != NULL);
 	atomic_fetch_add(&P.gone, 1);
 	struct timeval now = { 0, 0 };
 	event_base_once(S->base, -1, EV_TIMEOUT, later_reply, ctx, &now);
@@ -259,13 +259,13 @@ static void h_quiet(struct http_ctx *ctx)
 }
 
 static const struct http_route routes[] = {
-	{ EVHTTP_REQ_POST, "/things/:id/echo", h_echo, NULL },
-	{ EVHTTP_REQ_GET, "/stream", h_stream, NULL },
-	{ EVHTTP_REQ_GET, "/ticks", h_ticks, NULL },
-	{ EVHTTP_REQ_GET, "/countdown", h_countdown, NULL },
-	{ EVHTTP_REQ_GET, "/flood", h_flood, NULL },
-	{ EVHTTP_REQ_POST, "/later", h_later, NULL },
-	{ EVHTTP_REQ_POST, "/quiet", h_quiet, NULL },
+	{ HTTP_REQ_POST, "/things/:id/echo", h_echo, NULL },
+	{ HTTP_REQ_GET, "/stream", h_stream, NULL },
+	{ HTTP_REQ_GET, "/ticks", h_ticks, NULL },
+	{ HTTP_REQ_GET, "/countdown", h_countdown, NULL },
+	{ HTTP_REQ_GET, "/flood", h_flood, NULL },
+	{ HTTP_REQ_POST, "/later", h_later, NULL },
+	{ HTTP_REQ_POST, "/quiet", h_quiet, NULL },
 };
 
 static void *serve(void *arg)
@@ -403,7 +403,7 @@ static void test_malformed_request_line_is_json(void **state)
 	struct server *s = *state;
 	const char *junk = "BLAH\r\n\r\n";
 	char *resp = roundtrip(s->port, junk, strlen(junk));
-	/* libevent answers with version 0.0 when it could not parse one. */
+	/* A method http_parser does not know is a malformed request line. */
 	assert_json_error(resp, " 400 Bad Request");
 	free(resp);
 }
