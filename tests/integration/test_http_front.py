@@ -1,0 +1,162 @@
+"""The daemon's HTTP front end under hostile clients, over real sockets: a key is checked
+before any body byte is read (a keyless gigabyte is refused at once and costs no memory, an
+authorised 90 MiB upload still goes through), a crowd of slow clients at the descriptor limit
+does not keep a prompt, authorised request from its answer, heads have a deadline, and the
+connection layer's counts are in /metrics."""
+import os
+import resource
+import shutil
+import socket
+import time
+import unittest
+
+import harness
+from helpers_exec import DaemonTestCase
+
+MiB = 1024 * 1024
+BASE_ENV = {"SANDBOX_WARM_POOL": "0"}
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def read_response(sock, timeout):
+    """What the server sent until it closed, or until a whole JSON error arrived."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return data
+
+
+class EarlyRefusalTest(DaemonTestCase):
+    daemon_env = {**BASE_ENV, "VM_MEMORY_LIMIT_BYTES": str(512 * MiB)}
+
+    def test_keyless_gigabyte_is_refused_at_once_without_memory(self):
+        d = self.d
+        before = rss_kib(d.proc.pid)
+        socks, took = [], []
+        try:
+            for _ in range(4):
+                s = socket.create_connection((d.host, d.port), timeout=10)
+                socks.append(s)
+                t0 = time.monotonic()
+                s.sendall(b"POST /exec/x/write HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Type: application/json\r\n"
+                          b"Content-Length: 1073741824\r\n\r\n")
+                try:
+                    s.sendall(b"x" * (4 * MiB))  # as much as it takes before refusing
+                except OSError:
+                    pass
+                resp = read_response(s, 10)
+                took.append(time.monotonic() - t0)
+                self.assertTrue(resp.startswith(b"HTTP/1.1 401"), resp[:200])
+                self.assertIn(b'"error"', resp)
+        finally:
+            for s in socks:
+                s.close()
+        grown = rss_kib(d.proc.pid) - before
+        print(f"keyless 1 GiB: answered in {max(took) * 1000:.1f} ms at most, "
+              f"daemon grew {grown} KiB", flush=True)
+        self.assertLess(max(took), 1.0)
+        self.assertLess(grown, 32 * 1024, "the daemon buffered a refused body")
+
+    def test_authorised_90_mib_upload_succeeds(self):
+        sid = self.session()
+        status, _, body = self.d.post("/exec", body={"id": sid,
+                                                     "resources": {"memoryBytes": 512 * MiB}})
+        self.assertIn(status, (200, 201), body)
+        content = "y" * (90 * MiB)
+        status, _, body = self.d.post(f"/exec/{sid}/write",
+                                      body={"path": "big.txt", "content": content}, timeout=120)
+        self.assertEqual(status, 200, body)
+        status, body = self.execute(sid, "wc -c < /workspace/big.txt")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(int(body["stdout"].strip()), 90 * MiB)
+
+    def test_connection_counts_in_metrics(self):
+        status, _, body = self.d.get("/metrics")
+        self.assertEqual(status, 200)
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        self.assertIn("http_connections ", text)
+        self.assertIn("http_connections_closed_total", text)
+
+
+class HeaderDeadlineTest(DaemonTestCase):
+    daemon_env = {**BASE_ENV, "SANDBOX_HEADER_TIMEOUT_MS": "500"}
+
+    def test_a_trickled_head_gets_408_and_is_closed(self):
+        s = socket.create_connection((self.d.host, self.d.port), timeout=10)
+        self.addCleanup(s.close)
+        s.sendall(b"GET /health HTTP/1.1\r\nHo")
+        resp = read_response(s, 10)
+        self.assertTrue(resp.startswith(b"HTTP/1.1 408"), resp[:200])
+        self.assertIn(b"Connection: close", resp)
+        self.assertEqual(s.recv(10), b"")
+
+    def test_a_prompt_client_is_served(self):
+        status, _, body = self.d.get("/health")
+        self.assertEqual(status, 200, body)
+
+
+class SlowClientsTest(unittest.TestCase):
+    """1,100 slow clients from one address at a 1,024-descriptor limit: the daemon sheds the
+    oldest of them, and a new authorised request from the same address is answered within a
+    second; the log says nothing per connection."""
+
+    def test_slow_crowd_at_the_descriptor_limit(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 4096:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+        d = harness.Daemon(env=dict(BASE_ENV), binary=shutil.which("prlimit"),
+                           args=("--nofile=1024:1024", "--", harness.sandboxd_path()))
+        d.start()
+        self.addCleanup(shutil.rmtree, d.tmp, True)
+        self.addCleanup(d.kill)
+        socks = []
+        self.addCleanup(lambda: [s.close() for s in socks])
+        for _ in range(1100):
+            try:
+                s = socket.create_connection((d.host, d.port), timeout=5)
+                s.sendall(b"GET /exec HTTP/1.1\r\nHost: x\r\nAuthori")  # and no more
+                socks.append(s)
+            except OSError:
+                pass
+        t0 = time.monotonic()
+        status, _, body = d.get("/exec", timeout=5)
+        took = time.monotonic() - t0
+        print(f"1,100 slow clients: an authorised request answered in {took * 1000:.1f} ms",
+              flush=True)
+        self.assertEqual(status, 200, body)
+        self.assertLess(took, 1.0)
+        closed = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                if s.recv(1) == b"":
+                    closed += 1
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        self.assertGreater(closed, 500, "the oldest slow clients were not shed")
+        status, _, text = d.get("/metrics")
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        self.assertRegex(text, r'http_connections_closed_total\{reason="evicted"\} [1-9]')
+        lines = d.stop().splitlines()
+        self.assertLess(len(lines), 200, "the log grew with the connections")
+
+
+if __name__ == "__main__":
+    unittest.main()
