@@ -24,8 +24,17 @@ int cmd_rm(int argc, char **argv)
 		_cleanup_free_ char *esc = client_escape(argv[i]);
 		_cleanup_free_ char *p = xasprintf("/exec/%s", esc);
 		struct err e;
-		if (client_json(c, "DELETE", p, NULL, NULL, NULL, &e) < 0)
+		json_t *reply = NULL;
+		if (client_json(c, "DELETE", p, NULL, &reply, NULL, &e) < 0) {
 			rc = cli_fail("%s: %s", argv[i], e.msg);
+			continue;
+		}
+		/* An unknown session is a 200 with destroyed false (the reference's answer). */
+		if (json_is_false(json_object_get(reply, "destroyed"))) {
+			const char *msg = json_string_value(json_object_get(reply, "message"));
+			rc = cli_fail("%s: %s", argv[i], msg ? msg : "no such session");
+		}
+		json_decref(reply);
 	}
 	client_free(c);
 	return rc;

@@ -264,8 +264,14 @@ void api_exec_delete(struct http_ctx *ctx)
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;
 	if (ops_destroy_session(&t, "deleted by the client", &e) < 0) {
-		/* The reference's "destroyed" says whether there was a session to destroy; the
-		 * status stays the 404 (or other error) it has always been. */
+		/* No such session (for this key) is the reference's 200 {destroyed: false}: its
+		 * SDK's destroy() returns that boolean and throws on any other status. */
+		if (e.errnum == ENOENT) {
+			http_reply_json(ctx, 200,
+					json_pack("{s:b, s:s, s:b, s:s}", "success", 0, "id", id,
+						  "destroyed", 0, "message", e.msg));
+			return;
+		}
 		int status = http_status_for_errno(e.errnum);
 		_cleanup_free_ char *msg =
 			utf8_sanitize((const uint8_t *)e.msg, strlen(e.msg), NULL);

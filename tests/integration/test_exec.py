@@ -161,8 +161,11 @@ class SessionRoutesTest(DaemonTestCase):
         self.assertEqual(status, 200, body)
         self.assertEqual(body, {"success": True, "id": sid, "destroyed": True})
         self.assertNotIn(sid, self.listed_sessions())
-        status, headers, body = self.d.delete(f"/exec/{sid}")
-        self.assertJsonError(status, headers, body, 404, sid)
+        # Gone: the reference's 200 with destroyed false (its SDK's destroy() returns it).
+        status, _, body = self.d.delete(f"/exec/{sid}")
+        self.assertEqual(status, 200, body)
+        self.assertEqual((body["success"], body["id"], body["destroyed"]), (False, sid, False))
+        self.assertIn(sid, body["message"])
         # A new session of the same name starts afresh.
         self.run_ok(sid, "echo x > f")
         self.run_ok(self.session(), "true")

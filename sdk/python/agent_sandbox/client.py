@@ -486,5 +486,13 @@ class Session:
         return [FileEntry(e["path"], e["name"], e["type"], e.get("size", 0), e.get("mode", 0),
                           e.get("mtime", 0.0)) for e in j.get("files", [])]
 
-    def destroy(self) -> None:
-        self.client.request("DELETE", self._p(""))
+    def destroy(self) -> bool:
+        """Destroys the session; False when there was no such session (a 200 with
+        destroyed false, or the 404 of older servers)."""
+        try:
+            j = self.client.request("DELETE", self._p(""))
+        except SandboxError as e:
+            if e.status == 404:
+                return False
+            raise
+        return not (isinstance(j, dict) and j.get("destroyed") is False)

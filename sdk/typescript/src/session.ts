@@ -170,8 +170,15 @@ export class Session {
     return this.client.json<ListFilesResult>("GET", this.path(`/files?${q}`));
   }
 
-  /** Destroys the session and its sandbox. */
-  async destroy(): Promise<void> {
-    await this.client.json("DELETE", this.path(""));
+  /** Destroys the session and its sandbox; false when there was no such session (a 200
+   * with `destroyed: false`, or the 404 older servers answer). */
+  async destroy(): Promise<boolean> {
+    try {
+      const r = await this.client.json<{ destroyed?: boolean }>("DELETE", this.path(""));
+      return r.destroyed !== false;
+    } catch (e) {
+      if (e instanceof SandboxError && e.status === 404) return false;
+      throw e;
+    }
   }
 }
