@@ -86,6 +86,9 @@ static const struct var vars[] = {
 	{ "VM_NOFILE_LIMIT", V_UINT, F(nofile), "1024", 16, 1048576 },
 	{ "VM_DISK_LIMIT_BYTES", V_U64, F(disk_limit), "536870912", MiB, 16 * TiB },
 	{ "SANDBOX_PIDS_MAX", V_UINT, F(pids_max), "256", 1, 4194304 },
+	{ "SANDBOX_MAX_MEMORY_BYTES", V_U64, F(max_memory), "4294967296", 16 * MiB, 16 * TiB },
+	{ "SANDBOX_MAX_VCPUS", V_UINT, F(max_vcpus), "4", 1, 32 },
+	{ "SANDBOX_MEMORY_WATERMARK_BYTES", V_U64, F(memory_watermark), "268435456", 0, 16 * TiB },
 
 	{ "SANDBOX_MAX_BODY_BYTES", V_SIZE, F(max_body_bytes), "100663296", KiB, 4 * GiB },
 	{ "SANDBOX_MAX_OUTPUT_BYTES", V_SIZE, F(max_output_bytes), "16777216", KiB, 4 * GiB },
@@ -430,6 +433,18 @@ int config_load(struct config *cfg, struct err *err)
 			    shown);
 	}
 	log_set_level(level);
+
+	/* The defaults must fit under the caps, or every session would be refused. */
+	if (cfg->memory_limit > cfg->max_memory)
+		problem_add(
+			&p, "VM_MEMORY_LIMIT_BYTES: %llu is above SANDBOX_MAX_MEMORY_BYTES (%llu)",
+			(unsigned long long)cfg->memory_limit, (unsigned long long)cfg->max_memory);
+	if (((uint64_t)cfg->mem_mib << 20) > cfg->max_memory)
+		problem_add(&p, "VM_MEM_SIZE_MIB: %u MiB is above SANDBOX_MAX_MEMORY_BYTES (%llu)",
+			    cfg->mem_mib, (unsigned long long)cfg->max_memory);
+	if (cfg->vcpus > cfg->max_vcpus)
+		problem_add(&p, "VM_VCPU_COUNT: %u is above SANDBOX_MAX_VCPUS (%u)", cfg->vcpus,
+			    cfg->max_vcpus);
 
 	if (!p.count)
 		return 0;

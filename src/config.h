@@ -41,6 +41,13 @@ struct config {
 	unsigned nofile;         /* VM_NOFILE_LIMIT, default 1024 */
 	uint64_t disk_limit;     /* VM_DISK_LIMIT_BYTES, default 512 MiB (workspace size) */
 	unsigned pids_max;       /* SANDBOX_PIDS_MAX, default 256 */
+	/* Caps, separate from the defaults above: no session's limits (asked for, from its
+	 * template's manifest or the default) go past them. */
+	uint64_t max_memory; /* SANDBOX_MAX_MEMORY_BYTES, default 4 GiB */
+	unsigned max_vcpus;  /* SANDBOX_MAX_VCPUS, default 4 */
+	/* SANDBOX_MEMORY_WATERMARK_BYTES, default 256 MiB: while the host's MemAvailable is
+	 * below it, no new session is admitted; 0: no check. */
+	uint64_t memory_watermark;
 
 	/* requests */
 	size_t max_body_bytes;   /* SANDBOX_MAX_BODY_BYTES, default 96 MiB */

@@ -6,6 +6,7 @@
  * command whose client left, and pacing a command's output to a slow streaming client. */
 #include <errno.h>
 #include <event2/event.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -16,6 +17,26 @@
 #include "util/log.h"
 #include "util/text.h"
 #include "util/time.h"
+
+/* Seconds a client told "try again" (429: the session limit, the memory watermark, too
+ * many operations at once in a sandbox) is asked to wait. */
+#define RETRY_AFTER_S 5
+
+/* An error reply; at capacity (EAGAIN) with Retry-After and "retryAfter", as the rate
+ * limiter's 429 has. */
+static void reply_err(struct http_ctx *ctx, const struct err *err)
+{
+	if (err->errnum != EAGAIN) {
+		http_reply_err(ctx, err);
+		return;
+	}
+	char secs[16];
+	snprintf(secs, sizeof(secs), "%d", RETRY_AFTER_S);
+	http_add_header(ctx, "Retry-After", secs);
+	_cleanup_free_ char *msg = utf8_sanitize((const uint8_t *)err->msg, strlen(err->msg), NULL);
+	http_reply_json(ctx, http_status_for_errno(EAGAIN),
+			json_pack("{s:s, s:i}", "error", msg, "retryAfter", RETRY_AFTER_S));
+}
 
 /* Streaming output waits for the client once this much is queued toward it. */
 #define STREAM_HIGH_WATER (512u << 10)
@@ -84,7 +105,7 @@ static int opt_env(struct http_ctx *ctx, json_t *body, json_t **ret)
 	struct err e;
 	*ret = NULL;
 	if (ops_check_env(v, &e) < 0) {
-		http_reply_err(ctx, &e);
+		reply_err(ctx, &e);
 		return -1;
 	}
 	if (json_is_object(v))
@@ -226,7 +247,7 @@ static void on_created(struct ops_call *c, const struct ops_result *r, const str
 {
 	struct http_ctx *ctx = arg;
 	if (err)
-		http_reply_err(ctx, err);
+		reply_err(ctx, err);
 	else
 		http_reply_json(ctx, 201, with_reference_fields(session_json(r->session)));
 }
@@ -253,7 +274,7 @@ void api_exec_create(struct http_ctx *ctx)
 				      .egress = json_object_get(body, "egress") };
 	struct err e;
 	if (!ops_create_session(&t, &o, on_created, ctx, &e))
-		http_reply_err(ctx, &e);
+		reply_err(ctx, &e);
 }
 
 void api_exec_delete(struct http_ctx *ctx)
@@ -430,7 +451,7 @@ static void reply_not_started(struct exec_req *q, const struct err *err)
 	if (err->errnum == ECANCELED && q->ctx->gone)
 		http_reply_error(q->ctx, 499, "client closed the request");
 	else
-		http_reply_err(q->ctx, err);
+		reply_err(q->ctx, err);
 }
 
 static void reply_buffered(struct exec_req *q, const struct ops_exec_result *r,
@@ -547,7 +568,7 @@ void api_exec_execute(struct http_ctx *ctx)
 	/* ops keeps what it needs of req: body may go once this returns. */
 	q->x = ops_execute(&t, &req, &exec_cbs, q, &e);
 	if (!q->x) {
-		http_reply_err(ctx, &e);
+		reply_err(ctx, &e);
 		exec_req_free(q);
 		return;
 	}
@@ -567,7 +588,7 @@ void api_exec_cancel(struct http_ctx *ctx)
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;
 	if (ops_cancel_exec(&t, exec_id, &e) < 0) {
-		http_reply_err(ctx, &e);
+		reply_err(ctx, &e);
 		return;
 	}
 	http_reply_json(ctx, 202, json_pack("{s:b, s:s}", "cancelled", 1, "execId", exec_id));
@@ -583,7 +604,7 @@ static void on_written(struct ops_call *c, const struct ops_result *r, const str
 {
 	struct http_ctx *ctx = arg;
 	if (err) {
-		http_reply_err(ctx, err);
+		reply_err(ctx, err);
 		return;
 	}
 	http_reply_json(ctx, 200,
@@ -649,7 +670,7 @@ void api_exec_write(struct http_ctx *ctx)
 	/* ops takes the data, whatever happens. */
 	if (!ops_write_file(&t, path, TAKE_PTR(data), len,
 			    mode ? (int)json_integer_value(mode) : -1, on_written, ctx, &e))
-		http_reply_err(ctx, &e);
+		reply_err(ctx, &e);
 }
 
 /* A path from the query string: JSON (to the agent) can carry only UTF-8 text. Replies 400
@@ -673,7 +694,7 @@ static void on_read(struct ops_call *c, const struct ops_result *r, const struct
 {
 	_cleanup_free_ struct read_req *rr = arg;
 	if (err) {
-		http_reply_err(rr->ctx, err);
+		reply_err(rr->ctx, err);
 		return;
 	}
 	if (rr->raw) {
@@ -709,7 +730,7 @@ void api_exec_read(struct http_ctx *ctx)
 	/* 0: the server's SANDBOX_MAX_READ_BYTES */
 	if (!ops_read_file(&t, path, 0, on_read, rr, &e)) {
 		free(rr);
-		http_reply_err(ctx, &e);
+		reply_err(ctx, &e);
 	}
 }
 
@@ -718,7 +739,7 @@ static void on_listed(struct ops_call *c, const struct ops_result *r, const stru
 {
 	struct http_ctx *ctx = arg;
 	if (err) {
-		http_reply_err(ctx, err);
+		reply_err(ctx, err);
 		return;
 	}
 	json_t *files = r->entries ? json_incref(r->entries) : json_array();
@@ -740,5 +761,5 @@ void api_exec_files(struct http_ctx *ctx)
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;
 	if (!ops_list_files(&t, path, recursive, on_listed, ctx, &e))
-		http_reply_err(ctx, &e);
+		reply_err(ctx, &e);
 }

@@ -69,8 +69,10 @@ int driver_select(const struct config *cfg, const struct driver **ret, struct er
 void driver_default_limits(const struct config *cfg, const struct template *t,
 			   struct sandbox_limits *ret)
 {
+	/* The template's manifest (memSizeMib, vcpuCount) before the server's defaults; the
+	 * caller checks the result against the caps (SANDBOX_MAX_MEMORY_BYTES, _VCPUS). */
 	*ret = (struct sandbox_limits){
-		.memory_bytes = cfg->memory_limit,
+		.memory_bytes = t->mem_mib ? (uint64_t)t->mem_mib << 20 : cfg->memory_limit,
 		.cpu_quota_us = cfg->cpu_quota_us,
 		.cpu_period_us = cfg->cpu_period_us,
 		.pids_max = cfg->pids_max,

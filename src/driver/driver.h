@@ -99,7 +99,8 @@ struct driver_stale {
 void driver_cleanup_stale(const struct driver_stale *s, const char *id, json_t *record);
 
 /* The limits of a sandbox of template t that asks for nothing of its own: the server's
- * (VM_*, SANDBOX_PIDS_MAX), the template's vCPUs and guest RAM where it gives them. The
+ * (VM_*, SANDBOX_PIDS_MAX), except the template's vCPUs and memory (guest RAM, and the
+ * memory cgroup limit) where its manifest gives them. The
  * session layer starts from these, and a driver preparing a template's snapshot uses them
  * to build it for the sandboxes it will restore. */
 void driver_default_limits(const struct config *cfg, const struct template *t,

@@ -186,6 +186,10 @@ static void pool_refill(struct pool *p)
 	struct template *t = template_find(&session_mod.templates, p->template_name);
 	if (!t)
 		return;
+	/* No session of a template above the server's caps can claim one. */
+	struct sandbox_limits l;
+	if (session_limits(t, NULL, &l, NULL) < 0)
+		return;
 	/* One creation at a time per template: the pool fills in the background without
 	 * starving requests for the workers. */
 	while (pool_count(p) + p->inflight < session_mod.cfg->warm_pool && p->inflight < 1) {

@@ -128,18 +128,8 @@ struct create_job *session_job_new(struct template *t, struct session *s, struct
 	j->sandbox_id = xasprintf("sb-%s", hex);
 	j->tmpl = template_ref(t);
 	spec_fill(&j->spec, j->tmpl, j->sandbox_id);
-	if (s) {
-		const struct session_resources *r = &s->resources;
-		struct sandbox_limits *l = &j->spec.limits;
-		if (r->memory_bytes)
-			l->memory_bytes = r->memory_bytes;
-		if (r->cpu_quota_us)
-			l->cpu_quota_us = r->cpu_quota_us;
-		if (r->workspace_bytes)
-			l->workspace_bytes = r->workspace_bytes;
-		if (r->pids_max)
-			l->pids_max = r->pids_max;
-	}
+	if (s)
+		j->spec.limits = s->limits; /* session_limits(), at the session's creation */
 	j->s = s;
 	j->pool = p;
 	j->t0 = time_mono_ms();

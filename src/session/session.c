@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -49,8 +50,13 @@ int session_resources_check(const struct session_resources *r, struct err *err)
 			err, EINVAL,
 			"resources.memoryBytes and resources.pidsMax apply to sandboxes of the "
 			"jail driver; a VM's memory is its template's (memSizeMib)");
-	if (tighter("memoryBytes", r->memory_bytes, c->memory_limit, err) < 0 ||
-	    tighter("cpuQuotaUs", r->cpu_quota_us, c->cpu_quota_us, err) < 0 ||
+	if (r->memory_bytes > c->max_memory)
+		return err_set(err, EINVAL,
+			       "resources.memoryBytes (%llu) is above the server's cap "
+			       "SANDBOX_MAX_MEMORY_BYTES (%llu)",
+			       (unsigned long long)r->memory_bytes,
+			       (unsigned long long)c->max_memory);
+	if (tighter("cpuQuotaUs", r->cpu_quota_us, c->cpu_quota_us, err) < 0 ||
 	    tighter("diskBytes", r->workspace_bytes, c->disk_limit, err) < 0 ||
 	    tighter("pidsMax", r->pids_max, c->pids_max, err) < 0)
 		return -EINVAL;
@@ -61,6 +67,68 @@ int session_resources_check(const struct session_resources *r, struct err *err)
 	if (r->workspace_bytes && r->workspace_bytes < (1u << 20))
 		return err_set(err, EINVAL, "resources.diskBytes must be at least 1 MiB");
 	return 0;
+}
+
+int session_limits(const struct template *t, const struct session_resources *r,
+		   struct sandbox_limits *ret, struct err *err)
+{
+	const struct config *c = session_mod.cfg;
+	struct sandbox_limits l;
+	driver_default_limits(c, t, &l);
+	if (r && r->memory_bytes)
+		l.memory_bytes = r->memory_bytes;
+	if (r && r->cpu_quota_us)
+		l.cpu_quota_us = r->cpu_quota_us;
+	if (r && r->workspace_bytes)
+		l.workspace_bytes = r->workspace_bytes;
+	if (r && r->pids_max)
+		l.pids_max = r->pids_max;
+	/* A request above a cap was refused by session_resources_check: what passes one here
+	 * comes from the template's manifest. */
+	uint64_t guest = (uint64_t)l.mem_mib << 20;
+	if (l.memory_bytes > c->max_memory || guest > c->max_memory)
+		return err_set(
+			err, EINVAL,
+			"template `%s` asks for %u MiB (resources.memSizeMib in its "
+			"template.json), above the server's cap SANDBOX_MAX_MEMORY_BYTES (%llu)",
+			t->name, t->mem_mib, (unsigned long long)c->max_memory);
+	if (l.vcpus > c->max_vcpus)
+		return err_set(err, EINVAL,
+			       "template `%s` asks for %u vCPUs (resources.vcpuCount in its "
+			       "template.json), above the server's cap SANDBOX_MAX_VCPUS (%u)",
+			       t->name, l.vcpus, c->max_vcpus);
+	*ret = l;
+	return 0;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read. */
+static int64_t mem_available(void)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/meminfo", "re");
+	if (!f)
+		return -1;
+	char line[256];
+	unsigned long long kib;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			return (int64_t)(kib * 1024);
+	return -1;
+}
+
+int session_memory_check(struct err *err)
+{
+	uint64_t mark = session_mod.cfg->memory_watermark;
+	if (!mark)
+		return 0;
+	/* Measured use, not the sum of the sessions' limits: limits overcommit, and what the
+	 * host can still give is what decides whether another sandbox fits. */
+	int64_t avail = mem_available();
+	if (avail < 0 || (uint64_t)avail >= mark)
+		return 0;
+	return err_set(err, EAGAIN,
+		       "The server is low on memory: %llu MiB available, below "
+		       "SANDBOX_MEMORY_WATERMARK_BYTES (%llu MiB); try again later",
+		       (unsigned long long)avail >> 20, (unsigned long long)mark >> 20);
 }
 
 bool session_id_valid(const char *id)
@@ -432,6 +500,12 @@ void session_get_or_create(const char *owner, const char *id,
 		cb(NULL, &e, arg);
 		return;
 	}
+	struct sandbox_limits limits;
+	if (session_limits(t, opts ? opts->resources : NULL, &limits, &e) < 0 ||
+	    session_memory_check(&e) < 0) {
+		cb(NULL, &e, arg);
+		return;
+	}
 	/* An egress policy of its own, merged into the server's (it may only tighten it). */
 	struct net_policy *egress = NULL;
 	if (opts && opts->egress && !json_is_null(opts->egress) &&
@@ -453,6 +527,7 @@ void session_get_or_create(const char *owner, const char *id,
 	s->env = opts && json_is_object(opts->env) ? json_deep_copy(opts->env) : json_object();
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
+	s->limits = limits;
 	s->next = session_mod.sessions;
 	session_mod.sessions = s;
 	session_mod.nsessions++;
@@ -553,6 +628,37 @@ static json_t *iso_time(uint64_t ms)
 	return json_string(buf);
 }
 
+/* The limits in force, in the request's names. In a VM, memory is the guest's RAM and the
+ * vCPUs are its own; in a jail, memory is the cgroup's limit and the CPU bound is the quota
+ * alone. */
+static json_t *limits_json(const struct sandbox_limits *l)
+{
+	bool vm = session_mod.drv && strcmp(session_mod.drv->isolation, "vm") == 0;
+	json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:I}", "memoryBytes",
+			      (json_int_t)(vm ? (uint64_t)l->mem_mib << 20 : l->memory_bytes),
+			      "cpuQuotaUs", (json_int_t)l->cpu_quota_us, "cpuPeriodUs",
+			      (json_int_t)l->cpu_period_us, "diskBytes",
+			      (json_int_t)l->workspace_bytes, "pidsMax", (json_int_t)l->pids_max);
+	if (vm)
+		json_object_set_new(j, "vcpuCount", json_integer(l->vcpus));
+	return j;
+}
+
+/* What the session asked for at creation (only the fields it gave). */
+static json_t *resources_json(const struct session_resources *r)
+{
+	json_t *j = json_object();
+	if (r->memory_bytes)
+		json_object_set_new(j, "memoryBytes", json_integer((json_int_t)r->memory_bytes));
+	if (r->cpu_quota_us)
+		json_object_set_new(j, "cpuQuotaUs", json_integer((json_int_t)r->cpu_quota_us));
+	if (r->workspace_bytes)
+		json_object_set_new(j, "diskBytes", json_integer((json_int_t)r->workspace_bytes));
+	if (r->pids_max)
+		json_object_set_new(j, "pidsMax", json_integer(r->pids_max));
+	return j;
+}
+
 json_t *session_json(const struct session *s)
 {
 	uint64_t idle_ms = time_mono_ms() - s->active_mono_ms;
@@ -568,6 +674,12 @@ json_t *session_json(const struct session *s)
 	struct net_sandbox_info ni;
 	bool networked = s->sb && s->sandbox_id && net_sandbox_info(s->sandbox_id, &ni) == 0;
 	json_object_set_new(j, "network", json_string(networked ? "on" : "off"));
+	json_object_set_new(j, "limits", limits_json(&s->limits));
+	json_t *asked = resources_json(&s->resources);
+	if (json_object_size(asked))
+		json_object_set_new(j, "resources", asked);
+	else
+		json_decref(asked);
 	return j;
 }
 

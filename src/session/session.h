@@ -42,6 +42,7 @@ struct session {
 	enum session_state state;
 	struct err failure;
 	struct session_resources resources; /* asked for at creation (0: the server's) */
+	struct sandbox_limits limits;       /* in force: session_limits() */
 	struct sandbox *sb;
 	struct guest_conn *conn;
 	json_t *env;             /* default environment for commands (object) */
@@ -108,8 +109,19 @@ void session_get_or_create(const char *owner, const char *id,
 			   const struct session_create_opts *opts, session_ready_fn cb, void *arg,
 			   bool *created);
 
-/* Checks that `r` only tightens the server's limits; EINVAL naming the field otherwise. */
+/* Checks `r` against the server's limits: memoryBytes up to the cap SANDBOX_MAX_MEMORY_BYTES,
+ * the others only lower; EINVAL naming the field (and the cap) otherwise. */
 int session_resources_check(const struct session_resources *r, struct err *err);
+
+/* The limits a session of template `t` runs with: each from the request (`r`, may be NULL),
+ * else the template's manifest (memSizeMib, vcpuCount), else the server's default. EINVAL
+ * naming the cap when one of them passes SANDBOX_MAX_MEMORY_BYTES or SANDBOX_MAX_VCPUS. */
+int session_limits(const struct template *t, const struct session_resources *r,
+		   struct sandbox_limits *ret, struct err *err);
+
+/* Admission by measured memory: 0 while the host's MemAvailable is at or above
+ * SANDBOX_MEMORY_WATERMARK_BYTES (or the check is off), else EAGAIN saying so. */
+int session_memory_check(struct err *err);
 
 /* Validates a client-chosen session id. */
 bool session_id_valid(const char *id);

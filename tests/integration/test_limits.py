@@ -1,9 +1,11 @@
 """Limits: output caps, request size, the pids and memory limits of a sandbox. One daemon with
 small limits serves the class."""
 
+import shutil
 import subprocess
 import unittest
 
+import harness
 import helpers_host as host
 from helpers_exec import DaemonTestCase, joined, sandbox_of
 from runner import tag
@@ -184,9 +186,10 @@ class CapacityTest(DaemonTestCase):
         self.assertEqual(status, 503, body)
         self.assertEqual(body["status"], "not ready")
         self.assertIn("capacity", [f["check"] for f in body["failing"]])
-        # Over the limit, by either kind of creation.
+        # Over the limit, by either kind of creation; told when to try again.
         status, headers, body = self.d.post("/exec/", body={"id": c})
         self.assertJsonError(status, headers, body, 429)
+        self.assertEqual(headers.get("Retry-After"), str(body["retryAfter"]), body)
         status, headers, body = self.d.post(f"/exec/{c}/execute", body={"command": "true"})
         self.assertJsonError(status, headers, body, 429)
         status, headers, body = self.d.post(f"/exec/{c}/write",
@@ -199,6 +202,86 @@ class CapacityTest(DaemonTestCase):
         self.assertEqual(self.d.delete(f"/exec/{c}")[0], 200)
         status, _, body = self.d.get("/ready")
         self.assertEqual(status, 200, body)
+
+
+class LimitsInForceTest(DaemonTestCase):
+    """A session's object shows the limits its sandbox has: memory from the template's
+    manifest (base: memSizeMib 128) over VM_MEMORY_LIMIT_BYTES, a request's over both."""
+
+    daemon_env = {"VM_MEMORY_LIMIT_BYTES": str(32 * MiB), "SANDBOX_WARM_POOL": "0"}
+
+    def test_session_shows_its_limits(self):
+        sid = self.session()
+        status, _, body = self.d.post("/exec/", body={"id": sid})
+        self.assertEqual(status, 201, body)
+        limits = body["limits"]
+        self.assertEqual(limits["memoryBytes"], 128 * MiB, body)
+        self.assertEqual((limits["cpuQuotaUs"], limits["cpuPeriodUs"]), (50000, 100000), body)
+        self.assertEqual(limits["pidsMax"], 256, body)
+        self.assertNotIn("resources", body)
+        other = self.session()
+        status, _, body = self.d.post("/exec/", body={
+            "id": other, "resources": {"memoryBytes": 256 * MiB, "pidsMax": 32}})
+        self.assertEqual(status, 201, body)
+        self.assertEqual((body["limits"]["memoryBytes"], body["limits"]["pidsMax"]),
+                         (256 * MiB, 32), body)
+        self.assertEqual(body["resources"], {"memoryBytes": 256 * MiB, "pidsMax": 32})
+        listed = {s["id"]: s for s in self.d.get("/exec/")[2]["sessions"]}
+        self.assertEqual(listed[other]["limits"], body["limits"])
+
+
+class MemoryCapTest(DaemonTestCase):
+    """SANDBOX_MAX_MEMORY_BYTES bounds the request and the template's manifest alike."""
+
+    daemon_env = {"SANDBOX_MAX_MEMORY_BYTES": str(64 * MiB),
+                  "VM_MEMORY_LIMIT_BYTES": str(64 * MiB), "VM_MEM_SIZE_MIB": "64",
+                  "SANDBOX_WARM_POOL": "1"}
+
+    def test_template_above_the_cap_is_refused(self):
+        # base asks for 128 MiB in its template.json.
+        for path, body in (("/exec/", {"id": "cap-1"}),
+                           ("/exec/cap-2/execute", {"command": "true"})):
+            with self.subTest(path=path):
+                status, headers, reply = self.d.post(path, body=body)
+                self.assertJsonError(status, headers, reply, 400, "SANDBOX_MAX_MEMORY_BYTES")
+                self.assertIn("memSizeMib", reply["error"])
+        # Nor does the warm pool keep sandboxes no session could take.
+        self.assertEqual(self.d.get("/health")[2]["warmPool"], 0)
+
+    def test_request_above_the_cap_is_refused(self):
+        status, headers, body = self.d.post("/exec/", body={
+            "resources": {"memoryBytes": 65 * MiB}})
+        self.assertJsonError(status, headers, body, 400,
+                             f"cap SANDBOX_MAX_MEMORY_BYTES ({64 * MiB})")
+
+    def test_defaults_above_the_caps_stop_the_daemon(self):
+        for env, name in (({"VM_MEMORY_LIMIT_BYTES": str(128 * MiB)}, "VM_MEMORY_LIMIT_BYTES"),
+                          ({"VM_VCPU_COUNT": "3", "SANDBOX_MAX_VCPUS": "2"}, "VM_VCPU_COUNT")):
+            with self.subTest(variable=name):
+                d = harness.Daemon(env={"SANDBOX_MAX_MEMORY_BYTES": str(64 * MiB),
+                                        "VM_MEM_SIZE_MIB": "64", **env})
+                self.addCleanup(lambda d=d: d.tmp and shutil.rmtree(d.tmp, True))
+                with self.assertRaises(AssertionError) as cm:
+                    d.start()
+                self.assertIn(f"{name}:", str(cm.exception))
+
+
+class MemoryWatermarkTest(DaemonTestCase):
+    """New sessions are admitted by the host's available memory, not by the sum of limits:
+    below SANDBOX_MEMORY_WATERMARK_BYTES (here more than any host has) creation is a 429
+    with Retry-After."""
+
+    daemon_env = {"SANDBOX_MEMORY_WATERMARK_BYTES": str(16 << 40), "SANDBOX_WARM_POOL": "0"}
+
+    def test_creation_waits_for_memory(self):
+        for path, body in (("/exec/", {}),
+                           ("/exec/wm-1/execute", {"command": "true"}),
+                           ("/exec/wm-2/write", {"path": "x", "content": "x"})):
+            with self.subTest(path=path):
+                status, headers, reply = self.d.post(path, body=body)
+                self.assertJsonError(status, headers, reply, 429,
+                                     "SANDBOX_MEMORY_WATERMARK_BYTES")
+                self.assertEqual(headers.get("Retry-After"), str(reply["retryAfter"]))
 
 
 class DefaultTimeoutTest(DaemonTestCase):

@@ -43,6 +43,7 @@ class TemplateSessionCase(unittest.TestCase):
     """A daemon on one built template; subclasses set `template`."""
 
     template = None
+    daemon_env = {}  # over DAEMON_ENV (a value of None removes a variable)
     d = None
 
     @classmethod
@@ -67,7 +68,8 @@ class TemplateSessionCase(unittest.TestCase):
             report(f"{cls.template}: the build in {build.dir} is current, reused")
         cls.build = build
 
-        cls.d = harness.Daemon(env={**DAEMON_ENV, "SANDBOX_DEFAULT_TEMPLATE": cls.template})
+        cls.d = harness.Daemon(env={**DAEMON_ENV, "SANDBOX_DEFAULT_TEMPLATE": cls.template,
+                                    **cls.daemon_env})
         cls.d.start()
         cls.addClassCleanup(cls.d.stop)
         cls.started = time.monotonic()
@@ -172,6 +174,49 @@ class PythonTemplateTest(TemplateSessionCase):
         answer, path = out.splitlines()
         self.assertEqual(answer, fixtures.ANSWER)
         self.assertTrue(path.startswith("/workspace/"), path)
+
+
+class PythonTemplateLimitsTest(TemplateSessionCase):
+    """A session's memory comes from its request, else its template's manifest (python's
+    template.json says memSizeMib 512), else VM_MEMORY_LIMIT_BYTES (left at its 128 MiB
+    here), and never passes the cap SANDBOX_MAX_MEMORY_BYTES."""
+
+    template = "python"
+    daemon_env = {"VM_MEMORY_LIMIT_BYTES": None, "SANDBOX_MAX_MEMORY_BYTES": str(1 << 30)}
+
+    # Touches every page: 200 MB resident, which 128 MiB would not hold.
+    ALLOC = ["-c", "b = b'x' * (200 * 1000 * 1000); print(len(b))"]
+
+    def test_manifest_memory_holds_200_mb(self):
+        sid = self.session()
+        status, _, body = self.d.get("/exec/")
+        self.assertEqual(status, 200, body)
+        mine = next(s for s in body["sessions"] if s["id"] == sid)
+        self.assertEqual(mine["limits"]["memoryBytes"], 512 << 20, mine)
+        self.assertNotIn("resources", mine)  # it asked for nothing of its own
+        code, out, err = self.execute(sid, "python3", args=self.ALLOC)
+        self.assertEqual((code, out), (0, "200000000\n"), err)
+
+    def test_request_before_manifest(self):
+        sid = f"python-{self._testMethodName}"[:60]
+        status, _, body = self.d.post("/exec/", body={
+            "id": sid, "template": "python", "resources": {"memoryBytes": 64 << 20}},
+            timeout=120)
+        self.assertEqual(status, 201, body)
+        self.addCleanup(self.d.delete, f"/exec/{sid}", timeout=60)
+        self.assertEqual(body["limits"]["memoryBytes"], 64 << 20, body)
+        self.assertEqual(body["resources"], {"memoryBytes": 64 << 20}, body)
+        status, _, resp = self.d.post(f"/exec/{sid}/execute", timeout=120, body={
+            "command": "python3", "args": self.ALLOC, "timeout": COMMAND_TIMEOUT_MS})
+        self.assertEqual(status, 200, resp)
+        self.assertIs(resp.get("oomKilled"), True, resp)
+
+    def test_request_above_the_cap_is_refused(self):
+        status, _, body = self.d.post("/exec/", body={
+            "template": "python", "resources": {"memoryBytes": 2 << 30}}, timeout=60)
+        self.assertEqual(status, 400, body)
+        self.assertIn("SANDBOX_MAX_MEMORY_BYTES", body["error"])
+        self.assertIn(str(1 << 30), body["error"])
 
 
 class NodeTemplateTest(TemplateSessionCase):

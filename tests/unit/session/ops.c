@@ -1720,11 +1720,12 @@ static void test_create_session(void **state)
 	assert_int_equal(l->session->idle_timeout_s, 7);
 
 	struct err e;
-	struct session_resources more = { .memory_bytes = T.cfg.memory_limit * 2 };
+	struct session_resources more = { .memory_bytes = T.cfg.max_memory + 1 };
 	struct ops_session_opts loose = { .resources = &more };
 	assert_null(ops_create_session(&lim, &loose, on_call_done, stray, &e));
 	assert_int_equal(e.errnum, EINVAL);
 	assert_non_null(strstr(e.msg, "memoryBytes"));
+	assert_non_null(strstr(e.msg, "SANDBOX_MAX_MEMORY_BYTES"));
 }
 
 static void test_invalid_session_ids(void **state)

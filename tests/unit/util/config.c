@@ -39,6 +39,9 @@ static const char *const all_vars[] = {
 	"VM_NOFILE_LIMIT",
 	"VM_DISK_LIMIT_BYTES",
 	"SANDBOX_PIDS_MAX",
+	"SANDBOX_MAX_MEMORY_BYTES",
+	"SANDBOX_MAX_VCPUS",
+	"SANDBOX_MEMORY_WATERMARK_BYTES",
 	"SANDBOX_MAX_BODY_BYTES",
 	"SANDBOX_MAX_OUTPUT_BYTES",
 	"SANDBOX_MAX_READ_BYTES",
@@ -144,6 +147,9 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.nofile, 1024);
 	assert_int_equal(cfg.disk_limit, 512 << 20);
 	assert_int_equal(cfg.pids_max, 256);
+	assert_true(cfg.max_memory == 4ull << 30);
+	assert_int_equal(cfg.max_vcpus, 4);
+	assert_int_equal(cfg.memory_watermark, 256 << 20);
 
 	assert_int_equal(cfg.max_body_bytes, 96 << 20);
 	assert_int_equal(cfg.max_output_bytes, 16 << 20);
@@ -222,6 +228,9 @@ static void test_values_are_read(void **state)
 		{ "SANDBOX_SHUTDOWN_GRACE_MS", "0" },
 		{ "SANDBOX_REAPER_INTERVAL_MS", "10" },
 		{ "SANDBOX_POOL_RETRY_MS", "600000" },
+		{ "SANDBOX_MAX_MEMORY_BYTES", "17179869184" },
+		{ "SANDBOX_MAX_VCPUS", "32" },
+		{ "SANDBOX_MEMORY_WATERMARK_BYTES", "0" },
 		{ "AUTH_ENABLED", "no" },
 		{ "AUTH_KEY_PREFIX", "sk_live-" },
 		{ "MCP_AUTH_TOKEN", "s3cret token" },
@@ -273,6 +282,9 @@ static void test_values_are_read(void **state)
 	assert_int_equal(cfg.nofile, 4096);
 	assert_int_equal(cfg.disk_limit, 10485760);
 	assert_int_equal(cfg.pids_max, 4194304);
+	assert_true(cfg.max_memory == 17179869184ull);
+	assert_int_equal(cfg.max_vcpus, 32);
+	assert_true(cfg.memory_watermark == 0);
 	assert_true(cfg.max_body_bytes == 4294967296ull);
 	assert_int_equal(cfg.max_output_bytes, 1024);
 	assert_int_equal(cfg.max_read_bytes, 1048576);
