@@ -56,26 +56,43 @@ void api_health(struct http_ctx *ctx)
 }
 
 /* Ready means a request for a session can succeed now: state can be written, the driver
- * works, a template is loaded and there is room for another session. */
+ * works, a template is loaded, there is room for another session and the host has memory
+ * above the watermark. `checks` holds each as a boolean under the reference's names
+ * (memoryOk) and ours; `failing` says why for each that fails. */
 void api_ready(struct http_ctx *ctx)
 {
 	json_t *failing = json_array();
+	json_t *checks = json_object();
 	struct err e;
 
-	if (store_check_writable(&e) < 0)
+	bool mem_ok = session_memory_check(&e) == 0;
+	json_object_set_new(checks, "memoryOk", json_boolean(mem_ok));
+	if (!mem_ok)
+		json_array_append_new(failing,
+				      json_pack("{s:s, s:s}", "check", "memory", "error", e.msg));
+	bool state_ok = store_check_writable(&e) == 0;
+	json_object_set_new(checks, "state", json_boolean(state_ok));
+	if (!state_ok)
 		json_array_append_new(failing,
 				      json_pack("{s:s, s:s}", "check", "state", "error", e.msg));
-	if (!session_driver_healthy(&e))
+	bool driver_ok = session_driver_healthy(&e);
+	json_object_set_new(checks, "driver", json_boolean(driver_ok));
+	if (!driver_ok)
 		json_array_append_new(failing,
 				      json_pack("{s:s, s:s}", "check", "driver", "error", e.msg));
-	if (session_templates()->n == 0)
+	bool templates_ok = session_templates()->n > 0;
+	json_object_set_new(checks, "templates", json_boolean(templates_ok));
+	if (!templates_ok)
 		json_array_append_new(failing, json_pack("{s:s, s:s}", "check", "templates",
 							 "error", "no template is loaded"));
-	if (session_count() >= H.cfg->max_sessions)
+	bool capacity_ok = session_count() < H.cfg->max_sessions;
+	json_object_set_new(checks, "capacity", json_boolean(capacity_ok));
+	if (!capacity_ok)
 		json_array_append_new(failing, json_pack("{s:s, s:s}", "check", "capacity", "error",
 							 "the session limit is reached"));
 	bool ok = json_array_size(failing) == 0;
-	json_t *body =
-		json_pack("{s:s, s:o}", "status", ok ? "ready" : "not ready", "failing", failing);
+	/* "not_ready" is the reference's spelling. */
+	json_t *body = json_pack("{s:s, s:o, s:o}", "status", ok ? "ready" : "not_ready", "checks",
+				 checks, "failing", failing);
 	http_reply_json(ctx, ok ? 200 : 503, body);
 }

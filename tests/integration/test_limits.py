@@ -184,8 +184,9 @@ class CapacityTest(DaemonTestCase):
         self.assertEqual(status, 201, body)
         status, _, body = self.d.get("/ready")
         self.assertEqual(status, 503, body)
-        self.assertEqual(body["status"], "not ready")
+        self.assertEqual(body["status"], "not_ready")
         self.assertIn("capacity", [f["check"] for f in body["failing"]])
+        self.assertIs(body["checks"]["capacity"], False, body)
         # Over the limit, by either kind of creation; told when to try again.
         status, headers, body = self.d.post("/exec/", body={"id": c})
         self.assertJsonError(status, headers, body, 429)
@@ -269,7 +270,7 @@ class MemoryCapTest(DaemonTestCase):
 class MemoryWatermarkTest(DaemonTestCase):
     """New sessions are admitted by the host's available memory, not by the sum of limits:
     below SANDBOX_MEMORY_WATERMARK_BYTES (here more than any host has) creation is a 429
-    with Retry-After."""
+    with Retry-After, and /ready says memoryOk false."""
 
     daemon_env = {"SANDBOX_MEMORY_WATERMARK_BYTES": str(16 << 40), "SANDBOX_WARM_POOL": "0"}
 
@@ -282,6 +283,9 @@ class MemoryWatermarkTest(DaemonTestCase):
                 self.assertJsonError(status, headers, reply, 429,
                                      "SANDBOX_MEMORY_WATERMARK_BYTES")
                 self.assertEqual(headers.get("Retry-After"), str(reply["retryAfter"]))
+        status, _, body = self.d.get("/ready")
+        self.assertEqual((status, body["status"]), (503, "not_ready"), body)
+        self.assertIs(body["checks"]["memoryOk"], False, body)
 
 
 class DefaultTimeoutTest(DaemonTestCase):

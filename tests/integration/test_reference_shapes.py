@@ -162,10 +162,28 @@ class RestShapesTest(ShapeChecks, DaemonTestCase):
         self.assertShape(body, {"status": str, "uptime": NUMBER}, "health")
         self.assertEqual(body["status"], "ok")
 
-    @unittest.expectedFailure  # /ready has no "checks" object yet (see docs/api.md)
     def test_ready(self):
-        _, _, body = self.d.get("/ready")
+        status, _, body = self.d.get("/ready")
+        self.assertEqual(status, 200, body)
         self.assertShape(body, {"status": str, "checks": dict}, "ready")
+        self.assertEqual(body["status"], "ready")
+        self.assertShape(body["checks"], {"memoryOk": bool}, "ready.checks")
+        self.assertIs(body["checks"]["memoryOk"], True, body)
+
+
+class ReadyNotReadyShapeTest(ShapeChecks, DaemonTestCase):
+    """/ready when it fails: the reference's `not_ready` and `checks.memoryOk` false (here
+    the host's available memory is below a watermark no host reaches)."""
+
+    daemon_env = {"SANDBOX_MEMORY_WATERMARK_BYTES": str(16 << 40), "SANDBOX_WARM_POOL": "0"}
+
+    def test_not_ready(self):
+        status, _, body = self.d.get("/ready")
+        self.assertEqual(status, 503, body)
+        self.assertShape(body, {"status": str, "checks": dict}, "not ready")
+        self.assertEqual(body["status"], "not_ready")
+        self.assertIs(body["checks"]["memoryOk"], False, body)
+        self.assertIn("memory", [f["check"] for f in body["failing"]])
 
     def test_admin_keys(self):
         status, _, body = self.d.post("/admin/keys", body={"name": "shape-key"})
