@@ -193,7 +193,9 @@ static const char in_session_only[] = "{\"type\": \"object\", \"properties\": {"
 				      "false}";
 static const char out_reset[] = "{\"type\": \"object\", \"properties\": {"
 				"\"sessionId\": {\"type\": \"string\"}, "
-				"\"destroyed\": {\"type\": \"boolean\"}}, "
+				"\"destroyed\": {\"type\": \"boolean\", \"description\": "
+				"\"false when there was no such session\"}, "
+				"\"message\": {\"type\": \"string\"}}, "
 				"\"required\": [\"sessionId\", \"destroyed\"]}";
 
 static const char out_ping[] = "{\"type\": \"object\", \"properties\": {"
@@ -547,6 +549,15 @@ static void t_reset_session(struct mcp_call *c, json_t *args, const char *versio
 	struct ops_target t = target(c, args);
 	struct err e;
 	if (ops_destroy_session(&t, "reset by an MCP client", &e) < 0) {
+		/* No such session is a result, not a failure (the tool is idempotent), as the
+		 * reference's and REST's DELETE answer it: destroyed false. */
+		if (e.errnum == ENOENT && t.session_id) {
+			reply_ok(c,
+				 json_pack("{s:s, s:b, s:s}", "sessionId", t.session_id,
+					   "destroyed", 0, "message", e.msg),
+				 version);
+			return;
+		}
 		reply_err(c, &e);
 		return;
 	}

@@ -42,12 +42,15 @@ for (const kind of ["streamable-http", "stdio"]) {
         ["read_file", { sessionId: id, path: "secret.txt" }],
         ["list_files", { sessionId: id }],
         ["cancel", { sessionId: id, execId: "exec_1" }],
-        ["reset_session", { sessionId: id }],
       ]) {
         const r = await b.callTool({ name, arguments: args });
         assert.equal(r.isError, true, name);
         assert.match(errorText(r), /not found/, name);
       }
+      // Destroying it is answered as for no session at all: destroyed false, not an error.
+      const reset = structured(await b.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+      assert.equal(reset.destroyed, false);
+      assert.match(reset.message, /not found/);
       // Still there for A.
       const still = structured(
         await a.callTool({ name: "read_file", arguments: { sessionId: id, path: "secret.txt" } }),
