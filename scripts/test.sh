@@ -15,7 +15,8 @@
 #              suites of the daemon;
 #        vm    the client suites (MCP, SDKs, CLI, auth, ...) while the kernel builds, then
 #              `kernel`, which waits for the background build (the kernel cache's lock) and
-#              boots the kernel, then the CPU-bound VM suites (QEMU under TCG here). Each runs
+#              boots the kernel, then `docs` (every documented snippet, run), then the
+#              CPU-bound VM suites (QEMU under TCG here). Each runs
 #              in a network and mount namespace of its own (scripts/isolated.sh, or its own
 #              runner's) so that its daemons and those of the main lane never share a sandbox
 #              network, an nftables table or /run.
@@ -69,6 +70,7 @@ suites=(
 	"metrics           vm    300  scripts/isolated.sh tests/integration/run.sh tests/metrics"
 	"firecracker       vm    600  scripts/isolated.sh tests/integration/run.sh tests/firecracker"
 	"kernel            vm   2400  tests/kernel/run.sh"
+	"docs              vm    600  tests/docs/run.sh"
 	"e2e               vm   1800  scripts/isolated.sh tests/e2e/run.sh"
 	"net-vm            vm    900  tests/net/run.sh QemuVm"
 )
