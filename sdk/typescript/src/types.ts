@@ -90,6 +90,18 @@ export interface SessionInfo {
   idleTimeout: number;
   running: number;
   error?: string;
+  /** The limits the session's sandbox runs with: from its request, else its template's
+   * manifest, else the server's defaults. vcpuCount with a VM driver only. */
+  limits?: {
+    memoryBytes: number;
+    cpuQuotaUs: number;
+    cpuPeriodUs: number;
+    diskBytes: number;
+    pidsMax: number;
+    vcpuCount?: number;
+  };
+  /** What the session asked for at creation, when it did. */
+  resources?: { memoryBytes?: number; cpuQuotaUs?: number; diskBytes?: number; pidsMax?: number };
 }
 
 export interface HealthInfo {
