@@ -22,7 +22,8 @@ import harness  # noqa: E402
 import template_builds  # noqa: E402
 
 # No network in the sandboxes (what every install here must do without), and limits enough
-# for a compiler (the defaults are half a CPU and 128 MiB).
+# for a compiler (the default is half a CPU; memory is each template's memSizeMib, and
+# VM_MEMORY_LIMIT_BYTES only for a template without one).
 DAEMON_ENV = {
     "AUTH_ENABLED": "false",
     "SANDBOX_NETWORK": "off",
@@ -261,6 +262,6 @@ class GoTemplateTest(TemplateSessionCase):
 def load_tests(loader, tests, pattern):
     """The templates in the order of template_builds.BUNDLED, python first."""
     suite = unittest.TestSuite()
-    for cls in (PythonTemplateTest, NodeTemplateTest, GoTemplateTest):
+    for cls in (PythonTemplateTest, PythonTemplateLimitsTest, NodeTemplateTest, GoTemplateTest):
         suite.addTests(loader.loadTestsFromTestCase(cls))
     return suite
