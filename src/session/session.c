@@ -84,15 +84,17 @@ int session_limits(const struct template *t, const struct session_resources *r,
 	if (r && r->pids_max)
 		l.pids_max = r->pids_max;
 	/* A request above a cap was refused by session_resources_check: what passes one here
-	 * comes from the template's manifest. */
-	uint64_t guest = (uint64_t)l.mem_mib << 20;
-	if (l.memory_bytes > c->max_memory || guest > c->max_memory)
+	 * comes from the template's manifest. A jail has no guest RAM nor vCPUs of its own:
+	 * only its memory limit counts. */
+	bool vm = session_mod.drv && strcmp(session_mod.drv->isolation, "vm") == 0;
+	uint64_t mem = vm ? (uint64_t)l.mem_mib << 20 : l.memory_bytes;
+	if (mem > c->max_memory)
 		return err_set(
 			err, EINVAL,
 			"template `%s` asks for %u MiB (resources.memSizeMib in its "
 			"template.json), above the server's cap SANDBOX_MAX_MEMORY_BYTES (%llu)",
 			t->name, t->mem_mib, (unsigned long long)c->max_memory);
-	if (l.vcpus > c->max_vcpus)
+	if (vm && l.vcpus > c->max_vcpus)
 		return err_set(err, EINVAL,
 			       "template `%s` asks for %u vCPUs (resources.vcpuCount in its "
 			       "template.json), above the server's cap SANDBOX_MAX_VCPUS (%u)",

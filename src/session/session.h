@@ -115,7 +115,8 @@ int session_resources_check(const struct session_resources *r, struct err *err);
 
 /* The limits a session of template `t` runs with: each from the request (`r`, may be NULL),
  * else the template's manifest (memSizeMib, vcpuCount), else the server's default. EINVAL
- * naming the cap when one of them passes SANDBOX_MAX_MEMORY_BYTES or SANDBOX_MAX_VCPUS. */
+ * naming the cap when its memory passes SANDBOX_MAX_MEMORY_BYTES, or (VM drivers) its vCPUs
+ * SANDBOX_MAX_VCPUS. */
 int session_limits(const struct template *t, const struct session_resources *r,
 		   struct sandbox_limits *ret, struct err *err);
 

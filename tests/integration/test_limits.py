@@ -249,6 +249,16 @@ class MemoryCapTest(DaemonTestCase):
         # Nor does the warm pool keep sandboxes no session could take.
         self.assertEqual(self.d.get("/health")[2]["warmPool"], 0)
 
+    def test_a_request_under_the_cap_takes_the_manifests_place(self):
+        if self.d.get("/health")[2]["isolation"] == "vm":
+            self.skipTest("a VM's memory is its template's (memoryBytes is refused)")
+        sid = self.session()
+        status, _, body = self.d.post("/exec/", body={
+            "id": sid, "resources": {"memoryBytes": 32 * MiB}})
+        self.assertEqual(status, 201, body)
+        self.assertEqual(body["limits"]["memoryBytes"], 32 * MiB, body)
+        self.run_ok(sid, "true")
+
     def test_request_above_the_cap_is_refused(self):
         status, headers, body = self.d.post("/exec/", body={
             "resources": {"memoryBytes": 65 * MiB}})
