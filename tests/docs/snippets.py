@@ -60,6 +60,7 @@ ALL_RUN = ("README.md", "docs/api.md")
 # default template (node) and python.
 TEMPLATES = ("node", "python")
 SNIPPET_TIMEOUT = float(os.environ.get("SNIPPET_TIMEOUT", "90"))
+# SNIPPET_OUTPUT=1: print what each block printed, also when it passed.
 
 SHELLS = ("sh", "bash", "shell")
 PYTHONS = ("python", "py")
@@ -84,10 +85,13 @@ def documents():
     return sorted(p for p in out.split() if not p.startswith(("tests/mcp/node_modules",)))
 
 
-def blocks_of(doc):
-    """The fenced blocks of a document (CommonMark fences, including indented ones in lists)."""
-    with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
-        lines = f.read().split("\n")
+def blocks_of(doc, text=None):
+    """The fenced blocks of a document (CommonMark fences, including indented ones in lists);
+    text: its contents, else read from the checkout."""
+    if text is None:
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            text = f.read()
+    lines = text.split("\n")
     found = []
     i = 0
     while i < len(lines):
@@ -262,6 +266,8 @@ def run_document(doc, blocks, results):
                 secs = time.monotonic() - t0
                 if ok:
                     print(f"ok    {b.where} ({b.lang}, {secs:.1f}s)", flush=True)
+                    if os.environ.get("SNIPPET_OUTPUT"):
+                        print(indent(tail(detail, 200), "  > "), flush=True)
                 else:
                     print(f"FAIL  {b.where} ({b.lang}): {why}\n"
                           + indent(b.text, "  | ") + "\n" + indent(tail(detail), "  > "),
@@ -289,9 +295,35 @@ def tail(text, lines=30):
     return "\n".join(text.rstrip("\n").split("\n")[-lines:])
 
 
+# What the tag check must say of each kind of block: (document, fence line, a problem?).
+SELF_CHECKS = (
+    ("docs/x.md", "```sh run", False),
+    ("docs/x.md", "```text no-run: output", False),
+    ("docs/x.md", "   ```json no-run: a fragment", False),
+    ("docs/x.md", "```sh", True),
+    ("docs/x.md", "```", True),
+    ("docs/x.md", "```json run", True),
+    ("docs/x.md", "```sh no-run", True),
+    ("docs/x.md", "```sh maybe", True),
+    ("README.md", "```sh no-run: needs systemd", True),
+    ("docs/api.md", "```json no-run: output", True),
+)
+
+
+def self_check(results):
+    """The tag rules themselves, on made-up documents."""
+    for doc, fence, bad in SELF_CHECKS:
+        found = blocks_of(doc, f"text\n\n{fence}\necho hi\n{fence.strip()[:3]}\n")
+        ok = len(found) == 1 and (tag_problem(found[0]) is not None) == bad
+        print(f"{'ok   ' if ok else 'FAIL '} tag check: {doc} {fence.strip()!r} is "
+              f"{'refused' if bad else 'accepted'}", flush=True)
+        results.append(ok)
+
+
 def inside(docs):
     t0 = time.monotonic()
     results = []
+    self_check(results)
     n_run = n_norun = 0
     runs = {}
     for doc in docs:
