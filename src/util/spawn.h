@@ -55,10 +55,16 @@ enum spawn_op_kind {
 	SOP_RLIMIT,       /* setrlimit(flags, {arg, arg}) */
 	SOP_CAPS,         /* bounding set, ambient, then effective/permitted/inheritable */
 	SOP_NO_NEW_PRIVS,
-	SOP_UMASK,   /* umask(arg) */
-	SOP_SECCOMP, /* install the plan's filter */
-	SOP_EXEC,    /* execveat(fd, "", argv, envp, AT_EMPTY_PATH), or execve(src) when fd < 0 */
-	SOP_EXIT,    /* _exit(0): the end of a probe */
+	SOP_UMASK,     /* umask(arg) */
+	SOP_SECCOMP,   /* install the plan's filter */
+	SOP_EXEC,      /* execveat(fd, "", argv, envp, AT_EMPTY_PATH), or execve(src) when fd < 0 */
+	SOP_EXIT,      /* _exit(0): the end of a probe */
+	SOP_SETID,     /* no supplementary groups, then setresgid(flags) and setresuid(arg) */
+	SOP_SEND_BYTE, /* write one byte to fd (tells the parent a step is done) */
+	SOP_RECV_FD,   /* receive one byte and one descriptor (SCM_RIGHTS) on fd, as number arg */
+	SOP_FSMOUNT,   /* a detached mount of a new fstype (fsopen, fsmount with attributes
+			* flags) as descriptor number arg */
+	SOP_MOVE_MOUNT, /* attach the detached mount fd at dst (move_mount) */
 };
 
 struct spawn_op {

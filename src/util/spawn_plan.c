@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <linux/if_tun.h>
 #include <linux/seccomp.h>
@@ -316,6 +317,83 @@ static int write_file(const char *path, const char *data)
 	return n == (ssize_t)len ? 0 : n < 0 ? -e : -EIO;
 }
 
+/* Drops every supplementary group, then the gid, then the uid: in that order, since each
+ * step needs the privilege the next one gives up. */
+static int set_ids(uid_t uid, gid_t gid)
+{
+	if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
+	    syscall(SYS_setresuid, uid, uid, uid) < 0)
+		return -errno;
+	return 0;
+}
+
+static int send_byte(int fd)
+{
+	static const char b = 1;
+	ssize_t n;
+	do
+		n = send(fd, &b, 1, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : -errno;
+}
+
+/* One byte with one descriptor attached; the descriptor ends up as number `to`. */
+static int recv_fd(int fd, int to)
+{
+	char b;
+	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = u.buf,
+		.msg_controllen = sizeof(u.buf),
+	};
+	ssize_t n;
+	do
+		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return -ECANCELED;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+	    cm->cmsg_len != CMSG_LEN(sizeof(int)))
+		return -EPROTO;
+	int got;
+	memcpy(&got, CMSG_DATA(cm), sizeof(got));
+	if (got == to)
+		return 0;
+	int r = dup3(got, to, O_CLOEXEC) < 0 ? -errno : 0;
+	close(got);
+	return r;
+}
+
+/* A new filesystem instance, mounted nowhere yet: created while the child still has the
+ * privilege its kind needs (see SOP_FSMOUNT), attached later with SOP_MOVE_MOUNT. */
+static int fs_mount(const char *fstype, unsigned attr, int to)
+{
+	int fs = (int)syscall(SYS_fsopen, fstype, FSOPEN_CLOEXEC);
+	if (fs < 0)
+		return -errno;
+	int m = -1;
+	if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
+		m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, attr);
+	int r = m < 0 ? -errno : 0;
+	close(fs);
+	if (r < 0)
+		return r;
+	if (m != to) {
+		r = dup3(m, to, O_CLOEXEC) < 0 ? -errno : 0;
+		close(m);
+	}
+	return r;
+}
+
 static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 {
 	int r = 0;
@@ -403,6 +481,18 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 		break;
 	case SOP_EXIT:
 		_exit(0);
+	case SOP_SETID:
+		return set_ids((uid_t)op->arg, (gid_t)op->flags);
+	case SOP_SEND_BYTE:
+		return send_byte(op->fd);
+	case SOP_RECV_FD:
+		return recv_fd(op->fd, (int)op->arg);
+	case SOP_FSMOUNT:
+		return fs_mount(op->fstype, (unsigned)op->flags, (int)op->arg);
+	case SOP_MOVE_MOUNT:
+		r = (int)syscall(SYS_move_mount, op->fd, "", AT_FDCWD, op->dst,
+				 MOVE_MOUNT_F_EMPTY_PATH);
+		break;
 	}
 	return r < 0 ? -errno : 0;
 }
