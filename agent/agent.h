@@ -54,6 +54,8 @@ struct agent {
 	bool stop;      /* SIGTERM/SIGINT: leave the loop */
 	bool poweroff;  /* a shutdown op was accepted */
 	struct conn *conn;
+	bool as_user; /* --user: commands (and file operations) run as uid:gid below */
+	unsigned uid, gid;
 };
 
 struct op_vt {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -240,6 +241,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s (--fd N | --vsock PORT | --serial NAME) [--workspace DIR]\n"
 		"       [--env-file FILE] (default " AGENT_ENV_FILE ": KEY=value lines)\n"
+		"       [--user UID:GID] (commands and file operations run as that user)\n"
 		"       as PID 1 without arguments: the VM's init (settings from the kernel\n"
 		"       command line: sandbox.channel=serial:NAME|vsock:PORT,\n"
 		"       sandbox.workspace_mib=N, sandbox.hostname=NAME)\n",
@@ -273,6 +275,43 @@ static void image_env_load(struct image_env *env, const char *path)
 		env->n++;
 	}
 	free(buf);
+}
+
+static bool parse_uint(const char *s, unsigned long max, unsigned long *ret);
+
+/* "UID:GID", neither of them root: the point of --user is to run commands as someone else. */
+static bool parse_user(const char *s, struct agent *a)
+{
+	char buf[32];
+	const char *colon = strchr(s, ':');
+	unsigned long uid, gid;
+	if (!colon || (size_t)(colon - s) >= sizeof(buf))
+		return false;
+	memcpy(buf, s, (size_t)(colon - s));
+	buf[colon - s] = '\0';
+	if (!parse_uint(buf, UINT32_MAX - 1, &uid) ||
+	    !parse_uint(colon + 1, UINT32_MAX - 1, &gid) || uid == 0 || gid == 0)
+		return false;
+	a->as_user = true;
+	a->uid = (unsigned)uid;
+	a->gid = (unsigned)gid;
+	return true;
+}
+
+/* The agent out of reach of its commands. Non-dumpable: its /proc/<pid> files (mem, maps,
+ * environ, fd/) become root's, and ptrace or /proc/<pid>/mem access needs CAP_SYS_PTRACE,
+ * which nothing in a sandbox has. With --user, commands also run as another uid without
+ * capabilities, so they cannot signal, trace or read the agent either way; and the agent's
+ * own file operations take the command user's file-system identity (setfsuid), so that
+ * files written through the API belong to the user who runs the commands, and the API sees
+ * no file a command could not. */
+static void harden(const struct agent *a)
+{
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (!a->as_user)
+		return;
+	setfsgid(a->gid);
+	setfsuid(a->uid);
 }
 
 static bool parse_uint(const char *s, unsigned long max, unsigned long *ret)
@@ -327,6 +366,8 @@ int main(int argc, char **argv)
 			workspace = val;
 		} else if (strcmp(arg, "--env-file") == 0 && *val) {
 			env_file = val;
+		} else if (strcmp(arg, "--user") == 0 && parse_user(val, a)) {
+			/* parsed */
 		} else {
 			fprintf(stderr, "%s: bad argument `%s %s`\n", AGENT_NAME, arg, val);
 			usage(stderr);
@@ -352,6 +393,7 @@ int main(int argc, char **argv)
 		}
 	}
 	ensure_stdio();
+	harden(a);
 	image_env_load(&a->image_env, env_file);
 	if (setup_signals(a) < 0) {
 		agent_log("signal pipe: %s", strerror(errno));

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,8 +391,8 @@ static void child_report(int fd, int stage, int errnum)
 
 /* Runs in the child after fork: only async-signal-safe calls from here on. */
 static void __attribute__((noreturn))
-child_main(int cwd_fd, int in_fd, int out_fd, int err_fd, int status_fd, char **argv, char **envp,
-	   char **cand)
+child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd, int status_fd,
+	   char **argv, char **envp, char **cand)
 {
 	static const int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGPIPE };
 	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
@@ -400,6 +401,11 @@ child_main(int cwd_fd, int in_fd, int out_fd, int err_fd, int status_fd, char **
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (setsid() < 0)
+		child_report(status_fd, 2, errno);
+	/* The agent's capabilities and uid stay with the agent: a command runs as a plain user
+	 * with no capability and no supplementary group (see harden() in main.c). */
+	if (a->as_user && (setgroups(0, NULL) < 0 || setresgid(a->gid, a->gid, a->gid) < 0 ||
+			   setresuid(a->uid, a->uid, a->uid) < 0))
 		child_report(status_fd, 2, errno);
 	if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
 		child_report(status_fd, 2, errno);
@@ -467,7 +473,7 @@ void op_exec(struct conn *c, uint32_t ch, const struct req *r)
 		goto fail;
 	}
 	if (pid == 0)
-		child_main(cwd_fd, in[0], out[1], errp[1], st[1], (char **)rx->argv, envp, cand);
+		child_main(a, cwd_fd, in[0], out[1], errp[1], st[1], (char **)rx->argv, envp, cand);
 
 	close_fd(&in[0]);
 	close_fd(&out[1]);
