@@ -89,6 +89,12 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_MEMORY_BYTES", V_U64, F(max_memory), "4294967296", 16 * MiB, 16 * TiB },
 	{ "SANDBOX_MAX_VCPUS", V_UINT, F(max_vcpus), "4", 1, 32 },
 	{ "SANDBOX_MEMORY_WATERMARK_BYTES", V_U64, F(memory_watermark), "268435456", 0, 16 * TiB },
+	/* Above the uids of ordinary accounts, and (with the ranges) below 2^31: the kernel's
+	 * ping_group_range takes no group beyond that. */
+	{ "SANDBOX_UID_BASE", V_U64, F(uid_base), "1879048192", 65536, 2147418112 },
+	{ "SANDBOX_UID_RANGES", V_UINT, F(uid_ranges), "1024", 1, 32767 },
+	{ "SANDBOX_SUBUID_FILE", V_PATH, F(subuid_file), "/etc/subuid" },
+	{ "SANDBOX_SUBGID_FILE", V_PATH, F(subgid_file), "/etc/subgid" },
 
 	{ "SANDBOX_MAX_BODY_BYTES", V_SIZE, F(max_body_bytes), "100663296", KiB, 4 * GiB },
 	{ "SANDBOX_MAX_OUTPUT_BYTES", V_SIZE, F(max_output_bytes), "16777216", KiB, 4 * GiB },

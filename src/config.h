@@ -49,6 +49,12 @@ struct config {
 	 * below it, no new session is admitted; 0: no check. */
 	uint64_t memory_watermark;
 
+	/* jail: each sandbox's user namespace maps its root to a host uid range of 65536 */
+	uint64_t uid_base;   /* SANDBOX_UID_BASE: the first range's first uid, default 0x70000000 */
+	unsigned uid_ranges; /* SANDBOX_UID_RANGES: how many ranges, default 1024 */
+	char *subuid_file;   /* SANDBOX_SUBUID_FILE: ranges given to users, default /etc/subuid */
+	char *subgid_file;   /* SANDBOX_SUBGID_FILE: default /etc/subgid */
+
 	/* requests */
 	size_t max_body_bytes;   /* SANDBOX_MAX_BODY_BYTES, default 96 MiB */
 	size_t max_output_bytes; /* SANDBOX_MAX_OUTPUT_BYTES: buffered execute output, default 16

@@ -44,10 +44,6 @@
 #define DEFAULT_WORKSPACE_BYTES (512ULL << 20)
 #define DEFAULT_NOFILE          1024
 
-/* Namespaces every jail gets at clone time; the cgroup namespace comes after joining the
- * sandbox's cgroup, so that the cgroup becomes the root of the sandbox's view. */
-#define JAIL_NS (CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC)
-
 /* The directories the template's rootfs must have for the sandbox's mounts. */
 static const char *const mountpoints[] = { "proc", "dev", "sys", "tmp", "run", "workspace" };
 
@@ -56,14 +52,25 @@ static char *const agent_env[] = {
 	"HOME=/root",
 	NULL,
 };
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+/* Commands run as JAIL_COMMAND_UID (see agent/op_exec.c for why). */
 static char *const agent_argv[] = {
-	"sandbox-agent", "--fd", "3", "--workspace", "/workspace", NULL,
+	"sandbox-agent",
+	"--fd",
+	"3",
+	"--workspace",
+	"/workspace",
+	"--user",
+	STR(JAIL_COMMAND_UID) ":" STR(JAIL_COMMAND_UID),
+	NULL,
 };
 
 /* The per-driver state of a sandbox (sandbox->priv). */
 struct jail {
 	int pidfd; /* -1 on kernels without pidfds */
 	struct cgroup *cg;
+	uint32_t uid_base; /* the host uid range of its user namespace */
 };
 
 /* What every sandbox shares, computed once: the cgroup layout and the compiled filter. */
@@ -174,12 +181,13 @@ static int place_child(const struct spawn_plan *plan, const struct cgroup *cg,
 }
 
 /* The steps of the trial run: the kernel features the jail relies on, then an exit. */
-static void trial_plan(struct spawn_plan *plan)
+static void trial_plan(struct spawn_plan *plan, uint32_t uid_base)
 {
 	plan->seccomp = &host.seccomp;
 	spawn_plan_add(plan, SOP_SIGNALS, "reset signals");
-	struct spawn_op *op = spawn_plan_add(plan, SOP_UNSHARE, "unshare the cgroup namespace");
-	op->arg = CLONE_NEWCGROUP;
+	jail_plan_userns(plan, uid_base);
+	struct spawn_op *op = spawn_plan_add(plan, SOP_UNSHARE, "unshare the namespaces");
+	op->arg = JAIL_USERNS_NS | CLONE_NEWCGROUP;
 	op = spawn_plan_add(plan, SOP_MOUNT, "make / private");
 	op->dst = "/";
 	op->flags = MS_REC | MS_PRIVATE;
@@ -197,35 +205,53 @@ static void trial_plan(struct spawn_plan *plan)
 	op = spawn_plan_add(plan, SOP_MKDIR, "mkdir /proc");
 	op->dst = "/proc";
 	op->arg = 0755;
-	op = spawn_plan_add(plan, SOP_MOUNT, "mount proc on /proc");
-	op->src = "proc";
+	op = spawn_plan_add(plan, SOP_MOVE_MOUNT, "attach proc on /proc");
+	op->fd = JAIL_FD_PROC;
 	op->dst = "/proc";
-	op->fstype = "proc";
 	spawn_plan_add(plan, SOP_NO_NEW_PRIVS, "prctl PR_SET_NO_NEW_PRIVS");
 	spawn_plan_add(plan, SOP_SECCOMP, "install the seccomp filter");
 	spawn_plan_add(plan, SOP_EXIT, "exit");
 }
 
-/* A throwaway child that exercises every kernel feature the jail relies on: the namespaces,
- * a private mount tree, pivot_root, a fresh procfs and the seccomp filter. */
+/* Runs the trial child to its end: through its user namespace's maps, then its verdict. */
+static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *err)
+{
+	_cleanup_close_pair_ int sv[2] = { -1, -1 };
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return err_sys(err, errno, "jail: socketpair");
+	spawn_plan_fd(plan, sv[1], JAIL_FD_AGENT, false);
+	trial_plan(plan, uid_base);
+	struct spawn_child c;
+	int r = spawn_start(plan, JAIL_CLONE_NS | CLONE_NEWNET, -1, &c, err);
+	if (r < 0)
+		return r;
+	/* The idmapped clone of / tests the kernel's support; the child does not attach it. */
+	r = jail_userns_map(plan, &c, sv[0], uid_base, "/", err);
+	if (r == 0)
+		r = spawn_wait(plan, &c, SETUP_TIMEOUT_MS, err);
+	if (r < 0)
+		spawn_kill(c.pid, c.pidfd);
+	int status = spawn_reap(c.pid, c.pidfd);
+	if (r == 0 && status != 0)
+		r = err_set(err, ECHILD, "jail: the trial sandbox exited with status %#x", status);
+	spawn_child_close(&c);
+	return r;
+}
+
+/* A throwaway child that exercises every kernel feature the jail relies on: the namespaces
+ * (a user namespace made as an unprivileged uid, mapped from outside), an idmapped mount, a
+ * private mount tree, pivot_root, a procfs made before the switch and the seccomp filter. */
 static int trial_run(struct err *err)
 {
+	uint32_t uid_base;
+	int r = jail_uid_alloc(&uid_base, err);
+	if (r < 0)
+		return r;
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "jail");
-	trial_plan(&plan);
-	struct spawn_child c;
-	int r = spawn_start(&plan, JAIL_NS | CLONE_NEWNET, -1, &c, err);
-	if (r == 0) {
-		r = spawn_wait(&plan, &c, SETUP_TIMEOUT_MS, err);
-		if (r < 0)
-			spawn_kill(c.pid, c.pidfd);
-		int status = spawn_reap(c.pid, c.pidfd);
-		if (r == 0 && status != 0)
-			r = err_set(err, ECHILD, "jail: the trial sandbox exited with status %#x",
-				    status);
-		spawn_child_close(&c);
-	}
+	r = trial_child(&plan, uid_base, err);
 	spawn_plan_free(&plan);
+	jail_uid_release(uid_base);
 	if (r < 0 && err) {
 		/* "jail: pivot_root: ..." becomes "jail: trial sandbox: pivot_root: ...". */
 		char why[ERR_MSG_MAX];
@@ -246,25 +272,25 @@ static int jail_probe(const struct config *cfg, struct err *err)
 		return r;
 	if ((r = host_get(err)) < 0)
 		return r;
-	if ((r = cgroup_check(&host.cg, err)) < 0)
+	if ((r = cgroup_check(&host.cg, err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
 	return trial_run(err);
 }
 
 static int jail_init(const struct config *cfg, struct err *err)
 {
-	int r = host_get(err);
-	if (r < 0)
+	int r;
+	if ((r = host_get(err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
 	return cgroup_init(&host.cg, err);
 }
 
-static json_t *make_record(pid_t pid, const struct cgroup *cg)
+static json_t *make_record(pid_t pid, const struct cgroup *cg, uint32_t uid_base)
 {
 	json_t *dirs = json_array();
 	for (unsigned i = 0; i < cg->n; i++)
 		json_array_append_new(dirs, json_string(cg->dir[i]));
-	json_t *record = json_pack("{s:o}", "cgroups", dirs);
+	json_t *record = json_pack("{s:o, s:I}", "cgroups", dirs, "uidBase", (json_int_t)uid_base);
 	proc_record_add(record, pid);
 	return record;
 }
@@ -287,7 +313,8 @@ static const char *resolv_conf_of(const struct sandbox_spec *spec)
 /* The plan of the sandbox's first process: its descriptors, its network, then the steps
  * that make it the sandbox and exec the agent. */
 static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
-			 const struct sandbox_spec *spec, int agent, int exe, int netns)
+			 const struct sandbox_spec *spec, int agent, int exe, int netns,
+			 uint32_t uid_base)
 {
 	spawn_plan_fd(plan, agent, JAIL_FD_AGENT, true);
 	spawn_plan_fd(plan, exe, JAIL_FD_EXE, false);
@@ -317,21 +344,25 @@ static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 					      : DEFAULT_NOFILE;
 	const char *resolv = resolv_conf_of(spec);
 	jail_plan_sandbox(plan, spec->tmpl->rootfs_dir,
-			  resolv ? spawn_plan_str(plan, "%s", resolv) : NULL, workspace, nofile);
+			  resolv ? spawn_plan_str(plan, "%s", resolv) : NULL, workspace, nofile,
+			  uid_base);
 }
 
 /* Starts the plan's child in cgroup cg and waits until it has become the sandbox's agent. */
 static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netns, int agent,
-		       struct spawn_child *c, struct err *err)
+		       uint32_t uid_base, const char *rootfs, struct spawn_child *c,
+		       struct err *err)
 {
 	/* Without it (an old kernel), the child is moved after the clone instead. */
 	_cleanup_close_ int cgroup_fd = -1;
 	if (host.cg.version == CGROUP_V2)
 		cgroup_fd = open(cg->dir[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int r = spawn_start(plan, JAIL_NS | (own_netns ? CLONE_NEWNET : 0), cgroup_fd, c, err);
+	int r = spawn_start(plan, JAIL_CLONE_NS | (own_netns ? CLONE_NEWNET : 0), cgroup_fd, c,
+			    err);
 	if (r < 0)
 		return r;
-	if ((r = place_child(plan, cg, c, agent, err)) < 0 ||
+	if ((r = jail_userns_map(plan, c, agent, uid_base, rootfs, err)) < 0 ||
+	    (r = place_child(plan, cg, c, agent, err)) < 0 ||
 	    (r = spawn_wait(plan, c, SETUP_TIMEOUT_MS, err)) < 0) {
 		spawn_kill(c->pid, c->pidfd);
 		spawn_reap(c->pid, c->pidfd);
@@ -374,31 +405,38 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		.cpu_period_us = spec->limits.cpu_period_us,
 		.pids_max = spec->limits.pids_max,
 	};
+	uint32_t uid_base;
+	if ((r = jail_uid_alloc(&uid_base, err)) < 0)
+		return r;
 	struct cgroup *cg = NULL;
-	if ((r = cgroup_create(&host.cg, spec->id, &limits, &cg, err)) < 0)
+	if ((r = cgroup_create(&host.cg, spec->id, &limits, &cg, err)) < 0) {
+		jail_uid_release(uid_base);
 		return err_wrap(err, "jail");
+	}
 
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "jail");
-	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns);
+	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base);
 	struct spawn_child c;
-	r = start_child(&plan, cg, netns < 0, sv[0], &c, err);
+	r = start_child(&plan, cg, netns < 0, sv[0], uid_base, t->rootfs_dir, &c, err);
 	spawn_plan_free(&plan);
 	if (r < 0) {
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
+		jail_uid_release(uid_base);
 		return r;
 	}
 
 	struct jail *j = xcalloc(1, sizeof(*j));
 	j->pidfd = c.pidfd;
 	j->cg = cg;
+	j->uid_base = uid_base;
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_jail;
 	sb->id = xstrdup(spec->id);
 	sb->agent_fd = TAKE_FD(sv[0]);
 	sb->pid = c.pid;
-	sb->record = make_record(c.pid, cg);
+	sb->record = make_record(c.pid, cg, uid_base);
 	sb->priv = j;
 	*ret = sb;
 	return 0;
@@ -422,6 +460,8 @@ static void jail_destroy(struct sandbox *sb)
 		if (j->cg && cgroup_remove(j->cg, &e) < 0)
 			log_warn("jail", "sandbox %s: %s", sb->id, e.msg);
 		cgroup_free(j->cg);
+		/* Reaped above: nothing runs with the range's uids any more. */
+		jail_uid_release(j->uid_base);
 		if (j->pidfd >= 0)
 			close(j->pidfd);
 		free(j);
@@ -436,6 +476,11 @@ static void jail_cleanup_stale(const struct config *cfg, const char *id, json_t 
 	/* The jail's init: the pid namespace dies with it. */
 	const struct driver_stale stale = { .driver = "jail", .what = "process" };
 	driver_cleanup_stale(&stale, id, record);
+	/* Should a leftover have survived, its uid range must not go to a new sandbox. */
+	json_t *base = json_object_get(record, "uidBase");
+	if (json_is_integer(base) && json_integer_value(base) > 0 &&
+	    json_integer_value(base) <= UINT32_MAX)
+		jail_uid_reserve_if_busy((uint32_t)json_integer_value(base));
 }
 
 static uint64_t jail_oom_kills(struct sandbox *sb)

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <linux/filter.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -28,18 +29,61 @@ enum {
 	JAIL_FD_REPORT,    /* the write end of the report pipe (close-on-exec) */
 	JAIL_FD_EXE,       /* O_PATH descriptor of the agent binary (close-on-exec) */
 	JAIL_FD_NETNS,     /* the network namespace to join, when one was given (close-on-exec) */
+	JAIL_FD_PROC,      /* the sandbox's procfs, mounted nowhere yet (close-on-exec) */
+	JAIL_FD_SYS,       /* its sysfs, likewise */
+	JAIL_FD_ROOT,      /* the template's rootfs, idmapped by the parent (close-on-exec) */
 };
 
-/* The steps that turn the child into the sandbox: hostname, mounts, /dev, /proc masking, the
- * wait for the parent's go-ahead, the cgroup namespace, limits, capabilities, seccomp and the
+/* Each sandbox's ids: root inside is the first of JAIL_UID_RANGE host uids (and gids). */
+#define JAIL_UID_RANGE 65536U
+/* Who commands run as inside, unlike the agent (root inside): see agent/op_exec.c. */
+#define JAIL_COMMAND_UID 1000
+
+/* Namespaces made at clone time, by the privileged parent: the pid namespace, so that the
+ * agent is its PID 1 (a pid namespace made later would take only the children), and the
+ * network namespace of a sandbox without networking (networked ones join the network
+ * module's). Both belong to the host's user namespace. */
+#define JAIL_CLONE_NS (CLONE_NEWPID)
+/* Namespaces the child makes once it is inside its user namespace, so that they belong to
+ * it and root inside may mount, name the host and use mqueues in them. */
+#define JAIL_USERNS_NS (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC)
+
+/* The steps that turn the child into the sandbox: the sandbox's network sysctls, limits, its
+ * procfs and sysfs, the user namespace (created as host uid `uid_base`, mapped by the parent:
+ * see jail_userns_map), the namespaces owned by it, hostname, mounts, /dev, /proc masking,
+ * the wait for the parent's go-ahead, the cgroup namespace, capabilities, seccomp and the
  * exec of the agent. `rootfs` is the host directory that becomes /; `resolv_conf` (or NULL),
  * a host file mounted on its /etc/resolv.conf. The network step is added by the caller first. */
 void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *resolv_conf,
-		       uint64_t workspace_bytes, uint32_t nofile);
+		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base);
+
+/* The steps that take the child from host root into its user namespace (shared with the
+ * trial run): procfs and sysfs made while it is still host root, the switch to uid_base,
+ * the user namespace, then the wait for the parent's maps and the idmapped rootfs. */
+void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base);
+
+/* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
+ * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it
+ * `rootfs` (the trial run: /) as a read-only mount idmapped to that namespace. */
+int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
+		    uint32_t uid_base, const char *rootfs, struct err *err);
+
+struct config;
+/* Checks the configured ranges against /etc/subuid and /etc/subgid (the files configured)
+ * and sets up the allocator. */
+int jail_uid_setup(const struct config *cfg, struct err *err);
+/* Fails when `path` ("name:start:count" lines) gives any id in [lo, hi) to a user. */
+int jail_subid_check(const char *path, uint64_t lo, uint64_t hi, struct err *err);
+/* A free range's first uid; EAGAIN when all are taken. */
+int jail_uid_alloc(uint32_t *ret, struct err *err);
+void jail_uid_release(uint32_t base);
+/* After a previous run's sandbox was cleaned up: keeps its range out of use while any host
+ * process still runs with one of its uids. */
+void jail_uid_reserve_if_busy(uint32_t base);
 
 /* Compiles the sandbox's seccomp filter for this machine's architectures into *ret (the
  * instructions are heap-allocated; they are meant to live as long as the process). */
 int jail_seccomp_build(struct sock_fprog *ret, struct err *err);
 
-/* The capabilities a sandbox keeps: Docker's default set without CAP_NET_RAW and CAP_MKNOD. */
+/* The capabilities the agent keeps inside its user namespace (commands get none). */
 uint64_t jail_caps_keep(void);

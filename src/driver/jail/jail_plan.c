@@ -6,7 +6,6 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sched.h>
 
 #include "util/cleanup.h"
@@ -35,17 +34,6 @@ static void add_path(struct spawn_plan *p, enum spawn_op_kind kind, const char *
 	struct spawn_op *op = spawn_plan_add(p, kind, what);
 	op->dst = dst;
 	op->arg = arg;
-}
-
-static void add_node(struct spawn_plan *p, const char *name, unsigned major, unsigned minor)
-{
-	char *path = spawn_plan_str(p, "/dev/%s", name);
-	char what[64];
-	snprintf(what, sizeof(what), "mknod %s", path);
-	struct spawn_op *op = spawn_plan_add(p, SOP_MKNOD, what);
-	op->dst = path;
-	op->arg = S_IFCHR | 0666;
-	op->dev = makedev(major, minor);
 }
 
 static void add_symlink(struct spawn_plan *p, const char *target, const char *path)
@@ -98,56 +86,30 @@ static void add_masks(struct spawn_plan *p)
 	}
 }
 
-void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *resolv_conf,
-		       uint64_t workspace_bytes, uint32_t nofile)
+/* Device nodes cannot be made in a user namespace (mknod needs CAP_MKNOD on the host, and
+ * its mounts are nodev), so the host's own nodes are bound onto empty files. */
+static const char *const devices[] = { "null", "zero", "full", "random", "urandom", "tty" };
+
+/* The sandbox's /dev, on the rootfs before the pivot, while the host's nodes are in view. */
+static void add_dev(struct spawn_plan *p, const char *root)
 {
-	const char *root = spawn_plan_str(p, "%s", rootfs);
-	struct spawn_op *op;
-
-	op = spawn_plan_add(p, SOP_HOSTNAME, "sethostname");
-	op->src = "sandbox";
-
-	/* Private first: nothing mounted below may propagate back to the host's namespace. */
-	add_mount(p, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL, false, "make / private");
-	/* Not recursive: whatever the host has mounted below the template stays out. */
-	add_mount(p, root, root, NULL, MS_BIND, NULL, false,
-		  spawn_plan_str(p, "bind rootfs %s", rootfs));
-	add_mount(p, NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-		  NULL, false, "remount rootfs read-only");
-	/* The sandbox's resolver, read-only (the file is the host's). Before the pivot, while the
-	 * host's file is still in view: a bind mount's source must be in our mount namespace,
-	 * which a descriptor opened by the parent is not. The parent checked that the target is
-	 * a plain file of the template's. It rides along with the rootfs through the pivot. */
-	if (resolv_conf) {
-		const char *target = spawn_plan_str(p, "%s/etc/resolv.conf", rootfs);
-		add_mount(p, resolv_conf, target, NULL, MS_BIND, NULL, false,
-			  "bind resolv.conf on /etc/resolv.conf");
-		add_mount(p, NULL, target, NULL,
-			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
-			  false, "remount /etc/resolv.conf read-only");
+	const char *dev = spawn_plan_str(p, "%s/dev", root);
+	add_mount(p, "tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME, DEV_TMPFS_OPTS,
+		  false, "mount tmpfs on /dev");
+	for (size_t i = 0; i < ARRAY_SIZE(devices); i++) {
+		const char *node = spawn_plan_str(p, "%s/%s", dev, devices[i]);
+		struct spawn_op *op = spawn_plan_add(
+			p, SOP_MKNOD, spawn_plan_str(p, "create /dev/%s", devices[i]));
+		op->dst = node;
+		op->arg = S_IFREG | 0666;
+		add_mount(p, spawn_plan_str(p, "/dev/%s", devices[i]), node, NULL, MS_BIND, NULL,
+			  false, spawn_plan_str(p, "bind /dev/%s", devices[i]));
 	}
-	add_path(p, SOP_CHDIR, root, 0, spawn_plan_str(p, "chdir %s", rootfs));
-	/* pivot_root(".", ".") needs no directory for the old root, which a read-only rootfs
-	 * could not provide; the old root is then stacked on "." and detached at once. */
-	spawn_plan_add(p, SOP_PIVOT_ROOT, "pivot_root");
-	op = spawn_plan_add(p, SOP_UMOUNT, "detach the old root");
-	op->dst = ".";
-	op->flags = MNT_DETACH;
-	add_path(p, SOP_CHDIR, "/", 0, "chdir /");
+}
 
-	/* From here on, every path resolves inside the new root, so a symlink planted in the
-	 * template cannot redirect a mount onto the host. */
-	add_mount(p, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, false,
-		  "mount proc on /proc");
-
-	add_mount(p, "tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME,
-		  DEV_TMPFS_OPTS, false, "mount tmpfs on /dev");
-	add_node(p, "null", 1, 3);
-	add_node(p, "zero", 1, 5);
-	add_node(p, "full", 1, 7);
-	add_node(p, "random", 1, 8);
-	add_node(p, "urandom", 1, 9);
-	add_node(p, "tty", 5, 0);
+/* The rest of /dev, after the pivot. */
+static void add_dev_rest(struct spawn_plan *p)
+{
 	add_path(p, SOP_MKDIR, "/dev/pts", 0755, "mkdir /dev/pts");
 	add_mount(p, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 		  "newinstance,ptmxmode=0666,mode=0620,gid=5", false, "mount devpts on /dev/pts");
@@ -163,20 +125,93 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *res
 	add_symlink(p, "/proc/self/fd/0", "/dev/stdin");
 	add_symlink(p, "/proc/self/fd/1", "/dev/stdout");
 	add_symlink(p, "/proc/self/fd/2", "/dev/stderr");
+}
 
-	add_mount(p, "sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
-		  false, "mount sysfs on /sys");
+/* The network namespace is the host's (it belongs to the host's user namespace), so root
+ * inside holds no capability in it: these let the unprivileged command user bind ports below
+ * 1024 (a web server on port 80) and ping (ICMP datagram sockets), in this namespace alone.
+ * Written while the child is still host root, before it leaves for its user namespace. */
+static void add_net_sysctls(struct spawn_plan *p)
+{
+	struct spawn_op *op =
+		spawn_plan_add(p, SOP_WRITE, "set net.ipv4.ip_unprivileged_port_start");
+	op->dst = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
+	op->src = "0";
+	op = spawn_plan_add(p, SOP_WRITE, "set net.ipv4.ping_group_range");
+	op->dst = "/proc/sys/net/ipv4/ping_group_range";
+	op->src = "0 2147483647";
+}
+
+void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *resolv_conf,
+		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base)
+{
+	const char *root = spawn_plan_str(p, "%s", rootfs);
+	struct spawn_op *op;
+
+	add_net_sysctls(p);
+	/* Before the switch of uid: raising a hard limit takes CAP_SYS_RESOURCE on the host. */
+	op = spawn_plan_add(p, SOP_RLIMIT, "setrlimit RLIMIT_NOFILE");
+	op->flags = RLIMIT_NOFILE;
+	op->arg = nofile;
+	jail_plan_userns(p, uid_base);
+	op = spawn_plan_add(p, SOP_UNSHARE, "unshare the mount, uts and ipc namespaces");
+	op->arg = JAIL_USERNS_NS;
+
+	op = spawn_plan_add(p, SOP_HOSTNAME, "sethostname");
+	op->src = "sandbox";
+
+	/* Private first: nothing mounted below may propagate back to the host's namespace. */
+	add_mount(p, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL, false, "make / private");
+	/* The parent's read-only, idmapped, non-recursive clone of the template: whatever the
+	 * host has mounted below the template stays out, and its root-owned files appear owned
+	 * by root inside (by this sandbox's first host uid outside). */
+	op = spawn_plan_add(p, SOP_MOVE_MOUNT, spawn_plan_str(p, "attach rootfs %s", rootfs));
+	op->fd = JAIL_FD_ROOT;
+	op->dst = root;
+	/* The sandbox's resolver, read-only (the file is the host's). Before the pivot, while the
+	 * host's file is still in view: a bind mount's source must be in our mount namespace,
+	 * which a descriptor opened by the parent is not. The parent checked that the target is
+	 * a plain file of the template's. It rides along with the rootfs through the pivot. */
+	if (resolv_conf) {
+		const char *target = spawn_plan_str(p, "%s/etc/resolv.conf", rootfs);
+		add_mount(p, resolv_conf, target, NULL, MS_BIND, NULL, false,
+			  "bind resolv.conf on /etc/resolv.conf");
+		add_mount(p, NULL, target, NULL,
+			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
+			  false, "remount /etc/resolv.conf read-only");
+	}
+	add_dev(p, root);
+	add_path(p, SOP_CHDIR, root, 0, spawn_plan_str(p, "chdir %s", rootfs));
+	/* pivot_root(".", ".") needs no directory for the old root, which a read-only rootfs
+	 * could not provide; the old root is then stacked on "." and detached at once. */
+	spawn_plan_add(p, SOP_PIVOT_ROOT, "pivot_root");
+	op = spawn_plan_add(p, SOP_UMOUNT, "detach the old root");
+	op->dst = ".";
+	op->flags = MNT_DETACH;
+	add_path(p, SOP_CHDIR, "/", 0, "chdir /");
+
+	/* From here on, every path resolves inside the new root, so a symlink planted in the
+	 * template cannot redirect a mount onto the host. */
+	op = spawn_plan_add(p, SOP_MOVE_MOUNT, "attach proc on /proc");
+	op->fd = JAIL_FD_PROC;
+	op->dst = "/proc";
+	add_dev_rest(p);
+	op = spawn_plan_add(p, SOP_MOVE_MOUNT, "attach sysfs on /sys");
+	op->fd = JAIL_FD_SYS;
+	op->dst = "/sys";
 
 	/* /tmp gets the workspace's bound: the memory cgroup, which tmpfs pages are charged to,
-	 * bounds the sum of both. */
+	 * bounds the sum of both. The places commands write to belong to the command user. */
 	const char *size = spawn_plan_str(p, "size=%llu", (unsigned long long)workspace_bytes);
+	const char *owner = spawn_plan_str(p, "uid=%u,gid=%u", JAIL_COMMAND_UID, JAIL_COMMAND_UID);
 	add_mount(p, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
 		  spawn_plan_str(p, "mode=1777,%s", size), false, "mount tmpfs on /tmp");
 	add_mount(p, "tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV,
-		  spawn_plan_str(p, "mode=0755,%s", size), false, "mount tmpfs on /workspace");
+		  spawn_plan_str(p, "mode=0755,%s,%s", owner, size), false,
+		  "mount tmpfs on /workspace");
 	/* Sockets and pid files, as in the VM drivers' guests. */
 	add_mount(p, "tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV,
-		  spawn_plan_str(p, "mode=0755,size=%llu", RUN_BYTES), false,
+		  spawn_plan_str(p, "mode=0755,%s,size=%llu", owner, RUN_BYTES), false,
 		  "mount tmpfs on /run");
 
 	add_masks(p);
@@ -187,9 +222,6 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *res
 	op = spawn_plan_add(p, SOP_UNSHARE, "unshare the cgroup namespace");
 	op->arg = CLONE_NEWCGROUP;
 	add_path(p, SOP_STDIO_NULL, "/dev/null", 0, "open /dev/null for stdin, stdout, stderr");
-	op = spawn_plan_add(p, SOP_RLIMIT, "setrlimit RLIMIT_NOFILE");
-	op->flags = RLIMIT_NOFILE;
-	op->arg = nofile;
 	spawn_plan_add(p, SOP_CAPS, "drop capabilities");
 	spawn_plan_add(p, SOP_NO_NEW_PRIVS, "prctl PR_SET_NO_NEW_PRIVS");
 	add_path(p, SOP_UMASK, NULL, 022, "umask");

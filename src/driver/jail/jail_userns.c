@@ -1,0 +1,155 @@
+/* jail_userns: a sandbox's user namespace, both halves of its making.
+ *
+ * The kernel charges per-user budgets (inotify instances, POSIX message queue bytes, pipe
+ * buffers, processes) to a user namespace's owner and, above it, to the uid each process runs
+ * as on the host. So the namespace is created by the child after it has become the first uid
+ * of its sandbox's range (not by root, whose budgets would then be shared by every sandbox
+ * and the host), and the whole sandbox runs as uids of that range alone. The child cannot map
+ * ids outside itself: the privileged parent writes the maps, which a process with CAP_SETUID
+ * in the parent namespace may do for a child namespace.
+ *
+ * What needs host privilege happens before the switch: the procfs of a pid namespace that
+ * belongs to the host's user namespace, and the sysfs of a host-owned network namespace, can
+ * only be mounted by host root, so the child makes both as detached mounts first and attaches
+ * them once its own mount namespace exists. The idmapped rootfs needs CAP_SYS_ADMIN over the
+ * template's filesystem: the parent makes it and sends it over the agent's socket. */
+#include "driver/jail/jail.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+
+/* How long the child may take to reach its user namespace. */
+#define USERNS_TIMEOUT_MS 10000
+
+void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base)
+{
+	struct spawn_op *op = spawn_plan_add(p, SOP_FSMOUNT, "make the sandbox's procfs");
+	op->fstype = "proc";
+	op->flags = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+	op->arg = JAIL_FD_PROC;
+	op = spawn_plan_add(p, SOP_FSMOUNT, "make the sandbox's sysfs");
+	op->fstype = "sysfs";
+	op->flags = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+	op->arg = JAIL_FD_SYS;
+	op = spawn_plan_add(p, SOP_SETID,
+			    spawn_plan_str(p, "become host uid and gid %u", uid_base));
+	op->arg = uid_base;
+	op->flags = uid_base;
+	op = spawn_plan_add(p, SOP_UNSHARE, "unshare the user namespace");
+	op->arg = CLONE_NEWUSER;
+	op = spawn_plan_add(p, SOP_SEND_BYTE, "report the user namespace");
+	op->fd = JAIL_FD_AGENT;
+	op = spawn_plan_add(p, SOP_RECV_FD, "receive the id maps and the rootfs");
+	op->fd = JAIL_FD_AGENT;
+	op->arg = JAIL_FD_ROOT;
+}
+
+/* Waits for the child's byte on agent_fd; a failure reported meanwhile is the error. */
+static int wait_child(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
+		      struct err *err)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = agent_fd, .events = POLLIN },
+		{ .fd = c->report, .events = POLLIN },
+	};
+	int r;
+	do
+		r = poll(pfd, 2, USERNS_TIMEOUT_MS);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return err_sys(err, errno, "%s: poll", plan->name);
+	if (r == 0)
+		return err_set(err, ETIMEDOUT,
+			       "%s: the child took longer than %d ms to reach its "
+			       "user namespace",
+			       plan->name, USERNS_TIMEOUT_MS);
+	char b;
+	if ((pfd[0].revents & POLLIN) && recv(agent_fd, &b, 1, MSG_DONTWAIT) == 1)
+		return 0;
+	/* The child failed (or died) first: its report says why. */
+	r = spawn_wait(plan, c, USERNS_TIMEOUT_MS, err);
+	return r < 0 ? r : err_set(err, ECHILD, "%s: the child exited during setup", plan->name);
+}
+
+static int write_map(const struct spawn_plan *plan, pid_t pid, const char *file, uint32_t base,
+		     struct err *err)
+{
+	char path[64], map[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	int len = snprintf(map, sizeof(map), "0 %u %u\n", base, JAIL_UID_RANGE);
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, map, (size_t)len) != len)
+		return err_sys(err, errno, "%s: write %s", plan->name, file);
+	return 0;
+}
+
+/* A read-only, nosuid, nodev clone of `path` (not recursive), idmapped to the namespace. */
+static int idmapped_tree(const struct spawn_plan *plan, const char *path, int userns,
+			 struct err *err)
+{
+	_cleanup_close_ int fd =
+		(int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, errno, "%s: open_tree `%s`", plan->name, path);
+	struct mount_attr attr = {
+		.attr_set =
+			MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+		.userns_fd = (uint64_t)userns,
+	};
+	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+		return err_sys(err, errno, "%s: idmapped mount of `%s`", plan->name, path);
+	return TAKE_FD(fd);
+}
+
+static int send_fd(const struct spawn_plan *plan, int sock, int fd, struct err *err)
+{
+	char b = 1;
+	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = u.buf,
+		.msg_controllen = sizeof(u.buf),
+	};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) != 1)
+		return err_sys(err, errno, "%s: send the rootfs", plan->name);
+	return 0;
+}
+
+int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
+		    uint32_t uid_base, const char *rootfs, struct err *err)
+{
+	int r;
+	if ((r = wait_child(plan, c, agent_fd, err)) < 0 ||
+	    (r = write_map(plan, c->pid, "uid_map", uid_base, err)) < 0 ||
+	    (r = write_map(plan, c->pid, "gid_map", uid_base, err)) < 0)
+		return r;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)c->pid);
+	_cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+	if (userns < 0)
+		return err_sys(err, errno, "%s: open %s", plan->name, path);
+	_cleanup_close_ int tree = idmapped_tree(plan, rootfs, userns, err);
+	if (tree < 0)
+		return tree;
+	return send_fd(plan, agent_fd, tree, err);
+}
