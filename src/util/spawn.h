@@ -61,7 +61,8 @@ enum spawn_op_kind {
 	SOP_EXIT,      /* _exit(0): the end of a probe */
 	SOP_SETID,     /* no supplementary groups, then setresgid(flags) and setresuid(arg) */
 	SOP_SEND_BYTE, /* write one byte to fd (tells the parent a step is done) */
-	SOP_RECV_FD,   /* receive one byte and one descriptor (SCM_RIGHTS) on fd, as number arg */
+	SOP_RECV_FD,   /* receive one byte and `flags` descriptors (SCM_RIGHTS, at least one) on
+			* fd, as numbers arg, arg + 1, ... */
 	SOP_FSMOUNT,   /* a detached mount of a new fstype (fsopen, fsmount with attributes
 			* flags) as descriptor number arg */
 	SOP_MOVE_MOUNT, /* attach the detached mount fd at dst (move_mount) */

@@ -337,39 +337,48 @@ static int send_byte(int fd)
 	return n == 1 ? 0 : -errno;
 }
 
-/* One byte with one descriptor attached; the descriptor ends up as number `to`. */
-static int recv_fd(int fd, int to)
+/* At most this many descriptors arrive with one SOP_RECV_FD. */
+#define RECV_FDS_MAX 4
+
+/* One byte with n descriptors attached; they end up as numbers to, to + 1, ... */
+static int recv_fds(int fd, int to, unsigned n)
 {
+	if (n < 1 || n > RECV_FDS_MAX)
+		return -EINVAL;
 	char b;
 	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(RECV_FDS_MAX * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr mh = {
 		.msg_iov = &iov,
 		.msg_iovlen = 1,
 		.msg_control = u.buf,
-		.msg_controllen = sizeof(u.buf),
+		.msg_controllen = CMSG_SPACE(n * sizeof(int)),
 	};
-	ssize_t n;
+	ssize_t k;
 	do
-		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
+		k = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	while (k < 0 && errno == EINTR);
+	if (k < 0)
 		return -errno;
-	if (n == 0)
+	if (k == 0)
 		return -ECANCELED;
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-	    cm->cmsg_len != CMSG_LEN(sizeof(int)))
+	    cm->cmsg_len != CMSG_LEN(n * sizeof(int)) || (mh.msg_flags & MSG_CTRUNC))
 		return -EPROTO;
-	int got;
-	memcpy(&got, CMSG_DATA(cm), sizeof(got));
-	if (got == to)
-		return 0;
-	int r = dup3(got, to, O_CLOEXEC) < 0 ? -errno : 0;
-	close(got);
+	int got[RECV_FDS_MAX];
+	memcpy(got, CMSG_DATA(cm), n * sizeof(int));
+	int r = 0;
+	for (unsigned i = 0; i < n; i++) {
+		if (got[i] == to + (int)i)
+			continue;
+		if (r == 0 && dup3(got[i], to + (int)i, O_CLOEXEC) < 0)
+			r = -errno;
+		close(got[i]);
+	}
 	return r;
 }
 
@@ -486,7 +495,7 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 	case SOP_SEND_BYTE:
 		return send_byte(op->fd);
 	case SOP_RECV_FD:
-		return recv_fd(op->fd, (int)op->arg);
+		return recv_fds(op->fd, (int)op->arg, (unsigned)op->flags);
 	case SOP_FSMOUNT:
 		return fs_mount(op->fstype, (unsigned)op->flags, (int)op->arg);
 	case SOP_MOVE_MOUNT:

@@ -185,7 +185,7 @@ static void trial_plan(struct spawn_plan *plan, uint32_t uid_base)
 {
 	plan->seccomp = &host.seccomp;
 	spawn_plan_add(plan, SOP_SIGNALS, "reset signals");
-	jail_plan_userns(plan, uid_base);
+	jail_plan_userns(plan, uid_base, false);
 	struct spawn_op *op = spawn_plan_add(plan, SOP_UNSHARE, "unshare the namespaces");
 	op->arg = JAIL_USERNS_NS | CLONE_NEWCGROUP;
 	op = spawn_plan_add(plan, SOP_MOUNT, "make / private");
@@ -226,7 +226,7 @@ static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *e
 	if (r < 0)
 		return r;
 	/* The idmapped clone of / tests the kernel's support; the child does not attach it. */
-	r = jail_userns_map(plan, &c, sv[0], uid_base, "/", err);
+	r = jail_userns_map(plan, &c, sv[0], uid_base, "/", NULL, err);
 	if (r == 0)
 		r = spawn_wait(plan, &c, SETUP_TIMEOUT_MS, err);
 	if (r < 0)
@@ -314,7 +314,7 @@ static const char *resolv_conf_of(const struct sandbox_spec *spec)
  * that make it the sandbox and exec the agent. */
 static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 			 const struct sandbox_spec *spec, int agent, int exe, int netns,
-			 uint32_t uid_base)
+			 uint32_t uid_base, const char *resolv)
 {
 	spawn_plan_fd(plan, agent, JAIL_FD_AGENT, true);
 	spawn_plan_fd(plan, exe, JAIL_FD_EXE, false);
@@ -342,16 +342,13 @@ static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 	uint32_t nofile = spec->limits.nofile ? spec->limits.nofile
 			  : cfg->nofile       ? cfg->nofile
 					      : DEFAULT_NOFILE;
-	const char *resolv = resolv_conf_of(spec);
-	jail_plan_sandbox(plan, spec->tmpl->rootfs_dir,
-			  resolv ? spawn_plan_str(plan, "%s", resolv) : NULL, workspace, nofile,
-			  uid_base);
+	jail_plan_sandbox(plan, spec->tmpl->rootfs_dir, resolv, workspace, nofile, uid_base);
 }
 
 /* Starts the plan's child in cgroup cg and waits until it has become the sandbox's agent. */
 static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netns, int agent,
-		       uint32_t uid_base, const char *rootfs, struct spawn_child *c,
-		       struct err *err)
+		       uint32_t uid_base, const char *rootfs, const char *resolv,
+		       struct spawn_child *c, struct err *err)
 {
 	/* Without it (an old kernel), the child is moved after the clone instead. */
 	_cleanup_close_ int cgroup_fd = -1;
@@ -361,7 +358,7 @@ static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netn
 			    err);
 	if (r < 0)
 		return r;
-	if ((r = jail_userns_map(plan, c, agent, uid_base, rootfs, err)) < 0 ||
+	if ((r = jail_userns_map(plan, c, agent, uid_base, rootfs, resolv, err)) < 0 ||
 	    (r = place_child(plan, cg, c, agent, err)) < 0 ||
 	    (r = spawn_wait(plan, c, SETUP_TIMEOUT_MS, err)) < 0) {
 		spawn_kill(c->pid, c->pidfd);
@@ -416,9 +413,10 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "jail");
-	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base);
+	const char *resolv = resolv_conf_of(spec);
+	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base, resolv);
 	struct spawn_child c;
-	r = start_child(&plan, cg, netns < 0, sv[0], uid_base, t->rootfs_dir, &c, err);
+	r = start_child(&plan, cg, netns < 0, sv[0], uid_base, t->rootfs_dir, resolv, &c, err);
 	spawn_plan_free(&plan);
 	if (r < 0) {
 		cgroup_remove(cg, NULL);

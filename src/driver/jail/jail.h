@@ -32,6 +32,7 @@ enum {
 	JAIL_FD_PROC,      /* the sandbox's procfs, mounted nowhere yet (close-on-exec) */
 	JAIL_FD_SYS,       /* its sysfs, likewise */
 	JAIL_FD_ROOT,      /* the template's rootfs, idmapped by the parent (close-on-exec) */
+	JAIL_FD_RESOLV,    /* the sandbox's resolv.conf, a detached bind mount (close-on-exec) */
 };
 
 /* Each sandbox's ids: root inside is the first of JAIL_UID_RANGE host uids (and gids). */
@@ -60,13 +61,17 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *res
 /* The steps that take the child from host root into its user namespace (shared with the
  * trial run): procfs and sysfs made while it is still host root, the switch to uid_base,
  * the user namespace, then the wait for the parent's maps and the idmapped rootfs. */
-void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base);
+void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf);
 
 /* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
  * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it
- * `rootfs` (the trial run: /) as a read-only mount idmapped to that namespace. */
+ * `rootfs` (the trial run: /) as a read-only mount idmapped to that namespace, and
+ * `resolv_conf` (or NULL) as a read-only mount of that file. Both are made here, where the
+ * daemon's directories can be reached: the child, an unprivileged uid by then, may not be
+ * able to look up paths below them. */
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
-		    uint32_t uid_base, const char *rootfs, struct err *err);
+		    uint32_t uid_base, const char *rootfs, const char *resolv_conf,
+		    struct err *err);
 
 struct config;
 /* Checks the configured ranges against /etc/subuid and /etc/subgid (the files configured)

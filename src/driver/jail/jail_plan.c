@@ -90,10 +90,11 @@ static void add_masks(struct spawn_plan *p)
  * its mounts are nodev), so the host's own nodes are bound onto empty files. */
 static const char *const devices[] = { "null", "zero", "full", "random", "urandom", "tty" };
 
-/* The sandbox's /dev, on the rootfs before the pivot, while the host's nodes are in view. */
-static void add_dev(struct spawn_plan *p, const char *root)
+/* The sandbox's /dev, on the rootfs (the working directory) before the pivot, while the
+ * host's nodes are in view. */
+static void add_dev(struct spawn_plan *p)
 {
-	const char *dev = spawn_plan_str(p, "%s/dev", root);
+	const char *dev = "dev";
 	add_mount(p, "tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME, DEV_TMPFS_OPTS,
 		  false, "mount tmpfs on /dev");
 	for (size_t i = 0; i < ARRAY_SIZE(devices); i++) {
@@ -153,7 +154,10 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *res
 	op = spawn_plan_add(p, SOP_RLIMIT, "setrlimit RLIMIT_NOFILE");
 	op->flags = RLIMIT_NOFILE;
 	op->arg = nofile;
-	jail_plan_userns(p, uid_base);
+	/* Reached as host root: the unprivileged uid may not be able to look up the template's
+	 * path, but the working directory follows into the new mount namespace. */
+	add_path(p, SOP_CHDIR, root, 0, spawn_plan_str(p, "chdir %s", rootfs));
+	jail_plan_userns(p, uid_base, resolv_conf);
 	op = spawn_plan_add(p, SOP_UNSHARE, "unshare the mount, uts and ipc namespaces");
 	op->arg = JAIL_USERNS_NS;
 
@@ -162,26 +166,24 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *res
 
 	/* Private first: nothing mounted below may propagate back to the host's namespace. */
 	add_mount(p, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL, false, "make / private");
-	/* The parent's read-only, idmapped, non-recursive clone of the template: whatever the
-	 * host has mounted below the template stays out, and its root-owned files appear owned
-	 * by root inside (by this sandbox's first host uid outside). */
+	/* The parent's read-only, idmapped, non-recursive clone of the template, over the
+	 * template's own directory: whatever the host has mounted below the template stays out,
+	 * and its root-owned files appear owned by root inside (by this sandbox's first host
+	 * uid outside). Paths are relative to it from here to the pivot. */
 	op = spawn_plan_add(p, SOP_MOVE_MOUNT, spawn_plan_str(p, "attach rootfs %s", rootfs));
 	op->fd = JAIL_FD_ROOT;
-	op->dst = root;
-	/* The sandbox's resolver, read-only (the file is the host's). Before the pivot, while the
-	 * host's file is still in view: a bind mount's source must be in our mount namespace,
-	 * which a descriptor opened by the parent is not. The parent checked that the target is
-	 * a plain file of the template's. It rides along with the rootfs through the pivot. */
+	op->dst = ".";
+	op = spawn_plan_add(p, SOP_CHDIR, "enter the rootfs");
+	op->fd = JAIL_FD_ROOT;
+	/* The sandbox's resolver, read-only, made by the parent (the file is the host's). The
+	 * parent checked that the target is a plain file of the template's. It rides along with
+	 * the rootfs through the pivot. */
 	if (resolv_conf) {
-		const char *target = spawn_plan_str(p, "%s/etc/resolv.conf", rootfs);
-		add_mount(p, resolv_conf, target, NULL, MS_BIND, NULL, false,
-			  "bind resolv.conf on /etc/resolv.conf");
-		add_mount(p, NULL, target, NULL,
-			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
-			  false, "remount /etc/resolv.conf read-only");
+		op = spawn_plan_add(p, SOP_MOVE_MOUNT, "attach resolv.conf on /etc/resolv.conf");
+		op->fd = JAIL_FD_RESOLV;
+		op->dst = "etc/resolv.conf";
 	}
-	add_dev(p, root);
-	add_path(p, SOP_CHDIR, root, 0, spawn_plan_str(p, "chdir %s", rootfs));
+	add_dev(p);
 	/* pivot_root(".", ".") needs no directory for the old root, which a read-only rootfs
 	 * could not provide; the old root is then stacked on "." and detached at once. */
 	spawn_plan_add(p, SOP_PIVOT_ROOT, "pivot_root");

@@ -30,7 +30,7 @@
 /* How long the child may take to reach its user namespace. */
 #define USERNS_TIMEOUT_MS 10000
 
-void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base)
+void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf)
 {
 	struct spawn_op *op = spawn_plan_add(p, SOP_FSMOUNT, "make the sandbox's procfs");
 	op->fstype = "proc";
@@ -51,6 +51,7 @@ void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base)
 	op = spawn_plan_add(p, SOP_RECV_FD, "receive the id maps and the rootfs");
 	op->fd = JAIL_FD_AGENT;
 	op->arg = JAIL_FD_ROOT;
+	op->flags = resolv_conf ? 2 : 1;
 }
 
 /* Waits for the child's byte on agent_fd; a failure reported meanwhile is the error. */
@@ -92,8 +93,9 @@ static int write_map(const struct spawn_plan *plan, pid_t pid, const char *file,
 	return 0;
 }
 
-/* A read-only, nosuid, nodev clone of `path` (not recursive), idmapped to the namespace. */
-static int idmapped_tree(const struct spawn_plan *plan, const char *path, int userns,
+/* A read-only, nosuid, nodev clone of `path` (not recursive), idmapped to the namespace
+ * unless userns is -1. */
+static int detached_tree(const struct spawn_plan *plan, const char *path, int userns,
 			 struct err *err)
 {
 	_cleanup_close_ int fd =
@@ -110,12 +112,13 @@ static int idmapped_tree(const struct spawn_plan *plan, const char *path, int us
 	return TAKE_FD(fd);
 }
 
-static int send_fd(const struct spawn_plan *plan, int sock, int fd, struct err *err)
+static int send_fds(const struct spawn_plan *plan, int sock, const int *fds, unsigned n,
+		    struct err *err)
 {
 	char b = 1;
 	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	memset(&u, 0, sizeof(u));
@@ -123,20 +126,20 @@ static int send_fd(const struct spawn_plan *plan, int sock, int fd, struct err *
 		.msg_iov = &iov,
 		.msg_iovlen = 1,
 		.msg_control = u.buf,
-		.msg_controllen = sizeof(u.buf),
+		.msg_controllen = CMSG_SPACE(n * sizeof(int)),
 	};
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
+	cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
 	if (sendmsg(sock, &mh, MSG_NOSIGNAL) != 1)
 		return err_sys(err, errno, "%s: send the rootfs", plan->name);
 	return 0;
 }
 
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
-		    uint32_t uid_base, const char *rootfs, struct err *err)
+		    uint32_t uid_base, const char *rootfs, const char *resolv_conf, struct err *err)
 {
 	int r;
 	if ((r = wait_child(plan, c, agent_fd, err)) < 0 ||
@@ -148,8 +151,12 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 	_cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
 	if (userns < 0)
 		return err_sys(err, errno, "%s: open %s", plan->name, path);
-	_cleanup_close_ int tree = idmapped_tree(plan, rootfs, userns, err);
+	_cleanup_close_ int tree = detached_tree(plan, rootfs, userns, err);
 	if (tree < 0)
 		return tree;
-	return send_fd(plan, agent_fd, tree, err);
+	_cleanup_close_ int resolv = -1;
+	if (resolv_conf && (resolv = detached_tree(plan, resolv_conf, -1, err)) < 0)
+		return resolv;
+	const int fds[2] = { tree, resolv };
+	return send_fds(plan, agent_fd, fds, resolv_conf ? 2 : 1, err);
 }

@@ -258,7 +258,7 @@ static void test_identity(void **state)
 	assert_true(atoi(out) >= 2 && atoi(out) <= 4);
 	free(out);
 	assert_int_equal(run(sb, &out, "cat /proc/1/cmdline | tr '\\0' ' '"), 0);
-	assert_string_equal(out, "sandbox-agent --fd 3 --workspace /workspace ");
+	assert_string_equal(out, "sandbox-agent --fd 3 --workspace /workspace --user 1000:1000 ");
 	free(out);
 
 	/* The agent inherited fds 0-2 (/dev/null) and 3 only; 4 is its pipe from this command. */
