@@ -103,12 +103,17 @@ static int detached_tree(const struct spawn_plan *plan, const char *path, int us
 	if (fd < 0)
 		return err_sys(err, errno, "%s: open_tree `%s`", plan->name, path);
 	struct mount_attr attr = {
-		.attr_set =
-			MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-		.userns_fd = (uint64_t)userns,
+		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
 	};
+	if (userns >= 0) {
+		attr.attr_set |= MOUNT_ATTR_IDMAP;
+		attr.userns_fd = (uint64_t)userns;
+	} else {
+		attr.attr_set |= MOUNT_ATTR_NOEXEC;
+	}
 	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-		return err_sys(err, errno, "%s: idmapped mount of `%s`", plan->name, path);
+		return err_sys(err, errno, "%s: %s mount of `%s`", plan->name,
+			       userns >= 0 ? "idmapped" : "read-only", path);
 	return TAKE_FD(fd);
 }
 
