@@ -6,17 +6,22 @@
  *   pid              0 getpid()
  *   read <path>      0 and the file's contents, or errno
  *   run <command>    exit status (128 + signal when killed) and the output of /bin/sh -c
+ *   root <command>   the same, as the agent's own uid (root inside) even with --user
  *   sys <name>       the errno of a system call tried by name (0: it succeeded)
  *   hog <MiB>        status of a child that allocates and touches that much memory
  *   exit             exits without a reply
+ * With --user UID:GID (as the jail starts the real agent), `run` runs its command as that
+ * user, as the real agent does.
  * Built with musl-gcc -static: the sandbox's rootfs has no libc for it. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +38,8 @@
 
 #define FD 3
 
+static bool as_user;
+static unsigned uid, gid;
 static void reply(int code, const char *data, size_t len)
 {
 	char head[64];
@@ -69,7 +76,7 @@ static int status_code(int status)
 	return 128 + WTERMSIG(status);
 }
 
-static void cmd_run(const char *command)
+static void cmd_run(const char *command, bool drop)
 {
 	static char buf[1 << 20];
 	int p[2];
@@ -93,6 +100,10 @@ static void cmd_run(const char *command)
 		close(p[0]);
 		close(p[1]);
 		close(FD);
+		if (drop && as_user &&
+		    (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
+		     setresuid(uid, uid, uid) < 0))
+			_exit(126);
 		execl("/bin/sh", "sh", "-c", command, (char *)NULL);
 		_exit(127);
 	}
@@ -178,8 +189,11 @@ static void cmd_hog(long mib)
 	reply(pid < 0 ? -errno : status_code(status), NULL, 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], "--user") == 0 && sscanf(argv[i + 1], "%u:%u", &uid, &gid) == 2)
+			as_user = true;
 	static char line[4096];
 	size_t len = 0;
 	signal(SIGPIPE, SIG_IGN);
@@ -204,7 +218,9 @@ int main(void)
 		} else if (strncmp(line, "read ", 5) == 0) {
 			cmd_read(line + 5);
 		} else if (strncmp(line, "run ", 4) == 0) {
-			cmd_run(line + 4);
+			cmd_run(line + 4, true);
+		} else if (strncmp(line, "root ", 5) == 0) {
+			cmd_run(line + 5, false);
 		} else if (strncmp(line, "sys ", 4) == 0) {
 			int e = cmd_sys(line + 4);
 			reply(e, NULL, 0);
