@@ -160,6 +160,17 @@ class UserNamespaceTest(JailCase):
         self.assertNotEqual(code, 0)
 
 
+    def test_no_host_path_in_mountinfo(self):
+        # The rootfs is the template's image, a filesystem of its own ("/" of a loop
+        # device), not a bind of a host directory whose path would show.
+        sid = self.session()
+        info = self.ok(sid, "cat /proc/self/mountinfo")
+        roots = {line.split()[4]: line.split()[3] for line in info.splitlines()}
+        self.assertEqual(roots["/"], "/", info)
+        for host_path in (artifacts_dir(), self.d.tmp, "agent-sandbox"):
+            self.assertNotIn(host_path, info)
+
+
 class SeccompTest(JailCase):
     """The allow list: what is not on it fails with ENOSYS; socket families are limited."""
 

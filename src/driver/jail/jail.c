@@ -129,6 +129,64 @@ static int check_agent(const struct config *cfg, struct err *err)
 	return 0;
 }
 
+/* Where a sandbox's / is cloned from, and the host directory it is attached over before
+ * the pivot (any directory would do; this one the child reaches as host root). */
+struct root_src {
+	int dfd;          /* the image's detached mount (borrowed), or AT_FDCWD */
+	const char *path; /* below dfd: "" for the image, else the rootfs directory */
+	char *attach;     /* owned */
+};
+
+static void root_src_fini(struct root_src *r)
+{
+	free(r->attach);
+}
+
+/* The image must have every mount point as a directory: it cannot be changed. */
+static bool image_usable(int mnt)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(mountpoints); i++) {
+		struct stat st;
+		if (fstatat(mnt, mountpoints[i], &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode))
+			return false;
+	}
+	return true;
+}
+
+static int check_rootfs(const char *rootfs, struct err *err);
+
+/* The template's rootfs.ext4 when it has one that can be used (see jail_rootfs.c for why),
+ * else its rootfs directory. */
+static int choose_root(const struct template *t, struct root_src *ret, struct err *err)
+{
+	int mnt = -1;
+	struct err why;
+	if (t->rootfs_img && jail_rootfs_image(t->rootfs_img, &mnt, &why) == 0 &&
+	    image_usable(mnt)) {
+		ret->dfd = mnt;
+		ret->path = "";
+		ret->attach = t->rootfs_dir ? xstrdup(t->rootfs_dir) : xstrdup(t->rootfs_img);
+		if (!t->rootfs_dir)
+			*strrchr(ret->attach, '/') = '\0';
+		return 0;
+	}
+	if (t->rootfs_img && mnt < 0)
+		log_debug("jail", "template %s: image not used: %s", t->name, why.msg);
+	if (!t->rootfs_dir)
+		return err_set(err, ENOENT,
+			       "jail: template `%s` has no rootfs directory or usable image: build "
+			       "it for the jail driver",
+			       t->name);
+	int r = check_rootfs(t->rootfs_dir, err);
+	if (r < 0)
+		return r;
+	ret->dfd = AT_FDCWD;
+	ret->path = t->rootfs_dir;
+	ret->attach = xstrdup(t->rootfs_dir);
+	return 0;
+}
+
 /* Makes the directories the sandbox mounts onto when the template lacks them, and refuses
  * anything else in their place: a symlink there would aim a mount elsewhere. */
 static int check_rootfs(const char *rootfs, struct err *err)
@@ -226,7 +284,7 @@ static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *e
 	if (r < 0)
 		return r;
 	/* The idmapped clone of / tests the kernel's support; the child does not attach it. */
-	r = jail_userns_map(plan, &c, sv[0], uid_base, "/", NULL, err);
+	r = jail_userns_map(plan, &c, sv[0], uid_base, AT_FDCWD, "/", -1, NULL, err);
 	if (r == 0)
 		r = spawn_wait(plan, &c, SETUP_TIMEOUT_MS, err);
 	if (r < 0)
@@ -297,24 +355,23 @@ static json_t *make_record(pid_t pid, const struct cgroup *cg, uint32_t uid_base
 
 /* The resolver of the sandbox's network, when the network module made one, to mount on the
  * template's /etc/resolv.conf when that is a plain file to mount on (the builder makes one;
- * without it, names do not resolve in this sandbox). NULL: none. */
-static const char *resolv_conf_of(const struct sandbox_spec *spec)
+ * without it, names do not resolve in this sandbox). False: none. */
+static bool wants_resolv_conf(const struct sandbox_spec *spec, const struct root_src *root)
 {
 	if (!spec->netns_path || !spec->resolv_conf)
-		return NULL;
-	_cleanup_free_ char *target = xasprintf("%s/etc/resolv.conf", spec->tmpl->rootfs_dir);
+		return false;
+	_cleanup_free_ char *target = *root->path ? xasprintf("%s/etc/resolv.conf", root->path)
+						  : xstrdup("etc/resolv.conf");
 	struct stat st, src;
-	if (stat(spec->resolv_conf, &src) == 0 && S_ISREG(src.st_mode) && lstat(target, &st) == 0 &&
-	    S_ISREG(st.st_mode))
-		return spec->resolv_conf;
-	return NULL;
+	return stat(spec->resolv_conf, &src) == 0 && S_ISREG(src.st_mode) &&
+	       fstatat(root->dfd, target, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }
 
 /* The plan of the sandbox's first process: its descriptors, its network, then the steps
  * that make it the sandbox and exec the agent. */
 static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 			 const struct sandbox_spec *spec, int agent, int exe, int netns,
-			 uint32_t uid_base, const char *resolv)
+			 uint32_t uid_base, const char *attach, bool resolv)
 {
 	spawn_plan_fd(plan, agent, JAIL_FD_AGENT, true);
 	spawn_plan_fd(plan, exe, JAIL_FD_EXE, false);
@@ -342,13 +399,13 @@ static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 	uint32_t nofile = spec->limits.nofile ? spec->limits.nofile
 			  : cfg->nofile       ? cfg->nofile
 					      : DEFAULT_NOFILE;
-	jail_plan_sandbox(plan, spec->tmpl->rootfs_dir, resolv, workspace, nofile, uid_base);
+	jail_plan_sandbox(plan, attach, resolv, workspace, nofile, uid_base);
 }
 
 /* Starts the plan's child in cgroup cg and waits until it has become the sandbox's agent. */
 static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netns, int agent,
-		       uint32_t uid_base, const char *rootfs, const char *resolv,
-		       struct spawn_child *c, struct err *err)
+		       uint32_t uid_base, const struct root_src *root, int resolv_dfd,
+		       const char *resolv, struct spawn_child *c, struct err *err)
 {
 	/* Without it (an old kernel), the child is moved after the clone instead. */
 	_cleanup_close_ int cgroup_fd = -1;
@@ -358,7 +415,8 @@ static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netn
 			    err);
 	if (r < 0)
 		return r;
-	if ((r = jail_userns_map(plan, c, agent, uid_base, rootfs, resolv, err)) < 0 ||
+	if ((r = jail_userns_map(plan, c, agent, uid_base, root->dfd, root->path, resolv_dfd,
+				 resolv, err)) < 0 ||
 	    (r = place_child(plan, cg, c, agent, err)) < 0 ||
 	    (r = spawn_wait(plan, c, SETUP_TIMEOUT_MS, err)) < 0) {
 		spawn_kill(c->pid, c->pidfd);
@@ -376,13 +434,14 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	if (!cgroup_id_valid(spec->id))
 		return err_set(err, EINVAL, "jail: invalid sandbox id `%s`",
 			       spec->id ? spec->id : "");
-	if (!t || !t->rootfs_dir)
+	if (!t || (!t->rootfs_dir && !t->rootfs_img))
 		return err_set(err, ENOENT,
 			       "jail: template `%s` has no rootfs directory: build it for the jail "
 			       "driver",
 			       t ? t->name : "?");
 	int r;
-	if ((r = host_get(err)) < 0 || (r = check_rootfs(t->rootfs_dir, err)) < 0)
+	_cleanup_(root_src_fini) struct root_src root = { .dfd = AT_FDCWD };
+	if ((r = host_get(err)) < 0 || (r = choose_root(t, &root, err)) < 0)
 		return r;
 	/* Opened here, executed after pivot_root: the binary need not exist in the rootfs. */
 	_cleanup_close_ int exe = open(cfg->agent_bin ? cfg->agent_bin : "", O_PATH | O_CLOEXEC);
@@ -413,12 +472,18 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "jail");
-	const char *resolv = resolv_conf_of(spec);
-	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base, resolv);
+	int resolv_dfd = -1;
+	bool resolv = wants_resolv_conf(spec, &root);
+	if (resolv && (r = jail_resolv_copy(spec->id, spec->resolv_conf, &resolv_dfd, err)) < 0)
+		resolv = false;
+	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base, root.attach, resolv);
 	struct spawn_child c;
-	r = start_child(&plan, cg, netns < 0, sv[0], uid_base, t->rootfs_dir, resolv, &c, err);
+	if (r == 0)
+		r = start_child(&plan, cg, netns < 0, sv[0], uid_base, &root, resolv_dfd,
+				resolv ? spec->id : NULL, &c, err);
 	spawn_plan_free(&plan);
 	if (r < 0) {
+		jail_resolv_remove(spec->id);
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
 		jail_uid_release(uid_base);
@@ -458,6 +523,7 @@ static void jail_destroy(struct sandbox *sb)
 		if (j->cg && cgroup_remove(j->cg, &e) < 0)
 			log_warn("jail", "sandbox %s: %s", sb->id, e.msg);
 		cgroup_free(j->cg);
+		jail_resolv_remove(sb->id);
 		/* Reaped above: nothing runs with the range's uids any more. */
 		jail_uid_release(j->uid_base);
 		if (j->pidfd >= 0)

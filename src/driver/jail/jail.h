@@ -53,9 +53,10 @@ enum {
  * procfs and sysfs, the user namespace (created as host uid `uid_base`, mapped by the parent:
  * see jail_userns_map), the namespaces owned by it, hostname, mounts, /dev, /proc masking,
  * the wait for the parent's go-ahead, the cgroup namespace, capabilities, seccomp and the
- * exec of the agent. `rootfs` is the host directory that becomes /; `resolv_conf` (or NULL),
- * a host file mounted on its /etc/resolv.conf. The network step is added by the caller first. */
-void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *resolv_conf,
+ * exec of the agent. `rootfs` is the host directory the sandbox's / is attached over (the
+ * parent sends the mount: jail_userns_map); with `resolv_conf`, the parent also sends a file
+ * for its /etc/resolv.conf. The network step is added by the caller first. */
+void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
 		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base);
 
 /* The steps that take the child from host root into its user namespace (shared with the
@@ -64,14 +65,23 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *res
 void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf);
 
 /* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
- * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it
- * `rootfs` (the trial run: /) as a read-only mount idmapped to that namespace, and
- * `resolv_conf` (or NULL) as a read-only mount of that file. Both are made here, where the
+ * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it a
+ * read-only clone of the rootfs (`root_path` below `root_dfd`, or root_dfd itself when the
+ * path is ""; the trial run: /) idmapped to that namespace, and of `resolv` below
+ * `resolv_dfd` (NULL: none) as a read-only file mount. Both are made here, where the
  * daemon's directories can be reached: the child, an unprivileged uid by then, may not be
  * able to look up paths below them. */
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
-		    uint32_t uid_base, const char *rootfs, const char *resolv_conf,
-		    struct err *err);
+		    uint32_t uid_base, int root_dfd, const char *root_path, int resolv_dfd,
+		    const char *resolv, struct err *err);
+
+/* A detached read-only mount of the ext4 image at `path` (a template's rootfs.ext4), mounted
+ * on first use and kept for the daemon's life: *ret is borrowed. */
+int jail_rootfs_image(const char *path, int *ret, struct err *err);
+/* Copies host_path into the daemon's detached tmpfs as a file named `id`; *ret_dir is that
+ * tmpfs (borrowed). */
+int jail_resolv_copy(const char *id, const char *host_path, int *ret_dir, struct err *err);
+void jail_resolv_remove(const char *id);
 
 struct config;
 /* Checks the configured ranges against /etc/subuid and /etc/subgid (the files configured)

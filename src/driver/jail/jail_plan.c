@@ -143,7 +143,7 @@ static void add_net_sysctls(struct spawn_plan *p)
 	op->src = "0 2147483647";
 }
 
-void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, const char *resolv_conf,
+void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
 		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base)
 {
 	const char *root = spawn_plan_str(p, "%s", rootfs);

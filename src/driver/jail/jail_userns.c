@@ -93,13 +93,13 @@ static int write_map(const struct spawn_plan *plan, pid_t pid, const char *file,
 	return 0;
 }
 
-/* A read-only, nosuid, nodev clone of `path` (not recursive), idmapped to the namespace
- * unless userns is -1. */
-static int detached_tree(const struct spawn_plan *plan, const char *path, int userns,
+/* A read-only, nosuid, nodev clone of `path` below dfd (dfd itself for ""), not recursive,
+ * idmapped to the namespace unless userns is -1. */
+static int detached_tree(const struct spawn_plan *plan, int dfd, const char *path, int userns,
 			 struct err *err)
 {
-	_cleanup_close_ int fd =
-		(int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (*path ? 0 : AT_EMPTY_PATH);
+	_cleanup_close_ int fd = (int)syscall(SYS_open_tree, dfd, path, flags);
 	if (fd < 0)
 		return err_sys(err, errno, "%s: open_tree `%s`", plan->name, path);
 	struct mount_attr attr = {
@@ -144,7 +144,8 @@ static int send_fds(const struct spawn_plan *plan, int sock, const int *fds, uns
 }
 
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
-		    uint32_t uid_base, const char *rootfs, const char *resolv_conf, struct err *err)
+		    uint32_t uid_base, int root_dfd, const char *root_path, int resolv_dfd,
+		    const char *resolv, struct err *err)
 {
 	int r;
 	if ((r = wait_child(plan, c, agent_fd, err)) < 0 ||
@@ -156,12 +157,12 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 	_cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
 	if (userns < 0)
 		return err_sys(err, errno, "%s: open %s", plan->name, path);
-	_cleanup_close_ int tree = detached_tree(plan, rootfs, userns, err);
+	_cleanup_close_ int tree = detached_tree(plan, root_dfd, root_path, userns, err);
 	if (tree < 0)
 		return tree;
-	_cleanup_close_ int resolv = -1;
-	if (resolv_conf && (resolv = detached_tree(plan, resolv_conf, -1, err)) < 0)
-		return resolv;
-	const int fds[2] = { tree, resolv };
-	return send_fds(plan, agent_fd, fds, resolv_conf ? 2 : 1, err);
+	_cleanup_close_ int file = -1;
+	if (resolv && (file = detached_tree(plan, resolv_dfd, resolv, -1, err)) < 0)
+		return file;
+	const int fds[2] = { tree, file };
+	return send_fds(plan, agent_fd, fds, resolv ? 2 : 1, err);
 }
