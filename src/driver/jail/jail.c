@@ -470,12 +470,11 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		return err_wrap(err, "jail");
 	}
 
-	struct spawn_plan plan;
-	spawn_plan_init(&plan, "jail");
 	int resolv_dfd = -1;
 	bool resolv = wants_resolv_conf(spec, &root);
-	if (resolv && (r = jail_resolv_copy(spec->id, spec->resolv_conf, &resolv_dfd, err)) < 0)
-		resolv = false;
+	r = resolv ? jail_resolv_copy(spec->id, spec->resolv_conf, &resolv_dfd, err) : 0;
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "jail");
 	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base, root.attach, resolv);
 	struct spawn_child c;
 	if (r == 0)
