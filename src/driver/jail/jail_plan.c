@@ -166,18 +166,18 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 
 	/* Private first: nothing mounted below may propagate back to the host's namespace. */
 	add_mount(p, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL, false, "make / private");
-	/* The parent's read-only, idmapped, non-recursive clone of the template, over the
-	 * template's own directory: whatever the host has mounted below the template stays out,
-	 * and its root-owned files appear owned by root inside (by this sandbox's first host
-	 * uid outside). Paths are relative to it from here to the pivot. */
+	/* The parent's read-only, idmapped, non-recursive clone of the template (its image, or
+	 * its directory), over `rootfs`: whatever the host has mounted below the template stays
+	 * out, and its root-owned files appear owned by root inside (by this sandbox's first
+	 * host uid outside). Paths are relative to it from here to the pivot. */
 	op = spawn_plan_add(p, SOP_MOVE_MOUNT, spawn_plan_str(p, "attach rootfs %s", rootfs));
 	op->fd = JAIL_FD_ROOT;
 	op->dst = ".";
 	op = spawn_plan_add(p, SOP_CHDIR, "enter the rootfs");
 	op->fd = JAIL_FD_ROOT;
-	/* The sandbox's resolver, read-only, made by the parent (the file is the host's). The
-	 * parent checked that the target is a plain file of the template's. It rides along with
-	 * the rootfs through the pivot. */
+	/* The sandbox's resolver: a read-only copy the parent made of the network module's file
+	 * (jail_rootfs.c). The parent checked that the target is a plain file of the
+	 * template's. It rides along with the rootfs through the pivot. */
 	if (resolv_conf) {
 		op = spawn_plan_add(p, SOP_MOVE_MOUNT, "attach resolv.conf on /etc/resolv.conf");
 		op->fd = JAIL_FD_RESOLV;
