@@ -69,7 +69,7 @@
 #define WAIT_INPUT_MAX (64 * 1024)
 
 /* Candidates looked at when a connection must be evicted. */
-#define EVICT_TRIES 16
+#define EVICT_TRIES 32
 
 /* Descriptors kept for everything that is not a client connection (sandboxes, their
  * sockets, the store, logs) when the connection cap is derived from the descriptor limit. */
@@ -148,6 +148,7 @@ struct http_server {
 };
 
 static void conn_process(struct http_conn *c);
+static void conn_process_inner(struct http_conn *c);
 static void conn_close(struct http_conn *c);
 static void conn_answer_error(struct http_conn *c, int status);
 
@@ -849,9 +850,8 @@ static void conn_linger_read(struct http_conn *c)
 }
 
 /* Does whatever the connection's bytes and state allow now. */
-static void conn_process(struct http_conn *c)
+static void conn_process_inner(struct http_conn *c)
 {
-	c->busy++;
 	for (;;) {
 		enum conn_state was = c->state;
 		if (c->state == C_LINGER)
@@ -861,6 +861,12 @@ static void conn_process(struct http_conn *c)
 		if (c->dead || c->state == was)
 			break;
 	}
+}
+
+static void conn_process(struct http_conn *c)
+{
+	c->busy++;
+	conn_process_inner(c);
 	c->busy--;
 	if (c->busy == 0 && c->dead)
 		conn_free(c);
@@ -968,36 +974,82 @@ static bool conn_has_unread(struct http_conn *c)
 	return ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n > 0;
 }
 
+/* Whether c may be closed to make room: it has not sent a whole head, sent nothing the loop
+ * has not seen, and has no answer still going out to it. */
 static bool evictable(struct http_conn *c)
 {
-	return (c->state == C_IDLE || c->state == C_HEAD) && !conn_has_unread(c);
+	return (c->state == C_IDLE || c->state == C_HEAD) && !conn_has_unread(c) &&
+	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
 }
 
-/* Closes the oldest connection that has not completed a request's head and has nothing
- * unread: of all of them, or of the strangers from address `addr`. Returns false if there
- * was none among the first few. */
+/* Reads and handles at once what c sent and the loop has not looked at yet (in a burst of
+ * new connections nothing of them has been read): it may complete a request's head, and a
+ * prompt client is then served rather than closed. Returns false if c is gone. */
+static bool conn_look(struct http_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	if (evbuffer_get_length(in) == 0) {
+		/* The bufferevent's input takes bytes at its end only from the bufferevent
+		 * itself; into an empty one, a prepend is the same. */
+		struct evbuffer *tmp = evbuffer_new();
+		int r = evbuffer_read(tmp, bufferevent_getfd(c->bev), 16384);
+		if (r > 0)
+			evbuffer_prepend_buffer(in, tmp);
+		evbuffer_free(tmp);
+		if (r == 0) {
+			conn_close(c);
+			return false;
+		}
+	}
+	if (evbuffer_get_length(in)) {
+		c->busy++;
+		conn_process_inner(c);
+		c->busy--;
+		if (c->dead) {
+			conn_free(c);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Closes the oldest connection that has not completed a request's head: of all of them, or
+ * of the strangers from address `addr`. Candidates with bytes not yet looked at are looked at
+ * first. Returns false if there was none among the first few. */
 static bool evict_one(struct http_server *srv, const char *addr)
 {
-	struct http_conn *c = NULL;
-	int tries = 0;
-	if (addr) {
-		struct addr_entry *e = addr_find(srv, addr, false);
-		if (e)
-			TAILQ_FOREACH (c, &e->conns, stranger)
-				if (evictable(c) || ++tries == EVICT_TRIES)
-					break;
-	} else {
-		TAILQ_FOREACH (c, &srv->waiting, waiting)
-			if (evictable(c) || ++tries == EVICT_TRIES)
-				break;
+	for (int tries = 0; tries < EVICT_TRIES; tries++) {
+		struct http_conn *c = NULL, *s;
+		if (addr) {
+			/* Looked up anew each time: a look may have emptied (and freed) it. */
+			struct addr_entry *e = addr_find(srv, addr, false);
+			if (e)
+				TAILQ_FOREACH (s, &e->conns, stranger)
+					if (s->state == C_IDLE || s->state == C_HEAD) {
+						c = s;
+						break;
+					}
+		} else {
+			c = TAILQ_FIRST(&srv->waiting);
+		}
+		if (!c)
+			return false;
+		if (conn_has_unread(c) && !conn_look(c))
+			return true; /* it left: room made */
+		if (!evictable(c)) {
+			if (c->state == C_IDLE || c->state == C_HEAD)
+				return false; /* an answer still going out to the oldest: no room */
+			continue;             /* it sent a request: served, no longer a candidate */
+		}
+		srv->stats.evicted++;
+		log_debug("http",
+			  "closing a connection from %s that sent no request in time to "
+			  "make room",
+			  c->peer);
+		conn_close(c);
+		return true;
 	}
-	if (!c || !evictable(c))
-		return false;
-	srv->stats.evicted++;
-	log_debug("http", "closing a connection from %s that sent no request in time to make room",
-		  c->peer);
-	conn_close(c);
-	return true;
+	return false;
 }
 
 /* Strangers from addr right now. */
