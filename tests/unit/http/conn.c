@@ -530,8 +530,8 @@ static void test_duplicate_headers_refused(void **state)
 {
 	struct server *s = *state;
 	const char *reqs[] = {
-		"POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer no\r\n"
-		"Authorization: Bearer ok\r\nContent-Length: 0\r\n\r\n",
+		("POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer no\r\n"
+		 "Authorization: Bearer ok\r\nContent-Length: 0\r\n\r\n"),
 		"GET /open/a HTTP/1.1\r\nHost: x\r\nHost: 8080-box.example\r\n\r\n",
 		"GET /open/a HTTP/1.1\r\n\r\n", /* 1.1 without Host */
 	};
@@ -959,11 +959,12 @@ static void test_websocket_bad_handshakes(void **state)
 	struct server *s = *state;
 	const char *reqs[][2] = {
 		{ "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "HTTP/1.1 426" },
-		{ "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-		  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n",
+		{ ("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+		   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: "
+		   "8\r\n\r\n"),
 		  "HTTP/1.1 426" },
-		{ "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-		  "Sec-WebSocket-Key: short\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		{ ("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+		   "Sec-WebSocket-Key: short\r\nSec-WebSocket-Version: 13\r\n\r\n"),
 		  "HTTP/1.1 400" },
 	};
 	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
