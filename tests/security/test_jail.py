@@ -18,6 +18,7 @@ template (templates/build.sh python); without it they are skipped, saying so."""
 import ctypes
 import errno
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -336,7 +337,7 @@ class UidRangeConfigTest(unittest.TestCase):
 
     def start(self, subuid, subgid="", base="1879048192"):
         tmp = tempfile.mkdtemp(prefix="subid-")
-        self.addCleanup(lambda: __import__("shutil").rmtree(tmp, True))
+        self.addCleanup(shutil.rmtree, tmp, True)
         paths = {}
         for name, text in (("subuid", subuid), ("subgid", subgid)):
             paths[name] = os.path.join(tmp, name)
@@ -345,7 +346,10 @@ class UidRangeConfigTest(unittest.TestCase):
         env = {**BASE_ENV, "SANDBOX_DRIVER": "jail", "SANDBOX_NETWORK": "off",
                "SANDBOX_WARM_POOL": "0", "SANDBOX_UID_BASE": base,
                "SANDBOX_SUBUID_FILE": paths["subuid"], "SANDBOX_SUBGID_FILE": paths["subgid"]}
-        return harness.Daemon(env=env)
+        d = harness.Daemon(env=env)
+        # A start that fails leaves its files for a look: these are expected to fail.
+        self.addCleanup(lambda: d.tmp and shutil.rmtree(d.tmp, True))
+        return d
 
     def test_overlap_with_subuid_is_refused(self):
         d = self.start("alice:100000:65536\nbob:1879100000:65536\n")
