@@ -68,6 +68,11 @@
 /* Bytes a client may send ahead while its request is being answered (pipelining). */
 #define WAIT_INPUT_MAX (64 * 1024)
 
+/* Answers queued toward a client above which its next request is not read until they are
+ * out: a client that pipelines requests and reads nothing would otherwise have the daemon
+ * hold every answer. */
+#define PIPELINE_OUTPUT_MAX (1024 * 1024)
+
 /* Candidates looked at when a connection must be evicted. */
 #define EVICT_TRIES 32
 
@@ -94,6 +99,7 @@ struct http_conn {
 	bool fresh;       /* no request has completed on it yet */
 	bool close_after; /* close once the current reply is out */
 	bool body_paused; /* http_body_pause() */
+	bool out_paused;  /* next request not read until the answers queued are out */
 	bool answered;    /* the current request was answered before its body was read */
 	bool upgrading;   /* the current request will take the connection over */
 	bool in_parser;   /* within h1_feed: the reader may not be restarted */
@@ -798,6 +804,12 @@ static bool conn_feed(struct http_conn *c)
 		size_t avail = evbuffer_get_length(in);
 		if (avail == 0)
 			return true;
+		if (c->state == C_IDLE &&
+		    evbuffer_get_length(bufferevent_get_output(c->bev)) > PIPELINE_OUTPUT_MAX) {
+			c->out_paused = true; /* on_write goes on once they are out */
+			bufferevent_disable(c->bev, EV_READ);
+			return true;
+		}
 		if (c->state == C_IDLE) {
 			c->state = C_HEAD;
 			/* A new connection's deadline runs from its accept; a kept-alive one's
@@ -883,6 +895,12 @@ static void on_write(struct bufferevent *bev, void *arg)
 	size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
 	if (c->state == C_CLOSING && pending == 0) {
 		conn_close(c);
+		return;
+	}
+	if (c->out_paused && pending == 0) {
+		c->out_paused = false;
+		bufferevent_enable(bev, EV_READ);
+		conn_process(c);
 		return;
 	}
 	if (c->state == C_LINGER && pending == 0) {

@@ -571,6 +571,47 @@ static void test_keep_alive_and_pipelining(void **state)
 	assert_int_equal(atomic_load(&P.handled), 2);
 }
 
+/* A client that pipelines requests and reads none of the answers: the server stops reading
+ * once about a megabyte of answers waits, so the client's sends block long before it has
+ * sent 64 MiB of requests; once it reads, every answer comes, in order. */
+static void test_pipelining_without_reading_is_bounded(void **state)
+{
+	struct server *s = *state;
+	int fd = dial(s->port);
+	static const char req[] = "GET /open/p HTTP/1.1\r\nHost: x\r\n\r\n";
+	const size_t rl = sizeof(req) - 1;
+	size_t sent = 0;
+	while (sent < (64u << 20)) {
+		/* From where the last send stopped within a request. */
+		ssize_t w = send(fd, req + sent % rl, rl - sent % rl, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+			if (poll(&p, 1, 1000) == 0)
+				break; /* a second without room: the server stopped reading */
+			continue;
+		}
+		assert_true(w > 0);
+		sent += (size_t)w;
+	}
+	size_t requests = sent / rl;
+	print_message("pipelining: the server stopped reading after %zu requests (%zu bytes)\n",
+		      requests, sent);
+	assert_true(sent < (64u << 20));
+	/* Reading now, every answer comes: the cut request is finished, and a last one asks
+	 * the server to close after its answer. */
+	if (sent % rl)
+		send_all(fd, req + sent % rl, rl - sent % rl);
+	send_text(fd, "GET /open/p HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+	size_t len;
+	char *resp = read_until(fd, NULL, &len);
+	size_t answers = 0;
+	for (char *p = resp; (p = memmem(p, len - (size_t)(p - resp), "\"hello\":\"p\"", 11)); p++)
+		answers++;
+	free(resp);
+	close(fd);
+	assert_int_equal(answers, (sent + rl - 1) / rl + 1);
+}
+
 static void test_http10_and_head(void **state)
 {
 	struct server *s = *state;
@@ -987,6 +1028,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_route_body_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_headers_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_keep_alive_and_pipelining, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pipelining_without_reading_is_bounded, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_http10_and_head, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_deadlines, setup_tight, teardown),
 		cmocka_unit_test_setup_teardown(test_per_address_cap_evicts_the_oldest, setup_caps,
