@@ -299,6 +299,9 @@ static int teardown(void **state)
 	event_base_loopbreak(s->base);
 	pthread_join(s->thread, NULL);
 	http_server_free(s->srv);
+	/* A connection freed above while one of its deferred callbacks was pending is released
+	 * by the loop. */
+	event_base_loop(s->base, EVLOOP_NONBLOCK);
 	event_base_free(s->base);
 	free(s);
 	return 0;
