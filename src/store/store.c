@@ -22,11 +22,34 @@ static const char schema[] = "CREATE TABLE IF NOT EXISTS sandboxes ("
 			     "  created INTEGER NOT NULL DEFAULT (strftime('%s','now'))"
 			     ");";
 
-int store_open(const char *dir, struct err *err)
+int store_prepare_dir(const char *dir, struct err *err)
 {
 	int r = fs_mkdir_p(dir, 0700);
 	if (r < 0)
 		return err_sys(err, -r, "cannot create state directory `%s`", dir);
+	/* A directory made before (or by hand) is closed to others too: it holds the key
+	 * store and the first start's admin key. */
+	if (chmod(dir, 0700) < 0)
+		return err_sys(err, errno, "cannot make state directory `%s` private", dir);
+	static const char *const files[] = { "sandboxd.db", "sandboxd.db-wal", "sandboxd.db-shm" };
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		_cleanup_free_ char *path = xasprintf("%s/%s", dir, files[i]);
+		/* SQLite gives its -wal and -shm files the database's mode: it is made 0600. */
+		_cleanup_close_ int fd =
+			open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | (i == 0 ? O_CREAT : 0), 0600);
+		if (fd < 0 && errno == ENOENT && i > 0)
+			continue;
+		if (fd < 0 || fchmod(fd, 0600) < 0)
+			return err_sys(err, errno, "cannot make `%s` private", path);
+	}
+	return 0;
+}
+
+int store_open(const char *dir, struct err *err)
+{
+	int r = store_prepare_dir(dir, err);
+	if (r < 0)
+		return r;
 	_cleanup_free_ char *path = xasprintf("%s/sandboxd.db", dir);
 	if (sqlite3_open_v2(path, &db,
 			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,

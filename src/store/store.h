@@ -25,6 +25,10 @@ static inline void store_sqlite_freep(char **msg)
 #define _cleanup_sqlite_free_ __attribute__((cleanup(store_sqlite_freep)))
 
 int store_open(const char *state_dir, struct err *err);
+/* Makes the state directory (0700, also when it exists) and its database files (0600, the
+ * database created empty when missing): store_open() does it, and so does the CLI before it
+ * opens the key store itself. */
+int store_prepare_dir(const char *state_dir, struct err *err);
 void store_close(void);
 /* The open database (for modules that keep their own tables). */
 sqlite3 *store_db(void);

@@ -1,7 +1,9 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -45,9 +47,71 @@ bool log_enabled(enum log_level level)
 	return !silent && level >= min_level;
 }
 
+/* Warnings and errors are limited per call site (its format string): LOG_SITE_BURST lines a
+ * window of LOG_SITE_WINDOW_MS, then nothing until the next window, whose first line says how
+ * many were left out. So no client can make the log repeat one warning per attempt. */
+#define LOG_SITE_BURST     20
+#define LOG_SITE_WINDOW_MS 10000
+#define LOG_SITES          256
+
+struct log_site {
+	const char *fmt;
+	uint64_t window_ms;
+	unsigned count;
+	unsigned suppressed;
+};
+
+static struct log_site sites[LOG_SITES];
+static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Whether a line of this site may be written now; *suppressed gets the count left out
+ * before it. A full table lets everything through (it holds more sites than the code has). */
+static bool site_admit(const char *fmt, unsigned *suppressed)
+{
+	*suppressed = 0;
+	size_t h = ((uintptr_t)fmt >> 3) % LOG_SITES;
+	uint64_t now = mono_ms();
+	bool ok = true;
+	pthread_mutex_lock(&sites_lock);
+	for (size_t i = 0; i < LOG_SITES; i++) {
+		struct log_site *st = &sites[(h + i) % LOG_SITES];
+		if (st->fmt && st->fmt != fmt)
+			continue;
+		if (!st->fmt) {
+			st->fmt = fmt;
+			st->window_ms = now;
+		}
+		if (now - st->window_ms >= LOG_SITE_WINDOW_MS) {
+			st->window_ms = now;
+			st->count = 0;
+		}
+		if (st->count < LOG_SITE_BURST) {
+			st->count++;
+			*suppressed = st->suppressed;
+			st->suppressed = 0;
+		} else {
+			st->suppressed++;
+			ok = false;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&sites_lock);
+	return ok;
+}
+
 void log_fields(enum log_level level, const char *module, json_t *fields, const char *fmt, ...)
 {
 	if (!log_enabled(level) || level > LOG_FATAL)
+		return;
+	unsigned suppressed = 0;
+	if (level >= LOG_WARN && level < LOG_FATAL && !site_admit(fmt, &suppressed))
 		return;
 
 	char msg[2048];
@@ -72,6 +136,8 @@ void log_fields(enum log_level level, const char *module, json_t *fields, const 
 	json_object_set_new(line, "msg", json_string(msg));
 	if (fields)
 		json_object_update_missing(line, fields);
+	if (suppressed)
+		json_object_set_new(line, "suppressedBefore", json_integer(suppressed));
 
 	_cleanup_free_ char *text =
 		json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));

@@ -20,7 +20,9 @@ int log_level_parse(const char *s, enum log_level *ret);
 /* Whether a message at `level` would be written. */
 bool log_enabled(enum log_level level);
 
-/* Writes one line. `fields` (may be NULL) is an object merged into the line; it is borrowed. */
+/* Writes one line. `fields` (may be NULL) is an object merged into the line; it is borrowed.
+ * Warnings and errors are rate limited per call site (the format string): 20 lines per 10 s,
+ * the first line after a gap carrying "suppressedBefore": the count left out. */
 void log_fields(enum log_level level, const char *module, json_t *fields, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
