@@ -9,6 +9,7 @@
 #include "auth/keys.h"
 #include "cli.h"
 #include "sandbox.h"
+#include "store/store.h"
 #include "util/cleanup.h"
 
 #define DEFAULT_STATE_DIR "/var/lib/agent-sandbox/state"
@@ -18,7 +19,12 @@ void cmd_keys_help(void)
 {
 	printf("usage: sandbox keys <action> [options]\n\n"
 	       "  create NAME [--scopes exec,admin,metrics] [--rate-limit N] [--expires DURATION]\n"
+	       "              [--quota KIND=N]...\n"
 	       "                 create a key (shown once); DURATION like 30d, 12h, 90m, 3600\n"
+	       "  set ID [--quota KIND=N|default]... [--rate-limit N]\n"
+	       "                 change a key's own quotas or rate limit; KIND is sessions,\n"
+	       "                 commands, mcpSessions or fileOps; N=0 means no quota of its own\n"
+	       "                 (the server's caps still apply), default the server's default\n"
 	       "  list           list keys (never their secrets)\n"
 	       "  rotate ID      replace a key's secret; its sessions stay its own\n"
 	       "  revoke ID      disable a key at once\n"
@@ -61,6 +67,11 @@ static sqlite3 *open_db(const char *dir, bool create)
 		"sandbox: %s the key store %s (--url or $SANDBOX_URL to go through the "
 		"daemon instead)\n",
 		missing ? "creating" : "using", path);
+	struct err pe;
+	if (missing && store_prepare_dir(dir, &pe) < 0) {
+		cli_fail("%s", pe.msg);
+		return NULL;
+	}
 	sqlite3 *db = NULL;
 	int flags = SQLITE_OPEN_READWRITE | (missing ? SQLITE_OPEN_CREATE : 0);
 	if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
@@ -123,6 +134,75 @@ static void append_key(const struct key_info *k, void *arg)
 	json_array_append_new(arg, keys_info_json(k));
 }
 
+/* --quota KIND=N or KIND=default into body's "quotas"; 0, or 2 after a message. */
+static int parse_quota(const char *arg, json_t *body)
+{
+	const char *eq = strchr(arg, '=');
+	_cleanup_free_ char *kind = eq ? strndup(arg, (size_t)(eq - arg)) : NULL;
+	if (!kind || quota_kind_from_name(kind) < 0)
+		return cli_fail("--quota takes KIND=N with KIND one of sessions, commands, "
+				"mcpSessions, fileOps (got `%s`)",
+				arg),
+		       2;
+	const char *v = eq + 1;
+	json_t *value;
+	if (strcmp(v, "default") == 0) {
+		value = json_null();
+	} else {
+		char *end;
+		long long n = strtoll(v, &end, 10);
+		if (!*v || *end || n < 0)
+			return cli_fail("--quota %s= takes a whole number (0: no quota of its own) "
+					"or `default`",
+					kind),
+			       2;
+		value = json_integer(n);
+	}
+	json_t *q = json_object_get(body, "quotas");
+	if (!q) {
+		q = json_object();
+		json_object_set_new(body, "quotas", q);
+	}
+	json_object_set_new(q, kind, value);
+	return 0;
+}
+
+/* --rate-limit N into body; 0, or 2 after a message. */
+static int parse_rate(const char *v, json_t *body)
+{
+	char *end;
+	long long rate = strtoll(v, &end, 10);
+	if (!*v || *end || rate < 0)
+		return cli_fail("--rate-limit takes a whole number of requests per minute (0 for "
+				"none)"),
+		       2;
+	json_object_set_new(body, "rateLimit", json_integer(rate));
+	return 0;
+}
+
+/* The options of set as the body of PATCH /admin/keys/ID; 0, or 2 after a message. */
+static int parse_set(int argc, char **argv, json_t *body)
+{
+	for (int i = 3; i < argc; i++) {
+		int r = 0;
+		if (strcmp(argv[i], "--json") == 0)
+			continue;
+		if (strcmp(argv[i], "--quota") == 0 && i + 1 < argc)
+			r = parse_quota(argv[++i], body);
+		else if (strcmp(argv[i], "--rate-limit") == 0 && i + 1 < argc)
+			r = parse_rate(argv[++i], body);
+		else
+			r = (cli_fail("unknown or incomplete option `%s`", argv[i]), 2);
+		if (r)
+			return r;
+	}
+	if (json_object_size(body) == 0)
+		return cli_fail("usage: sandbox keys set ID [--quota KIND=N|default]... "
+				"[--rate-limit N]"),
+		       2;
+	return 0;
+}
+
 /* The options of create as the body of POST /admin/keys; 0, or 2 after a message. */
 static int parse_create(int argc, char **argv, json_t *body)
 {
@@ -130,17 +210,16 @@ static int parse_create(int argc, char **argv, json_t *body)
 	for (int i = 2; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0)
 			continue;
-		if (strcmp(argv[i], "--scopes") == 0 && i + 1 < argc) {
+		if (strcmp(argv[i], "--quota") == 0 && i + 1 < argc) {
+			int r = parse_quota(argv[++i], body);
+			if (r)
+				return r;
+		} else if (strcmp(argv[i], "--scopes") == 0 && i + 1 < argc) {
 			scopes = argv[++i];
 		} else if (strcmp(argv[i], "--rate-limit") == 0 && i + 1 < argc) {
-			char *end;
-			const char *v = argv[++i];
-			long long rate = strtoll(v, &end, 10);
-			if (!*v || *end || rate < 0)
-				return cli_fail("--rate-limit takes a whole number of requests per "
-						"minute (0 for none)"),
-				       2;
-			json_object_set_new(body, "rateLimit", json_integer(rate));
+			int r = parse_rate(argv[++i], body);
+			if (r)
+				return r;
 		} else if (strcmp(argv[i], "--expires") == 0 && i + 1 < argc) {
 			int64_t secs;
 			if (keys_parse_duration(argv[++i], &secs) < 0)
@@ -158,7 +237,7 @@ static int parse_create(int argc, char **argv, json_t *body)
 	}
 	if (!json_object_get(body, "name"))
 		return cli_fail("usage: sandbox keys create NAME [--scopes exec,admin,metrics] "
-				"[--rate-limit N] [--expires DURATION]"),
+				"[--rate-limit N] [--expires DURATION] [--quota KIND=N]..."),
 		       2;
 	json_t *arr = json_array();
 	_cleanup_free_ char *copy = xstrdup(scopes);
@@ -187,35 +266,69 @@ static int create_local(sqlite3 *db, json_t *body, json_t **ret, struct err *e)
 	const char *exp = json_string_value(json_object_get(body, "expiresIn"));
 	if (exp && keys_parse_duration(exp, &expires) == 0)
 		expires += (int64_t)time(NULL);
+	struct quota_set quotas;
+	quota_set_default(&quotas);
+	json_t *q = json_object_get(body, "quotas");
+	if (q && quota_set_merge_json(&quotas, q, e) < 0)
+		return -1;
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
 	if (keys_create(db, prefix(), json_string_value(json_object_get(body, "name")), scopes,
 			json_integer_value(json_object_get(body, "rateLimit")), expires, &k,
 			&secret, e) < 0)
 		return -1;
+	if (keys_set_quotas(db, k.id, &quotas, e) < 0 || keys_get(db, k.id, &k, e) < 0) {
+		struct err ignored;
+		keys_delete(db, k.id, &ignored);
+		return -1;
+	}
 	*ret = keys_info_json(&k);
 	json_object_set_new(*ret, "key", json_string(secret));
 	return 0;
 }
 
 /* Runs action on the store; *ret gets the reply as the HTTP API gives it. */
+/* set on the database: the body of PATCH /admin/keys/ID, applied. */
+static int set_local(sqlite3 *db, const char *id, json_t *body, json_t **ret, struct err *e)
+{
+	struct key_info k;
+	if (keys_get(db, id, &k, e) < 0)
+		return -1;
+	json_t *q = json_object_get(body, "quotas");
+	if (q && (quota_set_merge_json(&k.quotas, q, e) < 0 ||
+		  keys_set_quotas(db, id, &k.quotas, e) < 0))
+		return -1;
+	json_t *rl = json_object_get(body, "rateLimit");
+	if (rl && keys_set_rate_limit(db, id, json_integer_value(rl), e) < 0)
+		return -1;
+	if (keys_get(db, id, &k, e) < 0)
+		return -1;
+	*ret = keys_info_json(&k);
+	return 0;
+}
+
 static int keys_do(struct keys_store *st, const char *action, const char *id, json_t *body,
 		   json_t **ret, struct err *e)
 {
 	bool create = strcmp(action, "create") == 0, list = strcmp(action, "list") == 0;
+	bool set = strcmp(action, "set") == 0;
 	if (st->http) {
 		_cleanup_free_ char *esc = id ? client_escape(id) : NULL;
 		_cleanup_free_ char *path = create || list ? xstrdup("/admin/keys")
-					    : strcmp(action, "delete") == 0
+					    : strcmp(action, "delete") == 0 || set
 						    ? xasprintf("/admin/keys/%s", esc)
 						    : xasprintf("/admin/keys/%s/%s", esc, action);
 		const char *method = list                            ? "GET"
 				     : strcmp(action, "delete") == 0 ? "DELETE"
+				     : set                           ? "PATCH"
 								     : "POST";
-		return client_json(st->http, method, path, create ? body : NULL, ret, NULL, e);
+		return client_json(st->http, method, path, create || set ? body : NULL, ret, NULL,
+				   e);
 	}
 	if (create)
 		return create_local(st->db, body, ret, e);
+	if (set)
+		return set_local(st->db, id, body, ret, e);
 	if (list) {
 		json_t *arr = json_array();
 		if (keys_foreach(st->db, append_key, arr, e) < 0) {
@@ -256,6 +369,12 @@ static void print_result(const char *action, const char *id, json_t *r)
 		       json_string_value(json_object_get(r, "name")), secret);
 	} else if (strcmp(action, "rotate") == 0) {
 		printf("Rotated key %s.\nNew key (shown only now): %s\n", id, secret);
+	} else if (strcmp(action, "set") == 0) {
+		_cleanup_free_ char *q =
+			json_dumps(json_object_get(r, "quotas"), JSON_COMPACT | JSON_SORT_KEYS);
+		printf("Key %s: rate limit %lld/min, own quotas %s.\n", id,
+		       (long long)json_integer_value(json_object_get(r, "rateLimit")),
+		       q ? q : "{}");
 	} else {
 		printf("%s key %s.\n", strcmp(action, "revoke") == 0 ? "Revoked" : "Deleted", id);
 	}
@@ -290,16 +409,21 @@ int cmd_keys(int argc, char **argv)
 	bool json = cli_flag(argc, argv, "--json");
 	const char *action = argv[1];
 	const char *id = argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
-	static const char *const actions[] = { "create", "list", "rotate", "revoke", "delete" };
+	static const char *const actions[] = {
+		"create", "list", "set", "rotate", "revoke", "delete"
+	};
 	bool known = false;
 	for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
 		known |= strcmp(action, actions[i]) == 0;
 	int rc = 0;
 	json_t *body = json_object();
 	if (!known)
-		rc = cli_fail("unknown action `%s` (create, list, rotate, revoke, delete)", action);
+		rc = cli_fail("unknown action `%s` (create, list, set, rotate, revoke, delete)",
+			      action);
 	else if (strcmp(action, "create") == 0)
 		rc = parse_create(argc, argv, body);
+	else if (strcmp(action, "set") == 0 && id)
+		rc = parse_set(argc, argv, body);
 	else if (!id && strcmp(action, "list") != 0)
 		rc = cli_fail("usage: sandbox keys %s ID", action);
 	struct keys_store st = { 0 };

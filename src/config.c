@@ -76,6 +76,13 @@ static const struct var vars[] = {
 	{ "SANDBOX_DEFAULT_TEMPLATE", V_NAME, F(default_template), "node" },
 	{ "SANDBOX_WARM_POOL", V_UINT, F(warm_pool), "2", 0, 256 },
 	{ "SANDBOX_MAX_SESSIONS", V_UINT, F(max_sessions), "64", 1, 65536 },
+	{ "SANDBOX_MAX_COMMANDS", V_UINT, F(max_commands), "256", 1, 1048576 },
+	{ "SANDBOX_MAX_FILE_OPS", V_UINT, F(max_file_ops), "64", 1, 1048576 },
+	/* Unset: half of the cap (see config_load). */
+	{ "SANDBOX_KEY_MAX_SESSIONS", V_UINT, F(key_max_sessions), NULL, 0, 65536 },
+	{ "SANDBOX_KEY_MAX_COMMANDS", V_UINT, F(key_max_commands), NULL, 0, 1048576 },
+	{ "SANDBOX_KEY_MAX_MCP_SESSIONS", V_UINT, F(key_max_mcp_sessions), NULL, 0, 100000 },
+	{ "SANDBOX_KEY_MAX_FILE_OPS", V_UINT, F(key_max_file_ops), NULL, 0, 1048576 },
 	{ "SESSION_IDLE_TIMEOUT", V_UINT, F(idle_timeout_s), "1800", 1, 31536000 },
 	{ "SESSION_MAX_LIFETIME", V_UINT, F(max_lifetime_s), "86400", 0, 31536000 },
 	{ "VM_VCPU_COUNT", V_UINT, F(vcpus), "1", 1, 32 },
@@ -109,6 +116,8 @@ static const struct var vars[] = {
 	{ "SANDBOX_BODY_TIMEOUT_MS", V_UINT, F(http_body_timeout_ms), "60000", 100, 3600000 },
 	{ "SANDBOX_KEEPALIVE_TIMEOUT_MS", V_UINT, F(http_keepalive_timeout_ms), "60000", 100,
 	  3600000 },
+	{ "SANDBOX_ALLOWED_HOSTS", V_STRING, F(allowed_hosts), "" },
+	{ "SANDBOX_ALLOWED_ORIGINS", V_STRING, F(allowed_origins), "" },
 
 	{ "SANDBOX_FIRST_REPLY_TIMEOUT_MS", V_UINT, F(first_reply_timeout_ms), "30000", 100,
 	  3600000 },
@@ -427,6 +436,21 @@ int config_load(struct config *cfg, struct err *err)
 	}
 	if (!cfg->agent_bin)
 		cfg->agent_bin = agent_bin_default();
+	/* A key's default quota is half of the server's cap, so that no key can take it all. */
+	struct {
+		const char *name;
+		unsigned *quota;
+		unsigned cap;
+	} halves[] = {
+		{ "SANDBOX_KEY_MAX_SESSIONS", &cfg->key_max_sessions, cfg->max_sessions },
+		{ "SANDBOX_KEY_MAX_COMMANDS", &cfg->key_max_commands, cfg->max_commands },
+		{ "SANDBOX_KEY_MAX_MCP_SESSIONS", &cfg->key_max_mcp_sessions,
+		  cfg->mcp_max_sessions },
+		{ "SANDBOX_KEY_MAX_FILE_OPS", &cfg->key_max_file_ops, cfg->max_file_ops },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(halves); i++)
+		if (!env(halves[i].name))
+			*halves[i].quota = halves[i].cap > 1 ? halves[i].cap / 2 : 1;
 
 	enum log_level level = LOG_INFO;
 	const char *ls = env("LOG_LEVEL");

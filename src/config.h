@@ -27,20 +27,28 @@ struct config {
 	char *agent_bin;     /* SANDBOX_AGENT_BIN, default: sandbox-agent beside sandboxd */
 
 	/* sandboxes */
-	char *driver;            /* SANDBOX_DRIVER: auto|jail|qemu|firecracker */
-	char *default_template;  /* SANDBOX_DEFAULT_TEMPLATE, default node */
-	unsigned warm_pool;      /* SANDBOX_WARM_POOL, default 2 per template */
-	unsigned max_sessions;   /* SANDBOX_MAX_SESSIONS, default 64 */
-	unsigned idle_timeout_s; /* SESSION_IDLE_TIMEOUT (seconds), default 1800 */
-	unsigned max_lifetime_s; /* SESSION_MAX_LIFETIME (seconds), default 86400; 0 = none */
-	unsigned vcpus;          /* VM_VCPU_COUNT, default 1 */
-	unsigned mem_mib;        /* VM_MEM_SIZE_MIB, default 128 */
-	uint64_t cpu_quota_us;   /* VM_CPU_QUOTA_US, default 50000 */
-	uint64_t cpu_period_us;  /* VM_CPU_PERIOD_US, default 100000 */
-	uint64_t memory_limit;   /* VM_MEMORY_LIMIT_BYTES, default 128 MiB (host-side cgroup) */
-	unsigned nofile;         /* VM_NOFILE_LIMIT, default 1024 */
-	uint64_t disk_limit;     /* VM_DISK_LIMIT_BYTES, default 512 MiB (workspace size) */
-	unsigned pids_max;       /* SANDBOX_PIDS_MAX, default 256 */
+	char *driver;           /* SANDBOX_DRIVER: auto|jail|qemu|firecracker */
+	char *default_template; /* SANDBOX_DEFAULT_TEMPLATE, default node */
+	unsigned warm_pool;     /* SANDBOX_WARM_POOL, default 2 per template */
+	unsigned max_sessions;  /* SANDBOX_MAX_SESSIONS, default 64 */
+	unsigned max_commands;  /* SANDBOX_MAX_COMMANDS: running at once, default 256 */
+	unsigned max_file_ops;  /* SANDBOX_MAX_FILE_OPS: in flight at once, default 64 */
+	/* What one key may hold at once unless it has its own quota (auth/quota.h); 0 = no
+	   quota. Each defaults to half of the server's cap for the kind. */
+	unsigned key_max_sessions;     /* SANDBOX_KEY_MAX_SESSIONS */
+	unsigned key_max_commands;     /* SANDBOX_KEY_MAX_COMMANDS */
+	unsigned key_max_mcp_sessions; /* SANDBOX_KEY_MAX_MCP_SESSIONS */
+	unsigned key_max_file_ops;     /* SANDBOX_KEY_MAX_FILE_OPS */
+	unsigned idle_timeout_s;       /* SESSION_IDLE_TIMEOUT (seconds), default 1800 */
+	unsigned max_lifetime_s;       /* SESSION_MAX_LIFETIME (seconds), default 86400; 0 = none */
+	unsigned vcpus;                /* VM_VCPU_COUNT, default 1 */
+	unsigned mem_mib;              /* VM_MEM_SIZE_MIB, default 128 */
+	uint64_t cpu_quota_us;         /* VM_CPU_QUOTA_US, default 50000 */
+	uint64_t cpu_period_us;        /* VM_CPU_PERIOD_US, default 100000 */
+	uint64_t memory_limit; /* VM_MEMORY_LIMIT_BYTES, default 128 MiB (host-side cgroup) */
+	unsigned nofile;       /* VM_NOFILE_LIMIT, default 1024 */
+	uint64_t disk_limit;   /* VM_DISK_LIMIT_BYTES, default 512 MiB (workspace size) */
+	unsigned pids_max;     /* SANDBOX_PIDS_MAX, default 256 */
 	/* Caps, separate from the defaults above: no session's limits (asked for, from its
 	 * template's manifest or the default) go past them. */
 	uint64_t max_memory; /* SANDBOX_MAX_MEMORY_BYTES, default 4 GiB */
@@ -78,6 +86,14 @@ struct config {
 	/* SANDBOX_KEEPALIVE_TIMEOUT_MS: an idle kept-alive connection is closed after, default
 	   60000 */
 	unsigned http_keepalive_timeout_ms;
+	/* SANDBOX_ALLOWED_HOSTS: Host names requests may name, comma-separated ("*.example.com"
+	   for every name under it); default: loopback names when listening on loopback, any
+	   otherwise. IP literals are always accepted. */
+	char *allowed_hosts;
+	/* SANDBOX_ALLOWED_ORIGINS: browser origins that may call the API, comma-separated ("*":
+	   any); this machine's own loopback origins always may. SANDBOX_MCP_ALLOWED_ORIGINS is
+	   its older name, still read (the two lists are joined). */
+	char *allowed_origins;
 
 	/* waits: each default suits production; tests shorten them */
 	/* SANDBOX_FIRST_REPLY_TIMEOUT_MS: for a new sandbox's agent to answer, default 30000 */

@@ -184,7 +184,8 @@ static int serve_http(int *ret_port, struct err *err)
 {
 	raise_nofile();
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
-	http_server_set_auth(D.http, auth_http_check, NULL);
+	front_init(&D.cfg);
+	http_server_set_auth(D.http, front_check, NULL);
 	http_server_set_done(D.http, on_http_done, NULL);
 	metrics_on_scrape(on_scrape_http, NULL);
 	int r = http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, ret_port, err);
@@ -326,6 +327,8 @@ out_http:
 	loop_pool_stop();
 	http_server_free(D.http);
 	auth_shutdown();
+	front_shutdown();
+	quota_shutdown();
 out_net:
 	loop_pool_stop();
 	net_shutdown();

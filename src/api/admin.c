@@ -7,17 +7,34 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "auth/keys.h"
+#include "auth/quota.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 
-/* A key object with the reference's name for its prefix, "keyPrefix", beside "prefix". */
+/* A key object with the reference's name for its prefix, "keyPrefix", beside "prefix", and
+ * what the key holds now against the quotas in force for it ("usage"). */
 static json_t *key_json(const struct key_info *k)
 {
 	json_t *j = keys_info_json(k);
 	json_t *prefix = json_object_get(j, "prefix");
 	if (prefix)
 		json_object_set(j, "keyPrefix", prefix);
+	quota_note_key(k->id, (k->scopes & KEYS_SCOPE_ADMIN) != 0, &k->quotas);
+	json_object_set_new(j, "usage", quota_usage_json(k->id));
 	return j;
+}
+
+/* "quotas": an object of the key's own quotas, merged into *q. Replies 400 when bad. */
+static int opt_quotas(struct http_ctx *ctx, json_t *v, struct quota_set *q)
+{
+	if (!v || json_is_null(v))
+		return 0;
+	struct err e;
+	if (quota_set_merge_json(q, v, &e) < 0) {
+		http_reply_err(ctx, &e);
+		return -1;
+	}
+	return 0;
 }
 
 /* A key and its new secret: the key's fields, the secret as "key", and the key object once
@@ -122,15 +139,26 @@ void api_admin_keys_create(struct http_ctx *ctx)
 		http_reply_error(ctx, 400, "\"name\" is required and must be a string");
 		return;
 	}
+	struct quota_set quotas;
+	quota_set_default(&quotas);
 	if (opt_scopes(ctx, json_object_get(body, "scopes"), &scopes) < 0 ||
 	    opt_rate_limit(ctx, json_object_get(body, "rateLimit"), &rate) < 0 ||
-	    opt_expiry(ctx, json_object_get(body, "expiresIn"), &expires) < 0)
+	    opt_expiry(ctx, json_object_get(body, "expiresIn"), &expires) < 0 ||
+	    opt_quotas(ctx, json_object_get(body, "quotas"), &quotas) < 0)
 		return;
 	struct key_info k;
 	struct err e;
 	_cleanup_free_ char *secret = NULL;
 	if (keys_create(store_db(), api_cfg->key_prefix, json_string_value(name), scopes, rate,
 			expires, &k, &secret, &e) < 0) {
+		http_reply_err(ctx, &e);
+		return;
+	}
+	/* A key that did not get the quotas asked for is not left behind. */
+	if (keys_set_quotas(store_db(), k.id, &quotas, &e) < 0 ||
+	    keys_get(store_db(), k.id, &k, &e) < 0) {
+		struct err ignored;
+		keys_delete(store_db(), k.id, &ignored);
 		http_reply_err(ctx, &e);
 		return;
 	}
@@ -150,6 +178,46 @@ static void reply_done(struct http_ctx *ctx, const char *what)
 	_cleanup_free_ char *msg = xasprintf("Key %s %s", id, what);
 	http_reply_json(ctx, 200,
 			json_pack("{s:b, s:s, s:s}", "success", 1, "id", id, "message", msg));
+}
+
+/* PATCH /admin/keys/:id {"quotas": {...}, "rateLimit": N}: changes what a key may do; its
+ * quotas are merged (null puts one back to the server's default). Takes effect on the key's
+ * next request. */
+void api_admin_keys_update(struct http_ctx *ctx)
+{
+	json_auto_t *body = NULL;
+	if (http_body_json(ctx, &body) < 0)
+		return;
+	const char *key;
+	json_t *v;
+	json_object_foreach (body, key, v) {
+		if (strcmp(key, "quotas") != 0 && strcmp(key, "rateLimit") != 0) {
+			http_reply_error(ctx, 400,
+					 "\"%.64s\" cannot be changed (a key's quotas and "
+					 "rateLimit can)",
+					 key);
+			return;
+		}
+	}
+	struct key_info k;
+	struct err e;
+	if (keys_get(store_db(), key_id_param(ctx), &k, &e) < 0) {
+		http_reply_err(ctx, &e);
+		return;
+	}
+	struct quota_set quotas = k.quotas;
+	int64_t rate = k.rate_limit;
+	json_t *rl = json_object_get(body, "rateLimit");
+	if (opt_quotas(ctx, json_object_get(body, "quotas"), &quotas) < 0 ||
+	    (rl && opt_rate_limit(ctx, rl, &rate) < 0))
+		return;
+	if (keys_set_quotas(store_db(), k.id, &quotas, &e) < 0 ||
+	    keys_set_rate_limit(store_db(), k.id, rate, &e) < 0 ||
+	    keys_get(store_db(), k.id, &k, &e) < 0) {
+		http_reply_err(ctx, &e);
+		return;
+	}
+	http_reply_json(ctx, 200, key_json(&k));
 }
 
 void api_admin_keys_revoke(struct http_ctx *ctx)

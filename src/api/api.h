@@ -18,6 +18,12 @@ extern struct event_base *api_base;
 void api_init(struct event_base *base, const struct config *cfg, const char *driver_name,
 	      const char *isolation);
 
+/* The front door (front.c): the Host, Origin and key checks and the quota a route holds, at
+ * every routed request's head (an http_auth_fn). front_init reads the allow lists. */
+void front_init(const struct config *cfg);
+void front_shutdown(void);
+int front_check(struct http_ctx *ctx, const char *scope, void *arg);
+
 /* The owner of sessions created by this request: the caller's key id, "" without auth. */
 const char *api_owner(struct http_ctx *ctx);
 /* Whether the caller may act on every owner's sessions (admin scope). */
@@ -43,6 +49,7 @@ void api_mcp_messages(struct http_ctx *ctx);
 /* /admin/keys (admin.c) */
 void api_admin_keys_list(struct http_ctx *ctx);
 void api_admin_keys_create(struct http_ctx *ctx);
+void api_admin_keys_update(struct http_ctx *ctx);
 void api_admin_keys_revoke(struct http_ctx *ctx);
 void api_admin_keys_rotate(struct http_ctx *ctx);
 void api_admin_keys_delete(struct http_ctx *ctx);

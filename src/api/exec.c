@@ -56,10 +56,13 @@ bool api_is_admin(struct http_ctx *ctx)
  * has the rule). */
 static struct ops_target request_target(struct http_ctx *ctx, const char *id, const char *tmpl)
 {
+	const struct auth_identity *caller = ctx->user;
 	return (struct ops_target){ .owner = api_owner(ctx),
 				    .session_id = id,
 				    .template_name = tmpl,
-				    .any_owner = api_is_admin(ctx) };
+				    .any_owner = api_is_admin(ctx),
+				    /* the front door took the route's quota (front.c) */
+				    .admitted = caller && caller->held };
 }
 
 /* The session id in the path, checked. Replies 400 and returns NULL when invalid. */

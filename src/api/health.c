@@ -3,6 +3,8 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "auth/auth.h"
+#include "auth/keys.h"
 #include "session/ops.h"
 #include "net/net.h"
 #include "session/session.h"
@@ -40,12 +42,26 @@ static double uptime(void)
 	       (double)(now.tv_nsec - H.started.tv_nsec) / 1e9;
 }
 
+/* Whether the caller may see the server's figures: without authentication everyone may;
+ * with it, a key with the metrics or admin scope (the same figures are in /metrics). */
+static bool may_see_figures(struct http_ctx *ctx)
+{
+	if (!H.cfg->auth_enabled)
+		return true;
+	const struct auth_identity *id = auth_identity(ctx);
+	return id && (id->scopes & (KEYS_SCOPE_METRICS | KEYS_SCOPE_ADMIN));
+}
+
 void api_health(struct http_ctx *ctx)
 {
 	json_t *body =
-		json_pack("{s:s, s:f, s:s, s:s, s:s, s:i, s:i}", "status", "ok", "uptime", uptime(),
-			  "version", SANDBOX_VERSION, "driver", H.driver, "isolation", H.isolation,
-			  "sessions", (int)session_count(), "warmPool", (int)session_pool_size());
+		json_pack("{s:s, s:f, s:s, s:s, s:s}", "status", "ok", "uptime", uptime(),
+			  "version", SANDBOX_VERSION, "driver", H.driver, "isolation", H.isolation);
+	if (may_see_figures(ctx)) {
+		json_object_set_new(body, "sessions", json_integer((json_int_t)session_count()));
+		json_object_set_new(body, "warmPool",
+				    json_integer((json_int_t)session_pool_size()));
+	}
 	/* Whether sandboxes get a network, and why not: without it a DNS failure inside is the
 	 * only other clue. */
 	const char *off = net_why_off();

@@ -31,13 +31,9 @@
 #include "util/time.h"
 
 #define KEEPALIVE_S 15
-#define MAX_ORIGINS 32
 
 static struct {
 	bool ready;
-	char *origins[MAX_ORIGINS];
-	size_t norigins;
-	bool any_origin;
 	struct event *keepalive;
 	struct post *posts;     /* POSTs answering with an SSE stream */
 	struct stream *streams; /* HTTP+SSE session streams */
@@ -73,93 +69,16 @@ static void transport_init(void)
 		return;
 	T.ready = true;
 	mcp_init();
-	const char *list = api_cfg ? api_cfg->mcp_allowed_origins : NULL;
-	if (list && *list) {
-		_cleanup_free_ char *copy = xstrdup(list);
-		char *save = NULL;
-		for (char *tok = strtok_r(copy, ",", &save); tok;
-		     tok = strtok_r(NULL, ",", &save)) {
-			while (isspace((unsigned char)*tok))
-				tok++;
-			size_t n = strlen(tok);
-			while (n && (isspace((unsigned char)tok[n - 1]) || tok[n - 1] == '/'))
-				tok[--n] = '\0';
-			if (!n)
-				continue;
-			if (strcmp(tok, "*") == 0)
-				T.any_origin = true;
-			else if (T.norigins < MAX_ORIGINS)
-				T.origins[T.norigins++] = xstrdup(tok);
-			else
-				log_warn("mcp",
-					 "SANDBOX_MCP_ALLOWED_ORIGINS: more than %d origins; "
-					 "`%s` and later ones are ignored",
-					 MAX_ORIGINS, tok);
-		}
-	}
 	T.keepalive = event_new(api_base, -1, EV_PERSIST, keepalive_tick, NULL);
 	struct timeval tv = { .tv_sec = KEEPALIVE_S };
 	event_add(T.keepalive, &tv);
 }
 
-/* Whether an Origin names this machine: scheme://host[:port] with host localhost, 127.0.0.1
- * or [::1]. Web pages elsewhere must not reach a local server through DNS rebinding. */
-static bool origin_is_local(const char *origin)
-{
-	const char *p = strstr(origin, "://");
-	if (!p)
-		return false;
-	p += 3;
-	size_t n;
-	if (*p == '[') {
-		const char *close = strchr(p, ']');
-		if (!close)
-			return false;
-		n = (size_t)(close - p) + 1;
-	} else {
-		n = strcspn(p, ":/");
-	}
-	const char *rest = p + n;
-	if (*rest == ':') {
-		rest++;
-		if (!*rest)
-			return false;
-		while (isdigit((unsigned char)*rest))
-			rest++;
-	}
-	if (*rest && strcmp(rest, "/") != 0)
-		return false;
-	return (n == 9 && strncasecmp(p, "localhost", 9) == 0) ||
-	       (n == 9 && strncmp(p, "127.0.0.1", 9) == 0) ||
-	       (n == 5 && strncmp(p, "[::1]", 5) == 0);
-}
-
-static bool origin_allowed(const char *origin)
-{
-	if (!origin || T.any_origin || origin_is_local(origin))
-		return true;
-	for (size_t i = 0; i < T.norigins; i++)
-		if (strcasecmp(T.origins[i], origin) == 0)
-			return true;
-	return false;
-}
-
-/* The checks before a message is read: Origin, and the protocol version header. Replies and
- * returns false when the request is refused. */
+/* The check before a message is read (the front door checked Origin): the protocol version
+ * header. Replies and returns false when the request is refused. */
 static bool precheck(struct http_ctx *ctx)
 {
 	transport_init();
-	const char *origin = http_header(ctx, "Origin");
-	if (!origin_allowed(origin)) {
-		log_warn("mcp", "refused a request from Origin %.200s", origin);
-		char msg[320];
-		snprintf(msg, sizeof(msg),
-			 "Forbidden: Origin `%.200s` is not allowed (see "
-			 "SANDBOX_MCP_ALLOWED_ORIGINS)",
-			 origin);
-		reply_rpc_error(ctx, 403, NULL, MCP_INVALID_REQUEST, msg);
-		return false;
-	}
 	const char *version = http_header(ctx, "MCP-Protocol-Version");
 	if (version && !mcp_version_supported(version)) {
 		char msg[256];
@@ -382,9 +301,10 @@ static void mcp_post(struct http_ctx *ctx)
 			return;
 		}
 		struct err e;
-		s = mcp_session_new(owner, &e);
+		int status;
+		s = mcp_session_new(owner, &e, &status);
 		if (!s) {
-			reply_rpc_error(ctx, 503, m->id, MCP_SERVER_BUSY, e.msg);
+			reply_rpc_error(ctx, status, m->id, MCP_SERVER_BUSY, e.msg);
 			return;
 		}
 		fresh = true;
@@ -511,9 +431,10 @@ static void stream_gone(struct http_ctx *ctx, void *arg)
 static void sse_open(struct http_ctx *ctx, const char *post_path)
 {
 	struct err e;
-	struct mcp_session *s = mcp_session_new(api_owner(ctx), &e);
+	int status;
+	struct mcp_session *s = mcp_session_new(api_owner(ctx), &e, &status);
 	if (!s) {
-		reply_rpc_error(ctx, 503, NULL, MCP_SERVER_BUSY, e.msg);
+		reply_rpc_error(ctx, status, NULL, MCP_SERVER_BUSY, e.msg);
 		return;
 	}
 	struct stream *st = xcalloc(1, sizeof(*st));

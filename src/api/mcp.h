@@ -134,8 +134,9 @@ extern struct mcp_settings mcp_settings;
 /* Prepares the module on its first use (idempotent): settings, ops, the idle sweep. */
 void mcp_init(void);
 
-/* Creates an MCP session for `owner`; NULL with EAGAIN in err at the limit of sessions. */
-struct mcp_session *mcp_session_new(const char *owner, struct err *err);
+/* Creates an MCP session for `owner`; NULL with err set and *ret_status the reply's status:
+ * 503 at the server's limit of sessions, 429 at the key's quota (auth/quota.h). */
+struct mcp_session *mcp_session_new(const char *owner, struct err *err, int *ret_status);
 /* The live session `id` of `owner`, or NULL (expired, ended, never existed, or another
  * owner's: the same answer, so that ids do not leak). */
 struct mcp_session *mcp_session_find(const char *id, const char *owner);

@@ -14,6 +14,7 @@
 
 #include "api/api.h"
 #include "api/mcp.h"
+#include "auth/quota.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/random.h"
@@ -39,6 +40,7 @@ struct mcp_session {
 	bool initialized;  /* initialize answered */
 	bool client_ready; /* notifications/initialized received */
 	bool ended;
+	bool quota_held; /* a unit of QUOTA_MCP_SESSIONS */
 	int refs;
 	uint64_t active_ms;
 	struct mcp_call *calls;
@@ -86,7 +88,7 @@ void mcp_init(void)
 
 /* --- sessions ----------------------------------------------------------------------- */
 
-struct mcp_session *mcp_session_new(const char *owner, struct err *err)
+struct mcp_session *mcp_session_new(const char *owner, struct err *err, int *ret_status)
 {
 	if (G.nsessions >= mcp_settings.max_sessions)
 		sweep(-1, 0, NULL);
@@ -95,6 +97,14 @@ struct mcp_session *mcp_session_new(const char *owner, struct err *err)
 			"The server is at its limit of %u MCP sessions; end one (DELETE /mcp) or "
 			"wait for idle ones to expire",
 			mcp_settings.max_sessions);
+		*ret_status = 503;
+		return NULL;
+	}
+	/* The server's cap is the one above (idle sessions are swept first); the key's own
+	 * quota is a 429. */
+	int r = quota_admit(owner, QUOTA_MCP_SESSIONS, err);
+	if (r < 0) {
+		*ret_status = r == -EAGAIN ? 429 : 503;
 		return NULL;
 	}
 	struct mcp_session *s = xcalloc(1, sizeof(*s));
@@ -103,6 +113,7 @@ struct mcp_session *mcp_session_new(const char *owner, struct err *err)
 	for (size_t i = 0; i < sizeof(rnd); i++)
 		sprintf(s->id + 2 * i, "%02x", rnd[i]);
 	s->owner = xstrdup(owner ? owner : "");
+	s->quota_held = true;
 	s->refs = 1; /* the table's */
 	s->active_ms = time_mono_ms();
 	s->next = G.sessions;
@@ -168,6 +179,10 @@ void mcp_session_end(struct mcp_session *s, const char *why)
 			G.nsessions--;
 			break;
 		}
+	}
+	if (s->quota_held) {
+		s->quota_held = false;
+		quota_release(s->owner, QUOTA_MCP_SESSIONS);
 	}
 	log_info("mcp", "MCP session %.8s... ended (%s)", s->id, why);
 	mcp_session_ref(s);

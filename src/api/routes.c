@@ -27,6 +27,7 @@ const struct http_route api_routes[] = {
 	{ POST, "/admin/keys/:id/revoke", api_admin_keys_revoke, "admin" },
 	{ POST, "/admin/keys/:id/rotate", api_admin_keys_rotate, "admin" },
 	{ DELETE, "/admin/keys/:id", api_admin_keys_delete, "admin" },
+	{ HTTP_REQ_PATCH, "/admin/keys/:id", api_admin_keys_update, "admin" },
 };
 
 const size_t api_nroutes = sizeof(api_routes) / sizeof(api_routes[0]);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "auth/keys.h"
+#include "auth/quota.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -153,14 +154,15 @@ void auth_shutdown(void)
 
 const struct auth_identity *auth_identity(struct http_ctx *ctx)
 {
-	return ctx->user;
+	const struct auth_identity *id = ctx->user;
+	return id && id->authenticated ? id : NULL;
 }
 
 bool auth_is_admin(struct http_ctx *ctx)
 {
 	if (!A.cfg->auth_enabled)
 		return true;
-	const struct auth_identity *id = ctx->user;
+	const struct auth_identity *id = auth_identity(ctx);
 	return id && (id->scopes & KEYS_SCOPE_ADMIN);
 }
 
@@ -307,7 +309,10 @@ static unsigned scope_bit(const char *scope)
 
 static void identity_free(void *p)
 {
-	free(p);
+	struct auth_identity *id = p;
+	if (id->held)
+		quota_release(id->key_id, (enum quota_kind)(id->held - 1));
+	free(id);
 }
 
 static void set_identity(struct http_ctx *ctx, const char *key_id, unsigned scopes)
@@ -315,8 +320,21 @@ static void set_identity(struct http_ctx *ctx, const char *key_id, unsigned scop
 	struct auth_identity *id = xcalloc(1, sizeof(*id));
 	snprintf(id->key_id, sizeof(id->key_id), "%s", key_id);
 	id->scopes = scopes;
+	id->authenticated = *key_id != '\0';
 	ctx->user = id;
 	ctx->user_free = identity_free;
+}
+
+int auth_hold(struct http_ctx *ctx, enum quota_kind k, struct err *err)
+{
+	struct auth_identity *id = ctx->user;
+	if (!id)
+		return err_set(err, EINVAL, "no caller to hold a quota for");
+	int r = quota_admit(id->key_id, k, err);
+	if (r < 0)
+		return r;
+	id->held = (int)k + 1;
+	return 0;
 }
 
 /* The MCP transports: Streamable HTTP and the reference's SSE at /mcp..., the usual legacy
@@ -327,10 +345,12 @@ static bool is_mcp_route(const char *pattern)
 	       strcmp(pattern, "/messages") == 0;
 }
 
-int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
+/* The refusal of a request without a valid key: 401, or 429 while its address has failed too
+ * often. Only failures count and only failures are refused for them: a valid key is accepted
+ * from any address, whatever other clients there did (keys are 128 random bits: guessing
+ * one is not what the throttle is for; it bounds the work and the noise of failures). */
+static int deny_key(struct http_ctx *ctx, const char *msg)
 {
-	if (!scope || !A.cfg->auth_enabled)
-		return 0;
 	unsigned retry;
 	if (throttled(http_peer(ctx), &retry)) {
 		char buf[16];
@@ -342,15 +362,63 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 					  (int)retry));
 		return -1;
 	}
+	return deny(ctx, 401, msg);
+}
+
+/* The key a request carries, looked up and checked: 0 with *k filled, or -1 with *why set
+ * (status and message) when there is none or it cannot be used. */
+static int valid_key(const char *secret, struct key_info *k, int *status, const char **why,
+		     struct err *e)
+{
+	if (keys_lookup(store_db(), secret, k, e) < 0) {
+		*status = e->errnum == ENOENT ? 401 : 500;
+		*why = e->errnum == ENOENT ? "Invalid API key" : e->msg;
+		return -1;
+	}
+	*status = 401;
+	if (!k->enabled) {
+		*why = "API key revoked";
+		return -1;
+	}
+	if (k->expires && k->expires <= (int64_t)time(NULL)) {
+		*why = "API key expired";
+		return -1;
+	}
+	return 0;
+}
+
+/* A route without a scope takes any caller; one that sends a valid key is still known by
+ * it (what /health shows depends on it), and a bad one is ignored. */
+static int anonymous_route(struct http_ctx *ctx)
+{
+	const char *secret = A.cfg->auth_enabled ? request_secret(ctx) : NULL;
+	struct key_info k;
+	struct err e;
+	int status;
+	const char *why;
+	if (secret && valid_key(secret, &k, &status, &why, &e) == 0)
+		set_identity(ctx, k.id, k.scopes);
+	else
+		set_identity(ctx, "", 0);
+	return 0;
+}
+
+int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
+{
+	if (!scope)
+		return anonymous_route(ctx);
+	if (!A.cfg->auth_enabled) {
+		set_identity(ctx, "", 0);
+		return 0;
+	}
 	const char *secret = request_secret(ctx);
 	if (!secret) {
 		/* A key sent in a form we do not read is not "no key": say which forms we do. */
 		const char *h = http_header(ctx, "Authorization");
 		if (h && *h && strncasecmp(h, "Bearer", 6) != 0)
-			return deny(ctx, 401,
-				    "API key required: an Authorization header must be `Bearer "
-				    "<key>` (or send the key in X-API-Key)");
-		return deny(ctx, 401, "API key required");
+			return deny_key(ctx, "API key required: an Authorization header must be "
+					     "`Bearer <key>` (or send the key in X-API-Key)");
+		return deny_key(ctx, "API key required");
 	}
 
 	/* The deprecated single MCP token admits MCP requests only. */
@@ -363,13 +431,15 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 
 	struct key_info k;
 	struct err e;
-	if (keys_lookup(store_db(), secret, &k, &e) < 0)
-		return deny(ctx, e.errnum == ENOENT ? 401 : 500,
-			    e.errnum == ENOENT ? "Invalid API key" : e.msg);
-	if (!k.enabled)
-		return deny(ctx, 401, "API key revoked");
-	if (k.expires && k.expires <= (int64_t)time(NULL))
-		return deny(ctx, 401, "API key expired");
+	int status;
+	const char *why;
+	if (valid_key(secret, &k, &status, &why, &e) < 0) {
+		if (status != 401) {
+			http_reply_error(ctx, status, "%s", why);
+			return -1;
+		}
+		return deny_key(ctx, why);
+	}
 	if (!(k.scopes & scope_bit(scope))) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "Insufficient scope: this route requires `%s`", scope);
@@ -381,6 +451,7 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 		return -1;
 	b->last_used = (int64_t)time(NULL);
 	b->dirty = true;
+	quota_note_key(k.id, (k.scopes & KEYS_SCOPE_ADMIN) != 0, &k.quotas);
 	set_identity(ctx, k.id, k.scopes);
 	return 0;
 }

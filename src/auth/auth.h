@@ -6,13 +6,17 @@
 #include <event2/event.h>
 #include <stdbool.h>
 
+#include "auth/quota.h"
 #include "config.h"
 #include "http/http.h"
 #include "util/err.h"
 
+/* Every routed request gets one (ctx->user), freed with the request. */
 struct auth_identity {
-	char key_id[40]; /* "" when authentication is off */
-	unsigned scopes; /* KEYS_SCOPE_* */
+	char key_id[40];    /* "" when authentication is off or the route needs no key */
+	unsigned scopes;    /* KEYS_SCOPE_* */
+	bool authenticated; /* a valid key was given */
+	int held;           /* the quota kind + 1 the request holds (auth_hold), 0: none */
 };
 
 /* Prepares the key table. */
@@ -28,10 +32,17 @@ void auth_shutdown(void);
  * (GET /admin/keys makes it so that what it lists is current). */
 void auth_flush_last_used(void);
 
-/* The http_auth_fn hook. */
+/* Checks the request's key for a route needing `scope` and gives the request its identity
+ * (an http_auth_fn). A route without a scope takes every caller, and knows one that sent a
+ * valid key. Failures are throttled per address (30 a minute, then 429 for failures only). */
 int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg);
 
-/* The caller's identity, or NULL when authentication is off. */
+/* Takes a unit of quota kind k for the caller, given back when the request ends (one per
+ * request). -EAGAIN or -ENOBUFS with err set when refused (see quota_admit). */
+int auth_hold(struct http_ctx *ctx, enum quota_kind k, struct err *err);
+
+/* The caller's identity when it gave a valid key, else NULL (authentication off, or a
+ * route without a scope called without a key). */
 const struct auth_identity *auth_identity(struct http_ctx *ctx);
 bool auth_is_admin(struct http_ctx *ctx);
 

@@ -20,7 +20,8 @@ static const char schema[] = "CREATE TABLE IF NOT EXISTS api_keys ("
 			     "  created INTEGER NOT NULL,"
 			     "  last_used INTEGER NOT NULL DEFAULT 0,"
 			     "  expires INTEGER NOT NULL DEFAULT 0,"
-			     "  enabled INTEGER NOT NULL DEFAULT 1"
+			     "  enabled INTEGER NOT NULL DEFAULT 1,"
+			     "  quotas TEXT NOT NULL DEFAULT ''"
 			     ");";
 
 static const char *const scope_names[] = { "exec", "admin", "metrics" };
@@ -30,6 +31,16 @@ int keys_init(sqlite3 *db, struct err *err)
 	_cleanup_sqlite_free_ char *msg = NULL;
 	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK)
 		return err_set(err, EIO, "cannot create the key table: %s", msg ? msg : "?");
+	/* A table from before quotas: add the column (its keys get the defaults). */
+	_cleanup_stmt_ sqlite3_stmt *probe = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT quotas FROM api_keys LIMIT 0", -1, &probe, NULL) ==
+	    SQLITE_OK)
+		return 0;
+	_cleanup_sqlite_free_ char *msg2 = NULL;
+	if (sqlite3_exec(db, "ALTER TABLE api_keys ADD COLUMN quotas TEXT NOT NULL DEFAULT ''",
+			 NULL, NULL, &msg2) != SQLITE_OK)
+		return err_set(err, EIO, "cannot add quotas to the key table: %s",
+			       msg2 ? msg2 : "?");
 	return 0;
 }
 
@@ -88,9 +99,11 @@ static void row_to_info(sqlite3_stmt *st, struct key_info *k)
 	k->last_used = sqlite3_column_int64(st, 6);
 	k->expires = sqlite3_column_int64(st, 7);
 	k->enabled = sqlite3_column_int(st, 8) != 0;
+	quota_set_load(&k->quotas, (const char *)sqlite3_column_text(st, 9));
 }
 
-#define KEY_COLUMNS "id, name, prefix, scopes, rate_limit, created, last_used, expires, enabled"
+#define KEY_COLUMNS \
+	"id, name, prefix, scopes, rate_limit, created, last_used, expires, enabled, quotas"
 
 /* The row of a new key; `shown` is the start of its secret, `hash` the digest of it. */
 static int insert_key(sqlite3 *db, const char *id, const char *name, const char *shown,
@@ -190,6 +203,30 @@ int keys_delete(sqlite3 *db, const char *id, struct err *err)
 	return exec_on_id(db, "DELETE FROM api_keys WHERE ? IS NOT NULL AND id = ?", id, 1, err);
 }
 
+int keys_set_rate_limit(sqlite3 *db, const char *id, int64_t rate_limit, struct err *err)
+{
+	if (rate_limit < 0)
+		return err_set(err, EINVAL, "the rate limit must be 0 (none) or more");
+	return exec_on_id(db, "UPDATE api_keys SET rate_limit = ? WHERE id = ?", id, rate_limit,
+			  err);
+}
+
+int keys_set_quotas(sqlite3 *db, const char *id, const struct quota_set *q, struct err *err)
+{
+	_cleanup_free_ char *text = quota_set_dump(q);
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "UPDATE api_keys SET quotas = ? WHERE id = ?", -1, &st, NULL) !=
+	    SQLITE_OK)
+		return db_error(db, err, "update");
+	sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		return db_error(db, err, "update");
+	if (sqlite3_changes(db) == 0)
+		return err_set(err, ENOENT, "no key with id `%s`", id);
+	return 0;
+}
+
 int keys_touch(sqlite3 *db, const char *id, int64_t when)
 {
 	return exec_on_id(db, "UPDATE api_keys SET last_used = ? WHERE id = ?", id, when, NULL);
@@ -275,6 +312,7 @@ json_t *keys_info_json(const struct key_info *k)
 	json_object_set_new(j, "createdAt", iso_or_null(k->created));
 	json_object_set_new(j, "lastUsedAt", iso_or_null(k->last_used));
 	json_object_set_new(j, "expiresAt", iso_or_null(k->expires));
+	json_object_set_new(j, "quotas", quota_set_json(&k->quotas));
 	return j;
 }
 

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "auth/quota.h"
 #include "util/err.h"
 
 #define KEYS_SCOPE_EXEC    1u
@@ -26,6 +27,7 @@ struct key_info {
 	int64_t last_used;  /* unix seconds, 0 = never */
 	int64_t expires;    /* unix seconds, 0 = never */
 	bool enabled;
+	struct quota_set quotas; /* its own quotas (QUOTA_DEFAULT where it has none) */
 };
 
 /* Creates the keys table if needed. */
@@ -50,6 +52,9 @@ int keys_count(sqlite3 *db, int64_t *ret);
 /* Calls fn for every key, oldest first. */
 int keys_foreach(sqlite3 *db, void (*fn)(const struct key_info *k, void *arg), void *arg,
 		 struct err *err);
+/* Replaces a key's own quotas (see auth/quota.h) or its rate limit; ENOENT for no such key. */
+int keys_set_quotas(sqlite3 *db, const char *id, const struct quota_set *q, struct err *err);
+int keys_set_rate_limit(sqlite3 *db, const char *id, int64_t rate_limit, struct err *err);
 int keys_touch(sqlite3 *db, const char *id, int64_t when);
 json_t *keys_info_json(const struct key_info *k);
 /* The longest lifetime a key can be given: 100 years, far from overflowing an expiry time. */

@@ -108,6 +108,7 @@ struct http_conn {
 	bool dead;        /* to be freed when the outermost frame ends */
 	size_t linger_left;
 	char peer[INET6_ADDRSTRLEN];
+	bool is_unix; /* came through the Unix socket */
 };
 
 /* Connections not yet authenticated, per peer address. */
@@ -721,6 +722,9 @@ static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h
 	/* Past the key check: the connection is no stranger any more. */
 	conn_unlist_stranger(c);
 	uint64_t limit = r->max_body ? r->max_body : srv->cfg->max_body_bytes;
+	/* A route anyone may call takes no large body from anyone. */
+	if (!r->scope && limit > HTTP_ANON_MAX_BODY)
+		limit = HTTP_ANON_MAX_BODY;
 	h1_set_max_body(&c->h1, limit);
 	if (head->content_length > limit) {
 		http_reply_error(ctx, 413, "Request body of %llu bytes exceeds the limit of %llu",
@@ -1133,6 +1137,7 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 	c->bev = bev;
 	c->fresh = true;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	c->is_unix = is_unix;
 	h1_init(&c->h1, &h1_cb, c, srv->cfg->max_body_bytes);
 	c->timer = evtimer_new(srv->base, on_timer, c);
 	TAILQ_INSERT_TAIL(&srv->conns, c, all);
@@ -1409,6 +1414,11 @@ const char *http_header(struct http_ctx *ctx, const char *name)
 const char *http_peer(struct http_ctx *ctx)
 {
 	return ctx->conn ? ctx->conn->peer : "";
+}
+
+bool http_from_unix_socket(struct http_ctx *ctx)
+{
+	return ctx->conn && ctx->conn->is_unix;
 }
 
 bool http_accepts(struct http_ctx *ctx, const char *type)

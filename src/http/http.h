@@ -45,6 +45,8 @@ enum {
 };
 
 #define HTTP_MAX_PARAMS 3
+/* The largest body a route without a scope (one that needs no key) takes. */
+#define HTTP_ANON_MAX_BODY (64u << 10)
 
 struct http_ctx;
 struct http_server;
@@ -153,6 +155,8 @@ const char *http_query(struct http_ctx *ctx, const char *name);
 const char *http_header(struct http_ctx *ctx, const char *name);
 /* The peer's address as text. */
 const char *http_peer(struct http_ctx *ctx);
+/* Whether the request came through the Unix socket (no name was resolved to reach it). */
+bool http_from_unix_socket(struct http_ctx *ctx);
 /* Whether the client accepts `type` (a plain substring test over Accept). */
 bool http_accepts(struct http_ctx *ctx, const char *type);
 /* The raw body of a buffered route. */

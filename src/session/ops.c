@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth/quota.h"
 #include "guest/proto.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
@@ -128,6 +129,22 @@ static int check_target(const struct ops_target *t, bool id_optional, struct err
 	return 0;
 }
 
+/* Takes the caller's unit of kind k for an operation, unless its transport holds it already
+ * (t->admitted). A refusal is EAGAIN (429) whether the caller's quota or the server's cap was
+ * reached. */
+static int admit(const struct ops_target *t, enum quota_kind k, bool *held, struct err *err)
+{
+	*held = false;
+	if (t->admitted)
+		return 0;
+	if (quota_admit(t->owner, k, err) < 0) {
+		err->errnum = EAGAIN;
+		return -EAGAIN;
+	}
+	*held = true;
+	return 0;
+}
+
 /* Runs fn(arg) on the next turn of the loop, so that no callback fires before the call that
  * started an operation has returned its handle. */
 static struct event *defer(event_callback_fn fn, void *arg)
@@ -165,8 +182,9 @@ struct ops_exec {
 	size_t unacked;
 	bool cancel_requested;
 	bool detached;
-	int in_cb;     /* user callbacks on the stack: frees wait for them */
-	bool finished; /* the terminal callback ran inside another: free when it returns */
+	int in_cb;       /* user callbacks on the stack: frees wait for them */
+	bool finished;   /* the terminal callback ran inside another: free when it returns */
+	bool quota_held; /* a unit of QUOTA_COMMANDS, given back when the handle goes */
 	char exec_id[25];
 };
 
@@ -178,6 +196,8 @@ static void exec_free(struct ops_exec *x)
 		session_unref(x->s);
 	json_decref(x->request);
 	free(x->stdin_data);
+	if (x->quota_held)
+		quota_release(x->t.owner, QUOTA_COMMANDS);
 	target_free(&x->t);
 	free(x);
 }
@@ -472,8 +492,14 @@ struct ops_exec *ops_execute(const struct ops_target *t, const struct ops_exec_r
 	json_t *argv = NULL;
 	if (build_argv(req, &argv, err) < 0)
 		return NULL;
+	bool held;
+	if (admit(t, QUOTA_COMMANDS, &held, err) < 0) {
+		json_decref(argv);
+		return NULL;
+	}
 
 	struct ops_exec *x = xcalloc(1, sizeof(*x));
+	x->quota_held = held;
 	x->cbs = cbs;
 	x->arg = arg;
 	target_copy(&x->t, t);
@@ -567,6 +593,7 @@ struct ops_call {
 	struct guest_op *op;
 	bool detached;
 	bool finished;
+	bool quota_held; /* a unit of QUOTA_FILE_OPS, given back when the handle goes */
 	uint64_t t0_us;
 };
 
@@ -586,6 +613,8 @@ static void call_free(struct ops_call *c)
 	free(c->data);
 	if (c->content)
 		evbuffer_free(c->content);
+	if (c->quota_held)
+		quota_release(c->t.owner, QUOTA_FILE_OPS);
 	target_free(&c->t);
 	free(c);
 }
@@ -788,7 +817,13 @@ struct ops_call *ops_write_file(const struct ops_target *t, const char *path, ui
 		err_set(err, EINVAL, "\"mode\" must be a permission number (0 to 4095)");
 		return NULL;
 	}
+	bool held;
+	if (admit(t, QUOTA_FILE_OPS, &held, err) < 0) {
+		free(data);
+		return NULL;
+	}
 	struct ops_call *c = call_new(CALL_WRITE, t, path, done, arg);
+	c->quota_held = held;
 	c->data = data;
 	c->len = len;
 	c->request = json_pack("{s:s, s:s, s:I}", "op", "write", "path", path, "maxBytes",
@@ -805,7 +840,11 @@ struct ops_call *ops_read_file(const struct ops_target *t, const char *path, siz
 		return NULL;
 	if (max_bytes == 0 || max_bytes > O.cfg->max_read_bytes)
 		max_bytes = O.cfg->max_read_bytes;
+	bool held;
+	if (admit(t, QUOTA_FILE_OPS, &held, err) < 0)
+		return NULL;
 	struct ops_call *c = call_new(CALL_READ, t, path, done, arg);
+	c->quota_held = held;
 	c->content = evbuffer_new();
 	c->max_bytes = max_bytes;
 	c->request = json_pack("{s:s, s:s, s:I}", "op", "read", "path", path, "maxBytes",
@@ -818,7 +857,11 @@ struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bo
 {
 	if (check_target(t, false, err) < 0)
 		return NULL;
+	bool held;
+	if (admit(t, QUOTA_FILE_OPS, &held, err) < 0)
+		return NULL;
 	struct ops_call *c = call_new(CALL_LIST, t, path, done, arg);
+	c->quota_held = held;
 	c->request =
 		json_pack("{s:s, s:s, s:b}", "op", "list", "path", c->path, "recursive", recursive);
 	return c;

@@ -32,6 +32,11 @@ struct ops_target {
 	const char *session_id;    /* checked with session_id_valid() */
 	const char *template_name; /* for a session created on the way; NULL: the default */
 	bool any_owner;            /* an admin: other owners' sessions are reachable (above) */
+	/* The transport holds the caller's quota for this operation already (REST takes it at
+	 * the request's head, before the body): ops does not take it again. Otherwise execute
+	 * takes a unit of QUOTA_COMMANDS and a file operation one of QUOTA_FILE_OPS for its
+	 * life, and refuses with EAGAIN when the caller's quota or the server's cap is reached. */
+	bool admitted;
 };
 
 /* Must be called before any other function (the loop and the limits to apply); calling it

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "auth/quota.h"
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
@@ -215,6 +216,7 @@ static void table_remove(struct session *s)
 			*pp = s->next;
 			s->next = NULL;
 			session_mod.nsessions--;
+			quota_release(s->owner, QUOTA_SESSIONS);
 			session_unref(s);
 			return;
 		}
@@ -496,12 +498,6 @@ void session_get_or_create(const char *owner, const char *id,
 		cb(NULL, &e, arg);
 		return;
 	}
-	if (session_mod.nsessions >= session_mod.cfg->max_sessions) {
-		err_set(&e, EAGAIN, "The server is at its limit of %u sessions",
-			session_mod.cfg->max_sessions);
-		cb(NULL, &e, arg);
-		return;
-	}
 	struct sandbox_limits limits;
 	if (session_limits(t, opts ? opts->resources : NULL, &limits, &e) < 0 ||
 	    session_memory_check(&e) < 0) {
@@ -512,6 +508,14 @@ void session_get_or_create(const char *owner, const char *id,
 	struct net_policy *egress = NULL;
 	if (opts && opts->egress && !json_is_null(opts->egress) &&
 	    net_policy_for_session(opts->egress, &egress, &e) < 0) {
+		cb(NULL, &e, arg);
+		return;
+	}
+	/* Last, so that nothing can fail between taking the unit and the session holding it:
+	 * the server's cap and the owner's quota, both a 429. */
+	if (quota_admit(owner, QUOTA_SESSIONS, &e) < 0) {
+		e.errnum = EAGAIN;
+		net_policy_free(egress);
 		cb(NULL, &e, arg);
 		return;
 	}
@@ -775,6 +779,7 @@ int session_init(struct event_base *base, const struct config *cfg, const struct
 	metrics_on_scrape(on_scrape, NULL);
 	session_mod.base = base;
 	session_mod.cfg = cfg;
+	quota_init(cfg);
 	session_mod.drv = drv;
 	cleanup_stale();
 	int r = session_reload_templates(err);

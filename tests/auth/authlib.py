@@ -146,9 +146,11 @@ def admin(daemon, method, path, body=None):
     return request(daemon, method, path, body=body, key=daemon.admin_key)
 
 
-def create_key(daemon, name, scopes=None, rate_limit=None, expires_in=None):
+def create_key(daemon, name, scopes=None, rate_limit=None, expires_in=None, quotas=None):
     """A key created over HTTP with the admin key: the 201 body (with "key", the secret)."""
     body = {"name": name}
+    if quotas is not None:
+        body["quotas"] = quotas
     if scopes is not None:
         body["scopes"] = scopes
     if rate_limit is not None:

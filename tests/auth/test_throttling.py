@@ -1,5 +1,5 @@
 """Per-key rate limits (a token bucket of N requests per minute) and the throttling of failed
-authentications per client address."""
+authentications per client address (failures only: a valid key always passes)."""
 
 import time
 import unittest
@@ -103,10 +103,10 @@ class FailedAttemptsTest(unittest.TestCase):
                                 "retryAfter": retry})
         self.assertTrue(1 <= retry <= authlib.FAIL_WINDOW_S, retry)
         self.assertEqual(headers.get("Retry-After"), str(retry))
-        # Until the window ends even a valid key from that address is refused: otherwise a
-        # guess that hit would show itself by not being throttled.
+        # A valid key from that address is not refused for the failures of others there
+        # (keys are 128 random bits: the throttle bounds failures, not guessing).
         st, _, body = request(self.d, "GET", "/exec/", key=self.exec_key, source=src)
-        self.assertEqual(st, 429, body)
+        self.assertEqual(st, 200, body)
         # Routes without authentication still answer.
         self.assertEqual(request(self.d, "GET", "/health", source=src)[0], 200)
         # Other addresses are not affected.

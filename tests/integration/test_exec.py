@@ -521,7 +521,7 @@ class ExecuteTest(DaemonTestCase):
             conn = socket.create_connection((self.d.host, self.d.port), timeout=10)
             body = json.dumps({"command": self.MARKED}).encode()
             conn.sendall(
-                f"POST /exec/{sid}/execute HTTP/1.1\r\nHost: x\r\n"
+                f"POST /exec/{sid}/execute HTTP/1.1\r\nHost: localhost\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                 .encode() + body)
             wait_until(lambda: self.listed_sessions()[sid]["running"] == 1, 10,

@@ -52,7 +52,7 @@ class EarlyRefusalTest(DaemonTestCase):
                 s = socket.create_connection((d.host, d.port), timeout=10)
                 socks.append(s)
                 t0 = time.monotonic()
-                s.sendall(b"POST /exec/x/write HTTP/1.1\r\nHost: x\r\n"
+                s.sendall(b"POST /exec/x/write HTTP/1.1\r\nHost: localhost\r\n"
                           b"Content-Type: application/json\r\n"
                           b"Content-Length: 1073741824\r\n\r\n")
                 try:
@@ -129,7 +129,7 @@ class SlowClientsTest(unittest.TestCase):
         for _ in range(1100):
             try:
                 s = socket.create_connection((d.host, d.port), timeout=5)
-                s.sendall(b"GET /exec HTTP/1.1\r\nHost: x\r\nAuthori")  # and no more
+                s.sendall(b"GET /exec HTTP/1.1\r\nHost: localhost\r\nAuthori")  # and no more
                 socks.append(s)
             except OSError:
                 pass

@@ -1,0 +1,233 @@
+/* Tests of src/auth/quota.c: the one admission function for what callers hold at once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "auth/keys.h"
+#include "auth/quota.h"
+
+static struct config cfg;
+
+static int setup(void **state)
+{
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.max_sessions = 4;
+	cfg.max_commands = 100;
+	cfg.mcp_max_sessions = 10;
+	cfg.max_file_ops = 6;
+	cfg.key_max_sessions = 2;
+	cfg.key_max_commands = 0; /* no default quota */
+	cfg.key_max_mcp_sessions = 5;
+	cfg.key_max_file_ops = 3;
+	quota_init(&cfg);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	quota_shutdown();
+	return 0;
+}
+
+static struct quota_set defaults(void)
+{
+	struct quota_set q;
+	quota_set_default(&q);
+	return q;
+}
+
+static void test_default_quota_then_cap(void **state)
+{
+	struct quota_set q = defaults();
+	quota_note_key("a", false, &q);
+	quota_note_key("b", false, &q);
+	struct err e;
+	assert_int_equal(quota_admit("a", QUOTA_SESSIONS, &e), 0);
+	assert_int_equal(quota_admit("a", QUOTA_SESSIONS, &e), 0);
+	assert_int_equal(quota_admit("a", QUOTA_SESSIONS, &e), -EAGAIN);
+	assert_non_null(strstr(e.msg, "Quota `sessions` reached"));
+	assert_non_null(strstr(e.msg, "2 of its 2"));
+	assert_non_null(strstr(e.msg, "SANDBOX_KEY_MAX_SESSIONS"));
+	assert_int_equal(quota_admit("b", QUOTA_SESSIONS, &e), 0);
+	/* Without authentication only the cap applies: the fourth is the last. */
+	assert_int_equal(quota_admit("", QUOTA_SESSIONS, &e), 0);
+	assert_int_equal(quota_admit("b", QUOTA_SESSIONS, &e), -ENOBUFS);
+	assert_non_null(strstr(e.msg, "limit of 4 sessions"));
+	assert_int_equal(quota_used_total(QUOTA_SESSIONS), 4);
+	assert_int_equal(quota_used("a", QUOTA_SESSIONS), 2);
+	/* A refusal took nothing; a release makes room. */
+	quota_release("a", QUOTA_SESSIONS);
+	assert_int_equal(quota_admit("b", QUOTA_SESSIONS, &e), 0);
+	assert_int_equal(quota_used("b", QUOTA_SESSIONS), 2);
+	assert_int_equal(quota_admit("b", QUOTA_SESSIONS, &e), -ENOBUFS);
+}
+
+static void test_admin_has_no_default_but_an_override_binds(void **state)
+{
+	struct quota_set q = defaults();
+	quota_note_key("adm", true, &q);
+	struct err e;
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(quota_admit("adm", QUOTA_FILE_OPS, &e), 0);
+	assert_int_equal(quota_admit("adm", QUOTA_FILE_OPS, &e), -ENOBUFS); /* the cap */
+	for (int i = 0; i < 6; i++)
+		quota_release("adm", QUOTA_FILE_OPS);
+	q.v[QUOTA_FILE_OPS] = 1;
+	quota_note_key("adm", true, &q);
+	assert_int_equal(quota_admit("adm", QUOTA_FILE_OPS, &e), 0);
+	assert_int_equal(quota_admit("adm", QUOTA_FILE_OPS, &e), -EAGAIN);
+	assert_int_equal(quota_limit("adm", QUOTA_FILE_OPS), 1);
+	assert_int_equal(quota_limit("adm", QUOTA_SESSIONS), 0);
+}
+
+static void test_zero_means_none_of_its_own(void **state)
+{
+	struct quota_set q = defaults();
+	q.v[QUOTA_MCP_SESSIONS] = QUOTA_UNLIMITED;
+	quota_note_key("k", false, &q);
+	struct err e;
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(quota_admit("k", QUOTA_MCP_SESSIONS, &e), 0);
+	assert_int_equal(quota_admit("k", QUOTA_MCP_SESSIONS, &e), -ENOBUFS);
+	/* No default for commands: only the cap of 100. */
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(quota_admit("k", QUOTA_COMMANDS, &e), 0);
+	assert_int_equal(quota_admit("k", QUOTA_COMMANDS, &e), -ENOBUFS);
+}
+
+static void test_unknown_owner_gets_the_default(void **state)
+{
+	struct err e;
+	/* A session restored before its key's next request: a key like any other. */
+	assert_int_equal(quota_admit("never-seen", QUOTA_FILE_OPS, &e), 0);
+	assert_int_equal(quota_admit("never-seen", QUOTA_FILE_OPS, &e), 0);
+	assert_int_equal(quota_admit("never-seen", QUOTA_FILE_OPS, &e), 0);
+	assert_int_equal(quota_admit("never-seen", QUOTA_FILE_OPS, &e), -EAGAIN);
+	/* Releasing more than was taken, or for an owner never seen, changes nothing. */
+	quota_release("nobody", QUOTA_FILE_OPS);
+	for (int i = 0; i < 5; i++)
+		quota_release("never-seen", QUOTA_FILE_OPS);
+	assert_int_equal(quota_used("never-seen", QUOTA_FILE_OPS), 0);
+}
+
+static void test_caps_follow_the_configuration(void **state)
+{
+	struct err e;
+	cfg.max_sessions = 1;
+	assert_int_equal(quota_admit("", QUOTA_SESSIONS, &e), 0);
+	assert_int_equal(quota_admit("", QUOTA_SESSIONS, &e), -ENOBUFS);
+	cfg.max_sessions = 2;
+	assert_int_equal(quota_admit("", QUOTA_SESSIONS, &e), 0);
+}
+
+static void test_many_owners_are_bounded(void **state)
+{
+	struct quota_set q = defaults();
+	struct err e;
+	char id[32];
+	/* Far more owners than the table keeps: those holding nothing are forgotten, those
+	 * holding something never are. */
+	assert_int_equal(quota_admit("holder", QUOTA_SESSIONS, &e), 0);
+	for (int i = 0; i < 70000; i++) {
+		snprintf(id, sizeof(id), "key_%d", i);
+		quota_note_key(id, false, &q);
+	}
+	assert_int_equal(quota_used("holder", QUOTA_SESSIONS), 1);
+	quota_release("holder", QUOTA_SESSIONS);
+	assert_int_equal(quota_used_total(QUOTA_SESSIONS), 0);
+}
+
+static void test_json_forms(void **state)
+{
+	struct quota_set q = defaults();
+	struct err e;
+	json_t *in = json_loads("{\"sessions\": 4, \"fileOps\": 0, \"commands\": null}", 0, NULL);
+	assert_int_equal(quota_set_merge_json(&q, in, &e), 0);
+	json_decref(in);
+	assert_int_equal(q.v[QUOTA_SESSIONS], 4);
+	assert_int_equal(q.v[QUOTA_FILE_OPS], 0);
+	assert_int_equal(q.v[QUOTA_COMMANDS], QUOTA_DEFAULT);
+	char *text = quota_set_dump(&q);
+	assert_string_equal(text, "{\"fileOps\":0,\"sessions\":4}");
+	struct quota_set back;
+	quota_set_load(&back, text);
+	free(text);
+	assert_memory_equal(&back, &q, sizeof(q));
+	/* Bad input is refused, naming what is wrong; stored junk reads as defaults. */
+	const char *bad[] = { "{\"cpus\": 1}", "{\"sessions\": -1}", "{\"sessions\": 1.5}",
+			      "{\"sessions\": \"4\"}", "{\"sessions\": 10000000000}", "[1]" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		json_t *j = json_loads(bad[i], JSON_DECODE_ANY, NULL);
+		assert_int_equal(quota_set_merge_json(&q, j, &e), -EINVAL);
+		json_decref(j);
+	}
+	quota_set_load(&back, "{\"sessions\": -5, \"future\": 3, \"commands\": 2}");
+	assert_int_equal(back.v[QUOTA_SESSIONS], QUOTA_DEFAULT);
+	assert_int_equal(back.v[QUOTA_COMMANDS], 2);
+	quota_set_load(&back, "not json");
+	assert_int_equal(back.v[QUOTA_COMMANDS], QUOTA_DEFAULT);
+	assert_int_equal(quota_kind_from_name("mcpSessions"), QUOTA_MCP_SESSIONS);
+	assert_int_equal(quota_kind_from_name("nope"), -1);
+}
+
+static void test_key_store_keeps_quotas(void **state)
+{
+	sqlite3 *db;
+	assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
+	/* A table of before quotas gets the column. */
+	assert_int_equal(sqlite3_exec(db,
+				      "CREATE TABLE api_keys (id TEXT PRIMARY KEY, name TEXT NOT "
+				      "NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE, "
+				      "scopes INTEGER NOT NULL, rate_limit INTEGER NOT NULL DEFAULT "
+				      "0, created INTEGER NOT NULL, last_used INTEGER NOT NULL "
+				      "DEFAULT 0, expires INTEGER NOT NULL DEFAULT 0, enabled "
+				      "INTEGER NOT NULL DEFAULT 1); INSERT INTO api_keys VALUES "
+				      "('key_old', 'old', 'sk_', 'h', 1, 0, 1, 0, 0, 1);",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	struct err e;
+	assert_int_equal(keys_init(db, &e), 0);
+	struct key_info k;
+	assert_int_equal(keys_get(db, "key_old", &k, &e), 0);
+	assert_int_equal(k.quotas.v[QUOTA_SESSIONS], QUOTA_DEFAULT);
+	struct quota_set q = defaults();
+	q.v[QUOTA_SESSIONS] = 7;
+	assert_int_equal(keys_set_quotas(db, "key_old", &q, &e), 0);
+	assert_int_equal(keys_get(db, "key_old", &k, &e), 0);
+	assert_int_equal(k.quotas.v[QUOTA_SESSIONS], 7);
+	json_t *j = keys_info_json(&k);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "quotas"),
+							    "sessions")),
+			 7);
+	json_decref(j);
+	assert_int_equal(keys_set_quotas(db, "key_none", &q, &e), -ENOENT);
+	assert_int_equal(keys_set_rate_limit(db, "key_old", -1, &e), -EINVAL);
+	assert_int_equal(keys_set_rate_limit(db, "key_old", 60, &e), 0);
+	/* keys_init again finds the column there. */
+	assert_int_equal(keys_init(db, &e), 0);
+	sqlite3_close(db);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_default_quota_then_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_admin_has_no_default_but_an_override_binds,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_zero_means_none_of_its_own, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_owner_gets_the_default, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_caps_follow_the_configuration, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_many_owners_are_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_json_forms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_key_store_keeps_quotas, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
