@@ -153,6 +153,37 @@ static void test_message_is_escaped(void **state)
 	free(out);
 }
 
+static void write_a_flood(void)
+{
+	for (int i = 0; i < 100; i++)
+		log_warn("test", "flood %d", i);
+	for (int i = 0; i < 3; i++)
+		log_warn("test", "another site %d", i);
+	for (int i = 0; i < 50; i++)
+		log_info("test", "info is not limited %d", i);
+}
+
+static size_t count(const char *text, const char *needle)
+{
+	size_t n = 0;
+	for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+		n++;
+	return n;
+}
+
+/* A warning repeated from one place is written 20 times a window; other places and other
+ * levels are not held back by it. */
+static void test_warnings_are_limited_per_site(void **state)
+{
+	char *out = capture_stderr(write_a_flood);
+	assert_int_equal(count(out, "\"msg\":\"flood "), 20);
+	assert_non_null(strstr(out, "\"msg\":\"flood 19\""));
+	assert_null(strstr(out, "\"msg\":\"flood 20\""));
+	assert_int_equal(count(out, "another site"), 3);
+	assert_int_equal(count(out, "info is not limited"), 50);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -163,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_line_is_json),
 		cmocka_unit_test(test_below_threshold_writes_nothing),
 		cmocka_unit_test(test_message_is_escaped),
+		cmocka_unit_test(test_warnings_are_limited_per_site),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
