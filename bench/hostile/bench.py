@@ -282,6 +282,7 @@ def start_daemon(args, max_sessions):
             raise SystemExit(f"hostile: --daemon-env {item!r}: NAME=VALUE expected")
         env[name] = value
     d = harness.Daemon(env=env)
+    STATE["daemon"] = d  # before it starts: an interruption while it starts stops it too
     d.start()
     if not d.admin_key:
         d.stop(check=False)
@@ -324,6 +325,10 @@ def main():
     ap.add_argument("--attacker-sessions", type=int, default=8,
                     help="sessions the second key may have: SANDBOX_MAX_SESSIONS is this plus "
                     "the honest and reader sessions, so today the global cap refuses it (8)")
+    ap.add_argument("--max-sessions", type=int, default=0,
+                    help="SANDBOX_MAX_SESSIONS (default: the honest session, the readers' and "
+                    "--attacker-sessions); higher, a per-key quota (--daemon-env) is what "
+                    "refuses the second key")
     ap.add_argument("--readers", type=int, default=8, help="readers that never read (8)")
     ap.add_argument("--read-mib", type=int, default=48, help="the file they ask for, MiB (48)")
     ap.add_argument("--settle", type=float, default=3.0,
@@ -387,20 +392,20 @@ def cleanup():
     if d is not None:
         # SIGTERM: the daemon ends every session (and its sandbox) before it exits.
         try:
-            d.stop(timeout=60, check=False)
+            log = d.stop(timeout=60, check=False)
+            if d.proc is not None and d.returncode != 0:
+                print(f"hostile: sandboxd exited with status {d.returncode}:\n"
+                      + harness._tail(log or "", 20), file=sys.stderr)
         finally:
             d.kill()
             if d.tmp and os.path.isdir(d.tmp) and not harness._mounts_under(d.tmp):
                 shutil.rmtree(d.tmp, ignore_errors=True)
-        if d.returncode not in (0, None):
-            print(f"hostile: sandboxd exited with status {d.returncode}:\n"
-                  + harness._tail(d.stderr() or "", 20), file=sys.stderr)
 
 
 def run(args):
-    max_sessions = 1 + args.readers + (args.attacker_sessions if args.quota else 0)
+    max_sessions = args.max_sessions or (
+        1 + args.readers + (args.attacker_sessions if args.quota else 0))
     daemon = start_daemon(args, max_sessions)
-    STATE["daemon"] = daemon
     pid = daemon.proc.pid
     admin = Client(daemon, daemon.admin_key, SETUP_ADDR, 60)
     STATE["clients"].append(admin)
@@ -522,7 +527,8 @@ def run(args):
     statuses = {k: v for k, v in final.items()
                 if k.startswith(("slow_closed", "body_status", "quota_status", "body_no",
                                  "reader_closed", "quota_conn", "reader_send",
-                                 "slow_connect_failed", "body_connect_failed"))}
+                                 "slow_connect_failed", "body_connect_failed",
+                                 "reader_requests", "quota_created"))}
 
     print(f"agent-sandbox under hostile clients: driver {driver}, {os.cpu_count()} cores, "
           f"sandboxd {os.path.relpath(daemon.binary, ROOT)}, nofile {nofile_limit(pid)}, "
@@ -584,7 +590,8 @@ def run(args):
           f"attack; the attackers' process: {attacker_cpu * 100:.0f}%")
     print(f"sandboxd log: {log_lines} lines; alive after the attack: {'yes' if alive else 'NO'};"
           f" honest runs after it: {len(after_runs)}/20 good")
-    print("attackers' answers: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    print("attackers' counts: " + (", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
+                                   or "none"))
     for name, errs in (("quiet", quiet_errors), ("under attack", attack_errors),
                        ("after the attack", after_errors)):
         for e in errs[:5]:
