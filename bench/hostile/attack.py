@@ -2,7 +2,7 @@
 """The attackers of bench/hostile/bench.py, in a process of their own (one asyncio loop), so
 that they never hold up the honest client's process.
 
-Run by bench.py as `attack.py CONFIG_JSON`; prints one JSON line of counters a second on
+Run by bench.py as `attack.py`, its configuration as JSON on stdin; prints one JSON line of counters a second on
 stdout and a last one when it stops (on SIGTERM, SIGINT or when its parent goes away). Every
 attacker binds its socket to its own loopback source address before connecting:
 
@@ -312,7 +312,7 @@ class Attack:
 
 def main():
     die_with_parent()
-    cfg = json.loads(sys.argv[1])
+    cfg = json.load(sys.stdin)
     need = cfg["slow"] + 2 * cfg["bodies"] + 2 * len(cfg["reader_sessions"]) + 64
     cfg["nofile"] = raise_nofile(need)
     if cfg["nofile"] < need:

@@ -214,10 +214,12 @@ class Attackers:
     """bench/hostile/attack.py as a child process; its counters as they come."""
 
     def __init__(self, cfg):
+        # The configuration (with the keys) on stdin, not on a command line others can read.
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(os.path.dirname(__file__), "attack.py"),
-             json.dumps(cfg)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+            [sys.executable, os.path.join(os.path.dirname(__file__), "attack.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc.stdin.write(json.dumps(cfg))
+        self.proc.stdin.close()
         self.last = {}
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -367,6 +369,9 @@ def main():
     except Interrupted as e:
         print(f"hostile: interrupted ({e}), cleaning up", file=sys.stderr)
         code = 130
+    except (OSError, http.client.HTTPException) as e:
+        print(f"hostile: while setting up: {type(e).__name__}: {e}", file=sys.stderr)
+        code = 1
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
@@ -417,9 +422,11 @@ def run(args):
 
     # The honest session, and the readers' sessions with their large file, made before the
     # idle figure is taken (the file is written in the sandbox, not through the daemon).
-    honest = Client(daemon, honest_key, HONEST_ADDR, args.timeout)
+    honest = Client(daemon, honest_key, HONEST_ADDR, 120)
     STATE["clients"].append(honest)
     must(*honest.request("POST", "/exec", {"id": "honest"}), 201, "create the honest session")
+    honest.close()
+    honest.timeout = args.timeout
     setup = Client(daemon, reader_key, SETUP_ADDR, 120)
     STATE["clients"].append(setup)
     read_path = "big.bin"
