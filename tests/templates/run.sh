@@ -316,7 +316,7 @@ test_build_python() {
 		return
 	}
 	manifest_fields_ok "$dir/template.json" || fail "template.json is invalid or lacks fields"
-	jq -e '.tools == ["python3", "pip", "git", "curl"] and .baseImage == "agent-sandbox-base:latest"' \
+	jq -e '.tools == ["python3", "pip", "sqlite3", "xz", "git", "curl"] and .baseImage == "agent-sandbox-base:latest"' \
 		"$dir/template.json" >/dev/null || fail "manifest does not reflect the Dockerfile labels"
 	[[ -x $dir/rootfs/usr/bin/python3 ]] || fail "no python3 in rootfs/"
 	debugfs -R 'stat /usr/bin/git' "$dir/rootfs.ext4" 2>/dev/null | grep -q 'Type: regular' ||

@@ -29,7 +29,7 @@ DEFAULT_ARTIFACTS = "/var/lib/agent-sandbox/artifacts"
 STAMP = ".build-inputs"
 
 # Every bundled Dockerfile template. On a 2-core machine a build takes 20 to 50 s (python),
-# 60 to 75 s (go) and 70 to 110 s (node), the Debian base image included the first time:
+# 60 to 90 s (go) and 70 to 110 s (node), the Debian base image included the first time:
 # 3 to 4 minutes together, once per change of their inputs, which is little beside the rest
 # of `make test`; so all of them are built and tested by default.
 BUNDLED = ("python", "node", "go")
