@@ -78,7 +78,7 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_SESSIONS", V_UINT, F(max_sessions), "64", 1, 65536 },
 	{ "SANDBOX_MAX_COMMANDS", V_UINT, F(max_commands), "256", 1, 1048576 },
 	{ "SANDBOX_MAX_FILE_OPS", V_UINT, F(max_file_ops), "64", 1, 1048576 },
-	/* Unset: half of the cap (see config_load). */
+	/* Unset: a quarter of the cap (see config_load). */
 	{ "SANDBOX_KEY_MAX_SESSIONS", V_UINT, F(key_max_sessions), NULL, 0, 65536 },
 	{ "SANDBOX_KEY_MAX_COMMANDS", V_UINT, F(key_max_commands), NULL, 0, 1048576 },
 	{ "SANDBOX_KEY_MAX_MCP_SESSIONS", V_UINT, F(key_max_mcp_sessions), NULL, 0, 100000 },
@@ -436,21 +436,22 @@ int config_load(struct config *cfg, struct err *err)
 	}
 	if (!cfg->agent_bin)
 		cfg->agent_bin = agent_bin_default();
-	/* A key's default quota is half of the server's cap, so that no key can take it all. */
+	/* A key's default quota is a quarter of the server's cap, so that no key, nor two or
+	 * three, can take it all. */
 	struct {
 		const char *name;
 		unsigned *quota;
 		unsigned cap;
-	} halves[] = {
+	} quarters[] = {
 		{ "SANDBOX_KEY_MAX_SESSIONS", &cfg->key_max_sessions, cfg->max_sessions },
 		{ "SANDBOX_KEY_MAX_COMMANDS", &cfg->key_max_commands, cfg->max_commands },
 		{ "SANDBOX_KEY_MAX_MCP_SESSIONS", &cfg->key_max_mcp_sessions,
 		  cfg->mcp_max_sessions },
 		{ "SANDBOX_KEY_MAX_FILE_OPS", &cfg->key_max_file_ops, cfg->max_file_ops },
 	};
-	for (size_t i = 0; i < ARRAY_SIZE(halves); i++)
-		if (!env(halves[i].name))
-			*halves[i].quota = halves[i].cap > 1 ? halves[i].cap / 2 : 1;
+	for (size_t i = 0; i < ARRAY_SIZE(quarters); i++)
+		if (!env(quarters[i].name))
+			*quarters[i].quota = quarters[i].cap >= 4 ? quarters[i].cap / 4 : 1;
 
 	enum log_level level = LOG_INFO;
 	const char *ls = env("LOG_LEVEL");

@@ -34,7 +34,7 @@ struct config {
 	unsigned max_commands;  /* SANDBOX_MAX_COMMANDS: running at once, default 256 */
 	unsigned max_file_ops;  /* SANDBOX_MAX_FILE_OPS: in flight at once, default 64 */
 	/* What one key may hold at once unless it has its own quota (auth/quota.h); 0 = no
-	   quota. Each defaults to half of the server's cap for the kind. */
+	   quota. Each defaults to a quarter of the server's cap for the kind. */
 	unsigned key_max_sessions;     /* SANDBOX_KEY_MAX_SESSIONS */
 	unsigned key_max_commands;     /* SANDBOX_KEY_MAX_COMMANDS */
 	unsigned key_max_mcp_sessions; /* SANDBOX_KEY_MAX_MCP_SESSIONS */

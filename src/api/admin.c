@@ -211,9 +211,20 @@ void api_admin_keys_update(struct http_ctx *ctx)
 	if (opt_quotas(ctx, json_object_get(body, "quotas"), &quotas) < 0 ||
 	    (rl && opt_rate_limit(ctx, rl, &rate) < 0))
 		return;
-	if (keys_set_quotas(store_db(), k.id, &quotas, &e) < 0 ||
-	    keys_set_rate_limit(store_db(), k.id, rate, &e) < 0 ||
-	    keys_get(store_db(), k.id, &k, &e) < 0) {
+	/* Both or neither. */
+	sqlite3 *db = store_db();
+	if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+		http_reply_error(ctx, 500, "key store: %s", sqlite3_errmsg(db));
+		return;
+	}
+	if (keys_set_quotas(db, k.id, &quotas, &e) < 0 ||
+	    keys_set_rate_limit(db, k.id, rate, &e) < 0 ||
+	    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+		http_reply_err(ctx, &e);
+		return;
+	}
+	if (keys_get(db, k.id, &k, &e) < 0) {
 		http_reply_err(ctx, &e);
 		return;
 	}

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "api/api.h"
 #include "api/mcp.h"
@@ -30,12 +31,22 @@ void front_init(const struct config *cfg)
 {
 	front_shutdown();
 	const char *origins[] = { cfg->allowed_origins, cfg->mcp_allowed_origins };
-	size_t dropped = origin_policy_init(&F.policy, cfg->host, cfg->allowed_hosts, origins, 2);
+	char self[256] = "";
+	if (gethostname(self, sizeof(self) - 1) < 0)
+		self[0] = '\0';
+	size_t dropped =
+		origin_policy_init(&F.policy, cfg->host, self, cfg->allowed_hosts, origins, 2);
+	if (!origin_is_loopback_address(cfg->host) && !(cfg->allowed_hosts && *cfg->allowed_hosts))
+		log_info("api",
+			 "listening on %s: requests must name this server by an IP address, "
+			 "localhost or `%s` unless SANDBOX_ALLOWED_HOSTS lists other names",
+			 cfg->host, self);
 	if (dropped)
-		log_warn("api",
-			 "SANDBOX_ALLOWED_HOSTS and SANDBOX_ALLOWED_ORIGINS hold at most %d entries "
-			 "each: %zu were left out",
-			 ORIGIN_LIST_MAX, dropped);
+		log_warn(
+			"api",
+			"SANDBOX_ALLOWED_HOSTS and SANDBOX_ALLOWED_ORIGINS hold at most %d entries "
+			"each: %zu were left out",
+			ORIGIN_LIST_MAX, dropped);
 }
 
 void front_shutdown(void)

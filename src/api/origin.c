@@ -58,16 +58,18 @@ bool origin_is_loopback_address(const char *host)
 	return false;
 }
 
-size_t origin_policy_init(struct origin_policy *p, const char *listen_host,
+size_t origin_policy_init(struct origin_policy *p, const char *listen_host, const char *self_name,
 			  const char *allowed_hosts, const char *const *origins, size_t norigins)
 {
 	memset(p, 0, sizeof(*p));
 	size_t dropped = list_add(&p->hosts, allowed_hosts);
+	/* Unset, the names that lead here on any machine (IP addresses always pass), and the
+	 * machine's own name: a listener on every address (0.0.0.0 in a container published
+	 * on 127.0.0.1, say) is as reachable by rebinding as a loopback one. */
 	if (!p->hosts.n && !p->hosts.any) {
-		if (origin_is_loopback_address(listen_host))
-			dropped += list_add(&p->hosts, "localhost,*.localhost");
-		else
-			p->hosts.any = true; /* reachable under names we cannot know */
+		dropped += list_add(&p->hosts, "localhost,*.localhost");
+		if (self_name && *self_name)
+			dropped += list_add(&p->hosts, self_name);
 	}
 	if (listen_host && *listen_host && !p->hosts.any)
 		dropped += list_add(&p->hosts, listen_host);

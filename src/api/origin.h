@@ -20,12 +20,12 @@ struct origin_policy {
 	struct origin_list origins;
 };
 
-/* The policy of a server listening on `listen_host` (NULL or empty: loopback):
- * allowed_hosts (comma-separated, "*.example.com" for every name under it, "*" any; empty:
- * localhost and *.localhost on loopback, any name elsewhere; the listening name is added),
- * and the origins of each of the comma-separated lists in origins[0..norigins). Returns the
+/* The policy of a server listening on `listen_host` on the machine named `self_name` (may be
+ * NULL): allowed_hosts (comma-separated, "*.example.com" for every name under it, "*" any;
+ * empty: localhost, *.localhost and self_name; the listening name is added either way), and
+ * the origins of each of the comma-separated lists in origins[0..norigins). Returns the
  * number of entries left out for want of room (the caller says so). */
-size_t origin_policy_init(struct origin_policy *p, const char *listen_host,
+size_t origin_policy_init(struct origin_policy *p, const char *listen_host, const char *self_name,
 			  const char *allowed_hosts, const char *const *origins, size_t norigins);
 void origin_policy_free(struct origin_policy *p);
 

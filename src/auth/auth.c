@@ -387,19 +387,40 @@ static int valid_key(const char *secret, struct key_info *k, int *status, const 
 	return 0;
 }
 
-/* A route without a scope takes any caller; one that sends a valid key is still known by
- * it (what /health shows depends on it), and a bad one is ignored. */
+/* A route without a scope takes any caller; one that sends a valid key in a header is still
+ * known by it (what /health shows depends on it). A bad key changes nothing for the request
+ * but counts as a failure of its address, and a throttled address is not looked up: the
+ * route is no way around the throttle. */
 static int anonymous_route(struct http_ctx *ctx)
 {
-	const char *secret = A.cfg->auth_enabled ? request_secret(ctx) : NULL;
+	set_identity(ctx, "", 0);
+	if (!A.cfg->auth_enabled)
+		return 0;
+	const char *secret = NULL;
+	const char *h = http_header(ctx, "Authorization");
+	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+		secret = h + 7;
+		while (*secret == ' ')
+			secret++;
+	}
+	if (!secret || !*secret)
+		secret = http_header(ctx, "X-API-Key");
+	unsigned retry;
+	if (!secret || !*secret || throttled(http_peer(ctx), &retry))
+		return 0;
 	struct key_info k;
 	struct err e;
 	int status;
 	const char *why;
-	if (secret && valid_key(secret, &k, &status, &why, &e) == 0)
-		set_identity(ctx, k.id, k.scopes);
-	else
-		set_identity(ctx, "", 0);
+	if (valid_key(secret, &k, &status, &why, &e) < 0) {
+		if (status == 401)
+			note_failure(http_peer(ctx));
+		return 0;
+	}
+	struct auth_identity *id = ctx->user;
+	snprintf(id->key_id, sizeof(id->key_id), "%s", k.id);
+	id->scopes = k.scopes;
+	id->authenticated = true;
 	return 0;
 }
 

@@ -7,7 +7,7 @@
 
 #include "util/cleanup.h"
 
-#define TABLE_SIZE 1024   /* buckets */
+#define TABLE_SIZE 1024  /* buckets */
 #define OWNERS_MAX 65536 /* beyond, owners holding nothing are forgotten */
 
 struct owner {
@@ -287,7 +287,9 @@ int quota_admit(const char *owner, enum quota_kind k, struct err *err)
 	uint64_t c = cap(k);
 	if (c && Q.total[k] >= c) {
 		if (k == QUOTA_SESSIONS)
-			err_set(err, ENOBUFS, "The server is at its limit of %llu sessions",
+			err_set(err, ENOBUFS,
+				"The server is at its limit of %llu sessions "
+				"(SANDBOX_MAX_SESSIONS)",
 				(unsigned long long)c);
 		else
 			err_set(err, ENOBUFS, "The server is at its limit of %llu %s (%s)",
@@ -301,8 +303,8 @@ int quota_admit(const char *owner, enum quota_kind k, struct err *err)
 			err_set(err, EAGAIN,
 				"Quota `%s` reached: this key holds %llu of its %llu %s (the key's "
 				"own quota, or %s for every key)",
-				names[k], (unsigned long long)o->used[k],
-				(unsigned long long)limit, nouns[k], key_vars[k]);
+				names[k], (unsigned long long)o->used[k], (unsigned long long)limit,
+				nouns[k], key_vars[k]);
 			return -EAGAIN;
 		}
 		o->used[k]++;
@@ -346,11 +348,11 @@ json_t *quota_usage_json(const char *owner)
 	json_t *o = json_object();
 	for (size_t i = 0; i < QUOTA_NKINDS; i++) {
 		uint64_t limit = limit_for(owner, (enum quota_kind)i);
-		json_object_set_new(o, names[i],
-				    json_pack("{s:I, s:o}", "used",
-					      (json_int_t)quota_used(owner, (enum quota_kind)i),
-					      "limit", limit ? json_integer((json_int_t)limit)
-							     : json_null()));
+		json_object_set_new(
+			o, names[i],
+			json_pack("{s:I, s:o}", "used",
+				  (json_int_t)quota_used(owner, (enum quota_kind)i), "limit",
+				  limit ? json_integer((json_int_t)limit) : json_null()));
 	}
 	return o;
 }

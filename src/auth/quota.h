@@ -5,7 +5,7 @@
  * quota_release(). One function decides for all of them, in this order:
  *   1. the server's cap for the kind (SANDBOX_MAX_SESSIONS, SANDBOX_MAX_COMMANDS, ...);
  *   2. the caller's own quota: the key's override when it has one, else the server's default
- *      for keys (SANDBOX_KEY_MAX_*, half of the cap unless set). Keys with the admin scope
+ *      for keys (SANDBOX_KEY_MAX_*, a quarter of the cap unless set). Keys with the admin scope
  *      have no default quota (an admin can create keys, so a quota could not bind it), only
  *      an override when one is set; without authentication (owner "") only the caps apply.
  * A refusal names what was reached, in a message meant for the caller.

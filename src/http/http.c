@@ -395,7 +395,12 @@ static void ctx_log_and_count(struct http_ctx *ctx)
 					   "durationMs", secs * 1000.0);
 		if (ctx->gone)
 			json_object_set_new(f, "clientGone", json_true());
-		log_fields(LOG_INFO, "http", f, "request");
+		/* A request refused at its head costs its client nothing but the attempt: those
+		 * lines are rate limited, or a flood of them would be one line per attempt. */
+		if (!ctx->dispatched && status >= 400)
+			log_fields_limited(LOG_INFO, "http", f, "request");
+		else
+			log_fields(LOG_INFO, "http", f, "request");
 	}
 }
 

@@ -47,7 +47,7 @@ bool log_enabled(enum log_level level)
 	return !silent && level >= min_level;
 }
 
-/* Warnings and errors are limited per call site (its format string): LOG_SITE_BURST lines a
+/* Warnings and errors are limited per call site (its file and line): LOG_SITE_BURST lines a
  * window of LOG_SITE_WINDOW_MS, then nothing until the next window, whose first line says how
  * many were left out. So no client can make the log repeat one warning per attempt. */
 #define LOG_SITE_BURST     20
@@ -55,7 +55,8 @@ bool log_enabled(enum log_level level)
 #define LOG_SITES          256
 
 struct log_site {
-	const char *fmt;
+	const char *file; /* __FILE__ of the call: one string per source file */
+	int line;
 	uint64_t window_ms;
 	unsigned count;
 	unsigned suppressed;
@@ -73,19 +74,20 @@ static uint64_t mono_ms(void)
 
 /* Whether a line of this site may be written now; *suppressed gets the count left out
  * before it. A full table lets everything through (it holds more sites than the code has). */
-static bool site_admit(const char *fmt, unsigned *suppressed)
+static bool site_admit(const char *file, int line, unsigned *suppressed)
 {
 	*suppressed = 0;
-	size_t h = ((uintptr_t)fmt >> 3) % LOG_SITES;
+	size_t h = (((uintptr_t)file >> 3) * 31 + (size_t)line) % LOG_SITES;
 	uint64_t now = mono_ms();
 	bool ok = true;
 	pthread_mutex_lock(&sites_lock);
 	for (size_t i = 0; i < LOG_SITES; i++) {
 		struct log_site *st = &sites[(h + i) % LOG_SITES];
-		if (st->fmt && st->fmt != fmt)
+		if (st->file && (st->file != file || st->line != line))
 			continue;
-		if (!st->fmt) {
-			st->fmt = fmt;
+		if (!st->file) {
+			st->file = file;
+			st->line = line;
 			st->window_ms = now;
 		}
 		if (now - st->window_ms >= LOG_SITE_WINDOW_MS) {
@@ -106,12 +108,14 @@ static bool site_admit(const char *fmt, unsigned *suppressed)
 	return ok;
 }
 
-void log_fields(enum log_level level, const char *module, json_t *fields, const char *fmt, ...)
+void log_fields_at(const char *file, int lineno, bool limited, enum log_level level,
+		   const char *module, json_t *fields, const char *fmt, ...)
 {
 	if (!log_enabled(level) || level > LOG_FATAL)
 		return;
 	unsigned suppressed = 0;
-	if (level >= LOG_WARN && level < LOG_FATAL && !site_admit(fmt, &suppressed))
+	if ((limited || level >= LOG_WARN) && level < LOG_FATAL &&
+	    !site_admit(file, lineno, &suppressed))
 		return;
 
 	char msg[2048];

@@ -21,10 +21,17 @@ int log_level_parse(const char *s, enum log_level *ret);
 bool log_enabled(enum log_level level);
 
 /* Writes one line. `fields` (may be NULL) is an object merged into the line; it is borrowed.
- * Warnings and errors are rate limited per call site (the format string): 20 lines per 10 s,
- * the first line after a gap carrying "suppressedBefore": the count left out. */
-void log_fields(enum log_level level, const char *module, json_t *fields, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+ * Warnings and errors are rate limited per call site (file and line): 20 lines per 10 s, the
+ * first line written after some were left out carrying "suppressedBefore": how many. */
+#define log_fields(level, mod, fields, ...) \
+	log_fields_at(__FILE__, __LINE__, false, level, mod, fields, __VA_ARGS__)
+/* log_fields, rate limited at any level: for lines a client can cause once per attempt (the
+ * access log of requests refused at their head). */
+#define log_fields_limited(level, mod, fields, ...) \
+	log_fields_at(__FILE__, __LINE__, true, level, mod, fields, __VA_ARGS__)
+void log_fields_at(const char *file, int line, bool limited, enum log_level level,
+		   const char *module, json_t *fields, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
 
 #define log_trace(mod, ...) log_fields(LOG_TRACE, mod, NULL, __VA_ARGS__)
 #define log_debug(mod, ...) log_fields(LOG_DEBUG, mod, NULL, __VA_ARGS__)

@@ -278,6 +278,23 @@ class ThrottleTest(unittest.TestCase):
         # And a missing key is still a throttled failure.
         self.assertEqual(request(self.d, "GET", "/exec/", source=src)[0], 429)
 
+    def test_routes_without_a_key_are_no_way_around_the_throttle(self):
+        src = authlib.fresh_address()
+        for i in range(authlib.FAIL_LIMIT):
+            st, _, body = request(self.d, "GET", "/health", key=f"{authlib.PREFIX}{i:032x}",
+                                  source=src)
+            self.assertEqual(st, 200)
+            self.assertNotIn("sessions", body)
+        # Bad keys sent to /health counted: the address is throttled now.
+        self.assertEqual(request(self.d, "GET", "/exec/", key=authlib.UNKNOWN_KEY,
+                                 source=src)[0], 429)
+        # A key in the query is not read there (URLs travel into logs).
+        metrics = authlib.create_key(self.d, "m", ["metrics"])["key"]
+        body = request(self.d, "GET", "/health", key=metrics, via="api_key")[2]
+        self.assertNotIn("sessions", body)
+        body = request(self.d, "GET", "/health", key=metrics, via="x-api-key")[2]
+        self.assertIn("sessions", body)
+
 
 class CrossSiteTest(unittest.TestCase):
     """Run with authentication on and, in the subclass, off."""
@@ -370,6 +387,17 @@ class DefaultHostsTest(unittest.TestCase):
             st, _, body = request(d, "GET", "/health", headers={"Host": host})
             self.assertEqual(st, want, (host, body))
 
+
+    def test_every_address_is_like_loopback(self):
+        # Runs in a network namespace of its own in `make test` (scripts/isolated.sh).
+        authlib.require_ready()
+        d = authlib.start_daemon(env={"HOST": "0.0.0.0"})
+        self.addCleanup(d.stop)
+        d.host = "127.0.0.1"
+        for host, want in (("localhost", 200), (socket.gethostname(), 200),
+                           ("127.0.0.1:1", 200), ("evil.example", 403)):
+            st, _, body = request(d, "GET", "/health", headers={"Host": host})
+            self.assertEqual(st, want, (host, body))
 
     def test_the_unix_socket_takes_any_host_name(self):
         authlib.require_ready()

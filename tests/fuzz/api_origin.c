@@ -18,10 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!ready) {
 		const char *origins[] = { "https://app.example, http://x.test:8080/", "*bad" };
-		origin_policy_init(&policy, "127.0.0.1", "sandbox.example,*.preview.example",
+		origin_policy_init(&policy, "127.0.0.1", "box", "sandbox.example,*.preview.example",
 				   origins, 2);
 		const char *any[] = { "*" };
-		origin_policy_init(&open_policy, "0.0.0.0", "", any, 1);
+		origin_policy_init(&open_policy, "0.0.0.0", "box", "*", any, 1);
 		ready = 1;
 	}
 	if (size > 4096)

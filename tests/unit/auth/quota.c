@@ -160,8 +160,10 @@ static void test_json_forms(void **state)
 	free(text);
 	assert_memory_equal(&back, &q, sizeof(q));
 	/* Bad input is refused, naming what is wrong; stored junk reads as defaults. */
-	const char *bad[] = { "{\"cpus\": 1}", "{\"sessions\": -1}", "{\"sessions\": 1.5}",
-			      "{\"sessions\": \"4\"}", "{\"sessions\": 10000000000}", "[1]" };
+	const char *bad[] = {
+		"{\"cpus\": 1}",         "{\"sessions\": -1}",          "{\"sessions\": 1.5}",
+		"{\"sessions\": \"4\"}", "{\"sessions\": 10000000000}", "[1]"
+	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		json_t *j = json_loads(bad[i], JSON_DECODE_ANY, NULL);
 		assert_int_equal(quota_set_merge_json(&q, j, &e), -EINVAL);
@@ -181,16 +183,17 @@ static void test_key_store_keeps_quotas(void **state)
 	sqlite3 *db;
 	assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
 	/* A table of before quotas gets the column. */
-	assert_int_equal(sqlite3_exec(db,
-				      "CREATE TABLE api_keys (id TEXT PRIMARY KEY, name TEXT NOT "
-				      "NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE, "
-				      "scopes INTEGER NOT NULL, rate_limit INTEGER NOT NULL DEFAULT "
-				      "0, created INTEGER NOT NULL, last_used INTEGER NOT NULL "
-				      "DEFAULT 0, expires INTEGER NOT NULL DEFAULT 0, enabled "
-				      "INTEGER NOT NULL DEFAULT 1); INSERT INTO api_keys VALUES "
-				      "('key_old', 'old', 'sk_', 'h', 1, 0, 1, 0, 0, 1);",
-				      NULL, NULL, NULL),
-			 SQLITE_OK);
+	assert_int_equal(
+		sqlite3_exec(db,
+			     "CREATE TABLE api_keys (id TEXT PRIMARY KEY, name TEXT NOT "
+			     "NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE, "
+			     "scopes INTEGER NOT NULL, rate_limit INTEGER NOT NULL DEFAULT "
+			     "0, created INTEGER NOT NULL, last_used INTEGER NOT NULL "
+			     "DEFAULT 0, expires INTEGER NOT NULL DEFAULT 0, enabled "
+			     "INTEGER NOT NULL DEFAULT 1); INSERT INTO api_keys VALUES "
+			     "('key_old', 'old', 'sk_', 'h', 1, 0, 1, 0, 0, 1);",
+			     NULL, NULL, NULL),
+		SQLITE_OK);
 	struct err e;
 	assert_int_equal(keys_init(db, &e), 0);
 	struct key_info k;
@@ -202,9 +205,8 @@ static void test_key_store_keeps_quotas(void **state)
 	assert_int_equal(keys_get(db, "key_old", &k, &e), 0);
 	assert_int_equal(k.quotas.v[QUOTA_SESSIONS], 7);
 	json_t *j = keys_info_json(&k);
-	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "quotas"),
-							    "sessions")),
-			 7);
+	assert_int_equal(
+		json_integer_value(json_object_get(json_object_get(j, "quotas"), "sessions")), 7);
 	json_decref(j);
 	assert_int_equal(keys_set_quotas(db, "key_none", &q, &e), -ENOENT);
 	assert_int_equal(keys_set_rate_limit(db, "key_old", -1, &e), -EINVAL);

@@ -161,6 +161,13 @@ static void write_a_flood(void)
 		log_warn("test", "another site %d", i);
 	for (int i = 0; i < 50; i++)
 		log_info("test", "info is not limited %d", i);
+	/* Two places with the same format are two sites. */
+	for (int i = 0; i < 30; i++)
+		log_warn("test", "%s", "same format, first place");
+	for (int i = 0; i < 5; i++)
+		log_warn("test", "%s", "same format, second place");
+	for (int i = 0; i < 30; i++)
+		log_fields_limited(LOG_INFO, "test", NULL, "limited info %d", i);
 }
 
 static size_t count(const char *text, const char *needle)
@@ -181,6 +188,9 @@ static void test_warnings_are_limited_per_site(void **state)
 	assert_null(strstr(out, "\"msg\":\"flood 20\""));
 	assert_int_equal(count(out, "another site"), 3);
 	assert_int_equal(count(out, "info is not limited"), 50);
+	assert_int_equal(count(out, "same format, first place"), 20);
+	assert_int_equal(count(out, "same format, second place"), 5);
+	assert_int_equal(count(out, "limited info"), 20);
 	free(out);
 }
 
