@@ -59,13 +59,18 @@ enum spawn_op_kind {
 	SOP_SECCOMP,   /* install the plan's filter */
 	SOP_EXEC,      /* execveat(fd, "", argv, envp, AT_EMPTY_PATH), or execve(src) when fd < 0 */
 	SOP_EXIT,      /* _exit(0): the end of a probe */
-	SOP_SETID,     /* no supplementary groups, then setresgid(flags) and setresuid(arg) */
+	SOP_SETID,     /* supplementary groups: none, or `dev` alone when not 0; then
+			* setresgid(flags) and setresuid(arg) */
 	SOP_SEND_BYTE, /* write one byte to fd (tells the parent a step is done) */
 	SOP_RECV_FD,   /* receive one byte and `flags` descriptors (SCM_RIGHTS, at least one) on
 			* fd, as numbers arg, arg + 1, ... */
 	SOP_FSMOUNT,   /* a detached mount of a new fstype (fsopen, fsmount with attributes
 			* flags) as descriptor number arg */
 	SOP_MOVE_MOUNT, /* attach the detached mount fd at dst (move_mount) */
+	SOP_TAP_OPEN,   /* attach to (or create) TAP src as descriptor number arg, kept across
+			 * the exec: IFF_TAP | IFF_NO_PI | flags */
+	SOP_KEEP_CAPS,  /* PR_SET_KEEPCAPS: a SOP_SETID to non-root keeps the permitted set, so
+			 * that a SOP_CAPS after it can still empty the bounding set */
 };
 
 struct spawn_op {

@@ -250,6 +250,31 @@ static int make_tap(const char *name)
 	return r;
 }
 
+/* Attaches to the TAP `name` (created when missing, gone with its last descriptor unless
+ * persistent) of the current network namespace as descriptor `to`, not close-on-exec: the
+ * program after the exec uses it without the privilege attaching needs. */
+static int open_tap(const char *name, unsigned flags, int to)
+{
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	ifr.ifr_flags = (short)(IFF_TAP | IFF_NO_PI | flags);
+	size_t len = strlen(name);
+	if (len >= sizeof(ifr.ifr_name))
+		return -ENAMETOOLONG;
+	memcpy(ifr.ifr_name, name, len);
+	int tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	if (tun < 0)
+		return -errno;
+	int r = ioctl(tun, TUNSETIFF, &ifr) < 0 ? -errno : 0;
+	if (r == 0 && tun != to)
+		r = dup3(tun, to, 0) < 0 ? -errno : 0;
+	else if (r == 0)
+		r = fcntl(tun, F_SETFD, 0) < 0 ? -errno : 0;
+	if (tun != to || r < 0)
+		close(tun);
+	return r;
+}
+
 static int reset_signals(void)
 {
 	struct sigaction sa;
@@ -266,6 +291,19 @@ static int reset_signals(void)
 
 static int drop_caps(const struct spawn_plan *p)
 {
+	/* After a SOP_SETID under SOP_KEEP_CAPS the permitted set is kept and the effective one
+	 * emptied: raise it again, for the bounding set's drops (CAP_SETPCAP). Otherwise this
+	 * changes nothing. */
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct cur[2];
+	if (syscall(SYS_capget, &h, cur) < 0)
+		return -errno;
+	if (cur[0].effective != cur[0].permitted || cur[1].effective != cur[1].permitted) {
+		cur[0].effective = cur[0].permitted;
+		cur[1].effective = cur[1].permitted;
+		if (syscall(SYS_capset, &h, cur) < 0)
+			return -errno;
+	}
 	for (unsigned c = 0; c <= p->cap_last && c < 64; c++) {
 		if (p->caps_keep & (1ULL << c))
 			continue;
@@ -319,10 +357,11 @@ static int write_file(const char *path, const char *data)
 
 /* Drops every supplementary group, then the gid, then the uid: in that order, since each
  * step needs the privilege the next one gives up. */
-static int set_ids(uid_t uid, gid_t gid)
+static int set_ids(uid_t uid, gid_t gid, gid_t extra)
 {
-	if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
-	    syscall(SYS_setresuid, uid, uid, uid) < 0)
+	gid_t groups[1] = { extra };
+	if (syscall(SYS_setgroups, extra ? 1 : 0, extra ? groups : NULL) < 0 ||
+	    syscall(SYS_setresgid, gid, gid, gid) < 0 || syscall(SYS_setresuid, uid, uid, uid) < 0)
 		return -errno;
 	return 0;
 }
@@ -411,9 +450,18 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 		return reset_signals();
 	case SOP_PARENT_DEATH:
 		r = prctl(PR_SET_PDEATHSIG, SIGKILL);
-		/* The parent may have died before the request took: then nobody would kill us. */
-		if (r == 0 && getppid() != p->parent)
+		if (r < 0)
+			break;
+		/* The parent may have died before the request took: then nobody would kill us. In
+		 * a pid namespace of its own the parent has no pid here (0): its death shows as
+		 * the report pipe's reader gone. */
+		if (getppid() == 0) {
+			struct pollfd pf = { .fd = report_fd, .events = 0 };
+			if (poll(&pf, 1, 0) == 1 && (pf.revents & POLLERR))
+				return -ESRCH;
+		} else if (getppid() != p->parent) {
 			return -ESRCH;
+		}
 		break;
 	case SOP_WAIT_BYTE: {
 		char c;
@@ -491,13 +539,18 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 	case SOP_EXIT:
 		_exit(0);
 	case SOP_SETID:
-		return set_ids((uid_t)op->arg, (gid_t)op->flags);
+		return set_ids((uid_t)op->arg, (gid_t)op->flags, (gid_t)op->dev);
 	case SOP_SEND_BYTE:
 		return send_byte(op->fd);
 	case SOP_RECV_FD:
 		return recv_fds(op->fd, (int)op->arg, (unsigned)op->flags);
 	case SOP_FSMOUNT:
 		return fs_mount(op->fstype, (unsigned)op->flags, (int)op->arg);
+	case SOP_TAP_OPEN:
+		return open_tap(op->src, (unsigned)op->flags, (int)op->arg);
+	case SOP_KEEP_CAPS:
+		r = prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
+		break;
 	case SOP_MOVE_MOUNT:
 		r = (int)syscall(SYS_move_mount, op->fd, "", AT_FDCWD, op->dst,
 				 MOVE_MOUNT_F_EMPTY_PATH);
