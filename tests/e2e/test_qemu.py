@@ -34,6 +34,10 @@ ENV = {
 }
 
 
+# The name of the sealed memfd that holds the base template's snapshot RAM.
+RAM_MEMFD = f"sandbox-ram:{TEMPLATE}"
+
+
 def artifacts():
     return os.environ.get("FIRECRACKER_ARTIFACTS_DIR") or harness.DEFAULT_ARTIFACTS
 
@@ -182,22 +186,12 @@ class RestoreTest(QemuCase):
             self.assertEqual(status, 200, body)
             pids += qemu_pids(helpers_exec.sandbox_of(d, sid))
         self.assertEqual(len(pids), 2)
-        # The snapshot's memory.ram is mapped private by both: pages neither wrote are the
-        # same page-cache pages, counted as shared.
-        with open(f"/proc/{pids[0]}/smaps", encoding="ascii", errors="replace") as f:
-            text = f.read()
-        block, current = {}, None
-        for line in text.splitlines():
-            if "/" in line and line.split()[-1].endswith("/memory.ram"):
-                current = line
-                continue
-            if current and ":" in line and line.split(":")[0] in (
-                    "Rss", "Shared_Clean", "Private_Dirty"):
-                block[line.split(":")[0]] = int(line.split()[1])
-            elif current and line[:1].isdigit():
-                break
-        self.assertTrue(block, "memory.ram is not mapped by the clone")
-        self.assertGreater(block["Shared_Clean"], 1024, block)
+        # The snapshot's sealed RAM is mapped private by both: pages neither wrote are the
+        # same pages, counted as shared.
+        block = ram_mapping(pids[0])
+        self.assertTrue(block, "the snapshot's RAM is not mapped by the clone")
+        # Shared_Dirty: a memfd's pages are never clean (they have no file to go back to).
+        self.assertGreater(block["Shared_Clean"] + block["Shared_Dirty"], 1024, block)
         self.assertLess(block["Private_Dirty"], block["Rss"], block)
 
     def test_a_killed_vm_is_reported_and_cleaned_up(self):
@@ -226,8 +220,173 @@ class RestoreTest(QemuCase):
         self.assertEqual(stdout_of(body), "reborn\n")
 
 
-class SnapshotLifecycleTest(QemuCase):
-    """Snapshots of a private copy of the base template, so that changing it disturbs no one."""
+def proc_status(pid):
+    fields = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.split()
+    return fields
+
+
+def ram_mapping(pid):
+    """The smaps counters (kB) of QEMU's mapping of the template's sealed RAM, or {}."""
+    with open(f"/proc/{pid}/smaps", encoding="ascii", errors="replace") as f:
+        text = f.read()
+    block, current = {}, None
+    for line in text.splitlines():
+        if f"/memfd:{RAM_MEMFD}" in line:
+            current = line
+            continue
+        if current and ":" in line and line.split(":")[0] in (
+                "Rss", "Shared_Clean", "Shared_Dirty", "Private_Dirty", "Anonymous"):
+            block[line.split(":")[0]] = int(line.split()[1])
+        elif current and line[:1].isdigit():
+            break
+    return block
+
+
+def ram_fds(pid):
+    """QEMU's descriptors of the template's sealed RAM: [(fd number, path)]."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(f"/memfd:{RAM_MEMFD}"):
+            found.append((int(fd), f"/proc/{pid}/fd/{fd}"))
+    return found
+
+
+def sha256_of(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class ConfinementTest(QemuCase):
+    """QEMU runs as an unprivileged uid of its own, without capabilities, under its seccomp
+    filter, in namespaces of its own; the template's RAM cannot be changed through it."""
+
+    def clone(self, d, sid):
+        status, _, body = execute(d, sid, "echo up")
+        self.assertEqual(status, 200, body)
+        pids = qemu_pids(helpers_exec.sandbox_of(d, sid))
+        self.assertEqual(len(pids), 1, pids)
+        return pids[0]
+
+    def test_qemu_is_unprivileged_and_confined(self):
+        d = self.daemon()
+        pids = [self.clone(d, f"conf-{i}") for i in range(2)]
+        uids = []
+        for pid in pids:
+            st = proc_status(pid)
+            # Real, effective, saved and filesystem ids: the same unprivileged one.
+            self.assertEqual(len(set(st["Uid"])), 1, st["Uid"])
+            self.assertNotEqual(st["Uid"][0], "0", st["Uid"])
+            self.assertEqual(st["Gid"], [st["Uid"][0]] * 4, st["Gid"])
+            self.assertEqual(st.get("Groups", []), [])
+            # From the jails' range allocator: the first id of a range.
+            uid = int(st["Uid"][0])
+            self.assertGreaterEqual(uid, 0x70000000)
+            self.assertEqual((uid - 0x70000000) % 65536, 0, uid)
+            uids.append(uid)
+            for caps in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+                self.assertEqual(int(st[caps][0], 16), 0, f"{caps} {st[caps]}")
+            self.assertEqual(st["NoNewPrivs"], ["1"])
+            self.assertEqual(st["Seccomp"], ["2"])
+            # PID 1 of a pid namespace of its own.
+            self.assertEqual(st["NSpid"], [str(pid), "1"])
+            for ns in ("mnt", "pid", "net", "ipc", "uts"):
+                self.assertNotEqual(os.readlink(f"/proc/{pid}/ns/{ns}"),
+                                    os.readlink(f"/proc/self/ns/{ns}"), ns)
+        self.assertNotEqual(uids[0], uids[1], "two VMs share a uid")
+
+    def test_qemu_sees_no_host_file(self):
+        d = self.daemon()
+        pid = self.clone(d, "conf-root")
+        root = f"/proc/{pid}/root"
+        # Its root holds /usr (read-only), what /bin, /lib and /lib64 are on the host, its
+        # devices and its procfs; nothing else.
+        self.assertLessEqual(set(os.listdir(root)), {"usr", "bin", "lib", "lib64", "dev", "proc"},
+                             os.listdir(root))
+        self.assertEqual(sorted(os.listdir(f"{root}/dev")), ["null", "urandom"])
+        # Its procfs is its pid namespace's: QEMU alone.
+        self.assertEqual(sorted(e for e in os.listdir(f"{root}/proc") if e.isdigit()), ["1"])
+        for host_path in ("/etc/passwd", "/root", "/tmp", artifacts(), d.run_dir,
+                          d.state_dir, "/sys/fs/cgroup"):
+            self.assertFalse(os.path.exists(root + host_path),
+                             f"{host_path} is visible to QEMU")
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as f:
+            mounts = [line.split()[4] for line in f]
+        self.assertEqual(mounts[0], "/", mounts)
+        self.assertFalse([m for m in mounts if m.startswith("/var") or m.startswith("/tmp")],
+                         mounts)
+        # The files it uses are descriptors: the template's image, the kernel and the RAM
+        # never by a path it could open itself.
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().decode()
+        self.assertNotIn(artifacts(), cmdline)
+        self.assertNotIn(d.run_dir, cmdline)
+
+    def test_template_ram_is_sealed(self):
+        import fcntl
+        d = self.daemon()
+        pid = self.clone(d, "conf-ram")
+        fds = ram_fds(pid)
+        self.assertTrue(fds, "QEMU has no descriptor of the sealed RAM")
+        for _, path in fds:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+                for seal in (fcntl.F_SEAL_WRITE, fcntl.F_SEAL_SHRINK, fcntl.F_SEAL_GROW,
+                             fcntl.F_SEAL_SEAL):
+                    self.assertTrue(seals & seal, f"seals {seals:#x} lack {seal:#x}")
+                # Writing back what is there: harmless should the seal be missing.
+                first = os.pread(fd, 4096, 0)
+                with self.assertRaises(PermissionError):
+                    os.pwrite(fd, first, 0)
+                with self.assertRaises(PermissionError):
+                    os.ftruncate(fd, 4096)
+            finally:
+                os.close(fd)
+
+    def test_a_guest_that_dirties_all_its_ram_leaves_the_template_unchanged(self):
+        d = self.daemon()
+        self.clone(d, "conf-dirty")
+        ram = os.path.join(artifacts(), "templates", TEMPLATE, "qemu", "memory.ram")
+        before = sha256_of(ram)
+        pid = qemu_pids(helpers_exec.sandbox_of(d, "conf-dirty"))[0]
+        sealed = ram_fds(pid)[0][1]
+        sealed_before = sha256_of(sealed)
+        # Fills the guest's memory: its /workspace (a tmpfs in guest RAM) until it is full,
+        # then one buffer larger than the guest's RAM, which dd fills until the guest's OOM
+        # killer stops it.
+        status, _, body = execute(
+            d, "conf-dirty",
+            "dd if=/dev/zero of=/workspace/fill bs=1M 2>/dev/null; "
+            "dd if=/dev/zero of=/dev/null bs=256M count=1 2>/dev/null; "
+            "rm -f /workspace/fill; "
+            "echo done", timeout=300)
+        self.assertEqual(status, 200, body)
+        # Most of the guest's 128 MiB (what its kernel lets processes have) are its own
+        # copies now.
+        dirty = ram_mapping(pid).get("Anonymous", 0)
+        self.assertGreater(dirty, 64 << 10, f"the guest dirtied only {dirty} kB")
+        self.assertEqual(sha256_of(ram), before, "the snapshot's RAM file changed")
+        self.assertEqual(sha256_of(sealed), sealed_before, "the sealed RAM changed")
+        # And a new clone still starts from it.
+        status, _, body = execute(d, "conf-after", "echo fresh")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(stdout_of(body), "fresh\n")
+
+
+class PrivateTemplateCase(QemuCase):
+    """A private copy of the base template, so that changing it disturbs no one."""
 
     def setUp(self):
         super().setUp()
@@ -240,6 +399,47 @@ class SnapshotLifecycleTest(QemuCase):
         for name in ("template.json", "rootfs.ext4"):
             shutil.copy2(os.path.join(src, name), os.path.join(self.tdir, name))
         self.env = {"FIRECRACKER_ARTIFACTS_DIR": self.art}
+
+
+# What a command in a VM never has: CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE.
+COMMAND_DROPS = (1 << 16) | (1 << 17) | (1 << 19)
+
+
+class CommandCapabilityTest(PrivateTemplateCase):
+    """Commands run as root in the guest, without the capabilities that reach the agent or the
+    guest kernel: the template carries the agent built with this tree."""
+
+    def setUp(self):
+        super().setUp()
+        agent = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+            harness.sandboxd_path()))), "agent", "sandbox-agent")
+        self.assertTrue(os.access(agent, os.X_OK), f"no guest agent at {agent}")
+        self.assertTrue(shutil.which("debugfs"), "debugfs is not installed (package e2fsprogs)")
+        rootfs = os.path.join(self.tdir, "rootfs.ext4")
+        for cmd in ("rm /sbin/sandbox-agent", f"write {agent} /sbin/sandbox-agent",
+                    "sif /sbin/sandbox-agent mode 0100755"):
+            subprocess.run(["debugfs", "-w", "-R", cmd, rootfs], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def test_commands_lack_ptrace_module_and_rawio(self):
+        d = self.daemon(self.env)
+        status, _, body = execute(d, "caps", "id -u; grep -E '^Cap(Bnd|Eff|Prm|Inh|Amb)' "
+                                  "/proc/self/status; cat /proc/1/environ >/dev/null 2>&1 "
+                                  "&& echo agent-readable || echo agent-closed")
+        self.assertEqual(status, 200, body)
+        lines = stdout_of(body).split("\n")
+        self.assertEqual(lines[0], "0", "commands no longer run as root in the guest")
+        caps = {ln.split(":")[0]: int(ln.split()[1], 16) for ln in lines[1:6]}
+        for name, value in caps.items():
+            self.assertEqual(value & COMMAND_DROPS, 0, f"{name} {value:#x}")
+        # Still root otherwise: what templates do as root (mounts, owners) keeps working.
+        self.assertTrue(caps["CapEff"] & (1 << 21), f"no CAP_SYS_ADMIN: {caps['CapEff']:#x}")
+        # The agent is non-dumpable: without CAP_SYS_PTRACE its /proc files are closed.
+        self.assertEqual(lines[6], "agent-closed")
+
+
+class SnapshotLifecycleTest(PrivateTemplateCase):
+    """Snapshots of a private copy of the base template, so that changing it disturbs no one."""
 
     def builds(self, d):
         return [e["msg"] for e in d.logs() if e.get("msg", "").startswith("building the snapshot")]

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "driver/jail/jail.h"
 #include "driver/proc.h"
 #include "driver/qemu/qemu.h"
 #include "driver/vm.h"
@@ -205,7 +206,7 @@ static int probe_host(const struct config *cfg, struct qemu_host *h, struct err 
 			       "no guest kernel at `%s` (build it with guest/kernel/build.sh)",
 			       h->kernel);
 	if ((r = cgroup_root_detect(CGROUP_ROOT, &h->cg, err)) < 0 ||
-	    (r = cgroup_check(&h->cg, err)) < 0)
+	    (r = cgroup_check(&h->cg, err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
 	h->run_dir = xasprintf("%s/qemu", cfg->run_dir);
 
@@ -453,7 +454,7 @@ static struct sandbox *sandbox_of(const struct sandbox_spec *spec, struct qemu_v
 	sb->id = xstrdup(spec->id);
 	sb->agent_fd = TAKE_FD(vm->agent_fd);
 	sb->pid = vm->pid;
-	sb->record = json_pack("{s:s}", "run_dir", vm->dir);
+	sb->record = json_pack("{s:s, s:I}", "run_dir", vm->dir, "uidBase", (json_int_t)vm->uid);
 	proc_record_add(sb->record, vm->pid);
 	sb->priv = q;
 	return sb;
@@ -621,6 +622,11 @@ static void qemu_cleanup_stale(const struct config *cfg, const char *id, json_t 
 					    .arg = (void *)id,
 					    .dir = dir };
 	driver_cleanup_stale(&stale, id, record);
+	/* Should the QEMU have survived, its uid must not go to a new sandbox or jail. */
+	json_t *base = json_object_get(record, "uidBase");
+	if (json_is_integer(base) && json_integer_value(base) > 0 &&
+	    json_integer_value(base) <= UINT32_MAX)
+		jail_uid_reserve_if_busy((uint32_t)json_integer_value(base));
 }
 
 static uint64_t qemu_oom_kills(struct sandbox *sb)

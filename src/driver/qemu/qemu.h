@@ -57,28 +57,41 @@ struct qemu_machine {
 	const char *cmdline; /* the guest kernel's, see qemu_cmdline() */
 };
 
-/* One QEMU process. Sockets are relative paths: QEMU runs in the sandbox's run directory,
- * so that no socket path ever approaches the sun_path limit. */
+/* One QEMU process, confined (qemu_vm.c): an unprivileged uid of its own, no capabilities,
+ * no_new_privs, QEMU's own seccomp filter (-sandbox), its own pid and mount namespaces with a
+ * read-only root holding only the host's /usr, a procfs of its pid namespace and the devices
+ * it uses. Everything else it gets as descriptors: the kernel, the rootfs, the guest RAM, the
+ * TAP, and listening sockets for QMP and the agent's channel that the driver bound in the run
+ * directory (root's, 0700): QEMU can write no file and create no socket anywhere. */
 struct qemu_launch {
 	const struct qemu_machine *m;
 	const char *qemu_bin;
-	const char *name;     /* sandbox id: `-name`, so that /proc/<pid>/cmdline names it */
-	const char *mem_path; /* guest RAM file, NULL: anonymous memory */
-	bool mem_share;       /* share=on: the snapshot's own boot writes the file */
-	bool incoming;        /* -incoming defer: a clone waiting for its snapshot */
-	unsigned vsock_cid;   /* the guest's CID with QEMU_CHANNEL_VSOCK */
+	const char *name;   /* sandbox id: `-name`, so that /proc/<pid>/cmdline names it */
+	bool mem_share;     /* share=on: the snapshot's own boot writes the RAM file */
+	bool incoming;      /* -incoming defer: a clone waiting for its snapshot */
+	unsigned vsock_cid; /* the guest's CID with QEMU_CHANNEL_VSOCK */
 	/* Network namespace QEMU joins (the sandbox's); NULL: a new empty one, so that a
 	 * compromised QEMU reaches no network. Not part of argv. */
 	const char *netns_path;
-	/* Files QEMU inherits as QEMU_FD_* instead of opening paths (-1: use the path), so that
-	 * QEMU uses exactly what the driver validated, whatever happens to the paths. */
-	int ram_fd;    /* instead of mem_path */
-	int rootfs_fd; /* instead of m->rootfs */
+	/* Files QEMU inherits as QEMU_FD_*: it opens no path of the host (qemu_vm_start opens
+	 * the kernel). ram_fd -1: anonymous guest RAM. A clone's RAM is the template's sealed
+	 * memfd (qemu_snap_acquire), the snapshot build's the RAM file, read-write. */
+	int ram_fd;
+	int rootfs_fd;
 };
 
-#define QEMU_FD_RAM       3
-#define QEMU_FD_ROOTFS    4
+#define QEMU_FD_RAM    3
+#define QEMU_FD_ROOTFS 4
+#define QEMU_FD_KERNEL 5
+#define QEMU_FD_TAP    6
+#define QEMU_FD_QMP    7
+#define QEMU_FD_AGENT  8
 
+/* What QEMU's own seccomp filter forbids besides its default: obsolete calls, any change of
+ * ids or capabilities, fork and exec, and scheduling and resource changes. */
+#define QEMU_SANDBOX_OPT "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+
+/* Sockets the driver binds in the run directory, beside QEMU's console log. */
 #define QEMU_QMP_SOCKET   "qmp.sock"
 #define QEMU_AGENT_SOCKET "agent.sock"
 #define QEMU_CONSOLE_LOG  "console.log"
@@ -166,7 +179,7 @@ void qemu_key_free(struct qemu_snap_key *k);
 struct qemu_snap {
 	json_t *meta;
 	struct qemu_snap_key key; /* the machine to start, identical to the snapshot's */
-	int ram_fd;               /* memory.ram */
+	int ram_fd;               /* the sealed memfd of memory.ram's contents */
 	int state_fd;             /* state.mig */
 	int rootfs_fd;            /* the template's rootfs.ext4, checked against the key */
 };
@@ -206,13 +219,17 @@ struct qemu_vm {
 	enum qemu_channel channel;
 	unsigned vsock_cid;
 	bool migration_failed; /* QEMU reported the migration failed (not a timeout) */
+	/* The host uid and gid QEMU runs as: the first id of a range of the allocator the jails
+	 * use (jail_uid_alloc), held until QEMU is reaped. */
+	uint32_t uid;
 };
 
 /* Creates the run directory <run_dir>/qemu/<name> (0700; an existing one is refused). */
 int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *err);
 
 /* Starts QEMU for l in `dir` (taken over: removed when the vm is freed), placed in cgroup cg
- * (may be NULL), its console captured in dir/console.log, and connects to its QMP socket.
+ * (may be NULL), confined as a uid of its own (see struct qemu_launch), its console captured
+ * in dir/console.log, and connects to its QMP socket.
  * On failure the process is gone and err says why (with QEMU's own last words). */
 int qemu_vm_start(const struct qemu_launch *l, char *dir, const struct cgroup *cg, int timeout_ms,
 		  struct qemu_vm **ret, struct err *err);

@@ -41,24 +41,6 @@ static void add2(struct argv *a, const char *opt, char *val)
 	add(a, val);
 }
 
-/* A value inside a QEMU option string: a comma there would start the next option unless
- * doubled. */
-static char *opt_escape(const char *s)
-{
-	size_t n = 0;
-	for (const char *p = s; *p; p++)
-		n += *p == ',' ? 2 : 1;
-	char *out = xmalloc(n + 1);
-	char *o = out;
-	for (const char *p = s; *p; p++) {
-		*o++ = *p;
-		if (*p == ',')
-			*o++ = ',';
-	}
-	*o = '\0';
-	return out;
-}
-
 char **qemu_argv(const struct qemu_launch *l)
 {
 	const struct qemu_machine *m = l->m;
@@ -68,7 +50,7 @@ char **qemu_argv(const struct qemu_launch *l)
 
 	/* microvm: no PCI, no firmware to speak of, virtio on MMIO. Option ROMs only slow the
 	 * start. The RAM backend, when there is one, is the file snapshots share. */
-	bool ram_file = l->mem_path || l->ram_fd >= 0;
+	bool ram_file = l->ram_fd >= 0;
 	add2(&a, "-M",
 	     xasprintf("microvm,x-option-roms=off%s", ram_file ? ",memory-backend=mem" : ""));
 	if (m->accel == QEMU_ACCEL_KVM) {
@@ -83,35 +65,34 @@ char **qemu_argv(const struct qemu_launch *l)
 	}
 	add2(&a, "-smp", xasprintf("%u", m->vcpus));
 	add2(&a, "-m", xasprintf("%uM", m->mem_mib));
-	if (l->mem_path || l->ram_fd >= 0) {
-		_cleanup_free_ char *p = l->ram_fd >= 0 ? xasprintf("/proc/self/fd/%d", QEMU_FD_RAM)
-							: opt_escape(l->mem_path);
+	/* QEMU 7.2 opens a RAM file by path only: its own /proc/self/fd names the descriptor. */
+	if (ram_file)
 		add2(&a, "-object",
-		     xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s",
-			       m->mem_mib, p, l->mem_share ? "on" : "off"));
-	}
+		     xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=/proc/self/fd/%d,"
+			       "share=%s",
+			       m->mem_mib, QEMU_FD_RAM, l->mem_share ? "on" : "off"));
 	add(&a, xstrdup("-nodefaults"));
 	add(&a, xstrdup("-no-user-config"));
 	add(&a, xstrdup("-nographic"));
 	/* A guest reboot (panic=-1 turns a panic into one) ends QEMU: sandboxes never reboot. */
 	add(&a, xstrdup("-no-reboot"));
-	add2(&a, "-kernel", xstrdup(m->kernel));
+	add2(&a, "-kernel", xasprintf("/proc/self/fd/%d", QEMU_FD_KERNEL));
 	add2(&a, "-append", xstrdup(m->cmdline));
 
-	_cleanup_free_ char *root = l->rootfs_fd >= 0
-					    ? xasprintf("/proc/self/fd/%d", QEMU_FD_ROOTFS)
-					    : opt_escape(m->rootfs);
-	add2(&a, "-drive", xasprintf("id=root,file=%s,format=raw,if=none,readonly=on", root));
+	/* As an fd set: QEMU then uses the descriptor itself instead of reopening the image,
+	 * which its uid may not be allowed to. */
+	add2(&a, "-add-fd", xasprintf("fd=%d,set=1,opaque=rootfs", QEMU_FD_ROOTFS));
+	add2(&a, "-drive", xstrdup("id=root,file=/dev/fdset/1,format=raw,if=none,readonly=on"));
 	add2(&a, "-device", xstrdup("virtio-blk-device,drive=root"));
 	/* Entropy from the host for the guest's RNG, on top of what `resume` brings. */
 	add2(&a, "-device", xstrdup("virtio-rng-device"));
 
 	/* The NIC, on the TAP `tap0` of the network namespace QEMU runs in: the sandbox's (the
-	 * net module's, routed) or, without one, a new empty namespace where QEMU creates the
-	 * TAP itself (its link stays down: nothing to reach). Snapshot and clones thus always
-	 * have the same device. */
-	add2(&a, "-netdev",
-	     xstrdup("tap,id=net0,ifname=" QEMU_TAP_NAME ",script=no,downscript=no"));
+	 * net module's, routed) or, without one, a new empty namespace where the child creates
+	 * it (its link stays down: nothing to reach). The child attaches to it before giving up
+	 * root, and QEMU gets the descriptor. Snapshot and clones thus always have the same
+	 * device. */
+	add2(&a, "-netdev", xasprintf("tap,id=net0,fd=%d", QEMU_FD_TAP));
 	add2(&a, "-device", xstrdup("virtio-net-device,netdev=net0"));
 
 	if (m->channel == QEMU_CHANNEL_VSOCK) {
@@ -119,7 +100,7 @@ char **qemu_argv(const struct qemu_launch *l)
 	} else {
 		add2(&a, "-device", xstrdup("virtio-serial-device"));
 		add2(&a, "-chardev",
-		     xstrdup("socket,id=agent,path=" QEMU_AGENT_SOCKET ",server=on,wait=off"));
+		     xasprintf("socket,id=agent,fd=%d,server=on,wait=off", QEMU_FD_AGENT));
 		add2(&a, "-device",
 		     xstrdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT_NAME));
 	}
@@ -127,7 +108,9 @@ char **qemu_argv(const struct qemu_launch *l)
 	/* The serial console goes to QEMU's stdout, which the driver captures with a cap. */
 	add2(&a, "-chardev", xstrdup("stdio,id=console,signal=off"));
 	add2(&a, "-serial", xstrdup("chardev:console"));
-	add2(&a, "-qmp", xstrdup("unix:" QEMU_QMP_SOCKET ",server=on,wait=off"));
+	add2(&a, "-chardev", xasprintf("socket,id=qmp,fd=%d,server=on,wait=off", QEMU_FD_QMP));
+	add2(&a, "-mon", xstrdup("chardev=qmp,mode=control"));
+	add2(&a, "-sandbox", xstrdup(QEMU_SANDBOX_OPT));
 	if (l->incoming)
 		add2(&a, "-incoming", xstrdup("defer"));
 	return a.v;

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,8 @@
 #define BUILD_BOOT_TIMEOUT_MS 120000
 #define BUILD_SAVE_TIMEOUT_MS 60000
 #define QMP_START_TIMEOUT_MS  10000
+/* Guest RAM is copied in pieces of this size (between a memfd and the snapshot's file). */
+#define RAM_COPY_CHUNK (1u << 20)
 
 /* Every valid snapshot this process has seen, by template directory: revalidated with stats
  * only (meta.json, kernel, rootfs), never by reading or hashing big files again. */
@@ -355,6 +358,119 @@ static int run_and_save(const struct qemu_host *h, const struct qemu_launch *l,
 	return r;
 }
 
+/* Copies the data of `from` (size bytes) into `to`, which is at least that large and reads
+ * as zeros: the holes of `from` are skipped, so that sparse stays sparse. */
+static int ram_copy(int from, int to, uint64_t size, struct err *err)
+{
+	_cleanup_free_ char *buf = xmalloc(RAM_COPY_CHUNK);
+	off_t at = 0;
+	while ((uint64_t)at < size) {
+		off_t data = lseek(from, at, SEEK_DATA);
+		if (data < 0 && errno == ENXIO)
+			return 0; /* only a hole is left */
+		if (data < 0)
+			return err_sys(err, errno, "qemu: guest RAM: seeking data");
+		off_t hole = lseek(from, data, SEEK_HOLE);
+		if (hole < 0)
+			return err_sys(err, errno, "qemu: guest RAM: seeking a hole");
+		if ((uint64_t)hole > size)
+			hole = (off_t)size;
+		for (off_t o = data; o < hole;) {
+			size_t want = (size_t)(hole - o) < RAM_COPY_CHUNK ? (size_t)(hole - o)
+									  : RAM_COPY_CHUNK;
+			ssize_t n = pread(from, buf, want, o);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return err_sys(err, n < 0 ? errno : EIO, "qemu: reading guest RAM");
+			for (ssize_t w = 0; w < n;) {
+				ssize_t m = pwrite(to, buf + w, (size_t)(n - w), o + w);
+				if (m < 0 && errno == EINTR)
+					continue;
+				if (m <= 0)
+					return err_sys(err, m < 0 ? errno : EIO,
+						       "qemu: writing guest RAM");
+				w += m;
+			}
+			o += n;
+		}
+		at = hole;
+	}
+	return 0;
+}
+
+/* The template snapshots' RAM as sandboxd gives it to clones: one memfd per snapshot RAM
+ * file, a copy of it made once and sealed against every change (F_SEAL_WRITE, SHRINK, GROW,
+ * SEAL). QEMU maps it private (copy-on-write), so clones share its pages, and neither a
+ * write() through any descriptor nor a shared writable mapping can change what every later
+ * clone starts from. A snapshot replaced by a rebuild gets a new memfd; clones of the old
+ * one keep theirs. */
+struct sealed_ram {
+	char *tdir;
+	struct stat st; /* the RAM file it is a copy of */
+	int fd;
+	struct sealed_ram *next;
+};
+
+static struct {
+	pthread_mutex_t lock; /* held while a copy is made: one at a time */
+	struct sealed_ram *list;
+} R = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int sealed_copy(const char *tdir, int file, const struct stat *st, int *ret, struct err *err)
+{
+	/* The name shows in /proc/<qemu>/maps: the template's, short (memfd names stop at 249
+	 * bytes). */
+	const char *base = strrchr(tdir, '/') ? strrchr(tdir, '/') + 1 : tdir;
+	_cleanup_free_ char *name = xasprintf("sandbox-ram:%.64s", base);
+	_cleanup_close_ int fd = (int)memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, st->st_size) < 0)
+		return err_sys(err, errno, "qemu: a memfd for the snapshot's RAM");
+	int r = ram_copy(file, fd, (uint64_t)st->st_size, err);
+	if (r < 0)
+		return r;
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		return err_sys(err, errno, "qemu: sealing the snapshot's RAM");
+	*ret = TAKE_FD(fd);
+	return 0;
+}
+
+/* A descriptor (the caller's) of the sealed memfd for tdir's RAM file `file`. */
+static int sealed_ram(const char *tdir, int file, int *ret, struct err *err)
+{
+	struct stat st;
+	if (fstat(file, &st) < 0)
+		return err_sys(err, errno, "qemu: the snapshot's RAM");
+	pthread_mutex_lock(&R.lock);
+	struct sealed_ram *e = R.list;
+	while (e && strcmp(e->tdir, tdir) != 0)
+		e = e->next;
+	int r = 0;
+	if (!e || !same_file(&e->st, &st)) {
+		int64_t t0 = time_mono_ms();
+		int fd = -1;
+		r = sealed_copy(tdir, file, &st, &fd, err);
+		if (r == 0) {
+			if (!e) {
+				e = xcalloc(1, sizeof(*e));
+				e->tdir = xstrdup(tdir);
+				e->next = R.list;
+				R.list = e;
+			} else {
+				close(e->fd);
+			}
+			e->fd = fd;
+			e->st = st;
+			log_info("qemu", "the snapshot RAM of %s sealed in a memfd in %lld ms",
+				 tdir, (long long)(time_mono_ms() - t0));
+		}
+	}
+	if (r == 0 && (*ret = fcntl(e->fd, F_DUPFD_CLOEXEC, 3)) < 0)
+		r = err_sys(err, errno, "qemu: dup");
+	pthread_mutex_unlock(&R.lock);
+	return r;
+}
+
 /* Boots the template once in `tmp`, waits for its agent and saves it there. */
 static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *k, const char *tmp,
 			 int64_t *boot_ms, struct err *err)
@@ -365,13 +481,17 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 	_cleanup_free_ char *ram = xasprintf("%s/" QEMU_SNAP_RAM, tmp);
 	_cleanup_free_ char *state = xasprintf("%s/" QEMU_SNAP_STATE, tmp);
 
-	/* The RAM file at its full size, sparse: only what the guest touches takes disk. */
-	{
-		_cleanup_close_ int fd =
-			open(ram, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (fd < 0 || ftruncate(fd, (off_t)k->m.mem_mib << 20) < 0)
-			return err_sys(err, errno, "qemu: creating `%s`", ram);
-	}
+	/* The build's VM writes its RAM into a memfd (QEMU, an unprivileged uid, could not
+	 * open a file of root's), copied into the RAM file once it is saved: at its full size,
+	 * sparse, so that only what the guest touched takes disk. */
+	uint64_t size = (uint64_t)k->m.mem_mib << 20;
+	_cleanup_close_ int ram_fd =
+		open(ram, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (ram_fd < 0 || ftruncate(ram_fd, (off_t)size) < 0)
+		return err_sys(err, errno, "qemu: creating `%s`", ram);
+	_cleanup_close_ int mem = (int)memfd_create("sandbox-ram-build", MFD_CLOEXEC);
+	if (mem < 0 || ftruncate(mem, (off_t)size) < 0)
+		return err_sys(err, errno, "qemu: the build's guest RAM");
 	/* The image booted is the one the key describes. */
 	_cleanup_close_ int rootfs = open(k->m.rootfs, O_RDONLY | O_CLOEXEC);
 	struct stat st;
@@ -393,13 +513,14 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 		.m = &k->m,
 		.qemu_bin = h->qemu_bin,
 		.name = name,
-		.mem_path = ram,
 		.mem_share = true,
-		.ram_fd = -1,
+		.ram_fd = mem,
 		.rootfs_fd = rootfs,
 		.vsock_cid = k->m.channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 	};
 	r = run_and_save(h, &l, cg, state, boot_ms, err);
+	if (r == 0)
+		r = ram_copy(mem, ram_fd, size, err);
 	struct err e;
 	if (cgroup_remove(cg, &e) < 0)
 		log_warn("qemu", "snapshot build %s: %s", name, e.msg);
@@ -520,6 +641,14 @@ int qemu_snap_acquire(const struct qemu_host *h, const struct qemu_want *w, stru
 	int r = load(h, w, ret, &why);
 	if (r < 0)
 		return err_set(err, ENOENT, "no usable snapshot: %s", why.msg);
+	/* The clone gets the sealed copy, never the file. */
+	int mem = -1;
+	if ((r = sealed_ram(w->tdir, ret->ram_fd, &mem, err)) < 0) {
+		qemu_snap_release(ret);
+		return r;
+	}
+	close(ret->ram_fd);
+	ret->ram_fd = mem;
 	return 0;
 }
 

@@ -22,10 +22,14 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/mount.h>
+#include <linux/capability.h>
+#include <linux/if_tun.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/vm_sockets.h>
 
+#include "driver/jail/jail.h"
 #include "driver/proc.h"
 #include "driver/qemu/qmp.h"
 #include "guest/call.h"
@@ -248,31 +252,147 @@ int qemu_vm_dir(const char *run_dir, const char *name, char **ret, struct err *e
 }
 
 static char *const qemu_env[] = {
-	/* QEMU's exec: migration runs /bin/sh and cat. Nothing of the daemon's environment
-	 * (keys, tokens) reaches QEMU. */
+	/* Nothing of the daemon's environment (keys, tokens) reaches QEMU. */
 	"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	NULL,
 };
 
 /* Where the child's descriptors go before the exec: stdio, the files QEMU gets by number,
- * then two that the plan's own steps use (closed on exec). */
-enum { CHILD_FD_DIR = QEMU_FD_ROOTFS + 1, CHILD_FD_NETNS };
+ * then those that the plan's own steps use (closed on exec). */
+enum { CHILD_FD_NETNS = QEMU_FD_AGENT + 1, CHILD_FD_EXE };
+
+/* What the host's /usr-merged top-level directories are, for QEMU's root: a symlink into
+ * /usr is made again, a directory is bound read-only (a host that has not merged them). */
+static void plan_top_dir(struct spawn_plan *p, const char *name)
+{
+	_cleanup_free_ char *host = xasprintf("/%s", name);
+	struct stat st;
+	if (lstat(host, &st) < 0)
+		return;
+	if (S_ISLNK(st.st_mode)) {
+		char target[256];
+		ssize_t n = readlink(host, target, sizeof(target) - 1);
+		if (n <= 0)
+			return;
+		target[n] = '\0';
+		struct spawn_op *op = spawn_plan_add(p, SOP_SYMLINK, "symlink a top directory");
+		op->src = spawn_plan_str(p, "%s", target);
+		op->dst = spawn_plan_str(p, "%s", name);
+		return;
+	}
+	if (!S_ISDIR(st.st_mode))
+		return;
+	struct spawn_op *op = spawn_plan_add(p, SOP_MKDIR, "mkdir a top directory");
+	op->dst = spawn_plan_str(p, "%s", name);
+	op->arg = 0755;
+	op = spawn_plan_add(p, SOP_MOUNT, spawn_plan_str(p, "bind /%s", name));
+	op->src = spawn_plan_str(p, "/%s", name);
+	op->dst = spawn_plan_str(p, "%s", name);
+	op->flags = MS_BIND | MS_REC;
+	op = spawn_plan_add(p, SOP_MOUNT, spawn_plan_str(p, "make /%s read-only", name));
+	op->dst = spawn_plan_str(p, "%s", name);
+	op->flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
+}
+
+/* A host device QEMU opens by path, bound on an empty file of its root. */
+static void plan_device(struct spawn_plan *p, const char *dev)
+{
+	struct spawn_op *op = spawn_plan_add(p, SOP_MKNOD, spawn_plan_str(p, "create %s", dev));
+	op->dst = dev + 1;
+	op->arg = S_IFREG | 0600;
+	op = spawn_plan_add(p, SOP_MOUNT, spawn_plan_str(p, "bind %s", dev));
+	op->src = dev;
+	op->dst = dev + 1;
+	op->flags = MS_BIND;
+}
+
+/* QEMU's mount namespace: a private copy of the host's tree, then a new root of its own on
+ * the run directory (a read-only tmpfs, seen by nothing outside) holding the host's /usr
+ * read-only (QEMU, its libraries, firmware and modules: no secrets), the symlinks or binds
+ * of /bin, /lib and /lib64, /dev/null and /dev/urandom (and /dev/kvm under KVM), and a procfs
+ * of its own pid namespace, through whose /proc/self/fd it opens its descriptors. */
+static void plan_root(struct spawn_plan *p, const struct qemu_launch *l, const char *dir)
+{
+	struct spawn_op *op = spawn_plan_add(p, SOP_MOUNT, "make the mount tree private");
+	op->dst = "/";
+	op->flags = MS_REC | MS_PRIVATE;
+	op = spawn_plan_add(p, SOP_MOUNT, "mount its root");
+	op->src = "qemu";
+	op->dst = dir;
+	op->fstype = "tmpfs";
+	op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	op->data = "size=64k,nr_inodes=64,mode=0755";
+	op = spawn_plan_add(p, SOP_CHDIR, "enter its root");
+	op->dst = dir;
+	static const char *const dirs[] = { "usr", "dev", "proc" };
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		op = spawn_plan_add(p, SOP_MKDIR, spawn_plan_str(p, "mkdir /%s", dirs[i]));
+		op->dst = dirs[i];
+		op->arg = 0755;
+	}
+	op = spawn_plan_add(p, SOP_MOUNT, "bind /usr");
+	op->src = "/usr";
+	op->dst = "usr";
+	op->flags = MS_BIND | MS_REC;
+	op = spawn_plan_add(p, SOP_MOUNT, "make /usr read-only");
+	op->dst = "usr";
+	op->flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
+	plan_top_dir(p, "bin");
+	plan_top_dir(p, "lib");
+	plan_top_dir(p, "lib64");
+	plan_device(p, "/dev/null");
+	plan_device(p, "/dev/urandom");
+	if (l->m->accel == QEMU_ACCEL_KVM)
+		plan_device(p, "/dev/kvm");
+	/* Made by the child, PID 1 of the new pid namespace: it shows that namespace only. */
+	op = spawn_plan_add(p, SOP_MOUNT, "mount proc");
+	op->src = "proc";
+	op->dst = "proc";
+	op->fstype = "proc";
+	op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	op->data = "hidepid=2";
+	op = spawn_plan_add(p, SOP_MOUNT, "make its root read-only");
+	op->dst = ".";
+	op->flags = MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	op->data = "size=64k,nr_inodes=64,mode=0755";
+	spawn_plan_add(p, SOP_PIVOT_ROOT, "pivot_root");
+	op = spawn_plan_add(p, SOP_UMOUNT, "detach the old root");
+	op->dst = ".";
+	op->flags = MNT_DETACH;
+	op = spawn_plan_add(p, SOP_CHDIR, "chdir /");
+	op->dst = "/";
+}
+
+/* The group that may open /dev/kvm (0: none but root's). */
+static gid_t kvm_gid(void)
+{
+	struct stat st;
+	return stat("/dev/kvm", &st) == 0 && (st.st_mode & 0060) == 0060 ? st.st_gid : 0;
+}
 
 /* The plan of QEMU's process: it dies with the daemon's thread that started it (the daemon's
- * workers live as long as the daemon), joins its cgroup and network namespace, leaves the
- * daemon's session, works in its run directory with its output in `out`, and execs QEMU. */
+ * workers live as long as the daemon), joins its cgroup and network namespace and attaches to
+ * the TAP there, makes its root (plan_root), leaves the daemon's session, becomes l->uid with
+ * no capability and no_new_privs, and execs QEMU. It is PID 1 of a pid namespace of its own
+ * (spawn_start's flags). */
 static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, char **argv,
-		       const struct cgroup *cg, int dirfd, int netns, int devnull, int out)
+		       const struct cgroup *cg, const char *dir, uint32_t uid, int netns,
+		       int kernel, int devnull, int out, const int socks[2], int exe)
 {
 	spawn_plan_fd(plan, devnull, 0, true);
 	spawn_plan_fd(plan, out, 1, true);
 	spawn_plan_fd(plan, out, 2, true);
 	spawn_plan_fd(plan, l->ram_fd, QEMU_FD_RAM, true);
 	spawn_plan_fd(plan, l->rootfs_fd, QEMU_FD_ROOTFS, true);
-	spawn_plan_fd(plan, dirfd, CHILD_FD_DIR, false);
+	spawn_plan_fd(plan, kernel, QEMU_FD_KERNEL, true);
+	spawn_plan_fd(plan, socks[0], QEMU_FD_QMP, true);
+	spawn_plan_fd(plan, socks[1], QEMU_FD_AGENT, true);
 	spawn_plan_fd(plan, netns, CHILD_FD_NETNS, false);
+	spawn_plan_fd(plan, exe, CHILD_FD_EXE, false);
 	plan->argv = argv;
 	plan->envp = qemu_env;
+	plan->caps_keep = 0;
+	plan->cap_last = CAP_LAST_CAP;
 
 	spawn_plan_add(plan, SOP_PARENT_DEATH, "die with the daemon");
 	spawn_plan_add(plan, SOP_SIGNALS, "reset signals");
@@ -289,11 +409,23 @@ static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, cha
 		op = spawn_plan_add(plan, SOP_UNSHARE, "make its network namespace");
 	}
 	op->arg = CLONE_NEWNET;
+	op = spawn_plan_add(plan, SOP_TAP_OPEN, "attach to " QEMU_TAP_NAME);
+	op->src = QEMU_TAP_NAME;
+	op->flags = IFF_VNET_HDR;
+	op->arg = QEMU_FD_TAP;
+	plan_root(plan, l, dir);
 	spawn_plan_add(plan, SOP_SETSID, "setsid");
-	op = spawn_plan_add(plan, SOP_CHDIR, "enter its run directory");
-	op->fd = CHILD_FD_DIR;
+	spawn_plan_add(plan, SOP_KEEP_CAPS, "keep capabilities across the uid change");
+	op = spawn_plan_add(plan, SOP_SETID,
+			    spawn_plan_str(plan, "become host uid and gid %u", uid));
+	op->arg = uid;
+	op->flags = uid;
+	if (l->m->accel == QEMU_ACCEL_KVM)
+		op->dev = kvm_gid();
+	spawn_plan_add(plan, SOP_CAPS, "drop every capability");
+	spawn_plan_add(plan, SOP_NO_NEW_PRIVS, "no_new_privs");
 	op = spawn_plan_add(plan, SOP_EXEC, "exec");
-	op->src = argv[0];
+	op->fd = CHILD_FD_EXE;
 }
 
 static void reap(struct qemu_vm *vm, bool block)
@@ -413,30 +545,61 @@ static void argv_freep(char ***argv)
 	qemu_argv_free(*argv);
 }
 
+/* A listening Unix socket `name` in the run directory, for QEMU to accept on: the directory
+ * is root's and 0700, so only the daemon can connect. */
+static int listen_unix(struct qemu_vm *vm, const char *name, int *ret, struct err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", vm->dirfd, name);
+	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return err_sys(err, errno, "qemu: socket");
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4) < 0)
+		return err_sys(err, errno, "qemu: binding its %s", name);
+	*ret = TAKE_FD(fd);
+	return 0;
+}
+
 /* Starts QEMU's process for l in vm's run directory, its output going to the console reader,
  * and waits until it has reached its exec. */
 static int start_process(struct qemu_vm *vm, const struct qemu_launch *l, const struct cgroup *cg,
 			 uint64_t deadline, struct err *err)
 {
 	_cleanup_(argv_freep) char **argv = qemu_argv(l);
-	_cleanup_close_ int devnull = -1, netns = -1;
+	_cleanup_close_ int devnull = -1, netns = -1, exe = -1, kernel = -1;
 	_cleanup_close_pair_ int out[2] = { -1, -1 };
+	_cleanup_close_pair_ int socks[2] = { -1, -1 };
 	vm->dirfd = open(vm->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (vm->dirfd < 0)
 		return err_sys(err, errno, "qemu: run directory `%s`", vm->dir);
 	if (l->netns_path && (netns = open(l->netns_path, O_RDONLY | O_CLOEXEC)) < 0)
 		return err_sys(err, errno, "qemu: network namespace `%s`", l->netns_path);
+	/* Opened here, executed after the pivot: the binary need not be under /usr. */
+	if ((exe = open(argv[0], O_PATH | O_CLOEXEC)) < 0)
+		return err_sys(err, errno, "qemu: `%s`", argv[0]);
+	int r;
+	if ((r = jail_uid_alloc(&vm->uid, err)) < 0)
+		return err_wrap(err, "qemu");
+	if ((kernel = open(l->m->kernel, O_RDONLY | O_CLOEXEC)) < 0)
+		return err_sys(err, errno, "qemu: guest kernel `%s`", l->m->kernel);
 	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (devnull < 0)
 		return err_sys(err, errno, "qemu: /dev/null");
+	if ((r = listen_unix(vm, QEMU_QMP_SOCKET, &socks[0], err)) < 0)
+		return r;
+	if (l->m->channel == QEMU_CHANNEL_SERIAL &&
+	    (r = listen_unix(vm, QEMU_AGENT_SOCKET, &socks[1], err)) < 0)
+		return r;
 	if (pipe2(out, O_CLOEXEC) < 0)
 		return err_sys(err, errno, "qemu: pipe");
 	_cleanup_(spawn_plan_free) struct spawn_plan plan;
 	spawn_plan_init(&plan, "qemu");
 	plan.name = spawn_plan_str(&plan, "qemu: starting `%s`", argv[0]);
-	child_plan(&plan, l, argv, cg, vm->dirfd, netns, devnull, out[1]);
+	child_plan(&plan, l, argv, cg, vm->dir, vm->uid, netns, kernel, devnull, out[1], socks,
+		   exe);
 	_cleanup_(spawn_child_close) struct spawn_child c = { .pidfd = -1, .report = -1 };
-	int r = spawn_start(&plan, 0, -1, &c, err);
+	r = spawn_start(&plan, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, -1, &c,
+			err);
 	if (r < 0)
 		return r;
 	/* Not reaped before we say so: the pid cannot be reused, so the pidfd is not needed for
@@ -714,6 +877,9 @@ void qemu_vm_free(struct qemu_vm *vm)
 	if (!vm)
 		return;
 	qemu_vm_stop(vm);
+	/* Reaped by the stop (or never started): nothing runs as the uid any more. */
+	if (vm->uid && (vm->reaped || vm->pid <= 0))
+		jail_uid_release(vm->uid);
 	console_free(vm->con);
 	if (vm->agent_fd >= 0)
 		close(vm->agent_fd);
