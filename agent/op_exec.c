@@ -7,8 +7,11 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -389,6 +392,52 @@ static void child_report(int fd, int stage, int errnum)
 	_exit(127);
 }
 
+/* What a command never has, even as root (in a VM, where commands run as root): tracing
+ * or reading the memory of other processes (the agent's), loading kernel modules and raw
+ * I/O (ports, /dev/mem). Dropped from the bounding set and every set of the command's, so
+ * that no exec gives them back. A template that needs a module has it built into the guest
+ * kernel. */
+enum { CAP_MODULE = 16, CAP_RAWIO = 17, CAP_PTRACE = 19 }; /* linux/capability.h */
+static const int command_drops[] = { CAP_PTRACE, CAP_MODULE, CAP_RAWIO };
+
+/* capget/capset's arguments (linux/capability.h, which musl's toolchain lacks). */
+#define CAP_VERSION_3 0x20080522
+struct cap_header {
+	uint32_t version;
+	int pid;
+};
+struct cap_data {
+	uint32_t effective;
+	uint32_t permitted;
+	uint32_t inheritable;
+};
+
+/* Only async-signal-safe calls: it runs in the child after fork. */
+static int drop_command_caps(void)
+{
+	if (geteuid() != 0)
+		return 0; /* an unprivileged agent's commands have none of them anyway */
+	for (size_t i = 0; i < ARRAY_SIZE(command_drops); i++)
+		if (prctl(PR_CAPBSET_DROP, command_drops[i], 0, 0, 0) < 0)
+			return -errno;
+	struct cap_header h = { .version = CAP_VERSION_3, .pid = 0 };
+	struct cap_data d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return -errno;
+	for (size_t i = 0; i < ARRAY_SIZE(command_drops); i++) {
+		uint32_t bit = 1u << (command_drops[i] % 32);
+		struct cap_data *w = &d[command_drops[i] / 32];
+		w->effective &= ~bit;
+		w->permitted &= ~bit;
+		w->inheritable &= ~bit;
+	}
+	if (syscall(SYS_capset, &h, d) < 0)
+		return -errno;
+	return prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL
+		       ? -errno
+		       : 0;
+}
+
 /* Runs in the child after fork: only async-signal-safe calls from here on. */
 static void __attribute__((noreturn))
 child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd, int status_fd,
@@ -407,6 +456,9 @@ child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd,
 	if (a->as_user && (setgroups(0, NULL) < 0 || setresgid(a->gid, a->gid, a->gid) < 0 ||
 			   setresuid(a->uid, a->uid, a->uid) < 0))
 		child_report(status_fd, 2, errno);
+	int r = drop_command_caps();
+	if (r < 0)
+		child_report(status_fd, 2, -r);
 	if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
 		child_report(status_fd, 2, errno);
 	if (fchdir(cwd_fd) < 0)
