@@ -186,6 +186,39 @@ class FirecrackerContractTest(unittest.TestCase):
         key = "memory.max" if version == "2" else "memory.limit_in_bytes"
         self.assertIn(f"{key}={(128 + 64) << 20}", argv)
 
+    def test_4b_jailer_uid_gid_and_cgroup_placement(self):
+        st, _, body = self.daemon.post("/exec/", {"id": "fc4b"})
+        self.assertEqual(st, 201, body)
+        run = [e["jailer"] for e in read_log(self.log) if "jailer" in e][-1]
+        opts = dict(zip(run, run[1:]))
+        # Firecracker is never root: the configured uid and gid (FIRECRACKER_UID/GID).
+        self.assertEqual((opts["--uid"], opts["--gid"]), ("997", "982"))
+        jid = opts["--id"]
+        placed = [e for e in read_log(self.log) if e.get("id") == jid and "placed" in e]
+        self.assertEqual(len(placed), 1, placed)
+        pid, dirs = placed[0]["placed"], placed[0]["cgroups"]
+        # Under the server's parent, one cgroup per sandbox, the VMM in each, with the limits
+        # the driver asked for.
+        self.assertTrue(dirs)
+        for d in dirs:
+            self.assertEqual(os.path.basename(os.path.dirname(d)), "agent-sandbox", d)
+            self.assertEqual(os.path.basename(d), jid, d)
+            with open(os.path.join(d, "cgroup.procs"), encoding="ascii") as f:
+                self.assertIn(str(pid), f.read().split(), d)
+        limits = {c.split("=")[0]: c.split("=")[1]
+                  for i, c in enumerate(run) if i and run[i - 1] == "--cgroup"}
+        self.assertTrue({"pids.max"} <= set(limits), limits)
+        for key, value in limits.items():
+            d = next(x for x in dirs if os.path.exists(os.path.join(x, key)))
+            with open(os.path.join(d, key), encoding="ascii") as f:
+                got = f.read().strip()
+            self.assertEqual(got, value, key)
+        # The driver takes the jailer's cgroups as the sandbox's and removes them with it.
+        st, _, _ = self.daemon.delete("/exec/fc4b")
+        self.assertEqual(st, 200)
+        harness.wait_until(lambda: not any(os.path.isdir(d) for d in dirs), 30,
+                           what="the sandbox's cgroups to go after DELETE")
+
     def test_5_chroot_layout_permissions_and_teardown(self):
         jails = os.path.join(self.jail_base, "fake_firecracker.py")
         before = set(os.listdir(jails)) if os.path.isdir(jails) else set()
@@ -200,9 +233,20 @@ class FirecrackerContractTest(unittest.TestCase):
         if new != live:
             self.assertEqual(new and sorted(new), sorted([live[0], live[0] + ".netns"]))
         root = os.path.join(jails, live[0], "root")
+        # The chroot holds what the VM needs and nothing else: no kernel (a restore needs
+        # none), no host file, no other sandbox's. (fake-guest-workspace is the fake's own:
+        # its agent runs on the host, where a real guest's workspace is inside the VM.)
+        self.assertEqual(sorted(n for n in os.listdir(root) if n != "fake-guest-workspace"),
+                         sorted(["firecracker.pid", "memory", "rootfs.ext4", "run", "v.sock",
+                                 "vmstate"]))
+        self.assertEqual(os.listdir(os.path.join(root, "run")), ["firecracker.socket"])
+        s = os.stat(root)
+        self.assertEqual((s.st_uid, s.st_gid, s.st_mode & 0o777), (0, 982, 0o750))
         for name in ("rootfs.ext4", "vmstate", "memory"):
             s = os.stat(os.path.join(root, name))
             self.assertEqual(s.st_mode & 0o007, 0, f"{name} is accessible to others")
+            self.assertEqual(s.st_mode & 0o222, 0, f"{name} is writable")
+            self.assertIn(s.st_uid, (0, 997), name)
             self.assertEqual(s.st_gid, 982)
         self.assertTrue(stat.S_ISSOCK(os.stat(os.path.join(root, "v.sock")).st_mode))
         self.assertTrue(stat.S_ISSOCK(os.stat(os.path.join(root, "run/firecracker.socket")).st_mode))
