@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -222,6 +223,88 @@ static void test_a_clone_keeps_its_files_whatever_happens_to_the_paths(void **st
 	qemu_snap_release(&s);
 }
 
+/* Writes `text` at offset `at` of the snapshot's RAM file. */
+static void ram_write(struct fixture *f, const char *name, off_t at, const char *text)
+{
+	_cleanup_free_ char *ram = xasprintf("%s/qemu/%s", f->tdir, name);
+	int fd = open(ram, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, text, strlen(text), at), (ssize_t)strlen(text));
+	close(fd);
+}
+
+static void test_a_clone_gets_the_ram_sealed_and_shared(void **state)
+{
+	struct fixture *f = *state;
+	struct err e = { 0 };
+	struct qemu_snap_key k;
+	assert_int_equal(qemu_key_build(&f->h, &f->w, NULL, &k, &e), 0);
+	install(f, &k, 1u << 20);
+	ram_write(f, "memory.ram", 4096, "guest page");
+	ram_write(f, "memory.ram", (1u << 20) - 5, "last");
+
+	struct qemu_snap a, b;
+	assert_int_equal(qemu_snap_acquire(&f->h, &f->w, &a, &e), 0);
+	assert_int_equal(qemu_snap_acquire(&f->h, &f->w, &b, &e), 0);
+	/* One memfd for both clones (their pages are the same), not the file. */
+	struct stat sa, sb, file;
+	_cleanup_free_ char *ram = xasprintf("%s/qemu/memory.ram", f->tdir);
+	assert_int_equal(stat(ram, &file), 0);
+	assert_int_equal(fstat(a.ram_fd, &sa), 0);
+	assert_int_equal(fstat(b.ram_fd, &sb), 0);
+	assert_int_equal(sa.st_ino, sb.st_ino);
+	assert_int_equal(sa.st_dev, sb.st_dev);
+	assert_true(sa.st_ino != file.st_ino || sa.st_dev != file.st_dev);
+	assert_int_equal(sa.st_size, 1u << 20);
+	/* A copy of the data; the holes stay holes. */
+	char buf[16] = { 0 };
+	assert_int_equal(pread(a.ram_fd, buf, 10, 4096), 10);
+	assert_memory_equal(buf, "guest page", 10);
+	assert_int_equal(pread(a.ram_fd, buf, 4, (1u << 20) - 5), 4);
+	assert_memory_equal(buf, "last", 4);
+	assert_true((uint64_t)sa.st_blocks * 512 < (1u << 20) / 2);
+
+	/* Sealed: no write, resize or shared writable mapping, through any descriptor of it. */
+	int seals = fcntl(a.ram_fd, F_GET_SEALS);
+	assert_int_equal(seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+			 F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", a.ram_fd);
+	int rw = open(path, O_RDWR | O_CLOEXEC);
+	assert_true(rw >= 0);
+	assert_int_equal(pwrite(rw, "x", 1, 0), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(ftruncate(rw, 4096), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(fcntl(rw, F_ADD_SEALS, 0), -1);
+	assert_ptr_equal(mmap(NULL, 1u << 20, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0),
+			 MAP_FAILED);
+	/* What QEMU does: a private, writable mapping, whose writes stay its own. */
+	char *p = mmap(NULL, 1u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE, rw, 0);
+	assert_true(p != MAP_FAILED);
+	assert_memory_equal(p + 4096, "guest page", 10);
+	memcpy(p + 4096, "dirty", 5);
+	assert_int_equal(pread(b.ram_fd, buf, 10, 4096), 10);
+	assert_memory_equal(buf, "guest page", 10);
+	munmap(p, 1u << 20);
+	close(rw);
+	qemu_snap_release(&a);
+	qemu_snap_release(&b);
+
+	/* A rebuild replaces the RAM file: the next clone gets a new memfd of it. */
+	_cleanup_free_ char *next = xasprintf("%s/qemu/memory.next", f->tdir);
+	write_file(next, NULL, 1u << 20);
+	ram_write(f, "memory.next", 4096, "other page");
+	assert_int_equal(rename(next, ram), 0);
+	assert_int_equal(qemu_snap_acquire(&f->h, &f->w, &a, &e), 0);
+	assert_int_equal(fstat(a.ram_fd, &sb), 0);
+	assert_true(sb.st_ino != sa.st_ino);
+	assert_int_equal(pread(a.ram_fd, buf, 10, 4096), 10);
+	assert_memory_equal(buf, "other page", 10);
+	qemu_snap_release(&a);
+	qemu_key_free(&k);
+}
+
 static void test_prepare_reports_a_failed_build(void **state)
 {
 	struct fixture *f = *state;
@@ -248,6 +331,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_a_clone_keeps_its_files_whatever_happens_to_the_paths, setup,
 			teardown),
+		cmocka_unit_test_setup_teardown(test_a_clone_gets_the_ram_sealed_and_shared, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_prepare_reports_a_failed_build, setup,
 						teardown),
 	};
