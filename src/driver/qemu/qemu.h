@@ -92,7 +92,8 @@ extern bool qemu_bench_unconfined;
 #define QEMU_FD_KERNEL 5
 #define QEMU_FD_TAP    6
 #define QEMU_FD_QMP    7
-#define QEMU_FD_AGENT  8
+#define QEMU_FD_AGENT  8 /* serial channel */
+#define QEMU_FD_VHOST  9 /* vsock channel: the daemon's descriptor of /dev/vhost-vsock */
 
 /* What QEMU's own seccomp filter forbids besides its default: obsolete calls, any change of
  * ids or capabilities, fork and exec, and scheduling and resource changes. */

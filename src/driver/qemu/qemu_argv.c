@@ -96,7 +96,9 @@ char **qemu_argv(const struct qemu_launch *l)
 	add2(&a, "-device", xstrdup("virtio-net-device,netdev=net0"));
 
 	if (m->channel == QEMU_CHANNEL_VSOCK) {
-		add2(&a, "-device", xasprintf("vhost-vsock-device,guest-cid=%u", l->vsock_cid));
+		add2(&a, "-device",
+		     xasprintf("vhost-vsock-device,guest-cid=%u,vhostfd=%d", l->vsock_cid,
+			       QEMU_FD_VHOST));
 	} else {
 		add2(&a, "-device", xstrdup("virtio-serial-device"));
 		add2(&a, "-chardev",

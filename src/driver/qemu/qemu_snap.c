@@ -435,6 +435,28 @@ static int sealed_copy(const char *tdir, int file, const struct stat *st, int *r
 	return 0;
 }
 
+/* Drops the memfds of other templates whose snapshot RAM file is gone or was replaced (the
+ * template removed or rebuilt), so that they do not hold their memory for the daemon's life;
+ * clones running from them keep their own descriptors. Called with R.lock held. */
+static void prune_sealed(const char *keep)
+{
+	for (struct sealed_ram **pp = &R.list; *pp;) {
+		struct sealed_ram *e = *pp;
+		_cleanup_free_ char *path =
+			xasprintf("%s/" QEMU_SNAP_DIR "/" QEMU_SNAP_RAM, e->tdir);
+		struct stat st;
+		if (strcmp(e->tdir, keep) == 0 ||
+		    (stat(path, &st) == 0 && same_file(&e->st, &st))) {
+			pp = &e->next;
+			continue;
+		}
+		*pp = e->next;
+		close(e->fd);
+		free(e->tdir);
+		free(e);
+	}
+}
+
 /* A descriptor (the caller's) of the sealed memfd for tdir's RAM file `file`. */
 static int sealed_ram(const char *tdir, int file, int *ret, struct err *err)
 {
@@ -442,6 +464,7 @@ static int sealed_ram(const char *tdir, int file, int *ret, struct err *err)
 	if (fstat(file, &st) < 0)
 		return err_sys(err, errno, "qemu: the snapshot's RAM");
 	pthread_mutex_lock(&R.lock);
+	prune_sealed(tdir);
 	struct sealed_ram *e = R.list;
 	while (e && strcmp(e->tdir, tdir) != 0)
 		e = e->next;

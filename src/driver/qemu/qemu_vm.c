@@ -259,7 +259,7 @@ static char *const qemu_env[] = {
 
 /* Where the child's descriptors go before the exec: stdio, the files QEMU gets by number,
  * then those that the plan's own steps use (closed on exec). */
-enum { CHILD_FD_NETNS = QEMU_FD_AGENT + 1, CHILD_FD_EXE };
+enum { CHILD_FD_NETNS = QEMU_FD_VHOST + 1, CHILD_FD_EXE };
 
 /* What the host's /usr-merged top-level directories are, for QEMU's root: a symlink into
  * /usr is made again, a directory is bound read-only (a host that has not merged them). */
@@ -372,12 +372,13 @@ static gid_t kvm_gid(void)
 
 /* The plan of QEMU's process: it dies with the daemon's thread that started it (the daemon's
  * workers live as long as the daemon), joins its cgroup and network namespace and attaches to
- * the TAP there, makes its root (plan_root), leaves the daemon's session, becomes l->uid with
+ * the TAP there, makes its root (plan_root), leaves the daemon's session, becomes `uid` with
  * no capability and no_new_privs, and execs QEMU. It is PID 1 of a pid namespace of its own
- * (spawn_start's flags). */
+ * (spawn_start's flags). `chan`: QMP's and the agent's listening sockets and the vhost-vsock
+ * device (-1 where the channel has none). */
 static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, char **argv,
 		       const struct cgroup *cg, const char *dir, uint32_t uid, int netns,
-		       int kernel, int devnull, int out, const int socks[2], int exe)
+		       int kernel, int devnull, int out, const int chan[3], int exe)
 {
 	spawn_plan_fd(plan, devnull, 0, true);
 	spawn_plan_fd(plan, out, 1, true);
@@ -385,8 +386,9 @@ static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, cha
 	spawn_plan_fd(plan, l->ram_fd, QEMU_FD_RAM, true);
 	spawn_plan_fd(plan, l->rootfs_fd, QEMU_FD_ROOTFS, true);
 	spawn_plan_fd(plan, kernel, QEMU_FD_KERNEL, true);
-	spawn_plan_fd(plan, socks[0], QEMU_FD_QMP, true);
-	spawn_plan_fd(plan, socks[1], QEMU_FD_AGENT, true);
+	spawn_plan_fd(plan, chan[0], QEMU_FD_QMP, true);
+	spawn_plan_fd(plan, chan[1], QEMU_FD_AGENT, true);
+	spawn_plan_fd(plan, chan[2], QEMU_FD_VHOST, true);
 	spawn_plan_fd(plan, netns, CHILD_FD_NETNS, false);
 	spawn_plan_fd(plan, exe, CHILD_FD_EXE, false);
 	plan->argv = argv;
@@ -580,6 +582,7 @@ static int start_process(struct qemu_vm *vm, const struct qemu_launch *launch,
 	_cleanup_close_ int devnull = -1, netns = -1, exe = -1, kernel = -1;
 	_cleanup_close_pair_ int out[2] = { -1, -1 };
 	_cleanup_close_pair_ int socks[2] = { -1, -1 };
+	_cleanup_close_ int vhost = -1;
 	vm->dirfd = open(vm->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (vm->dirfd < 0)
 		return err_sys(err, errno, "qemu: run directory `%s`", vm->dir);
@@ -601,13 +604,17 @@ static int start_process(struct qemu_vm *vm, const struct qemu_launch *launch,
 	if (l->m->channel == QEMU_CHANNEL_SERIAL &&
 	    (r = listen_unix(vm, QEMU_AGENT_SOCKET, &socks[1], err)) < 0)
 		return r;
+	/* QEMU's uid may not open the device (root's, 0600 on most hosts). */
+	if (l->m->channel == QEMU_CHANNEL_VSOCK &&
+	    (vhost = open("/dev/vhost-vsock", O_RDWR | O_CLOEXEC)) < 0)
+		return err_sys(err, errno, "qemu: /dev/vhost-vsock");
 	if (pipe2(out, O_CLOEXEC) < 0)
 		return err_sys(err, errno, "qemu: pipe");
 	_cleanup_(spawn_plan_free) struct spawn_plan plan;
 	spawn_plan_init(&plan, "qemu");
 	plan.name = spawn_plan_str(&plan, "qemu: starting `%s`", argv[0]);
-	child_plan(&plan, l, argv, cg, vm->dir, vm->uid, netns, kernel, devnull, out[1], socks,
-		   exe);
+	const int chan[3] = { socks[0], socks[1], vhost };
+	child_plan(&plan, l, argv, cg, vm->dir, vm->uid, netns, kernel, devnull, out[1], chan, exe);
 	_cleanup_(spawn_child_close) struct spawn_child c = { .pidfd = -1, .report = -1 };
 	uint64_t ns = l->unconfined ? 0 : CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
 	r = spawn_start(&plan, ns, -1, &c, err);

@@ -164,7 +164,7 @@ static void test_kvm_vsock_and_vcpus(void **state)
 	assert_string_equal(value_of(argv, "-smp", NULL), "2");
 	assert_string_equal(value_of(argv, "-m", NULL), "512M");
 	assert_string_equal(value_of(argv, "-device", "vhost-vsock"),
-			    "vhost-vsock-device,guest-cid=77");
+			    "vhost-vsock-device,guest-cid=77,vhostfd=9");
 	assert_null(value_of(argv, "-device", "virtio-serial"));
 	assert_null(value_of(argv, "-chardev", "socket,id=agent"));
 	qemu_argv_free(argv);
