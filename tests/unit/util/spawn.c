@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,16 +20,22 @@
 #include "util/cleanup.h"
 #include "util/spawn.h"
 
-/* Runs `plan` to its end; returns spawn_wait's result and the child's wait status. */
-static int run(struct spawn_plan *plan, int *status, struct err *e)
+/* Runs `plan` to its end in a child made with clone flags `flags`; returns spawn_wait's
+ * result and the child's wait status. */
+static int run_ns(struct spawn_plan *plan, uint64_t flags, int *status, struct err *e)
 {
 	struct spawn_child c;
-	int r = spawn_start(plan, 0, -1, &c, e);
+	int r = spawn_start(plan, flags, -1, &c, e);
 	assert_int_equal(r, 0);
 	r = spawn_wait(plan, &c, 10000, e);
 	*status = spawn_reap(c.pid, c.pidfd);
 	spawn_child_close(&c);
 	return r;
+}
+
+static int run(struct spawn_plan *plan, int *status, struct err *e)
+{
+	return run_ns(plan, 0, status, e);
 }
 
 static char *read_all(int fd)
@@ -261,6 +268,112 @@ static void test_find_binary(void **state)
 	assert_string_equal(abs, "/bin/sh");
 }
 
+/* `cmd` run by /bin/sh after the plan's steps, its stdout returned (the child's status in
+ * *status, spawn_wait's result returned in *r). */
+static char *exec_output(struct spawn_plan *plan, uint64_t flags, const char *cmd, int *r,
+			 int *status)
+{
+	int out[2];
+	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	spawn_plan_fd(plan, out[1], 1, true);
+	char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
+	char *envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+	plan->argv = argv;
+	plan->envp = envp;
+	struct spawn_op *op = spawn_plan_add(plan, SOP_EXEC, "exec");
+	op->src = argv[0];
+	struct err e = { 0 };
+	*r = run_ns(plan, flags, status, &e);
+	close(out[1]);
+	char *got = read_all(out[0]);
+	close(out[0]);
+	return got;
+}
+
+/* Root becomes an unprivileged uid with no capability left in any set, the bounding set
+ * included: SOP_KEEP_CAPS keeps the permitted set across the uid change for SOP_CAPS. */
+static void test_unprivileged_with_an_empty_bounding_set(void **state)
+{
+	if (geteuid() != 0)
+		skip();
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	plan.caps_keep = 0;
+	plan.cap_last = 40;
+	spawn_plan_add(&plan, SOP_KEEP_CAPS, "keep caps");
+	struct spawn_op *op = spawn_plan_add(&plan, SOP_SETID, "setid");
+	op->arg = 0x7ffe0000;
+	op->flags = 0x7ffe0000;
+	spawn_plan_add(&plan, SOP_CAPS, "caps");
+	spawn_plan_add(&plan, SOP_NO_NEW_PRIVS, "nnp");
+	int r, status;
+	_cleanup_free_ char *got = exec_output(
+		&plan, 0,
+		"grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' "
+		"/proc/self/status | tr -s ' \t' ' '",
+		&r, &status);
+	assert_int_equal(r, 0);
+	assert_int_equal(status, 0);
+	assert_string_equal(got, "Uid: 2147352576 2147352576 2147352576 2147352576\n"
+				 "Gid: 2147352576 2147352576 2147352576 2147352576\n"
+				 "Groups: \n"
+				 "CapInh: 0000000000000000\n"
+				 "CapPrm: 0000000000000000\n"
+				 "CapEff: 0000000000000000\n"
+				 "CapBnd: 0000000000000000\n"
+				 "CapAmb: 0000000000000000\n"
+				 "NoNewPrivs: 1\n");
+	spawn_plan_free(&plan);
+}
+
+/* PID 1 of a pid namespace of its own has no parent it can see: SOP_PARENT_DEATH still
+ * succeeds while the parent lives. */
+static void test_parent_death_in_a_pid_namespace(void **state)
+{
+	if (geteuid() != 0)
+		skip();
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	spawn_plan_add(&plan, SOP_PARENT_DEATH, "die with the parent");
+	int r, status;
+	_cleanup_free_ char *got = exec_output(&plan, CLONE_NEWPID, "echo $$", &r, &status);
+	assert_int_equal(r, 0);
+	assert_int_equal(status, 0);
+	assert_string_equal(got, "1\n");
+	spawn_plan_free(&plan);
+}
+
+/* A TAP attached in the child's network namespace, as a descriptor its program inherits. */
+static void test_tap_as_a_descriptor(void **state)
+{
+	if (geteuid() != 0 || access("/dev/net/tun", R_OK | W_OK) < 0)
+		skip();
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	struct spawn_op *op = spawn_plan_add(&plan, SOP_TAP_OPEN, "tap");
+	op->src = "tap0";
+	op->arg = 6;
+	int r, status;
+	_cleanup_free_ char *got = exec_output(
+		&plan, CLONE_NEWNET,
+		"readlink /proc/self/fd/6; ip -o link show tap0 >/dev/null && echo tap0 is there",
+		&r, &status);
+	assert_int_equal(r, 0);
+	assert_int_equal(status, 0);
+	/* Made in the child's namespace, there while the descriptor is open. */
+	assert_string_equal(got, "/dev/net/tun\ntap0 is there\n");
+	spawn_plan_free(&plan);
+
+	/* A name the kernel refuses is an error of that step. */
+	spawn_plan_init(&plan, "test");
+	op = spawn_plan_add(&plan, SOP_TAP_OPEN, "tap");
+	op->src = "a-name-far-too-long-for-an-interface";
+	op->arg = 6;
+	free(exec_output(&plan, CLONE_NEWNET, "true", &r, &status));
+	assert_int_equal(r, -ENAMETOOLONG);
+	spawn_plan_free(&plan);
+}
+
 int main(void)
 {
 	/* A child's end of file on a pipe must not kill the test. */
@@ -273,6 +386,9 @@ int main(void)
 		cmocka_unit_test(test_setup_timeout),
 		cmocka_unit_test(test_run_bounded),
 		cmocka_unit_test(test_find_binary),
+		cmocka_unit_test(test_unprivileged_with_an_empty_bounding_set),
+		cmocka_unit_test(test_parent_death_in_a_pid_namespace),
+		cmocka_unit_test(test_tap_as_a_descriptor),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
