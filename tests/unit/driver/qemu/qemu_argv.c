@@ -100,6 +100,9 @@ static void test_clone_of_a_snapshot(void **state)
 	assert_string_equal(
 		value_of(argv, "-sandbox", NULL),
 		"on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+	/* No balloon: nothing that could punch holes in the template's RAM. */
+	for (size_t i = 0; argv[i]; i++)
+		assert_null(strstr(argv[i], "balloon"));
 	/* No path of the host's: everything is a descriptor. */
 	for (size_t i = 0; argv[i]; i++) {
 		assert_null(strstr(argv[i], "/t/base/"));
