@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sandbox.h"
 #include "util/cleanup.h"
 
-#define DEFAULT_URL "http://127.0.0.1:3000"
 /* The longest stdin line or reply accepted (bodies the daemon takes are smaller). */
 #define MAX_MESSAGE       (256u << 20)
 #define DELETE_TIMEOUT_MS 2000
@@ -41,10 +41,11 @@ void cmd_mcp_help(void)
 	       "Speaks MCP (newline-delimited JSON-RPC) on stdin and stdout and forwards it to\n"
 	       "sandboxd's Streamable HTTP endpoint, URL/mcp. Logs go to stderr.\n\n"
 	       "  --url URL       the daemon: http://host:port or unix:/path/to.sock\n"
-	       "                  (default $SANDBOX_URL, else %s)\n"
-	       "  --api-key KEY   the API key (default $SANDBOX_API_KEY)\n"
+	       "                  (default $SANDBOX_URL, else unix:%s where it\n"
+	       "                  exists, else http://127.0.0.1:3000)\n"
+	       "  --api-key KEY   the API key (default $SANDBOX_API_KEY, else the key file)\n"
 	       "  --verbose       log every message on stderr\n",
-	       DEFAULT_URL);
+	       CLIENT_SERVICE_SOCKET);
 }
 
 enum state {
@@ -664,7 +665,7 @@ static int setup(const char *url, const char *key)
 	if (!url || !*url)
 		url = getenv("SANDBOX_URL");
 	if (!url || !*url)
-		url = DEFAULT_URL;
+		url = client_default_url();
 	if (!key || !*key)
 		key = getenv("SANDBOX_API_KEY");
 	if (strncmp(url, "unix:", 5) == 0) {

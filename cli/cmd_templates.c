@@ -15,7 +15,9 @@ void cmd_templates_help(void)
 	printf("usage: sandbox templates [--json]      list the templates the daemon has loaded\n"
 	       "       sandbox templates build NAME     build templates/NAME (needs root)\n\n"
 	       "The build runs templates/build.sh from $SANDBOX_SOURCE_DIR, or the source tree\n"
-	       "this binary was built in. The daemon loads new templates on SIGHUP.\n");
+	       "this binary was built in, else the installed builder (%s).\n"
+	       "The daemon loads new templates on SIGHUP.\n",
+	       TEMPLATE_BUILDER_INSTALLED);
 }
 
 /* templates/build.sh: beside the source tree of the build this binary is from. */
@@ -40,7 +42,8 @@ static char *build_script(void)
 			return candidate;
 		free(candidate);
 	}
-	return NULL;
+	return access(TEMPLATE_BUILDER_INSTALLED, X_OK) == 0 ? xstrdup(TEMPLATE_BUILDER_INSTALLED)
+							     : NULL;
 }
 
 int cmd_templates(int argc, char **argv)

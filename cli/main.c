@@ -1,10 +1,14 @@
 /* sandbox: client for agent-sandbox. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
+#include "sandbox.h"
+#include "util/cleanup.h"
 
 #define COMMAND(name, summary)                                \
 	{                                                     \
@@ -54,7 +58,57 @@ static void usage(FILE *out)
 	fprintf(out,
 		"\nRun `sandbox <command> --help` for a command's options.\n"
 		"Global options: --url URL (or $SANDBOX_URL; http://host:port or unix:/path),\n"
-		"--api-key KEY (or $SANDBOX_API_KEY), --json for machine-readable output.\n");
+		"--api-key KEY (or $SANDBOX_API_KEY), --json for machine-readable output.\n"
+		"\n"
+		"Without a URL the daemon is unix:%s where that socket\n"
+		"exists (the installed service; members of the agent-sandbox group may use it),\n"
+		"else http://127.0.0.1:3000. Over the socket as over TCP, requests carry an API\n"
+		"key: without --api-key or $SANDBOX_API_KEY, the first line of the key file\n"
+		"$XDG_CONFIG_HOME/agent-sandbox/api-key (default "
+		"~/.config/agent-sandbox/api-key),\n"
+		"which must not be readable by group or others.\n",
+		CLIENT_SERVICE_SOCKET);
+}
+
+/* The per-user key file: $XDG_CONFIG_HOME/agent-sandbox/api-key, else under ~/.config. */
+static char *key_file_path(void)
+{
+	const char *xdg = getenv("XDG_CONFIG_HOME");
+	if (xdg && xdg[0] == '/')
+		return xasprintf("%s/agent-sandbox/api-key", xdg);
+	const char *home = getenv("HOME");
+	if (home && home[0] == '/')
+		return xasprintf("%s/.config/agent-sandbox/api-key", home);
+	return NULL;
+}
+
+/* Sets $SANDBOX_API_KEY from the key file when no key was given: 0, or 1 after saying why
+ * the file cannot be used (a key others can read is refused, as ssh refuses such keys). */
+static int load_key_file(void)
+{
+	const char *key = getenv("SANDBOX_API_KEY");
+	if (key && *key)
+		return 0;
+	_cleanup_free_ char *path = key_file_path();
+	if (!path)
+		return 0;
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : cli_fail("cannot read %s: %s", path, strerror(errno));
+	struct stat st;
+	if (fstat(fileno(f), &st) < 0)
+		return cli_fail("cannot read %s: %s", path, strerror(errno));
+	if (st.st_mode & 077)
+		return cli_fail("%s is readable by others (mode %04o): chmod 600 it", path,
+				(unsigned)(st.st_mode & 07777));
+	char line[256];
+	if (!fgets(line, sizeof(line), f))
+		return cli_fail("%s is empty: put the API key on its first line", path);
+	line[strcspn(line, "\r\n")] = '\0';
+	if (!*line)
+		return cli_fail("%s is empty: put the API key on its first line", path);
+	setenv("SANDBOX_API_KEY", line, 1);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -83,6 +137,8 @@ int main(int argc, char **argv)
 			commands[i].help();
 			return 0;
 		}
+		if (!cli_flag(argc - 1, argv + 1, "--api-key") && load_key_file() != 0)
+			return 1;
 		return commands[i].run(argc - 1, argv + 1);
 	}
 	fprintf(stderr, "sandbox: unknown command `%s`\n\n", argv[1]);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/cleanup.h"
 
@@ -52,6 +53,14 @@ static size_t collect(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
+const char *client_default_url(void)
+{
+	struct stat st;
+	if (stat(CLIENT_SERVICE_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode))
+		return "unix:" CLIENT_SERVICE_SOCKET;
+	return DEFAULT_URL;
+}
+
 struct client *client_new(const char *url, const char *api_key)
 {
 	static bool inited;
@@ -62,7 +71,7 @@ struct client *client_new(const char *url, const char *api_key)
 	if (!url || !*url)
 		url = getenv("SANDBOX_URL");
 	if (!url || !*url)
-		url = DEFAULT_URL;
+		url = client_default_url();
 	if (!api_key)
 		api_key = getenv("SANDBOX_API_KEY");
 	struct client *c = xcalloc(1, sizeof(*c));

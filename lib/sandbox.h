@@ -17,6 +17,13 @@ struct client;
 
 /* url or key may be NULL: then $SANDBOX_URL / $SANDBOX_API_KEY, then the defaults. */
 struct client *client_new(const char *url, const char *api_key);
+
+/* The local service's socket, which a packaged sandboxd listens on. */
+#define CLIENT_SERVICE_SOCKET "/run/agent-sandbox/sandboxd.sock"
+
+/* The daemon's address when neither an argument nor $SANDBOX_URL names one:
+ * unix:CLIENT_SERVICE_SOCKET where that socket exists, else http://127.0.0.1:3000. */
+const char *client_default_url(void);
 void client_free(struct client *c);
 const char *client_url(const struct client *c);
 

@@ -19,8 +19,11 @@
 #define GiB (MiB * 1024)
 #define TiB (GiB * 1024)
 
-/* Where `make install`-style layouts put the agent when no build tree is around it. */
+/* Where `meson install` puts the agent (<prefix>/<libexecdir>/agent-sandbox, set by the
+ * build), for a daemon with no build tree around it. */
+#ifndef AGENT_BIN_INSTALLED
 #define AGENT_BIN_INSTALLED "/usr/local/libexec/agent-sandbox/sandbox-agent"
+#endif
 
 /* How much of a bad value is echoed back in a message. */
 #define ECHO_MAX     64
@@ -64,6 +67,7 @@ static const struct var vars[] = {
 	{ "HOST", V_STRING, F(host), "127.0.0.1" },
 	{ "PORT", V_INT, F(port), "3000", 0, 65535 },
 	{ "SANDBOX_SOCKET", V_SOCKET, F(socket_path), NULL },
+	{ "SANDBOX_SOCKET_GROUP", V_STRING, F(socket_group), NULL },
 	{ "SANDBOX_PORT_FILE", V_PATH, F(port_file), NULL },
 
 	{ "SANDBOX_STATE_DIR", V_PATH, F(state_dir), "/var/lib/agent-sandbox/state" },
@@ -102,6 +106,8 @@ static const struct var vars[] = {
 	{ "SANDBOX_UID_RANGES", V_UINT, F(uid_ranges), "1024", 1, 32767 },
 	{ "SANDBOX_SUBUID_FILE", V_PATH, F(subuid_file), "/etc/subuid" },
 	{ "SANDBOX_SUBGID_FILE", V_PATH, F(subgid_file), "/etc/subgid" },
+	/* Entries of this account are the daemon's own registration of its ranges. */
+	{ "SANDBOX_SUBID_OWNER", V_STRING, F(subid_owner), "agent-sandbox" },
 
 	{ "SANDBOX_MAX_BODY_BYTES", V_SIZE, F(max_body_bytes), "100663296", KiB, 4 * GiB },
 	{ "SANDBOX_MAX_OUTPUT_BYTES", V_SIZE, F(max_output_bytes), "16777216", KiB, 4 * GiB },
@@ -482,6 +488,21 @@ int config_load(struct config *cfg, struct err *err)
 	int r = problems_report(&p, err);
 	free(p.text);
 	return r;
+}
+
+void config_print_defaults(FILE *out)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
+		fprintf(out, "%s=%s\n", vars[i].name, vars[i].def ? vars[i].def : "");
+	fprintf(out, "LOG_LEVEL=info\n");
+}
+
+void config_print_names(FILE *out, const char *indent)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
+		fprintf(out, "%s%s%s%s\n", indent, vars[i].name, vars[i].def ? "=" : "",
+			vars[i].def ? vars[i].def : "");
+	fprintf(out, "%sLOG_LEVEL=info\n", indent);
 }
 
 void config_free(struct config *cfg)

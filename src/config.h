@@ -5,6 +5,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,10 +15,12 @@ enum net_filter_mode { NET_FILTER_NONE, NET_FILTER_ALLOW, NET_FILTER_DENY };
 
 struct config {
 	/* listening */
-	char *host;        /* HOST, default 127.0.0.1 */
-	int port;          /* PORT, default 3000; 0 picks a free port */
-	char *socket_path; /* SANDBOX_SOCKET, optional Unix socket */
-	char *port_file;   /* SANDBOX_PORT_FILE: where the bound port is written (tests) */
+	char *host;         /* HOST, default 127.0.0.1 */
+	int port;           /* PORT, default 3000; 0 picks a free port */
+	char *socket_path;  /* SANDBOX_SOCKET, optional Unix socket */
+	char *socket_group; /* SANDBOX_SOCKET_GROUP: the socket's group (mode 0660), default the
+			       daemon's own */
+	char *port_file;    /* SANDBOX_PORT_FILE: where the bound port is written (tests) */
 
 	/* places */
 	char *state_dir;     /* SANDBOX_STATE_DIR, default /var/lib/agent-sandbox/state */
@@ -62,6 +65,8 @@ struct config {
 	unsigned uid_ranges; /* SANDBOX_UID_RANGES: how many ranges, default 1024 */
 	char *subuid_file;   /* SANDBOX_SUBUID_FILE: ranges given to users, default /etc/subuid */
 	char *subgid_file;   /* SANDBOX_SUBGID_FILE: default /etc/subgid */
+	char *subid_owner;   /* SANDBOX_SUBID_OWNER: whose subuid/subgid entries register the
+				ranges for sandboxd itself, default agent-sandbox */
 
 	/* requests */
 	size_t max_body_bytes;   /* SANDBOX_MAX_BODY_BYTES, default 96 MiB */
@@ -153,6 +158,13 @@ struct config {
 /* Fills cfg from the environment (envp-style lookups through getenv). On any invalid value
  * returns -EINVAL with every problem listed in err->msg; cfg is then still freeable. */
 int config_load(struct config *cfg, struct err *err);
+
+/* Every setting as NAME=default, one a line, in the table's order (empty: unset, or computed
+ * at start); what the packaged environment file is checked against. */
+void config_print_defaults(FILE *out);
+
+/* The same for --help: each line after indent, NAME=default or NAME alone when unset. */
+void config_print_names(FILE *out, const char *indent);
 
 /* Frees the strings owned by cfg. */
 void config_free(struct config *cfg);

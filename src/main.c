@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <grp.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 #include "metrics/metrics.h"
 #include "metrics/process.h"
 #include "net/net.h"
+#include "notify.h"
 #include "session/session.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -69,6 +72,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 		return;
 	}
 	D.stopping = true;
+	notify_stopping();
 	log_info("sandboxd",
 		 "received %s: no new connections, sessions or commands; finishing in-flight "
 		 "requests",
@@ -145,20 +149,99 @@ static int write_port_file(const char *path, int port, struct err *err)
 	return 0;
 }
 
-/* --version, or the usage for anything else: the exit status, or -1 to go on and serve. */
+/* The --help text; also the source of the sandboxd(8) manual page (help2man at build time),
+ * so that the two cannot drift. */
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: sandboxd [--help | --version | --defaults | --init-admin-key]\n"
+		"The agent-sandbox daemon: gives every AI-agent session its own disposable Linux\n"
+		"sandbox (firecracker, qemu or jail driver), served over HTTP (REST, MCP, "
+		"metrics).\n"
+		"It runs as root in the foreground, logs JSON lines on stderr and stops cleanly "
+		"on\n"
+		"SIGTERM or SIGINT (a second signal exits at once); SIGHUP reloads the templates.\n"
+		"Under systemd (Type=notify) it reports readiness, stopping and watchdog\n"
+		"keep-alives.\n"
+		"\n"
+		"Options:\n"
+		"  --help       print this text and exit\n"
+		"  --version    print the version and exit\n"
+		"  --defaults   print every setting as NAME=default (empty: unset) and exit\n"
+		"  --init-admin-key\n"
+		"               when the key store (SANDBOX_STATE_DIR) holds no key, create an\n"
+		"               admin key and write it only to SANDBOX_STATE_DIR/admin-key (mode\n"
+		"               0600), printing its path, never the key; then exit. The package\n"
+		"               runs it at installation, so that no key ever reaches a log\n"
+		"\n"
+		"Environment:\n"
+		"All configuration comes from environment variables (docs/configuration.md in the\n"
+		"source, /usr/share/doc/agent-sandbox in the package). The service reads them "
+		"from\n"
+		"/etc/agent-sandbox/sandboxd.env. Each with its default:\n");
+	config_print_names(out, "  ");
+	fprintf(out, "\n"
+		     "Files:\n"
+		     "  /var/lib/agent-sandbox/state/sandboxd.db  API keys (SQLite)\n"
+		     "  /var/lib/agent-sandbox/state/admin-key    the first start's admin key, "
+		     "mode 0600\n"
+		     "  /var/lib/agent-sandbox/artifacts          templates and the guest kernel\n"
+		     "  /run/agent-sandbox/sandboxd.sock          the local socket of the service\n"
+		     "\n"
+		     "See also: sandbox(1).\n");
+}
+
+/* --init-admin-key: the admin key of an installation, into its file only. */
+static int init_admin_key(void)
+{
+	struct config cfg;
+	struct err e = { 0 };
+	int rc = 1;
+	if (config_load(&cfg, &e) < 0) {
+		fprintf(stderr, "sandboxd: invalid configuration:\n%s\n", e.msg);
+		config_free(&cfg);
+		return 2;
+	}
+	char path[PATH_MAX];
+	bool created = false;
+	if (store_open(cfg.state_dir, &e) < 0 ||
+	    auth_init_admin_key(&cfg, path, sizeof(path), &created, &e) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", e.msg);
+	} else {
+		if (created)
+			printf("sandboxd: an admin key was created and written to %s (mode 0600)\n",
+			       path);
+		else
+			printf("sandboxd: the key store in %s has keys already; none was created\n",
+			       cfg.state_dir);
+		rc = 0;
+	}
+	store_close();
+	config_free(&cfg);
+	return rc;
+}
+
+/* --help, --version, --defaults, --init-admin-key: the exit status, or -1 to serve. */
 static int handle_args(int argc, char **argv)
 {
-	if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+	if (argc == 1)
+		return -1;
+	if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
 		printf("sandboxd %s\n", SANDBOX_VERSION);
 		return 0;
 	}
-	if (argc > 1) {
-		fprintf(stderr,
-			"usage: sandboxd [--version]\n"
-			"sandboxd takes its configuration from the environment; see the README.\n");
-		return 2;
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		usage(stdout);
+		return 0;
 	}
-	return -1;
+	if (argc == 2 && strcmp(argv[1], "--defaults") == 0) {
+		config_print_defaults(stdout);
+		return 0;
+	}
+	if (argc == 2 && strcmp(argv[1], "--init-admin-key") == 0)
+		return init_admin_key();
+	usage(stderr);
+	return 2;
 }
 
 /* Raises the descriptor limit to its hard limit: each sandbox holds a few descriptors (its
@@ -191,8 +274,19 @@ static int serve_http(int *ret_port, struct err *err)
 	int r = http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, ret_port, err);
 	if (r < 0)
 		return r;
-	if (D.cfg.socket_path)
-		return http_server_listen_unix(D.http, D.cfg.socket_path, err);
+	if (!D.cfg.socket_path)
+		return 0;
+	r = http_server_listen_unix(D.http, D.cfg.socket_path, err);
+	if (r < 0 || !D.cfg.socket_group || !*D.cfg.socket_group)
+		return r;
+	/* The socket is 0660: its group is who may connect (and still present a key). */
+	struct group *g = getgrnam(D.cfg.socket_group);
+	if (!g)
+		return err_set(err, ENOENT, "SANDBOX_SOCKET_GROUP: no group `%s`",
+			       D.cfg.socket_group);
+	if (chown(D.cfg.socket_path, (uid_t)-1, g->gr_gid) < 0)
+		return err_sys(err, errno, "cannot give `%s` to group %s", D.cfg.socket_path,
+			       D.cfg.socket_group);
 	return 0;
 }
 
@@ -227,6 +321,14 @@ static void started(int port)
 		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
 		D.exit_code = 1;
 		on_stop_signal(SIGTERM, 0, NULL);
+	}
+	if (!D.stopping) {
+		/* After the port file and the first start's key: ready means ready for clients. */
+		char status[512];
+		snprintf(status, sizeof(status), "serving on %s%s%s", url,
+			 D.cfg.socket_path ? " and " : "",
+			 D.cfg.socket_path ? D.cfg.socket_path : "");
+		notify_ready(status);
 	}
 }
 
@@ -314,9 +416,11 @@ int main(int argc, char **argv)
 		log_error("sandboxd", "%s", e.msg);
 		goto out_http;
 	}
+	notify_init(D.base);
 	started(port);
 
 	run();
+	notify_free();
 	rc = D.exit_code;
 	if (D.cfg.port_file)
 		unlink(D.cfg.port_file);

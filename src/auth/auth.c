@@ -141,6 +141,38 @@ int auth_first_start(const struct config *cfg, const char *url, struct err *err)
 	return 0;
 }
 
+int auth_init_admin_key(const struct config *cfg, char *path, size_t cap, bool *ret_created,
+			struct err *err)
+{
+	*ret_created = false;
+	path[0] = '\0';
+	int r = keys_init(store_db(), err);
+	if (r < 0)
+		return r;
+	int64_t n = 0;
+	if (keys_count(store_db(), &n) < 0)
+		return err_set(err, EIO, "cannot count API keys");
+	if (n > 0)
+		return 0;
+	struct key_info k;
+	_cleanup_free_ char *secret = NULL;
+	r = keys_create(store_db(), cfg->key_prefix, "admin (created at installation)",
+			KEYS_SCOPE_EXEC | KEYS_SCOPE_ADMIN | KEYS_SCOPE_METRICS, 0, 0, &k, &secret,
+			err);
+	if (r < 0)
+		return r;
+	keep_key_file(cfg, secret, path, cap);
+	if (!path[0]) {
+		/* Nobody could ever read this key: take it back, and say why. */
+		int saved = errno;
+		struct err ignored;
+		keys_delete(store_db(), k.id, &ignored);
+		return err_sys(err, saved, "cannot write %s/admin-key", cfg->state_dir);
+	}
+	*ret_created = true;
+	return 0;
+}
+
 void auth_shutdown(void)
 {
 	auth_flush_last_used();

@@ -25,6 +25,12 @@ int auth_init(struct event_base *base, const struct config *cfg, struct err *err
  * creates an admin key, keeps it in <state dir>/admin-key (0600) and shows it once on
  * stderr, with what to do with it. */
 int auth_first_start(const struct config *cfg, const char *url, struct err *err);
+/* For an installation (sandboxd --init-admin-key): when the store holds no key at all,
+ * creates an admin key and writes it only to <state dir>/admin-key (0600; an existing file
+ * is an error), whose path goes to `path`; *ret_created says whether it did. The key is
+ * printed nowhere, so the daemon's first start then creates none and logs none. */
+int auth_init_admin_key(const struct config *cfg, char *path, size_t cap, bool *ret_created,
+			struct err *err);
 /* Writes pending last-used times. */
 void auth_shutdown(void);
 /* Writes the last-used times noted since the last write. A request costs no database

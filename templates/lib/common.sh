@@ -9,8 +9,13 @@ REPO_ROOT=$(cd "$TEMPLATES_HOME/.." && pwd)
 TEMPLATES_DIR=${TEMPLATES_DIR:-$TEMPLATES_HOME}
 # Where built artifacts go; the daemon reads the same variable.
 ARTIFACTS=${FIRECRACKER_ARTIFACTS_DIR:-/var/lib/agent-sandbox/artifacts}
+# An installed builder (meson install) has lib/paths.sh, which names the installed agent.
+if [[ -f $TEMPLATES_HOME/lib/paths.sh ]]; then
+	# shellcheck source=/dev/null
+	. "$TEMPLATES_HOME/lib/paths.sh"
+fi
 # The guest agent installed into every rootfs as /sbin/sandbox-agent.
-SANDBOX_AGENT_BIN=${SANDBOX_AGENT_BIN:-$REPO_ROOT/build/agent/sandbox-agent}
+SANDBOX_AGENT_BIN=${SANDBOX_AGENT_BIN:-${SANDBOX_AGENT_BIN_INSTALLED:-$REPO_ROOT/build/agent/sandbox-agent}}
 # Private buildah storage, so that its driver (vfs) never clashes with
 # the host's own container storage.
 TEMPLATE_STORAGE_DIR=${TEMPLATE_STORAGE_DIR:-/var/lib/agent-sandbox/containers}

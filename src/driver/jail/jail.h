@@ -87,8 +87,10 @@ struct config;
 /* Checks the configured ranges against /etc/subuid and /etc/subgid (the files configured)
  * and sets up the allocator. */
 int jail_uid_setup(const struct config *cfg, struct err *err);
-/* Fails when `path` ("name:start:count" lines) gives any id in [lo, hi) to a user. */
-int jail_subid_check(const char *path, uint64_t lo, uint64_t hi, struct err *err);
+/* Fails when `path` ("name:start:count" lines) gives any id in [lo, hi) to a user other than
+ * `owner` (NULL or "": no exception). */
+int jail_subid_check(const char *path, uint64_t lo, uint64_t hi, const char *owner,
+		     struct err *err);
 /* A free range's first uid; EAGAIN when all are taken. */
 int jail_uid_alloc(uint32_t *ret, struct err *err);
 void jail_uid_release(uint32_t base);

@@ -27,8 +27,10 @@ static struct {
 	unsigned next; /* where the search for a free range starts */
 } ids = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* "name:start:count" lines; # comments and blank lines skipped. A missing file is no entry. */
-int jail_subid_check(const char *path, uint64_t lo, uint64_t hi, struct err *err)
+/* "name:start:count" lines; # comments and blank lines skipped. A missing file is no entry.
+ * Entries of `owner` (the account the package registers the ranges for, so that useradd
+ * gives them to nobody else) are the daemon's own and never an overlap. */
+int jail_subid_check(const char *path, uint64_t lo, uint64_t hi, const char *owner, struct err *err)
 {
 	_cleanup_fclose_ FILE *f = fopen(path, "re");
 	if (!f)
@@ -45,6 +47,9 @@ int jail_subid_check(const char *path, uint64_t lo, uint64_t hi, struct err *err
 		char *c1 = strchr(p, ':');
 		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (!c2)
+			continue;
+		if (owner && *owner && strlen(owner) == (size_t)(c1 - p) &&
+		    strncmp(p, owner, (size_t)(c1 - p)) == 0)
 			continue;
 		char *end;
 		errno = 0;
@@ -76,6 +81,7 @@ int jail_uid_setup(const struct config *cfg, struct err *err)
 	unsigned n = cfg->uid_ranges ? cfg->uid_ranges : DEFAULT_RANGES;
 	const char *subuid = cfg->subuid_file ? cfg->subuid_file : "/etc/subuid";
 	const char *subgid = cfg->subgid_file ? cfg->subgid_file : "/etc/subgid";
+	const char *owner = cfg->subid_owner;
 	uint64_t hi = lo + (uint64_t)n * JAIL_UID_RANGE;
 	/* ping_group_range and the kernel's id maps stop at 2^31 - 1 and 2^32 - 2. */
 	if (hi > (1ULL << 31))
@@ -84,8 +90,8 @@ int jail_uid_setup(const struct config *cfg, struct err *err)
 			       " with %u ranges of %u ends at %" PRIu64 ", beyond 2^31",
 			       lo, n, JAIL_UID_RANGE, hi);
 	int r;
-	if ((r = jail_subid_check(subuid, lo, hi, err)) < 0 ||
-	    (r = jail_subid_check(subgid, lo, hi, err)) < 0)
+	if ((r = jail_subid_check(subuid, lo, hi, owner, err)) < 0 ||
+	    (r = jail_subid_check(subgid, lo, hi, owner, err)) < 0)
 		return r;
 	pthread_mutex_lock(&ids.lock);
 	/* Set up once: probe and init both check, and ranges in use stay in use. */

@@ -32,16 +32,39 @@ static void test_subid_overlap(void **state)
 {
 	char *f = write_tmp("# comment\n\nalice:100000:65536\nbob:200000:10\nbad line\n");
 	struct err e;
-	assert_int_equal(jail_subid_check(f, 165536, 200000, &e), 0);
-	assert_int_equal(jail_subid_check(f, 300000, 400000, &e), 0);
+	assert_int_equal(jail_subid_check(f, 165536, 200000, NULL, &e), 0);
+	assert_int_equal(jail_subid_check(f, 300000, 400000, NULL, &e), 0);
 	/* Touching alice's last id, and bob's first. */
-	assert_int_equal(jail_subid_check(f, 165535, 165536, &e), -EEXIST);
+	assert_int_equal(jail_subid_check(f, 165535, 165536, NULL, &e), -EEXIST);
 	assert_non_null(strstr(e.msg, "alice"));
-	assert_int_equal(jail_subid_check(f, 150000, 200001, &e), -EEXIST);
+	assert_int_equal(jail_subid_check(f, 150000, 200001, NULL, &e), -EEXIST);
 	/* A missing file has no entries. */
-	assert_int_equal(jail_subid_check("/nonexistent/subuid", 0, 1U << 31, &e), 0);
+	assert_int_equal(jail_subid_check("/nonexistent/subuid", 0, 1U << 31, NULL, &e), 0);
 	unlink(f);
 	free(f);
+}
+
+/* The package registers the ranges for its own account: those entries are no overlap, other
+ * accounts' still are, and a name that only starts like the owner's is another account. */
+static void test_subid_owner(void **state)
+{
+	char *f = write_tmp("agent-sandbox:1879048192:67108864\nalice:100000:65536\n"
+			    "agent-sandboxer:1879048192:65536\n");
+	struct err e;
+	uint64_t lo = 1879048192, hi = lo + 1024ULL * 65536;
+	assert_int_equal(jail_subid_check(f, lo, hi, NULL, &e), -EEXIST);
+	assert_non_null(strstr(e.msg, "agent-sandbox"));
+	assert_int_equal(jail_subid_check(f, lo, hi, "agent-sandbox", &e), -EEXIST);
+	assert_non_null(strstr(e.msg, "agent-sandboxer"));
+	assert_int_equal(jail_subid_check(f, lo, hi, "agent-sandboxer", &e), -EEXIST);
+	char *g = write_tmp("agent-sandbox:1879048192:67108864\nalice:100000:65536\n");
+	assert_int_equal(jail_subid_check(g, lo, hi, "agent-sandbox", &e), 0);
+	assert_int_equal(jail_subid_check(g, 100000, 100001, "agent-sandbox", &e), -EEXIST);
+	assert_non_null(strstr(e.msg, "alice"));
+	unlink(f);
+	unlink(g);
+	free(f);
+	free(g);
 }
 
 static void test_ranges(void **state)
@@ -129,6 +152,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_subid_overlap),
+		cmocka_unit_test(test_subid_owner),
 		cmocka_unit_test(test_ranges),
 		cmocka_unit_test(test_range_past_2_31_refused),
 	};
