@@ -1,0 +1,73 @@
+"""Checks that installed files agree with the binaries they describe.
+
+    check.py env SANDBOXD ENV_FILE
+        ENV_FILE (sandboxd.env) names every setting of `SANDBOXD --defaults` exactly once and
+        nothing else: `#NAME=default` with the built-in default, or `NAME=value` (uncommented)
+        for a value the package chooses.
+    check.py completion SANDBOX BASH_FILE ZSH_FILE
+        the actions the completion files offer for `keys` and `templates` are those of
+        `SANDBOX keys --help` and `SANDBOX templates --help` (commands and options the
+        completions read from --help when they run).
+"""
+
+import re
+import subprocess
+import sys
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check_env(sandboxd, path):
+    out = subprocess.run([sandboxd, "--defaults"], capture_output=True, text=True, check=True)
+    defaults = dict(line.split("=", 1) for line in out.stdout.splitlines())
+    seen = {}
+    for no, line in enumerate(open(path), 1):
+        line = line.rstrip("\n")
+        m = re.fullmatch(r"(#?)([A-Z][A-Z0-9_]*)=(.*)", line)
+        if not m:
+            if line and not line.startswith("# ") and line != "#":
+                fail(f"{path}:{no}: neither a setting nor a comment: {line!r}")
+            continue
+        commented, name, value = m.groups()
+        if name not in defaults:
+            fail(f"{path}:{no}: {name} is no setting of sandboxd (sandboxd --defaults)")
+        if name in seen:
+            fail(f"{path}:{no}: {name} again (first on line {seen[name]})")
+        seen[name] = no
+        if commented and value != defaults[name]:
+            fail(f"{path}:{no}: {name}'s default is {defaults[name]!r}, not {value!r}")
+    missing = [n for n in defaults if n not in seen]
+    if missing:
+        fail(f"{path} lacks {', '.join(missing)}")
+    print(f"ok: {len(defaults)} settings")
+
+
+def help_actions(cli, cmd):
+    out = subprocess.run([cli, cmd, "--help"], capture_output=True, text=True, check=True).stdout
+    if cmd == "keys":
+        return sorted(set(re.findall(r"^  ([a-z]+)\b", out, re.M)))
+    return sorted(set(re.findall(r"sandbox templates ([a-z]+) ", out)))
+
+
+def check_completion(cli, bash, zsh):
+    for cmd in ("keys", "templates"):
+        want = help_actions(cli, cmd)
+        for path, pattern in ((bash, rf"{cmd}\)\n.*?compgen -W '([^']*)'"),
+                              (zsh, rf"{cmd}\) .*?compadd ([a-z ]+)")):
+            m = re.search(pattern, open(path).read(), re.S)
+            if not m:
+                fail(f"{path}: no actions for {cmd}")
+            got = sorted(m.group(1).split())
+            if got != want:
+                fail(f"{path}: {cmd} actions {got}, --help has {want}")
+    print("ok: keys and templates actions")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "env":
+        check_env(sys.argv[2], sys.argv[3])
+    else:
+        check_completion(sys.argv[2], sys.argv[3], sys.argv[4])

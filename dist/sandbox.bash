@@ -1,0 +1,75 @@
+# bash completion for sandbox(1), the agent-sandbox CLI.
+# Commands and options come from `sandbox --help` and `sandbox COMMAND --help`, so that they
+# follow the installed binary; template names from the daemon (`sandbox templates`).
+
+_sandbox() {
+	local cur prev words cword
+	_init_completion || return
+
+	local cmd i
+	for ((i = 1; i < cword; i++)); do
+		case ${words[i]} in
+		--url | --api-key) ((i++)) ;;
+		-*) ;;
+		*)
+			cmd=${words[i]}
+			break
+			;;
+		esac
+	done
+
+	if [[ -z $cmd ]]; then
+		case $prev in
+		--url | --api-key) return ;;
+		esac
+		if [[ $cur == -* ]]; then
+			mapfile -t COMPREPLY < <(compgen -W '--url --api-key --help --version' -- "$cur")
+		else
+			local cmds
+			cmds=$("${words[0]}" --help 2>/dev/null | awk '/^commands:$/ { on = 1; next } on && /^$/ { exit } on { print $1 }')
+			mapfile -t COMPREPLY < <(compgen -W "$cmds" -- "$cur")
+		fi
+		return
+	fi
+
+	case $prev in
+	--template)
+		local names
+		names=$(timeout 2 "${words[0]}" templates 2>/dev/null | awk '{ print $1 }')
+		mapfile -t COMPREPLY < <(compgen -W "$names" -- "$cur")
+		return
+		;;
+	--state-dir | --cwd)
+		_filedir -d
+		return
+		;;
+	--url | --api-key | --env | --timeout | --memory | --disk | --pids | --cpu-quota | \
+		--idle-timeout | --scopes | --rate-limit | --expires | --quota)
+		return
+		;;
+	esac
+
+	case $cmd in
+	templates)
+		if ((cword == i + 1)) && [[ $cur != -* ]]; then
+			mapfile -t COMPREPLY < <(compgen -W 'build' -- "$cur")
+			return
+		fi
+		;;
+	keys)
+		if ((cword == i + 1)) && [[ $cur != -* ]]; then
+			mapfile -t COMPREPLY < <(compgen -W 'create list set rotate revoke delete' -- "$cur")
+			return
+		fi
+		;;
+	cp)
+		[[ $cur != -* ]] && _filedir
+		;;
+	esac
+	if [[ $cur == -* ]]; then
+		local opts
+		opts=$("${words[0]}" "$cmd" --help 2>/dev/null | grep -oE -- '--[a-z][a-z-]*' | sort -u)
+		mapfile -t COMPREPLY < <(compgen -W "$opts --help" -- "$cur")
+	fi
+}
+complete -F _sandbox sandbox
