@@ -20,7 +20,7 @@ ASAN_OPTIONS_MESON := -Db_sanitize=address,undefined -Db_lundef=false
 FUZZ_OPTIONS_MESON := -Dfuzz=true -Dstatic_agent=false $(ASAN_OPTIONS_MESON)
 
 .PHONY: all build deps run test asan fuzz fuzz-build format format-check templates \
-	base-template kernel clean
+	base-template kernel clean deb test-deb
 
 all: build
 
@@ -89,6 +89,17 @@ test: deps
 # directory and tried in a session (see docs/templates.md, Testing).
 test-templates: base-template
 	@tests/templates/run.sh; s=$$?; TEMPLATE_TESTS=all tests/integration/run.sh tests/templates && exit $$s
+
+# Debian packages (debhelper) into $(DEB_OUT): agent-sandbox and agent-sandbox-cli, then
+# lintian on them. See docs/install.md.
+DEB_OUT ?= build-deb
+deb: deps
+	@scripts/build-deb.sh $(DEB_OUT)
+
+# The packages installed into a throw-away Debian 12 root (mmdebstrap), the daemon started
+# there as its unit would start it, a session served, the CLI used by a member of its group.
+test-deb: deb
+	@scripts/test-deb.sh $(DEB_OUT)
 
 format:
 	git ls-files -z '*.c' '*.h' | xargs -0 -r clang-format -i
