@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# The packages of make deb, installed into a throw-away Debian 12 root made with mmdebstrap:
+#   1. the packages install with their dependencies from Debian's archive (postinst: the
+#      account, the uid ranges, the admin key, the base template), lintian-clean already;
+#   2. systemd-analyze verify passes on sandboxd.service;
+#   3. sandboxd starts as the unit would start it (there is no systemd as PID 1 here): its
+#      EnvironmentFile, User=, CapabilityBoundingSet (setpriv), NoNewPrivileges, UMask,
+#      LimitNOFILE, ProtectSystem=strict with its ReadWritePaths, ProtectHome and PrivateTmp
+#      as mounts of its own; in a network namespace of its own (scripts/isolated.sh), so that
+#      its nftables table is not the host's;
+#   4. a member of the agent-sandbox group runs a command in a session with the CLI over the
+#      socket, with its own key in ~/.config/agent-sandbox/api-key; without a key, or outside
+#      the group, it is refused;
+#   5. SIGTERM stops it cleanly within the unit's TimeoutStopSec.
+# docs/install.md lists the unit's options this cannot exercise.
+#
+# Usage: scripts/test-deb.sh DEB_DIR    (root; needs mmdebstrap and Debian's archive)
+# Prints a line per step; exits non-zero at the first failure. KEEP_ROOT=1 keeps the root.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+log() { printf 'test-deb: %s\n' "$*" >&2; }
+die() {
+	printf 'test-deb: FAIL: %s\n' "$*" >&2
+	exit 1
+}
+
+# The value of a unit option, e.g. unit_opt CapabilityBoundingSet.
+unit_opt() { sed -n "s/^$1=//p" "$root/lib/systemd/system/sandboxd.service" | tail -n 1; }
+
+# Phase 3 to 5, run by the outer phase inside scripts/isolated.sh: ROOT is ready.
+inside() {
+	root=$1
+	mount -t proc proc "$root/proc"
+	mount --rbind /sys "$root/sys"
+	mount --rbind /dev "$root/dev"
+	mount -t tmpfs -o mode=0755 tmpfs "$root/run"
+	mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+
+	# RuntimeDirectory= and StateDirectory=, as systemd makes them.
+	install -d -m 0755 "$root/run/agent-sandbox" "$root/var/lib/agent-sandbox"
+
+	local caps bound nofile hard stop_s
+	caps=$(unit_opt CapabilityBoundingSet)
+	[[ -n $caps ]] || die "the unit has no CapabilityBoundingSet"
+	bound=-all
+	for c in $caps; do
+		c=${c#CAP_}
+		bound+=",+${c,,}"
+	done
+	nofile=$(unit_opt LimitNOFILE)
+	hard=$(ulimit -Hn)
+	((nofile <= hard)) || {
+		log "LimitNOFILE=$nofile is above this machine's hard limit $hard: $hard instead"
+		nofile=$hard
+	}
+	stop_s=$(unit_opt TimeoutStopSec)
+	[[ $(unit_opt User) == root && $(unit_opt NoNewPrivileges) == yes ]] ||
+		die "the unit's User= or NoNewPrivileges= changed: update this test"
+
+	# The daemon's own mount namespace: / read-only but for ReadWritePaths (ProtectSystem=
+	# strict), empty /home and /root (ProtectHome), its own /tmp (PrivateTmp).
+	log "starting sandboxd as the unit would (bounding set $bound, nofile $nofile)"
+	local rw
+	rw=$(unit_opt ReadWritePaths)
+	unshare --mount --propagation private -- bash -euo pipefail -c '
+		root=$1 bound=$2 nofile=$3 umask_=$4
+		shift 4
+		for p in "$@"; do mount --bind "$root$p" "$root$p"; done
+		# Recursive, so that /proc, /sys, /dev, /run and the paths above stay; read-only
+		# applies to the top only.
+		mount --rbind "$root" "$root"
+		mount -o remount,bind,ro "$root"
+		mount -t tmpfs -o mode=0755 tmpfs "$root/home"
+		mount -t tmpfs -o mode=0700 tmpfs "$root/root"
+		mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+		umask "$umask_"
+		# pivot_root, not chroot: the kernel refuses user namespaces to a chrooted process.
+		cd "$root"
+		pivot_root . mnt
+		cd /
+		umount -l /mnt
+		exec /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+			/bin/sh -c "set -a; . /etc/agent-sandbox/sandboxd.env; set +a; exec setpriv --reuid=0 --regid=0 --init-groups --bounding-set=$bound --inh-caps=-all --no-new-privs prlimit --nofile=$nofile:$nofile /usr/bin/sandboxd"
+	# shellcheck disable=SC2086 # ReadWritePaths is a list
+	' _ "$root" "$bound" "$nofile" "$(unit_opt UMask)" $rw 2>"$root/var/lib/agent-sandbox/sandboxd.log" &
+	local pid=$! i
+	for ((i = 0; i < 600; i++)); do
+		[[ -S $root/run/agent-sandbox/sandboxd.sock ]] && break
+		kill -0 "$pid" 2>/dev/null || {
+			tail -n 30 "$root/var/lib/agent-sandbox/sandboxd.log" >&2
+			die "sandboxd exited at start (its log above)"
+		}
+		sleep 0.1
+	done
+	[[ -S $root/run/agent-sandbox/sandboxd.sock ]] || die "no socket after 60 s"
+	local mode group
+	mode=$(stat -c %a "$root/run/agent-sandbox/sandboxd.sock")
+	group=$(chroot "$root" stat -c %G /run/agent-sandbox/sandboxd.sock)
+	[[ $mode == 660 && $group == agent-sandbox ]] ||
+		die "the socket is $mode, group $group (want 660, agent-sandbox)"
+	log "sandboxd serves; socket 0660 root:agent-sandbox"
+	grep -q '"key":' "$root/var/lib/agent-sandbox/sandboxd.log" &&
+		die "the daemon logged a key (the package made one before the start)"
+
+	# A member of the group, with a key of its own (made by root through the database).
+	chroot "$root" useradd -m -G agent-sandbox alice
+	chroot "$root" useradd -m bob
+	local key
+	key=$(chroot "$root" sandbox keys create alice --scopes exec 2>/dev/null |
+		grep -o 'sk_test_[0-9a-f]*' | head -n 1)
+	[[ -n $key ]] || die "sandbox keys create gave no key"
+	# USER:GROUP COMMAND...: as that user with its groups, from the root's own /etc/group.
+	as() {
+		chroot "$root" setpriv --reuid="${1%%:*}" --regid="${1#*:}" --init-groups \
+			/usr/bin/env -i HOME="/home/${1%%:*}" PATH=/usr/bin:/bin "${@:2}"
+	}
+
+	local out
+	if out=$(as alice:alice sandbox ps 2>&1); then
+		die "a member without a key was let in: $out"
+	fi
+	grep -q "API key required" <<<"$out" || die "no key: want 401 API key required, got: $out"
+	log "a member without a key: refused ($out)"
+
+	as alice:alice mkdir -p -m 0700 /home/alice/.config/agent-sandbox
+	printf '%s\n' "$key" | as alice:alice sh -c 'cat >~/.config/agent-sandbox/api-key'
+	chmod 0644 "$root/home/alice/.config/agent-sandbox/api-key"
+	if out=$(as alice:alice sandbox ps 2>&1); then
+		die "a key file readable by others was used"
+	fi
+	log "a key file readable by others: refused ($out)"
+	chmod 0600 "$root/home/alice/.config/agent-sandbox/api-key"
+
+	out=$(as alice:alice sandbox run --template base -- sh -c 'echo hello from $(id -u)') ||
+		die "sandbox run as alice failed: $out"
+	[[ $out == "hello from "[0-9]* ]] || die "sandbox run printed: $out"
+	log "alice (group agent-sandbox) ran a command in a session over the socket: $out"
+
+	if out=$(as bob:bob env SANDBOX_API_KEY="$key" sandbox ps 2>&1); then
+		die "a user outside the group reached the socket: $out"
+	fi
+	grep -qi "permission denied\|couldn't connect\|could not connect" <<<"$out" ||
+		die "outside the group: want a refused connection, got: $out"
+	log "bob (not in the group): refused by the socket's mode"
+
+	log "stopping (SIGTERM; the unit allows ${stop_s} s)"
+	local start
+	start=$(date +%s)
+	kill -TERM "$pid"
+	local rc=0
+	for ((i = 0; i < stop_s * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && die "sandboxd still runs ${stop_s} s after SIGTERM"
+	wait "$pid" || rc=$?
+	((rc == 0)) || {
+		tail -n 20 "$root/var/lib/agent-sandbox/sandboxd.log" >&2
+		die "sandboxd exited with $rc"
+	}
+	log "stopped cleanly in $(($(date +%s) - start)) s"
+}
+
+if [[ ${1:-} == --inside ]]; then
+	inside "$2"
+	exit 0
+fi
+
+debs=${1:?usage: test-deb.sh DEB_DIR}
+debs=$(cd "$debs" && pwd)
+((EUID == 0)) || die "needs root (mmdebstrap, chroot, namespaces)"
+t0=$(date +%s)
+root=$(mktemp -d /var/tmp/agent-sandbox-deb.XXXXXX)
+cleanup() {
+	if [[ -n ${KEEP_ROOT:-} ]]; then
+		log "kept $root"
+	else
+		rm -rf --one-file-system "$root"
+	fi
+}
+trap cleanup EXIT
+
+log "making a Debian 12 root with mmdebstrap (from Debian's archive)"
+# bash-completion and man-db: the completion and the manual pages are tried there too.
+mmdebstrap --quiet --variant=apt --include=systemd,bash-completion,man-db bookworm "$root" ||
+	die "mmdebstrap failed"
+
+log "installing the packages (postinst: account, uid ranges, admin key, base template)"
+mkdir -p "$root/tmp/debs"
+cp "$debs"/agent-sandbox_*.deb "$debs"/agent-sandbox-cli_*.deb "$root/tmp/debs/"
+# In a mount namespace of its own: /proc, /dev and /sys for the postinst, gone afterwards.
+unshare --mount --propagation private -- bash -euo pipefail -c '
+	root=$1
+	mount -t proc proc "$root/proc"
+	mount --rbind /dev "$root/dev"
+	mount --rbind /sys "$root/sys"
+	# mmdebstrap leaves neither package lists nor a resolver configuration behind.
+	cp /etc/resolv.conf "$root/etc/resolv.conf"
+	chroot "$root" apt-get update -q
+	chroot "$root" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		--no-install-recommends /tmp/debs/*.deb"
+' _ "$root" >"$root/tmp/apt.log" 2>&1 || {
+	tail -n 30 "$root/tmp/apt.log" >&2
+	die "apt-get install failed"
+}
+grep '^agent-sandbox:' "$root/tmp/apt.log" | sed 's/^/    | /' >&2
+grep -q 'sk_test_' "$root/tmp/apt.log" && die "the installation printed a key"
+
+# What postinst must have left.
+[[ $(stat -c '%a %U' "$root/var/lib/agent-sandbox/state/admin-key") == "600 root" ]] ||
+	die "the admin key file is not 0600 root"
+grep -qx 'agent-sandbox:1879048192:67108864' "$root/etc/subuid" ||
+	die "/etc/subuid has no range for agent-sandbox"
+grep -qx 'agent-sandbox:1879048192:67108864' "$root/etc/subgid" ||
+	die "/etc/subgid has no range for agent-sandbox"
+[[ -f $root/var/lib/agent-sandbox/artifacts/templates/base/rootfs.ext4 ]] ||
+	die "postinst built no base template"
+[[ -L $root/etc/systemd/system/multi-user.target.wants/sandboxd.service ]] ||
+	die "the service is not enabled"
+log "postinst: account, ranges in /etc/subuid and /etc/subgid, key 0600, base template, enabled"
+
+# A user later added by useradd gets ids outside the registered range.
+chroot "$root" useradd -m carol
+awk -F: '$1 == "carol" && $2 + $3 > 1879048192 && $2 < 1879048192 + 67108864 { bad = 1 } END { exit bad }' \
+	"$root/etc/subuid" || die "useradd gave carol ids inside the sandboxes' range"
+log "useradd gives a new user ids outside the range: $(grep '^carol:' "$root/etc/subuid")"
+
+log "systemd-analyze verify"
+chroot "$root" systemd-analyze verify /lib/systemd/system/sandboxd.service ||
+	die "systemd-analyze verify failed"
+
+chroot "$root" bash -c '. /usr/share/bash-completion/bash_completion; _completion_loader sandbox; complete -p sandbox' |
+	grep -q -- '-F _sandbox' || die "the bash completion does not load"
+[[ -f $root/usr/share/zsh/vendor-completions/_sandbox ]] || die "no zsh completion"
+chroot "$root" man -w sandboxd.8 sandbox.1 >/dev/null || die "no manual pages"
+log "completion and manual pages installed"
+
+"$here/isolated.sh" "$here/test-deb.sh" --inside "$root"
+log "passed in $(($(date +%s) - t0)) s"
