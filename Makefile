@@ -98,8 +98,8 @@ deb: deps
 
 # The packages installed into a throw-away Debian 12 root (mmdebstrap), the daemon started
 # there as its unit would start it, a session served, the CLI used by a member of its group.
-test-deb: deb
-	@scripts/test-deb.sh $(DEB_OUT)
+test-deb: deps
+	@scripts/test-deb.sh --build $(DEB_OUT)
 
 format:
 	git ls-files -z '*.c' '*.h' | xargs -0 -r clang-format -i

@@ -14,14 +14,24 @@
 #   5. SIGTERM stops it cleanly within the unit's TimeoutStopSec.
 # docs/install.md lists the unit's options this cannot exercise.
 #
-# Usage: scripts/test-deb.sh DEB_DIR    (root; needs mmdebstrap and Debian's archive)
-# Prints a line per step; exits non-zero at the first failure. KEEP_ROOT=1 keeps the root.
+# Usage: scripts/test-deb.sh [--build] DEB_DIR    (root; needs mmdebstrap and Debian's archive)
+# --build makes the packages into DEB_DIR first (scripts/build-deb.sh; a failed build is a
+# failed check). Prints a line per check, then `N passed, N failed` (the suite's summary for
+# scripts/test.sh); stops at the first failure. KEEP_ROOT=1 keeps the root.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { printf 'test-deb: %s\n' "$*" >&2; }
+# A check that passed: said, and counted in $TEST_DEB_CHECKS (shared with the inner phase).
+ok() {
+	log "ok: $*"
+	echo >>"$TEST_DEB_CHECKS"
+}
 die() {
 	printf 'test-deb: FAIL: %s\n' "$*" >&2
+	if [[ -z ${TEST_DEB_INNER:-} ]]; then
+		echo "$(wc -l <"$TEST_DEB_CHECKS") passed, 1 failed"
+	fi
 	exit 1
 }
 
@@ -99,7 +109,7 @@ inside() {
 	group=$(chroot "$root" stat -c %G /run/agent-sandbox/sandboxd.sock)
 	[[ $mode == 660 && $group == agent-sandbox ]] ||
 		die "the socket is $mode, group $group (want 660, agent-sandbox)"
-	log "sandboxd serves; socket 0660 root:agent-sandbox"
+	ok "sandboxd serves; its socket is 0660 root:agent-sandbox"
 	grep -q '"key":' "$root/var/lib/agent-sandbox/sandboxd.log" &&
 		die "the daemon logged a key (the package made one before the start)"
 
@@ -121,7 +131,7 @@ inside() {
 		die "a member without a key was let in: $out"
 	fi
 	grep -q "API key required" <<<"$out" || die "no key: want 401 API key required, got: $out"
-	log "a member without a key: refused ($out)"
+	ok "a member without a key: refused ($out)"
 
 	as alice:alice mkdir -p -m 0700 /home/alice/.config/agent-sandbox
 	printf '%s\n' "$key" | as alice:alice sh -c 'cat >~/.config/agent-sandbox/api-key'
@@ -129,20 +139,20 @@ inside() {
 	if out=$(as alice:alice sandbox ps 2>&1); then
 		die "a key file readable by others was used"
 	fi
-	log "a key file readable by others: refused ($out)"
+	ok "a key file readable by others: refused ($out)"
 	chmod 0600 "$root/home/alice/.config/agent-sandbox/api-key"
 
 	out=$(as alice:alice sandbox run --template base -- sh -c 'echo hello from $(id -u)') ||
 		die "sandbox run as alice failed: $out"
 	[[ $out == "hello from "[0-9]* ]] || die "sandbox run printed: $out"
-	log "alice (group agent-sandbox) ran a command in a session over the socket: $out"
+	ok "alice (group agent-sandbox) ran a command in a session over the socket: $out"
 
 	if out=$(as bob:bob env SANDBOX_API_KEY="$key" sandbox ps 2>&1); then
 		die "a user outside the group reached the socket: $out"
 	fi
 	grep -qi "permission denied\|couldn't connect\|could not connect" <<<"$out" ||
 		die "outside the group: want a refused connection, got: $out"
-	log "bob (not in the group): refused by the socket's mode"
+	ok "bob (not in the group): refused by the socket's mode"
 
 	log "stopping (SIGTERM; the unit allows ${stop_s} s)"
 	local start
@@ -159,20 +169,36 @@ inside() {
 		tail -n 20 "$root/var/lib/agent-sandbox/sandboxd.log" >&2
 		die "sandboxd exited with $rc"
 	}
-	log "stopped cleanly in $(($(date +%s) - start)) s"
+	grep -q '"level":"\(error\|fatal\)"' "$root/var/lib/agent-sandbox/sandboxd.log" &&
+		die "sandboxd logged an error: $(grep -m1 '"level":"error"' "$root/var/lib/agent-sandbox/sandboxd.log")"
+	ok "no error in the daemon's log"
+	ok "stopped cleanly in $(($(date +%s) - start)) s"
 }
 
 if [[ ${1:-} == --inside ]]; then
+	TEST_DEB_INNER=1
 	inside "$2"
 	exit 0
 fi
 
-debs=${1:?usage: test-deb.sh DEB_DIR}
-debs=$(cd "$debs" && pwd)
-((EUID == 0)) || die "needs root (mmdebstrap, chroot, namespaces)"
+build=0
+if [[ ${1:-} == --build ]]; then
+	build=1
+	shift
+fi
+debs=${1:?usage: test-deb.sh [--build] DEB_DIR}
+TEST_DEB_CHECKS=$(mktemp)
+export TEST_DEB_CHECKS
 t0=$(date +%s)
+((EUID == 0)) || die "needs root (mmdebstrap, chroot, namespaces)"
+if ((build)); then
+	"$here/build-deb.sh" "$debs" >&2 || die "make deb failed"
+	ok "the packages build, lintian-clean, in $(($(date +%s) - t0)) s"
+fi
+debs=$(cd "$debs" && pwd)
 root=$(mktemp -d /var/tmp/agent-sandbox-deb.XXXXXX)
 cleanup() {
+	rm -f "$TEST_DEB_CHECKS"
 	if [[ -n ${KEEP_ROOT:-} ]]; then
 		log "kept $root"
 	else
@@ -218,23 +244,24 @@ grep -qx 'agent-sandbox:1879048192:67108864' "$root/etc/subgid" ||
 	die "postinst built no base template"
 [[ -L $root/etc/systemd/system/multi-user.target.wants/sandboxd.service ]] ||
 	die "the service is not enabled"
-log "postinst: account, ranges in /etc/subuid and /etc/subgid, key 0600, base template, enabled"
+ok "postinst: account, ranges in /etc/subuid and /etc/subgid, key 0600, base template, enabled"
 
 # A user later added by useradd gets ids outside the registered range.
 chroot "$root" useradd -m carol
 awk -F: '$1 == "carol" && $2 + $3 > 1879048192 && $2 < 1879048192 + 67108864 { bad = 1 } END { exit bad }' \
 	"$root/etc/subuid" || die "useradd gave carol ids inside the sandboxes' range"
-log "useradd gives a new user ids outside the range: $(grep '^carol:' "$root/etc/subuid")"
+ok "useradd gives a new user ids outside the range: $(grep '^carol:' "$root/etc/subuid")"
 
-log "systemd-analyze verify"
 chroot "$root" systemd-analyze verify /lib/systemd/system/sandboxd.service ||
 	die "systemd-analyze verify failed"
+ok "systemd-analyze verify sandboxd.service"
 
 chroot "$root" bash -c '. /usr/share/bash-completion/bash_completion; _completion_loader sandbox; complete -p sandbox' |
 	grep -q -- '-F _sandbox' || die "the bash completion does not load"
 [[ -f $root/usr/share/zsh/vendor-completions/_sandbox ]] || die "no zsh completion"
 chroot "$root" man -w sandboxd.8 sandbox.1 >/dev/null || die "no manual pages"
-log "completion and manual pages installed"
+ok "completion and manual pages installed"
 
-"$here/isolated.sh" "$here/test-deb.sh" --inside "$root"
-log "passed in $(($(date +%s) - t0)) s"
+"$here/isolated.sh" "$here/test-deb.sh" --inside "$root" || die "the daemon's checks failed (above)"
+log "done in $(($(date +%s) - t0)) s"
+echo "$(wc -l <"$TEST_DEB_CHECKS") passed, 0 failed"
