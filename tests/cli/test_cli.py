@@ -39,6 +39,56 @@ class CliTest(unittest.TestCase):
             self.assertEqual(p.returncode, check, p.stderr.decode())
         return p
 
+    def key_file_env(self, text, mode):
+        """An environment without SANDBOX_API_KEY whose key file holds `text` with `mode`."""
+        home = tempfile.mkdtemp(prefix="sandbox-cli-home-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", home]))
+        os.makedirs(os.path.join(home, ".config", "agent-sandbox"), 0o700)
+        path = os.path.join(home, ".config", "agent-sandbox", "api-key")
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        env = dict(self.env, HOME=home)
+        env.pop("SANDBOX_API_KEY")
+        env.pop("XDG_CONFIG_HOME", None)
+        return env, path
+
+    def test_key_file(self):
+        """Without --api-key or $SANDBOX_API_KEY the key comes from the per-user key file."""
+        env, _ = self.key_file_env(self.daemon.admin_key + "\n", 0o600)
+        p = subprocess.run([CLI, "ps", "--json"], env=env, capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # $XDG_CONFIG_HOME is looked in first.
+        xdg_env, _ = self.key_file_env(self.daemon.admin_key + "\n", 0o600)
+        env["XDG_CONFIG_HOME"] = os.path.join(xdg_env["HOME"], ".config")
+        env["HOME"] = "/nonexistent"
+        p = subprocess.run([CLI, "ps", "--json"], env=env, capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # The environment wins over the file.
+        env, _ = self.key_file_env("sk_test_" + "0" * 32 + "\n", 0o600)
+        p = subprocess.run([CLI, "ps", "--json"], env=dict(env, SANDBOX_API_KEY=self.daemon.admin_key),
+                           capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = subprocess.run([CLI, "ps", "--json"], env=env, capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"Invalid API key", p.stderr)
+
+    def test_key_file_refused(self):
+        """A key file others can read, or an empty one, is an error that says what to do."""
+        env, path = self.key_file_env(self.daemon.admin_key + "\n", 0o640)
+        p = subprocess.run([CLI, "ps"], env=env, capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"{path} is readable by others (mode 0640): chmod 600 it".encode(), p.stderr)
+        env, path = self.key_file_env("\n", 0o600)
+        p = subprocess.run([CLI, "ps"], env=env, capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"is empty", p.stderr)
+        # --api-key needs no file, however it is.
+        env, path = self.key_file_env("", 0o644)
+        p = subprocess.run([CLI, "ps", "--api-key", self.daemon.admin_key, "--json"], env=env,
+                           capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
     def test_run_exits_with_remote_code(self):
         p = self.cli("run", "--", "sh", "-c", "echo out; echo err >&2; exit 5")
         self.assertEqual(p.returncode, 5)
