@@ -263,5 +263,20 @@ chroot "$root" man -w sandboxd.8 sandbox.1 >/dev/null || die "no manual pages"
 ok "completion and manual pages installed"
 
 "$here/isolated.sh" "$here/test-deb.sh" --inside "$root" || die "the daemon's checks failed (above)"
+
+# Upgrade in place (the same version again: postinst as on an upgrade), then purge.
+chroot "$root" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --reinstall \
+	--no-install-recommends /tmp/debs/*.deb" >"$root/tmp/apt-again.log" 2>&1 || {
+	tail -n 20 "$root/tmp/apt-again.log" >&2
+	die "installing again failed"
+}
+[[ $(grep -c '^agent-sandbox:' "$root/etc/subuid") == 1 ]] || die "installing again registered the range twice"
+grep -q "has keys already" "$root/tmp/apt-again.log" || die "installing again did not keep the key"
+ok "installing again keeps the key and the one registration"
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q agent-sandbox \
+	>"$root/tmp/apt-purge.log" 2>&1 || die "purge failed"
+[[ ! -e $root/var/lib/agent-sandbox ]] || die "purge left /var/lib/agent-sandbox"
+! grep -q '^agent-sandbox:' "$root/etc/subuid" "$root/etc/subgid" || die "purge left the ranges registered"
+ok "purge removes the state and the ranges' registration"
 log "done in $(($(date +%s) - t0)) s"
 echo "$(wc -l <"$TEST_DEB_CHECKS") passed, 0 failed"
