@@ -26,7 +26,9 @@ start=$(date +%s)
 rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
 mv "$work"/*.deb "$work"/*.changes "$work"/*.buildinfo "$out"/
 echo "build-deb: built in $(($(date +%s) - start)) s:"
-ls -l "$out"/*.deb | awk '{ printf "  %s %d bytes\n", $NF, $5 }'
+for f in "$out"/*.deb; do
+	printf '  %s %d bytes\n' "$f" "$(stat -c %s "$f")"
+done
 
 # lintian exits non-zero on errors and warnings; each override says why (debian/*.lintian-overrides).
 lintian --fail-on error,warning --info "$out"/*.changes

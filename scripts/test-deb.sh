@@ -73,6 +73,7 @@ inside() {
 	log "starting sandboxd as the unit would (bounding set $bound, nofile $nofile)"
 	local rw
 	rw=$(unit_opt ReadWritePaths)
+	# shellcheck disable=SC2016,SC2086 # the inner shell expands; ReadWritePaths is a list
 	unshare --mount --propagation private -- bash -euo pipefail -c '
 		root=$1 bound=$2 nofile=$3 umask_=$4
 		shift 4
@@ -92,7 +93,6 @@ inside() {
 		umount -l /mnt
 		exec /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 			/bin/sh -c "set -a; . /etc/agent-sandbox/sandboxd.env; set +a; exec setpriv --reuid=0 --regid=0 --init-groups --bounding-set=$bound --inh-caps=-all --no-new-privs prlimit --nofile=$nofile:$nofile /usr/bin/sandboxd"
-	# shellcheck disable=SC2086 # ReadWritePaths is a list
 	' _ "$root" "$bound" "$nofile" "$(unit_opt UMask)" $rw 2>"$root/var/lib/agent-sandbox/sandboxd.log" &
 	local pid=$! i
 	for ((i = 0; i < 600; i++)); do
@@ -142,6 +142,7 @@ inside() {
 	ok "a key file readable by others: refused ($out)"
 	chmod 0600 "$root/home/alice/.config/agent-sandbox/api-key"
 
+	# shellcheck disable=SC2016 # for the sandbox's shell
 	out=$(as alice:alice sandbox run --template base -- sh -c 'echo hello from $(id -u)') ||
 		die "sandbox run as alice failed: $out"
 	[[ $out == "hello from "[0-9]* ]] || die "sandbox run printed: $out"
@@ -216,6 +217,7 @@ log "installing the packages (postinst: account, uid ranges, admin key, base tem
 mkdir -p "$root/tmp/debs"
 cp "$debs"/agent-sandbox_*.deb "$debs"/agent-sandbox-cli_*.deb "$root/tmp/debs/"
 # In a mount namespace of its own: /proc, /dev and /sys for the postinst, gone afterwards.
+# shellcheck disable=SC2016 # the inner shell expands
 unshare --mount --propagation private -- bash -euo pipefail -c '
 	root=$1
 	mount -t proc proc "$root/proc"
