@@ -155,6 +155,7 @@ void op_list(struct conn *c, uint32_t ch, const struct req *r);
 void op_stat(struct conn *c, uint32_t ch, const struct req *r);
 void op_mkdir(struct conn *c, uint32_t ch, const struct req *r);
 void op_remove(struct conn *c, uint32_t ch, const struct req *r);
+void op_rename(struct conn *c, uint32_t ch, const struct req *r);
 
 /* --- agent.c: process-wide services --- */
 

@@ -164,6 +164,9 @@ static void start_request(struct conn *c, uint32_t ch, const uint8_t *p, size_t 
 	case REQ_REMOVE:
 		op_remove(c, ch, &r);
 		break;
+	case REQ_RENAME:
+		op_rename(c, ch, &r);
+		break;
 	}
 	req_fini(&r);
 }

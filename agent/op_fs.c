@@ -1,4 +1,4 @@
-/* list, stat, mkdir, remove: metadata operations that answer at once.
+/* list, stat, mkdir, remove, rename: metadata operations that answer at once.
  *
  * Nothing here follows a symlink found inside the tree being listed or removed: entries are
  * examined with lstat semantics and descended into with O_NOFOLLOW. */
@@ -7,12 +7,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util/cleanup.h"
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1u << 0) /* <linux/fs.h>; musl's headers lack it */
+#endif
 
 #define LIST_MAX_DEPTH   64
 #define REMOVE_MAX_DEPTH 256
@@ -350,5 +356,67 @@ void op_remove(struct conn *c, uint32_t ch, const struct req *r)
 	return;
 fail:
 	wspath_fini(&wp);
+	conn_error(c, ch, &e);
+}
+
+/* Renames within the workspace. Neither end's last component is followed (rename(2) never
+ * does); both parents are opened inside the workspace. */
+void op_rename(struct conn *c, uint32_t ch, const struct req *r)
+{
+	struct agent *a = c->a;
+	struct err e;
+	struct wspath from, to;
+	const char *from_base, *to_base;
+	_cleanup_close_ int from_dfd = -1;
+	_cleanup_close_ int to_dfd = -1;
+	if (wspath_init(&a->ws, r->path, &from, &e) < 0) {
+		conn_error(c, ch, &e);
+		return;
+	}
+	if (wspath_init(&a->ws, r->u.rename.to, &to, &e) < 0) {
+		wspath_fini(&from);
+		conn_error(c, ch, &e);
+		return;
+	}
+	if (!*from.rel || !*to.rel) {
+		err_set(&e, EPERM, "refusing to move the workspace root or onto it");
+		goto fail;
+	}
+	from_dfd = ws_open_parent(&a->ws, &from, false, &from_base, &e);
+	if (from_dfd < 0)
+		goto fail;
+	struct stat st;
+	if (fstatat(from_dfd, from_base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		err_sys(&e, errno, "move `%s`", r->path);
+		goto fail;
+	}
+	to_dfd = ws_open_parent(&a->ws, &to, r->u.rename.parents, &to_base, &e);
+	if (to_dfd < 0)
+		goto fail;
+	unsigned flags = r->u.rename.overwrite ? 0 : RENAME_NOREPLACE;
+	/* renameat2(2) through syscall(2): the static C library has no wrapper. */
+	if (syscall(SYS_renameat2, from_dfd, from_base, to_dfd, to_base, flags) < 0) {
+		int er = errno;
+		if (er == EEXIST)
+			err_set(&e, EEXIST, "move `%s`: `%s` exists", r->path, r->u.rename.to);
+		else
+			err_sys(&e, er, "move `%s` to `%s`", r->path, r->u.rename.to);
+		goto fail;
+	}
+	struct jw w;
+	jw_init(&w);
+	jw_obj_open(&w);
+	jw_key(&w, "path");
+	jw_str(&w, shown(&to));
+	jw_key(&w, "from");
+	jw_str(&w, shown(&from));
+	jw_obj_close(&w);
+	wspath_fini(&from);
+	wspath_fini(&to);
+	send_result(c, ch, &w);
+	return;
+fail:
+	wspath_fini(&from);
+	wspath_fini(&to);
 	conn_error(c, ch, &e);
 }

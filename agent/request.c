@@ -11,10 +11,10 @@ static const struct {
 	const char *name;
 	enum req_op op;
 } ops[] = {
-	{ "ping", REQ_PING },         { "resume", REQ_RESUME }, { "exec", REQ_EXEC },
-	{ "write", REQ_WRITE },       { "read", REQ_READ },     { "list", REQ_LIST },
-	{ "stat", REQ_STAT },         { "mkdir", REQ_MKDIR },   { "remove", REQ_REMOVE },
-	{ "shutdown", REQ_SHUTDOWN },
+	{ "ping", REQ_PING },     { "resume", REQ_RESUME },     { "exec", REQ_EXEC },
+	{ "write", REQ_WRITE },   { "read", REQ_READ },         { "list", REQ_LIST },
+	{ "stat", REQ_STAT },     { "mkdir", REQ_MKDIR },       { "remove", REQ_REMOVE },
+	{ "rename", REQ_RENAME }, { "shutdown", REQ_SHUTDOWN },
 };
 
 static int wrong_type(const char *field, const char *want, const struct json *v, struct err *err)
@@ -285,6 +285,12 @@ static int parse_op(const struct json *o, struct req *r, struct err *err)
 		if ((ret = get_str(o, "path", true, &r->path, err)) < 0)
 			return ret;
 		return get_bool(o, "recursive", &r->u.remove.recursive, err);
+	case REQ_RENAME:
+		if ((ret = get_str(o, "path", true, &r->path, err)) < 0 ||
+		    (ret = get_str(o, "to", true, &r->u.rename.to, err)) < 0 ||
+		    (ret = get_bool(o, "parents", &r->u.rename.parents, err)) < 0)
+			return ret;
+		return get_bool(o, "overwrite", &r->u.rename.overwrite, err);
 	}
 	return err_set(err, EINVAL, "unknown op");
 }

@@ -29,6 +29,7 @@ enum req_op {
 	REQ_STAT,
 	REQ_MKDIR,
 	REQ_REMOVE,
+	REQ_RENAME,
 	REQ_SHUTDOWN,
 };
 
@@ -65,7 +66,7 @@ struct req {
 	enum req_op op;
 	const char *op_name;
 	struct json_doc *doc; /* owns every string below */
-	const char *path;     /* write, read, list, stat, mkdir, remove */
+	const char *path;     /* write, read, list, stat, mkdir, remove; rename: its source */
 	union {
 		struct req_exec exec;
 		struct req_resume resume;
@@ -86,6 +87,11 @@ struct req {
 		struct {
 			bool recursive;
 		} remove;
+		struct {
+			const char *to; /* the destination */
+			bool parents;   /* create the destination's missing directories */
+			bool overwrite; /* replace what is there (else EEXIST) */
+		} rename;
 	} u;
 };
 

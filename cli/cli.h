@@ -48,5 +48,11 @@ DECLARE_COMMAND(ls);
 DECLARE_COMMAND(cat);
 DECLARE_COMMAND(ps);
 DECLARE_COMMAND(rm);
+DECLARE_COMMAND(stat);
+DECLARE_COMMAND(mkdir);
+DECLARE_COMMAND(mv);
+
+/* sandbox rm SESSION:PATH... [-r]: removes files of sessions (cmd_fs.c). */
+int cli_rm_paths(struct client *c, int argc, char **argv);
 DECLARE_COMMAND(templates);
 DECLARE_COMMAND(mcp);

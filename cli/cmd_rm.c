@@ -1,6 +1,7 @@
-/* sandbox rm: destroy sessions. */
+/* sandbox rm: destroy sessions, or remove files of them (SESSION:PATH, cmd_fs.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "sandbox.h"
@@ -8,7 +9,8 @@
 
 void cmd_rm_help(void)
 {
-	printf("usage: sandbox rm SESSION...\n");
+	printf("usage: sandbox rm SESSION...\n"
+	       "       sandbox rm [-r|--recursive] SESSION:PATH...   remove files of a session\n");
 }
 
 int cmd_rm(int argc, char **argv)
@@ -18,6 +20,14 @@ int cmd_rm(int argc, char **argv)
 		cmd_rm_help();
 		client_free(c);
 		return 2;
+	}
+	/* With a colon the arguments name files (session ids have none). */
+	for (int i = 1; i < argc; i++) {
+		if (strchr(argv[i], ':')) {
+			int r = cli_rm_paths(c, argc, argv);
+			client_free(c);
+			return r;
+		}
 	}
 	int rc = 0;
 	for (int i = 1; i < argc; i++) {

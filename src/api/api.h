@@ -38,6 +38,10 @@ void api_exec_cancel(struct http_ctx *ctx);
 void api_exec_write(struct http_ctx *ctx);
 void api_exec_read(struct http_ctx *ctx);
 void api_exec_files(struct http_ctx *ctx);
+void api_exec_stat(struct http_ctx *ctx);
+void api_exec_mkdir(struct http_ctx *ctx);
+void api_exec_remove(struct http_ctx *ctx);
+void api_exec_move(struct http_ctx *ctx);
 void api_exec_delete(struct http_ctx *ctx);
 
 /* MCP: Streamable HTTP at /mcp (POST, GET, DELETE), HTTP+SSE streams at GET /mcp and

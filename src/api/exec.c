@@ -766,3 +766,141 @@ void api_exec_files(struct http_ctx *ctx)
 	if (!ops_list_files(&t, path, recursive, on_listed, ctx, &e))
 		reply_err(ctx, &e);
 }
+
+/* --- metadata: stat, mkdir, remove, move -------------------------------------------- */
+
+static void on_stat(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		    void *arg)
+{
+	struct http_ctx *ctx = arg;
+	if (err) {
+		reply_err(ctx, err);
+		return;
+	}
+	json_t *st = ops_stat_json(r);
+	if (!st) {
+		http_reply_error(ctx, 502,
+				 "the sandbox's agent answered a stat with something else");
+		return;
+	}
+	http_reply_json(ctx, 200, st);
+}
+
+void api_exec_stat(struct http_ctx *ctx)
+{
+	const char *id = path_session_id(ctx);
+	if (!id)
+		return;
+	const char *path = http_query(ctx, "path");
+	if (!path || !*path) {
+		http_reply_error(ctx, 400, "The \"path\" query parameter is required");
+		return;
+	}
+	if (!query_path_valid(ctx, path))
+		return;
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	if (!ops_stat_path(&t, path, on_stat, ctx, &e))
+		reply_err(ctx, &e);
+}
+
+static void on_changed(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		       void *arg)
+{
+	struct http_ctx *ctx = arg;
+	if (err) {
+		reply_err(ctx, err);
+		return;
+	}
+	http_reply_json(ctx, 200, json_pack("{s:b, s:s}", "success", 1, "path", r->path));
+}
+
+/* A boolean of the body, or `def` when absent. Replies 400 and returns -1 when not one. */
+static int opt_bool(struct http_ctx *ctx, json_t *body, const char *key, bool def, bool *ret)
+{
+	json_t *v = json_object_get(body, key);
+	*ret = def;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v)) {
+		http_reply_error(ctx, 400, "\"%s\" must be true or false", key);
+		return -1;
+	}
+	*ret = json_is_true(v);
+	return 0;
+}
+
+/* The body's required "path" (and the session id). Replies and returns -1 when missing. */
+static int path_and_body(struct http_ctx *ctx, const char *key, const char **id, json_t **body,
+			 const char **path)
+{
+	if (id_and_body(ctx, id, body) < 0 || opt_string(ctx, *body, key, path) < 0)
+		return -1;
+	if (!*path || !**path) {
+		http_reply_error(ctx, 400, "\"%s\" is required", key);
+		return -1;
+	}
+	return 0;
+}
+
+void api_exec_mkdir(struct http_ctx *ctx)
+{
+	const char *id, *path, *tmpl;
+	json_auto_t *body = NULL;
+	bool parents;
+	if (path_and_body(ctx, "path", &id, &body, &path) < 0 ||
+	    opt_string(ctx, body, "template", &tmpl) < 0 ||
+	    opt_bool(ctx, body, "parents", true, &parents) < 0)
+		return;
+	struct ops_target t = request_target(ctx, id, tmpl);
+	struct err e;
+	if (!ops_make_dir(&t, path, parents, on_changed, ctx, &e))
+		reply_err(ctx, &e);
+}
+
+void api_exec_remove(struct http_ctx *ctx)
+{
+	const char *id, *path;
+	json_auto_t *body = NULL;
+	bool recursive;
+	if (path_and_body(ctx, "path", &id, &body, &path) < 0 ||
+	    opt_bool(ctx, body, "recursive", false, &recursive) < 0)
+		return;
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	if (!ops_remove_path(&t, path, recursive, on_changed, ctx, &e))
+		reply_err(ctx, &e);
+}
+
+static void on_moved(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		     void *arg)
+{
+	struct http_ctx *ctx = arg;
+	if (err) {
+		reply_err(ctx, err);
+		return;
+	}
+	json_t *to = json_object_get(r->info, "path");
+	http_reply_json(ctx, 200,
+			json_pack("{s:b, s:s, s:s}", "success", 1, "from", r->path, "to",
+				  json_is_string(to) ? json_string_value(to) : ""));
+}
+
+void api_exec_move(struct http_ctx *ctx)
+{
+	const char *id, *from, *to;
+	json_auto_t *body = NULL;
+	bool overwrite;
+	if (path_and_body(ctx, "from", &id, &body, &from) < 0 ||
+	    opt_string(ctx, body, "to", &to) < 0 ||
+	    opt_bool(ctx, body, "overwrite", true, &overwrite) < 0)
+		return;
+	if (!to || !*to) {
+		http_reply_error(ctx, 400, "\"to\" is required");
+		return;
+	}
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	if (!ops_move_path(&t, from, to, overwrite, on_moved, ctx, &e))
+		reply_err(ctx, &e);
+}

@@ -175,6 +175,65 @@ static const char out_list_files[] =
 	"\"truncated\": {\"type\": \"boolean\"}}, "
 	"\"required\": [\"sessionId\", \"path\", \"files\", \"truncated\"]}";
 
+#define PATH_ARG(what)                                                      \
+	"{\"type\": \"string\", \"minLength\": 1, \"description\": \"" what \
+	", relative to the workspace\"}"
+
+static const char in_stat_path[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"path\": " PATH_ARG("Path") "}, "
+				      "\"required\": [\"sessionId\", \"path\"], "
+				      "\"additionalProperties\": false}";
+static const char out_stat_path[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, "
+	"\"type\": {\"type\": \"string\", \"enum\": [\"file\", \"dir\", \"symlink\", "
+	"\"other\"]}, "
+	"\"size\": {\"type\": \"integer\"}, \"mode\": {\"type\": \"integer\"}, "
+	"\"mtime\": {\"type\": \"number\", \"description\": \"Unix seconds\"}}, "
+	"\"required\": [\"sessionId\", \"path\", \"type\", \"size\", \"mode\", \"mtime\"]}";
+static const char in_make_directory[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"path\": " PATH_ARG("Directory") ", "
+					   "\"parents\": {\"type\": \"boolean\", \"default\": "
+					   "true, \"description\": "
+					   "\"Create missing parent directories too (and succeed "
+					   "if it exists)\"}}, "
+					   "\"required\": [\"sessionId\", \"path\"], "
+					   "\"additionalProperties\": false}";
+static const char in_remove_path[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"path\": " PATH_ARG("File or directory") ", "
+						   "\"recursive\": {\"type\": \"boolean\", "
+						   "\"default\": false, \"description\": "
+						   "\"Remove a directory and everything in it\"}}, "
+						   "\"required\": [\"sessionId\", \"path\"], "
+						   "\"additionalProperties\": false}";
+static const char out_path_changed[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}}, "
+	"\"required\": [\"sessionId\", \"path\"]}";
+static const char in_move_path[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"from\": " PATH_ARG(
+		"What to move") ", "
+				"\"to\": " PATH_ARG(
+					"Where") ", "
+						 "\"overwrite\": {\"type\": \"boolean\", "
+						 "\"default\": true, \"description\": "
+						 "\"Replace what is at the destination\"}}, "
+						 "\"required\": [\"sessionId\", \"from\", \"to\"], "
+						 "\"additionalProperties\": false}";
+static const char out_move_path[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"from\": {\"type\": \"string\"}, "
+	"\"to\": {\"type\": \"string\"}}, "
+	"\"required\": [\"sessionId\", \"from\", \"to\"]}";
+
 static const char in_cancel[] =
 	"{\"type\": \"object\", \"properties\": {"
 	"\"sessionId\": " SESSION_ID ", "
@@ -221,6 +280,10 @@ static void t_execute(struct mcp_call *c, json_t *args, const char *version);
 static void t_write_file(struct mcp_call *c, json_t *args, const char *version);
 static void t_read_file(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_files(struct mcp_call *c, json_t *args, const char *version);
+static void t_stat_path(struct mcp_call *c, json_t *args, const char *version);
+static void t_make_directory(struct mcp_call *c, json_t *args, const char *version);
+static void t_remove_path(struct mcp_call *c, json_t *args, const char *version);
+static void t_move_path(struct mcp_call *c, json_t *args, const char *version);
 static void t_cancel(struct mcp_call *c, json_t *args, const char *version);
 static void t_reset_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_sessions(struct mcp_call *c, json_t *args, const char *version);
@@ -264,6 +327,23 @@ static struct tool tools[] = {
 	  "List a directory of the session's workspace, optionally recursively, with each "
 	  "entry's type, size, mode and modification time.",
 	  in_list_files, out_list_files, true, false, true, false, t_list_files },
+	{ "stat_path", "Describe a path",
+	  "Tell a path's type (file, dir, symlink, other), size, mode and modification time, "
+	  "without following a symlink; an error if it does not exist.",
+	  in_stat_path, out_stat_path, true, false, true, false, t_stat_path },
+	{ "make_directory", "Make a directory",
+	  "Create a directory in the session's workspace (the session is created on first "
+	  "use), with its missing parents unless parents is false.",
+	  in_make_directory, out_path_changed, false, false, true, false, t_make_directory },
+	{ "remove_path", "Remove a file or directory",
+	  "Remove a file, a symlink or an empty directory; with recursive, a directory and "
+	  "everything in it (symlinks inside are removed, never followed).",
+	  in_remove_path, out_path_changed, false, true, false, false, t_remove_path },
+	{ "move_path", "Move or rename",
+	  "Move or rename a file or directory within the workspace, creating the "
+	  "destination's missing directories; replaces what is there unless overwrite is "
+	  "false.",
+	  in_move_path, out_move_path, false, true, false, false, t_move_path },
 	{ "cancel", "Cancel a command",
 	  "Stop a running command of a session by its execId (SIGTERM, then SIGKILL).", in_cancel,
 	  out_cancel, false, true, true, false, t_cancel },
@@ -704,6 +784,97 @@ static void t_list_files(struct mcp_call *c, json_t *args, const char *version)
 	struct ops_call *op =
 		ops_list_files(&t, json_string_value(json_object_get(args, "path")),
 			       json_is_true(json_object_get(args, "recursive")), listed, st, &e);
+	start_call(c, st, op, &e);
+}
+
+static void stat_done(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		      void *arg)
+{
+	struct call_state *st = arg;
+	json_t *shaped = err ? NULL : ops_stat_json(r);
+	if (err) {
+		reply_err(st->c, err);
+	} else if (!shaped) {
+		reply_error(st->c, "the sandbox's agent answered a stat with something else");
+	} else {
+		json_object_set_new(shaped, "sessionId", json_string(r->session_id));
+		reply_ok(st->c, shaped, st->version);
+	}
+	free(st);
+}
+
+static void t_stat_path(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op = ops_stat_path(&t, json_string_value(json_object_get(args, "path")),
+					    stat_done, st, &e);
+	start_call(c, st, op, &e);
+}
+
+static void changed(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		    void *arg)
+{
+	struct call_state *st = arg;
+	if (err)
+		reply_err(st->c, err);
+	else
+		reply_ok(st->c,
+			 json_pack("{s:s, s:s}", "sessionId", r->session_id, "path", r->path),
+			 st->version);
+	free(st);
+}
+
+/* A boolean argument, `def` when absent (the schema has checked its type). */
+static bool arg_bool(json_t *args, const char *key, bool def)
+{
+	json_t *v = json_object_get(args, key);
+	return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+static void t_make_directory(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op = ops_make_dir(&t, json_string_value(json_object_get(args, "path")),
+					   arg_bool(args, "parents", true), changed, st, &e);
+	start_call(c, st, op, &e);
+}
+
+static void t_remove_path(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op = ops_remove_path(&t, json_string_value(json_object_get(args, "path")),
+					      arg_bool(args, "recursive", false), changed, st, &e);
+	start_call(c, st, op, &e);
+}
+
+static void moved(struct ops_call *op, const struct ops_result *r, const struct err *err, void *arg)
+{
+	struct call_state *st = arg;
+	json_t *to = err ? NULL : json_object_get(r->info, "path");
+	if (err)
+		reply_err(st->c, err);
+	else
+		reply_ok(st->c,
+			 json_pack("{s:s, s:s, s:s}", "sessionId", r->session_id, "from", r->path,
+				   "to", json_is_string(to) ? json_string_value(to) : ""),
+			 st->version);
+	free(st);
+}
+
+static void t_move_path(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op = ops_move_path(&t, json_string_value(json_object_get(args, "from")),
+					    json_string_value(json_object_get(args, "to")),
+					    arg_bool(args, "overwrite", true), moved, st, &e);
 	start_call(c, st, op, &e);
 }
 

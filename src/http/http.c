@@ -1595,6 +1595,7 @@ int http_status_for_errno(int errnum)
 		return 413;
 	case EEXIST:
 	case EBUSY:
+	case ENOTEMPTY:
 		return 409;
 	case EAGAIN:
 		return 429;

@@ -570,7 +570,17 @@ struct session *ops_exec_session(const struct ops_exec *x)
 
 /* --- files and sessions ------------------------------------------------------------- */
 
-enum call_kind { CALL_WRITE, CALL_READ, CALL_LIST, CALL_CREATE };
+enum call_kind {
+	CALL_WRITE,
+	CALL_READ,
+	CALL_LIST,
+	CALL_CREATE,
+	/* metadata: answered at once by the agent */
+	CALL_STAT,
+	CALL_MKDIR,
+	CALL_REMOVE,
+	CALL_MOVE,
+};
 
 struct ops_call {
 	enum call_kind kind;
@@ -640,6 +650,14 @@ static const char *call_metric_type(enum call_kind k)
 		return "write_file";
 	case CALL_READ:
 		return "read_file";
+	case CALL_STAT:
+		return "stat";
+	case CALL_MKDIR:
+		return "mkdir";
+	case CALL_REMOVE:
+		return "remove";
+	case CALL_MOVE:
+		return "move";
 	default:
 		return "list_files";
 	}
@@ -690,6 +708,12 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 	case CALL_READ:
 		r.size = evbuffer_get_length(c->content);
 		r.data = r.size ? evbuffer_pullup(c->content, -1) : (const uint8_t *)"";
+		break;
+	case CALL_STAT:
+	case CALL_MKDIR:
+	case CALL_REMOVE:
+	case CALL_MOVE:
+		r.info = result;
 		break;
 	default:
 		r.entries = json_object_get(result, "entries");
@@ -754,7 +778,10 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 	const char *owner = c->t.owner;
 	switch (c->kind) {
 	case CALL_READ:
-	case CALL_LIST: {
+	case CALL_LIST:
+	case CALL_STAT:
+	case CALL_REMOVE:
+	case CALL_MOVE: {
 		struct session *s = ops_find_session(&c->t, &e);
 		if (!s) {
 			call_fail(c, &e);
@@ -776,6 +803,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		opts.egress = c->egress;
 		break;
 	case CALL_WRITE:
+	case CALL_MKDIR:
 		if (target_owner(&c->t, &owner, &e) < 0) {
 			call_fail(c, &e);
 			return;
@@ -802,6 +830,9 @@ static int check_path(const char *path, struct err *err)
 {
 	if (!path || !*path)
 		return err_set(err, EINVAL, "\"path\" is required");
+	/* A query string decodes to any bytes; the agent's requests are JSON. */
+	if (!utf8_valid((const uint8_t *)path, strlen(path)))
+		return err_set(err, EINVAL, "\"path\" must be valid UTF-8");
 	return 0;
 }
 
@@ -865,6 +896,84 @@ struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bo
 	c->request =
 		json_pack("{s:s, s:s, s:b}", "op", "list", "path", c->path, "recursive", recursive);
 	return c;
+}
+
+/* A metadata operation: the request to the agent is built by the caller. */
+static struct ops_call *meta_call(enum call_kind kind, const struct ops_target *t, const char *path,
+				  json_t *request, ops_done_fn done, void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0 || check_path(path, err) < 0) {
+		json_decref(request);
+		return NULL;
+	}
+	if (!request) {
+		err_set(err, EINVAL, "invalid path");
+		return NULL;
+	}
+	bool held;
+	if (admit(t, QUOTA_FILE_OPS, &held, err) < 0) {
+		json_decref(request);
+		return NULL;
+	}
+	struct ops_call *c = call_new(kind, t, path, done, arg);
+	c->quota_held = held;
+	c->request = request;
+	return c;
+}
+
+json_t *ops_stat_json(const struct ops_result *r)
+{
+	json_t *type = json_object_get(r->info, "type");
+	json_t *size = json_object_get(r->info, "size");
+	json_t *mode = json_object_get(r->info, "mode");
+	json_t *mtime = json_object_get(r->info, "mtime");
+	if (!json_is_string(type) || !json_is_integer(size) || json_integer_value(size) < 0 ||
+	    !json_is_integer(mode) || json_integer_value(mode) < 0 ||
+	    json_integer_value(mode) > 07777 || !json_is_number(mtime))
+		return NULL;
+	const char *t = json_string_value(type);
+	if (strcmp(t, "file") && strcmp(t, "dir") && strcmp(t, "symlink") && strcmp(t, "other"))
+		t = "other";
+	return json_pack("{s:s, s:s, s:O, s:O, s:O}", "path", r->path, "type", t, "size", size,
+			 "mode", mode, "mtime", mtime);
+}
+
+struct ops_call *ops_stat_path(const struct ops_target *t, const char *path, ops_done_fn done,
+			       void *arg, struct err *err)
+{
+	return meta_call(CALL_STAT, t, path, json_pack("{s:s, s:s?}", "op", "stat", "path", path),
+			 done, arg, err);
+}
+
+struct ops_call *ops_make_dir(const struct ops_target *t, const char *path, bool parents,
+			      ops_done_fn done, void *arg, struct err *err)
+{
+	return meta_call(
+		CALL_MKDIR, t, path,
+		json_pack("{s:s, s:s?, s:b}", "op", "mkdir", "path", path, "parents", parents),
+		done, arg, err);
+}
+
+struct ops_call *ops_remove_path(const struct ops_target *t, const char *path, bool recursive,
+				 ops_done_fn done, void *arg, struct err *err)
+{
+	return meta_call(
+		CALL_REMOVE, t, path,
+		json_pack("{s:s, s:s?, s:b}", "op", "remove", "path", path, "recursive", recursive),
+		done, arg, err);
+}
+
+struct ops_call *ops_move_path(const struct ops_target *t, const char *from, const char *to,
+			       bool overwrite, ops_done_fn done, void *arg, struct err *err)
+{
+	if (!to || !*to || !utf8_valid((const uint8_t *)to, strlen(to))) {
+		err_set(err, EINVAL, "\"to\" is required, as valid UTF-8");
+		return NULL;
+	}
+	return meta_call(CALL_MOVE, t, from,
+			 json_pack("{s:s, s:s?, s:s, s:b, s:b}", "op", "rename", "path", from, "to",
+				   to, "parents", 1, "overwrite", overwrite),
+			 done, arg, err);
 }
 
 struct ops_call *ops_create_session(const struct ops_target *t, const struct ops_session_opts *o,

@@ -121,7 +121,10 @@ struct ops_result {
 	uint64_t size;           /* write: bytes written; read: bytes read */
 	const uint8_t *data;     /* read: the contents, valid during the callback */
 	json_t *entries;         /* list: the agent's entries (borrowed; untrusted shapes) */
-	bool truncated;          /* list: more entries than one reply holds */
+	/* stat, mkdir, remove, move: the agent's result object (borrowed; untrusted shapes):
+	 * {path, type, size, mode, mtime} for stat, {path} otherwise ("from" too for move). */
+	json_t *info;
+	bool truncated; /* list: more entries than one reply holds */
 };
 
 struct ops_call;
@@ -141,6 +144,24 @@ struct ops_call *ops_read_file(const struct ops_target *t, const char *path, siz
  * the text itself ("utf8"), or "base64" when asked or when the bytes are not text that JSON
  * can carry (invalid UTF-8, a NUL). */
 json_t *ops_read_json(const struct ops_result *r, bool want_base64);
+/* Metadata, answered at once by the agent; each is a file operation for the quotas.
+ * stat: a path's type, size, mode and time, of the path itself (a symlink is not followed).
+ * mkdir: a directory (with its missing parents when asked); creates the session on first use,
+ * as a write does. remove: a file, a symlink, an empty directory, or a tree when recursive
+ * (symlinks inside are removed, never followed). move: renames `from` to `to` inside the
+ * workspace, creating the destination's missing directories; without overwrite an existing
+ * `to` is EEXIST. All but mkdir need the session to exist. */
+struct ops_call *ops_stat_path(const struct ops_target *t, const char *path, ops_done_fn done,
+			       void *arg, struct err *err);
+/* A stat's reply as every transport gives it, {path, type, size, mode, mtime}, from the
+ * agent's answer checked (NULL when it is not of that shape: the agent broke the protocol). */
+json_t *ops_stat_json(const struct ops_result *r);
+struct ops_call *ops_make_dir(const struct ops_target *t, const char *path, bool parents,
+			      ops_done_fn done, void *arg, struct err *err);
+struct ops_call *ops_remove_path(const struct ops_target *t, const char *path, bool recursive,
+				 ops_done_fn done, void *arg, struct err *err);
+struct ops_call *ops_move_path(const struct ops_target *t, const char *from, const char *to,
+			       bool overwrite, ops_done_fn done, void *arg, struct err *err);
 /* Lists a directory (NULL or "": the workspace), recursively when asked. */
 struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,
 				ops_done_fn done, void *arg, struct err *err);

@@ -328,9 +328,31 @@ class CliTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1)
         self.cli("rm", "c8", check=0)
 
+    def test_stat_mkdir_mv_and_rm_of_paths(self):
+        self.cli("mkdir", "fs1:a/b", "fs1:c", check=0)
+        p = self.cli("stat", "fs1:a/b", check=0)
+        self.assertEqual(p.stdout.split()[:2], [b"a/b", b"dir"])
+        self.cli("exec", "fs1", "--", "sh", "-c", "echo hi > a/b/f", check=0)
+        self.cli("mv", "fs1:a/b/f", "c/g", check=0)
+        p = self.cli("stat", "fs1:c/g", "--json", check=0)
+        self.assertEqual(json.loads(p.stdout)["size"], 3)
+        p = self.cli("mv", "fs1:c/g", "fs2:x")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"within one session", p.stderr)
+        p = self.cli("rm", "fs1:a")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"409", p.stderr)
+        self.cli("rm", "-r", "fs1:a", check=0)
+        p = self.cli("stat", "fs1:a")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"404", p.stderr)
+        p = self.cli("stat", "fs1")
+        self.assertEqual(p.returncode, 2)
+        self.cli("rm", "fs1", check=0)
+
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
-                    "keys"):
+                    "keys", "stat", "mkdir", "mv"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 

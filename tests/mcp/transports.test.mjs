@@ -21,9 +21,13 @@ const TOOLS = [
   "list_files",
   "list_sessions",
   "list_templates",
+  "make_directory",
+  "move_path",
   "ping",
   "read_file",
+  "remove_path",
   "reset_session",
+  "stat_path",
   "write_file",
 ];
 
@@ -262,6 +266,38 @@ for (const kind of TRANSPORTS) {
       assert.ok(all.files.some((f) => f.path === "dir/hello.txt"));
       assert.equal(all.truncated, false);
       structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("stat_path, make_directory, move_path and remove_path", async () => {
+      const id = sid("meta");
+      assert.deepEqual(
+        structured(await tool("make_directory", { sessionId: id, path: "a/b" })),
+        { sessionId: id, path: "a/b" },
+      );
+      const st = structured(await tool("stat_path", { sessionId: id, path: "a/b" }));
+      assert.equal(st.type, "dir");
+      assert.equal(st.path, "a/b");
+      assert.equal(typeof st.mtime, "number");
+      structured(
+        await tool("write_file", { sessionId: id, path: "a/b/f.txt", content: "hi" }),
+      );
+      assert.deepEqual(
+        structured(await tool("move_path", { sessionId: id, from: "a/b/f.txt", to: "c/g.txt" })),
+        { sessionId: id, from: "a/b/f.txt", to: "c/g.txt" },
+      );
+      const g = structured(await tool("stat_path", { sessionId: id, path: "c/g.txt" }));
+      assert.deepEqual([g.type, g.size], ["file", 2]);
+      const missing = await tool("stat_path", { sessionId: id, path: "a/b/f.txt" });
+      assert.equal(missing.isError, true);
+      const full = await tool("remove_path", { sessionId: id, path: "a" });
+      assert.equal(full.isError, true); // not empty without recursive
+      structured(await tool("remove_path", { sessionId: id, path: "a", recursive: true }));
+      const listed = structured(await tool("list_files", { sessionId: id }));
+      assert.deepEqual(listed.files.map((f) => f.path), ["c"]);
+      const escape = await tool("move_path", { sessionId: id, from: "c", to: "../../tmp/c" });
+      assert.equal(escape.isError, true);
+      assert.match(errorText(escape), /escapes the workspace/);
+      structured(await tool("reset_session", { sessionId: id }));
     });
 
     it("reports failures as tool errors with the real reason", async () => {

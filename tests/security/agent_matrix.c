@@ -174,8 +174,13 @@ static struct guest_op *start_op(struct run *r, const char *name, const struct g
 	if (strcmp(name, "exec") == 0)
 		json_object_set_new(req, "argv", json_pack("[s]", "true"));
 	else if (strcmp(name, "read") == 0 || strcmp(name, "write") == 0 ||
-		 strcmp(name, "list") == 0)
+		 strcmp(name, "list") == 0 || strcmp(name, "stat") == 0 ||
+		 strcmp(name, "mkdir") == 0 || strcmp(name, "remove") == 0)
 		json_object_set_new(req, "path", json_string("file"));
+	if (strcmp(name, "rename") == 0) {
+		json_object_set_new(req, "path", json_string("file"));
+		json_object_set_new(req, "to", json_string("other"));
+	}
 	struct err e;
 	struct guest_op *op = guest_op_start(r->conn, req, cbs, r, &e);
 	json_decref(req);

@@ -348,6 +348,12 @@ static bool handle_request(uint32_t ch, const char *json)
 	}
 	if (strcmp(op, "list") == 0)
 		return finish(op, nth, ch, "{\"entries\":[]}");
+	if (strcmp(op, "stat") == 0)
+		return finish(op, nth, ch,
+			      "{\"path\":\"file\",\"type\":\"file\",\"size\":1,\"mode\":420,"
+			      "\"mtime\":1.5}");
+	if (strcmp(op, "mkdir") == 0 || strcmp(op, "remove") == 0 || strcmp(op, "rename") == 0)
+		return finish(op, nth, ch, "{\"path\":\"file\"}");
 	if (strcmp(op, "hang") == 0)
 		return true;
 	frame_str(GUEST_ERROR, ch, "{\"error\":\"not in the fake agent\",\"code\":\"ENOTSUP\"}");

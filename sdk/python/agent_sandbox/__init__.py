@@ -12,6 +12,7 @@ Standard library only (Python 3.9+). Talks to sandboxd over HTTP or a Unix socke
 from .client import (
     ExecResult,
     FileEntry,
+    FileStat,
     OutputChunk,
     Sandbox,
     SandboxError,
@@ -22,6 +23,7 @@ from .client import (
 __all__ = [
     "ExecResult",
     "FileEntry",
+    "FileStat",
     "OutputChunk",
     "Sandbox",
     "SandboxError",

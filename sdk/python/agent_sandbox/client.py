@@ -129,6 +129,16 @@ class FileEntry:
     mtime: float
 
 
+@dataclass
+class FileStat:
+    """A path as stat describes it (a symlink itself, not what it points to)."""
+    path: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+
+
 class _Request:
     """One request's connection, which knows whether the request went out (to tell "cannot
     reach sandboxd" from "sandboxd did not answer in time")."""
@@ -485,6 +495,39 @@ class Session:
         j = self.client.request("GET", self._p("/files?" + q))
         return [FileEntry(e["path"], e["name"], e["type"], e.get("size", 0), e.get("mode", 0),
                           e.get("mtime", 0.0)) for e in j.get("files", [])]
+
+    def stat(self, path: str) -> FileStat:
+        """Describes a path without following it; SandboxError (status 404) when nothing is
+        there."""
+        j = self.client.request("GET", self._p("/stat?" + urllib.parse.urlencode({"path": path})))
+        return FileStat(j["path"], j["type"], j.get("size", 0), j.get("mode", 0),
+                        j.get("mtime", 0.0))
+
+    def exists(self, path: str) -> bool:
+        """Whether something (a file, directory or symlink) is at path."""
+        try:
+            self.stat(path)
+            return True
+        except SandboxError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def mkdir(self, path: str, parents: bool = True) -> None:
+        """Makes a directory, with its missing parents unless parents is False."""
+        body: Dict[str, Any] = {"path": path, "parents": parents}
+        if self.template:
+            body["template"] = self.template
+        self.client.request("POST", self._p("/mkdir"), body)
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, a symlink or an empty directory; a whole tree when recursive."""
+        self.client.request("POST", self._p("/remove"), {"path": path, "recursive": recursive})
+
+    def move(self, src: str, dst: str, overwrite: bool = True) -> None:
+        """Moves or renames within the workspace; replaces dst unless overwrite is False."""
+        self.client.request("POST", self._p("/move"),
+                            {"from": src, "to": dst, "overwrite": overwrite})
 
     def destroy(self) -> bool:
         """Destroys the session; False when there was no such session (a 200 with

@@ -53,6 +53,24 @@ class SdkTest(unittest.TestCase):
         ids = [x["id"] for x in self.sb.sessions()]
         self.assertNotIn(sid, ids)
 
+    def test_stat_mkdir_move_remove(self):
+        with self.sb.create(template="base") as s:
+            s.mkdir("a/b")
+            self.assertEqual(s.stat("a/b").type, "dir")
+            s.write_file("a/b/f.txt", "hey")
+            s.move("a/b/f.txt", "c/g.txt")
+            st = s.stat("c/g.txt")
+            self.assertEqual((st.type, st.size, st.path), ("file", 3, "c/g.txt"))
+            self.assertFalse(s.exists("a/b/f.txt"))
+            with self.assertRaises(SandboxError) as cm:
+                s.remove("a")
+            self.assertEqual(cm.exception.status, 409)
+            s.remove("a", recursive=True)
+            self.assertFalse(s.exists("a"))
+            with self.assertRaises(SandboxError) as cm:
+                s.move("c", "../out")
+            self.assertEqual(cm.exception.status, 400)
+
     def test_stream_and_errors(self):
         s = self.sb.session(template="base")
         events = list(s.exec_stream("sh", ["-c", "echo a; echo b >&2"]))

@@ -3,6 +3,7 @@ import { SandboxError } from "./errors.js";
 import type {
   ExecOptions,
   ExecResult,
+  FileStat,
   ListFilesResult,
   ReadFileResult,
   SessionInfo,
@@ -168,6 +169,39 @@ export class Session {
   async listFiles(path = ".", opts: { recursive?: boolean } = {}): Promise<ListFilesResult> {
     const q = `path=${encodeURIComponent(path)}&recursive=${opts.recursive ? "true" : "false"}`;
     return this.client.json<ListFilesResult>("GET", this.path(`/files?${q}`));
+  }
+
+  /** Describes a path without following it; a SandboxError with status 404 when nothing is there. */
+  async stat(path: string): Promise<FileStat> {
+    return this.client.json<FileStat>("GET", this.path(`/stat?path=${encodeURIComponent(path)}`));
+  }
+
+  /** Whether something (a file, directory or symlink) is at `path`. */
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.stat(path);
+      return true;
+    } catch (e) {
+      if (e instanceof SandboxError && e.status === 404) return false;
+      throw e;
+    }
+  }
+
+  /** Makes a directory, with its missing parents unless `parents` is false. */
+  async mkdir(path: string, opts: { parents?: boolean } = {}): Promise<void> {
+    const body: Record<string, unknown> = { path, parents: opts.parents !== false };
+    if (this.template) body.template = this.template;
+    await this.client.json("POST", this.path("/mkdir"), body);
+  }
+
+  /** Removes a file, a symlink or an empty directory; a whole tree with `recursive`. */
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.client.json("POST", this.path("/remove"), { path, recursive: !!opts.recursive });
+  }
+
+  /** Moves or renames within the workspace; replaces the destination unless `overwrite` is false. */
+  async move(from: string, to: string, opts: { overwrite?: boolean } = {}): Promise<void> {
+    await this.client.json("POST", this.path("/move"), { from, to, overwrite: opts.overwrite !== false });
   }
 
   /** Destroys the session and its sandbox; false when there was no such session (a 200

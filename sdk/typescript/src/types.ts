@@ -50,6 +50,15 @@ export interface FileEntry {
   mtime: number;
 }
 
+/** A path as `stat` describes it (a symlink itself, not what it points to). */
+export interface FileStat {
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  mode: number;
+  mtime: number;
+}
+
 export interface ListFilesResult {
   path: string;
   files: FileEntry[];

@@ -76,6 +76,22 @@ test("binary files round trip", async () => {
   await s.destroy();
 });
 
+test("stat, exists, mkdir, move and remove", async () => {
+  const s = sandbox.create({ template: "base" });
+  await s.mkdir("a/b");
+  assert.equal((await s.stat("a/b")).type, "dir");
+  await s.writeFile("a/b/f.txt", "hey");
+  await s.move("a/b/f.txt", "c/g.txt");
+  const st = await s.stat("c/g.txt");
+  assert.deepEqual([st.type, st.size, st.path], ["file", 3, "c/g.txt"]);
+  assert.equal(await s.exists("a/b/f.txt"), false);
+  await assert.rejects(s.remove("a"), (e) => e instanceof SandboxError && e.status === 409);
+  await s.remove("a", { recursive: true });
+  assert.equal(await s.exists("a"), false);
+  await assert.rejects(s.move("c", "../out"), (e) => e instanceof SandboxError && e.status === 400);
+  await s.destroy();
+});
+
 test("errors carry status and message", async () => {
   const s = sandbox.create({ template: "base" });
   await s.exec("true");
