@@ -180,13 +180,83 @@ void op_write(struct conn *c, uint32_t ch, const struct req *r)
 	op_register(c, &x->op, &write_vt, ch);
 }
 
+/* Whether bytes are text that JSON carries as it is: valid UTF-8 without NUL, checked as
+ * they pass, a character cut by the end of one piece finished by the next. */
+struct text_check {
+	uint8_t tail[4];
+	size_t ntail; /* bytes of a cut character kept */
+	size_t want;  /* its length */
+	bool bad;
+};
+
+static void text_check_feed(struct text_check *t, const uint8_t *p, size_t n)
+{
+	while (n && !t->bad) {
+		if (t->ntail) {
+			/* Finish the character the last piece cut: at most 4 bytes. */
+			t->tail[t->ntail++] = *p++;
+			n--;
+			if ((t->tail[t->ntail - 1] & 0xc0) != 0x80)
+				t->bad = true;
+			else if (t->ntail == t->want)
+				t->bad = utf8_valid_seq(t->tail, t->ntail) != t->want;
+			if (t->ntail == t->want)
+				t->ntail = 0;
+			continue;
+		}
+		if (*p == 0) {
+			t->bad = true;
+			return;
+		}
+		if (*p < 0x80) {
+			p++, n--;
+			continue;
+		}
+		size_t k = utf8_valid_seq(p, n);
+		if (k) {
+			p += k, n -= k;
+			continue;
+		}
+		/* Invalid, or valid so far but cut by the end: only a short lead-in is kept. */
+		size_t want = *p >= 0xf0 ? 4 : *p >= 0xe0 ? 3 : 2;
+		if (n >= want || *p < 0xc2 || *p > 0xf4) {
+			t->bad = true;
+			return;
+		}
+		for (size_t i = 1; i < n; i++)
+			if ((p[i] & 0xc0) != 0x80)
+				t->bad = true;
+		memcpy(t->tail, p, n);
+		t->ntail = n;
+		t->want = want;
+		return;
+	}
+}
+
+/* Whether everything fed was text, ending on a character boundary. */
+static bool text_check_ok(const struct text_check *t)
+{
+	return !t->bad && t->ntail == 0;
+}
+
 struct read_op {
 	struct op op;
 	int fd;
 	char *rel;
 	int64_t max_bytes;
 	uint64_t size;
+	uint64_t announced; /* the size FILEINFO gave */
+	bool check_text;    /* FILEINFO said "text": true; the bytes sent must be */
+	struct text_check text;
+	struct timespec mtime; /* when it was opened */
 };
+
+static void read_changed(struct read_op *x)
+{
+	struct err e;
+	err_set(&e, ESTALE, "`%s` changed while being read", x->rel);
+	op_error(&x->op, &e);
+}
 
 static int read_poll_fill(struct op *op, struct pollfd *pfd, int64_t *deadline)
 {
@@ -194,6 +264,26 @@ static int read_poll_fill(struct op *op, struct pollfd *pfd, int64_t *deadline)
 	if (op_send_room(op))
 		*deadline = 0;
 	return 0;
+}
+
+/* The file as it is at its end: the size announced, not modified since it was opened. */
+static void read_finish(struct read_op *x)
+{
+	struct stat st;
+	if (x->size != x->announced || fstat(x->fd, &st) < 0 ||
+	    (uint64_t)st.st_size != x->announced || st.st_mtim.tv_sec != x->mtime.tv_sec ||
+	    st.st_mtim.tv_nsec != x->mtime.tv_nsec || (x->check_text && !text_check_ok(&x->text))) {
+		read_changed(x);
+		return;
+	}
+	struct jw w;
+	jw_init(&w);
+	jw_obj_open(&w);
+	jw_key(&w, "size");
+	jw_int(&w, (int64_t)x->size);
+	jw_obj_close(&w);
+	op_result(&x->op, &w);
+	jw_free(&w);
 }
 
 static void read_step(struct op *op, const struct pollfd *pfd, int n)
@@ -213,14 +303,7 @@ static void read_step(struct op *op, const struct pollfd *pfd, int n)
 		return;
 	}
 	if (k == 0) {
-		struct jw w;
-		jw_init(&w);
-		jw_obj_open(&w);
-		jw_key(&w, "size");
-		jw_int(&w, (int64_t)x->size);
-		jw_obj_close(&w);
-		op_result(op, &w);
-		jw_free(&w);
+		read_finish(x);
 		return;
 	}
 	if (x->max_bytes >= 0 && x->size + (uint64_t)k > (uint64_t)x->max_bytes) {
@@ -229,6 +312,17 @@ static void read_step(struct op *op, const struct pollfd *pfd, int n)
 			(long long)x->max_bytes);
 		op_error(op, &e);
 		return;
+	}
+	if (x->size + (uint64_t)k > x->announced) {
+		read_changed(x);
+		return;
+	}
+	if (x->check_text) {
+		text_check_feed(&x->text, dst, (size_t)k);
+		if (x->text.bad) {
+			read_changed(x);
+			return;
+		}
 	}
 	conn_commit(op->conn, GUEST_FILEDATA, op->ch, (size_t)k);
 	op->send_credit -= (uint64_t)k;
@@ -260,6 +354,45 @@ static const struct op_vt read_vt = {
 	.destroy = read_destroy,
 };
 
+/* Reads the file once from its start (without moving its offset) to tell whether it is
+ * text; bounded by its size, which the caller checked against the limit. */
+static int read_scan_text(int fd, uint64_t size, bool *ret_text, const char *path, struct err *e)
+{
+	static uint8_t buf[64 << 10];
+	struct text_check t = { 0 };
+	uint64_t off = 0;
+	while (off < size && !t.bad) {
+		size_t want = size - off < sizeof(buf) ? (size_t)(size - off) : sizeof(buf);
+		ssize_t k = pread(fd, buf, want, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return err_sys(e, errno, "read `%s`", path);
+		if (k == 0)
+			break; /* shrank: the read itself finds out */
+		text_check_feed(&t, buf, (size_t)k);
+		off += (uint64_t)k;
+	}
+	*ret_text = text_check_ok(&t);
+	return 0;
+}
+
+static void read_send_info(struct conn *c, uint32_t ch, uint64_t size, bool check_text, bool text)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj_open(&w);
+	jw_key(&w, "size");
+	jw_int(&w, (int64_t)size);
+	if (check_text) {
+		jw_key(&w, "text");
+		jw_bool(&w, text);
+	}
+	jw_obj_close(&w);
+	conn_frame(c, GUEST_FILEINFO, ch, w.buf, w.len);
+	jw_free(&w);
+}
+
 void op_read(struct conn *c, uint32_t ch, const struct req *r)
 {
 	struct agent *a = c->a;
@@ -277,6 +410,7 @@ void op_read(struct conn *c, uint32_t ch, const struct req *r)
 		return;
 	}
 	struct stat st;
+	bool text = false;
 	int ret = 0;
 	if (fstat(fd, &st) < 0)
 		ret = err_sys(&e, errno, "stat `%s`", r->path);
@@ -287,6 +421,8 @@ void op_read(struct conn *c, uint32_t ch, const struct req *r)
 	else if (r->u.read.max_bytes >= 0 && st.st_size > r->u.read.max_bytes)
 		ret = err_set(&e, EFBIG, "`%s` is %lld bytes, over the limit of %lld", r->path,
 			      (long long)st.st_size, (long long)r->u.read.max_bytes);
+	else if (r->u.read.check_text)
+		ret = read_scan_text(fd, (uint64_t)st.st_size, &text, r->path, &e);
 	if (ret < 0) {
 		wspath_fini(&wp);
 		conn_error(c, ch, &e);
@@ -297,5 +433,9 @@ void op_read(struct conn *c, uint32_t ch, const struct req *r)
 	x->fd = TAKE_FD(fd);
 	x->rel = TAKE_PTR(wp.rel);
 	x->max_bytes = r->u.read.max_bytes;
+	x->announced = (uint64_t)st.st_size;
+	x->check_text = text;
+	x->mtime = st.st_mtim;
+	read_send_info(c, ch, x->announced, r->u.read.check_text, text);
 	op_register(c, &x->op, &read_vt, ch);
 }

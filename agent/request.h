@@ -76,6 +76,7 @@ struct req {
 		} write;
 		struct {
 			int64_t max_bytes; /* -1: no limit */
+			bool check_text;   /* FILEINFO says whether the file is text */
 		} read;
 		struct {
 			bool recursive;

@@ -686,25 +686,203 @@ static bool query_path_valid(struct http_ctx *ctx, const char *path)
 	return false;
 }
 
+/* A read streams from the agent to the client: the agent sends at most a window ahead of
+ * what the client has taken (ops_call_consumed is called as its socket drains), so a reader
+ * that reads nothing holds the daemon to about a window and a high-water mark. The JSON
+ * reply is written as it goes: its head once the agent has said how big the file is and
+ * whether it is text, then the content escaped or in base64, then its tail. */
 struct read_req {
 	struct http_ctx *ctx;
+	struct ops_call *call;
 	bool raw; /* reply with the bytes themselves */
 	bool want_base64;
+	bool base64;         /* the content goes out in base64 */
+	bool started;        /* the reply's head went out */
+	uint64_t size;       /* as announced */
+	uint8_t b64_tail[2]; /* bytes waiting for a whole group of three */
+	size_t b64_ntail;
+	size_t held; /* bytes delivered and not yet handed back */
+	char *path;
 };
 
-static void on_read(struct ops_call *c, const struct ops_result *r, const struct err *err,
-		    void *arg)
+static void read_req_free(struct read_req *rr)
 {
-	_cleanup_free_ struct read_req *rr = arg;
-	if (err) {
-		reply_err(rr->ctx, err);
+	free(rr->path);
+	free(rr);
+}
+
+static void read_release(struct read_req *rr)
+{
+	if (rr->held && rr->call)
+		ops_call_consumed(rr->call, rr->held);
+	rr->held = 0;
+}
+
+static void read_on_drained(struct http_ctx *ctx, void *arg)
+{
+	read_release(arg);
+}
+
+/* Hands the bytes back to the agent now, or once the client has taken most of what waits
+ * for it. */
+static void read_pace(struct read_req *rr)
+{
+	if (!rr->ctx->conn || http_stream_pending(rr->ctx) < STREAM_HIGH_WATER) {
+		read_release(rr);
 		return;
 	}
+	http_stream_on_drain(rr->ctx, STREAM_HIGH_WATER / 2, read_on_drained, rr);
+}
+
+static void read_on_head(struct ops_call *c, uint64_t size, bool text, void *arg)
+{
+	struct read_req *rr = arg;
+	rr->started = true;
+	rr->size = size;
 	if (rr->raw) {
-		http_reply_bytes(rr->ctx, 200, "application/octet-stream", r->data, r->size);
+		http_stream_start_sized(rr->ctx, 200, "application/octet-stream", size);
 		return;
 	}
-	http_reply_json(rr->ctx, 200, ops_read_json(r, rr->want_base64));
+	rr->base64 = rr->want_base64 || !text;
+	http_stream_start(rr->ctx, 200, "application/json");
+	json_auto_t *jpath = json_string(rr->path);
+	_cleanup_free_ char *path = json_dumps(jpath, JSON_ENCODE_ANY);
+	_cleanup_free_ char *head = xasprintf("{\"path\":%s,\"content\":\"", path);
+	http_stream_write(rr->ctx, head, strlen(head));
+}
+
+/* Writes bytes as the inside of a JSON string, as jansson would: they are valid UTF-8
+ * without NUL (ops checked), so only quotes, backslashes and control characters change. */
+static void write_escaped(struct http_ctx *ctx, const uint8_t *p, size_t n)
+{
+	_cleanup_free_ char *out = xmalloc(n * 6 + 1);
+	size_t o = 0;
+	static const char hex[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		uint8_t ch = p[i];
+		const char *esc = NULL;
+		switch (ch) {
+		case '"':
+			esc = "\\\"";
+			break;
+		case '\\':
+			esc = "\\\\";
+			break;
+		case '\b':
+			esc = "\\b";
+			break;
+		case '\f':
+			esc = "\\f";
+			break;
+		case '\n':
+			esc = "\\n";
+			break;
+		case '\r':
+			esc = "\\r";
+			break;
+		case '\t':
+			esc = "\\t";
+			break;
+		}
+		if (esc) {
+			out[o++] = esc[0];
+			out[o++] = esc[1];
+		} else if (ch < 0x20) {
+			memcpy(out + o, "\\u00", 4);
+			out[o + 4] = hex[ch >> 4];
+			out[o + 5] = hex[ch & 15];
+			o += 6;
+		} else {
+			out[o++] = (char)ch;
+		}
+	}
+	http_stream_write(ctx, out, o);
+}
+
+/* Writes bytes in base64, a group of three at a time; the last one or two wait. */
+static void write_base64(struct read_req *rr, const uint8_t *p, size_t n)
+{
+	uint8_t first[3];
+	size_t k = 0;
+	while (rr->b64_ntail && k < n && rr->b64_ntail + k < 3)
+		k++;
+	if (rr->b64_ntail) {
+		if (rr->b64_ntail + k < 3) {
+			memcpy(rr->b64_tail + rr->b64_ntail, p, k);
+			rr->b64_ntail += k;
+			return;
+		}
+		memcpy(first, rr->b64_tail, rr->b64_ntail);
+		memcpy(first + rr->b64_ntail, p, k);
+		size_t m;
+		_cleanup_free_ char *enc = base64_encode(first, 3, &m);
+		http_stream_write(rr->ctx, enc, m);
+		rr->b64_ntail = 0;
+		p += k, n -= k;
+	}
+	size_t whole = n - n % 3;
+	if (whole) {
+		size_t m;
+		_cleanup_free_ char *enc = base64_encode(p, whole, &m);
+		http_stream_write(rr->ctx, enc, m);
+	}
+	memcpy(rr->b64_tail, p + whole, n - whole);
+	rr->b64_ntail = n - whole;
+}
+
+static void read_on_data(struct ops_call *c, const uint8_t *data, size_t len, void *arg)
+{
+	struct read_req *rr = arg;
+	rr->held += len;
+	if (rr->raw)
+		http_stream_write(rr->ctx, data, len);
+	else if (rr->base64)
+		write_base64(rr, data, len);
+	else
+		write_escaped(rr->ctx, data, len);
+	read_pace(rr);
+}
+
+static void read_on_done(struct ops_call *c, const struct ops_result *r, const struct err *err,
+			 void *arg)
+{
+	struct read_req *rr = arg;
+	struct http_ctx *ctx = rr->ctx;
+	rr->call = NULL;
+	ctx->on_gone = NULL;
+	http_stream_on_drain(ctx, 0, NULL, NULL);
+	if (err && !rr->started) {
+		reply_err(ctx, err);
+	} else if (err) {
+		log_info("api", "read of `%s` failed after its reply began: %s", rr->path,
+			 err->msg);
+		http_stream_abort(ctx);
+	} else if (rr->raw) {
+		http_stream_end(ctx);
+	} else {
+		if (rr->b64_ntail) {
+			size_t m;
+			_cleanup_free_ char *enc = base64_encode(rr->b64_tail, rr->b64_ntail, &m);
+			http_stream_write(ctx, enc, m);
+		}
+		_cleanup_free_ char *tail =
+			xasprintf("\",\"encoding\":\"%s\",\"size\":%llu}",
+				  rr->base64 ? "base64" : "utf8", (unsigned long long)rr->size);
+		http_stream_write(ctx, tail, strlen(tail));
+		http_stream_end(ctx);
+	}
+	read_req_free(rr);
+}
+
+static const struct ops_read_cbs read_cbs = { .on_head = read_on_head, .on_data = read_on_data };
+
+/* A reader that leaves stops the read: nothing more is sent for it. */
+static void read_on_client_gone(struct http_ctx *ctx, void *arg)
+{
+	struct read_req *rr = arg;
+	ops_call_detach(rr->call);
+	http_stream_on_drain(ctx, 0, NULL, NULL);
+	read_req_free(rr);
 }
 
 void api_exec_read(struct http_ctx *ctx)
@@ -726,15 +904,21 @@ void api_exec_read(struct http_ctx *ctx)
 	}
 	struct read_req *rr = xcalloc(1, sizeof(*rr));
 	rr->ctx = ctx;
+	rr->path = xstrdup(path);
 	rr->want_base64 = encoding && strcmp(encoding, "base64") == 0;
 	rr->raw = http_accepts(ctx, "application/octet-stream") && !encoding;
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;
-	/* 0: the server's SANDBOX_MAX_READ_BYTES */
-	if (!ops_read_file(&t, path, 0, on_read, rr, &e)) {
-		free(rr);
+	/* Only a JSON reply that may carry the text as it is needs to know whether it is. */
+	rr->call = ops_read_stream(&t, path, !rr->raw && !rr->want_base64, &read_cbs, read_on_done,
+				   rr, &e);
+	if (!rr->call) {
+		read_req_free(rr);
 		reply_err(ctx, &e);
+		return;
 	}
+	ctx->on_gone = read_on_client_gone;
+	ctx->on_gone_arg = rr;
 }
 
 static void on_listed(struct ops_call *c, const struct ops_result *r, const struct err *err,

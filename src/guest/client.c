@@ -270,6 +270,29 @@ static void handle_terminal(struct guest_op *op, const struct guest_frame *f)
 	op_release(op);
 }
 
+static void handle_info(struct guest_op *op, const struct guest_frame *f)
+{
+	struct guest_conn *c = op->conn;
+	if (!op->cbs->on_info) {
+		violation("frame");
+		conn_fail(c, EREMOTEIO,
+			  "sandbox agent sent file information for an operation "
+			  "that has none");
+		return;
+	}
+	json_error_t jerr;
+	json_t *j = json_loadb((const char *)f->payload, f->len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!j || !json_is_object(j)) {
+		json_decref(j);
+		violation("json");
+		conn_fail(c, EREMOTEIO, "sandbox agent sent malformed file information");
+		return;
+	}
+	if (!op->detached)
+		op->cbs->on_info(op, j, op->arg);
+	json_decref(j);
+}
+
 static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 {
 	if (!guest_type_valid(f->type, 0)) {
@@ -325,6 +348,9 @@ static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 			return;
 		}
 		op->cbs->on_data(op, f->type, f->payload, f->len, op->arg);
+		return;
+	case GUEST_FILEINFO:
+		handle_info(op, f);
 		return;
 	case GUEST_RESULT:
 	case GUEST_ERROR:

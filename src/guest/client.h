@@ -30,6 +30,9 @@ struct guest_op_cbs {
 	 * agent send more. */
 	void (*on_data)(struct guest_op *op, uint8_t type, const uint8_t *data, size_t len,
 			void *arg);
+	/* A read's FILEINFO object (borrowed; its shape unchecked: the consumer judges it, and
+	 * whether it came once and first). NULL: the op takes none, and one is a violation. */
+	void (*on_info)(struct guest_op *op, json_t *info, void *arg);
 	/* Terminal. Exactly one of result (the agent's RESULT object, borrowed) and err is
 	 * non-NULL; for an agent ERROR, err->errnum is the errno its code names (ESCAPE maps
 	 * to EXDEV) and err->msg its message. The op is freed when this returns. */
@@ -95,7 +98,7 @@ void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what);
 void guest_op_detach(struct guest_op *op);
 /* For a consumer that finds the agent's data wrong for the operation (a kind it never
  * produces): a protocol violation, which ends the connection (op's on_done runs, with
- * EREMOTEIO). Only from inside on_data; op must not be used afterwards. */
+ * EREMOTEIO). Only from inside on_data or on_info; op must not be used afterwards. */
 void guest_op_violation(struct guest_op *op, const char *what);
 
 /* Bytes queued toward the agent and not yet sent. */

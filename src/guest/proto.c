@@ -34,6 +34,7 @@ int guest_type_valid(uint8_t type, int from_host)
 	case GUEST_STDOUT:
 	case GUEST_STDERR:
 	case GUEST_FILEDATA:
+	case GUEST_FILEINFO:
 	case GUEST_RESULT:
 	case GUEST_ERROR:
 		return from_host ? 0 : 1;

@@ -26,8 +26,9 @@
 #include <sys/types.h>
 
 /* The protocol's version, which the agent reports as "protocol" in the results of ping and
- * resume; the host refuses an agent older than its own. 2: ping and resume report it. */
-#define GUEST_PROTO_VERSION  2
+ * resume; the host refuses an agent older than its own. 2: ping and resume report it. 3: a
+ * read announces its file (FILEINFO) before the contents, so the host can stream them. */
+#define GUEST_PROTO_VERSION  3
 #define GUEST_HDR_LEN        9
 #define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
 #define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */
@@ -45,8 +46,14 @@ enum guest_type {
 	GUEST_STDOUT = 16,   /* raw */
 	GUEST_STDERR = 17,   /* raw */
 	GUEST_FILEDATA = 18, /* raw: contents of a read */
-	GUEST_RESULT = 32,   /* JSON, terminal */
-	GUEST_ERROR = 33,    /* JSON, terminal: {"error": "message", "code": "ENOENT"} */
+	/* JSON, once per read, before its FILEDATA: {"size": N, "text": bool}. "size" is the
+	 * file's size when it was opened: exactly that many FILEDATA bytes follow, or the read
+	 * ends with an ERROR (ESTALE when the file changed meanwhile). "text" (only when the
+	 * request had "checkText": true) tells whether the whole file is valid UTF-8 without
+	 * NUL; the bytes sent after "text": true are. */
+	GUEST_FILEINFO = 19,
+	GUEST_RESULT = 32, /* JSON, terminal */
+	GUEST_ERROR = 33,  /* JSON, terminal: {"error": "message", "code": "ENOENT"} */
 };
 
 struct guest_frame {

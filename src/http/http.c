@@ -1596,6 +1596,7 @@ int http_status_for_errno(int errnum)
 	case EEXIST:
 	case EBUSY:
 	case ENOTEMPTY:
+	case ESTALE: /* a file changed while it was read */
 		return 409;
 	case EAGAIN:
 		return 429;
@@ -1640,6 +1641,36 @@ void http_stream_start(struct http_ctx *ctx, int status, const char *content_typ
 	http_add_header_raw(ctx, "Cache-Control", "no-cache");
 	http_add_header_raw(ctx, "X-Accel-Buffering", "no");
 	send_head(ctx, status, content_type, -1);
+}
+
+void http_stream_start_sized(struct http_ctx *ctx, int status, const char *content_type,
+			     uint64_t length)
+{
+	if (ctx->streaming || ctx->replied)
+		return;
+	ctx->streaming = true;
+	struct http_conn *c = ctx->conn;
+	if (!c)
+		return;
+	ctx->status = status;
+	send_head(ctx, status, content_type, (ssize_t)length);
+}
+
+void http_stream_abort(struct http_ctx *ctx)
+{
+	if (ctx->replied)
+		return;
+	ctx->replied = true;
+	struct http_conn *c = ctx->conn;
+	if (c) {
+		/* No last chunk, and the connection closes once what is queued is out: the client
+		 * sees a body cut short, never one that looks complete. */
+		c->close_after = true;
+		ctx->holds++;
+		conn_reply_done(c);
+		ctx->holds--;
+	}
+	ctx_maybe_free(ctx);
 }
 
 void http_stream_write(struct http_ctx *ctx, const void *data, size_t len)

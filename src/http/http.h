@@ -198,6 +198,13 @@ void http_stream_start(struct http_ctx *ctx, int status, const char *content_typ
 void http_stream_write(struct http_ctx *ctx, const void *data, size_t len);
 size_t http_stream_pending(struct http_ctx *ctx);
 void http_stream_end(struct http_ctx *ctx);
+/* A stream of exactly `length` bytes (Content-Length, not chunked): the producer writes that
+ * many, then ends it, or aborts. */
+void http_stream_start_sized(struct http_ctx *ctx, int status, const char *content_type,
+			     uint64_t length);
+/* Ends a stream that failed after its head went out: the reply is cut short (no last chunk;
+ * the connection closes after what is queued), so the client cannot take it for complete. */
+void http_stream_abort(struct http_ctx *ctx);
 
 /* Calls fn once, from the loop, when fewer than `below` bytes wait to go out to the client
  * (at once if that is so already), or when the client is gone: a producer paused at its

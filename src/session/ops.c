@@ -589,8 +589,16 @@ struct ops_call {
 	char *path;
 	uint8_t *data; /* write */
 	size_t len;
-	struct evbuffer *content; /* read */
+	struct evbuffer *content; /* read: buffered */
 	size_t max_bytes;
+	/* read */
+	const struct ops_read_cbs *rcbs; /* streamed to these; NULL: buffered in content */
+	bool check_text;
+	bool got_info;      /* the agent's FILEINFO came */
+	uint64_t announced; /* the size it gave */
+	uint64_t received;  /* FILEDATA bytes so far */
+	bool text;          /* it said the file is text: the bytes must be */
+	struct utf8_stream text_check;
 	unsigned idle_timeout_s; /* create */
 	json_t *env;
 	json_t *egress; /* create: the session's own egress policy, or NULL */
@@ -663,22 +671,64 @@ static const char *call_metric_type(enum call_kind k)
 	}
 }
 
+/* Fails a read the caller's limit does not allow; the agent checks it too, but is not
+ * trusted. */
+static void call_too_big(struct ops_call *c, struct guest_op *op)
+{
+	struct err e;
+	err_set(&e, EFBIG, "`%s` exceeds the limit of %zu bytes", c->path, c->max_bytes);
+	guest_op_detach(op);
+	metrics_add(metrics_daemon.exec_message_total, 1, call_metric_type(c->kind));
+	call_fail(c, &e);
+}
+
+static void call_on_info(struct guest_op *op, json_t *info, void *arg)
+{
+	struct ops_call *c = arg;
+	json_t *size = json_object_get(info, "size");
+	json_t *text = json_object_get(info, "text");
+	if (c->kind != CALL_READ || c->got_info || !json_is_integer(size) ||
+	    json_integer_value(size) < 0 || (text && !json_is_boolean(text)) ||
+	    (c->check_text && !text)) {
+		guest_op_violation(op, "file information that does not fit the read");
+		return;
+	}
+	c->got_info = true;
+	c->announced = (uint64_t)json_integer_value(size);
+	c->text = c->check_text && json_is_true(text);
+	if (c->announced > c->max_bytes) {
+		call_too_big(c, op);
+		return;
+	}
+	if (c->rcbs)
+		c->rcbs->on_head(c, c->announced, c->text, c->arg);
+}
+
 static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data, size_t len,
 			 void *arg)
 {
 	struct ops_call *c = arg;
-	if (type != GUEST_FILEDATA || !c->content) {
+	if (type != GUEST_FILEDATA || c->kind != CALL_READ) {
 		/* Only a read has data, and only file contents. */
 		guest_op_violation(op, "data a file operation does not produce");
 		return;
 	}
-	/* The agent enforces the limit too, but it is not trusted. */
-	if (evbuffer_get_length(c->content) + len > c->max_bytes) {
-		struct err e;
-		err_set(&e, EFBIG, "`%s` exceeds the limit of %zu bytes", c->path, c->max_bytes);
-		guest_op_detach(op);
-		metrics_add(metrics_daemon.exec_message_total, 1, call_metric_type(c->kind));
-		call_fail(c, &e);
+	if (!c->got_info || c->received + len > c->announced) {
+		guest_op_violation(op, "file contents beyond the size it announced");
+		return;
+	}
+	if (c->text && !utf8_stream_feed(&c->text_check, data, len)) {
+		guest_op_violation(op, "file contents that are not the text it announced");
+		return;
+	}
+	if (c->received + len > c->max_bytes) {
+		call_too_big(c, op);
+		return;
+	}
+	c->received += len;
+	if (c->rcbs) {
+		/* The consumer returns the credit (ops_call_consumed) as its client takes them. */
+		c->rcbs->on_data(c, data, len, c->arg);
 		return;
 	}
 	evbuffer_add(c->content, data, len);
@@ -706,8 +756,20 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 				 : c->len;
 		break;
 	case CALL_READ:
-		r.size = evbuffer_get_length(c->content);
-		r.data = r.size ? evbuffer_pullup(c->content, -1) : (const uint8_t *)"";
+		if (!c->got_info || c->received != c->announced ||
+		    (c->text && !utf8_stream_end(&c->text_check))) {
+			struct err e;
+			err_set(&e, EREMOTEIO,
+				"sandbox agent ended the read of `%s` after %llu of the %llu bytes "
+				"it announced",
+				c->path, (unsigned long long)c->received,
+				(unsigned long long)c->announced);
+			call_fail(c, &e);
+			return;
+		}
+		r.size = c->received;
+		if (c->content)
+			r.data = r.size ? evbuffer_pullup(c->content, -1) : (const uint8_t *)"";
 		break;
 	case CALL_STAT:
 	case CALL_MKDIR:
@@ -726,6 +788,7 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 }
 
 static const struct guest_op_cbs call_guest_cbs = { .on_data = call_on_data,
+						    .on_info = call_on_info,
 						    .on_done = call_on_guest_done };
 
 static void call_run(struct ops_call *c, struct session *s)
@@ -881,6 +944,27 @@ struct ops_call *ops_read_file(const struct ops_target *t, const char *path, siz
 	c->request = json_pack("{s:s, s:s, s:I}", "op", "read", "path", path, "maxBytes",
 			       (json_int_t)max_bytes);
 	return c;
+}
+
+struct ops_call *ops_read_stream(const struct ops_target *t, const char *path, bool check_text,
+				 const struct ops_read_cbs *cbs, ops_done_fn done, void *arg,
+				 struct err *err)
+{
+	if (check_target(t, false, err) < 0 || check_path(path, err) < 0)
+		return NULL;
+	struct ops_call *c = call_new(CALL_READ, t, path, done, arg);
+	c->rcbs = cbs;
+	c->check_text = check_text;
+	c->max_bytes = O.cfg->max_read_bytes;
+	c->request = json_pack("{s:s, s:s, s:I, s:b}", "op", "read", "path", path, "maxBytes",
+			       (json_int_t)c->max_bytes, "checkText", check_text);
+	return c;
+}
+
+void ops_call_consumed(struct ops_call *c, size_t n)
+{
+	if (c->op && !c->finished)
+		guest_op_consumed(c->op, n);
 }
 
 struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,

@@ -140,6 +140,23 @@ struct ops_call *ops_write_file(const struct ops_target *t, const char *path, ui
 /* Reads a file of at most max_bytes (0: the server's SANDBOX_MAX_READ_BYTES); EFBIG beyond. */
 struct ops_call *ops_read_file(const struct ops_target *t, const char *path, size_t max_bytes,
 			       ops_done_fn done, void *arg, struct err *err);
+/* A read streamed to its caller: on_head once, with the file's size and (when check_text
+ * was asked) whether it is text JSON can carry as it is (valid UTF-8 without NUL); then
+ * on_data with the contents in order, exactly `size` bytes in all, and the text it promised
+ * when it said so; then done (r->size, no r->data) or err. An err after on_head means the
+ * contents delivered are not the file's (ESTALE: it changed while being read; EREMOTEIO: its
+ * agent broke the protocol; ETIMEDOUT...). Every byte must be handed back with
+ * ops_call_consumed() once the caller no longer holds it: the agent sends at most one
+ * GUEST_WINDOW_INITIAL ahead of that, which is what bounds a read's memory. The size limit
+ * is the server's SANDBOX_MAX_READ_BYTES (EFBIG beyond). */
+struct ops_read_cbs {
+	void (*on_head)(struct ops_call *c, uint64_t size, bool text, void *arg);
+	void (*on_data)(struct ops_call *c, const uint8_t *data, size_t len, void *arg);
+};
+struct ops_call *ops_read_stream(const struct ops_target *t, const char *path, bool check_text,
+				 const struct ops_read_cbs *cbs, ops_done_fn done, void *arg,
+				 struct err *err);
+void ops_call_consumed(struct ops_call *c, size_t n);
 /* A read's reply as every transport gives it: {path, content, encoding, size}. The content is
  * the text itself ("utf8"), or "base64" when asked or when the bytes are not text that JSON
  * can carry (invalid UTF-8, a NUL). */

@@ -66,6 +66,42 @@ bool utf8_valid(const uint8_t *buf, size_t len)
 	return true;
 }
 
+bool utf8_stream_feed(struct utf8_stream *s, const uint8_t *buf, size_t len)
+{
+	size_t i = 0;
+	/* Finish the character the last piece cut, a byte at a time (at most 3). */
+	while (s->ntail && i < len && !s->bad) {
+		s->tail[s->ntail++] = buf[i++];
+		int n = utf8_seq(s->tail, s->ntail);
+		if (n > 0)
+			s->ntail = 0;
+		else if (n == 0)
+			s->bad = true;
+	}
+	while (i < len && !s->bad) {
+		if (buf[i] == 0) {
+			s->bad = true;
+			break;
+		}
+		int n = utf8_seq(buf + i, len - i);
+		if (n > 0) {
+			i += (size_t)n;
+		} else if (n == 0) {
+			s->bad = true;
+		} else {
+			memcpy(s->tail, buf + i, len - i);
+			s->ntail = len - i;
+			break;
+		}
+	}
+	return !s->bad;
+}
+
+bool utf8_stream_end(const struct utf8_stream *s)
+{
+	return !s->bad && s->ntail == 0;
+}
+
 char *utf8_sanitize(const uint8_t *buf, size_t len, size_t *outlen)
 {
 	char *out = xmalloc(len * 3 + 1);

@@ -12,6 +12,18 @@ size_t utf8_incomplete_tail(const uint8_t *buf, size_t len);
 /* Whether buf is entirely valid UTF-8 (no NUL check). */
 bool utf8_valid(const uint8_t *buf, size_t len);
 
+/* Checks a stream of bytes, piece by piece, for text that JSON carries as it is: valid UTF-8
+ * without NUL. A character cut by the end of one piece is finished by the next. */
+struct utf8_stream {
+	uint8_t tail[4];
+	size_t ntail;
+	bool bad;
+};
+/* Returns false (and stays false) once the bytes so far are not such text. */
+bool utf8_stream_feed(struct utf8_stream *s, const uint8_t *buf, size_t len);
+/* Whether everything fed was such text, ending on a character boundary. */
+bool utf8_stream_end(const struct utf8_stream *s);
+
 /* Copies buf as valid UTF-8, each invalid byte replaced by U+FFFD. Returns a NUL-terminated
  * string (caller frees); *outlen gets its length. */
 char *utf8_sanitize(const uint8_t *buf, size_t len, size_t *outlen);

@@ -88,6 +88,11 @@ static void on_data(struct guest_op *op, uint8_t type, const uint8_t *data, size
 	/* A consumer that never frees what it got: the agent must stay within its credit. */
 }
 
+static void on_info(struct guest_op *op, json_t *info, void *arg)
+{
+	/* What a read announces is for the session layer to judge (tests/unit/session). */
+}
+
 static void on_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
 {
 	struct run *r = arg;
@@ -111,7 +116,9 @@ static void on_ping(struct guest_op *op, json_t *result, const struct err *err, 
 }
 
 /* As their owners open them: operations with data, and resume and ping, which have none. */
-static const struct guest_op_cbs data_cbs = { .on_data = on_data, .on_done = on_done };
+static const struct guest_op_cbs data_cbs = { .on_data = on_data,
+					      .on_info = on_info,
+					      .on_done = on_done };
 static const struct guest_op_cbs control_cbs = { .on_done = on_done };
 static const struct guest_op_cbs ping_cbs = { .on_done = on_ping };
 

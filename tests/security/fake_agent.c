@@ -25,9 +25,15 @@
  *     overcredit    output beyond the channel's credit, without waiting for a WINDOW frame
  *     wrongchannel  the terminal reply on a channel the host never opened
  *     duplicate     the terminal reply twice
+ * and, for read in the reply phase, what it says of the file not fitting what it sends:
+ *     noinfo        contents without FILEINFO first
+ *     overannounce  more contents than FILEINFO announced
+ *     short         fewer contents than announced, then the RESULT
+ *     nottext       FILEINFO says text, the contents hold a NUL
+ *     twoinfo       FILEINFO twice
  *
  * Answers without a fault: ping {"pong":true,"protocol":V}, resume {"protocol":V}, exec one
- * line of stdout then {"exitCode":0}, read some bytes then {"size":N}, write (after EOF)
+ * line of stdout then {"exitCode":0}, read FILEINFO, some bytes then {"size":N}, write (after EOF)
  * {"size":N}, list {"entries":[]}; `hang` (an op of the tests only) never; anything else
  * ENOTSUP. FAKE_AGENT_PROTOCOL (or a script line
  * `protocol V`) sets V, by default the protocol of the host it was built with.
@@ -60,7 +66,13 @@ enum fault {
 	F_OVERSIZE,
 	F_OVERCREDIT,
 	F_WRONGCHANNEL,
-	F_DUPLICATE
+	F_DUPLICATE,
+	/* read only: what it says of the file does not fit what it sends */
+	F_NOINFO,       /* contents without FILEINFO first */
+	F_OVERANNOUNCE, /* more contents than FILEINFO announced */
+	F_SHORT,        /* fewer contents than announced, then the RESULT */
+	F_NOTTEXT,      /* FILEINFO says text, the contents hold a NUL */
+	F_TWOINFO,      /* FILEINFO twice */
 };
 
 struct rule {
@@ -71,8 +83,9 @@ struct rule {
 };
 
 static const char *const fault_names[] = {
-	"",    "error",    "malformed",  "notobject",    "silent",
-	"eof", "oversize", "overcredit", "wrongchannel", "duplicate",
+	"",       "error",        "malformed",  "notobject",    "silent",
+	"eof",    "oversize",     "overcredit", "wrongchannel", "duplicate",
+	"noinfo", "overannounce", "short",      "nottext",      "twoinfo",
 };
 
 static struct rule rules[MAX_RULES];
@@ -275,6 +288,9 @@ static bool do_fault(enum fault f, uint32_t ch, const char *ok)
 		frame_str(GUEST_RESULT, ch, ok);
 		frame_str(GUEST_RESULT, ch, ok);
 		return true;
+	default: /* the read faults happened before the reply */
+		frame_str(GUEST_RESULT, ch, ok);
+		return true;
 	}
 	return true;
 }
@@ -305,6 +321,25 @@ static void request_op(const char *json, char *out, size_t max)
 	out[n] = '\0';
 }
 
+/* A read's FILEINFO ({"size":N}, with "text" when the request asked), as `f` has it. */
+static void read_info(uint32_t ch, const char *json, enum fault f)
+{
+	char info[64];
+	size_t size = strlen(READ_CHUNK);
+	if (f == F_NOINFO)
+		return;
+	if (f == F_OVERANNOUNCE)
+		size -= 5;
+	if (f == F_SHORT)
+		size += 10;
+	bool text = strstr(json, "\"checkText\":true") != NULL;
+	snprintf(info, sizeof(info), "{\"size\":%zu%s}", size,
+		 text || f == F_NOTTEXT ? ",\"text\":true" : "");
+	frame_str(GUEST_FILEINFO, ch, info);
+	if (f == F_TWOINFO)
+		frame_str(GUEST_FILEINFO, ch, info);
+}
+
 static bool handle_request(uint32_t ch, const char *json)
 {
 	char op[16], ok[128];
@@ -319,10 +354,15 @@ static bool handle_request(uint32_t ch, const char *json)
 			snprintf(ok, sizeof(ok), "{\"protocol\":%ld}", protocol);
 		return finish(op, nth, ch, ok);
 	}
+	if (strcmp(op, "read") == 0)
+		read_info(ch, json, fault_for(op, nth, PH_REPLY));
 	if (strcmp(op, "exec") == 0 || strcmp(op, "read") == 0) {
 		bool exec = op[0] == 'e';
 		const char *chunk = exec ? OUTPUT_CHUNK : READ_CHUNK;
-		frame_str(exec ? GUEST_STDOUT : GUEST_FILEDATA, ch, chunk);
+		if (!exec && fault_for(op, nth, PH_REPLY) == F_NOTTEXT)
+			frame(GUEST_FILEDATA, ch, "fake\0file contents", 19);
+		else
+			frame_str(exec ? GUEST_STDOUT : GUEST_FILEDATA, ch, chunk);
 		if (mid != F_NONE)
 			return do_fault(mid, ch, "{}");
 		if (exec)

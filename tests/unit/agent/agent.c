@@ -504,6 +504,139 @@ static void test_write_no_torn_file(void **state)
 	assert_true(client_ping(c, 8));
 }
 
+/* Writes n bytes of `fill` to rel, with `mid` (if any) at offset at. */
+static void put_sized(struct client *c, const char *rel, size_t n, char fill, size_t at,
+		      const char *mid)
+{
+	char *buf = malloc(n);
+	assert_non_null(buf);
+	memset(buf, fill, n);
+	if (mid)
+		memcpy(buf + at, mid, strlen(mid));
+	FILE *f = fopen(ws_file(c, rel), "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(buf, 1, n, f), n);
+	fclose(f);
+	free(buf);
+}
+
+static void expect_info(struct reply *r, long long size, int text)
+{
+	assert_int_equal(r->type, GUEST_RESULT);
+	assert_int_equal(r->ninfo, 1);
+	assert_int_equal(json_integer_value(json_object_get(r->info, "size")), size);
+	json_t *t = json_object_get(r->info, "text");
+	if (text < 0)
+		assert_null(t);
+	else
+		assert_true(json_is_boolean(t) && json_is_true(t) == (text == 1));
+	assert_int_equal(r->out_len, (size_t)size);
+}
+
+static void test_read_announces_the_file(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	put_file(c, "t", "caf\xc3\xa9 au lait\n");
+	run(c, 1, &r, "{\"op\":\"read\",\"path\":\"t\"}");
+	expect_info(&r, 14, -1);
+	reply_free(&r);
+	run(c, 2, &r, "{\"op\":\"read\",\"path\":\"t\",\"checkText\":true}");
+	expect_info(&r, 14, 1);
+	reply_free(&r);
+	/* A NUL, a lone continuation byte, a character cut by the end: not text. */
+	put_sized(c, "nul", 100, 'a', 50, "\x01");
+	FILE *f = fopen(ws_file(c, "nul"), "r+");
+	fseek(f, 60, SEEK_SET);
+	fputc(0, f);
+	fclose(f);
+	run(c, 3, &r, "{\"op\":\"read\",\"path\":\"nul\",\"checkText\":true}");
+	expect_info(&r, 100, 0);
+	reply_free(&r);
+	put_sized(c, "bad", 100, 'a', 10, "\x80");
+	run(c, 4, &r, "{\"op\":\"read\",\"path\":\"bad\",\"checkText\":true}");
+	expect_info(&r, 100, 0);
+	reply_free(&r);
+	put_sized(c, "cut", 100, 'a', 99, "\xe2");
+	run(c, 5, &r, "{\"op\":\"read\",\"path\":\"cut\",\"checkText\":true}");
+	expect_info(&r, 100, 0);
+	reply_free(&r);
+	/* Characters across the scan's 64 KiB pieces and the 256 KiB data frames are text. */
+	size_t n = 3 * GUEST_DATA_CHUNK;
+	put_sized(c, "big", n, 'x', GUEST_DATA_CHUNK - 1, "\xe2\x82\xac");
+	f = fopen(ws_file(c, "big"), "r+");
+	fseek(f, 65535, SEEK_SET);
+	fputs("\xf0\x9f\x98\x80", f);
+	fclose(f);
+	run(c, 6, &r, "{\"op\":\"read\",\"path\":\"big\",\"checkText\":true}");
+	expect_info(&r, (long long)n, 1);
+	reply_free(&r);
+}
+
+/* Takes the first window of read ch, with no credit granted back. */
+static void first_window(struct client *c, uint32_t ch, const char *rel, bool check_text)
+{
+	c->auto_window = false;
+	client_request(c, ch, "{\"op\":\"read\",\"path\":\"%s\",\"checkText\":%s}", rel,
+		       check_text ? "true" : "false");
+	struct frame f;
+	uint64_t got = 0;
+	assert_int_equal(client_next(c, ch, &f, 5000), 0);
+	assert_int_equal(f.type, GUEST_FILEINFO);
+	frame_free(&f);
+	while (got < GUEST_WINDOW_INITIAL) {
+		assert_int_equal(client_next(c, ch, &f, 5000), 0);
+		assert_int_equal(f.type, GUEST_FILEDATA);
+		got += f.len;
+		frame_free(&f);
+	}
+}
+
+static void expect_changed(struct client *c, uint32_t ch)
+{
+	struct reply r;
+	c->auto_window = true;
+	client_window(c, ch, GUEST_WINDOW_INITIAL);
+	assert_int_equal(client_wait(c, ch, &r, 30000), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "ESTALE");
+	reply_free(&r);
+}
+
+static void test_read_of_a_changing_file_fails(void **state)
+{
+	struct client *c = *state;
+	size_t n = 4u << 20;
+	/* Grown while being read. */
+	put_sized(c, "grow", n, 'g', 0, NULL);
+	first_window(c, 1, "grow", false);
+	FILE *f = fopen(ws_file(c, "grow"), "a");
+	fputs("more", f);
+	fclose(f);
+	expect_changed(c, 1);
+	/* Shrunk. */
+	put_sized(c, "shrink", n, 's', 0, NULL);
+	first_window(c, 2, "shrink", false);
+	assert_int_equal(truncate(ws_file(c, "shrink"), (off_t)(n / 2) + 1), 0);
+	expect_changed(c, 2);
+	/* The same size, rewritten in place after the part already sent. */
+	put_sized(c, "same", n, 'm', 0, NULL);
+	first_window(c, 3, "same", false);
+	f = fopen(ws_file(c, "same"), "r+");
+	fseek(f, (long)(n - 10), SEEK_SET);
+	fputs("changed", f);
+	fclose(f);
+	expect_changed(c, 3);
+	/* Text that stops being text where it was not read yet. */
+	put_sized(c, "text", n, 't', 0, NULL);
+	first_window(c, 4, "text", true);
+	f = fopen(ws_file(c, "text"), "r+");
+	fseek(f, (long)(n - 10), SEEK_SET);
+	fputc(0, f);
+	fclose(f);
+	expect_changed(c, 4);
+}
+
 static void test_read_errors(void **state)
 {
 	struct client *c = *state;
@@ -939,6 +1072,8 @@ int main(void)
 		T(test_write_empty_mode_parents),
 		T(test_write_no_torn_file),
 		T(test_read_errors),
+		T(test_read_announces_the_file),
+		T(test_read_of_a_changing_file_fails),
 		T(test_list),
 		T(test_list_bounded),
 		T(test_stat_mkdir_remove),

@@ -248,6 +248,19 @@ int client_wait(struct client *c, uint32_t ch, struct reply *r, int timeout_ms)
 			if (c->auto_window)
 				client_window(c, ch, f.len);
 			break;
+		case GUEST_FILEINFO:
+			/* Before any data, and once. */
+			if (r->ninfo++ || r->out_len) {
+				fprintf(stderr, "client: FILEINFO out of place\n");
+				abort();
+			}
+			r->info = json_loadb((const char *)f.payload, f.len, JSON_REJECT_DUPLICATES,
+					     NULL);
+			if (!json_is_object(r->info)) {
+				fprintf(stderr, "client: bad FILEINFO from the agent\n");
+				abort();
+			}
+			break;
 		case GUEST_WINDOW:
 			if (f.len == 4)
 				r->windows += (uint32_t)f.payload[0] << 24 | f.payload[1] << 16 |
@@ -276,6 +289,7 @@ void reply_free(struct reply *r)
 {
 	if (r->json)
 		json_decref(r->json);
+	json_decref(r->info);
 	free(r->out);
 	free(r->err);
 	memset(r, 0, sizeof(*r));

@@ -36,6 +36,8 @@ struct client {
 struct reply {
 	uint8_t type; /* GUEST_RESULT or GUEST_ERROR */
 	json_t *json; /* the terminal frame's payload */
+	json_t *info; /* a read's FILEINFO, or NULL */
+	size_t ninfo; /* FILEINFO frames received */
 	char *out;    /* STDOUT or FILEDATA bytes */
 	size_t out_len;
 	char *err; /* STDERR bytes */

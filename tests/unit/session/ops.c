@@ -30,6 +30,7 @@
 
 #include "config.h"
 #include "fake_driver.h"
+#include "guest/proto.h"
 #include "loop.h"
 #include "session/ops.h"
 #include "session/session.h"
@@ -408,6 +409,10 @@ struct call_rec {
 	/* what the callback does: destroy this session (when destroy_target.session_id) */
 	struct ops_target destroy_target;
 	int destroy_rc;
+	/* a streamed read */
+	int heads;
+	uint64_t head_size;
+	bool head_text;
 };
 
 static void on_call_done(struct ops_call *c, const struct ops_result *r, const struct err *err,
@@ -498,6 +503,36 @@ static void read_run(struct call_rec *rec, const struct ops_target *t, const cha
 {
 	read_begin(rec, t, path, max);
 	wait_count(&rec->dones, 1, "the read");
+}
+
+static void stream_on_head(struct ops_call *c, uint64_t size, bool text, void *arg)
+{
+	struct call_rec *rec = arg;
+	rec->heads++;
+	rec->head_size = size;
+	rec->head_text = text;
+}
+
+static void stream_on_data(struct ops_call *c, const uint8_t *data, size_t len, void *arg)
+{
+	struct call_rec *rec = arg;
+	size_t room = sizeof(rec->data) - 1 - rec->data_len;
+	size_t n = len < room ? len : room;
+	memcpy(rec->data + rec->data_len, data, n);
+	rec->data_len += n;
+	rec->data[rec->data_len] = '\0';
+	ops_call_consumed(c, len);
+}
+
+static const struct ops_read_cbs stream_cbs = { .on_head = stream_on_head,
+						.on_data = stream_on_data };
+
+/* A streamed read that asks whether the file is text, as REST's JSON reply does. */
+static void stream_run(struct call_rec *rec, const struct ops_target *t, const char *path)
+{
+	struct err e;
+	call_started(rec, ops_read_stream(t, path, true, &stream_cbs, on_call_done, rec, &e), &e);
+	wait_count(&rec->dones, 1, "the streamed read");
 }
 
 static void list_run(struct call_rec *rec, const struct ops_target *t, const char *path)
@@ -1095,6 +1130,63 @@ static void test_an_agent_sending_more_than_max_bytes_is_stopped(void **state)
 	assert_int_equal(session_find("", "big-fake")->running, 0);
 }
 
+/* A streamed read whose consumer holds what it got until told to let go. */
+struct held_read {
+	struct call_rec rec;
+	uint64_t got;
+	bool let_go;
+};
+
+static void held_on_data(struct ops_call *c, const uint8_t *data, size_t len, void *arg)
+{
+	struct held_read *h = arg;
+	h->got += len;
+	if (h->let_go)
+		ops_call_consumed(c, len);
+}
+
+static const struct ops_read_cbs held_cbs = { .on_head = stream_on_head, .on_data = held_on_data };
+
+static bool held_window(const void *arg)
+{
+	const struct held_read *h = arg;
+	return h->got >= GUEST_WINDOW_INITIAL;
+}
+
+static void test_a_streamed_read_waits_for_its_consumer(void **state)
+{
+	plan_real();
+	struct ops_target t = target("", "stream");
+	size_t n = 3u << 20;
+	char *text = xmalloc(n + 1);
+	memset(text, 'a', n);
+	text[n] = '\0';
+	struct call_rec *w = call_rec_new();
+	write_run(w, &t, "big.txt", text);
+	free(text);
+	assert_true(w->ok);
+	struct held_read *h = recorder_new(sizeof(*h));
+	struct err e;
+	call_started(&h->rec,
+		     ops_read_stream(&t, "big.txt", true, &held_cbs, on_call_done, &h->rec, &e),
+		     &e);
+	loop_until(held_window, h, "a window of the read");
+	/* Another operation's round trip on the same connection: the agent has had every
+	 * chance to send more, and sent nothing beyond the credit it had. */
+	barrier(&t);
+	assert_int_equal(h->got, GUEST_WINDOW_INITIAL);
+	assert_int_equal(h->rec.heads, 1);
+	assert_int_equal(h->rec.head_size, n);
+	assert_true(h->rec.head_text);
+	assert_int_equal(h->rec.dones, 0);
+	h->let_go = true;
+	ops_call_consumed(h->rec.c, (size_t)h->got);
+	wait_count(&h->rec.dones, 1, "the streamed read");
+	assert_true(h->rec.ok);
+	assert_int_equal(h->got, n);
+	assert_int_equal(h->rec.size, n);
+}
+
 static void test_a_file_operation_times_out(void **state)
 {
 	plan_script("read reply silent");
@@ -1552,6 +1644,8 @@ static int run_op(const struct fault_case *fc, const struct ops_target *t)
 	struct call_rec *r = call_rec_new();
 	if (strcmp(fc->op, "read") == 0)
 		read_run(r, t, "file", 0);
+	else if (strcmp(fc->op, "stream") == 0)
+		stream_run(r, t, "file");
 	else if (strcmp(fc->op, "write") == 0)
 		write_run(r, t, "file", "some bytes");
 	else
@@ -1574,6 +1668,14 @@ static void test_an_agent_failing_midway_fails_the_operation_then_the_session(vo
 		{ "exec midstream oversize", "exec", EREMOTEIO },
 		{ "read midstream eof", "read", ECONNRESET },
 		{ "read midstream oversize", "read", EREMOTEIO },
+		/* What it says of a file does not fit what it sends: cut off at once. */
+		{ "read reply noinfo", "read", EREMOTEIO },
+		{ "read reply noinfo", "stream", EREMOTEIO },
+		{ "read reply overannounce", "read", EREMOTEIO },
+		{ "read reply overannounce", "stream", EREMOTEIO },
+		{ "read reply twoinfo", "read", EREMOTEIO },
+		{ "read reply twoinfo", "stream", EREMOTEIO },
+		{ "read reply nottext", "stream", EREMOTEIO },
 		{ "write midstream eof", "write", ECONNRESET },
 		{ "list reply eof", "list", ECONNRESET },
 	};
@@ -1609,6 +1711,9 @@ static void test_an_agents_bad_answer_fails_only_the_operation(void **state)
 		{ "exec#1 reply error", "exec", ENOSPC },
 		{ "exec#1 midstream malformed", "exec", EREMOTEIO },
 		{ "read#1 reply notobject", "read", EREMOTEIO },
+		/* It ends before the size it announced: the read failed, the session did not. */
+		{ "read#1 reply short", "read", EREMOTEIO },
+		{ "read#1 reply short", "stream", EREMOTEIO },
 		{ "write#1 reply error", "write", ENOSPC },
 		{ "list#1 reply malformed", "list", EREMOTEIO },
 	};
@@ -1948,6 +2053,7 @@ int main(int argc, char **argv)
 		T_(test_reading_or_listing_needs_the_session),
 		T_(test_reading_beyond_max_bytes),
 		T_(test_an_agent_sending_more_than_max_bytes_is_stopped),
+		T_(test_a_streamed_read_waits_for_its_consumer),
 		T_(test_a_file_operation_times_out),
 		T_(test_detach_a_file_operation),
 		T_(test_owners_do_not_see_each_other),
