@@ -19,7 +19,6 @@
 #include "util/text.h"
 
 /* What read_file returns at most unless asked for more (an agent rarely wants more). */
-#define READ_DEFAULT_MAX (8u << 20)
 
 /* --- schemas ------------------------------------------------------------------------ */
 
@@ -145,7 +144,8 @@ static const char in_read_file[] =
 	"\"encoding\": {\"type\": \"string\", \"enum\": [\"utf8\", \"base64\"], \"description\": "
 	"\"base64 forces base64; by default text comes as utf8 and anything else as base64\"}, "
 	"\"maxBytes\": {\"type\": \"integer\", \"minimum\": 1, \"description\": \"Fail if the "
-	"file is larger (default 8 MiB, at most the server's limit)\"}}, "
+	"file is larger (default and most: the server's read_file limit, 4 MiB unless "
+	"configured; read larger files with the REST API, which streams them)\"}}, "
 	"\"required\": [\"sessionId\", \"path\"], \"additionalProperties\": false}";
 static const char out_read_file[] =
 	"{\"type\": \"object\", \"properties\": {"
@@ -507,6 +507,8 @@ struct call_state {
 	struct ops_call *op;
 	char version[16];
 	bool want_base64;
+	bool at_cap; /* read_file: the limit is SANDBOX_MCP_MAX_READ_BYTES, not a smaller maxBytes
+		      */
 };
 
 static void call_state_cancel(struct mcp_call *c, void *state)
@@ -706,6 +708,16 @@ static void got_file(struct ops_call *op, const struct ops_result *r, const stru
 		     void *arg)
 {
 	struct call_state *st = arg;
+	if (err && err->errnum == EFBIG && st->at_cap) {
+		reply_error(
+			st->c,
+			"%s: a read_file result is one JSON-RPC message, so it is limited to %zu "
+			"bytes (SANDBOX_MCP_MAX_READ_BYTES); read larger files with the REST API "
+			"(GET /exec/{sessionId}/read?path=...), which streams them",
+			err->msg, api_cfg->mcp_max_read_bytes);
+		free(st);
+		return;
+	}
 	if (err) {
 		reply_err(st->c, err);
 		free(st);
@@ -722,10 +734,14 @@ static void t_read_file(struct mcp_call *c, json_t *args, const char *version)
 	struct ops_target t = target(c, args);
 	const char *encoding = json_string_value(json_object_get(args, "encoding"));
 	json_t *maxb = json_object_get(args, "maxBytes");
-	size_t max = maxb ? (size_t)json_integer_value(maxb) : READ_DEFAULT_MAX;
-	if (max > api_cfg->max_read_bytes)
-		max = api_cfg->max_read_bytes;
+	size_t cap = api_cfg->mcp_max_read_bytes < api_cfg->max_read_bytes
+			     ? api_cfg->mcp_max_read_bytes
+			     : api_cfg->max_read_bytes;
+	size_t max = maxb ? (size_t)json_integer_value(maxb) : cap;
+	if (max > cap)
+		max = cap;
 	struct call_state *st = call_state_new(version);
+	st->at_cap = max == api_cfg->mcp_max_read_bytes;
 	st->want_base64 = encoding && strcmp(encoding, "base64") == 0;
 	struct err e;
 	struct ops_call *op = ops_read_file(&t, json_string_value(json_object_get(args, "path")),

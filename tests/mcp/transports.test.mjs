@@ -300,6 +300,41 @@ for (const kind of TRANSPORTS) {
       structured(await tool("reset_session", { sessionId: id }));
     });
 
+    it("read_file stops at its limit (one JSON-RPC message), naming it and the REST route", async () => {
+      const id = sid("big-read");
+      const mib = 1024 * 1024;
+      structured(
+        await client.callTool({
+          name: "execute",
+          arguments: {
+            sessionId: id,
+            command: `head -c ${4 * mib} /dev/zero | tr '\\0' a > four; echo b >> four; head -c ${4 * mib} /dev/zero | tr '\\0' a > fits`,
+          },
+        }),
+      );
+      const over = await client.callTool({
+        name: "read_file",
+        arguments: { sessionId: id, path: "four" },
+      });
+      assert.equal(over.isError, true);
+      assert.match(errorText(over), /4194304 bytes \(SANDBOX_MCP_MAX_READ_BYTES\)/);
+      assert.match(errorText(over), /GET \/exec\/\{sessionId\}\/read/);
+      // A larger maxBytes does not lift it.
+      const asked = await client.callTool({
+        name: "read_file",
+        arguments: { sessionId: id, path: "four", maxBytes: 64 * mib },
+      });
+      assert.equal(asked.isError, true);
+      assert.match(errorText(asked), /SANDBOX_MCP_MAX_READ_BYTES/);
+      // At the limit exactly, it is read.
+      const fits = structured(
+        await client.callTool({ name: "read_file", arguments: { sessionId: id, path: "fits" } }),
+      );
+      assert.equal(fits.size, 4 * mib);
+      assert.equal(fits.content.length, 4 * mib);
+      structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
     it("reports failures as tool errors with the real reason", async () => {
       const id = sid("errors");
       const escape = await client.callTool({
