@@ -266,13 +266,18 @@ static int read_poll_fill(struct op *op, struct pollfd *pfd, int64_t *deadline)
 	return 0;
 }
 
-/* The file as it is at its end: the size announced, not modified since it was opened. */
-static void read_finish(struct read_op *x)
+/* Whether the file is still as it was opened: the size announced, not modified since. */
+static bool read_unchanged(struct read_op *x)
 {
 	struct stat st;
-	if (x->size != x->announced || fstat(x->fd, &st) < 0 ||
-	    (uint64_t)st.st_size != x->announced || st.st_mtim.tv_sec != x->mtime.tv_sec ||
-	    st.st_mtim.tv_nsec != x->mtime.tv_nsec || (x->check_text && !text_check_ok(&x->text))) {
+	return fstat(x->fd, &st) == 0 && (uint64_t)st.st_size == x->announced &&
+	       st.st_mtim.tv_sec == x->mtime.tv_sec && st.st_mtim.tv_nsec == x->mtime.tv_nsec;
+}
+
+static void read_finish(struct read_op *x)
+{
+	if (x->size != x->announced || !read_unchanged(x) ||
+	    (x->check_text && !text_check_ok(&x->text))) {
 		read_changed(x);
 		return;
 	}
@@ -323,6 +328,12 @@ static void read_step(struct op *op, const struct pollfd *pfd, int n)
 			read_changed(x);
 			return;
 		}
+	}
+	/* The last bytes go only if the file is still as it was: a change found after them
+	 * would come when the reader already holds what looks like the whole file. */
+	if (x->size + (uint64_t)k == x->announced && !read_unchanged(x)) {
+		read_changed(x);
+		return;
 	}
 	conn_commit(op->conn, GUEST_FILEDATA, op->ch, (size_t)k);
 	op->send_credit -= (uint64_t)k;

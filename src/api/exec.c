@@ -883,6 +883,7 @@ static void read_on_client_gone(struct http_ctx *ctx, void *arg)
 	ops_call_detach(rr->call);
 	http_stream_on_drain(ctx, 0, NULL, NULL);
 	read_req_free(rr);
+	http_stream_abort(ctx); /* nothing is sent: the ctx is done with */
 }
 
 void api_exec_read(struct http_ctx *ctx)

@@ -26,6 +26,48 @@ static void test_incomplete_tail(void **state)
 	assert_int_equal(utf8_incomplete_tail(bad, 2), 0);
 }
 
+/* Feeds buf cut at every pair of points: the verdict never depends on where it is cut. */
+static bool stream_verdict_everywhere(const uint8_t *buf, size_t len, bool want)
+{
+	for (size_t a = 0; a <= len; a++) {
+		for (size_t b = a; b <= len; b++) {
+			struct utf8_stream st = { 0 };
+			utf8_stream_feed(&st, buf, a);
+			utf8_stream_feed(&st, buf + a, b - a);
+			utf8_stream_feed(&st, buf + b, len - b);
+			if (utf8_stream_end(&st) != want)
+				return false;
+		}
+	}
+	return true;
+}
+
+static void test_stream(void **state)
+{
+	const uint8_t text[] = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80!";
+	assert_true(stream_verdict_everywhere(text, sizeof(text) - 1, true));
+	const uint8_t nul[] = { 'a', 0, 'b' };
+	assert_true(stream_verdict_everywhere(nul, sizeof(nul), false));
+	const uint8_t lone[] = { 'a', 0x80, 'b' };
+	assert_true(stream_verdict_everywhere(lone, sizeof(lone), false));
+	const uint8_t cut[] = { 'a', 0xe2, 0x82 };
+	assert_true(stream_verdict_everywhere(cut, sizeof(cut), false));
+	const uint8_t surrogate[] = { 0xed, 0xa0, 0x80 };
+	assert_true(stream_verdict_everywhere(surrogate, sizeof(surrogate), false));
+	const uint8_t overlong[] = { 0xe0, 0x80, 0xaf };
+	assert_true(stream_verdict_everywhere(overlong, sizeof(overlong), false));
+	const uint8_t broken[] = { 0xe2, 'a', 0xac };
+	assert_true(stream_verdict_everywhere(broken, sizeof(broken), false));
+	/* Once not text, it stays so. */
+	struct utf8_stream st = { 0 };
+	assert_false(utf8_stream_feed(&st, nul, sizeof(nul)));
+	assert_false(utf8_stream_feed(&st, text, 3));
+	assert_false(utf8_stream_end(&st));
+	/* Nothing at all is text. */
+	struct utf8_stream empty = { 0 };
+	assert_true(utf8_stream_end(&empty));
+}
+
 static void test_valid(void **state)
 {
 	assert_true(utf8_valid((const uint8_t *)"h\xc3\xa9llo", 6));
@@ -114,6 +156,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_incomplete_tail),
+		cmocka_unit_test(test_stream),
 		cmocka_unit_test(test_valid),
 		cmocka_unit_test(test_sanitize_replaces_each_bad_byte),
 		cmocka_unit_test(test_base64_round_trip_all_bytes),
