@@ -113,6 +113,8 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_OUTPUT_BYTES", V_SIZE, F(max_output_bytes), "16777216", KiB, 4 * GiB },
 	{ "SANDBOX_MAX_READ_BYTES", V_SIZE, F(max_read_bytes), "67108864", KiB, 4 * GiB },
 	{ "SANDBOX_MCP_MAX_READ_BYTES", V_SIZE, F(mcp_max_read_bytes), "4194304", KiB, 1 * GiB },
+	{ "SANDBOX_MAX_JSON_DEPTH", V_UINT, F(max_json_depth), "32", 2, 1000 },
+	{ "SANDBOX_MAX_JSON_ELEMENTS", V_UINT, F(max_json_elements), "10000", 16, 10000000 },
 	{ "SANDBOX_EXEC_TIMEOUT_MS", V_UINT, F(default_timeout_ms), "0", 0, UINT_MAX },
 	{ "SANDBOX_WORKERS", V_UINT, F(workers), "4", 1, 256 },
 

@@ -75,6 +75,10 @@ struct config {
 	size_t max_read_bytes;   /* SANDBOX_MAX_READ_BYTES: largest file read, default 64 MiB */
 	/* SANDBOX_MCP_MAX_READ_BYTES: largest MCP read_file (one JSON-RPC message), 4 MiB */
 	size_t mcp_max_read_bytes;
+	/* SANDBOX_MAX_JSON_DEPTH, SANDBOX_MAX_JSON_ELEMENTS: a JSON request body's nesting and
+	 * number of values (32, 10000) */
+	unsigned max_json_depth;
+	unsigned max_json_elements;
 	unsigned default_timeout_ms; /* SANDBOX_EXEC_TIMEOUT_MS: when a request gives none, default
 					0 = none */
 	unsigned workers;            /* SANDBOX_WORKERS: blocking-work threads, default 4 */

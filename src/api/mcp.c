@@ -106,6 +106,11 @@ static bool read_messages(struct http_ctx *ctx, struct mcp_batch *b)
 	const uint8_t *body = http_body(ctx, &len);
 	int code;
 	struct err e;
+	if (http_json_limits_check(ctx, body, len, &e) < 0) {
+		reply_rpc_error(ctx, http_status_for_errno(e.errnum), NULL, MCP_INVALID_REQUEST,
+				e.msg);
+		return false;
+	}
 	if (mcp_decode(body, len, b, &code, &e) < 0) {
 		reply_rpc_error(ctx, 400, NULL, code, e.msg);
 		return false;

@@ -4,6 +4,11 @@
 #define POST   HTTP_REQ_POST
 #define DELETE HTTP_REQ_DELETE
 
+/* Bodies of routes that take only a few fields are kept small (the server's
+ * SANDBOX_MAX_BODY_BYTES is for file contents, stdin and MCP messages that carry them). */
+#define SMALL_BODY   (64u << 10)
+#define SESSION_BODY (1u << 20) /* a session's env and egress policy */
+
 /* Order matters: fixed paths before the :id patterns they would also match. */
 const struct http_route api_routes[] = {
 	{ GET, "/health", api_health, NULL },
@@ -11,9 +16,9 @@ const struct http_route api_routes[] = {
 	{ GET, "/metrics", api_metrics, "metrics" },
 	{ GET, "/exec/templates", api_exec_templates, "exec" },
 	{ GET, "/exec", api_exec_list, "exec" },
-	{ POST, "/exec", api_exec_create, "exec" },
+	{ POST, "/exec", api_exec_create, "exec", SESSION_BODY },
 	{ POST, "/exec/:id/execute", api_exec_execute, "exec" },
-	{ POST, "/exec/:id/cancel", api_exec_cancel, "exec" },
+	{ POST, "/exec/:id/cancel", api_exec_cancel, "exec", SMALL_BODY },
 	{ POST, "/exec/:id/write", api_exec_write, "exec" },
 	{ GET, "/exec/:id/read", api_exec_read, "exec" },
 	{ GET, "/exec/:id/files", api_exec_files, "exec" },
@@ -27,9 +32,9 @@ const struct http_route api_routes[] = {
 	{ GET, "/sse", api_mcp_sse, "exec" },
 	{ POST, "/messages", api_mcp_messages, "exec" },
 	{ GET, "/admin/keys", api_admin_keys_list, "admin" },
-	{ POST, "/admin/keys", api_admin_keys_create, "admin" },
-	{ POST, "/admin/keys/:id/revoke", api_admin_keys_revoke, "admin" },
-	{ POST, "/admin/keys/:id/rotate", api_admin_keys_rotate, "admin" },
+	{ POST, "/admin/keys", api_admin_keys_create, "admin", SMALL_BODY },
+	{ POST, "/admin/keys/:id/revoke", api_admin_keys_revoke, "admin", SMALL_BODY },
+	{ POST, "/admin/keys/:id/rotate", api_admin_keys_rotate, "admin", SMALL_BODY },
 	{ DELETE, "/admin/keys/:id", api_admin_keys_delete, "admin" },
 	{ HTTP_REQ_PATCH, "/admin/keys/:id", api_admin_keys_update, "admin" },
 };

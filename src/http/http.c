@@ -43,6 +43,7 @@
 #include "http/h1.h"
 #include "http/internal.h"
 #include "util/cleanup.h"
+#include "util/jsonlimit.h"
 #include "util/log.h"
 #include "util/text.h"
 #include "util/time.h"
@@ -1438,6 +1439,15 @@ const uint8_t *http_body(struct http_ctx *ctx, size_t *len)
 	return *len ? evbuffer_pullup(ctx->body, -1) : (const uint8_t *)"";
 }
 
+int http_json_limits_check(struct http_ctx *ctx, const uint8_t *body, size_t len, struct err *err)
+{
+	const struct config *cfg = ctx->srv->cfg;
+	struct jsonlimit lim = { .max_depth = cfg->max_json_depth ? cfg->max_json_depth : 32,
+				 .max_elements =
+					 cfg->max_json_elements ? cfg->max_json_elements : 10000 };
+	return jsonlimit_check(body, len, &lim, err);
+}
+
 int http_body_json(struct http_ctx *ctx, json_t **ret)
 {
 	size_t len;
@@ -1445,6 +1455,11 @@ int http_body_json(struct http_ctx *ctx, json_t **ret)
 	if (len == 0) {
 		*ret = json_object();
 		return 0;
+	}
+	struct err e;
+	if (http_json_limits_check(ctx, body, len, &e) < 0) {
+		http_reply_err(ctx, &e);
+		return -1;
 	}
 	json_error_t jerr;
 	json_auto_t *j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);

@@ -174,8 +174,13 @@ void http_body_stream(struct http_ctx *ctx, const struct http_body_ops *ops, voi
 void http_body_pause(struct http_ctx *ctx);
 void http_body_resume(struct http_ctx *ctx);
 
-/* Parses the body as a JSON object (an empty body is {}). On failure replies 400/413 and
- * returns -1; the handler must then return without replying again. */
+/* Checks a JSON text against the server's SANDBOX_MAX_JSON_DEPTH (EINVAL) and
+ * SANDBOX_MAX_JSON_ELEMENTS (EMSGSIZE), in one linear pass and constant memory: what a
+ * route that parses JSON itself calls first. */
+int http_json_limits_check(struct http_ctx *ctx, const uint8_t *body, size_t len, struct err *err);
+
+/* Parses the body as a JSON object (an empty body is {}), within the limits above. On failure
+ * replies 400/413 and returns -1; the handler must then return without replying again. */
 int http_body_json(struct http_ctx *ctx, json_t **ret);
 
 /* --- replies ------------------------------------------------------------------------ */
