@@ -15,7 +15,11 @@ around each request):
 Baselines: posix_spawn + waitpid of /bin/true on the host, and writing and reading a 1 MiB
 file in a local temporary directory. Prints p50 and p99 of each and the ratios of the p50s.
 
-Usage: python3 bench/exec/bench.py [--runs N] [--json FILE]
+With --against OTHER (another sandboxd binary, say a build of an earlier commit), it then
+times the reads of 1 MiB (raw, base64 JSON and text JSON) against both daemons in the same
+run, alternating request by request, and prints the ratios of the p50s (this / other).
+
+Usage: python3 bench/exec/bench.py [--runs N] [--json FILE] [--against OTHER]
 Environment: DRIVER, SANDBOXD, FIRECRACKER_ARTIFACTS_DIR as for the integration tests.
 """
 
@@ -87,8 +91,8 @@ class Client:
         return elapsed, reply
 
 
-def start_daemon(pool):
-    d = harness.Daemon(env={
+def start_daemon(pool, binary=None):
+    d = harness.Daemon(binary=binary, env={
         "SANDBOX_DEFAULT_TEMPLATE": TEMPLATE,
         "AUTH_ENABLED": "false",
         "SANDBOX_WARM_POOL": str(pool),
@@ -165,6 +169,53 @@ def bench_daemon_ops(client, runs):
     return out
 
 
+READS = (
+    ("read 1 MiB (raw bytes)", "bench.bin", "", {"Accept": "application/octet-stream"}),
+    ("read 1 MiB (base64 JSON)", "bench.bin", "&encoding=base64", None),
+    ("read 1 MiB (text JSON)", "bench.txt", "", None),
+)
+
+
+def prepare_reads(client, sid, data, text):
+    client.timed("POST", "/exec/", {"id": sid}, expect=201)
+    for path, content, encoding in (("bench.bin", base64.b64encode(data).decode(), "base64"),
+                                    ("bench.txt", text, "utf8")):
+        _, body = client.timed("POST", f"/exec/{sid}/write",
+                               {"path": path, "content": content, "encoding": encoding})
+        if body.get("size") != MiB:
+            raise SystemExit(f"write: {body}")
+
+
+def check_read(name, reply, data, text):
+    if "raw" in name:
+        ok = reply == data
+    elif "base64" in name:
+        ok = base64.b64decode(reply.get("content", "")) == data
+    else:
+        ok = reply.get("content") == text and reply.get("encoding") == "utf8"
+    if not ok:
+        raise SystemExit(f"{name}: the contents differ")
+
+
+def bench_reads_against(client, other, runs):
+    """The reads, alternating between this daemon and the other one, request by request."""
+    data = os.urandom(MiB)
+    text = base64.b64encode(os.urandom(MiB))[:MiB].decode()
+    prepare_reads(client, "bench-reads", data, text)
+    prepare_reads(other, "bench-reads", data, text)
+    out = {}
+    for name, path, query, headers in READS:
+        mine, theirs = [], []
+        for _ in range(runs):
+            for c, samples in ((client, mine), (other, theirs)):
+                elapsed, reply = c.timed("GET", f"/exec/bench-reads/read?path={path}{query}",
+                                         headers=headers)
+                check_read(name, reply, data, text)
+                samples.append(elapsed)
+        out[name] = (mine, theirs)
+    return out
+
+
 def bench_spawn(runs):
     samples = []
     for _ in range(runs):
@@ -200,6 +251,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=200, help="runs per measurement (200)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--against", metavar="SANDBOXD",
+                    help="also time the reads against this other daemon binary")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
@@ -245,10 +298,38 @@ def main():
                         "mean_ms": statistics.fmean(samples) / 1e6, "runs": len(samples),
                         "baseline": base_name, "baseline_p50_ms": b50, "baseline_p99_ms": b99,
                         "ratio_p50": ratio})
+    compared = []
+    if args.against:
+        compared = compare_reads(args.against, runs)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"driver": driver, "runs": runs, "results": results}, f, indent=2)
+            json.dump({"driver": driver, "runs": runs, "results": results,
+                       "against": compared}, f, indent=2)
             f.write("\n")
+
+
+def compare_reads(other_binary, runs):
+    mine = start_daemon(pool=1)
+    try:
+        theirs = start_daemon(pool=1, binary=other_binary)
+        try:
+            out = bench_reads_against(Client(mine), Client(theirs), runs)
+        finally:
+            theirs.stop()
+    finally:
+        mine.stop()
+    print(f"\nreads against {other_binary}, alternating, {runs} runs each, milliseconds")
+    print(f"{'operation':<28}{'p50':>9}{'p99':>9}   {'other p50':>10}{'other p99':>10}"
+          f"{'ratio p50':>11}")
+    results = []
+    for name, (a, b) in out.items():
+        p50, p99 = percentile(a, 50), percentile(a, 99)
+        o50, o99 = percentile(b, 50), percentile(b, 99)
+        ratio = p50 / o50 if o50 else float("inf")
+        print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}   {o50:>10.3f}{o99:>10.3f}{ratio:>10.2f}x")
+        results.append({"operation": name, "p50_ms": p50, "p99_ms": p99, "other_p50_ms": o50,
+                        "other_p99_ms": o99, "ratio_p50": ratio})
+    return results
 
 
 if __name__ == "__main__":

@@ -187,11 +187,12 @@ class StreamedReadsTest(DaemonTestCase):
         sid = self.session()
         self.make_file(sid, "same.txt", 8, byte="\\001")
         s, headers, got = self.paused_read(sid, "same.txt", "application/json")
-        body = read_to_close(s, got) if headers.get("connection") == "close" else None
-        if body is None:
-            body = got
-            while not body.endswith(b"0\r\n\r\n"):
-                body += s.recv(1 << 20)
+        self.assertEqual(headers.get("transfer-encoding"), "chunked")
+        body = got
+        while not body.endswith(b"0\r\n\r\n"):
+            chunk = s.recv(1 << 20)
+            self.assertTrue(chunk, "the reply ended before its last chunk")
+            body += chunk
         # Control characters escaped as \u0001: six bytes each, through a small window.
         chunks, rest = [], body
         while True:
