@@ -432,7 +432,7 @@ void op_read(struct conn *c, uint32_t ch, const struct req *r)
 	else if (r->u.read.max_bytes >= 0 && st.st_size > r->u.read.max_bytes)
 		ret = err_set(&e, EFBIG, "`%s` is %lld bytes, over the limit of %lld", r->path,
 			      (long long)st.st_size, (long long)r->u.read.max_bytes);
-	else if (r->u.read.check_text)
+	else if (r->u.read.info && r->u.read.check_text)
 		ret = read_scan_text(fd, (uint64_t)st.st_size, &text, r->path, &e);
 	if (ret < 0) {
 		wspath_fini(&wp);
@@ -447,6 +447,8 @@ void op_read(struct conn *c, uint32_t ch, const struct req *r)
 	x->announced = (uint64_t)st.st_size;
 	x->check_text = text;
 	x->mtime = st.st_mtim;
-	read_send_info(c, ch, x->announced, r->u.read.check_text, text);
+	/* Only a host that asks knows the frame: an older one would take it for a fault. */
+	if (r->u.read.info)
+		read_send_info(c, ch, x->announced, r->u.read.check_text, text);
 	op_register(c, &x->op, &read_vt, ch);
 }

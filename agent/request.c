@@ -266,6 +266,8 @@ static int parse_op(const struct json *o, struct req *r, struct err *err)
 		r->u.read.max_bytes = -1;
 		if ((ret = get_str(o, "path", true, &r->path, err)) < 0)
 			return ret;
+		if ((ret = get_bool(o, "info", &r->u.read.info, err)) < 0)
+			return ret;
 		if ((ret = get_bool(o, "checkText", &r->u.read.check_text, err)) < 0)
 			return ret;
 		return get_int(o, "maxBytes", 0, JSON_INT_MAX, &r->u.read.max_bytes, err);

@@ -76,6 +76,7 @@ struct req {
 		} write;
 		struct {
 			int64_t max_bytes; /* -1: no limit */
+			bool info;         /* FILEINFO before the data (hosts of protocol 3) */
 			bool check_text;   /* FILEINFO says whether the file is text */
 		} read;
 		struct {

@@ -46,7 +46,8 @@ enum guest_type {
 	GUEST_STDOUT = 16,   /* raw */
 	GUEST_STDERR = 17,   /* raw */
 	GUEST_FILEDATA = 18, /* raw: contents of a read */
-	/* JSON, once per read, before its FILEDATA: {"size": N, "text": bool}. "size" is the
+	/* JSON, once per read that asked with "info": true, before its FILEDATA:
+	 * {"size": N, "text": bool}. "size" is the
 	 * file's size when it was opened: exactly that many FILEDATA bytes follow, or the read
 	 * ends with an ERROR (ESTALE when the file changed meanwhile). "text" (only when the
 	 * request had "checkText": true) tells whether the whole file is valid UTF-8 without

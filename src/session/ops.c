@@ -941,8 +941,8 @@ struct ops_call *ops_read_file(const struct ops_target *t, const char *path, siz
 	c->quota_held = held;
 	c->content = evbuffer_new();
 	c->max_bytes = max_bytes;
-	c->request = json_pack("{s:s, s:s, s:I}", "op", "read", "path", path, "maxBytes",
-			       (json_int_t)max_bytes);
+	c->request = json_pack("{s:s, s:s, s:I, s:b}", "op", "read", "path", path, "maxBytes",
+			       (json_int_t)max_bytes, "info", 1);
 	return c;
 }
 
@@ -956,8 +956,8 @@ struct ops_call *ops_read_stream(const struct ops_target *t, const char *path, b
 	c->rcbs = cbs;
 	c->check_text = check_text;
 	c->max_bytes = O.cfg->max_read_bytes;
-	c->request = json_pack("{s:s, s:s, s:I, s:b}", "op", "read", "path", path, "maxBytes",
-			       (json_int_t)c->max_bytes, "checkText", check_text);
+	c->request = json_pack("{s:s, s:s, s:I, s:b, s:b}", "op", "read", "path", path, "maxBytes",
+			       (json_int_t)c->max_bytes, "info", 1, "checkText", check_text);
 	return c;
 }
 

@@ -538,10 +538,16 @@ static void test_read_announces_the_file(void **state)
 	struct client *c = *state;
 	struct reply r;
 	put_file(c, "t", "caf\xc3\xa9 au lait\n");
-	run(c, 1, &r, "{\"op\":\"read\",\"path\":\"t\"}");
+	/* Not asked (a host older than protocol 3): no FILEINFO, which it would not know. */
+	run(c, 7, &r, "{\"op\":\"read\",\"path\":\"t\",\"checkText\":true}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(r.ninfo, 0);
+	assert_int_equal(r.out_len, 14);
+	reply_free(&r);
+	run(c, 1, &r, "{\"op\":\"read\",\"path\":\"t\",\"info\":true}");
 	expect_info(&r, 14, -1);
 	reply_free(&r);
-	run(c, 2, &r, "{\"op\":\"read\",\"path\":\"t\",\"checkText\":true}");
+	run(c, 2, &r, "{\"op\":\"read\",\"path\":\"t\",\"info\":true,\"checkText\":true}");
 	expect_info(&r, 14, 1);
 	reply_free(&r);
 	/* A NUL, a lone continuation byte, a character cut by the end: not text. */
@@ -550,15 +556,15 @@ static void test_read_announces_the_file(void **state)
 	fseek(f, 60, SEEK_SET);
 	fputc(0, f);
 	fclose(f);
-	run(c, 3, &r, "{\"op\":\"read\",\"path\":\"nul\",\"checkText\":true}");
+	run(c, 3, &r, "{\"op\":\"read\",\"path\":\"nul\",\"info\":true,\"checkText\":true}");
 	expect_info(&r, 100, 0);
 	reply_free(&r);
 	put_sized(c, "bad", 100, 'a', 10, "\x80");
-	run(c, 4, &r, "{\"op\":\"read\",\"path\":\"bad\",\"checkText\":true}");
+	run(c, 4, &r, "{\"op\":\"read\",\"path\":\"bad\",\"info\":true,\"checkText\":true}");
 	expect_info(&r, 100, 0);
 	reply_free(&r);
 	put_sized(c, "cut", 100, 'a', 99, "\xe2");
-	run(c, 5, &r, "{\"op\":\"read\",\"path\":\"cut\",\"checkText\":true}");
+	run(c, 5, &r, "{\"op\":\"read\",\"path\":\"cut\",\"info\":true,\"checkText\":true}");
 	expect_info(&r, 100, 0);
 	reply_free(&r);
 	/* Characters across the scan's 64 KiB pieces and the 256 KiB data frames are text. */
@@ -568,7 +574,7 @@ static void test_read_announces_the_file(void **state)
 	fseek(f, 65535, SEEK_SET);
 	fputs("\xf0\x9f\x98\x80", f);
 	fclose(f);
-	run(c, 6, &r, "{\"op\":\"read\",\"path\":\"big\",\"checkText\":true}");
+	run(c, 6, &r, "{\"op\":\"read\",\"path\":\"big\",\"info\":true,\"checkText\":true}");
 	expect_info(&r, (long long)n, 1);
 	reply_free(&r);
 }
@@ -577,8 +583,8 @@ static void test_read_announces_the_file(void **state)
 static void first_window(struct client *c, uint32_t ch, const char *rel, bool check_text)
 {
 	c->auto_window = false;
-	client_request(c, ch, "{\"op\":\"read\",\"path\":\"%s\",\"checkText\":%s}", rel,
-		       check_text ? "true" : "false");
+	client_request(c, ch, "{\"op\":\"read\",\"path\":\"%s\",\"info\":true,\"checkText\":%s}",
+		       rel, check_text ? "true" : "false");
 	struct frame f;
 	uint64_t got = 0;
 	assert_int_equal(client_next(c, ch, &f, 5000), 0);
