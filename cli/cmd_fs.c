@@ -159,8 +159,8 @@ int cmd_mv(int argc, char **argv)
 				"sessions",
 				id, id2);
 	}
-	json_auto_t *body = json_pack("{s:s, s:s, s:b}", "from", from, "to", to, "overwrite",
-				      overwrite);
+	json_auto_t *body =
+		json_pack("{s:s, s:s, s:b}", "from", from, "to", to, "overwrite", overwrite);
 	int rc = post(c, id, "move", body, json);
 	client_free(c);
 	return rc;

@@ -23,9 +23,9 @@ const struct http_route api_routes[] = {
 	{ GET, "/exec/:id/read", api_exec_read, "exec" },
 	{ GET, "/exec/:id/files", api_exec_files, "exec" },
 	{ GET, "/exec/:id/stat", api_exec_stat, "exec" },
-	{ POST, "/exec/:id/mkdir", api_exec_mkdir, "exec" },
-	{ POST, "/exec/:id/remove", api_exec_remove, "exec" },
-	{ POST, "/exec/:id/move", api_exec_move, "exec" },
+	{ POST, "/exec/:id/mkdir", api_exec_mkdir, "exec", SMALL_BODY },
+	{ POST, "/exec/:id/remove", api_exec_remove, "exec", SMALL_BODY },
+	{ POST, "/exec/:id/move", api_exec_move, "exec", SMALL_BODY },
 	{ DELETE, "/exec/:id", api_exec_delete, "exec" },
 	{ GET | POST | DELETE, "/mcp", api_mcp, "exec" },
 	{ POST, "/mcp/messages", api_mcp_messages, "exec" },
@@ -36,7 +36,7 @@ const struct http_route api_routes[] = {
 	{ POST, "/admin/keys/:id/revoke", api_admin_keys_revoke, "admin", SMALL_BODY },
 	{ POST, "/admin/keys/:id/rotate", api_admin_keys_rotate, "admin", SMALL_BODY },
 	{ DELETE, "/admin/keys/:id", api_admin_keys_delete, "admin" },
-	{ HTTP_REQ_PATCH, "/admin/keys/:id", api_admin_keys_update, "admin" },
+	{ HTTP_REQ_PATCH, "/admin/keys/:id", api_admin_keys_update, "admin", SMALL_BODY },
 };
 
 const size_t api_nroutes = sizeof(api_routes) / sizeof(api_routes[0]);

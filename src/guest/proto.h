@@ -27,8 +27,9 @@
 
 /* The protocol's version, which the agent reports as "protocol" in the results of ping and
  * resume; the host refuses an agent older than its own. 2: ping and resume report it. 3: a
- * read announces its file (FILEINFO) before the contents, so the host can stream them. */
-#define GUEST_PROTO_VERSION  3
+ * read announces its file (FILEINFO) before the contents, so the host can stream them. 4: the
+ * rename operation. */
+#define GUEST_PROTO_VERSION  4
 #define GUEST_HDR_LEN        9
 #define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
 #define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */
