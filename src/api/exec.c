@@ -5,6 +5,7 @@
  * under the output cap, NDJSON or SSE lines, raw or encoded file contents), cancelling a
  * command whose client left, and pacing a command's output to a slow streaming client. */
 #include <errno.h>
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <string.h>
@@ -690,7 +691,11 @@ static bool query_path_valid(struct http_ctx *ctx, const char *path)
  * what the client has taken (ops_call_consumed is called as its socket drains), so a reader
  * that reads nothing holds the daemon to about a window and a high-water mark. The JSON
  * reply is written as it goes: its head once the agent has said how big the file is and
- * whether it is text, then the content escaped or in base64, then its tail. */
+ * whether it is text, then the content escaped or in base64, then its tail. A file of at
+ * most a window is answered whole instead, so that any failure of its read still gets its
+ * own status; the window is what a read may hold anyway. */
+#define READ_WHOLE_MAX (1u << 20) /* GUEST_WINDOW_INITIAL */
+
 struct read_req {
 	struct http_ctx *ctx;
 	struct ops_call *call;
@@ -703,10 +708,13 @@ struct read_req {
 	size_t b64_ntail;
 	size_t held; /* bytes delivered and not yet handed back */
 	char *path;
+	struct evbuffer *whole; /* a small file, answered once it is all there */
 };
 
 static void read_req_free(struct read_req *rr)
 {
+	if (rr->whole)
+		evbuffer_free(rr->whole);
 	free(rr->path);
 	free(rr);
 }
@@ -737,13 +745,17 @@ static void read_pace(struct read_req *rr)
 static void read_on_head(struct ops_call *c, uint64_t size, bool text, void *arg)
 {
 	struct read_req *rr = arg;
-	rr->started = true;
 	rr->size = size;
+	rr->base64 = rr->want_base64 || !text;
+	if (size <= READ_WHOLE_MAX) {
+		rr->whole = evbuffer_new();
+		return;
+	}
+	rr->started = true;
 	if (rr->raw) {
 		http_stream_start_sized(rr->ctx, 200, "application/octet-stream", size);
 		return;
 	}
-	rr->base64 = rr->want_base64 || !text;
 	http_stream_start(rr->ctx, 200, "application/json");
 	json_auto_t *jpath = json_string(rr->path);
 	_cleanup_free_ char *path = json_dumps(jpath, JSON_ENCODE_ANY);
@@ -833,6 +845,11 @@ static void write_base64(struct read_req *rr, const uint8_t *p, size_t n)
 static void read_on_data(struct ops_call *c, const uint8_t *data, size_t len, void *arg)
 {
 	struct read_req *rr = arg;
+	if (rr->whole) {
+		evbuffer_add(rr->whole, data, len);
+		ops_call_consumed(c, len);
+		return;
+	}
 	rr->held += len;
 	if (rr->raw)
 		http_stream_write(rr->ctx, data, len);
@@ -841,6 +858,21 @@ static void read_on_data(struct ops_call *c, const uint8_t *data, size_t len, vo
 	else
 		write_escaped(rr->ctx, data, len);
 	read_pace(rr);
+}
+
+/* A small file's reply, as a buffered read has always had it. */
+static void reply_whole(struct read_req *rr, const struct ops_result *r)
+{
+	size_t len = evbuffer_get_length(rr->whole);
+	const uint8_t *data = len ? evbuffer_pullup(rr->whole, -1) : (const uint8_t *)"";
+	if (rr->raw) {
+		http_reply_bytes(rr->ctx, 200, "application/octet-stream", data, len);
+		return;
+	}
+	struct ops_result whole = {
+		.session_id = r->session_id, .path = rr->path, .size = len, .data = data
+	};
+	http_reply_json(rr->ctx, 200, ops_read_json(&whole, rr->base64));
 }
 
 static void read_on_done(struct ops_call *c, const struct ops_result *r, const struct err *err,
@@ -853,6 +885,8 @@ static void read_on_done(struct ops_call *c, const struct ops_result *r, const s
 	http_stream_on_drain(ctx, 0, NULL, NULL);
 	if (err && !rr->started) {
 		reply_err(ctx, err);
+	} else if (rr->whole) {
+		reply_whole(rr, r);
 	} else if (err) {
 		log_info("api", "read of `%s` failed after its reply began: %s", rr->path,
 			 err->msg);
