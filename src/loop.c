@@ -108,6 +108,14 @@ int loop_pool_start(struct event_base *base, unsigned nthreads)
 	return 0;
 }
 
+bool loop_pool_running(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	bool running = pool.nthreads > 0 && !pool.stopping;
+	pthread_mutex_unlock(&pool.lock);
+	return running;
+}
+
 void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
 {
 	struct job *j = xcalloc(1, sizeof(*j));

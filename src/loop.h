@@ -7,12 +7,16 @@
 #pragma once
 
 #include <event2/event.h>
+#include <stdbool.h>
 
 /* Starts `nthreads` workers whose completions are delivered on `base`. */
 int loop_pool_start(struct event_base *base, unsigned nthreads);
 
 /* Runs work(arg) on a worker, then done(arg) on the loop thread (done may be NULL). */
 void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg);
+
+/* Whether workers are running to take work (not before loop_pool_start, nor once stopping). */
+bool loop_pool_running(void);
 
 /* Lets queued jobs finish, joins the workers and delivers remaining completions. */
 void loop_pool_stop(void);

@@ -115,6 +115,7 @@ static void on_scrape_http(void *arg)
 		    "evicted");
 	metrics_add(metrics_daemon.http_connections_closed,
 		    (double)(st.header_timeouts - last.header_timeouts), "timeout");
+	metrics_add(metrics_daemon.http_bodies_offloaded, (double)(st.offloaded - last.offloaded));
 	last = st;
 }
 

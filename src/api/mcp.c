@@ -92,6 +92,8 @@ static bool precheck(struct http_ctx *ctx)
 	return true;
 }
 
+static bool decode_inline(struct http_ctx *ctx, struct mcp_batch *b);
+
 /* Reads the body as MCP messages into b (zeroed, the caller frees it whatever the outcome);
  * replies 400/415 and returns false when they are not. */
 static bool read_messages(struct http_ctx *ctx, struct mcp_batch *b)
@@ -102,6 +104,41 @@ static bool read_messages(struct http_ctx *ctx, struct mcp_batch *b)
 				"Unsupported Media Type: send application/json");
 		return false;
 	}
+	int code;
+	struct err e;
+	/* A large body was checked and parsed on a worker (HTTP_ROUTE_JSON_BODY). */
+	if (http_body_preparsed(ctx)) {
+		const struct http_parse_error *why;
+		json_t *root = http_body_take_parsed(ctx, &why);
+		if (!root && why && why->over_limit) {
+			reply_rpc_error(ctx, why->status, NULL, MCP_INVALID_REQUEST, why->msg);
+			return false;
+		}
+		if (!root) {
+			char msg[ERR_MSG_MAX + 64];
+			snprintf(msg, sizeof(msg), "Parse error: %s (line %d, column %d)",
+				 why ? why->msg : "?", why ? why->line : 0, why ? why->column : 0);
+			reply_rpc_error(ctx, 400, NULL, MCP_PARSE_ERROR, msg);
+			return false;
+		}
+		if (mcp_decode_value(root, b, &code, &e) < 0) {
+			reply_rpc_error(ctx, 400, NULL, code, e.msg);
+			return false;
+		}
+	} else if (!decode_inline(ctx, b)) {
+		return false;
+	}
+	/* One message that is not valid at all: an HTTP error, with its JSON-RPC error. */
+	if (!b->is_batch && b->msgs[0].kind == MCP_INVALID) {
+		reply_rpc_error(ctx, 400, b->msgs[0].id, b->msgs[0].error_code, b->msgs[0].error);
+		return false;
+	}
+	return true;
+}
+
+/* The body checked and parsed here, on the loop (a small one). */
+static bool decode_inline(struct http_ctx *ctx, struct mcp_batch *b)
+{
 	size_t len;
 	const uint8_t *body = http_body(ctx, &len);
 	int code;
@@ -113,11 +150,6 @@ static bool read_messages(struct http_ctx *ctx, struct mcp_batch *b)
 	}
 	if (mcp_decode(body, len, b, &code, &e) < 0) {
 		reply_rpc_error(ctx, 400, NULL, code, e.msg);
-		return false;
-	}
-	/* One message that is not valid at all: an HTTP error, with its JSON-RPC error. */
-	if (!b->is_batch && b->msgs[0].kind == MCP_INVALID) {
-		reply_rpc_error(ctx, 400, b->msgs[0].id, b->msgs[0].error_code, b->msgs[0].error);
 		return false;
 	}
 	return true;

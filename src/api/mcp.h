@@ -62,6 +62,8 @@ struct mcp_batch {
  * (MCP_PARSE_ERROR for bad JSON or UTF-8, MCP_INVALID_REQUEST for an empty or oversize batch
  * or a non-object) and err the reason. */
 int mcp_decode(const void *body, size_t len, struct mcp_batch *ret, int *ret_code, struct err *err);
+/* The same for a body parsed already (taken, whatever the outcome). */
+int mcp_decode_value(json_t *value, struct mcp_batch *ret, int *ret_code, struct err *err);
 void mcp_batch_free(struct mcp_batch *b);
 /* Whether m is owed an answer: requests, and messages too malformed to be anything else. */
 bool mcp_msg_wants_reply(const struct mcp_msg *m);

@@ -120,12 +120,19 @@ int mcp_decode(const void *body, size_t len, struct mcp_batch *ret, int *ret_cod
 {
 	memset(ret, 0, sizeof(*ret));
 	json_error_t jerr;
-	json_auto_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		*ret_code = MCP_PARSE_ERROR;
 		return err_set(err, EINVAL, "Parse error: %s (line %d, column %d)", jerr.text,
 			       jerr.line, jerr.column);
 	}
+	return mcp_decode_value(root, ret, ret_code, err);
+}
+
+int mcp_decode_value(json_t *value, struct mcp_batch *ret, int *ret_code, struct err *err)
+{
+	memset(ret, 0, sizeof(*ret));
+	json_auto_t *root = value;
 	if (json_is_array(root)) {
 		size_t n = json_array_size(root);
 		if (n == 0 || n > MCP_MAX_BATCH) {

@@ -42,6 +42,7 @@
 
 #include "http/h1.h"
 #include "http/internal.h"
+#include "loop.h"
 #include "util/cleanup.h"
 #include "util/jsonlimit.h"
 #include "util/log.h"
@@ -421,6 +422,8 @@ static void ctx_free(struct http_ctx *ctx)
 		evbuffer_free(ctx->body);
 	if (ctx->headers)
 		evbuffer_free(ctx->headers);
+	json_decref(ctx->parsed);
+	free(ctx->parse_error);
 	free(ctx->path);
 	free(ctx);
 }
@@ -577,6 +580,57 @@ static void conn_reply_done(struct http_conn *c)
 		conn_process(c);
 }
 
+/* A large JSON body parsed on a worker (HTTP_ROUTE_JSON_BODY). The loop does not touch the
+ * ctx's body meanwhile; the ctx is held. */
+struct parse_job {
+	struct http_ctx *ctx;
+	struct evbuffer *body;
+	struct jsonlimit lim;
+	json_t *json;
+	struct http_parse_error *why;
+};
+
+static void parse_work(void *arg)
+{
+	struct parse_job *j = arg;
+	size_t len = evbuffer_get_length(j->body);
+	const uint8_t *data = evbuffer_pullup(j->body, -1);
+	struct err e;
+	if (jsonlimit_check(data, len, &j->lim, &e) < 0) {
+		j->why = xcalloc(1, sizeof(*j->why));
+		j->why->over_limit = true;
+		j->why->status = http_status_for_errno(e.errnum);
+		snprintf(j->why->msg, sizeof(j->why->msg), "%s", e.msg);
+		return;
+	}
+	json_error_t jerr;
+	j->json = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!j->json) {
+		j->why = xcalloc(1, sizeof(*j->why));
+		j->why->status = 400;
+		j->why->line = jerr.line;
+		j->why->column = jerr.column;
+		snprintf(j->why->msg, sizeof(j->why->msg), "%s", jerr.text);
+	}
+}
+
+static void parse_done(void *arg)
+{
+	struct parse_job *j = arg;
+	struct http_ctx *ctx = j->ctx;
+	ctx->parsed_ready = true;
+	ctx->parsed = j->json;
+	ctx->parse_error = j->why;
+	free(j);
+	/* A client that left meanwhile gets nothing run for it, and no handler will answer. */
+	if (ctx->conn && !ctx->gone && !ctx->replied)
+		ctx->route->fn(ctx);
+	else
+		ctx->replied = true;
+	ctx->holds--;
+	ctx_maybe_free(ctx);
+}
+
 /* The request is complete and its handler answers from here. */
 static void conn_dispatch(struct http_conn *c)
 {
@@ -593,6 +647,21 @@ static void conn_dispatch(struct http_conn *c)
 			ctx->holds--;
 			ctx_maybe_free(ctx);
 		}
+		return;
+	}
+	if ((ctx->route->flags & HTTP_ROUTE_JSON_BODY) && ctx->body &&
+	    evbuffer_get_length(ctx->body) > HTTP_OFFLOAD_BODY && loop_pool_running()) {
+		const struct config *cfg = c->srv->cfg;
+		struct parse_job *j = xcalloc(1, sizeof(*j));
+		j->ctx = ctx;
+		j->body = ctx->body;
+		j->lim = (struct jsonlimit){
+			.max_depth = cfg->max_json_depth ? cfg->max_json_depth : 32,
+			.max_elements = cfg->max_json_elements ? cfg->max_json_elements : 10000
+		};
+		c->srv->stats.offloaded++;
+		ctx->holds++;
+		loop_submit(parse_work, parse_done, j);
 		return;
 	}
 	ctx->holds++;
@@ -1450,6 +1519,26 @@ int http_json_limits_check(struct http_ctx *ctx, const uint8_t *body, size_t len
 
 int http_body_json(struct http_ctx *ctx, json_t **ret)
 {
+	if (ctx->parsed_ready) {
+		const struct http_parse_error *why;
+		json_auto_t *j = http_body_take_parsed(ctx, &why);
+		if (!j && why && why->over_limit) {
+			http_reply_error(ctx, why->status, "%s", why->msg);
+			return -1;
+		}
+		if (!j) {
+			http_reply_error(ctx, 400, "Malformed JSON body: %s (line %d, column %d)",
+					 why ? why->msg : "?", why ? why->line : 0,
+					 why ? why->column : 0);
+			return -1;
+		}
+		if (!json_is_object(j)) {
+			http_reply_error(ctx, 400, "The request body must be a JSON object");
+			return -1;
+		}
+		*ret = TAKE_PTR(j);
+		return 0;
+	}
 	size_t len;
 	const uint8_t *body = http_body(ctx, &len);
 	if (len == 0) {
@@ -1474,6 +1563,17 @@ int http_body_json(struct http_ctx *ctx, json_t **ret)
 	}
 	*ret = TAKE_PTR(j);
 	return 0;
+}
+
+bool http_body_preparsed(struct http_ctx *ctx)
+{
+	return ctx->parsed_ready;
+}
+
+json_t *http_body_take_parsed(struct http_ctx *ctx, const struct http_parse_error **why)
+{
+	*why = ctx->parse_error;
+	return TAKE_PTR(ctx->parsed);
 }
 
 void http_body_stream(struct http_ctx *ctx, const struct http_body_ops *ops, void *arg)

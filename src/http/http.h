@@ -42,9 +42,16 @@ enum {
 	/* The handler runs as soon as the head passed its checks, before any body byte; it
 	 * receives the body through http_body_stream() (or refuses it by replying). */
 	HTTP_ROUTE_STREAM_BODY = 1 << 0,
+	/* The handler reads its (buffered) body with http_body_json() (or, for a JSON value of
+	 * any type, http_body_take_parsed()): one larger than
+	 * HTTP_OFFLOAD_BODY is checked and parsed on the worker pool before the handler runs,
+	 * so that no large body holds up the event loop. */
+	HTTP_ROUTE_JSON_BODY = 1 << 1,
 };
 
-#define HTTP_MAX_PARAMS 3
+#define HTTP_OFFLOAD_BODY (1u << 20)
+
+#define HTTP_MAX_PARAMS   3
 /* The largest body a route without a scope (one that needs no key) takes. */
 #define HTTP_ANON_MAX_BODY (64u << 10)
 
@@ -111,6 +118,19 @@ struct http_ctx {
 	/* http_body_stream() */
 	const struct http_body_ops *body_ops;
 	void *body_arg;
+	/* HTTP_ROUTE_JSON_BODY: the body parsed on a worker, or why it could not be */
+	bool parsed_ready;
+	json_t *parsed;
+	struct http_parse_error *parse_error;
+};
+
+/* Why a body parsed on a worker is not JSON: over a limit (status 400 or 413 and the
+ * limit's message), or not JSON at all (jansson's message and where). */
+struct http_parse_error {
+	bool over_limit;
+	int status;
+	int line, column;
+	char msg[ERR_MSG_MAX];
 };
 
 struct http_server *http_server_new(struct event_base *base, const struct config *cfg,
@@ -139,6 +159,7 @@ struct http_stats {
 	uint64_t evicted;         /* closed to make room: had not completed a request's head */
 	uint64_t header_timeouts; /* closed for a head (or body) not sent in time */
 	uint64_t accept_pauses;   /* accepting paused for want of descriptors */
+	uint64_t offloaded;       /* JSON bodies parsed on the worker pool */
 	unsigned max_connections; /* the caps in force */
 	unsigned max_per_address;
 };
@@ -182,6 +203,11 @@ int http_json_limits_check(struct http_ctx *ctx, const uint8_t *body, size_t len
 /* Parses the body as a JSON object (an empty body is {}), within the limits above. On failure
  * replies 400/413 and returns -1; the handler must then return without replying again. */
 int http_body_json(struct http_ctx *ctx, json_t **ret);
+/* For handlers that parse their body in their own way (MCP): whether the body was parsed on
+ * a worker already (HTTP_ROUTE_JSON_BODY), and then the value (taken, any JSON type) or, with
+ * NULL, why not. */
+bool http_body_preparsed(struct http_ctx *ctx);
+json_t *http_body_take_parsed(struct http_ctx *ctx, const struct http_parse_error **why);
 
 /* --- replies ------------------------------------------------------------------------ */
 

@@ -340,6 +340,9 @@ void metrics_init(void)
 				"evicted to make room, "
 				"or too slow to send a request",
 				"reason");
+	metrics_daemon.http_bodies_offloaded = metrics_counter(
+		"http_json_bodies_offloaded_total",
+		"JSON request bodies over a megabyte, parsed on the worker pool", NULL);
 	metrics_daemon.http_request_duration = metrics_histogram(
 		"http_request_duration_seconds", "HTTP request latency by route template",
 		"route,method", NULL, 0);

@@ -53,6 +53,7 @@ struct sandbox_metrics {
 	struct metric *http_request_duration;       /* histogram {route, method} */
 	struct metric *http_connections;            /* gauge */
 	struct metric *http_connections_closed;     /* counter {reason} */
+	struct metric *http_bodies_offloaded;       /* counter */
 	struct metric *session_creations_total;     /* counter {template, driver, result} */
 	struct metric *warm_pool_size;              /* gauge {template} */
 	struct metric *guest_protocol_errors_total; /* counter {kind} */

@@ -160,3 +160,87 @@ class SlowClientsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def offloaded(d):
+    """http_json_bodies_offloaded_total from /metrics."""
+    _, _, text = d.get("/metrics", headers={"Accept": "text/plain"})
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    for line in text.splitlines():
+        if line.startswith("http_json_bodies_offloaded_total"):
+            return float(line.split()[-1])
+    raise AssertionError("no http_json_bodies_offloaded_total in /metrics")
+
+
+class LargeJsonBodyTest(DaemonTestCase):
+    """Bodies over a megabyte of execute and write are checked and parsed on the worker
+    pool (HTTP_ROUTE_JSON_BODY), with the same answers as on the loop."""
+    daemon_env = {**BASE_ENV, "VM_MEMORY_LIMIT_BYTES": str(512 * MiB)}
+
+    def test_large_bodies_are_parsed_off_the_loop_with_the_same_answers(self):
+        sid = self.session()
+        before = offloaded(self.d)
+        content = "b" * (3 * MiB)
+        status, _, body = self.d.post(f"/exec/{sid}/write",
+                                      body={"path": "big.txt", "content": content}, timeout=120)
+        self.assertEqual(status, 200, str(body)[:200])
+        self.assertEqual(body["size"], 3 * MiB)
+        status, _, body = self.d.post(f"/exec/{sid}/execute",
+                                      body={"command": "wc", "args": ["-c"],
+                                            "stdin": "x" * (2 * MiB)}, timeout=120)
+        self.assertEqual(status, 200, str(body)[:200])
+        self.assertEqual(joined(body["output"], "stdout").strip(), str(2 * MiB))
+        self.assertEqual(offloaded(self.d), before + 2)
+        # Errors are those of the loop's parsing, named the same way.
+        pad = " " * (2 * MiB)
+        for raw, code, words in ((b'{"path": "x", "content": "' + b"a" * (2 * MiB), 400,
+                                  "Malformed JSON body"),
+                                 (b"[" * 40 + pad.encode() + b"]" * 40, 400,
+                                  "SANDBOX_MAX_JSON_DEPTH"),
+                                 (b'["' + b"a" * (2 * MiB) + b'"]', 400, "JSON object")):
+            status, _, body = self.d.post(f"/exec/{sid}/write", body=raw,
+                                          headers={"Content-Type": "application/json"},
+                                          timeout=120)
+            self.assertEqual(status, code, str(body)[:200])
+            self.assertIn(words, body["error"])
+        self.assertEqual(offloaded(self.d), before + 5)
+        # A small body is parsed where it arrives.
+        self.run_ok(sid, "true")
+        self.assertEqual(offloaded(self.d), before + 5)
+
+    def test_large_mcp_messages_too(self):
+        before = offloaded(self.d)
+        headers = {"Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream"}
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "big", "version": "x" * (2 * MiB)}}}
+        status, _, body = self.d.post("/mcp", body=init, headers=headers, timeout=120)
+        self.assertEqual(status, 200, str(body)[:200])
+        status, _, body = self.d.post("/mcp", body=b"{" + b" " * (2 * MiB), headers=headers,
+                                      timeout=120)
+        self.assertEqual(status, 400, str(body)[:200])
+        self.assertEqual(body["error"]["code"], -32700)
+        self.assertIn("Parse error", body["error"]["message"])
+        status, _, body = self.d.post("/mcp", body=b"[" * 40 + b" " * (2 * MiB) + b"]" * 40,
+                                      headers=headers, timeout=120)
+        self.assertEqual(status, 400, str(body)[:200])
+        self.assertIn("SANDBOX_MAX_JSON_DEPTH", body["error"]["message"])
+        self.assertEqual(offloaded(self.d), before + 3)
+
+
+class LargeJsonBodyLeftTest(DaemonTestCase):
+    """A daemon of its own: when a leaving client's body is dispatched is not known."""
+    daemon_env = {**BASE_ENV, "VM_MEMORY_LIMIT_BYTES": str(512 * MiB)}
+
+    def test_a_client_that_leaves_during_the_parse_costs_nothing(self):
+        sid = self.session()
+        body = b'{"path": "left.txt", "content": "' + b"c" * (8 * MiB) + b'"}'
+        for _ in range(3):
+            s = socket.create_connection((self.d.host, self.d.port), timeout=30)
+            s.sendall(f"POST /exec/{sid}/write HTTP/1.1\r\nHost: localhost\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                      .encode() + body)
+            s.close()
+        # The daemon goes on serving (and its exit, checked by the harness, is clean).
+        self.run_ok(sid, "true")
