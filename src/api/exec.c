@@ -920,17 +920,25 @@ static void read_on_client_gone(struct http_ctx *ctx, void *arg)
 	http_stream_abort(ctx); /* nothing is sent: the ctx is done with */
 }
 
+/* The session id of the path and the required "path" query parameter, checked. Replies 400
+ * and returns -1 when either is missing or invalid. */
+static int id_and_query_path(struct http_ctx *ctx, const char **id, const char **path)
+{
+	*id = path_session_id(ctx);
+	if (!*id)
+		return -1;
+	*path = http_query(ctx, "path");
+	if (!*path || !**path) {
+		http_reply_error(ctx, 400, "The \"path\" query parameter is required");
+		return -1;
+	}
+	return query_path_valid(ctx, *path) ? 0 : -1;
+}
+
 void api_exec_read(struct http_ctx *ctx)
 {
-	const char *id = path_session_id(ctx);
-	if (!id)
-		return;
-	const char *path = http_query(ctx, "path");
-	if (!path || !*path) {
-		http_reply_error(ctx, 400, "The \"path\" query parameter is required");
-		return;
-	}
-	if (!query_path_valid(ctx, path))
+	const char *id, *path;
+	if (id_and_query_path(ctx, &id, &path) < 0)
 		return;
 	const char *encoding = http_query(ctx, "encoding");
 	if (encoding && strcmp(encoding, "base64") && strcmp(encoding, "utf8")) {
@@ -1007,15 +1015,8 @@ static void on_stat(struct ops_call *c, const struct ops_result *r, const struct
 
 void api_exec_stat(struct http_ctx *ctx)
 {
-	const char *id = path_session_id(ctx);
-	if (!id)
-		return;
-	const char *path = http_query(ctx, "path");
-	if (!path || !*path) {
-		http_reply_error(ctx, 400, "The \"path\" query parameter is required");
-		return;
-	}
-	if (!query_path_valid(ctx, path))
+	const char *id, *path;
+	if (id_and_query_path(ctx, &id, &path) < 0)
 		return;
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;

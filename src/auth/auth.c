@@ -198,8 +198,8 @@ bool auth_is_admin(struct http_ctx *ctx)
 	return id && (id->scopes & KEYS_SCOPE_ADMIN);
 }
 
-/* The secret the request carries, from the header forms first. */
-static const char *request_secret(struct http_ctx *ctx)
+/* The secret of the header forms (Authorization: Bearer, X-API-Key), or NULL. */
+static const char *header_secret(struct http_ctx *ctx)
 {
 	const char *h = http_header(ctx, "Authorization");
 	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
@@ -210,7 +210,14 @@ static const char *request_secret(struct http_ctx *ctx)
 			return h;
 	}
 	h = http_header(ctx, "X-API-Key");
-	if (h && *h)
+	return h && *h ? h : NULL;
+}
+
+/* The secret the request carries, from the header forms first. */
+static const char *request_secret(struct http_ctx *ctx)
+{
+	const char *h = header_secret(ctx);
+	if (h)
 		return h;
 	h = http_query(ctx, "api_key");
 	if (h && *h)
@@ -428,17 +435,9 @@ static int anonymous_route(struct http_ctx *ctx)
 	set_identity(ctx, "", 0);
 	if (!A.cfg->auth_enabled)
 		return 0;
-	const char *secret = NULL;
-	const char *h = http_header(ctx, "Authorization");
-	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
-		secret = h + 7;
-		while (*secret == ' ')
-			secret++;
-	}
-	if (!secret || !*secret)
-		secret = http_header(ctx, "X-API-Key");
+	const char *secret = header_secret(ctx);
 	unsigned retry;
-	if (!secret || !*secret || throttled(http_peer(ctx), &retry))
+	if (!secret || throttled(http_peer(ctx), &retry))
 		return 0;
 	struct key_info k;
 	struct err e;
