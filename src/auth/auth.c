@@ -103,21 +103,30 @@ static void keep_key_file(const struct config *cfg, const char *secret, char *pa
 	}
 }
 
-int auth_first_start(const struct config *cfg, const char *url, struct err *err)
+/* When the store holds no key at all, creates an admin key named `name`: returns 1 with *k
+ * and *ret_secret (caller frees) set, 0 when a key existed already, or a negative errno. */
+static int create_first_admin_key(const struct config *cfg, const char *name, struct key_info *k,
+				  char **ret_secret, struct err *err)
 {
-	if (!cfg->auth_enabled)
-		return 0;
 	int64_t n = 0;
 	if (keys_count(store_db(), &n) < 0)
 		return err_set(err, EIO, "cannot count API keys");
 	if (n > 0)
 		return 0;
+	int r = keys_create(store_db(), cfg->key_prefix, name,
+			    KEYS_SCOPE_EXEC | KEYS_SCOPE_ADMIN | KEYS_SCOPE_METRICS, 0, 0, k,
+			    ret_secret, err);
+	return r < 0 ? r : 1;
+}
+
+int auth_first_start(const struct config *cfg, const char *url, struct err *err)
+{
+	if (!cfg->auth_enabled)
+		return 0;
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
-	int r = keys_create(store_db(), cfg->key_prefix, "admin (created at first start)",
-			    KEYS_SCOPE_EXEC | KEYS_SCOPE_ADMIN | KEYS_SCOPE_METRICS, 0, 0, &k,
-			    &secret, err);
-	if (r < 0)
+	int r = create_first_admin_key(cfg, "admin (created at first start)", &k, &secret, err);
+	if (r <= 0)
 		return r;
 	char path[PATH_MAX];
 	keep_key_file(cfg, secret, path, sizeof(path));
@@ -149,17 +158,10 @@ int auth_init_admin_key(const struct config *cfg, char *path, size_t cap, bool *
 	int r = keys_init(store_db(), err);
 	if (r < 0)
 		return r;
-	int64_t n = 0;
-	if (keys_count(store_db(), &n) < 0)
-		return err_set(err, EIO, "cannot count API keys");
-	if (n > 0)
-		return 0;
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
-	r = keys_create(store_db(), cfg->key_prefix, "admin (created at installation)",
-			KEYS_SCOPE_EXEC | KEYS_SCOPE_ADMIN | KEYS_SCOPE_METRICS, 0, 0, &k, &secret,
-			err);
-	if (r < 0)
+	r = create_first_admin_key(cfg, "admin (created at installation)", &k, &secret, err);
+	if (r <= 0)
 		return r;
 	keep_key_file(cfg, secret, path, cap);
 	if (!path[0]) {
