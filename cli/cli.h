@@ -35,6 +35,9 @@ int cli_parse_exec_opts(int argc, char **argv, json_t *body, const char **templa
 /* Parses "K=V" into obj; returns -1 with a message on a bad value. */
 int cli_env_add(json_t *obj, const char *kv);
 
+/* Prints j indented, for --json. */
+void cli_print_json(json_t *j);
+
 #define DECLARE_COMMAND(name)                  \
 	int cmd_##name(int argc, char **argv); \
 	void cmd_##name##_help(void)

@@ -125,9 +125,7 @@ int cmd_create(int argc, char **argv)
 		if (client_json(c, "POST", "/exec/", body, &session, NULL, &e) < 0) {
 			rc = cli_fail("%s", e.msg);
 		} else if (json) {
-			char *s = json_dumps(session, JSON_INDENT(2));
-			puts(s);
-			free(s);
+			cli_print_json(session);
 		} else {
 			puts(json_string_value(json_object_get(session, "id")));
 		}

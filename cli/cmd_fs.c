@@ -29,9 +29,7 @@ static int post(struct client *c, const char *id, const char *what, json_t *body
 	if (client_json(c, "POST", p, body, &r, NULL, &e) < 0) {
 		rc = cli_fail("%s", e.msg);
 	} else if (json) {
-		char *s = json_dumps(r, JSON_INDENT(2));
-		puts(s);
-		free(s);
+		cli_print_json(r);
 	}
 	json_decref(r);
 	return rc;
@@ -83,9 +81,7 @@ int cmd_stat(int argc, char **argv)
 	if (client_json(c, "GET", p, NULL, &r, NULL, &e) < 0) {
 		rc = cli_fail("%s", e.msg);
 	} else if (json) {
-		char *s = json_dumps(r, JSON_INDENT(2));
-		puts(s);
-		free(s);
+		cli_print_json(r);
 	} else {
 		printf("%s %s %lld %04llo %.3f\n", json_string_value(json_object_get(r, "path")),
 		       json_string_value(json_object_get(r, "type")),

@@ -97,13 +97,6 @@ static const char *prefix(void)
 	return p && *p ? p : DEFAULT_PREFIX;
 }
 
-static void print_json(json_t *j)
-{
-	char *s = json_dumps(j, JSON_INDENT(2));
-	puts(s);
-	free(s);
-}
-
 static void print_key_line(json_t *k)
 {
 	char sc[64] = "";
@@ -436,7 +429,7 @@ int cmd_keys(int argc, char **argv)
 	if (rc == 0 && keys_do(&st, action, id, body, &r, &e) < 0)
 		rc = cli_fail("%s", e.msg);
 	else if (rc == 0 && json)
-		print_json(r);
+		cli_print_json(r);
 	else if (rc == 0)
 		print_result(action, id, r);
 	json_decref(r);

@@ -41,9 +41,7 @@ int cmd_ls(int argc, char **argv)
 	if (client_json(c, "GET", p, NULL, &r, NULL, &e) < 0) {
 		rc = cli_fail("%s", e.msg);
 	} else if (json) {
-		char *s = json_dumps(r, JSON_INDENT(2));
-		puts(s);
-		free(s);
+		cli_print_json(r);
 	} else {
 		size_t i;
 		json_t *f;

@@ -94,9 +94,7 @@ int cmd_ps(int argc, char **argv)
 	if (client_json(c, "GET", "/exec/", NULL, &r, NULL, &e) < 0) {
 		rc = cli_fail("%s", e.msg);
 	} else if (cli_flag(argc, argv, "--json")) {
-		char *s = json_dumps(json_object_get(r, "sessions"), JSON_INDENT(2));
-		puts(s);
-		free(s);
+		cli_print_json(json_object_get(r, "sessions"));
 	} else {
 		printf("%-32s %-12s %-8s %-7s %-9s %-12s %-28s %-4s %s\n", "ID", "TEMPLATE",
 		       "STATE", "RUNNING", "IDLE", "EXPIRES", "RESOURCES", "NET", "CREATED");

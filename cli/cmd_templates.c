@@ -65,9 +65,7 @@ int cmd_templates(int argc, char **argv)
 	if (client_json(c, "GET", "/exec/templates", NULL, &r, NULL, &e) < 0) {
 		rc = cli_fail("%s", e.msg);
 	} else if (cli_flag(argc, argv, "--json")) {
-		char *s = json_dumps(json_object_get(r, "templates"), JSON_INDENT(2));
-		puts(s);
-		free(s);
+		cli_print_json(json_object_get(r, "templates"));
 	} else {
 		size_t i;
 		json_t *t;

@@ -138,3 +138,11 @@ int cli_exec_stream(struct client *c, const char *session_id, json_t *body, bool
 		return cli_fail("the stream ended without a result");
 	return st.exit_code;
 }
+
+void cli_print_json(json_t *j)
+{
+	char *s = json_dumps(j, JSON_INDENT(2));
+	if (s)
+		puts(s);
+	free(s);
+}
