@@ -64,6 +64,8 @@ static void reap(struct agent *a)
 			return;
 		/* Record the exit for the operation waiting on it; anything else (orphans
 		 * adopted as PID 1 or subreaper, children of finished commands) is just reaped. */
+		if (procs_child_exit(a, pid, status))
+			continue;
 		struct conn *c = a->conn;
 		for (size_t i = 0; c && i < c->nops; i++) {
 			struct op *op = c->ops[i];

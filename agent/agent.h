@@ -33,6 +33,7 @@
 
 struct conn;
 struct op;
+struct procs;
 
 /* The environment the template's image declares (its Dockerfile's ENV), from
  * /etc/sandbox/env: layered between the agent's defaults and each request's env. */
@@ -54,7 +55,8 @@ struct agent {
 	bool stop;      /* SIGTERM/SIGINT: leave the loop */
 	bool poweroff;  /* a shutdown op was accepted */
 	struct conn *conn;
-	bool as_user; /* --user: commands (and file operations) run as uid:gid below */
+	struct procs *procs; /* background processes (op_proc.c); they outlive connections */
+	bool as_user;        /* --user: commands (and file operations) run as uid:gid below */
 	unsigned uid, gid;
 };
 
@@ -156,6 +158,33 @@ void op_stat(struct conn *c, uint32_t ch, const struct req *r);
 void op_mkdir(struct conn *c, uint32_t ch, const struct req *r);
 void op_remove(struct conn *c, uint32_t ch, const struct req *r);
 void op_rename(struct conn *c, uint32_t ch, const struct req *r);
+void op_spawn(struct conn *c, uint32_t ch, const struct req *r);
+void op_procs(struct conn *c, uint32_t ch, const struct req *r);
+void op_attach(struct conn *c, uint32_t ch, const struct req *r);
+void op_signal(struct conn *c, uint32_t ch, const struct req *r);
+void op_input(struct conn *c, uint32_t ch, const struct req *r);
+void op_resize(struct conn *c, uint32_t ch, const struct req *r);
+
+/* --- op_exec.c --- */
+
+/* Starts rx's command with in_fd, out_fd and err_fd as its stdin, stdout and stderr (the
+ * caller keeps and closes them), in a new session and process group; with ctty, in_fd is a
+ * terminal that becomes the session's controlling terminal. Returns its pid, or -1 with e
+ * set (the command could not start: the message says why). */
+pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd, int out_fd,
+			  int err_fd, bool ctty, struct err *e);
+
+/* --- op_proc.c: background processes, which belong to the agent, not to a connection --- */
+
+/* Adds the processes' descriptors to the poll set (returns how many) and lowers *deadline. */
+int procs_poll_fill(struct agent *a, struct pollfd *pfd, int64_t *deadline_ns);
+/* Reads their output into the replay buffers, feeds their stdin, runs their timers. */
+void procs_step(struct agent *a, const struct pollfd *pfd, int n);
+/* Whether pid is a background process's (its exit is then recorded); called by the reaper. */
+bool procs_child_exit(struct agent *a, pid_t pid, int status);
+/* Descriptors a process may hold in the poll set. */
+#define AGENT_PROC_FDS  2
+#define AGENT_MAX_PROCS 1024
 
 /* --- agent.c: process-wide services --- */
 

@@ -167,6 +167,24 @@ static void start_request(struct conn *c, uint32_t ch, const uint8_t *p, size_t 
 	case REQ_RENAME:
 		op_rename(c, ch, &r);
 		break;
+	case REQ_SPAWN:
+		op_spawn(c, ch, &r);
+		break;
+	case REQ_PROCS:
+		op_procs(c, ch, &r);
+		break;
+	case REQ_ATTACH:
+		op_attach(c, ch, &r);
+		break;
+	case REQ_SIGNAL:
+		op_signal(c, ch, &r);
+		break;
+	case REQ_INPUT:
+		op_input(c, ch, &r);
+		break;
+	case REQ_RESIZE:
+		op_resize(c, ch, &r);
+		break;
 	}
 	req_fini(&r);
 }
@@ -348,7 +366,7 @@ int conn_serve(struct agent *a, int fd)
 		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 	a->conn = &c;
 
-	size_t pcap = 2 + AGENT_MAX_OPS * AGENT_OP_MAX_FDS;
+	size_t pcap = 2 + AGENT_MAX_OPS * AGENT_OP_MAX_FDS + AGENT_MAX_PROCS * AGENT_PROC_FDS;
 	_cleanup_free_ struct pollfd *pfd = xcalloc(pcap, sizeof(*pfd));
 	int ret = 0;
 
@@ -376,6 +394,8 @@ int conn_serve(struct agent *a, int fd)
 				op->vt->poll_fill ? op->vt->poll_fill(op, pfd + n, &deadline) : 0;
 			n += op->pfd_n;
 		}
+		int procs_first = n;
+		n += procs_poll_fill(a, pfd + n, &deadline);
 		int timeout = -1;
 		if (deadline != INT64_MAX) {
 			int64_t ms = deadline <= now ? 0 : (deadline - now + 999999) / 1000000;
@@ -398,6 +418,8 @@ int conn_serve(struct agent *a, int fd)
 		if (c.hup || c.failed)
 			continue;
 		process_input(&c);
+		/* Output read now is sent by the attach operations stepped below. */
+		procs_step(a, pfd + procs_first, n - procs_first);
 		for (size_t i = 0; i < c.nops; i++) {
 			struct op *op = c.ops[i];
 			if (!op->done && op->vt->step)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -441,7 +442,7 @@ static int drop_command_caps(void)
 /* Runs in the child after fork: only async-signal-safe calls from here on. */
 static void __attribute__((noreturn))
 child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd, int status_fd,
-	   char **argv, char **envp, char **cand)
+	   bool ctty, char **argv, char **envp, char **cand)
 {
 	static const int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGPIPE };
 	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
@@ -450,6 +451,10 @@ child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd,
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (setsid() < 0)
+		child_report(status_fd, 2, errno);
+	/* A terminal's command: the terminal becomes its session's controlling one, so that
+	 * ^C and a resize reach its foreground group. */
+	if (ctty && ioctl(in_fd, TIOCSCTTY, 0) < 0)
 		child_report(status_fd, 2, errno);
 	/* The agent's capabilities and uid stay with the agent: a command runs as a plain user
 	 * with no capability and no supplementary group (see harden() in main.c). */
@@ -487,66 +492,85 @@ static int make_pipe(int p[2], bool parent_reads)
 	return 0;
 }
 
-void op_exec(struct conn *c, uint32_t ch, const struct req *r)
+pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd, int out_fd,
+			  int err_fd, bool ctty, struct err *e)
 {
-	const struct req_exec *rx = &r->u.exec;
-	struct agent *a = c->a;
-	struct err e;
 	struct wspath wp = { 0 };
 	_cleanup_close_ int cwd_fd = -1;
 
-	if (wspath_init(&a->ws, rx->cwd ? rx->cwd : ".", &wp, &e) < 0 ||
-	    (cwd_fd = ws_open(&a->ws, &wp, O_PATH | O_DIRECTORY, 0, &e)) < 0) {
+	if (wspath_init(&a->ws, rx->cwd ? rx->cwd : ".", &wp, e) < 0 ||
+	    (cwd_fd = ws_open(&a->ws, &wp, O_PATH | O_DIRECTORY, 0, e)) < 0) {
 		if (rx->cwd)
-			err_wrap(&e, "cwd");
+			err_wrap(e, "cwd");
 		wspath_fini(&wp);
-		conn_error(c, ch, &e);
-		return;
+		return -1;
 	}
 	wspath_fini(&wp);
 
 	const char *path;
 	char **envp = build_env(rx, &a->image_env, a->ws.path, &path);
 	char **cand = build_candidates(rx->argv[0], path);
-	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, st[2] = { -1, -1 };
-	int r1;
-	if ((r1 = make_pipe(in, false)) < 0 || (r1 = make_pipe(out, true)) < 0 ||
-	    (r1 = make_pipe(errp, true)) < 0 || (r1 = make_pipe(st, true)) < 0) {
-		err_sys(&e, -r1, "cannot execute `%s`: pipe", rx->argv[0]);
-		goto fail;
+	int st[2] = { -1, -1 };
+	pid_t pid = -1;
+	int r1 = make_pipe(st, true);
+	if (r1 < 0) {
+		err_sys(e, -r1, "cannot execute `%s`: pipe", rx->argv[0]);
+		goto out;
 	}
 	/* The status pipe is read blocking: the child writes to it or execs right away. */
 	fcntl(st[0], F_SETFL, fcntl(st[0], F_GETFL) & ~O_NONBLOCK);
 
-	int64_t start = agent_now_ns();
-	pid_t pid = fork();
+	pid = fork();
 	if (pid < 0) {
-		err_sys(&e, errno, "cannot execute `%s`: fork", rx->argv[0]);
-		goto fail;
+		err_sys(e, errno, "cannot execute `%s`: fork", rx->argv[0]);
+		goto out;
 	}
 	if (pid == 0)
-		child_main(a, cwd_fd, in[0], out[1], errp[1], st[1], (char **)rx->argv, envp, cand);
+		child_main(a, cwd_fd, in_fd, out_fd, err_fd, st[1], ctty, (char **)rx->argv, envp,
+			   cand);
 
-	close_fd(&in[0]);
-	close_fd(&out[1]);
-	close_fd(&errp[1]);
 	close_fd(&st[1]);
 	struct start_failure f;
 	ssize_t k;
 	do
 		k = read(st[0], &f, sizeof(f));
 	while (k < 0 && errno == EINTR);
-	close_fd(&st[0]);
 	if (k == (ssize_t)sizeof(f)) {
 		/* The child is ours and not yet seen by the reaper: collect it here. */
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		if (f.stage == 1)
-			err_sys(&e, f.errnum, "cannot change to the working directory");
+			err_sys(e, f.errnum, "cannot change to the working directory");
 		else
-			err_sys(&e, f.errnum, "cannot execute `%s`", rx->argv[0]);
+			err_sys(e, f.errnum, "cannot execute `%s`", rx->argv[0]);
+		pid = -1;
+	}
+out:
+	close_fd(&st[0]);
+	close_fd(&st[1]);
+	free_strv(envp);
+	free_strv(cand);
+	return pid;
+}
+
+void op_exec(struct conn *c, uint32_t ch, const struct req *r)
+{
+	const struct req_exec *rx = &r->u.exec;
+	struct err e;
+	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 };
+	int r1;
+	if ((r1 = make_pipe(in, false)) < 0 || (r1 = make_pipe(out, true)) < 0 ||
+	    (r1 = make_pipe(errp, true)) < 0) {
+		err_sys(&e, -r1, "cannot execute `%s`: pipe", rx->argv[0]);
 		goto fail;
 	}
+	int64_t start = agent_now_ns();
+	pid_t pid = agent_start_command(c->a, rx, in[0], out[1], errp[1], false, &e);
+	if (pid < 0)
+		goto fail;
+	close_fd(&in[0]);
+	close_fd(&out[1]);
+	close_fd(&errp[1]);
 
 	struct exec_op *x = xcalloc(1, sizeof(*x));
 	op_register(c, &x->op, &exec_vt, ch);
@@ -562,8 +586,6 @@ void op_exec(struct conn *c, uint32_t ch, const struct req *r)
 		x->timeout_at = start + rx->timeout_ms * 1000000LL;
 	if (!x->stdin_pipe)
 		close_fd(&x->in_fd);
-	free_strv(envp);
-	free_strv(cand);
 	return;
 
 fail:
@@ -571,9 +593,6 @@ fail:
 		close_fd(&in[i]);
 		close_fd(&out[i]);
 		close_fd(&errp[i]);
-		close_fd(&st[i]);
 	}
-	free_strv(envp);
-	free_strv(cand);
 	conn_error(c, ch, &e);
 }

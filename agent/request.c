@@ -14,7 +14,9 @@ static const struct {
 	{ "ping", REQ_PING },     { "resume", REQ_RESUME },     { "exec", REQ_EXEC },
 	{ "write", REQ_WRITE },   { "read", REQ_READ },         { "list", REQ_LIST },
 	{ "stat", REQ_STAT },     { "mkdir", REQ_MKDIR },       { "remove", REQ_REMOVE },
-	{ "rename", REQ_RENAME }, { "shutdown", REQ_SHUTDOWN },
+	{ "rename", REQ_RENAME }, { "shutdown", REQ_SHUTDOWN }, { "spawn", REQ_SPAWN },
+	{ "procs", REQ_PROCS },   { "attach", REQ_ATTACH },     { "signal", REQ_SIGNAL },
+	{ "input", REQ_INPUT },   { "resize", REQ_RESIZE },
 };
 
 static int wrong_type(const char *field, const char *want, const struct json *v, struct err *err)
@@ -120,6 +122,66 @@ static int parse_exec(const struct json *o, struct req_exec *x, struct err *err)
 	if ((r = get_int(o, "killGraceMs", 0, REQ_MAX_TIMEOUT_MS, &x->kill_grace_ms, err)) < 0)
 		return r;
 	return get_bool(o, "stdin", &x->stdin_pipe, err);
+}
+
+/* A tag: 1 to REQ_MAX_TAG of [A-Za-z0-9._:-]. */
+static int check_tag(const char *field, const char *tag, struct err *err)
+{
+	size_t n = strlen(tag);
+	if (n == 0 || n > REQ_MAX_TAG)
+		return err_set(err, EINVAL, "field `%s` must have 1 to %d characters", field,
+			       REQ_MAX_TAG);
+	for (size_t i = 0; i < n; i++) {
+		char c = tag[i];
+		if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') &&
+		    !strchr("._:-", c))
+			return err_set(err, EINVAL,
+				       "field `%s` may contain only letters, digits and . _ : -",
+				       field);
+	}
+	return 0;
+}
+
+static int parse_spawn(const struct json *o, struct req_spawn *s, struct err *err)
+{
+	int r = parse_exec(o, &s->x, err);
+	if (r < 0)
+		return r;
+	if ((r = get_str(o, "tag", false, &s->tag, err)) < 0 ||
+	    (s->tag && (r = check_tag("tag", s->tag, err)) < 0))
+		return r;
+	s->replay_bytes = REQ_DEFAULT_REPLAY;
+	s->max_procs = 1024;
+	s->max_replay = REQ_MAX_REPLAY_BYTES;
+	if ((r = get_int(o, "replayBytes", REQ_MIN_REPLAY_BYTES, REQ_MAX_REPLAY_BYTES,
+			 &s->replay_bytes, err)) < 0 ||
+	    (r = get_int(o, "maxProcesses", 1, 1024, &s->max_procs, err)) < 0 ||
+	    (r = get_int(o, "maxReplayBytes", REQ_MIN_REPLAY_BYTES, 1LL << 32, &s->max_replay,
+			 err)) < 0)
+		return r;
+	const struct json *pty = json_get(o, "pty");
+	if (!pty || pty->type == JSON_NULL)
+		return 0;
+	if (pty->type != JSON_OBJECT)
+		return wrong_type("pty", "an object", pty, err);
+	s->pty = true;
+	s->rows = 24;
+	s->cols = 80;
+	if ((r = get_int(pty, "rows", 1, REQ_MAX_TERMINAL_SIZE, &s->rows, err)) < 0)
+		return r;
+	return get_int(pty, "cols", 1, REQ_MAX_TERMINAL_SIZE, &s->cols, err);
+}
+
+static int parse_ref(const struct json *o, struct req_proc_ref *ref, struct err *err)
+{
+	int r;
+	if ((r = get_int(o, "pid", 1, INT32_MAX, &ref->pid, err)) < 0 ||
+	    (r = get_str(o, "tag", false, &ref->tag, err)) < 0)
+		return r;
+	if (!ref->pid == !ref->tag)
+		return err_set(err, EINVAL,
+			       "exactly one of the fields `pid` and `tag` is required");
+	return ref->tag ? check_tag("tag", ref->tag, err) : 0;
 }
 
 static int hexval(char c)
@@ -295,6 +357,39 @@ static int parse_op(const struct json *o, struct req *r, struct err *err)
 		    (ret = get_bool(o, "parents", &r->u.rename.parents, err)) < 0)
 			return ret;
 		return get_bool(o, "overwrite", &r->u.rename.overwrite, err);
+	case REQ_SPAWN:
+		return parse_spawn(o, &r->u.spawn, err);
+	case REQ_PROCS:
+		return 0;
+	case REQ_ATTACH:
+		r->u.attach.replay_bytes = -1;
+		r->u.attach.output = true;
+		r->u.attach.follow = true;
+		if ((ret = parse_ref(o, &r->u.attach.ref, err)) < 0 ||
+		    (ret = get_int(o, "replayBytes", 0, JSON_INT_MAX, &r->u.attach.replay_bytes,
+				   err)) < 0 ||
+		    (ret = get_bool(o, "output", &r->u.attach.output, err)) < 0)
+			return ret;
+		return get_bool(o, "follow", &r->u.attach.follow, err);
+	case REQ_SIGNAL:
+		if ((ret = parse_ref(o, &r->u.signal.ref, err)) < 0)
+			return ret;
+		if (!json_get(o, "signal"))
+			return err_set(err, EINVAL, "missing field `signal`");
+		return get_int(o, "signal", 1, 64, &r->u.signal.signal, err);
+	case REQ_INPUT:
+		if ((ret = parse_ref(o, &r->u.input.ref, err)) < 0)
+			return ret;
+		return get_bool(o, "close", &r->u.input.close, err);
+	case REQ_RESIZE:
+		if ((ret = parse_ref(o, &r->u.resize.ref, err)) < 0)
+			return ret;
+		if (!json_get(o, "rows") || !json_get(o, "cols"))
+			return err_set(err, EINVAL, "fields `rows` and `cols` are required");
+		if ((ret = get_int(o, "rows", 1, REQ_MAX_TERMINAL_SIZE, &r->u.resize.rows, err)) <
+		    0)
+			return ret;
+		return get_int(o, "cols", 1, REQ_MAX_TERMINAL_SIZE, &r->u.resize.cols, err);
 	}
 	return err_set(err, EINVAL, "unknown op");
 }
@@ -337,10 +432,12 @@ fail:
 
 void req_fini(struct req *r)
 {
-	if (r->op == REQ_EXEC) {
-		free(r->u.exec.argv);
-		free(r->u.exec.env_keys);
-		free(r->u.exec.env_vals);
+	if (r->op == REQ_EXEC || r->op == REQ_SPAWN) {
+		/* The spawn's command is its first member. */
+		struct req_exec *x = r->op == REQ_EXEC ? &r->u.exec : &r->u.spawn.x;
+		free(x->argv);
+		free(x->env_keys);
+		free(x->env_vals);
 	}
 	json_doc_free(r->doc);
 	memset(r, 0, sizeof(*r));

@@ -31,7 +31,19 @@ enum req_op {
 	REQ_REMOVE,
 	REQ_RENAME,
 	REQ_SHUTDOWN,
+	REQ_SPAWN,
+	REQ_PROCS,
+	REQ_ATTACH,
+	REQ_SIGNAL,
+	REQ_INPUT,
+	REQ_RESIZE,
 };
+
+#define REQ_MAX_TAG           64         /* bytes of a process's tag */
+#define REQ_MAX_REPLAY_BYTES  (64 << 20) /* a process's replay buffer */
+#define REQ_MIN_REPLAY_BYTES  (64 << 10)
+#define REQ_DEFAULT_REPLAY    (1 << 20)
+#define REQ_MAX_TERMINAL_SIZE 1000 /* rows or columns */
 
 struct req_exec {
 	const char **argv; /* NULL-terminated (array owned by the request) */
@@ -43,6 +55,23 @@ struct req_exec {
 	int64_t timeout_ms; /* 0: none */
 	bool stdin_pipe;
 	int64_t kill_grace_ms;
+};
+
+/* A background process: a command (x) that outlives its request. */
+struct req_spawn {
+	struct req_exec x;
+	const char *tag; /* NULL: none */
+	bool pty;        /* on a pseudo-terminal of rows x cols */
+	int64_t rows, cols;
+	int64_t replay_bytes; /* output kept for attach */
+	int64_t max_procs;    /* the session's limit on processes alive (host's setting) */
+	int64_t max_replay;   /* on the replay bytes of all its processes together */
+};
+
+/* The process an attach, signal, input or resize is about: by pid or by tag. */
+struct req_proc_ref {
+	int64_t pid; /* 0: by tag */
+	const char *tag;
 };
 
 struct req_resume {
@@ -89,6 +118,25 @@ struct req {
 		struct {
 			bool recursive;
 		} remove;
+		struct req_spawn spawn;
+		struct {
+			struct req_proc_ref ref;
+			int64_t replay_bytes; /* of the past output; -1: all that is kept */
+			bool output;          /* stream output (false: only the result) */
+			bool follow;          /* wait for the end (false: what is kept, then end) */
+		} attach;
+		struct {
+			struct req_proc_ref ref;
+			int64_t signal;
+		} signal;
+		struct {
+			struct req_proc_ref ref;
+			bool close; /* at EOF, close the process's stdin (a terminal gets ^D) */
+		} input;
+		struct {
+			struct req_proc_ref ref;
+			int64_t rows, cols;
+		} resize;
 		struct {
 			const char *to; /* the destination */
 			bool parents;   /* create the destination's missing directories */

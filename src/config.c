@@ -82,11 +82,18 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_SESSIONS", V_UINT, F(max_sessions), "64", 1, 65536 },
 	{ "SANDBOX_MAX_COMMANDS", V_UINT, F(max_commands), "256", 1, 1048576 },
 	{ "SANDBOX_MAX_FILE_OPS", V_UINT, F(max_file_ops), "64", 1, 1048576 },
+	{ "SANDBOX_MAX_STREAMS", V_UINT, F(max_streams), "256", 1, 1048576 },
+	{ "SANDBOX_MAX_PROCESSES", V_UINT, F(max_processes), "128", 1, 1024 },
+	{ "SANDBOX_PROCESS_REPLAY_BYTES", V_U64, F(process_replay_bytes), "262144", 65536,
+	  67108864 },
+	{ "SANDBOX_SESSION_REPLAY_BYTES", V_U64, F(session_replay_bytes), "33554432", 65536,
+	  4294967296 },
 	/* Unset: a quarter of the cap (see config_load). */
 	{ "SANDBOX_KEY_MAX_SESSIONS", V_UINT, F(key_max_sessions), NULL, 0, 65536 },
 	{ "SANDBOX_KEY_MAX_COMMANDS", V_UINT, F(key_max_commands), NULL, 0, 1048576 },
 	{ "SANDBOX_KEY_MAX_MCP_SESSIONS", V_UINT, F(key_max_mcp_sessions), NULL, 0, 100000 },
 	{ "SANDBOX_KEY_MAX_FILE_OPS", V_UINT, F(key_max_file_ops), NULL, 0, 1048576 },
+	{ "SANDBOX_KEY_MAX_STREAMS", V_UINT, F(key_max_streams), NULL, 0, 1048576 },
 	{ "SESSION_IDLE_TIMEOUT", V_UINT, F(idle_timeout_s), "1800", 1, 31536000 },
 	{ "SESSION_MAX_LIFETIME", V_UINT, F(max_lifetime_s), "86400", 0, 31536000 },
 	{ "VM_VCPU_COUNT", V_UINT, F(vcpus), "1", 1, 32 },
@@ -457,6 +464,7 @@ int config_load(struct config *cfg, struct err *err)
 		{ "SANDBOX_KEY_MAX_MCP_SESSIONS", &cfg->key_max_mcp_sessions,
 		  cfg->mcp_max_sessions },
 		{ "SANDBOX_KEY_MAX_FILE_OPS", &cfg->key_max_file_ops, cfg->max_file_ops },
+		{ "SANDBOX_KEY_MAX_STREAMS", &cfg->key_max_streams, cfg->max_streams },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(quarters); i++)
 		if (!env(quarters[i].name))

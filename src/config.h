@@ -36,12 +36,19 @@ struct config {
 	unsigned max_sessions;  /* SANDBOX_MAX_SESSIONS, default 64 */
 	unsigned max_commands;  /* SANDBOX_MAX_COMMANDS: running at once, default 256 */
 	unsigned max_file_ops;  /* SANDBOX_MAX_FILE_OPS: in flight at once, default 64 */
+	unsigned max_streams;   /* SANDBOX_MAX_STREAMS: attaches and terminals open, 256 */
+	/* Background processes, per session: how many may run, the replay buffer each gets by
+	   default, and all of their buffers together (kept in the sandbox's memory). */
+	unsigned max_processes;        /* SANDBOX_MAX_PROCESSES, default 128 */
+	uint64_t process_replay_bytes; /* SANDBOX_PROCESS_REPLAY_BYTES, default 256 KiB */
+	uint64_t session_replay_bytes; /* SANDBOX_SESSION_REPLAY_BYTES, default 32 MiB */
 	/* What one key may hold at once unless it has its own quota (auth/quota.h); 0 = no
 	   quota. Each defaults to a quarter of the server's cap for the kind. */
 	unsigned key_max_sessions;     /* SANDBOX_KEY_MAX_SESSIONS */
 	unsigned key_max_commands;     /* SANDBOX_KEY_MAX_COMMANDS */
 	unsigned key_max_mcp_sessions; /* SANDBOX_KEY_MAX_MCP_SESSIONS */
 	unsigned key_max_file_ops;     /* SANDBOX_KEY_MAX_FILE_OPS */
+	unsigned key_max_streams;      /* SANDBOX_KEY_MAX_STREAMS */
 	unsigned idle_timeout_s;       /* SESSION_IDLE_TIMEOUT (seconds), default 1800 */
 	unsigned max_lifetime_s;       /* SESSION_MAX_LIFETIME (seconds), default 86400; 0 = none */
 	unsigned vcpus;                /* VM_VCPU_COUNT, default 1 */

@@ -44,6 +44,35 @@ void api_exec_remove(struct http_ctx *ctx);
 void api_exec_move(struct http_ctx *ctx);
 void api_exec_delete(struct http_ctx *ctx);
 
+/* background processes (process.c) */
+void api_process_start(struct http_ctx *ctx);
+void api_process_list(struct http_ctx *ctx);
+void api_process_get(struct http_ctx *ctx);
+void api_process_output(struct http_ctx *ctx);
+void api_process_wait(struct http_ctx *ctx);
+void api_process_signal(struct http_ctx *ctx);
+void api_process_kill(struct http_ctx *ctx);
+void api_process_stdin(struct http_ctx *ctx);
+void api_process_resize(struct http_ctx *ctx);
+/* execute with "background": true: the body is a process start's. */
+void api_exec_background(struct http_ctx *ctx, const char *id, json_t *body);
+
+/* Helpers of exec.c that the other /exec adapters share: error replies (EAGAIN with
+ * Retry-After), the caller's target, the path's session id and the JSON body's fields, each
+ * replying 400 and returning -1 (or NULL) when bad. */
+struct ops_target;
+struct ops_exec_req;
+struct err;
+void api_reply_err(struct http_ctx *ctx, const struct err *err);
+struct ops_target api_request_target(struct http_ctx *ctx, const char *id, const char *tmpl);
+int api_id_and_body(struct http_ctx *ctx, const char **ret_id, json_t **ret_body);
+const char *api_path_session_id(struct http_ctx *ctx);
+int api_opt_string(struct http_ctx *ctx, json_t *body, const char *key, const char **ret);
+int api_opt_bool(struct http_ctx *ctx, json_t *body, const char *key, bool def, bool *ret);
+/* command, args, cwd, env, timeout, template of an execute-like body. */
+int api_parse_command(struct http_ctx *ctx, json_t *body, struct ops_exec_req *req,
+		      const char **tmpl);
+
 /* MCP: Streamable HTTP at /mcp (POST, GET, DELETE), HTTP+SSE streams at GET /mcp and
  * GET /sse, their messages at POST /mcp/messages and POST /messages (mcp.c) */
 void api_mcp(struct http_ctx *ctx);

@@ -559,6 +559,15 @@ void api_exec_execute(struct http_ctx *ctx)
 	json_auto_t *body = NULL;
 	if (id_and_body(ctx, &id, &body) < 0)
 		return;
+	json_t *bg = json_object_get(body, "background");
+	if (bg && !json_is_null(bg) && !json_is_boolean(bg)) {
+		http_reply_error(ctx, 400, "\"background\" must be true or false");
+		return;
+	}
+	if (json_is_true(bg)) {
+		api_exec_background(ctx, id, body);
+		return;
+	}
 	struct ops_exec_req req = { 0 };
 	const char *tmpl;
 	if (parse_exec(ctx, body, &req, &tmpl) < 0)
@@ -1123,4 +1132,42 @@ void api_exec_move(struct http_ctx *ctx)
 	struct err e;
 	if (!ops_move_path(&t, from, to, overwrite, on_moved, ctx, &e))
 		reply_err(ctx, &e);
+}
+
+/* --- shared with the other /exec adapters (process.c) ------------------------------- */
+
+void api_reply_err(struct http_ctx *ctx, const struct err *err)
+{
+	reply_err(ctx, err);
+}
+
+struct ops_target api_request_target(struct http_ctx *ctx, const char *id, const char *tmpl)
+{
+	return request_target(ctx, id, tmpl);
+}
+
+int api_id_and_body(struct http_ctx *ctx, const char **ret_id, json_t **ret_body)
+{
+	return id_and_body(ctx, ret_id, ret_body);
+}
+
+const char *api_path_session_id(struct http_ctx *ctx)
+{
+	return path_session_id(ctx);
+}
+
+int api_opt_string(struct http_ctx *ctx, json_t *body, const char *key, const char **ret)
+{
+	return opt_string(ctx, body, key, ret);
+}
+
+int api_opt_bool(struct http_ctx *ctx, json_t *body, const char *key, bool def, bool *ret)
+{
+	return opt_bool(ctx, body, key, def, ret);
+}
+
+int api_parse_command(struct http_ctx *ctx, json_t *body, struct ops_exec_req *req,
+		      const char **tmpl)
+{
+	return parse_exec(ctx, body, req, tmpl);
 }

@@ -19,10 +19,9 @@ struct owner {
 };
 
 static const char *const names[QUOTA_NKINDS] = {
-	[QUOTA_SESSIONS] = "sessions",
-	[QUOTA_COMMANDS] = "commands",
-	[QUOTA_MCP_SESSIONS] = "mcpSessions",
-	[QUOTA_FILE_OPS] = "fileOps",
+	[QUOTA_SESSIONS] = "sessions",        [QUOTA_COMMANDS] = "commands",
+	[QUOTA_MCP_SESSIONS] = "mcpSessions", [QUOTA_FILE_OPS] = "fileOps",
+	[QUOTA_STREAMS] = "streams",
 };
 
 /* What each kind is called in messages, and the settings behind its numbers. */
@@ -31,18 +30,21 @@ static const char *const nouns[QUOTA_NKINDS] = {
 	[QUOTA_COMMANDS] = "running commands",
 	[QUOTA_MCP_SESSIONS] = "MCP sessions",
 	[QUOTA_FILE_OPS] = "file operations in flight",
+	[QUOTA_STREAMS] = "process streams and terminals open",
 };
 static const char *const cap_vars[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "SANDBOX_MAX_SESSIONS",
 	[QUOTA_COMMANDS] = "SANDBOX_MAX_COMMANDS",
 	[QUOTA_MCP_SESSIONS] = "SANDBOX_MCP_MAX_SESSIONS",
 	[QUOTA_FILE_OPS] = "SANDBOX_MAX_FILE_OPS",
+	[QUOTA_STREAMS] = "SANDBOX_MAX_STREAMS",
 };
 static const char *const key_vars[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "SANDBOX_KEY_MAX_SESSIONS",
 	[QUOTA_COMMANDS] = "SANDBOX_KEY_MAX_COMMANDS",
 	[QUOTA_MCP_SESSIONS] = "SANDBOX_KEY_MAX_MCP_SESSIONS",
 	[QUOTA_FILE_OPS] = "SANDBOX_KEY_MAX_FILE_OPS",
+	[QUOTA_STREAMS] = "SANDBOX_KEY_MAX_STREAMS",
 };
 
 static struct {
@@ -71,6 +73,8 @@ static uint64_t cap(enum quota_kind k)
 		return c->max_commands;
 	case QUOTA_MCP_SESSIONS:
 		return c->mcp_max_sessions;
+	case QUOTA_STREAMS:
+		return c->max_streams;
 	default:
 		return c->max_file_ops;
 	}
@@ -89,6 +93,8 @@ static uint64_t key_default(enum quota_kind k)
 		return c->key_max_commands;
 	case QUOTA_MCP_SESSIONS:
 		return c->key_max_mcp_sessions;
+	case QUOTA_STREAMS:
+		return c->key_max_streams;
 	default:
 		return c->key_max_file_ops;
 	}
@@ -138,7 +144,7 @@ int quota_set_merge_json(struct quota_set *q, json_t *obj, struct err *err)
 	if (!json_is_object(obj))
 		return err_set(err, EINVAL,
 			       "`quotas` must be an object such as {\"sessions\": 4} (kinds: "
-			       "sessions, commands, mcpSessions, fileOps)");
+			       "sessions, commands, mcpSessions, fileOps, streams)");
 	const char *name;
 	json_t *v;
 	json_object_foreach (obj, name, v) {
@@ -146,7 +152,7 @@ int quota_set_merge_json(struct quota_set *q, json_t *obj, struct err *err)
 		if (k < 0)
 			return err_set(err, EINVAL,
 				       "unknown quota `%.64s` (kinds: sessions, commands, "
-				       "mcpSessions, fileOps)",
+				       "mcpSessions, fileOps, streams)",
 				       name);
 		if (json_is_null(v)) {
 			q->v[k] = QUOTA_DEFAULT;

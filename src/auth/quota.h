@@ -27,6 +27,7 @@ enum quota_kind {
 	QUOTA_COMMANDS,     /* commands running (an execute from its request to its result) */
 	QUOTA_MCP_SESSIONS, /* MCP sessions open */
 	QUOTA_FILE_OPS,     /* file operations in flight (write, read, list) */
+	QUOTA_STREAMS,      /* streams open: attaches to processes' output, terminals */
 	QUOTA_NKINDS
 };
 

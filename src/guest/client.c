@@ -293,6 +293,38 @@ static void handle_info(struct guest_op *op, const struct guest_frame *f)
 	json_decref(j);
 }
 
+/* An EVENT: JSON, counted against the channel's credit like data (the consumer hands it
+ * back with guest_op_consumed), so that an agent cannot queue events without bound. */
+static void handle_event(struct guest_op *op, const struct guest_frame *f)
+{
+	struct guest_conn *c = op->conn;
+	if (!op->cbs->on_event) {
+		violation("frame");
+		conn_fail(c, EREMOTEIO,
+			  "sandbox agent sent an event for an operation that has none");
+		return;
+	}
+	op->recv_credit -= f->len;
+	if (op->recv_credit < 0) {
+		violation("credit");
+		conn_fail(c, EREMOTEIO, "sandbox agent sent more events than it was allowed");
+		return;
+	}
+	json_error_t jerr;
+	json_t *j = json_loadb((const char *)f->payload, f->len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!j || !json_is_object(j) || !json_is_string(json_object_get(j, "type"))) {
+		json_decref(j);
+		violation("json");
+		conn_fail(c, EREMOTEIO, "sandbox agent sent a malformed event");
+		return;
+	}
+	if (op->detached)
+		guest_op_consumed(op, f->len);
+	else
+		op->cbs->on_event(op, j, f->len, op->arg);
+	json_decref(j);
+}
+
 static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 {
 	if (!guest_type_valid(f->type, 0)) {
@@ -351,6 +383,9 @@ static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 		return;
 	case GUEST_FILEINFO:
 		handle_info(op, f);
+		return;
+	case GUEST_EVENT:
+		handle_event(op, f);
 		return;
 	case GUEST_RESULT:
 	case GUEST_ERROR:

@@ -33,6 +33,10 @@ struct guest_op_cbs {
 	/* A read's FILEINFO object (borrowed; its shape unchecked: the consumer judges it, and
 	 * whether it came once and first). NULL: the op takes none, and one is a violation. */
 	void (*on_info)(struct guest_op *op, json_t *info, void *arg);
+	/* An EVENT object (borrowed; it has a string "type", the rest unchecked), len bytes of
+	 * the channel's credit that the consumer returns with guest_op_consumed() as for data.
+	 * NULL: the op takes none, and one is a violation. */
+	void (*on_event)(struct guest_op *op, json_t *event, size_t len, void *arg);
 	/* Terminal. Exactly one of result (the agent's RESULT object, borrowed) and err is
 	 * non-NULL; for an agent ERROR, err->errnum is the errno its code names (ESCAPE maps
 	 * to EXDEV) and err->msg its message. The op is freed when this returns. */

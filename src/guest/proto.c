@@ -35,6 +35,7 @@ int guest_type_valid(uint8_t type, int from_host)
 	case GUEST_STDERR:
 	case GUEST_FILEDATA:
 	case GUEST_FILEINFO:
+	case GUEST_EVENT:
 	case GUEST_RESULT:
 	case GUEST_ERROR:
 		return from_host ? 0 : 1;

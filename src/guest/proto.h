@@ -28,8 +28,9 @@
 /* The protocol's version, which the agent reports as "protocol" in the results of ping and
  * resume; the host refuses an agent older than its own. 2: ping and resume report it. 3: a
  * read announces its file (FILEINFO) before the contents, so the host can stream them. 4: the
- * rename operation. */
-#define GUEST_PROTO_VERSION  4
+ * rename operation. 5: background processes (spawn, procs, attach, signal, input, resize) and
+ * EVENT frames. */
+#define GUEST_PROTO_VERSION  5
 #define GUEST_HDR_LEN        9
 #define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
 #define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */
@@ -54,6 +55,11 @@ enum guest_type {
 	 * request had "checkText": true) tells whether the whole file is valid UTF-8 without
 	 * NUL; the bytes sent after "text": true are. */
 	GUEST_FILEINFO = 19,
+	/* JSON, any number, not terminal: something that happened on the channel, {"type":...}.
+	 * An attach's {"type": "gap", "bytes": N}: N bytes of output were overwritten in the
+	 * replay buffer before this reader got them; first of all its {"type": "attached",
+	 * "pid": N, "position": N}. */
+	GUEST_EVENT = 20,
 	GUEST_RESULT = 32, /* JSON, terminal */
 	GUEST_ERROR = 33,  /* JSON, terminal: {"error": "message", "code": "ENOENT"} */
 };

@@ -7,6 +7,9 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 #include <time.h>
 
@@ -580,6 +583,13 @@ enum call_kind {
 	CALL_MKDIR,
 	CALL_REMOVE,
 	CALL_MOVE,
+	/* background processes */
+	CALL_SPAWN,
+	CALL_PROCS,
+	CALL_ATTACH,
+	CALL_SIGNAL,
+	CALL_INPUT,
+	CALL_RESIZE,
 };
 
 struct ops_call {
@@ -604,6 +614,8 @@ struct ops_call {
 	json_t *egress; /* create: the session's own egress policy, or NULL */
 	struct session_resources resources;
 	bool has_resources;
+	const struct ops_attach_cbs *acbs; /* attach */
+	json_t *checked;                   /* spawn, attach, procs: the agent's answer, checked */
 	ops_done_fn done;
 	void *arg;
 	struct event *start_ev;
@@ -614,6 +626,23 @@ struct ops_call {
 	bool quota_held; /* a unit of QUOTA_FILE_OPS, given back when the handle goes */
 	uint64_t t0_us;
 };
+
+/* What a call holds while in flight. */
+static enum quota_kind call_quota(enum call_kind k)
+{
+	switch (k) {
+	case CALL_SPAWN:
+	case CALL_PROCS:
+	case CALL_SIGNAL:
+	case CALL_INPUT:
+	case CALL_RESIZE:
+		return QUOTA_COMMANDS;
+	case CALL_ATTACH:
+		return QUOTA_STREAMS;
+	default:
+		return QUOTA_FILE_OPS;
+	}
+}
 
 static void call_free(struct ops_call *c)
 {
@@ -627,12 +656,13 @@ static void call_free(struct ops_call *c)
 	json_decref(c->request);
 	json_decref(c->env);
 	json_decref(c->egress);
+	json_decref(c->checked);
 	free(c->path);
 	free(c->data);
 	if (c->content)
 		evbuffer_free(c->content);
 	if (c->quota_held)
-		quota_release(c->t.owner, QUOTA_FILE_OPS);
+		quota_release(c->t.owner, call_quota(c->kind));
 	target_free(&c->t);
 	free(c);
 }
@@ -666,6 +696,18 @@ static const char *call_metric_type(enum call_kind k)
 		return "remove";
 	case CALL_MOVE:
 		return "move";
+	case CALL_SPAWN:
+		return "spawn";
+	case CALL_PROCS:
+		return "processes";
+	case CALL_ATTACH:
+		return "attach";
+	case CALL_SIGNAL:
+		return "signal";
+	case CALL_INPUT:
+		return "input";
+	case CALL_RESIZE:
+		return "resize";
 	default:
 		return "list_files";
 	}
@@ -708,6 +750,13 @@ static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 			 void *arg)
 {
 	struct ops_call *c = arg;
+	if (c->kind == CALL_ATTACH && c->got_info &&
+	    (type == GUEST_STDOUT || type == GUEST_STDERR)) {
+		/* The consumer returns the credit (ops_call_consumed) as its client takes them. */
+		c->acbs->on_output(c, type == GUEST_STDERR ? OPS_STDERR : OPS_STDOUT, data, len,
+				   c->arg);
+		return;
+	}
 	if (type != GUEST_FILEDATA || c->kind != CALL_READ) {
 		/* Only a read has data, and only file contents. */
 		guest_op_violation(op, "data a file operation does not produce");
@@ -733,6 +782,72 @@ static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 	}
 	evbuffer_add(c->content, data, len);
 	guest_op_consumed(op, len);
+}
+
+static void call_on_event(struct guest_op *op, json_t *ev, size_t len, void *arg)
+{
+	struct ops_call *c = arg;
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	json_t *bytes = json_object_get(ev, "bytes"), *pid = json_object_get(ev, "pid");
+	bool gap = c->kind == CALL_ATTACH && !strcmp(type, "gap") && json_is_integer(bytes) &&
+		   json_integer_value(bytes) > 0;
+	bool attached = c->kind == CALL_ATTACH && !strcmp(type, "attached") && !c->got_info &&
+			json_is_integer(pid) && json_integer_value(pid) > 0 &&
+			json_integer_value(pid) <= INT32_MAX;
+	if (!gap && !attached) {
+		guest_op_violation(op, "an event the operation does not produce");
+		return;
+	}
+	guest_op_consumed(op, len);
+	if (attached) {
+		c->got_info = true;
+		if (c->acbs->on_attached)
+			c->acbs->on_attached(c, (int)json_integer_value(pid), c->arg);
+	} else if (c->acbs->on_gap) {
+		c->acbs->on_gap(c, (uint64_t)json_integer_value(bytes), c->arg);
+	}
+}
+
+/* A process object from the agent, checked field by field and rebuilt (NULL: not one). */
+static json_t *process_checked(json_t *p)
+{
+	json_t *pid = json_object_get(p, "pid"), *tag = json_object_get(p, "tag");
+	json_t *argv = json_object_get(p, "argv"), *cwd = json_object_get(p, "cwd");
+	json_t *keys = json_object_get(p, "envKeys"), *state = json_object_get(p, "state");
+	json_t *started = json_object_get(p, "startedAt"), *ended = json_object_get(p, "endedAt");
+	json_t *code = json_object_get(p, "exitCode"), *sig = json_object_get(p, "signal");
+	json_t *dur = json_object_get(p, "durationMs"), *out = json_object_get(p, "outputBytes");
+	json_t *from = json_object_get(p, "replayFrom");
+	if (!json_is_integer(pid) || json_integer_value(pid) <= 0 ||
+	    json_integer_value(pid) > INT32_MAX || !(json_is_string(tag) || json_is_null(tag)) ||
+	    !json_is_array(argv) || !json_array_size(argv) || !json_is_string(cwd) ||
+	    !json_is_array(keys) || !json_is_string(state) || !json_is_integer(started) ||
+	    !(json_is_integer(ended) || json_is_null(ended)) ||
+	    !(json_is_integer(code) || json_is_null(code)) ||
+	    !(json_is_string(sig) || json_is_null(sig)) || !json_is_number(dur) ||
+	    !json_is_integer(out) || json_integer_value(out) < 0 || !json_is_integer(from) ||
+	    json_integer_value(from) < 0 || json_integer_value(from) > json_integer_value(out))
+		return NULL;
+	const char *st = json_string_value(state);
+	if (strcmp(st, "running") && strcmp(st, "exited"))
+		return NULL;
+	size_t i;
+	json_t *v;
+	json_array_foreach (argv, i, v)
+		if (!json_is_string(v))
+			return NULL;
+	json_array_foreach (keys, i, v)
+		if (!json_is_string(v))
+			return NULL;
+	return json_pack("{s:O, s:O, s:s, s:O, s:O, s:O, s:b, s:s, s:O, s:O, s:O, s:O, s:O, "
+			 "s:b, s:O, s:O}",
+			 "pid", pid, "tag", tag, "command",
+			 json_string_value(json_array_get(argv, 0)), "argv", argv, "cwd", cwd,
+			 "envKeys", keys, "pty", json_is_true(json_object_get(p, "pty")), "state",
+			 st, "startedAt", started, "endedAt", ended, "exitCode", code, "signal",
+			 sig, "durationMs", dur, "timedOut",
+			 json_is_true(json_object_get(p, "timedOut")), "outputBytes", out,
+			 "replayFrom", from);
 }
 
 static void call_on_guest_done(struct guest_op *op, json_t *result, const struct err *err,
@@ -775,8 +890,49 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 	case CALL_MKDIR:
 	case CALL_REMOVE:
 	case CALL_MOVE:
+	case CALL_SIGNAL:
+	case CALL_RESIZE:
+	case CALL_INPUT:
 		r.info = result;
 		break;
+	case CALL_SPAWN:
+	case CALL_ATTACH:
+		c->checked = process_checked(json_object_get(result, "process"));
+		if (!c->checked) {
+			struct err e;
+			err_set(&e, EREMOTEIO, "sandbox agent answered with a malformed process");
+			call_fail(c, &e);
+			return;
+		}
+		if (c->kind == CALL_ATTACH) {
+			json_t *pos = json_object_get(result, "position");
+			json_object_set_new(
+				c->checked, "detached",
+				json_boolean(json_is_true(json_object_get(result, "detached"))));
+			if (json_is_integer(pos))
+				json_object_set(c->checked, "position", pos);
+		}
+		r.info = c->checked;
+		break;
+	case CALL_PROCS: {
+		json_t *list = json_object_get(result, "processes");
+		c->checked = json_array();
+		size_t i;
+		json_t *p;
+		json_array_foreach (list, i, p) {
+			json_t *ok = process_checked(p);
+			if (!ok) {
+				struct err e;
+				err_set(&e, EREMOTEIO,
+					"sandbox agent answered with a malformed process list");
+				call_fail(c, &e);
+				return;
+			}
+			json_array_append_new(c->checked, ok);
+		}
+		r.entries = c->checked;
+		break;
+	}
 	default:
 		r.entries = json_object_get(result, "entries");
 		if (!json_is_array(r.entries))
@@ -789,6 +945,7 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 
 static const struct guest_op_cbs call_guest_cbs = { .on_data = call_on_data,
 						    .on_info = call_on_info,
+						    .on_event = call_on_event,
 						    .on_done = call_on_guest_done };
 
 static void call_run(struct ops_call *c, struct session *s)
@@ -796,6 +953,14 @@ static void call_run(struct ops_call *c, struct session *s)
 	struct err e;
 	c->s = s;
 	session_ref(s);
+	if (c->kind == CALL_SPAWN) {
+		/* The session's environment under the request's, as for execute. */
+		json_t *env = json_deep_copy(s->env);
+		json_t *req_env = json_object_get(c->request, "env");
+		if (req_env)
+			json_object_update(env, req_env);
+		json_object_set_new(c->request, "env", env);
+	}
 	c->op = guest_op_start(s->conn, c->request, &call_guest_cbs, c, &e);
 	if (!c->op) {
 		call_fail(c, &e);
@@ -803,8 +968,12 @@ static void call_run(struct ops_call *c, struct session *s)
 	}
 	c->t0_us = time_mono_us();
 	session_op_begin(s);
-	guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "file operation");
-	if (c->kind == CALL_WRITE) {
+	/* An attach lasts as long as its process (its caller ends it when it wants). */
+	if (c->kind != CALL_ATTACH)
+		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms,
+				     c->kind >= CALL_SPAWN ? "process operation"
+							   : "file operation");
+	if (c->kind == CALL_WRITE || c->kind == CALL_INPUT) {
 		guest_op_send(c->op, c->data, c->len);
 		guest_op_eof(c->op);
 		free(c->data);
@@ -844,7 +1013,12 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 	case CALL_LIST:
 	case CALL_STAT:
 	case CALL_REMOVE:
-	case CALL_MOVE: {
+	case CALL_MOVE:
+	case CALL_PROCS:
+	case CALL_ATTACH:
+	case CALL_SIGNAL:
+	case CALL_INPUT:
+	case CALL_RESIZE: {
 		struct session *s = ops_find_session(&c->t, &e);
 		if (!s) {
 			call_fail(c, &e);
@@ -867,6 +1041,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		break;
 	case CALL_WRITE:
 	case CALL_MKDIR:
+	case CALL_SPAWN:
 		if (target_owner(&c->t, &owner, &e) < 0) {
 			call_fail(c, &e);
 			return;
@@ -1168,4 +1343,195 @@ json_t *ops_read_json(const struct ops_result *r, bool want_base64)
 	}
 	return json_pack("{s:s, s:o, s:s, s:I}", "path", r->path, "content", content, "encoding",
 			 b64 ? "base64" : "utf8", "size", (json_int_t)r->size);
+}
+
+/* --- background processes --------------------------------------------------------------- */
+
+int ops_proc_ref_parse(const char *s, struct ops_proc_ref *ref, struct err *err)
+{
+	memset(ref, 0, sizeof(*ref));
+	if (!s || !*s)
+		return err_set(err, EINVAL, "a process is named by its pid or its tag");
+	size_t n = strlen(s);
+	if (strspn(s, "0123456789") == n) {
+		long long v = n <= 10 ? strtoll(s, NULL, 10) : 0;
+		if (v <= 0 || v > INT32_MAX)
+			return err_set(err, EINVAL, "`%.20s` is not a process id", s);
+		ref->pid = (int)v;
+		return 0;
+	}
+	if (n > OPS_TAG_MAX || strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					 "0123456789._:-") != n)
+		return err_set(err, EINVAL,
+			       "a tag has 1 to %d letters, digits and . _ : - (not `%.80s`)",
+			       OPS_TAG_MAX, s);
+	ref->tag = s;
+	return 0;
+}
+
+/* A call about one process: `request` gets the process's pid or tag. */
+static struct ops_call *proc_call(enum call_kind kind, const struct ops_target *t,
+				  const struct ops_proc_ref *ref, json_t *request, ops_done_fn done,
+				  void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0) {
+		json_decref(request);
+		return NULL;
+	}
+	if (ref) {
+		if (ref->tag)
+			json_object_set_new(request, "tag", json_string(ref->tag));
+		else
+			json_object_set_new(request, "pid", json_integer(ref->pid));
+	}
+	bool held;
+	if (admit(t, call_quota(kind), &held, err) < 0) {
+		json_decref(request);
+		return NULL;
+	}
+	struct ops_call *c = call_new(kind, t, NULL, done, arg);
+	c->quota_held = held;
+	c->request = request;
+	return c;
+}
+
+struct ops_call *ops_spawn(const struct ops_target *t, const struct ops_spawn_req *req,
+			   ops_done_fn done, void *arg, struct err *err)
+{
+	const struct ops_exec_req *x = &req->x;
+	if (check_target(t, false, err) < 0)
+		return NULL;
+	if (!x->command || !*x->command) {
+		err_set(err, EINVAL, "\"command\" is required");
+		return NULL;
+	}
+	if (x->has_timeout && x->timeout_ms > EXEC_MAX_TIMEOUT_MS) {
+		err_set(err, EINVAL, "\"timeout\" must be at most %llu ms (a week)",
+			(unsigned long long)EXEC_MAX_TIMEOUT_MS);
+		return NULL;
+	}
+	if (req->tag) {
+		struct ops_proc_ref ref;
+		if (ops_proc_ref_parse(req->tag, &ref, err) < 0)
+			return NULL;
+		if (!ref.tag) {
+			err_set(err, EINVAL, "\"tag\" must not be a number (numbers name pids)");
+			return NULL;
+		}
+	}
+	if (req->pty && (req->rows < 1 || req->rows > OPS_TERMINAL_MAX || req->cols < 1 ||
+			 req->cols > OPS_TERMINAL_MAX)) {
+		err_set(err, EINVAL, "a terminal has 1 to %d rows and columns", OPS_TERMINAL_MAX);
+		return NULL;
+	}
+	uint64_t replay = req->replay_bytes ? req->replay_bytes : O.cfg->process_replay_bytes;
+	if (replay < OPS_REPLAY_MIN || replay > OPS_REPLAY_MAX) {
+		err_set(err, EINVAL, "\"replayBytes\" must be between %u and %u", OPS_REPLAY_MIN,
+			OPS_REPLAY_MAX);
+		return NULL;
+	}
+	if (ops_check_env(x->env, err) < 0)
+		return NULL;
+	json_t *argv = NULL;
+	if (build_argv(x, &argv, err) < 0)
+		return NULL;
+	json_t *request = json_pack(
+		"{s:s, s:o, s:I, s:b, s:I, s:I, s:I}", "op", "spawn", "argv", argv, "timeoutMs",
+		(json_int_t)(x->has_timeout ? x->timeout_ms : 0), "stdin", req->stdin_open,
+		"replayBytes", (json_int_t)replay, "maxProcesses", (json_int_t)O.cfg->max_processes,
+		"maxReplayBytes", (json_int_t)O.cfg->session_replay_bytes);
+	json_t *env = x->env && json_is_object(x->env) ? json_deep_copy(x->env) : json_object();
+	if (req->pty && !json_object_get(env, "TERM"))
+		json_object_set_new(env, "TERM",
+				    json_string(req->term ? req->term : "xterm-256color"));
+	json_object_set_new(request, "env", env);
+	if (x->cwd)
+		json_object_set_new(request, "cwd", json_string(x->cwd));
+	if (req->tag)
+		json_object_set_new(request, "tag", json_string(req->tag));
+	if (req->pty)
+		json_object_set_new(request, "pty",
+				    json_pack("{s:i, s:i}", "rows", req->rows, "cols", req->cols));
+	return proc_call(CALL_SPAWN, t, NULL, request, done, arg, err);
+}
+
+struct ops_call *ops_list_processes(const struct ops_target *t, ops_done_fn done, void *arg,
+				    struct err *err)
+{
+	return proc_call(CALL_PROCS, t, NULL, json_pack("{s:s}", "op", "procs"), done, arg, err);
+}
+
+struct ops_call *ops_attach(const struct ops_target *t, const struct ops_proc_ref *ref,
+			    const struct ops_attach_opts *o, const struct ops_attach_cbs *cbs,
+			    ops_done_fn done, void *arg, struct err *err)
+{
+	json_t *request = json_pack("{s:s, s:b, s:b}", "op", "attach", "output", o->output,
+				    "follow", o->follow);
+	if (o->replay_bytes >= 0)
+		json_object_set_new(request, "replayBytes", json_integer(o->replay_bytes));
+	struct ops_call *c = proc_call(CALL_ATTACH, t, ref, request, done, arg, err);
+	if (c)
+		c->acbs = cbs;
+	return c;
+}
+
+int ops_signal_number(const char *name)
+{
+	static const struct {
+		const char *name;
+		int sig;
+	} sigs[] = {
+		{ "HUP", SIGHUP },   { "INT", SIGINT },     { "QUIT", SIGQUIT },
+		{ "KILL", SIGKILL }, { "USR1", SIGUSR1 },   { "USR2", SIGUSR2 },
+		{ "TERM", SIGTERM }, { "CONT", SIGCONT },   { "STOP", SIGSTOP },
+		{ "TSTP", SIGTSTP }, { "WINCH", SIGWINCH }, { "ALRM", SIGALRM },
+	};
+	if (!name)
+		return -1;
+	if (strncasecmp(name, "SIG", 3) == 0)
+		name += 3;
+	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+		if (strcasecmp(name, sigs[i].name) == 0)
+			return sigs[i].sig;
+	return -1;
+}
+
+struct ops_call *ops_signal_process(const struct ops_target *t, const struct ops_proc_ref *ref,
+				    int sig, ops_done_fn done, void *arg, struct err *err)
+{
+	if (sig < 1 || sig > 64) {
+		err_set(err, EINVAL, "unknown signal");
+		return NULL;
+	}
+	return proc_call(CALL_SIGNAL, t, ref,
+			 json_pack("{s:s, s:i}", "op", "signal", "signal", sig), done, arg, err);
+}
+
+struct ops_call *ops_process_input(const struct ops_target *t, const struct ops_proc_ref *ref,
+				   uint8_t *data, size_t len, bool close, ops_done_fn done,
+				   void *arg, struct err *err)
+{
+	struct ops_call *c =
+		proc_call(CALL_INPUT, t, ref,
+			  json_pack("{s:s, s:b}", "op", "input", "close", close), done, arg, err);
+	if (!c) {
+		free(data);
+		return NULL;
+	}
+	c->data = data;
+	c->len = len;
+	return c;
+}
+
+struct ops_call *ops_resize_process(const struct ops_target *t, const struct ops_proc_ref *ref,
+				    unsigned rows, unsigned cols, ops_done_fn done, void *arg,
+				    struct err *err)
+{
+	if (rows < 1 || rows > OPS_TERMINAL_MAX || cols < 1 || cols > OPS_TERMINAL_MAX) {
+		err_set(err, EINVAL, "a terminal has 1 to %d rows and columns", OPS_TERMINAL_MAX);
+		return NULL;
+	}
+	return proc_call(CALL_RESIZE, t, ref,
+			 json_pack("{s:s, s:i, s:i}", "op", "resize", "rows", rows, "cols", cols),
+			 done, arg, err);
 }

@@ -211,6 +211,82 @@ int ops_cancel_exec(const struct ops_target *t, const char *exec_id, struct err 
  * its "owner" (whose it is matters once they are mixed). */
 json_t *ops_list_sessions(const struct ops_target *t);
 
+/* --- background processes ------------------------------------------------------------
+ *
+ * A background process runs detached from any request, until it ends or its session does;
+ * its output is kept in a replay buffer in the sandbox (its agent), from which any number of
+ * attaches stream it, in order. These are calls (ops_call) like the file operations: each
+ * holds a unit of QUOTA_COMMANDS while in flight, an attach one of QUOTA_STREAMS for its
+ * life. Processes are named by pid (as seen in the sandbox) or by the tag given at start. */
+
+#define OPS_TAG_MAX      64
+#define OPS_TERMINAL_MAX 1000
+#define OPS_REPLAY_MIN   (64u << 10)
+#define OPS_REPLAY_MAX   (64u << 20)
+
+struct ops_proc_ref {
+	int pid;         /* 0: by tag */
+	const char *tag; /* borrowed */
+};
+/* "123" is a pid, anything else a tag (1 to OPS_TAG_MAX of [A-Za-z0-9._:-]); EINVAL. */
+int ops_proc_ref_parse(const char *s, struct ops_proc_ref *ref, struct err *err);
+/* "TERM", "SIGTERM", "term"... to the number, or -1. */
+int ops_signal_number(const char *name);
+
+struct ops_spawn_req {
+	struct ops_exec_req x; /* its stdin fields are unused; has_timeout: 0 means none */
+	const char *tag;       /* NULL: none; unique among the session's running processes */
+	bool stdin_open;       /* keep its stdin open for ops_process_input */
+	bool pty;              /* on a terminal of rows x cols (stdin always open) */
+	unsigned rows, cols;
+	const char *term;      /* TERM for a terminal; NULL: xterm-256color */
+	uint64_t replay_bytes; /* 0: SANDBOX_PROCESS_REPLAY_BYTES */
+};
+/* Starts a background process, creating the session when needed; r->info is the process
+ * (pid, tag, command, argv, cwd, envKeys, pty, state, startedAt, endedAt, exitCode, signal,
+ * durationMs, timedOut, outputBytes, replayFrom). EAGAIN at the session's limits, EEXIST for
+ * a tag in use. */
+struct ops_call *ops_spawn(const struct ops_target *t, const struct ops_spawn_req *req,
+			   ops_done_fn done, void *arg, struct err *err);
+/* The session's processes, running and recently ended: r->entries, each as above. */
+struct ops_call *ops_list_processes(const struct ops_target *t, ops_done_fn done, void *arg,
+				    struct err *err);
+
+struct ops_attach_opts {
+	int64_t replay_bytes; /* of the output already produced; -1: all that is kept */
+	bool output;          /* stream the output (false: only wait for the end) */
+	bool follow;          /* until the process ends (false: what is kept, then done) */
+};
+struct ops_attach_cbs {
+	/* The attach began (before any output), on process pid (optional). */
+	void (*on_attached)(struct ops_call *c, int pid, void *arg);
+	/* Raw bytes in order; the caller returns them with ops_call_consumed() once its client
+	 * took them (the agent sends at most a window ahead). */
+	void (*on_output)(struct ops_call *c, enum ops_stream stream, const uint8_t *data,
+			  size_t len, void *arg);
+	/* `bytes` of output were lost to this reader (it fell a whole buffer behind). */
+	void (*on_gap)(struct ops_call *c, uint64_t bytes, void *arg);
+};
+/* Streams a process's output; done gives r->info: the process, with "detached" (the attach
+ * ended before the process: not following, or detached) and "position" (bytes of its output
+ * before the next one this attach would have sent). ESRCH: no such process. */
+struct ops_call *ops_attach(const struct ops_target *t, const struct ops_proc_ref *ref,
+			    const struct ops_attach_opts *o, const struct ops_attach_cbs *cbs,
+			    ops_done_fn done, void *arg, struct err *err);
+/* Sends sig to the process's group. ESRCH once it ended. */
+struct ops_call *ops_signal_process(const struct ops_target *t, const struct ops_proc_ref *ref,
+				    int sig, ops_done_fn done, void *arg, struct err *err);
+/* Writes data (taken over) to the process's stdin, then closes it when `close` (a terminal
+ * gets ^D instead); r->info {bytes, closed}. EPIPE: its stdin is closed; EBUSY: another
+ * client is writing to it. */
+struct ops_call *ops_process_input(const struct ops_target *t, const struct ops_proc_ref *ref,
+				   uint8_t *data, size_t len, bool close, ops_done_fn done,
+				   void *arg, struct err *err);
+/* Resizes the process's terminal (ENOTTY: it has none). */
+struct ops_call *ops_resize_process(const struct ops_target *t, const struct ops_proc_ref *ref,
+				    unsigned rows, unsigned cols, ops_done_fn done, void *arg,
+				    struct err *err);
+
 /* The caller's existing, ready session, or NULL with err set: ENOENT (none), EBUSY (still
  * being created). A failed session reports its failure once and is forgotten. */
 struct session *ops_find_session(const struct ops_target *t, struct err *err);
