@@ -56,6 +56,7 @@ static void test_type_valid(void **state)
 		case GUEST_STDERR:
 		case GUEST_FILEDATA:
 		case GUEST_FILEINFO:
+		case GUEST_EVENT:
 		case GUEST_RESULT:
 		case GUEST_ERROR:
 			assert_false(host);
