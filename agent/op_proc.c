@@ -244,7 +244,8 @@ static struct proc *lookup(struct agent *a, const struct req_proc_ref *ref, stru
 	}
 	if (!found) {
 		if (ref->pid)
-			err_set(e, ESRCH, "no background process with pid %lld", (long long)ref->pid);
+			err_set(e, ESRCH, "no background process with pid %lld",
+				(long long)ref->pid);
 		else
 			err_set(e, ESRCH, "no background process tagged `%s`", ref->tag);
 	}
@@ -530,8 +531,8 @@ void op_spawn(struct conn *c, uint32_t ch, const struct req *r)
 	size_t replay;
 	count(t, false, &replay);
 	while ((t->n >= AGENT_MAX_PROCS ||
-		(count(t, false, &replay), replay + (size_t)rs->replay_bytes >
-						   (size_t)rs->max_replay)) &&
+		(count(t, false, &replay),
+		 replay + (size_t)rs->replay_bytes > (size_t)rs->max_replay)) &&
 	       evict_one(t))
 		;
 	if (t->n >= AGENT_MAX_PROCS || replay + (size_t)rs->replay_bytes > (size_t)rs->max_replay) {
@@ -752,7 +753,7 @@ void op_attach(struct conn *c, uint32_t ch, const struct req *r)
 	uint64_t start = buf_start(p);
 	int64_t want = r->u.attach.replay_bytes;
 	x->pos = want < 0 || (uint64_t)want >= p->produced - start ? start
-								    : p->produced - (uint64_t)want;
+								   : p->produced - (uint64_t)want;
 	/* The reader learns at once that it is attached (and where it starts). */
 	struct jw w;
 	jw_init(&w);

@@ -84,9 +84,11 @@ static void start(struct http_ctx *ctx, const char *id, json_t *body)
 		req.rows = 24;
 		req.cols = 80;
 		if (json_is_object(pty)) {
-			json_t *rows = json_object_get(pty, "rows"), *cols = json_object_get(pty, "cols");
+			json_t *rows = json_object_get(pty, "rows"),
+			       *cols = json_object_get(pty, "cols");
 			if ((rows && !json_is_integer(rows)) || (cols && !json_is_integer(cols))) {
-				http_reply_error(ctx, 400, "\"pty\" rows and cols must be integers");
+				http_reply_error(ctx, 400,
+						 "\"pty\" rows and cols must be integers");
 				return;
 			}
 			if (rows)
@@ -166,8 +168,7 @@ static int path_process(struct http_ctx *ctx, const char **id, struct ops_proc_r
 }
 
 /* One process: an attach that sends nothing and does not follow answers with it. */
-static void on_got(struct ops_call *c, const struct ops_result *r, const struct err *err,
-		   void *arg)
+static void on_got(struct ops_call *c, const struct ops_result *r, const struct err *err, void *arg)
 {
 	struct http_ctx *ctx = arg;
 	if (!err) {
@@ -363,7 +364,8 @@ static void out_done(struct ops_call *c, const struct ops_result *r, const struc
 			 json_pack("{s:s, s:s, s:i}", "type", "error", "error", err->msg, "status",
 				   http_status_for_errno(err->errnum)));
 	else
-		out_line(q, "result", json_pack("{s:s, s:O}", "type", "result", "process", r->info));
+		out_line(q, "result",
+			 json_pack("{s:s, s:O}", "type", "result", "process", r->info));
 	http_stream_end(q->ctx);
 	out_free(q);
 }
@@ -623,7 +625,8 @@ void api_process_stdin(struct http_ctx *ctx)
 			len = tlen;
 		}
 		if (!len && !close) {
-			http_reply_error(ctx, 400, "nothing to send: give \"data\" or \"close\": true");
+			http_reply_error(ctx, 400,
+					 "nothing to send: give \"data\" or \"close\": true");
 			free(data);
 			return;
 		}

@@ -115,10 +115,16 @@ static void on_ping(struct guest_op *op, json_t *result, const struct err *err, 
 	r->ping_ok = result != NULL;
 }
 
+/* An attach's events: handed back like data. */
+static void on_event(struct guest_op *op, json_t *ev, size_t len, void *arg)
+{
+	guest_op_consumed(op, len);
+}
+
 /* As their owners open them: operations with data, and resume and ping, which have none. */
-static const struct guest_op_cbs data_cbs = { .on_data = on_data,
-					      .on_info = on_info,
-					      .on_done = on_done };
+static const struct guest_op_cbs data_cbs = {
+	.on_data = on_data, .on_info = on_info, .on_event = on_event, .on_done = on_done
+};
 static const struct guest_op_cbs control_cbs = { .on_done = on_done };
 static const struct guest_op_cbs ping_cbs = { .on_done = on_ping };
 
@@ -178,8 +184,11 @@ static void stop_agent(struct run *r)
 static struct guest_op *start_op(struct run *r, const char *name, const struct guest_op_cbs *cbs)
 {
 	json_t *req = json_pack("{s:s}", "op", name);
-	if (strcmp(name, "exec") == 0)
+	if (strcmp(name, "exec") == 0 || strcmp(name, "spawn") == 0)
 		json_object_set_new(req, "argv", json_pack("[s]", "true"));
+	else if (strcmp(name, "attach") == 0 || strcmp(name, "signal") == 0 ||
+		 strcmp(name, "input") == 0 || strcmp(name, "resize") == 0)
+		json_object_set_new(req, "pid", json_integer(7));
 	else if (strcmp(name, "read") == 0 || strcmp(name, "write") == 0 ||
 		 strcmp(name, "list") == 0 || strcmp(name, "stat") == 0 ||
 		 strcmp(name, "mkdir") == 0 || strcmp(name, "remove") == 0)
@@ -193,7 +202,7 @@ static struct guest_op *start_op(struct run *r, const char *name, const struct g
 	json_decref(req);
 	assert_non_null(op);
 	guest_op_set_timeout(op, OP_TIMEOUT_MS, name);
-	if (strcmp(name, "write") == 0) {
+	if (strcmp(name, "write") == 0 || strcmp(name, "input") == 0) {
 		static const char data[] = "some bytes for the fake agent";
 		guest_op_send(op, data, sizeof(data) - 1);
 		guest_op_eof(op);

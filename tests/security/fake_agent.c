@@ -356,6 +356,14 @@ static bool handle_request(uint32_t ch, const char *json)
 	}
 	if (strcmp(op, "read") == 0)
 		read_info(ch, json, fault_for(op, nth, PH_REPLY));
+	if (strcmp(op, "attach") == 0) {
+		/* An attach: its start event, output, then the process as its result. */
+		frame_str(GUEST_EVENT, ch, "{\"type\":\"attached\",\"pid\":7,\"position\":0}");
+		frame_str(GUEST_STDOUT, ch, OUTPUT_CHUNK);
+		if (mid != F_NONE)
+			return do_fault(mid, ch, "{}");
+		return finish(op, nth, ch, "{\"process\":{\"pid\":7},\"detached\":false}");
+	}
 	if (strcmp(op, "exec") == 0 || strcmp(op, "read") == 0) {
 		bool exec = op[0] == 'e';
 		const char *chunk = exec ? OUTPUT_CHUNK : READ_CHUNK;
@@ -371,7 +379,7 @@ static bool handle_request(uint32_t ch, const char *json)
 			snprintf(ok, sizeof(ok), "{\"size\":%zu}", strlen(chunk));
 		return finish(op, nth, ch, ok);
 	}
-	if (strcmp(op, "write") == 0) {
+	if (strcmp(op, "write") == 0 || strcmp(op, "input") == 0) {
 		for (size_t i = 0; i < MAX_WRITES; i++) {
 			if (writes[i].ch == 0) {
 				writes[i] = (struct pending_write){
@@ -394,6 +402,9 @@ static bool handle_request(uint32_t ch, const char *json)
 			      "\"mtime\":1.5}");
 	if (strcmp(op, "mkdir") == 0 || strcmp(op, "remove") == 0 || strcmp(op, "rename") == 0)
 		return finish(op, nth, ch, "{\"path\":\"file\"}");
+	if (strcmp(op, "spawn") == 0 || strcmp(op, "signal") == 0 || strcmp(op, "resize") == 0 ||
+	    strcmp(op, "procs") == 0)
+		return finish(op, nth, ch, "{\"process\":{\"pid\":7},\"processes\":[]}");
 	if (strcmp(op, "hang") == 0)
 		return true;
 	frame_str(GUEST_ERROR, ch, "{\"error\":\"not in the fake agent\",\"code\":\"ENOTSUP\"}");
