@@ -54,6 +54,10 @@ void api_process_signal(struct http_ctx *ctx);
 void api_process_kill(struct http_ctx *ctx);
 void api_process_stdin(struct http_ctx *ctx);
 void api_process_resize(struct http_ctx *ctx);
+/* WebSocket terminals and their tickets (terminal.c) */
+void api_terminal_open(struct http_ctx *ctx);
+void api_process_ws(struct http_ctx *ctx);
+void api_ticket_create(struct http_ctx *ctx);
 /* execute with "background": true: the body is a process start's. */
 void api_exec_background(struct http_ctx *ctx, const char *id, json_t *body);
 

@@ -18,6 +18,7 @@
 #include "api/api.h"
 #include "session/ops.h"
 #include "util/cleanup.h"
+#include "util/signame.h"
 #include "util/log.h"
 #include "util/text.h"
 #include "util/time.h"
@@ -548,7 +549,7 @@ void api_process_signal(struct http_ctx *ctx)
 	json_t *v = json_object_get(body, "signal");
 	int sig = -1;
 	if (json_is_string(v))
-		sig = ops_signal_number(json_string_value(v));
+		sig = signal_from_name(json_string_value(v));
 	else if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= 64)
 		sig = (int)json_integer_value(v);
 	if (sig < 0) {

@@ -10,7 +10,9 @@
 #include <time.h>
 
 #include "auth/keys.h"
+#include "auth/ticket.h"
 #include "auth/quota.h"
+#include "auth/ticket.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -461,6 +463,25 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 {
 	if (!scope)
 		return anonymous_route(ctx);
+	const char *ticket = ctx->route && (ctx->route->flags & HTTP_ROUTE_TICKET)
+				     ? http_query(ctx, "ticket")
+				     : NULL;
+	if (ticket && A.cfg->auth_enabled) {
+		char owner[40];
+		unsigned scopes;
+		const char *sid = http_param(ctx, 0);
+		if (!sid || !ticket_take(ticket, sid, owner, &scopes))
+			return deny_key(ctx,
+					"invalid, used or expired ticket (a ticket works once, "
+					"for 30 seconds, for the session it was issued for)");
+		if (!(scopes & scope_bit(scope))) {
+			http_reply_error(ctx, 403, "Insufficient scope: this route requires `%s`",
+					 scope);
+			return -1;
+		}
+		set_identity(ctx, owner, scopes);
+		return 0;
+	}
 	if (!A.cfg->auth_enabled) {
 		set_identity(ctx, "", 0);
 		return 0;

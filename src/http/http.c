@@ -1925,7 +1925,8 @@ void http_redact_uri(const char *uri, char *out, size_t outlen)
 			size_t keylen = eq ? (size_t)(eq - p) : (size_t)(end - p);
 			bool secret = (keylen == 7 && !strncmp(p, "api_key", 7)) ||
 				      (keylen == 6 && !strncmp(p, "apiKey", 6)) ||
-				      (keylen == 5 && !strncmp(p, "token", 5));
+				      (keylen == 5 && !strncmp(p, "token", 5)) ||
+				      (keylen == 6 && !strncmp(p, "ticket", 6));
 			const char *copy_end = secret && eq ? eq + 1 : end;
 			for (const char *c = p; c < copy_end && o + 1 < outlen; c++)
 				out[o++] = *c;

@@ -47,6 +47,9 @@ enum {
 	 * HTTP_OFFLOAD_BODY is checked and parsed on the worker pool before the handler runs,
 	 * so that no large body holds up the event loop. */
 	HTTP_ROUTE_JSON_BODY = 1 << 1,
+	/* A WebSocket upgrade that may authenticate with a one-use `?ticket=` (auth/ticket.h)
+	 * for the session of its first path parameter, instead of a key in a header. */
+	HTTP_ROUTE_TICKET = 1 << 2,
 };
 
 #define HTTP_OFFLOAD_BODY (1u << 20)

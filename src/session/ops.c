@@ -1475,27 +1475,6 @@ struct ops_call *ops_attach(const struct ops_target *t, const struct ops_proc_re
 	return c;
 }
 
-int ops_signal_number(const char *name)
-{
-	static const struct {
-		const char *name;
-		int sig;
-	} sigs[] = {
-		{ "HUP", SIGHUP },   { "INT", SIGINT },     { "QUIT", SIGQUIT },
-		{ "KILL", SIGKILL }, { "USR1", SIGUSR1 },   { "USR2", SIGUSR2 },
-		{ "TERM", SIGTERM }, { "CONT", SIGCONT },   { "STOP", SIGSTOP },
-		{ "TSTP", SIGTSTP }, { "WINCH", SIGWINCH }, { "ALRM", SIGALRM },
-	};
-	if (!name)
-		return -1;
-	if (strncasecmp(name, "SIG", 3) == 0)
-		name += 3;
-	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
-		if (strcasecmp(name, sigs[i].name) == 0)
-			return sigs[i].sig;
-	return -1;
-}
-
 struct ops_call *ops_signal_process(const struct ops_target *t, const struct ops_proc_ref *ref,
 				    int sig, ops_done_fn done, void *arg, struct err *err)
 {

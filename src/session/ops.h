@@ -230,8 +230,6 @@ struct ops_proc_ref {
 };
 /* "123" is a pid, anything else a tag (1 to OPS_TAG_MAX of [A-Za-z0-9._:-]); EINVAL. */
 int ops_proc_ref_parse(const char *s, struct ops_proc_ref *ref, struct err *err);
-/* "TERM", "SIGTERM", "term"... to the number, or -1. */
-int ops_signal_number(const char *name);
 
 struct ops_spawn_req {
 	struct ops_exec_req x; /* its stdin fields are unused; has_timeout: 0 means none */
