@@ -41,7 +41,8 @@ struct term {
 	bool admin;
 	struct ops_proc_ref ref;
 	char tag[OPS_TAG_MAX + 1];
-	bool own; /* started by this socket: it ends with it */
+	bool own;    /* started by this socket: it ends with it */
+	bool exited; /* its attach ended with the process */
 	struct ops_call *spawn, *attach, *input;
 	struct evbuffer *inq;
 	bool eof_queued, eof_sent;
@@ -50,7 +51,9 @@ struct term {
 
 static struct ops_target term_target(const struct term *t)
 {
-	return (struct ops_target){ .owner = t->owner, .session_id = t->sid, .any_owner = t->admin };
+	return (struct ops_target){ .owner = t->owner,
+				    .session_id = t->sid,
+				    .any_owner = t->admin };
 }
 
 static void term_free(struct term *t)
@@ -110,12 +113,34 @@ static void ignore_done(struct ops_call *c, const struct ops_result *r, const st
 /* --- a process that ends with its socket ---------------------------------------------- */
 
 struct hangup {
+	struct hangup *next;
 	char owner[40];
 	char *sid;
 	bool admin;
 	int pid;
 	struct event *timer;
 };
+
+/* Pending SIGKILLs, freed at shutdown if their time has not come. */
+static struct hangup *hangups;
+
+static void hangup_free(struct hangup *h)
+{
+	for (struct hangup **p = &hangups; *p; p = &(*p)->next)
+		if (*p == h) {
+			*p = h->next;
+			break;
+		}
+	event_free(h->timer);
+	free(h->sid);
+	free(h);
+}
+
+void api_terminal_shutdown(void)
+{
+	while (hangups)
+		hangup_free(hangups);
+}
 
 static void hangup_kill(evutil_socket_t fd, short what, void *arg)
 {
@@ -125,15 +150,13 @@ static void hangup_kill(evutil_socket_t fd, short what, void *arg)
 	struct err e;
 	/* Gone already (ESRCH) is what a process that heeded the hangup answers. */
 	ops_signal_process(&t, &ref, 9, ignore_done, NULL, &e);
-	event_free(h->timer);
-	free(h->sid);
-	free(h);
+	hangup_free(h);
 }
 
 /* As a terminal's hangup: SIGHUP to its group now, SIGKILL after a grace period. */
 static void hang_up(struct term *t)
 {
-	if (!t->own || !t->ref.pid)
+	if (!t->own || !t->ref.pid || t->exited)
 		return;
 	struct ops_target tt = term_target(t);
 	struct err e;
@@ -144,6 +167,8 @@ static void hang_up(struct term *t)
 	h->admin = t->admin;
 	h->pid = t->ref.pid;
 	h->timer = evtimer_new(api_base, hangup_kill, h);
+	h->next = hangups;
+	hangups = h;
 	struct timeval tv = { HANGUP_GRACE_MS / 1000, (HANGUP_GRACE_MS % 1000) * 1000 };
 	evtimer_add(h->timer, &tv);
 }
@@ -185,6 +210,7 @@ static void on_attach_done(struct ops_call *c, const struct ops_result *r, const
 		return;
 	}
 	json_t *p = r->info;
+	t->exited = !json_is_true(json_object_get(p, "detached"));
 	send_json(t, json_pack("{s:s, s:O, s:O, s:O}", "type", "exit", "exitCode",
 			       json_object_get(p, "exitCode"), "signal",
 			       json_object_get(p, "signal"), "process", p));

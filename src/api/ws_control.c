@@ -24,9 +24,10 @@ int ws_control_parse(const uint8_t *p, size_t n, struct ws_control *out, struct 
 	json_error_t jerr;
 	json_auto_t *j = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES, &jerr);
 	if (!json_is_object(j))
-		return err_set(err, EINVAL,
-			       "a text message must be a JSON object such as {\"type\": \"resize\", "
-			       "\"rows\": 24, \"cols\": 80}");
+		return err_set(
+			err, EINVAL,
+			"a text message must be a JSON object such as {\"type\": \"resize\", "
+			"\"rows\": 24, \"cols\": 80}");
 	const char *type = json_string_value(json_object_get(j, "type"));
 	if (!type)
 		return err_set(err, EINVAL, "a control message needs a \"type\"");
@@ -35,9 +36,10 @@ int ws_control_parse(const uint8_t *p, size_t n, struct ws_control *out, struct 
 		if (!json_is_integer(r) || !json_is_integer(c) || json_integer_value(r) < 1 ||
 		    json_integer_value(r) > OPS_TERMINAL_MAX || json_integer_value(c) < 1 ||
 		    json_integer_value(c) > OPS_TERMINAL_MAX)
-			return err_set(err, EINVAL,
-				       "resize: \"rows\" and \"cols\" must be integers from 1 to %d",
-				       OPS_TERMINAL_MAX);
+			return err_set(
+				err, EINVAL,
+				"resize: \"rows\" and \"cols\" must be integers from 1 to %d",
+				OPS_TERMINAL_MAX);
 		out->type = WS_CTL_RESIZE;
 		out->rows = (unsigned)json_integer_value(r);
 		out->cols = (unsigned)json_integer_value(c);
@@ -46,8 +48,9 @@ int ws_control_parse(const uint8_t *p, size_t n, struct ws_control *out, struct 
 	if (!strcmp(type, "signal")) {
 		int sig = signal_from_name(json_string_value(json_object_get(j, "signal")));
 		if (sig < 0)
-			return err_set(err, EINVAL,
-				       "signal: \"signal\" must be a name such as \"INT\" or \"TERM\"");
+			return err_set(
+				err, EINVAL,
+				"signal: \"signal\" must be a name such as \"INT\" or \"TERM\"");
 		out->type = WS_CTL_SIGNAL;
 		out->signal = sig;
 		return 0;
@@ -66,6 +69,6 @@ int ws_control_parse(const uint8_t *p, size_t n, struct ws_control *out, struct 
 		out->type = WS_CTL_EOF;
 		return 0;
 	}
-	return err_set(err, EINVAL, "unknown control message type `%.40s` (resize, signal, input, eof)",
-		       type);
+	return err_set(err, EINVAL,
+		       "unknown control message type `%.40s` (resize, signal, input, eof)", type);
 }

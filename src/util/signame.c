@@ -11,9 +11,10 @@ int signal_from_name(const char *name)
 		const char *name;
 		int sig;
 	} sigs[] = {
-		{ "HUP", SIGHUP },   { "INT", SIGINT },   { "QUIT", SIGQUIT },   { "KILL", SIGKILL },
-		{ "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "TERM", SIGTERM },   { "CONT", SIGCONT },
-		{ "STOP", SIGSTOP }, { "TSTP", SIGTSTP }, { "WINCH", SIGWINCH }, { "ALRM", SIGALRM },
+		{ "HUP", SIGHUP },   { "INT", SIGINT },     { "QUIT", SIGQUIT },
+		{ "KILL", SIGKILL }, { "USR1", SIGUSR1 },   { "USR2", SIGUSR2 },
+		{ "TERM", SIGTERM }, { "CONT", SIGCONT },   { "STOP", SIGSTOP },
+		{ "TSTP", SIGTSTP }, { "WINCH", SIGWINCH }, { "ALRM", SIGALRM },
 	};
 	if (!name)
 		return -1;
