@@ -5,6 +5,7 @@ import http.client
 import json
 import time
 
+import runner
 from helpers_exec import DaemonTestCase, wait_until
 
 
@@ -68,6 +69,7 @@ class ProcessesTest(DaemonTestCase):
                                             body={"command": "true", "background": "yes"})
         self.assertJsonError(status, headers, body, 400)
 
+    @runner.tag("driver")
     def test_replay_then_live_output_in_order_after_the_starter_left(self):
         sid = self.session()
         # The starting client goes away at once: the process runs on.
@@ -129,6 +131,7 @@ class ProcessesTest(DaemonTestCase):
         self.assertLessEqual(len(data), 65536)
         self.assertEqual(done["replayFrom"] + len(data), 600005)
 
+    @runner.tag("driver")
     def test_signals(self):
         sid = self.session()
         self.start(sid, "trap 'echo got-term; exit 3' TERM; while true; do sleep 0.05; done",
@@ -149,6 +152,7 @@ class ProcessesTest(DaemonTestCase):
                                             body={"signal": "KILL"})
         self.assertJsonError(status, headers, body, 404)
 
+    @runner.tag("driver")
     def test_stdin_to_cat_and_a_program_that_reads_until_eof(self):
         sid = self.session()
         self.start(sid, "cat", tag="cat", stdin=True)
@@ -190,6 +194,7 @@ class ProcessesTest(DaemonTestCase):
         self.stdin(sid, "repl", "", close=True)
         self.assertEqual(self.wait(sid, "repl")[2]["exitCode"], 0)
 
+    @runner.tag("driver")
     def test_terminal_tty_size_and_resize(self):
         sid = self.session()
         p = self.start(sid, "tty; stty size; read line; stty size; echo got:$line",

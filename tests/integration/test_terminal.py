@@ -5,6 +5,7 @@ one-use tickets that let a browser authenticate an upgrade."""
 import json
 import time
 
+import runner
 from helpers_exec import BASE_ENV, DaemonTestCase, wait_until
 from wsclient import Closed, HandshakeError, WebSocket
 
@@ -49,6 +50,7 @@ class TerminalTest(DaemonTestCase):
     def open(self, sid, query="rows=30&cols=100", **kw):
         return Term(self.d, f"/exec/{sid}/terminal?{query}", **kw)
 
+    @runner.tag("driver")
     def test_tty_size_resize_and_exit_status(self):
         sid = self.session()
         t = self.open(sid, "rows=30&cols=100&command=sh")
@@ -90,6 +92,7 @@ class TerminalTest(DaemonTestCase):
         t.send("exit\r")
         self.assertEqual(t.until_closed(), 1000)
 
+    @runner.tag("driver")
     def test_a_client_that_vanishes_ends_its_process(self):
         sid = self.session()
         t = self.open(sid, "command=sleep%20300")
