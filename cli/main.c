@@ -19,6 +19,7 @@ static const struct cli_command commands[] = {
 	COMMAND(run, "run a command in a new sandbox, then destroy it"),
 	COMMAND(create, "create a session (template, idle timeout, env, resources)"),
 	COMMAND(exec, "run a command in an existing session"),
+	COMMAND(shell, "open an interactive terminal in a session"),
 	COMMAND(cp, "copy files or directories to or from a session (SESSION:PATH)"),
 	COMMAND(ls, "list files in a session"),
 	COMMAND(cat, "print a file of a session"),

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "client_internal.h"
 #include "util/cleanup.h"
 
 #define DEFAULT_URL "http://127.0.0.1:3000"
@@ -172,10 +173,9 @@ static struct curl_slist *prepare(struct client *c, const char *method, const ch
 	return hdrs;
 }
 
-/* The server's error message from an error reply's body. */
-static int http_error(struct err *err, long status, const struct buf *b)
+int client_http_error(struct err *err, long status, const char *body, size_t len)
 {
-	json_t *j = b->data ? json_loadb(b->data, b->len, 0, NULL) : NULL;
+	json_t *j = body && len ? json_loadb(body, len, 0, NULL) : NULL;
 	const char *msg = json_string_value(json_object_get(j, "error"));
 	int errnum = status == 404                    ? ENOENT
 		     : status == 401 || status == 403 ? EACCES
@@ -183,9 +183,43 @@ static int http_error(struct err *err, long status, const struct buf *b)
 		     : status >= 500                  ? EIO
 						      : EINVAL;
 	int r = err_set(err, errnum, "%s (HTTP %ld)",
-			msg ? msg : (b->data && b->len ? b->data : "request failed"), status);
+			msg ? msg : (body && len ? body : "request failed"), status);
 	json_decref(j);
 	return r;
+}
+
+/* The server's error message from an error reply's body. */
+static int http_error(struct err *err, long status, const struct buf *b)
+{
+	return client_http_error(err, status, b->data, b->len);
+}
+
+const char *client_base(const struct client *c)
+{
+	return c->base;
+}
+
+const char *client_unix_path(const struct client *c)
+{
+	return c->unix_path;
+}
+
+const char *client_auth_header(const struct client *c)
+{
+	return c->auth;
+}
+
+char *client_host_header(const struct client *c)
+{
+	if (c->unix_path)
+		return xstrdup("localhost");
+	const char *p = strstr(c->base, "://");
+	p = p ? p + 3 : c->base;
+	size_t n = strcspn(p, "/");
+	char *h = xmalloc(n + 1);
+	memcpy(h, p, n);
+	h[n] = '\0';
+	return h;
 }
 
 static int transport_error(struct client *c, struct err *err, CURLcode rc)

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/err.h"
 
@@ -50,3 +51,24 @@ void client_set_headers(struct client *c, const char *const *headers);
 
 /* Percent-encodes s for a URL path segment or query value (caller frees). */
 char *client_escape(const char *s);
+
+/* --- WebSocket (RFC 6455), for terminals ------------------------------------------------ */
+
+/* A WebSocket on path (of the client's URL, with its key), for a program driving a
+ * terminal. NULL with err set when the upgrade is refused (the server's error, as
+ * client_json's) or the server cannot be reached. */
+struct client_ws;
+struct client_ws *client_ws_open(struct client *c, const char *path, struct err *err);
+/* The socket, to poll for reading. */
+int client_ws_fd(const struct client_ws *ws);
+/* Sends one message (binary or text). -1 with err on a broken connection. */
+int client_ws_send(struct client_ws *ws, bool binary, const void *data, size_t len,
+		   struct err *err);
+/* The next whole message: 1 with *data and *len (valid until the next call), 0 when none is whole
+ * yet (poll again), -1 once the connection ended (client_ws_close_code says how; err why). */
+int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, size_t *len,
+		   struct err *err);
+/* The server's close code (1005 when it gave none, 1006 for a connection that broke). */
+unsigned client_ws_close_code(const struct client_ws *ws);
+/* Closes (with a close frame when still open) and frees. */
+void client_ws_free(struct client_ws *ws);
