@@ -77,9 +77,9 @@ static void on_event(const uint8_t *data, size_t len, int *status)
 			*status = (int)json_integer_value(code);
 		} else if (sig) {
 			int n = 0;
-			static const char *const names[] = { "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL",
-							     "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
-							     "SIGKILL" };
+			static const char *const names[] = { "SIGHUP", "SIGINT",  "SIGQUIT",
+							     "SIGILL", "SIGTRAP", "SIGABRT",
+							     "SIGBUS", "SIGFPE",  "SIGKILL" };
 			for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 				if (!strcmp(sig, names[i]))
 					n = (int)i + 1;
@@ -162,8 +162,8 @@ int cmd_shell(int argc, char **argv)
 			winch = 0;
 			window_size(&rows, &cols);
 			if (send_control(ws,
-					 json_pack("{s:s, s:i, s:i}", "type", "resize", "rows", rows,
-						   "cols", cols),
+					 json_pack("{s:s, s:i, s:i}", "type", "resize", "rows",
+						   rows, "cols", cols),
 					 &e) < 0)
 				break;
 		}

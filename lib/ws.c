@@ -87,8 +87,7 @@ static int fill(struct client_ws *ws, struct err *err)
 	return 0;
 }
 
-static int send_frame(struct client_ws *ws, int op, const void *data, size_t len,
-		      struct err *err)
+static int send_frame(struct client_ws *ws, int op, const void *data, size_t len, struct err *err)
 {
 	uint8_t head[14];
 	size_t h = 0;
@@ -117,8 +116,7 @@ static int send_frame(struct client_ws *ws, int op, const void *data, size_t len
 	return send_all(ws, body, len, err);
 }
 
-int client_ws_send(struct client_ws *ws, bool binary, const void *data, size_t len,
-		   struct err *err)
+int client_ws_send(struct client_ws *ws, bool binary, const void *data, size_t len, struct err *err)
 {
 	if (ws->closed)
 		return err_set(err, EPIPE, "the connection is closed");
@@ -162,7 +160,8 @@ int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, siz
 		if (b1 & 0x80 || plen > WS_MAX_MESSAGE || ws->msg_len + plen > WS_MAX_MESSAGE) {
 			ws->closed = true;
 			ws->close_code = 1002;
-			return err_set(err, EPROTO, "the server sent a frame this client does not take");
+			return err_set(err, EPROTO,
+				       "the server sent a frame this client does not take");
 		}
 		if (n - off < plen)
 			return 0;
@@ -170,11 +169,13 @@ int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, siz
 		const uint8_t *payload = ws->in + off;
 		size_t total = off + (size_t)plen;
 		if (op == 8) {
-			ws->close_code = plen >= 2 ? (unsigned)(payload[0] << 8 | payload[1]) : 1005;
+			ws->close_code =
+				plen >= 2 ? (unsigned)(payload[0] << 8 | payload[1]) : 1005;
 			send_frame(ws, 8, payload, plen >= 2 ? 2 : 0, err);
 			ws->closed = true;
 			if (plen > 2)
-				return err_set(err, ECONNRESET, "%.*s", (int)(plen - 2), payload + 2);
+				return err_set(err, ECONNRESET, "%.*s", (int)(plen - 2),
+					       payload + 2);
 			return err_set(err, ECONNRESET, "the server closed the connection");
 		}
 		if (op == 9 || op == 10) {
@@ -205,7 +206,8 @@ int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, siz
 			*data = ws->msg;
 			*len = ws->msg_len;
 			ws->consumed = 0;
-			ws->msg_len = 0; /* the caller has it until the next call, which appends none */
+			ws->msg_len =
+				0; /* the caller has it until the next call, which appends none */
 			return 1;
 		}
 	}
@@ -255,10 +257,12 @@ struct client_ws *client_ws_open(struct client *c, const char *path, struct err 
 	/* The handshake, by hand: curl only connected. */
 	uint8_t nonce[16];
 	random_bytes(nonce, sizeof(nonce));
-	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	static const char b64[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 	char key[25];
 	for (size_t i = 0, o = 0; i < 16; i += 3) {
-		uint32_t v = (uint32_t)nonce[i] << 16 | (i + 1 < 16 ? (uint32_t)nonce[i + 1] << 8 : 0) |
+		uint32_t v = (uint32_t)nonce[i] << 16 |
+			     (i + 1 < 16 ? (uint32_t)nonce[i + 1] << 8 : 0) |
 			     (i + 2 < 16 ? nonce[i + 2] : 0);
 		key[o++] = b64[v >> 18 & 63];
 		key[o++] = b64[v >> 12 & 63];
@@ -308,8 +312,8 @@ struct client_ws *client_ws_open(struct client *c, const char *path, struct err 
 			if (wait_fd(ws->fd, POLLIN) < 0 || fill(ws, err) < 0)
 				break;
 		}
-		size_t blen = ws->in_len - head_len < (size_t)clen ? ws->in_len - head_len
-								    : (size_t)clen;
+		size_t blen =
+			ws->in_len - head_len < (size_t)clen ? ws->in_len - head_len : (size_t)clen;
 		client_http_error(err, status, (const char *)ws->in + head_len, blen);
 		goto fail;
 	}

@@ -28,6 +28,19 @@
 /* What a buffered output reply holds at most (the rest is left out, said so). */
 #define BUFFERED_MAX (4u << 20)
 
+/* The agent's answers that are about the process, not the sandbox: a closed stdin (EPIPE) is
+ * the request's conflict with its state, a resize of a process without a terminal (ENOTTY) a
+ * bad request. */
+static void reply_proc_err(struct http_ctx *ctx, const struct err *err)
+{
+	if (err->errnum == EPIPE)
+		http_reply_error(ctx, 409, "%s", err->msg);
+	else if (err->errnum == ENOTTY)
+		http_reply_error(ctx, 400, "%s", err->msg);
+	else
+		api_reply_err(ctx, err);
+}
+
 static void reply_process(struct http_ctx *ctx, int status, const struct ops_result *r,
 			  const struct err *err)
 {
@@ -524,7 +537,7 @@ static void on_signalled(struct ops_call *c, const struct ops_result *r, const s
 {
 	struct http_ctx *ctx = arg;
 	if (err)
-		api_reply_err(ctx, err);
+		reply_proc_err(ctx, err);
 	else
 		http_reply_json(ctx, 200, json_pack("{s:b}", "signalled", 1));
 }
@@ -571,7 +584,7 @@ static void on_input(struct ops_call *c, const struct ops_result *r, const struc
 {
 	struct http_ctx *ctx = arg;
 	if (err) {
-		api_reply_err(ctx, err);
+		reply_proc_err(ctx, err);
 		return;
 	}
 	http_reply_json(ctx, 200, json_incref(r->info));

@@ -80,6 +80,7 @@ static const struct { int num; const char *name; } err_names[] = {
 	E(ENOTEMPTY), E(ELOOP), E(EPROTO), E(EMSGSIZE), E(ENOTSUP), E(ECONNRESET),
 	E(ECONNREFUSED), E(ETIMEDOUT), E(ECANCELED), E(EOVERFLOW), E(EBADMSG), E(ENOTCONN),
 	E(ESHUTDOWN), E(EDQUOT), E(ENOTSOCK), E(EADDRINUSE), E(EREMOTEIO), E(EPROTONOSUPPORT), E(ESTALE),
+	E(ENOTTY),
 #undef E
 };
 /* clang-format on */
