@@ -82,6 +82,7 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_SESSIONS", V_UINT, F(max_sessions), "64", 1, 65536 },
 	{ "SANDBOX_MAX_COMMANDS", V_UINT, F(max_commands), "256", 1, 1048576 },
 	{ "SANDBOX_MAX_FILE_OPS", V_UINT, F(max_file_ops), "64", 1, 1048576 },
+	{ "SANDBOX_MAX_UPLOAD_BYTES", V_U64, F(max_upload_bytes), "4294967296", 1, 1099511627776 },
 	{ "SANDBOX_MAX_STREAMS", V_UINT, F(max_streams), "256", 1, 1048576 },
 	{ "SANDBOX_MAX_PROCESSES", V_UINT, F(max_processes), "128", 1, 1024 },
 	{ "SANDBOX_PROCESS_REPLAY_BYTES", V_U64, F(process_replay_bytes), "262144", 65536,

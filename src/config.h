@@ -30,13 +30,14 @@ struct config {
 	char *agent_bin;     /* SANDBOX_AGENT_BIN, default: sandbox-agent beside sandboxd */
 
 	/* sandboxes */
-	char *driver;           /* SANDBOX_DRIVER: auto|jail|qemu|firecracker */
-	char *default_template; /* SANDBOX_DEFAULT_TEMPLATE, default node */
-	unsigned warm_pool;     /* SANDBOX_WARM_POOL, default 2 per template */
-	unsigned max_sessions;  /* SANDBOX_MAX_SESSIONS, default 64 */
-	unsigned max_commands;  /* SANDBOX_MAX_COMMANDS: running at once, default 256 */
-	unsigned max_file_ops;  /* SANDBOX_MAX_FILE_OPS: in flight at once, default 64 */
-	unsigned max_streams;   /* SANDBOX_MAX_STREAMS: attaches and terminals open, 256 */
+	char *driver;              /* SANDBOX_DRIVER: auto|jail|qemu|firecracker */
+	char *default_template;    /* SANDBOX_DEFAULT_TEMPLATE, default node */
+	unsigned warm_pool;        /* SANDBOX_WARM_POOL, default 2 per template */
+	unsigned max_sessions;     /* SANDBOX_MAX_SESSIONS, default 64 */
+	unsigned max_commands;     /* SANDBOX_MAX_COMMANDS: running at once, default 256 */
+	unsigned max_file_ops;     /* SANDBOX_MAX_FILE_OPS: in flight at once, default 64 */
+	uint64_t max_upload_bytes; /* SANDBOX_MAX_UPLOAD_BYTES: a streamed upload, 4 GiB */
+	unsigned max_streams;      /* SANDBOX_MAX_STREAMS: attaches and terminals open, 256 */
 	/* Background processes, per session: how many may run, the replay buffer each gets by
 	   default, and all of their buffers together (kept in the sandbox's memory). */
 	unsigned max_processes;        /* SANDBOX_MAX_PROCESSES, default 128 */

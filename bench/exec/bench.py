@@ -9,6 +9,7 @@ around each request):
   session create, cold        POST /exec/ with SANDBOX_WARM_POOL=0 (a sandbox made on demand)
   execute `true`              POST /exec/:id/execute, buffered reply
   write 1 MiB                 POST /exec/:id/write, base64 content
+  write 1 MiB (raw)           PUT /exec/:id/file, the bytes as the body (streamed)
   read 1 MiB (raw)            GET /exec/:id/read with Accept: application/octet-stream
   read 1 MiB (base64)         GET /exec/:id/read?encoding=base64
 
@@ -57,11 +58,14 @@ class Client:
         self.host, self.port = daemon.host, daemon.port
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
 
-    def request(self, method, path, body=None, headers=None):
+    def request(self, method, path, body=None, headers=None, raw=None):
         h = {"Accept": "application/json"}
         h.update(headers or {})
         data = None
-        if body is not None:
+        if raw is not None:
+            data = raw
+            h["Content-Type"] = "application/octet-stream"
+        elif body is not None:
             data = json.dumps(body).encode()
             h["Content-Type"] = "application/json"
         for attempt in (1, 2):
@@ -82,9 +86,9 @@ class Client:
         ctype = resp.getheader("Content-Type", "")
         return resp.status, (json.loads(raw) if ctype.startswith("application/json") else raw)
 
-    def timed(self, method, path, body=None, headers=None, expect=200):
+    def timed(self, method, path, body=None, headers=None, expect=200, raw=None):
         t0 = time.perf_counter_ns()
-        status, reply = self.request(method, path, body, headers)
+        status, reply = self.request(method, path, body, headers, raw)
         elapsed = time.perf_counter_ns() - t0
         if status != expect:
             raise SystemExit(f"{method} {path}: status {status}: {str(reply)[:300]}")
@@ -148,6 +152,14 @@ def bench_daemon_ops(client, runs):
             raise SystemExit(f"write: {body}")
         samples.append(elapsed)
     out["write"] = samples
+
+    samples = []
+    for _ in range(runs):
+        elapsed, body = client.timed("PUT", f"/exec/{sid}/file?path=bench-raw.bin", raw=data)
+        if body.get("size") != MiB:
+            raise SystemExit(f"upload: {body}")
+        samples.append(elapsed)
+    out["upload"] = samples
 
     samples = []
     for _ in range(runs):
@@ -281,6 +293,7 @@ def main():
         ("session create (cold)", cold, "spawn /bin/true", spawn),
         ("execute `true`", ops["execute"], "spawn /bin/true", spawn),
         ("write 1 MiB (base64 JSON)", ops["write"], "local write 1 MiB", local_write),
+        ("write 1 MiB (raw PUT)", ops["upload"], "local write 1 MiB", local_write),
         ("read 1 MiB (raw bytes)", ops["read_raw"], "local read 1 MiB", local_read),
         ("read 1 MiB (base64 JSON)", ops["read_b64"], "local read 1 MiB", local_read),
     ]

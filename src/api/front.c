@@ -74,9 +74,9 @@ static int route_quota(const struct http_route *r)
 {
 	if (r->fn == api_exec_execute)
 		return QUOTA_COMMANDS;
-	if (r->fn == api_exec_write || r->fn == api_exec_read || r->fn == api_exec_files ||
-	    r->fn == api_exec_stat || r->fn == api_exec_mkdir || r->fn == api_exec_remove ||
-	    r->fn == api_exec_move)
+	if (r->fn == api_exec_write || r->fn == api_exec_upload || r->fn == api_exec_read ||
+	    r->fn == api_exec_files || r->fn == api_exec_stat || r->fn == api_exec_mkdir ||
+	    r->fn == api_exec_remove || r->fn == api_exec_move)
 		return QUOTA_FILE_OPS;
 	return -1;
 }

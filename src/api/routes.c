@@ -8,6 +8,8 @@
  * SANDBOX_MAX_BODY_BYTES is for file contents, stdin and MCP messages that carry them). */
 #define SMALL_BODY   (64u << 10)
 #define SESSION_BODY (1u << 20) /* a session's env and egress policy */
+/* A streamed upload: its own limit, SANDBOX_MAX_UPLOAD_BYTES, is the handler's. */
+#define UPLOAD_BODY ((size_t)1 << 46)
 
 /* Order matters: fixed paths before the :id patterns they would also match. */
 const struct http_route api_routes[] = {
@@ -21,6 +23,8 @@ const struct http_route api_routes[] = {
 	{ POST, "/exec/:id/cancel", api_exec_cancel, "exec", SMALL_BODY },
 	{ POST, "/exec/:id/write", api_exec_write, "exec", 0, HTTP_ROUTE_JSON_BODY },
 	{ GET, "/exec/:id/read", api_exec_read, "exec" },
+	{ HTTP_REQ_PUT, "/exec/:id/file", api_exec_upload, "exec", UPLOAD_BODY,
+	  HTTP_ROUTE_STREAM_BODY },
 	{ GET, "/exec/:id/files", api_exec_files, "exec" },
 	{ GET, "/exec/:id/stat", api_exec_stat, "exec" },
 	{ POST, "/exec/:id/mkdir", api_exec_mkdir, "exec", SMALL_BODY },

@@ -358,6 +358,8 @@ static void handle_frame(struct guest_conn *c, const struct guest_frame *f)
 		if (op->send_credit > (int64_t)GUEST_WINDOW_INITIAL * 64)
 			op->send_credit = (int64_t)GUEST_WINDOW_INITIAL * 64;
 		op_flush(op);
+		if (op->cbs->on_sent && !op->detached)
+			op->cbs->on_sent(op, op->arg);
 		return;
 	case GUEST_STDOUT:
 	case GUEST_STDERR:

@@ -37,6 +37,9 @@ struct guest_op_cbs {
 	 * the channel's credit that the consumer returns with guest_op_consumed() as for data.
 	 * NULL: the op takes none, and one is a violation. */
 	void (*on_event)(struct guest_op *op, json_t *event, size_t len, void *arg);
+	/* The agent granted credit and queued DATA went out: guest_op_queued() is lower
+	 * (optional; for producers that keep the queue short). */
+	void (*on_sent)(struct guest_op *op, void *arg);
 	/* Terminal. Exactly one of result (the agent's RESULT object, borrowed) and err is
 	 * non-NULL; for an agent ERROR, err->errnum is the errno its code names (ESCAPE maps
 	 * to EXDEV) and err->msg its message. The op is freed when this returns. */

@@ -590,6 +590,7 @@ enum call_kind {
 	CALL_SIGNAL,
 	CALL_INPUT,
 	CALL_RESIZE,
+	CALL_UPLOAD, /* a write whose contents are streamed in */
 };
 
 struct ops_call {
@@ -615,6 +616,9 @@ struct ops_call {
 	struct session_resources resources;
 	bool has_resources;
 	const struct ops_attach_cbs *acbs; /* attach */
+	const struct ops_upload_cbs *ucbs; /* upload */
+	struct evbuffer *pending;          /* upload: sent before the agent's op started */
+	bool upload_end;                   /* upload: its caller sent all */
 	json_t *checked;                   /* spawn, attach, procs: the agent's answer, checked */
 	ops_done_fn done;
 	void *arg;
@@ -661,6 +665,8 @@ static void call_free(struct ops_call *c)
 	free(c->data);
 	if (c->content)
 		evbuffer_free(c->content);
+	if (c->pending)
+		evbuffer_free(c->pending);
 	if (c->quota_held)
 		quota_release(c->t.owner, call_quota(c->kind));
 	target_free(&c->t);
@@ -708,6 +714,8 @@ static const char *call_metric_type(enum call_kind k)
 		return "input";
 	case CALL_RESIZE:
 		return "resize";
+	case CALL_UPLOAD:
+		return "upload";
 	default:
 		return "list_files";
 	}
@@ -866,6 +874,7 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 	json_t *size = json_object_get(result, "size");
 	switch (c->kind) {
 	case CALL_WRITE:
+	case CALL_UPLOAD:
 		r.size = json_is_integer(size) && json_integer_value(size) >= 0
 				 ? (uint64_t)json_integer_value(size)
 				 : c->len;
@@ -943,9 +952,18 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 	call_finish(c, &r, NULL);
 }
 
+/* An upload's queue toward the agent went down: its caller may send more. */
+static void call_on_sent(struct guest_op *op, void *arg)
+{
+	struct ops_call *c = arg;
+	if (c->kind == CALL_UPLOAD && c->ucbs && guest_op_queued(op) < OPS_UPLOAD_HIGH)
+		c->ucbs->on_ready(c, c->arg);
+}
+
 static const struct guest_op_cbs call_guest_cbs = { .on_data = call_on_data,
 						    .on_info = call_on_info,
 						    .on_event = call_on_event,
+						    .on_sent = call_on_sent,
 						    .on_done = call_on_guest_done };
 
 static void call_run(struct ops_call *c, struct session *s)
@@ -968,7 +986,19 @@ static void call_run(struct ops_call *c, struct session *s)
 	}
 	c->t0_us = time_mono_us();
 	session_op_begin(s);
-	/* An attach lasts as long as its process (its caller ends it when it wants). */
+	/* An attach lasts as long as its process (its caller ends it when it wants); an upload as
+	 * long as its client sends (the HTTP layer bounds a stalled one). */
+	if (c->kind == CALL_UPLOAD) {
+		size_t n = evbuffer_get_length(c->pending);
+		if (n)
+			guest_op_send(c->op, evbuffer_pullup(c->pending, -1), n);
+		evbuffer_drain(c->pending, n);
+		if (c->upload_end)
+			guest_op_eof(c->op);
+		else if (guest_op_queued(c->op) < OPS_UPLOAD_HIGH)
+			c->ucbs->on_ready(c, c->arg); /* may end the call: nothing after this */
+		return;
+	}
 	if (c->kind != CALL_ATTACH)
 		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms,
 				     c->kind >= CALL_SPAWN ? "process operation"
@@ -1040,6 +1070,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		opts.egress = c->egress;
 		break;
 	case CALL_WRITE:
+	case CALL_UPLOAD:
 	case CALL_MKDIR:
 	case CALL_SPAWN:
 		if (target_owner(&c->t, &owner, &e) < 0) {
@@ -1513,4 +1544,54 @@ struct ops_call *ops_resize_process(const struct ops_target *t, const struct ops
 	return proc_call(CALL_RESIZE, t, ref,
 			 json_pack("{s:s, s:i, s:i}", "op", "resize", "rows", rows, "cols", cols),
 			 done, arg, err);
+}
+
+/* --- streamed uploads ------------------------------------------------------------------- */
+
+struct ops_call *ops_upload(const struct ops_target *t, const char *path, int mode,
+			    uint64_t max_bytes, const struct ops_upload_cbs *cbs, ops_done_fn done,
+			    void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0 || check_path(path, err) < 0)
+		return NULL;
+	if (mode > 07777) {
+		err_set(err, EINVAL, "\"mode\" must be a permission number (0 to 4095)");
+		return NULL;
+	}
+	bool held;
+	if (admit(t, QUOTA_FILE_OPS, &held, err) < 0)
+		return NULL;
+	struct ops_call *c = call_new(CALL_UPLOAD, t, path, done, arg);
+	c->quota_held = held;
+	c->ucbs = cbs;
+	c->pending = evbuffer_new();
+	c->request = json_pack("{s:s, s:s, s:I}", "op", "write", "path", path, "maxBytes",
+			       (json_int_t)max_bytes);
+	if (mode >= 0)
+		json_object_set_new(c->request, "mode", json_integer(mode));
+	return c;
+}
+
+void ops_upload_send(struct ops_call *c, const void *data, size_t len)
+{
+	if (c->finished || c->upload_end)
+		return;
+	if (c->op)
+		guest_op_send(c->op, data, len);
+	else
+		evbuffer_add(c->pending, data, len);
+}
+
+size_t ops_upload_queued(struct ops_call *c)
+{
+	return c->op ? guest_op_queued(c->op) : evbuffer_get_length(c->pending) + OPS_UPLOAD_HIGH;
+}
+
+void ops_upload_end(struct ops_call *c)
+{
+	if (c->finished || c->upload_end)
+		return;
+	c->upload_end = true;
+	if (c->op)
+		guest_op_eof(c->op);
 }

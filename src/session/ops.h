@@ -285,6 +285,28 @@ struct ops_call *ops_resize_process(const struct ops_target *t, const struct ops
 				    unsigned rows, unsigned cols, ops_done_fn done, void *arg,
 				    struct err *err);
 
+/* --- streamed uploads -----------------------------------------------------------------
+ *
+ * A write whose contents arrive in pieces, never whole in the daemon: the caller sends
+ * while ops_upload_queued() is below OPS_UPLOAD_HIGH and waits for on_ready otherwise (and
+ * before the first: the session may still be starting), then ends it; done follows with
+ * r->size. The file appears at once, whole, when the upload ends (the agent writes a
+ * temporary file and renames it), or not at all (failure, detach). Creates the session on
+ * first use, as a write does; a unit of QUOTA_FILE_OPS for its life. */
+
+#define OPS_UPLOAD_HIGH (1u << 20)
+
+struct ops_upload_cbs {
+	/* More may be sent now (queued below OPS_UPLOAD_HIGH). */
+	void (*on_ready)(struct ops_call *c, void *arg);
+};
+struct ops_call *ops_upload(const struct ops_target *t, const char *path, int mode,
+			    uint64_t max_bytes, const struct ops_upload_cbs *cbs, ops_done_fn done,
+			    void *arg, struct err *err);
+void ops_upload_send(struct ops_call *c, const void *data, size_t len);
+size_t ops_upload_queued(struct ops_call *c);
+void ops_upload_end(struct ops_call *c);
+
 /* The caller's existing, ready session, or NULL with err set: ENOENT (none), EBUSY (still
  * being created). A failed session reports its failure once and is forgotten. */
 struct session *ops_find_session(const struct ops_target *t, struct err *err);
