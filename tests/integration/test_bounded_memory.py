@@ -345,5 +345,38 @@ class WorstCaseMemoryTest(DaemonTestCase):
         self.assertLess(peak, bound)
 
 
+class StreamedUploadTest(DaemonTestCase):
+    """PUT /exec/:id/file: the body is read as fast as the sandbox takes it, so that an
+    upload of any size costs the daemon about a window."""
+
+    daemon_env = {**small_quarantine_env(), "SANDBOX_MAX_UPLOAD_BYTES": str(512 * MiB)}
+
+    def test_a_300_mib_upload_leaves_the_daemon_where_it_was(self):
+        import hashlib
+        import http.client
+        sid = self.session()
+        # Room for it: today's workspace is a tmpfs charged to the sandbox's memory.
+        status, _, body = self.d.post("/exec", body={
+            "id": sid, "resources": {"memoryBytes": 768 * MiB, "diskBytes": 512 * MiB}})
+        self.assertEqual(status, 201, body)
+        before = peak_rss_kib(self.d.proc.pid, samples=5)
+        block, n = os.urandom(MiB), 300
+        h = hashlib.sha256()
+        for _ in range(n):
+            h.update(block)
+        conn = http.client.HTTPConnection(self.d.host, self.d.port, timeout=300)
+        conn.request("PUT", f"/exec/{sid}/file?path=big.bin", body=(block for _ in range(n)),
+                     encode_chunked=True)
+        r = conn.getresponse()
+        reply = json.loads(r.read())
+        conn.close()
+        self.assertEqual((r.status, reply.get("size")), (200, n * MiB), reply)
+        grown = (peak_rss_kib(self.d.proc.pid, samples=5) - before) / 1024
+        print(f"\n  upload of {n} MiB: daemon RSS +{grown:.1f} MiB", flush=True)
+        self.assertLess(grown, 32)
+        status, body = self.execute(sid, "sha256sum big.bin")
+        self.assertEqual(body["output"][0]["data"].split()[0], h.hexdigest())
+
+
 if __name__ == "__main__":
     unittest.main()
