@@ -152,9 +152,13 @@ class _Request:
         self.conn = client._conn(client.http_timeout_ms / 1000)
 
     def send(self, method: str, path: str, body: Any, accept: str) -> http.client.HTTPResponse:
-        data = json.dumps(body).encode() if body is not None else None
-        self.conn.request(method, self.client._path(path), body=data,
-                          headers=self.client._headers(accept))
+        headers = self.client._headers(accept)
+        if isinstance(body, bytes):  # raw bytes go as they are
+            data = body
+            headers["Content-Type"] = "application/octet-stream"
+        else:
+            data = json.dumps(body).encode() if body is not None else None
+        self.conn.request(method, self.client._path(path), body=data, headers=headers)
         self.sent = True
         if self.conn.sock is not None:
             ms = self.reply_timeout_ms
@@ -249,8 +253,8 @@ class Sandbox:
     def request(self, method: str, path: str, body: Any = None,
                 accept: str = "application/json", *,
                 http_timeout_ms: Optional[float] = _CLIENT_TIMEOUT) -> Any:
-        """Sends one request; returns the parsed JSON (or bytes for octet-stream).
-        http_timeout_ms: how long to wait for the reply (None: as long as it takes)."""
+        """Sends one request (a JSON body, or bytes as octet-stream); returns the parsed JSON
+        (or bytes for octet-stream). http_timeout_ms: how long to wait for the reply (None: as long as it takes)."""
         if http_timeout_ms is _CLIENT_TIMEOUT:
             http_timeout_ms = self.http_timeout_ms
         req = _Request(self, http_timeout_ms)
@@ -528,6 +532,92 @@ class Session:
         """Moves or renames within the workspace; replaces dst unless overwrite is False."""
         self.client.request("POST", self._p("/move"),
                             {"from": src, "to": dst, "overwrite": overwrite})
+
+    # -- background processes: run on after the request that started them; named by pid or
+    # tag (ref); their output is kept in the sandbox for any number of attaches --
+    def _proc(self, ref: Union[int, str], suffix: str = "") -> str:
+        return self._p(f"/processes/{urllib.parse.quote(str(ref), safe='')}{suffix}")
+
+    def start_process(self, command: str, args: Optional[Sequence[str]] = None, *,
+                      tag: Optional[str] = None, cwd: Optional[str] = None,
+                      env: Optional[Dict[str, str]] = None, stdin: bool = False,
+                      pty: Union[None, bool, Sequence[int], Dict[str, int]] = None,
+                      timeout_ms: Optional[float] = None, replay_bytes: Optional[int] = None,
+                      template: Optional[str] = None) -> Dict[str, Any]:
+        """Starts a background process; returns it (pid, tag, state...). stdin: keep its stdin
+        open for send_stdin; pty: True, (rows, cols) or {"rows", "cols"} for a terminal;
+        timeout_ms: its limit (absent or 0: none); replay_bytes: its replay buffer's size."""
+        body = self._exec_body(command, args, env, cwd, timeout_ms, None)
+        if template:
+            body["template"] = template
+        if tag is not None:
+            body["tag"] = tag
+        if stdin:
+            body["stdin"] = True
+        if isinstance(pty, (list, tuple)):
+            body["pty"] = {"rows": pty[0], "cols": pty[1]}
+        elif pty is not None:
+            body["pty"] = pty
+        if replay_bytes is not None:
+            body["replayBytes"] = replay_bytes
+        return self.client.request("POST", self._p("/processes"), body)
+
+    def processes(self) -> List[Dict[str, Any]]:
+        """The session's processes, running and recently ended."""
+        return self.client.request("GET", self._p("/processes"))["processes"]
+
+    def process(self, ref: Union[int, str]) -> Dict[str, Any]:
+        """One process, by pid or tag (SandboxError 404 when there is none)."""
+        return self.client.request("GET", self._proc(ref))
+
+    def attach(self, ref: Union[int, str], replay: Optional[int] = None,
+               follow: bool = True) -> Iterator[Dict[str, Any]]:
+        """Yields a process's output events as they come: {"type": "start"}, then "stream"
+        (stream, data, ts) and "gap" (bytes lost to this reader), ending with "result" (the
+        process) or "error". replay: bytes of the output already produced to begin with
+        (None: all that is kept); follow=False: only what is kept now. Leaving the iterator
+        ends the attach, not the process."""
+        q = {"follow": "true" if follow else "false"}
+        if replay is not None:
+            q["replay"] = str(int(replay))
+        path = self._proc(ref, "/output?" + urllib.parse.urlencode(q))
+        return self.client.stream("GET", path, None, http_timeout_ms=None)
+
+    def wait_process(self, ref: Union[int, str],
+                     timeout_ms: Optional[float] = None) -> Dict[str, Any]:
+        """Waits for a process to end and returns it; SandboxError 408 when it runs beyond
+        timeout_ms (None: waits as long as it runs)."""
+        body: Dict[str, Any] = {}
+        if timeout_ms is not None:
+            body["timeout"] = int(timeout_ms)
+        return self.client.request("POST", self._proc(ref, "/wait"), body,
+                                   http_timeout_ms=_exec_http_timeout_ms(self.client, timeout_ms))
+
+    def signal_process(self, ref: Union[int, str], signal: Union[str, int]) -> None:
+        """Sends a signal ("TERM", "INT"... or a number) to the process's group."""
+        self.client.request("POST", self._proc(ref, "/signal"), {"signal": signal})
+
+    def kill_process(self, ref: Union[int, str]) -> None:
+        """Sends SIGKILL to the process's group."""
+        self.client.request("DELETE", self._proc(ref))
+
+    def send_stdin(self, ref: Union[int, str], data: Union[str, bytes],
+                   close: bool = False) -> Dict[str, Any]:
+        """Writes to the stdin of a process started with stdin=True (or on a terminal), then
+        closes it when close; bytes go raw. Returns {bytes, closed}."""
+        if isinstance(data, bytes):
+            path = self._proc(ref, "/stdin?close=" + ("true" if close else "false"))
+            return self.client.request("POST", path, data)
+        return self.client.request("POST", self._proc(ref, "/stdin"),
+                                   {"data": data, "close": close})
+
+    def close_stdin(self, ref: Union[int, str]) -> Dict[str, Any]:
+        """Closes the process's stdin (a terminal gets ^D)."""
+        return self.client.request("POST", self._proc(ref, "/stdin"), {"close": True})
+
+    def resize(self, ref: Union[int, str], rows: int, cols: int) -> None:
+        """Resizes the terminal of a process started with pty."""
+        self.client.request("POST", self._proc(ref, "/resize"), {"rows": rows, "cols": cols})
 
     def destroy(self) -> bool:
         """Destroys the session; False when there was no such session (a 200 with

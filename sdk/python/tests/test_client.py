@@ -1,8 +1,11 @@
 """The Python SDK against a real sandboxd (started by the integration harness)."""
 
 import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 import threading
 import unittest
 import warnings
@@ -171,6 +174,106 @@ class SdkTest(unittest.TestCase):
             for c in held:
                 c.close()
             srv.close()
+
+    def test_attach_after_the_starter_died_gets_replay_then_live_output(self):
+        # Another client starts a counter whose second half waits for a line on its stdin,
+        # attaches to it, and is killed in the middle of its attach.
+        n, half = 400, 200
+        loop = "for i in $(seq %d %d); do echo $i; sleep 0.01; done"
+        script = f"{loop % (1, half)}; read _; {loop % (half + 1, n)}"
+        starter = (
+            "import sys\n"
+            "from agent_sandbox import Sandbox\n"
+            "s = Sandbox(base_url=sys.argv[1], api_key=sys.argv[2]).session(sys.argv[3], 'base')\n"
+            "p = s.start_process(sys.argv[4], tag='seq', stdin=True)\n"
+            "print(p['pid'], flush=True)\n"
+            "for ev in s.attach('seq'):\n"
+            "    if ev['type'] == 'stream':\n"
+            "        print('attached', flush=True)\n"
+        )
+        with self.sb.create(template="base") as s:
+            env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."))
+            proc = subprocess.Popen([sys.executable, "-c", starter, self.daemon.base_url,
+                                     self.daemon.admin_key, s.id, script],
+                                    stdout=subprocess.PIPE, env=env, text=True)
+            try:
+                pid = int(proc.stdout.readline())
+                self.assertEqual(proc.stdout.readline(), "attached\n")
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                proc.stdout.close()
+            time.sleep(5)
+            self.assertEqual(s.process("seq")["state"], "running")
+            text, result, sent = "", None, False
+            for ev in s.attach("seq"):
+                self.assertNotEqual(ev["type"], "gap", ev)
+                self.assertNotEqual(ev["type"], "error", ev)
+                if ev["type"] == "stream":
+                    self.assertEqual(ev["stream"], "stdout")
+                    text += ev["data"]
+                    # The first half is the replay; the rest can only come live.
+                    if not sent and text.endswith(f"\n{half}\n"):
+                        s.send_stdin("seq", "go\n")
+                        sent = True
+                elif ev["type"] == "result":
+                    result = ev["process"]
+            self.assertTrue(sent)
+            self.assertEqual(text, "".join(f"{i}\n" for i in range(1, n + 1)))
+            self.assertEqual((result["pid"], result["state"], result["exitCode"]),
+                             (pid, "exited", 0))
+            self.assertEqual(s.wait_process(pid)["exitCode"], 0)
+            self.assertEqual([p["pid"] for p in s.processes()], [pid])
+
+    def test_process_stdin_signals_and_errors(self):
+        with self.sb.create(template="base") as s:
+            p = s.start_process("cat", tag="cat", stdin=True)
+            self.assertEqual(p["state"], "running")
+            self.assertEqual(s.send_stdin("cat", "héllo ")["bytes"], len("héllo ".encode()))
+            self.assertEqual(s.send_stdin(p["pid"], b"\x00raw\xff\n")["bytes"], 6)
+            s.close_stdin("cat")
+            self.assertEqual(s.wait_process("cat", timeout_ms=60000)["exitCode"], 0)
+            events = list(s.attach("cat", follow=False))
+            self.assertEqual(events[0], {"type": "start", "pid": p["pid"]})
+            self.assertEqual(events[-1]["type"], "result")
+            out = "".join(e["data"] for e in events if e["type"] == "stream")
+            self.assertEqual(out, "héllo \x00raw\ufffd\n")
+            self.assertEqual(list(s.attach("cat", replay=4, follow=False))[1]["data"], "aw\ufffd\n")
+            with self.assertRaises(SandboxError) as cm:
+                s.send_stdin("cat", "late")
+            self.assertGreaterEqual(cm.exception.status, 400)  # its stdin is closed
+            # Signals, a wait that times out, a terminal.
+            s.start_process("sleep", ["60"], tag="sl")
+            with self.assertRaises(SandboxError) as cm:
+                s.wait_process("sl", timeout_ms=200)
+            self.assertEqual(cm.exception.status, 408)
+            s.signal_process("sl", "TERM")
+            self.assertEqual(s.wait_process("sl")["signal"], "SIGTERM")
+            s.start_process("sleep", ["60"], tag="k")
+            s.kill_process("k")
+            self.assertEqual(s.wait_process("k")["signal"], "SIGKILL")
+            s.start_process("sh", ["-c", "read _; stty size"], tag="t", pty=(30, 100))
+            s.resize("t", 40, 120)
+            s.send_stdin("t", "\n")
+            s.wait_process("t")
+            out = "".join(e.get("data", "") for e in s.attach("t", follow=False))
+            self.assertIn("40 120", out)
+            # Errors: the SDK's error type, with the status.
+            for call in (lambda: s.process("nosuch"), lambda: s.process(999999),
+                         lambda: list(s.attach("nosuch")), lambda: s.kill_process("nosuch"),
+                         lambda: s.send_stdin("nosuch", "x")):
+                with self.assertRaises(SandboxError) as cm:
+                    call()
+                self.assertEqual(cm.exception.status, 404)
+            with self.assertRaises(SandboxError) as cm:
+                s.start_process("sleep 60", replay_bytes=64 << 20)  # beyond the session's budget
+            self.assertEqual(cm.exception.status, 429)
+            with self.assertRaises(SandboxError) as cm:
+                s.start_process("true", tag="bad/tag")
+            self.assertEqual(cm.exception.status, 400)
+            with self.assertRaises(SandboxError) as cm:
+                s.signal_process("cat", "NOSUCHSIG")
+            self.assertEqual(cm.exception.status, 400)
 
     def test_bad_key(self):
         bad = Sandbox(base_url=self.daemon.base_url, api_key="sk_test_" + "0" * 32)
