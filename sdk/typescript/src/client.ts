@@ -27,7 +27,7 @@ export class Sandbox {
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
   }
 
-  /** @internal Sends a request; rejects with SandboxError on an error status. */
+  /** @internal Sends a request (a JSON body, or a Uint8Array as octet-stream); rejects with SandboxError on an error status. */
   async request(
     method: string,
     path: string,
@@ -35,14 +35,16 @@ export class Sandbox {
     init: { accept?: string; signal?: AbortSignal } = {},
   ): Promise<Response> {
     const headers: Record<string, string> = { Accept: init.accept ?? "application/json" };
-    if (body !== undefined) headers["Content-Type"] = "application/json";
+    // Bytes go raw; anything else as JSON.
+    const raw = body instanceof Uint8Array;
+    if (body !== undefined) headers["Content-Type"] = raw ? "application/octet-stream" : "application/json";
     if (this.apiKey) headers["Authorization"] = `Bearer ${this.apiKey}`;
     let res: Response;
     try {
       res = await this.fetchImpl(this.baseUrl + path, {
         method,
         headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
+        body: body === undefined ? undefined : raw ? (body as unknown as BodyInit) : JSON.stringify(body),
         signal: init.signal,
       });
     } catch (e) {

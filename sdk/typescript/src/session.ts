@@ -3,8 +3,12 @@ import { SandboxError } from "./errors.js";
 import type {
   ExecOptions,
   ExecResult,
+  AttachOptions,
   FileStat,
   ListFilesResult,
+  ProcessEvent,
+  ProcessInfo,
+  StartProcessOptions,
   ReadFileResult,
   SessionInfo,
   StreamEvent,
@@ -31,6 +35,32 @@ function fromBase64(s: string): Uint8Array {
   const out = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
+}
+
+/** The JSON objects of an NDJSON reply, as they arrive. */
+async function* ndjson<T>(res: Response): AsyncGenerator<T> {
+  if (!res.body) throw new SandboxError(0, "empty stream");
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (line) yield JSON.parse(line) as T;
+      }
+    }
+    const rest = (buf + decoder.decode()).trim();
+    if (rest) yield JSON.parse(rest) as T;
+  } finally {
+    reader.releaseLock();
+    await res.body.cancel().catch(() => undefined);
+  }
 }
 
 /** One sandbox. */
@@ -112,28 +142,7 @@ export class Session {
       accept: "application/x-ndjson",
       signal: opts.signal,
     });
-    if (!res.body) throw new SandboxError(0, "empty stream");
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buf = "";
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        buf += decoder.decode(value, { stream: true });
-        let nl: number;
-        while ((nl = buf.indexOf("\n")) >= 0) {
-          const line = buf.slice(0, nl).trim();
-          buf = buf.slice(nl + 1);
-          if (line) yield JSON.parse(line) as StreamEvent;
-        }
-      }
-      const rest = (buf + decoder.decode()).trim();
-      if (rest) yield JSON.parse(rest) as StreamEvent;
-    } finally {
-      reader.releaseLock();
-      await res.body.cancel().catch(() => undefined);
-    }
+    yield* ndjson<StreamEvent>(res);
   }
 
   /** Cancels a running command by the execId of its start event or result. */
@@ -202,6 +211,86 @@ export class Session {
   /** Moves or renames within the workspace; replaces the destination unless `overwrite` is false. */
   async move(from: string, to: string, opts: { overwrite?: boolean } = {}): Promise<void> {
     await this.client.json("POST", this.path("/move"), { from, to, overwrite: opts.overwrite !== false });
+  }
+
+  // Background processes: they run on after the request that started them, named by pid or
+  // tag (ref); their output is kept in the sandbox for any number of attaches.
+
+  private proc(ref: number | string, suffix = ""): string {
+    return this.path(`/processes/${encodeURIComponent(String(ref))}${suffix}`);
+  }
+
+  /** Starts a background process and returns it. */
+  async startProcess(command: string, opts: StartProcessOptions = {}): Promise<ProcessInfo> {
+    const body = this.execBody(command, { args: opts.args, env: opts.env, cwd: opts.cwd, timeout: opts.timeout });
+    if (opts.template) body.template = opts.template;
+    if (opts.tag !== undefined) body.tag = opts.tag;
+    if (opts.stdin) body.stdin = true;
+    if (opts.pty !== undefined) body.pty = opts.pty;
+    if (opts.replayBytes !== undefined) body.replayBytes = opts.replayBytes;
+    return this.client.json<ProcessInfo>("POST", this.path("/processes"), body);
+  }
+
+  /** The session's processes, running and recently ended. */
+  async processes(): Promise<ProcessInfo[]> {
+    return (await this.client.json<{ processes: ProcessInfo[] }>("GET", this.path("/processes"))).processes;
+  }
+
+  /** One process, by pid or tag (a SandboxError with status 404 when there is none). */
+  async process(ref: number | string): Promise<ProcessInfo> {
+    return this.client.json<ProcessInfo>("GET", this.proc(ref));
+  }
+
+  /** A process's output events as they come: start, stream and gap, ending with result (or
+   * error). Leaving the loop or aborting opts.signal ends the attach, not the process. */
+  async *attach(ref: number | string, opts: AttachOptions = {}): AsyncGenerator<ProcessEvent> {
+    let q = `follow=${opts.follow === false ? "false" : "true"}`;
+    if (opts.replay !== undefined) q += `&replay=${Math.trunc(opts.replay)}`;
+    const res = await this.client.request("GET", this.proc(ref, `/output?${q}`), undefined, {
+      accept: "application/x-ndjson",
+      signal: opts.signal,
+    });
+    yield* ndjson<ProcessEvent>(res);
+  }
+
+  /** Waits for a process to end and returns it; a SandboxError with status 408 when it runs
+   * beyond opts.timeout milliseconds (absent: waits as long as it runs). */
+  async waitProcess(ref: number | string, opts: { timeout?: number; signal?: AbortSignal } = {}): Promise<ProcessInfo> {
+    const body = opts.timeout === undefined ? {} : { timeout: opts.timeout };
+    return this.client.json<ProcessInfo>("POST", this.proc(ref, "/wait"), body, opts.signal);
+  }
+
+  /** Sends a signal ("TERM", "INT"... or a number) to the process's group. */
+  async signalProcess(ref: number | string, signal: string | number): Promise<void> {
+    await this.client.json("POST", this.proc(ref, "/signal"), { signal });
+  }
+
+  /** Sends SIGKILL to the process's group. */
+  async killProcess(ref: number | string): Promise<void> {
+    await this.client.json("DELETE", this.proc(ref));
+  }
+
+  /** Writes to the stdin of a process started with `stdin` (or on a terminal), then closes it
+   * with opts.close; bytes go raw. */
+  async sendStdin(
+    ref: number | string,
+    data: string | Uint8Array,
+    opts: { close?: boolean } = {},
+  ): Promise<{ bytes: number; closed: boolean }> {
+    const close = !!opts.close;
+    if (typeof data === "string")
+      return this.client.json("POST", this.proc(ref, "/stdin"), { data, close });
+    return this.client.json("POST", this.proc(ref, `/stdin?close=${close}`), data);
+  }
+
+  /** Closes the process's stdin (a terminal gets ^D). */
+  async closeStdin(ref: number | string): Promise<{ bytes: number; closed: boolean }> {
+    return this.client.json("POST", this.proc(ref, "/stdin"), { close: true });
+  }
+
+  /** Resizes the terminal of a process started with `pty`. */
+  async resize(ref: number | string, rows: number, cols: number): Promise<void> {
+    await this.client.json("POST", this.proc(ref, "/resize"), { rows, cols });
   }
 
   /** Destroys the session and its sandbox; false when there was no such session (a 200

@@ -139,3 +139,60 @@ export interface CreateOptions {
   /** Seconds of inactivity before the server reaps the session. */
   idleTimeout?: number;
 }
+
+/** A background process, as the server describes it. */
+export interface ProcessInfo {
+  pid: number;
+  tag: string | null;
+  command: string;
+  argv: string[];
+  cwd: string;
+  envKeys: string[];
+  pty: boolean;
+  state: "running" | "exited";
+  /** Milliseconds since the epoch. */
+  startedAt: number;
+  endedAt: number | null;
+  exitCode: number | null;
+  signal: string | null;
+  durationMs: number;
+  timedOut: boolean;
+  /** Bytes of output it produced, and the first of them still kept for a replay. */
+  outputBytes: number;
+  replayFrom: number;
+}
+
+export interface StartProcessOptions {
+  args?: string[];
+  /** A name for it, unique among the session's running processes (1 to 64 of [A-Za-z0-9._:-]). */
+  tag?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Keep its stdin open for sendStdin. */
+  stdin?: boolean;
+  /** Run it on a terminal (true: 24 x 80). */
+  pty?: boolean | { rows?: number; cols?: number };
+  /** Its limit in milliseconds (absent or 0: none). */
+  timeout?: number;
+  /** The size of its replay buffer. */
+  replayBytes?: number;
+  template?: string;
+}
+
+export interface AttachOptions {
+  /** Bytes of the output already produced to begin with (default: all that is kept). */
+  replay?: number;
+  /** Until the process ends (default); false: only what is kept now. */
+  follow?: boolean;
+  /** Aborting it ends the attach, not the process. */
+  signal?: AbortSignal;
+}
+
+/** One event of an attach: its start, output, output lost to this reader, then the end. */
+export type ProcessEvent =
+  | { type: "start"; pid: number }
+  | { type: "stream"; stream: "stdout" | "stderr"; data: string; ts: number }
+  | { type: "gap"; bytes: number }
+  | { type: "result"; process: ProcessInfo }
+  | { type: "error"; error: string; status: number }
+  | { type: "timeout" };

@@ -119,3 +119,76 @@ test("runCode follows the session's template, asking the daemon when the handle 
   await existing.destroy();
   await s.destroy();
 });
+
+test("a process started by one client: another attaches, gets replay then live output, in order", async () => {
+  const s = await sandbox.createSession({ template: "base" });
+  const [n, half] = [300, 150];
+  const loop = (a, b) => `for i in $(seq ${a} ${b}); do echo $i; sleep 0.01; done`;
+  // Its second half waits for a line on its stdin: only a live attach can see it.
+  const p = await s.startProcess(`${loop(1, half)}; read _; ${loop(half + 1, n)}`, { tag: "seq", stdin: true });
+  assert.equal(p.state, "running");
+  const other = new Sandbox({ baseUrl: daemon.baseUrl, apiKey: daemon.apiKey }).session(s.id, "base");
+  let text = "";
+  let sent = false;
+  let last;
+  for await (const ev of other.attach("seq")) {
+    assert.notEqual(ev.type, "gap");
+    assert.notEqual(ev.type, "error");
+    if (ev.type === "start") assert.equal(ev.pid, p.pid);
+    if (ev.type === "stream") {
+      text += ev.data;
+      if (!sent && text.endsWith(`\n${half}\n`)) {
+        await other.sendStdin("seq", "go\n");
+        sent = true;
+      }
+    }
+    last = ev;
+  }
+  assert.ok(sent);
+  assert.equal(text, Array.from({ length: n }, (_, i) => `${i + 1}\n`).join(""));
+  assert.equal(last.type, "result");
+  assert.deepEqual([last.process.pid, last.process.state, last.process.exitCode], [p.pid, "exited", 0]);
+  assert.deepEqual((await s.processes()).map((x) => x.pid), [p.pid]);
+  await s.destroy();
+});
+
+test("process stdin, signals, terminal and errors", async () => {
+  const s = await sandbox.createSession({ template: "base" });
+  const cat = await s.startProcess("cat", { tag: "cat", stdin: true });
+  assert.equal((await s.sendStdin("cat", "héllo ")).bytes, 7);
+  assert.equal((await s.sendStdin(cat.pid, new Uint8Array([0, 0x72, 0xff, 0x0a]))).bytes, 4);
+  await s.closeStdin("cat");
+  assert.equal((await s.waitProcess("cat")).exitCode, 0);
+  const events = [];
+  for await (const ev of s.attach("cat", { follow: false })) events.push(ev);
+  assert.deepEqual(events[0], { type: "start", pid: cat.pid });
+  assert.equal(events.at(-1).type, "result");
+  assert.equal(events.filter((e) => e.type === "stream").map((e) => e.data).join(""), "héllo \0r\ufffd\n");
+  const tail = [];
+  for await (const ev of s.attach("cat", { follow: false, replay: 2 })) if (ev.type === "stream") tail.push(ev.data);
+  assert.equal(tail.join(""), "\ufffd\n");
+  await s.startProcess("sleep", { args: ["60"], tag: "sl" });
+  await assert.rejects(s.waitProcess("sl", { timeout: 200 }), (e) => e instanceof SandboxError && e.status === 408);
+  await s.signalProcess("sl", "TERM");
+  assert.equal((await s.waitProcess("sl")).signal, "SIGTERM");
+  await s.startProcess("sleep 60", { tag: "k" });
+  await s.killProcess("k");
+  assert.equal((await s.waitProcess("k")).signal, "SIGKILL");
+  await s.startProcess("sh", { args: ["-c", "read _; stty size"], tag: "t", pty: { rows: 30, cols: 100 } });
+  await s.resize("t", 40, 120);
+  await s.sendStdin("t", "\n");
+  await s.waitProcess("t");
+  let out = "";
+  for await (const ev of s.attach("t", { follow: false })) if (ev.type === "stream") out += ev.data;
+  assert.match(out, /40 120/);
+  const is = (status) => (e) => e instanceof SandboxError && e.status === status;
+  await assert.rejects(s.process("nosuch"), is(404));
+  await assert.rejects(s.process(999999), is(404));
+  await assert.rejects(s.attach("nosuch").next(), is(404));
+  await assert.rejects(s.killProcess("nosuch"), is(404));
+  await assert.rejects(s.sendStdin("nosuch", "x"), is(404));
+  await assert.rejects(s.startProcess("sleep 60", { replayBytes: 64 << 20 }), is(429));
+  await assert.rejects(s.startProcess("true", { tag: "bad/tag" }), is(400));
+  await assert.rejects(s.signalProcess("cat", "NOSUCHSIG"), is(400));
+  await s.destroy();
+});
