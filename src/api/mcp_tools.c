@@ -270,6 +270,117 @@ static const char out_list_sessions[] =
 	"}, \"count\": {\"type\": \"integer\"}}, "
 	"\"required\": [\"sessions\", \"count\"]}";
 
+/* Background processes. */
+#define PROC_REF                                                                            \
+	"{\"type\": [\"string\", \"integer\"], \"minLength\": 1, \"maxLength\": 64, "       \
+	"\"minimum\": 1, \"description\": \"The process: its pid (as the sandbox sees it) " \
+	"or the tag it was started with\"}"
+#define PROCESS_SHAPE                                                                           \
+	"{\"type\": \"object\", \"properties\": {"                                              \
+	"\"pid\": {\"type\": \"integer\"}, \"tag\": {\"type\": [\"string\", \"null\"]}, "       \
+	"\"command\": {\"type\": \"string\"}, "                                                 \
+	"\"argv\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}, "                  \
+	"\"cwd\": {\"type\": \"string\"}, \"pty\": {\"type\": \"boolean\"}, "                   \
+	"\"state\": {\"type\": \"string\", \"enum\": [\"running\", \"exited\"]}, "              \
+	"\"startedAt\": {\"type\": \"integer\", \"description\": \"ms since the epoch\"}, "     \
+	"\"endedAt\": {\"type\": [\"integer\", \"null\"]}, "                                    \
+	"\"exitCode\": {\"type\": [\"integer\", \"null\"], \"description\": \"null while "      \
+	"running or when killed by a signal\"}, "                                               \
+	"\"signal\": {\"type\": [\"string\", \"null\"]}, "                                      \
+	"\"durationMs\": {\"type\": \"number\"}, \"timedOut\": {\"type\": \"boolean\"}, "       \
+	"\"outputBytes\": {\"type\": \"integer\", \"description\": \"bytes of output so "       \
+	"far\"}}, "                                                                             \
+	"\"required\": [\"pid\", \"tag\", \"command\", \"argv\", \"cwd\", \"pty\", \"state\", " \
+	"\"startedAt\", \"endedAt\", \"exitCode\", \"signal\", \"durationMs\", \"timedOut\", "  \
+	"\"outputBytes\"]}"
+
+static const char in_start_process[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"command\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"Program to "
+	"run; without args, a command line with shell syntax runs under /bin/sh -c\"}, "
+	"\"args\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": "
+	"\"Arguments, passed as they are (no shell)\"}, "
+	"\"tag\": {\"type\": \"string\", \"pattern\": \"^[A-Za-z0-9._:-]{1,64}$\", "
+	"\"description\": \"A name for the process, unique among the session's running ones "
+	"(not all digits)\"}, "
+	"\"env\": " COMMAND_ENV ", "
+	"\"cwd\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"Working "
+	"directory, relative to the workspace\"}, "
+	"\"timeout\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 604800000, "
+	"\"description\": \"Milliseconds before the process is killed; default and 0: "
+	"none\"}, "
+	"\"stdin\": {\"type\": \"boolean\", \"default\": false, \"description\": \"Keep its "
+	"standard input open for send_process_input\"}, "
+	"\"pty\": {\"type\": \"object\", \"properties\": {"
+	"\"rows\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000}, "
+	"\"cols\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000}}, "
+	"\"additionalProperties\": false, \"description\": \"Run it on a terminal of this "
+	"size (default 24 x 80)\"}, "
+	"\"template\": " TEMPLATE "}, "
+	"\"required\": [\"sessionId\", \"command\"], \"additionalProperties\": false}";
+static const char out_process[] = "{\"type\": \"object\", \"properties\": {"
+				  "\"sessionId\": {\"type\": \"string\"}, "
+				  "\"process\": " PROCESS_SHAPE "}, "
+				  "\"required\": [\"sessionId\", \"process\"]}";
+static const char out_list_processes[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, "
+	"\"processes\": {\"type\": \"array\", \"items\": " PROCESS_SHAPE "}, "
+	"\"count\": {\"type\": \"integer\"}}, "
+	"\"required\": [\"sessionId\", \"processes\", \"count\"]}";
+static const char in_read_process_output[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"ref\": " PROC_REF ", "
+	"\"replayBytes\": {\"type\": \"integer\", \"minimum\": 0, \"description\": \"Only the "
+	"last this many bytes of the output kept so far (default: all that is kept, up to the "
+	"server's read limit, SANDBOX_MCP_MAX_READ_BYTES)\"}, "
+	"\"waitMs\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 600000, "
+	"\"description\": \"Wait up to this long for the process to end, collecting its "
+	"output meanwhile (default 0: answer at once)\"}}, "
+	"\"required\": [\"sessionId\", \"ref\"], \"additionalProperties\": false}";
+static const char out_read_process_output[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, "
+	"\"process\": " PROCESS_SHAPE ", "
+	"\"stdout\": {\"type\": \"string\"}, \"stderr\": {\"type\": \"string\"}, "
+	"\"gapBytes\": {\"type\": \"integer\", \"description\": \"output lost before it was "
+	"read (the process wrote faster than its replay buffer holds)\"}, "
+	"\"truncated\": {\"type\": \"boolean\", \"description\": \"output beyond the server's "
+	"read limit was left out\"}}, "
+	"\"required\": [\"sessionId\", \"process\", \"stdout\", \"stderr\", \"gapBytes\", "
+	"\"truncated\"]}";
+static const char in_send_process_input[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"ref\": " PROC_REF ", "
+	"\"data\": {\"type\": \"string\", \"description\": \"What to write to its standard "
+	"input\"}, "
+	"\"encoding\": {\"type\": \"string\", \"enum\": [\"utf8\", \"base64\"], \"default\": "
+	"\"utf8\"}, "
+	"\"close\": {\"type\": \"boolean\", \"default\": false, \"description\": \"Then close "
+	"its standard input (a terminal gets ^D)\"}}, "
+	"\"required\": [\"sessionId\", \"ref\"], \"additionalProperties\": false}";
+static const char out_send_process_input[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"ref\": {\"type\": \"string\"}, "
+	"\"bytes\": {\"type\": \"integer\"}, \"closed\": {\"type\": \"boolean\"}}, "
+	"\"required\": [\"sessionId\", \"ref\", \"bytes\", \"closed\"]}";
+static const char in_signal_process[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"ref\": " PROC_REF ", "
+	"\"signal\": {\"type\": [\"string\", \"integer\"], \"minLength\": 1, \"maxLength\": 16, "
+	"\"minimum\": 1, \"maximum\": 64, \"description\": \"TERM, KILL, INT, HUP, QUIT, USR1, "
+	"USR2, CONT, STOP, TSTP, WINCH, ALRM, or a number\"}}, "
+	"\"required\": [\"sessionId\", \"ref\", \"signal\"], \"additionalProperties\": false}";
+static const char out_signal_process[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"ref\": {\"type\": \"string\"}, "
+	"\"signal\": {\"type\": \"integer\"}, \"signalled\": {\"type\": \"boolean\"}}, "
+	"\"required\": [\"sessionId\", \"ref\", \"signal\", \"signalled\"]}";
+
 /* --- the table ---------------------------------------------------------------------- */
 
 typedef void (*tool_fn)(struct mcp_call *c, json_t *args, const char *version);
@@ -288,6 +399,11 @@ static void t_cancel(struct mcp_call *c, json_t *args, const char *version);
 static void t_reset_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_sessions(struct mcp_call *c, json_t *args, const char *version);
 static void t_ping(struct mcp_call *c, json_t *args, const char *version);
+static void t_start_process(struct mcp_call *c, json_t *args, const char *version);
+static void t_list_processes(struct mcp_call *c, json_t *args, const char *version);
+static void t_read_process_output(struct mcp_call *c, json_t *args, const char *version);
+static void t_send_process_input(struct mcp_call *c, json_t *args, const char *version);
+static void t_signal_process(struct mcp_call *c, json_t *args, const char *version);
 
 struct tool {
 	const char *name;
@@ -354,6 +470,29 @@ static struct tool tools[] = {
 	  true, false, true, false, t_list_sessions },
 	{ "ping", "Ping", "Check that the sandbox server answers.", in_none, out_ping, true, false,
 	  true, false, t_ping },
+	{ "start_process", "Start a background process",
+	  "Start a command in the background in a session (created on first use), for a "
+	  "server, a watcher or a long job: it runs on after this call, its output kept for "
+	  "read_process_output. Optional: a tag to name it by, stdin kept open for "
+	  "send_process_input, a terminal (pty).",
+	  in_start_process, out_process, false, true, false, true, t_start_process },
+	{ "list_processes", "List background processes",
+	  "List a session's background processes, running and recently ended, with their "
+	  "state and exit status.",
+	  in_session_only, out_list_processes, true, false, true, false, t_list_processes },
+	{ "read_process_output", "Read a background process's output",
+	  "Read what a background process wrote (stdout and stderr) and its state; with "
+	  "waitMs, wait up to that long for it to end first, collecting output meanwhile.",
+	  in_read_process_output, out_read_process_output, true, false, true, false,
+	  t_read_process_output },
+	{ "send_process_input", "Send input to a background process",
+	  "Write to the standard input of a background process started with stdin (or a pty), "
+	  "and close it with close.",
+	  in_send_process_input, out_send_process_input, false, true, false, false,
+	  t_send_process_input },
+	{ "signal_process", "Signal a background process",
+	  "Send a signal (TERM, INT, KILL...) to a background process and its children.",
+	  in_signal_process, out_signal_process, false, true, false, false, t_signal_process },
 };
 
 /* The page size of tools/list: all of them, today. */
@@ -1042,6 +1181,363 @@ static void t_execute(struct mcp_call *c, json_t *args, const char *version)
 	}
 	struct mcp_tool_run run = { .cancel = exec_cancel, .state = st };
 	mcp_call_set_run(c, &run);
+}
+
+/* --- background processes ----------------------------------------------------------- */
+
+/* A process as PROCESS_SHAPE says (ops has checked the agent's object field by field). */
+static json_t *process_shape(json_t *p)
+{
+	static const char *const keys[] = { "pid",      "tag",        "command", "argv",
+					    "cwd",      "pty",        "state",   "startedAt",
+					    "endedAt",  "exitCode",   "signal",  "durationMs",
+					    "timedOut", "outputBytes" };
+	json_t *j = json_object();
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		json_t *v = json_object_get(p, keys[i]);
+		json_object_set(j, keys[i], v ? v : json_null());
+	}
+	return j;
+}
+
+/* The `ref` argument (a pid or a tag, as the schema allows) into buf and ref. */
+static int proc_ref(json_t *args, char *buf, size_t size, struct ops_proc_ref *ref, struct err *err)
+{
+	json_t *v = json_object_get(args, "ref");
+	if (json_is_integer(v))
+		snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+	else
+		snprintf(buf, size, "%s", json_string_value(v));
+	return ops_proc_ref_parse(buf, ref, err);
+}
+
+static void proc_started(struct ops_call *op, const struct ops_result *r, const struct err *err,
+			 void *arg)
+{
+	struct call_state *st = arg;
+	if (err)
+		reply_err(st->c, err);
+	else
+		reply_ok(st->c,
+			 json_pack("{s:s, s:o}", "sessionId", r->session_id, "process",
+				   process_shape(r->info)),
+			 st->version);
+	free(st);
+}
+
+static void t_start_process(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	json_t *timeout = json_object_get(args, "timeout");
+	json_t *pty = json_object_get(args, "pty");
+	struct ops_spawn_req req = {
+		.x = { .command = json_string_value(json_object_get(args, "command")),
+		       .args = json_object_get(args, "args"),
+		       .env = json_object_get(args, "env"),
+		       .cwd = json_string_value(json_object_get(args, "cwd")),
+		       .timeout_ms = timeout ? (uint64_t)json_integer_value(timeout) : 0,
+		       .has_timeout = true },
+		.tag = json_string_value(json_object_get(args, "tag")),
+		.stdin_open = arg_bool(args, "stdin", false),
+		.pty = pty != NULL,
+	};
+	if (pty) {
+		json_t *rows = json_object_get(pty, "rows"), *cols = json_object_get(pty, "cols");
+		req.rows = rows ? (unsigned)json_integer_value(rows) : 24;
+		req.cols = cols ? (unsigned)json_integer_value(cols) : 80;
+	}
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op = ops_spawn(&t, &req, proc_started, st, &e);
+	start_call(c, st, op, &e);
+}
+
+static void procs_listed(struct ops_call *op, const struct ops_result *r, const struct err *err,
+			 void *arg)
+{
+	struct call_state *st = arg;
+	if (err) {
+		reply_err(st->c, err);
+		free(st);
+		return;
+	}
+	json_t *list = json_array();
+	size_t i;
+	json_t *p;
+	json_array_foreach (r->entries, i, p)
+		json_array_append_new(list, process_shape(p));
+	reply_ok(st->c,
+		 json_pack("{s:s, s:o, s:i}", "sessionId", r->session_id, "processes", list,
+			   "count", (int)json_array_size(list)),
+		 st->version);
+	free(st);
+}
+
+static void t_list_processes(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	struct call_state *st = call_state_new(version);
+	struct err e;
+	struct ops_call *op = ops_list_processes(&t, procs_listed, st, &e);
+	start_call(c, st, op, &e);
+}
+
+/* read_process_output: an attach that collects up to SANDBOX_MCP_MAX_READ_BYTES of output,
+ * following the process for up to waitMs. When the wait is over first, the attach ends and
+ * a second one, which sends nothing, tells the process's state. */
+struct read_state {
+	struct mcp_call *c;
+	struct ops_call *op;
+	char version[16];
+	char ref_buf[72];
+	struct ops_proc_ref ref;
+	struct ops_target t;
+	char session_id[160];
+	struct evbuffer *out[2];
+	size_t collected;
+	bool truncated;
+	uint64_t gaps;
+	struct event *timer;
+};
+
+static void read_state_free(struct read_state *st)
+{
+	if (st->timer)
+		event_free(st->timer);
+	evbuffer_free(st->out[0]);
+	evbuffer_free(st->out[1]);
+	free(st);
+}
+
+static void read_cancel(struct mcp_call *c, void *state)
+{
+	struct read_state *st = state;
+	if (st->op)
+		ops_call_detach(st->op);
+	read_state_free(st);
+}
+
+static void read_output(struct ops_call *op, enum ops_stream stream, const uint8_t *data,
+			size_t len, void *arg)
+{
+	struct read_state *st = arg;
+	size_t keep = len;
+	if (st->collected + len > api_cfg->mcp_max_read_bytes) {
+		keep = api_cfg->mcp_max_read_bytes - st->collected;
+		st->truncated = true;
+	}
+	evbuffer_add(st->out[stream == OPS_STDERR], data, keep);
+	st->collected += keep;
+	ops_call_consumed(op, len); /* held here, not by a client: the agent may send on */
+}
+
+static void read_gap(struct ops_call *op, uint64_t bytes, void *arg)
+{
+	struct read_state *st = arg;
+	st->gaps += bytes;
+}
+
+static json_t *read_text(struct evbuffer *b)
+{
+	size_t n = evbuffer_get_length(b), tlen;
+	_cleanup_free_ char *text =
+		utf8_sanitize(n ? evbuffer_pullup(b, -1) : (const uint8_t *)"", n, &tlen);
+	return json_stringn(text, tlen);
+}
+
+static void read_done(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		      void *arg)
+{
+	struct read_state *st = arg;
+	st->op = NULL;
+	if (err)
+		reply_err(st->c, err);
+	else
+		reply_ok(st->c,
+			 json_pack("{s:s, s:o, s:o, s:o, s:I, s:b}", "sessionId", r->session_id,
+				   "process", process_shape(r->info), "stdout",
+				   read_text(st->out[0]), "stderr", read_text(st->out[1]),
+				   "gapBytes", (json_int_t)st->gaps, "truncated", st->truncated),
+			 st->version);
+	read_state_free(st);
+}
+
+static void read_ignore(struct ops_call *op, enum ops_stream stream, const uint8_t *data,
+			size_t len, void *arg)
+{
+	ops_call_consumed(op, len);
+}
+
+static const struct ops_attach_cbs read_cbs = { .on_output = read_output, .on_gap = read_gap };
+static const struct ops_attach_cbs state_cbs = { .on_output = read_ignore };
+
+static void read_waited(evutil_socket_t fd, short what, void *arg)
+{
+	struct read_state *st = arg;
+	if (!st->op)
+		return;
+	ops_call_detach(st->op);
+	/* The call's arguments are gone by now: the session's id was kept. */
+	st->t.session_id = st->session_id;
+	st->t.template_name = NULL;
+	struct ops_attach_opts o = { .replay_bytes = 0, .output = false, .follow = false };
+	struct err e;
+	st->op = ops_attach(&st->t, &st->ref, &o, &state_cbs, read_done, st, &e);
+	if (!st->op) {
+		reply_err(st->c, &e);
+		read_state_free(st);
+	}
+}
+
+static void t_read_process_output(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct read_state *st = xcalloc(1, sizeof(*st));
+	struct err e;
+	if (proc_ref(args, st->ref_buf, sizeof(st->ref_buf), &st->ref, &e) < 0) {
+		free(st);
+		reply_err(c, &e);
+		return;
+	}
+	st->c = c;
+	snprintf(st->version, sizeof(st->version), "%s", version);
+	st->t = target(c, args);
+	snprintf(st->session_id, sizeof(st->session_id), "%s", st->t.session_id);
+	st->out[0] = evbuffer_new();
+	st->out[1] = evbuffer_new();
+	json_t *replay = json_object_get(args, "replayBytes");
+	json_t *wait = json_object_get(args, "waitMs");
+	int64_t cap = (int64_t)api_cfg->mcp_max_read_bytes;
+	int64_t want = replay ? (int64_t)json_integer_value(replay) : cap;
+	int64_t wait_ms = wait ? (int64_t)json_integer_value(wait) : 0;
+	struct ops_attach_opts o = {
+		.replay_bytes = want < cap ? want : cap,
+		.output = true,
+		.follow = wait_ms > 0,
+	};
+	st->op = ops_attach(&st->t, &st->ref, &o, &read_cbs, read_done, st, &e);
+	if (!st->op) {
+		read_state_free(st);
+		reply_err(c, &e);
+		return;
+	}
+	if (wait_ms > 0) {
+		st->timer = evtimer_new(api_base, read_waited, st);
+		struct timeval tv = { (time_t)(wait_ms / 1000),
+				      (suseconds_t)(wait_ms % 1000) * 1000 };
+		evtimer_add(st->timer, &tv);
+	}
+	struct mcp_tool_run run = { .cancel = read_cancel, .state = st };
+	mcp_call_set_run(c, &run);
+}
+
+struct input_state {
+	struct call_state base; /* first: start_call frees it as a call_state */
+	char ref[72];
+};
+
+static void input_done(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		       void *arg)
+{
+	struct input_state *st = arg;
+	json_t *bytes = err ? NULL : json_object_get(r->info, "bytes");
+	if (err)
+		reply_err(st->base.c, err);
+	else
+		reply_ok(st->base.c,
+			 json_pack("{s:s, s:s, s:I, s:b}", "sessionId", r->session_id, "ref",
+				   st->ref, "bytes",
+				   (json_int_t)(json_is_integer(bytes) ? json_integer_value(bytes)
+								       : 0),
+				   "closed", json_is_true(json_object_get(r->info, "closed"))),
+			 st->base.version);
+	free(st);
+}
+
+static void t_send_process_input(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct input_state *st = xcalloc(1, sizeof(*st));
+	snprintf(st->base.version, sizeof(st->base.version), "%s", version);
+	struct ops_proc_ref ref;
+	struct err e;
+	if (proc_ref(args, st->ref, sizeof(st->ref), &ref, &e) < 0) {
+		free(st);
+		reply_err(c, &e);
+		return;
+	}
+	json_t *d = json_object_get(args, "data");
+	const char *encoding = json_string_value(json_object_get(args, "encoding"));
+	const char *text = d ? json_string_value(d) : "";
+	size_t tlen = d ? json_string_length(d) : 0;
+	bool close = arg_bool(args, "close", false);
+	uint8_t *data;
+	size_t len;
+	if (encoding && strcmp(encoding, "base64") == 0) {
+		if (base64_decode(text, tlen, &data, &len) < 0) {
+			free(st);
+			reply_error(c, "data is not valid base64");
+			return;
+		}
+	} else {
+		data = xmalloc(tlen + 1);
+		memcpy(data, text, tlen);
+		len = tlen;
+	}
+	if (!len && !close) {
+		free(data);
+		free(st);
+		reply_error(c, "nothing to send: give data or close: true");
+		return;
+	}
+	struct ops_target t = target(c, args);
+	struct ops_call *op = ops_process_input(&t, &ref, data, len, close, input_done, st, &e);
+	start_call(c, &st->base, op, &e);
+}
+
+struct signal_state {
+	struct call_state base; /* first: start_call frees it as a call_state */
+	char ref[72];
+	int sig;
+};
+
+static void signalled(struct ops_call *op, const struct ops_result *r, const struct err *err,
+		      void *arg)
+{
+	struct signal_state *st = arg;
+	if (err)
+		reply_err(st->base.c, err);
+	else
+		reply_ok(st->base.c,
+			 json_pack("{s:s, s:s, s:i, s:b}", "sessionId", r->session_id, "ref",
+				   st->ref, "signal", st->sig, "signalled", 1),
+			 st->base.version);
+	free(st);
+}
+
+static void t_signal_process(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct signal_state *st = xcalloc(1, sizeof(*st));
+	snprintf(st->base.version, sizeof(st->base.version), "%s", version);
+	struct ops_proc_ref ref;
+	struct err e;
+	if (proc_ref(args, st->ref, sizeof(st->ref), &ref, &e) < 0) {
+		free(st);
+		reply_err(c, &e);
+		return;
+	}
+	json_t *v = json_object_get(args, "signal");
+	st->sig = json_is_integer(v) ? (int)json_integer_value(v)
+				     : ops_signal_number(json_string_value(v));
+	if (st->sig < 0) {
+		free(st);
+		reply_error(c,
+			    "unknown signal `%.16s`: give TERM, KILL, INT, HUP, QUIT, USR1, "
+			    "USR2, CONT, STOP, TSTP, WINCH, ALRM or a number",
+			    json_string_value(v));
+		return;
+	}
+	struct ops_target t = target(c, args);
+	struct ops_call *op = ops_signal_process(&t, &ref, st->sig, signalled, st, &e);
+	start_call(c, &st->base, op, &e);
 }
 
 /* --- dispatch ----------------------------------------------------------------------- */
