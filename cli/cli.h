@@ -32,6 +32,14 @@ int cli_exec_stream(struct client *c, const char *session_id, json_t *body, bool
  * and fills body's command and args; returns the command's index or -1 with a message. */
 int cli_parse_exec_opts(int argc, char **argv, json_t *body, const char **template_name);
 
+/* "SIGTERM" and the like to their number (0 when unknown). */
+int cli_signal_number(const char *name);
+
+/* Background processes (cmd_proc.c): exec -d starts one and prints its pid; exec -i runs
+ * one with this terminal's stdin forwarded to it and returns its exit status. */
+int cli_exec_background(struct client *c, const char *session_id, json_t *body, bool json);
+int cli_exec_interactive(struct client *c, const char *session_id, json_t *body);
+
 /* Parses "K=V" into obj; returns -1 with a message on a bad value. */
 int cli_env_add(json_t *obj, const char *kv);
 
@@ -58,5 +66,8 @@ DECLARE_COMMAND(mv);
 
 /* sandbox rm SESSION:PATH... [-r]: removes files of sessions (cmd_fs.c). */
 int cli_rm_paths(struct client *c, int argc, char **argv);
+DECLARE_COMMAND(procs);
+DECLARE_COMMAND(attach);
+DECLARE_COMMAND(kill);
 DECLARE_COMMAND(templates);
 DECLARE_COMMAND(mcp);

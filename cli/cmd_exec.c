@@ -1,20 +1,60 @@
 /* sandbox exec: a command in an existing session (created on first use by the server). */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 #include "sandbox.h"
 
 void cmd_exec_help(void)
 {
-	printf("usage: sandbox exec SESSION [--env K=V]... [--cwd DIR] [--timeout MS] [--json] "
-	       "-- COMMAND [ARG]...\n\n"
+	printf("usage: sandbox exec [-d [--tag TAG] | -i] SESSION [--env K=V]... [--cwd DIR] "
+	       "[--timeout MS] [--json] -- COMMAND [ARG]...\n\n"
 	       "Runs a command in SESSION, streaming its output, and exits with its exit code.\n"
-	       "Ctrl-C cancels the command.\n");
+	       "Ctrl-C cancels the command.\n"
+	       "  -d         start it as a background process and print its pid (the process\n"
+	       "             object with --json); see `sandbox procs`, `attach` and `kill`\n"
+	       "  --tag TAG  with -d: a name to refer to the process by\n"
+	       "  -i         forward this program's stdin to the command (it runs as a\n"
+	       "             background process); Ctrl-C sends it SIGINT\n");
+}
+
+/* Takes -d, -i and --tag TAG out of argv (before any "--"). */
+static int take_mode(int *argc, char **argv, bool *detach, bool *interactive, const char **tag)
+{
+	int out = 1, i;
+	for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+		if (strcmp(argv[i], "-d") == 0 || strcmp(argv[i], "--detach") == 0) {
+			*detach = true;
+		} else if (strcmp(argv[i], "-i") == 0 || strcmp(argv[i], "--interactive") == 0) {
+			*interactive = true;
+		} else if (strcmp(argv[i], "--tag") == 0) {
+			if (i + 1 >= *argc)
+				return cli_fail("--tag needs a value");
+			*tag = argv[++i];
+		} else {
+			argv[out++] = argv[i];
+		}
+	}
+	while (i < *argc)
+		argv[out++] = argv[i++];
+	*argc = out;
+	argv[out] = NULL;
+	if (*detach && *interactive)
+		return cli_fail("-d and -i do not go together");
+	if (*tag && !*detach && !*interactive)
+		return cli_fail("--tag names a background process: use it with -d");
+	return 0;
 }
 
 int cmd_exec(int argc, char **argv)
 {
 	struct client *c = cli_client(&argc, argv);
+	bool detach = false, interactive = false;
+	const char *tag = NULL;
+	if (take_mode(&argc, argv, &detach, &interactive, &tag) != 0) {
+		client_free(c);
+		return 2;
+	}
 	if (argc < 3 || argv[1][0] == '-') {
 		client_free(c);
 		cmd_exec_help();
@@ -32,7 +72,11 @@ int cmd_exec(int argc, char **argv)
 	}
 	if (tmpl)
 		json_object_set_new(body, "template", json_string(tmpl));
-	int code = cli_exec_stream(c, id, body, json);
+	if (tag)
+		json_object_set_new(body, "tag", json_string(tag));
+	int code = detach        ? cli_exec_background(c, id, body, json)
+		   : interactive ? cli_exec_interactive(c, id, body)
+				 : cli_exec_stream(c, id, body, json);
 	json_decref(body);
 	client_free(c);
 	return code;

@@ -59,7 +59,7 @@ struct stream_state {
 	char error[512];
 };
 
-static int signal_number(const char *name)
+int cli_signal_number(const char *name)
 {
 	static const struct {
 		const char *name;
@@ -96,7 +96,7 @@ static int on_line(json_t *obj, void *arg)
 	} else if (strcmp(type, "result") == 0) {
 		st->have_result = true;
 		json_t *code = json_object_get(obj, "exitCode");
-		int sig = signal_number(json_string_value(json_object_get(obj, "signal")));
+		int sig = cli_signal_number(json_string_value(json_object_get(obj, "signal")));
 		st->exit_code = json_is_integer(code) ? (int)json_integer_value(code)
 						      : 128 + (sig ? sig : 9);
 		if (!st->json && json_is_true(json_object_get(obj, "timedOut")))

@@ -43,8 +43,12 @@ _sandbox() {
 		_filedir -d
 		return
 		;;
+	-s | --signal)
+		mapfile -t COMPREPLY < <(compgen -W 'TERM INT KILL HUP QUIT USR1 USR2 CONT STOP TSTP WINCH ALRM' -- "$cur")
+		return
+		;;
 	--url | --api-key | --env | --timeout | --memory | --disk | --pids | --cpu-quota | \
-		--idle-timeout | --scopes | --rate-limit | --expires | --quota)
+		--idle-timeout | --scopes | --rate-limit | --expires | --quota | --tag | --replay)
 		return
 		;;
 	esac

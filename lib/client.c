@@ -104,6 +104,19 @@ void client_free(struct client *c)
 	free(c);
 }
 
+struct client *client_dup(const struct client *c)
+{
+	struct client *d = xcalloc(1, sizeof(*d));
+	d->curl = curl_easy_init();
+	if (!d->curl)
+		abort();
+	d->base = xstrdup(c->base);
+	d->unix_path = c->unix_path ? xstrdup(c->unix_path) : NULL;
+	d->auth = c->auth ? xstrdup(c->auth) : NULL;
+	d->extra = c->extra;
+	return d;
+}
+
 const char *client_url(const struct client *c)
 {
 	return c->unix_path ? c->unix_path : c->base;
@@ -283,6 +296,37 @@ int client_bytes(struct client *c, const char *path, char **ret, size_t *ret_len
 	*ret = b.data ? b.data : xcalloc(1, 1);
 	*ret_len = b.len;
 	return 0;
+}
+
+int client_post_bytes(struct client *c, const char *path, const void *data, size_t len,
+		      json_t **ret, struct err *err)
+{
+	struct curl_slist *hdrs = prepare(c, "POST", path, NULL, "application/json");
+	hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+	curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, len ? data : "");
+	curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	struct buf b = { 0 };
+	curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &b);
+	CURLcode rc = curl_easy_perform(c->curl);
+	curl_slist_free_all(hdrs);
+	long status = 0;
+	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+	int r = 0;
+	if (b.too_big)
+		r = err_set(err, EFBIG, "reply larger than %u bytes", MAX_REPLY);
+	else if (rc != CURLE_OK)
+		r = transport_error(c, err, rc);
+	else if (status >= 400)
+		r = http_error(err, status, &b);
+	else if (ret) {
+		*ret = b.len ? json_loadb(b.data, b.len, 0, NULL) : json_object();
+		if (!*ret)
+			r = err_set(err, EBADMSG, "malformed reply from sandboxd");
+	}
+	free(b.data);
+	return r;
 }
 
 static size_t on_stream(char *p, size_t size, size_t n, void *arg)

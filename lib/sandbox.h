@@ -27,6 +27,9 @@ struct client *client_new(const char *url, const char *api_key);
 const char *client_default_url(void);
 void client_free(struct client *c);
 const char *client_url(const struct client *c);
+/* A client of its own (another connection) to the same daemon with the same key and headers,
+ * for a second transfer at once (another thread, or from an abort check). */
+struct client *client_dup(const struct client *c);
 
 /* Sends a JSON request (body may be NULL) and parses a JSON reply into *ret (may be NULL
  * when the caller does not need it). *ret_status gets the HTTP status (0 if unreachable).
@@ -36,6 +39,10 @@ int client_json(struct client *c, const char *method, const char *path, json_t *
 
 /* Like client_json for a reply of raw bytes (Accept: application/octet-stream). */
 int client_bytes(struct client *c, const char *path, char **ret, size_t *ret_len, struct err *err);
+
+/* Like client_json with a body of raw bytes (Content-Type: application/octet-stream). */
+int client_post_bytes(struct client *c, const char *path, const void *data, size_t len,
+		      json_t **ret, struct err *err);
 
 /* Streams an NDJSON reply: on_line runs for each JSON object as it arrives; a negative
  * return from it aborts the transfer (the server then cancels the command). */

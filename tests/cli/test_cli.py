@@ -350,9 +350,75 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.cli("rm", "fs1", check=0)
 
+    def test_background_processes_exec_d_procs_attach_kill(self):
+        p = self.cli("exec", "-d", "p1", "--tag", "cnt", "--", "sh", "-c",
+                     "echo one; echo two >&2; exit 3", check=0)
+        pid = int(p.stdout)
+        p = self.cli("attach", "p1", "cnt")
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (3, b"one\n", b"two\n"))
+        p = self.cli("attach", "p1", str(pid), "--replay", "4")
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (3, b"", b"two\n"))
+        p = self.cli("attach", "p1", "cnt", "--json", check=3)
+        events = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual([e["type"] for e in events], ["start", "stream", "stream", "result"])
+        p = self.cli("exec", "-d", "p1", "--json", "--", "sleep", "60", check=0)
+        sleeper = json.loads(p.stdout)
+        self.assertEqual((sleeper["state"], sleeper["argv"]), ("running", ["sleep", "60"]))
+        p = self.cli("procs", "p1", check=0)
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual(lines[0].split(), ["PID", "TAG", "STATE", "EXIT", "COMMAND"])
+        rows = {int(line.split()[0]): line.split() for line in lines[1:]}
+        self.assertEqual(rows[pid][1:5], ["cnt", "exited", "3", "sh"])
+        self.assertEqual(rows[sleeper["pid"]][1:], ["-", "running", "-", "sleep", "60"])
+        p = self.cli("procs", "p1", "--json", check=0)
+        self.assertEqual(sorted(x["pid"] for x in json.loads(p.stdout)), sorted(rows))
+        self.cli("kill", "p1", str(sleeper["pid"]), "-s", "KILL", check=0)
+        p = self.cli("attach", "p1", str(sleeper["pid"]))
+        self.assertEqual(p.returncode, 128 + 9, p.stderr)
+        p = self.cli("procs", "p1", check=0)
+        self.assertIn("SIGKILL", p.stdout.decode())
+        # Errors: a clear message and a failing status.
+        for args in (("kill", "p1", "nosuch"), ("attach", "p1", "nosuch"),
+                     ("kill", "p1", "cnt", "-s", "NOSUCH"), ("procs", "no-such-session"),
+                     ("exec", "-d", "p1", "--tag", "bad/tag", "--", "true")):
+            p = self.cli(*args)
+            self.assertEqual(p.returncode, 1, args)
+            self.assertIn(b"sandbox: ", p.stderr, args)
+        for args in (("exec", "-d", "-i", "p1", "--", "true"), ("exec", "--tag", "x", "p1", "--",
+                                                                "true"),
+                     ("attach", "p1"), ("kill", "p1"), ("attach", "p1", "cnt", "--replay", "x")):
+            self.assertNotEqual(self.cli(*args).returncode, 0, args)
+        self.cli("rm", "p1", check=0)
+
+    def test_exec_i_forwards_stdin_and_the_exit_status(self):
+        p = self.cli("exec", "-i", "p2", "--", "cat", input=b"x\n", check=0)
+        self.assertEqual(p.stdout, b"x\n")
+        data = os.urandom(300_000)
+        p = self.cli("exec", "-i", "p2", "--", "sha256sum", input=data, check=0)
+        self.assertEqual(p.stdout.split()[0].decode(), hashlib.sha256(data).hexdigest())
+        p = self.cli("exec", "-i", "p2", "--", "sh", "-c", "read n; echo err >&2; exit $n",
+                     input=b"7\n")
+        self.assertEqual((p.returncode, p.stderr), (7, b"err\n"))
+        # A command that does not read its stdin ends all the same.
+        p = self.cli("exec", "-i", "p2", "--", "true", input=b"ignored\n", check=0)
+        self.cli("rm", "p2", check=0)
+
+    def test_exec_i_sends_ctrl_c_to_the_process(self):
+        proc = subprocess.Popen([CLI, "exec", "-i", "p3", "--", "sh", "-c",
+                                 "trap 'echo got INT; exit 9' INT; echo ready; "
+                                 "while :; do sleep 0.1; done"],
+                                env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        self.addCleanup(proc.kill)
+        self.assertEqual(proc.stdout.readline(), b"ready\n")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual((proc.returncode, out), (9, b"got INT\n"), err)
+        self.cli("rm", "p3", check=0)
+
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
-                    "keys", "stat", "mkdir", "mv"):
+                    "keys", "stat", "mkdir", "mv", "procs", "attach", "kill"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 
