@@ -1296,6 +1296,7 @@ struct read_state {
 	struct evbuffer *out[2];
 	size_t collected;
 	bool truncated;
+	bool want_all; /* no replayBytes under the cap: all that is kept is asked for */
 	uint64_t gaps;
 	struct event *timer;
 };
@@ -1350,6 +1351,13 @@ static void read_done(struct ops_call *op, const struct ops_result *r, const str
 {
 	struct read_state *st = arg;
 	st->op = NULL;
+	/* More is kept than this answer holds: the replay was cut at the cap. */
+	json_int_t kept =
+		err ? 0
+		    : json_integer_value(json_object_get(r->info, "outputBytes")) -
+				json_integer_value(json_object_get(r->info, "replayFrom"));
+	if (st->want_all && kept > (json_int_t)st->collected)
+		st->truncated = true;
 	if (err)
 		reply_err(st->c, err);
 	else
@@ -1408,6 +1416,7 @@ static void t_read_process_output(struct mcp_call *c, json_t *args, const char *
 	json_t *wait = json_object_get(args, "waitMs");
 	int64_t cap = (int64_t)api_cfg->mcp_max_read_bytes;
 	int64_t want = replay ? (int64_t)json_integer_value(replay) : cap;
+	st->want_all = want >= cap;
 	int64_t wait_ms = wait ? (int64_t)json_integer_value(wait) : 0;
 	struct ops_attach_opts o = {
 		.replay_bytes = want < cap ? want : cap,

@@ -3,7 +3,7 @@
 // stdio), their errors, a wait given up by its client, and another key's processes.
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { KEY_B, connect, sid, structured, errorText } from "./helpers.mjs";
+import { BASE, KEY_A, KEY_B, connect, sid, structured, errorText } from "./helpers.mjs";
 
 for (const kind of ["streamable-http", "stdio"]) {
   describe(`background processes over ${kind}`, () => {
@@ -98,6 +98,28 @@ for (const kind of ["streamable-http", "stdio"]) {
       assert.equal(dup.isError, true);
       const none = await tool("list_processes", { sessionId: sid("none") });
       assert.equal(none.isError, true);
+      structured(await tool("reset_session", { sessionId: id }));
+    });
+
+    it("output beyond SANDBOX_MCP_MAX_READ_BYTES is left out, and said so", async () => {
+      const id = sid("big");
+      // Started over REST, with a replay buffer larger than the MCP read limit (4 MiB).
+      const rest = (method, path, body) =>
+        fetch(`${BASE}/exec/${id}${path}`, {
+          method,
+          headers: { Authorization: `Bearer ${KEY_A}`, "Content-Type": "application/json" },
+          body: JSON.stringify(body),
+        }).then((r) => r.json());
+      const mib = 1 << 20;
+      const p = await rest("POST", "/processes", {
+        command: `head -c ${5 * mib} /dev/zero | tr '\\0' a`,
+        replayBytes: 8 * mib,
+      });
+      assert.equal((await rest("POST", `/processes/${p.pid}/wait`, {})).exitCode, 0);
+      const all = structured(await tool("read_process_output", { sessionId: id, ref: p.pid }));
+      assert.deepEqual([all.stdout.length, all.truncated, all.process.outputBytes], [4 * mib, true, 5 * mib]);
+      const some = structured(await tool("read_process_output", { sessionId: id, ref: p.pid, replayBytes: 10 }));
+      assert.deepEqual([some.stdout, some.truncated], ["a".repeat(10), false]);
       structured(await tool("reset_session", { sessionId: id }));
     });
 
