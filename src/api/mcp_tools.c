@@ -15,6 +15,7 @@
 #include "api/api.h"
 #include "api/mcp.h"
 #include "util/cleanup.h"
+#include "util/signame.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -1535,7 +1536,7 @@ static void t_signal_process(struct mcp_call *c, json_t *args, const char *versi
 	}
 	json_t *v = json_object_get(args, "signal");
 	st->sig = json_is_integer(v) ? (int)json_integer_value(v)
-				     : ops_signal_number(json_string_value(v));
+				     : signal_from_name(json_string_value(v));
 	if (st->sig < 0) {
 		free(st);
 		reply_error(c,
