@@ -635,7 +635,24 @@ struct attach_op {
 	uint64_t pos; /* the next byte of the process's output to send */
 	bool output, follow;
 	bool detached; /* cancelled, or not following: the process goes on */
+	bool hangup;   /* the process is this reader's (a terminal's): it ends with it */
 };
+
+#define AGENT_HANGUP_NS (2000 * 1000000LL)
+
+/* As a terminal's hangup when its reader goes: SIGHUP to the group now, SIGKILL after a
+ * grace period (procs_step), to this very process, whatever pids are reused meanwhile. */
+static void attach_hang_up(struct attach_op *x)
+{
+	struct proc *p = x->p;
+	if (!x->hangup || p->exited)
+		return;
+	x->hangup = false;
+	kill(-p->pid, SIGHUP);
+	kill(-p->pid, SIGCONT);
+	p->term_sent = true;
+	p->kill_at = agent_now_ns() + AGENT_HANGUP_NS;
+}
 
 static void attach_finish(struct attach_op *x)
 {
@@ -696,6 +713,7 @@ static void attach_cancel(struct op *op)
 {
 	struct attach_op *x = (struct attach_op *)op;
 	x->detached = true;
+	attach_hang_up(x);
 	attach_finish(x);
 }
 
@@ -724,6 +742,8 @@ static void attach_step(struct op *op, const struct pollfd *pfd, int n)
 static void attach_destroy(struct op *op)
 {
 	struct attach_op *x = (struct attach_op *)op;
+	/* Ended without the process (the host went): a terminal's process goes too. */
+	attach_hang_up(x);
 	x->p->refs--;
 	free(x);
 }
@@ -750,6 +770,7 @@ void op_attach(struct conn *c, uint32_t ch, const struct req *r)
 	p->refs++;
 	x->output = r->u.attach.output;
 	x->follow = r->u.attach.follow;
+	x->hangup = r->u.attach.hangup;
 	uint64_t start = buf_start(p);
 	int64_t want = r->u.attach.replay_bytes;
 	x->pos = want < 0 || (uint64_t)want >= p->produced - start ? start
@@ -796,7 +817,8 @@ void op_signal(struct conn *c, uint32_t ch, const struct req *r)
 		conn_error(c, ch, &e);
 		return;
 	}
-	if (sig == SIGCONT || sig == SIGKILL)
+	/* Killed: its timeout has nothing left to do (any other signal leaves it armed). */
+	if (sig == SIGKILL)
 		p->term_sent = true;
 	answer_empty(c, ch);
 }

@@ -370,7 +370,9 @@ static int parse_op(const struct json *o, struct req *r, struct err *err)
 				   err)) < 0 ||
 		    (ret = get_bool(o, "output", &r->u.attach.output, err)) < 0)
 			return ret;
-		return get_bool(o, "follow", &r->u.attach.follow, err);
+		if ((ret = get_bool(o, "follow", &r->u.attach.follow, err)) < 0)
+			return ret;
+		return get_bool(o, "hangup", &r->u.attach.hangup, err);
 	case REQ_SIGNAL:
 		if ((ret = parse_ref(o, &r->u.signal.ref, err)) < 0)
 			return ret;

@@ -124,6 +124,7 @@ struct req {
 			int64_t replay_bytes; /* of the past output; -1: all that is kept */
 			bool output;          /* stream output (false: only the result) */
 			bool follow;          /* wait for the end (false: what is kept, then end) */
+			bool hangup;          /* the process ends with this attach (a terminal's) */
 		} attach;
 		struct {
 			struct req_proc_ref ref;

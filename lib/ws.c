@@ -123,20 +123,10 @@ int client_ws_send(struct client_ws *ws, bool binary, const void *data, size_t l
 	return send_frame(ws, binary ? 2 : 1, data, len, err);
 }
 
-int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, size_t *len,
-		   struct err *err)
+/* The next whole message from what was read: 1, 0 for none yet, -1 at the end. */
+static int parse(struct client_ws *ws, bool *binary, const uint8_t **data, size_t *len,
+		 struct err *err)
 {
-	if (ws->consumed) {
-		memmove(ws->in, ws->in + ws->consumed, ws->in_len - ws->consumed);
-		ws->in_len -= ws->consumed;
-		ws->consumed = 0;
-		ws->msg_len = 0;
-		ws->msg_op = 0;
-	}
-	if (ws->closed)
-		return err_set(err, ECONNRESET, "the connection is closed");
-	if (fill(ws, err) < 0)
-		return -1;
 	for (;;) {
 		size_t off = 0, n = ws->in_len;
 		if (n < 2)
@@ -211,6 +201,28 @@ int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, siz
 			return 1;
 		}
 	}
+}
+
+int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, size_t *len,
+		   struct err *err)
+{
+	if (ws->consumed) {
+		memmove(ws->in, ws->in + ws->consumed, ws->in_len - ws->consumed);
+		ws->in_len -= ws->consumed;
+		ws->consumed = 0;
+		ws->msg_len = 0;
+		ws->msg_op = 0;
+	}
+	if (ws->closed)
+		return err_set(err, ECONNRESET, "the connection is closed");
+	/* What is buffered first: the socket is read only when no whole message is, so that
+	 * the buffer holds at most one message and what came with it. */
+	int r = parse(ws, binary, data, len, err);
+	if (r != 0)
+		return r;
+	if (fill(ws, err) < 0)
+		return -1;
+	return parse(ws, binary, data, len, err);
 }
 
 void client_ws_free(struct client_ws *ws)

@@ -433,7 +433,6 @@ out_http:
 	http_server_free(D.http);
 	auth_shutdown();
 	front_shutdown();
-	api_terminal_shutdown();
 	quota_shutdown();
 out_net:
 	loop_pool_stop();

@@ -60,8 +60,6 @@ void api_process_resize(struct http_ctx *ctx);
 void api_terminal_open(struct http_ctx *ctx);
 void api_process_ws(struct http_ctx *ctx);
 void api_ticket_create(struct http_ctx *ctx);
-/* Forgets the terminals' pending hangups (at shutdown). */
-void api_terminal_shutdown(void);
 /* execute with "background": true: the body is a process start's. */
 void api_exec_background(struct http_ctx *ctx, const char *id, json_t *body);
 

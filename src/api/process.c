@@ -27,6 +27,9 @@
 #define STREAM_HIGH_WATER (512u << 10)
 /* What a buffered output reply holds at most (the rest is left out, said so). */
 #define BUFFERED_MAX (4u << 20)
+/* What an entry of a buffered reply costs beyond its text (its object, keys, allocations):
+ * counted against BUFFERED_MAX, so that output in one-byte pieces cannot make it large. */
+#define ENTRY_COST 256
 
 /* The agent's answers that are about the process, not the sandbox: a closed stdin (EPIPE) is
  * the request's conflict with its state, a resize of a process without a terminal (ENOTTY) a
@@ -230,8 +233,11 @@ struct out_req {
 	/* per stream: bytes held back so that no chunk ends inside a UTF-8 character */
 	uint8_t carry[2][4];
 	size_t carry_len[2];
-	json_t *output; /* buffered */
-	size_t output_bytes;
+	json_t *output;      /* buffered: the entries made so far */
+	size_t output_bytes; /* their bytes, with ENTRY_COST each */
+	int cur_si;          /* buffered: the stream of the entry being joined, -1: none */
+	char *cur;
+	size_t cur_len;
 	bool truncated;
 	bool wait; /* only the result, as the process itself */
 	uint64_t gaps;
@@ -240,6 +246,7 @@ struct out_req {
 
 static void out_free(struct out_req *q)
 {
+	free(q->cur);
 	if (q->timer)
 		event_free(q->timer);
 	json_decref(q->output);
@@ -279,19 +286,36 @@ static void out_drained(struct http_ctx *ctx, void *arg)
 	}
 }
 
+/* Ends the entry being joined (buffered replies). */
+static void out_flush_entry(struct out_req *q)
+{
+	if (q->cur_si >= 0 && q->cur_len)
+		json_array_append_new(q->output, json_pack("{s:s, s:s%}", "stream",
+							   q->cur_si ? "stderr" : "stdout", "data",
+							   q->cur, q->cur_len));
+	q->cur_len = 0;
+	q->cur_si = -1;
+}
+
 static void out_text(struct out_req *q, int si, const char *text, size_t len)
 {
 	if (!len)
 		return;
 	const char *name = si ? "stderr" : "stdout";
 	if (q->mode == OUT_BUFFERED) {
-		if (q->truncated || q->output_bytes + len > BUFFERED_MAX) {
+		/* Pieces of one stream in a row are joined into one entry. */
+		size_t cost = len + (q->cur_si == si ? 0 : ENTRY_COST);
+		if (q->truncated || q->output_bytes + cost > BUFFERED_MAX) {
 			q->truncated = true;
 			return;
 		}
-		q->output_bytes += len;
-		json_array_append_new(q->output,
-				      json_pack("{s:s, s:s%}", "stream", name, "data", text, len));
+		if (q->cur_si != si)
+			out_flush_entry(q);
+		q->cur_si = si;
+		q->cur = xrealloc(q->cur, q->cur_len + len + 1);
+		memcpy(q->cur + q->cur_len, text, len);
+		q->cur_len += len;
+		q->output_bytes += cost;
 		return;
 	}
 	out_begin(q);
@@ -354,6 +378,7 @@ static void out_done(struct ops_call *c, const struct ops_result *r, const struc
 		out_text(q, si, text, tlen);
 	}
 	if (q->mode == OUT_BUFFERED) {
+		out_flush_entry(q);
 		if (err) {
 			api_reply_err(q->ctx, err);
 		} else if (q->wait) {
@@ -475,6 +500,7 @@ static void attach(struct http_ctx *ctx, bool wait, uint64_t timeout_ms)
 	q->ctx = ctx;
 	q->wait = wait;
 	q->output = json_array();
+	q->cur_si = -1;
 	const char *format = http_query(ctx, "format");
 	if ((format && !strcmp(format, "ndjson")) ||
 	    (!format && http_accepts(ctx, "application/x-ndjson")))

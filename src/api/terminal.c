@@ -2,7 +2,7 @@
  *   POST /exec/:id/tickets                  a one-use ticket for an upgrade (auth/ticket.h)
  *   GET  /exec/:id/terminal                 a new process on a terminal (rows, cols, term,
  *                                           command, template in the query), ended when the
- *                                           socket closes (SIGHUP, then SIGKILL)
+ *                                           socket closes (SIGHUP, then SIGKILL, by its agent)
  *   GET  /exec/:id/processes/:pid/ws        an existing process (replay in the query); the
  *                                           socket's end is only the attach's
  * Binary frames both ways are the process's input and output (a process without a terminal
@@ -28,11 +28,10 @@
 #include "util/log.h"
 #include "util/text.h"
 
-#define WS_MAX_MESSAGE  (1u << 20)
-#define WS_OUT_HIGH     (1u << 20) /* output queued to the client before the agent waits */
-#define WS_IN_MAX       (1u << 20) /* input queued for the process before the socket closes */
-#define WS_INPUT_CHUNK  (256u << 10)
-#define HANGUP_GRACE_MS 2000
+#define WS_MAX_MESSAGE (1u << 20)
+#define WS_OUT_HIGH    (1u << 20) /* output queued to the client before the agent waits */
+#define WS_IN_MAX      (1u << 20) /* input queued for the process before the socket closes */
+#define WS_INPUT_CHUNK (256u << 10)
 
 struct term {
 	struct http_ws *ws; /* NULL once closed */
@@ -75,6 +74,15 @@ static void send_json(struct term *t, json_t *j)
 	http_ws_send(t->ws, false, text, strlen(text));
 }
 
+/* An error event, unless the client has not read what it was sent: then the message is
+ * dropped (a client that floods bad messages and reads nothing costs nothing). */
+static void send_error(struct term *t, const char *msg, int status)
+{
+	if (t->ws && http_ws_pending(t->ws) < WS_OUT_HIGH)
+		send_json(t, json_pack("{s:s, s:s, s:i}", "type", "error", "error", msg, "status",
+				       status));
+}
+
 static uint16_t close_code(int errnum)
 {
 	switch (errnum) {
@@ -112,65 +120,20 @@ static void ignore_done(struct ops_call *c, const struct ops_result *r, const st
 
 /* --- a process that ends with its socket ---------------------------------------------- */
 
-struct hangup {
-	struct hangup *next;
-	char owner[40];
-	char *sid;
-	bool admin;
-	int pid;
-	struct event *timer;
-};
-
-/* Pending SIGKILLs, freed at shutdown if their time has not come. */
-static struct hangup *hangups;
-
-static void hangup_free(struct hangup *h)
-{
-	for (struct hangup **p = &hangups; *p; p = &(*p)->next)
-		if (*p == h) {
-			*p = h->next;
-			break;
-		}
-	event_free(h->timer);
-	free(h->sid);
-	free(h);
-}
-
-void api_terminal_shutdown(void)
-{
-	while (hangups)
-		hangup_free(hangups);
-}
-
-static void hangup_kill(evutil_socket_t fd, short what, void *arg)
-{
-	struct hangup *h = arg;
-	struct ops_target t = { .owner = h->owner, .session_id = h->sid, .any_owner = h->admin };
-	struct ops_proc_ref ref = { .pid = h->pid };
-	struct err e;
-	/* Gone already (ESRCH) is what a process that heeded the hangup answers. */
-	ops_signal_process(&t, &ref, 9, ignore_done, NULL, &e);
-	hangup_free(h);
-}
-
-/* As a terminal's hangup: SIGHUP to its group now, SIGKILL after a grace period. */
-static void hang_up(struct term *t)
+/* Its attach carries the hangup (ops_attach_opts.hangup): the agent ends the process when
+ * the attach goes, with no timer here and no doubt about which process. Only a process whose
+ * socket went before its attach began is ended from here, at once: it was just started, and
+ * its owner holds no quota for it (admitted: ending one's own terminal never waits for one). */
+static void kill_unattached(struct term *t)
 {
 	if (!t->own || !t->ref.pid || t->exited)
 		return;
 	struct ops_target tt = term_target(t);
+	tt.admitted = true;
 	struct err e;
-	ops_signal_process(&tt, &t->ref, 1, ignore_done, NULL, &e);
-	struct hangup *h = xcalloc(1, sizeof(*h));
-	memcpy(h->owner, t->owner, sizeof(h->owner));
-	h->sid = xstrdup(t->sid);
-	h->admin = t->admin;
-	h->pid = t->ref.pid;
-	h->timer = evtimer_new(api_base, hangup_kill, h);
-	h->next = hangups;
-	hangups = h;
-	struct timeval tv = { HANGUP_GRACE_MS / 1000, (HANGUP_GRACE_MS % 1000) * 1000 };
-	evtimer_add(h->timer, &tv);
+	if (!ops_signal_process(&tt, &t->ref, 9, ignore_done, NULL, &e))
+		log_warn("api", "cannot end terminal process %d of session %s: %s", t->ref.pid,
+			 t->sid, e.msg);
 }
 
 static void pump_input(struct term *t);
@@ -234,7 +197,9 @@ static const struct ops_attach_cbs attach_cbs = { .on_attached = on_attached,
 static void start_attach(struct term *t, int64_t replay)
 {
 	struct ops_target tt = term_target(t);
-	struct ops_attach_opts o = { .replay_bytes = replay, .output = true, .follow = true };
+	struct ops_attach_opts o = {
+		.replay_bytes = replay, .output = true, .follow = true, .hangup = t->own
+	};
 	struct err e;
 	t->attach = ops_attach(&tt, &t->ref, &o, &attach_cbs, on_attach_done, t, &e);
 	if (!t->attach)
@@ -249,8 +214,7 @@ static void on_input_done(struct ops_call *c, const struct ops_result *r, const 
 	struct term *t = arg;
 	t->input = NULL;
 	if (err) {
-		send_json(t, json_pack("{s:s, s:s, s:i}", "type", "error", "error", err->msg,
-				       "status", http_status_for_errno(err->errnum)));
+		send_error(t, err->msg, http_status_for_errno(err->errnum));
 		evbuffer_drain(t->inq, evbuffer_get_length(t->inq));
 		return;
 	}
@@ -296,21 +260,19 @@ static void ws_message(struct http_ws *ws, bool binary, const uint8_t *data, siz
 	struct ws_control ctl;
 	struct err e;
 	if (ws_control_parse(data, len, &ctl, &e) < 0) {
-		send_json(t, json_pack("{s:s, s:s, s:i}", "type", "error", "error", e.msg, "status",
-				       400));
+		send_error(t, e.msg, 400);
 		return;
 	}
 	struct ops_target tt = term_target(t);
 	if (!t->ref.pid && (ctl.type == WS_CTL_RESIZE || ctl.type == WS_CTL_SIGNAL)) {
-		send_json(t, json_pack("{s:s, s:s, s:i}", "type", "error", "error",
-				       "the process has not started yet", "status", 409));
+		send_error(t, "the process has not started yet", 409);
 	} else if (ctl.type == WS_CTL_RESIZE) {
 		/* Answered later; the socket may be gone by then, so no handle is kept. */
 		if (!ops_resize_process(&tt, &t->ref, ctl.rows, ctl.cols, ignore_done, NULL, &e))
-			send_json(t, json_pack("{s:s, s:s}", "type", "error", "error", e.msg));
+			send_error(t, e.msg, http_status_for_errno(e.errnum));
 	} else if (ctl.type == WS_CTL_SIGNAL) {
 		if (!ops_signal_process(&tt, &t->ref, ctl.signal, ignore_done, NULL, &e))
-			send_json(t, json_pack("{s:s, s:s}", "type", "error", "error", e.msg));
+			send_error(t, e.msg, http_status_for_errno(e.errnum));
 	} else if (ctl.type == WS_CTL_INPUT) {
 		queue_input(t, ctl.data, ctl.len);
 	} else {
@@ -338,7 +300,6 @@ static void ws_closed(struct http_ws *ws, uint16_t code, void *arg)
 	if (t->input)
 		ops_call_detach(t->input);
 	t->attach = t->input = NULL;
-	hang_up(t);
 	/* A start still on its way: its answer ends what it started (on_spawned). */
 	if (!t->spawn)
 		term_free(t);
@@ -369,7 +330,7 @@ static void on_spawned(struct ops_call *c, const struct ops_result *r, const str
 		t->ref.pid = (int)json_integer_value(json_object_get(r->info, "pid"));
 	if (!t->ws) {
 		/* The socket went while it started: so does the process. */
-		hang_up(t);
+		kill_unattached(t);
 		term_free(t);
 		return;
 	}

@@ -459,6 +459,36 @@ static int anonymous_route(struct http_ctx *ctx)
 	return 0;
 }
 
+/* An upgrade's one-use ticket (auth/ticket.h): taken, then its key checked again as a header
+ * key would be (revoked, expired, its scopes now, its rate limit), so that a ticket never
+ * outlives what its key may do. */
+static int ticket_check(struct http_ctx *ctx, const char *scope, const char *ticket)
+{
+	char owner[40];
+	unsigned scopes;
+	const char *sid = http_param(ctx, 0);
+	if (!sid || !ticket_take(ticket, sid, owner, &scopes))
+		return deny_key(ctx, "invalid, used or expired ticket (a ticket works once, for 30 "
+				     "seconds, for the session it was issued for)");
+	struct key_info k;
+	struct err e;
+	if (keys_get(store_db(), owner, &k, &e) < 0 || !k.enabled ||
+	    (k.expires && k.expires <= (int64_t)time(NULL)))
+		return deny_key(ctx,
+				"the key this ticket was issued to is revoked, expired or gone");
+	k.scopes &= scopes;
+	if (!(k.scopes & scope_bit(scope))) {
+		http_reply_error(ctx, 403, "Insufficient scope: this route requires `%s`", scope);
+		return -1;
+	}
+	struct bucket *b = bucket_for(&k);
+	if (rate_limit(ctx, &k, b) < 0)
+		return -1;
+	quota_note_key(k.id, (k.scopes & KEYS_SCOPE_ADMIN) != 0, &k.quotas);
+	set_identity(ctx, k.id, k.scopes);
+	return 0;
+}
+
 int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 {
 	if (!scope)
@@ -466,22 +496,8 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 	const char *ticket = ctx->route && (ctx->route->flags & HTTP_ROUTE_TICKET)
 				     ? http_query(ctx, "ticket")
 				     : NULL;
-	if (ticket && A.cfg->auth_enabled) {
-		char owner[40];
-		unsigned scopes;
-		const char *sid = http_param(ctx, 0);
-		if (!sid || !ticket_take(ticket, sid, owner, &scopes))
-			return deny_key(ctx,
-					"invalid, used or expired ticket (a ticket works once, "
-					"for 30 seconds, for the session it was issued for)");
-		if (!(scopes & scope_bit(scope))) {
-			http_reply_error(ctx, 403, "Insufficient scope: this route requires `%s`",
-					 scope);
-			return -1;
-		}
-		set_identity(ctx, owner, scopes);
-		return 0;
-	}
+	if (ticket && A.cfg->auth_enabled)
+		return ticket_check(ctx, scope, ticket);
 	if (!A.cfg->auth_enabled) {
 		set_identity(ctx, "", 0);
 		return 0;

@@ -18,6 +18,10 @@
 
 /* Bytes queued toward the peer above which wslay is told to wait (and producers with it). */
 #define WS_HIGH_WATER (1024 * 1024)
+/* Bytes queued toward the peer above which its input is not read any more. */
+#define WS_READ_STOP (4 * WS_HIGH_WATER)
+/* Bytes read from the socket and not yet taken by wslay, at most. */
+#define WS_READ_BUFFER (256 * 1024)
 /* How long a closing handshake may take before the connection is dropped. */
 #define WS_CLOSE_MS 5000
 
@@ -30,6 +34,7 @@ struct http_ws {
 	int busy;  /* callbacks running: freeing waits */
 	bool done; /* closed: to be freed */
 	bool closed_told;
+	bool read_stopped; /* input left unread while too much waits to go out */
 	char peer[64];
 };
 
@@ -37,6 +42,13 @@ static ssize_t ws_recv(wslay_event_context_ptr wctx, uint8_t *buf, size_t len, i
 		       void *user)
 {
 	struct http_ws *ws = user;
+	/* A peer that does not read what it is sent is not read from either: what its
+	 * messages make us answer (pongs, errors) cannot pile up. ws_on_write reads again. */
+	if (http_ws_pending(ws) >= WS_READ_STOP) {
+		ws->read_stopped = true;
+		wslay_event_set_error(wctx, WSLAY_ERR_WOULDBLOCK);
+		return -1;
+	}
 	int n = evbuffer_remove(bufferevent_get_input(ws->bev), buf, len);
 	if (n <= 0) {
 		wslay_event_set_error(wctx, WSLAY_ERR_WOULDBLOCK);
@@ -163,6 +175,11 @@ static void ws_on_write(struct bufferevent *bev, void *arg)
 	struct http_ws *ws = arg;
 	if (!ws_pump(ws))
 		return;
+	if (ws->read_stopped && http_ws_pending(ws) < WS_READ_STOP / 2) {
+		ws->read_stopped = false;
+		bufferevent_trigger(ws->bev, EV_READ,
+				    BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
+	}
 	if (ws->ops->drain && !wslay_event_get_close_sent(ws->wctx) &&
 	    http_ws_pending(ws) < WS_HIGH_WATER / 2) {
 		ws->busy++;
@@ -275,6 +292,8 @@ struct http_ws *http_ws_accept(struct http_ctx *ctx, const char *protocol,
 	base = bufferevent_get_base(ws->bev);
 	ws->close_timer = evtimer_new(base, ws_on_close_timeout, ws);
 	bufferevent_setcb(ws->bev, ws_on_read, ws_on_write, ws_on_event, ws);
+	/* The socket is read only while what was read is taken (see ws_recv). */
+	bufferevent_setwatermark(ws->bev, EV_READ, 0, WS_READ_BUFFER);
 	bufferevent_enable(ws->bev, EV_READ | EV_WRITE);
 	/* Frames the client sent right behind its handshake are read from the loop. */
 	if (evbuffer_get_length(bufferevent_get_input(ws->bev)))

@@ -1496,8 +1496,8 @@ struct ops_call *ops_attach(const struct ops_target *t, const struct ops_proc_re
 			    const struct ops_attach_opts *o, const struct ops_attach_cbs *cbs,
 			    ops_done_fn done, void *arg, struct err *err)
 {
-	json_t *request = json_pack("{s:s, s:b, s:b}", "op", "attach", "output", o->output,
-				    "follow", o->follow);
+	json_t *request = json_pack("{s:s, s:b, s:b, s:b}", "op", "attach", "output", o->output,
+				    "follow", o->follow, "hangup", o->hangup);
 	if (o->replay_bytes >= 0)
 		json_object_set_new(request, "replayBytes", json_integer(o->replay_bytes));
 	struct ops_call *c = proc_call(CALL_ATTACH, t, ref, request, done, arg, err);

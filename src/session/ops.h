@@ -254,6 +254,9 @@ struct ops_attach_opts {
 	int64_t replay_bytes; /* of the output already produced; -1: all that is kept */
 	bool output;          /* stream the output (false: only wait for the end) */
 	bool follow;          /* until the process ends (false: what is kept, then done) */
+	/* The process ends when this attach does before it (detached, or its connection
+	 * lost): SIGHUP to its group, SIGKILL two seconds later, as a terminal's hangup. */
+	bool hangup;
 };
 struct ops_attach_cbs {
 	/* The attach began (before any output), on process pid (optional). */

@@ -116,6 +116,18 @@ class ProcessesTest(DaemonTestCase):
         self.assertJsonError(status, headers, body, 408)
         self.assertEqual(self.get(sid, "slow")[2]["state"], "running")
 
+    def test_a_buffered_reply_joins_the_pieces_of_a_stream(self):
+        sid = self.session()
+        self.start(sid, "for i in $(seq 1 40); do echo $i; sleep 0.02; done; echo e >&2; sleep 0.2; "
+                        "echo last", tag="pieces")
+        self.wait(sid, "pieces")
+        status, _, body = self.output(sid, "pieces")
+        self.assertEqual(status, 200)
+        # Forty reads of the pipe, one entry per run of a stream (each costs the reply its
+        # object: pieces of a byte could otherwise make it hundreds of times its text).
+        self.assertEqual([c["stream"] for c in body["output"]], ["stdout", "stderr", "stdout"])
+        self.assertEqual(body["output"][0]["data"], "".join(f"{i}\n" for i in range(1, 41)))
+
     def test_a_small_replay_buffer_reports_the_gap(self):
         sid = self.session()
         self.start(sid, "head -c 600000 /dev/zero | tr '\\0' a; echo; echo end",
@@ -147,6 +159,12 @@ class ProcessesTest(DaemonTestCase):
         for bad in ({"signal": "NOPE"}, {"signal": 0}, {"signal": 99}, {}):
             status, headers, body = self.d.post(f"/exec/{sid}/processes/trap/signal", body=bad)
             self.assertJsonError(status, headers, body, 400)
+        # A signal other than KILL leaves its timeout armed (CONT once disarmed it).
+        self.start(sid, "sleep 30", tag="tmo", timeout=1500)
+        status, _, body = self.d.post(f"/exec/{sid}/processes/tmo/signal", body={"signal": "CONT"})
+        self.assertEqual(status, 200, body)
+        status, _, done = self.wait(sid, "tmo", timeout=20000)
+        self.assertEqual((status, done["timedOut"], done["state"]), (200, True, "exited"), done)
         # Ended: 404 for a signal.
         status, headers, body = self.d.post(f"/exec/{sid}/processes/trap/signal",
                                             body={"signal": "KILL"})

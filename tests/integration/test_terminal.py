@@ -7,6 +7,7 @@ import time
 
 import runner
 from helpers_exec import BASE_ENV, DaemonTestCase, wait_until
+from test_bounded_memory import small_quarantine_env
 from wsclient import Closed, HandshakeError, WebSocket
 
 
@@ -47,6 +48,8 @@ class Term:
 
 
 class TerminalTest(DaemonTestCase):
+    daemon_env = {**BASE_ENV, **small_quarantine_env()}
+
     def open(self, sid, query="rows=30&cols=100", **kw):
         return Term(self.d, f"/exec/{sid}/terminal?{query}", **kw)
 
@@ -146,6 +149,26 @@ class TerminalTest(DaemonTestCase):
         self.assertEqual(t.until_closed(), 1000)
         self.assertEqual(t.event("exit")["signal"], "SIGKILL")
 
+    def test_a_client_that_floods_and_never_reads_costs_a_bounded_amount(self):
+        from test_bounded_memory import rss_kib
+        sid = self.session()
+        self.d.post(f"/exec/{sid}/processes", body={"command": "sleep 300", "tag": "quiet"})
+        t = Term(self.d, f"/exec/{sid}/processes/quiet/ws")
+        before = rss_kib(self.d.proc.pid)
+        t.ws.sock.setsockopt(__import__("socket").SOL_SOCKET, __import__("socket").SO_RCVBUF, 4096)
+        t.ws.sock.settimeout(5)
+        sent = 0
+        try:
+            for _ in range(100000):  # about 12 MiB of bad control messages, none read back
+                t.ws.send_text("{}" * 60)
+                sent += 1
+        except OSError:
+            pass  # the server stopped reading: the socket's buffers are full
+        grown = rss_kib(self.d.proc.pid) - before
+        print(f"\n  {sent} unread error replies: daemon RSS +{grown} KiB", flush=True)
+        self.assertLess(grown, 64 * 1024)
+        t.ws.sock.close()
+
     def test_not_a_websocket(self):
         sid = self.session()
         status, headers, body = self.d.get(f"/exec/{sid}/terminal")
@@ -189,6 +212,18 @@ class TicketTest(DaemonTestCase):
         self.assertEqual(t.until_closed(), 1000)
         # A ticket is never written to the log.
         self.assertNotIn(tk, self.d.stderr())
+
+    def test_a_ticket_of_a_revoked_key_opens_nothing(self):
+        sid = self.session()
+        status, _, key = self.d.post("/admin/keys", body={"name": "short", "scopes": ["exec"]})
+        self.assertEqual(status, 201, key)
+        secret = key.get("key") or key.get("secret")
+        tk = self.ticket(sid, api_key=secret)
+        status, _, body = self.d.post(f"/admin/keys/{key['id']}/revoke", body={})
+        self.assertEqual(status, 200, body)
+        with self.assertRaises(HandshakeError) as cm:
+            Term(self.d, f"/exec/{sid}/terminal?command=sh&ticket={tk}")
+        self.assertEqual(cm.exception.status, 401)
 
     def test_tickets_need_a_key_and_a_cross_site_origin_is_refused(self):
         sid = self.session()
