@@ -58,6 +58,7 @@ static const char *const drivers[] = { "auto", "jail", "qemu", "firecracker", NU
 static const char *const accels[] = { "auto", "kvm", "tcg", NULL };
 static const char *const modes[] = { "none", "allow", "deny", NULL };
 static const char *const network_modes[] = { "auto", "on", "off", NULL };
+static const char *const storage_modes[] = { "disk", "tmpfs", NULL };
 
 #define F(field) offsetof(struct config, field)
 
@@ -105,6 +106,9 @@ static const struct var vars[] = {
 	{ "VM_NOFILE_LIMIT", V_UINT, F(nofile), "1024", 16, 1048576 },
 	{ "VM_DISK_LIMIT_BYTES", V_U64, F(disk_limit), "536870912", MiB, 16 * TiB },
 	{ "SANDBOX_PIDS_MAX", V_UINT, F(pids_max), "256", 1, 4194304 },
+	{ "SANDBOX_STORAGE", V_CHOICE, F(storage), "disk", 0, 0, storage_modes },
+	{ "SANDBOX_DISK_BYTES", V_U64, F(disk_bytes), "1073741824", 16 * MiB, 16 * TiB },
+	{ "SANDBOX_MAX_DISK_BYTES", V_U64, F(max_disk_bytes), "17179869184", 16 * MiB, 16 * TiB },
 	{ "SANDBOX_MAX_MEMORY_BYTES", V_U64, F(max_memory), "4294967296", 16 * MiB, 16 * TiB },
 	{ "SANDBOX_MAX_VCPUS", V_UINT, F(max_vcpus), "4", 1, 32 },
 	{ "SANDBOX_MEMORY_WATERMARK_BYTES", V_U64, F(memory_watermark), "268435456", 0, 16 * TiB },
@@ -494,6 +498,10 @@ int config_load(struct config *cfg, struct err *err)
 	if (cfg->vcpus > cfg->max_vcpus)
 		problem_add(&p, "VM_VCPU_COUNT: %u is above SANDBOX_MAX_VCPUS (%u)", cfg->vcpus,
 			    cfg->max_vcpus);
+	if (cfg->disk_bytes > cfg->max_disk_bytes)
+		problem_add(&p, "SANDBOX_DISK_BYTES: %llu is above SANDBOX_MAX_DISK_BYTES (%llu)",
+			    (unsigned long long)cfg->disk_bytes,
+			    (unsigned long long)cfg->max_disk_bytes);
 
 	if (!p.count)
 		return 0;

@@ -246,6 +246,26 @@ static int opt_resources(struct http_ctx *ctx, json_t *body, struct session_reso
 	return 0;
 }
 
+/* "storage": "tmpfs" or "disk" (docs/storage.md); absent or null: the server's. */
+static int opt_storage(struct http_ctx *ctx, json_t *body, struct session_resources *res,
+		       bool *has_res)
+{
+	json_t *v = json_object_get(body, "storage");
+	if (!v || json_is_null(v))
+		return 0;
+	const char *s = json_string_value(v);
+	if (s && strcmp(s, "tmpfs") == 0)
+		res->storage = SESSION_STORAGE_TMPFS;
+	else if (s && strcmp(s, "disk") == 0)
+		res->storage = SESSION_STORAGE_DISK;
+	else {
+		http_reply_error(ctx, 400, "\"storage\" must be \"tmpfs\" or \"disk\"");
+		return -1;
+	}
+	*has_res = true;
+	return 0;
+}
+
 static void on_created(struct ops_call *c, const struct ops_result *r, const struct err *err,
 		       void *arg)
 {
@@ -268,7 +288,8 @@ void api_exec_create(struct http_ctx *ctx)
 	bool has_res;
 	if (opt_string(ctx, body, "id", &id) < 0 || opt_string(ctx, body, "template", &tmpl) < 0 ||
 	    opt_env(ctx, body, &env) < 0 || opt_idle(ctx, body, &idle_s) < 0 ||
-	    opt_resources(ctx, body, &res, &has_res) < 0)
+	    opt_resources(ctx, body, &res, &has_res) < 0 ||
+	    opt_storage(ctx, body, &res, &has_res) < 0)
 		return;
 	/* Always the caller's own session, admin or not. */
 	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };

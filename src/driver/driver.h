@@ -20,7 +20,8 @@ struct sandbox_limits {
 	uint64_t cpu_quota_us; /* CPU bandwidth: quota per period (0: none) */
 	uint64_t cpu_period_us;
 	uint32_t pids_max;        /* pids cgroup limit (0: none) */
-	uint64_t workspace_bytes; /* size of the /workspace tmpfs */
+	uint64_t workspace_bytes; /* size of the /workspace tmpfs, or of the disk (below) */
+	bool disk; /* jail: a disk of workspace_bytes under the root and /workspace (storage.md) */
 	uint32_t nofile;          /* RLIMIT_NOFILE inside the sandbox */
 	unsigned vcpus;           /* VM drivers */
 	unsigned mem_mib;         /* VM drivers: guest RAM */
@@ -80,6 +81,10 @@ struct driver {
 	/* How many processes the sandbox's memory limit has killed so far (for a clear result
 	 * when a command dies of it); NULL when the driver cannot tell. Cheap, loop-safe. */
 	uint64_t (*oom_kills)(struct sandbox *sb);
+
+	/* The sandbox's disk: used and total bytes. Negative errno when it has none (or the
+	 * driver keeps none); NULL likewise. Cheap, loop-safe. */
+	int (*disk_usage)(struct sandbox *sb, uint64_t *used, uint64_t *size);
 };
 
 /* What a driver's cleanup_stale removes of a sandbox a previous run left, done the same way

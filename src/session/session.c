@@ -29,6 +29,24 @@ struct session_waiter {
 
 /* --- small helpers ------------------------------------------------------------------ */
 
+/* Only the jail driver has disks (docs/storage.md). */
+static bool session_storage_disk_possible(void)
+{
+	return session_mod.drv && strcmp(session_mod.drv->name, "jail") == 0;
+}
+
+/* Whether a session asking for `r` (NULL: nothing) gets a disk. */
+static bool session_storage_disk(const struct session_resources *r)
+{
+	if (!session_storage_disk_possible())
+		return false;
+	enum session_storage s = r ? r->storage : SESSION_STORAGE_DEFAULT;
+	if (s == SESSION_STORAGE_DEFAULT)
+		return strcmp(session_mod.cfg->storage ? session_mod.cfg->storage : "disk",
+			      "disk") == 0;
+	return s == SESSION_STORAGE_DISK;
+}
+
 static int tighter(const char *name, uint64_t asked, uint64_t server, struct err *err)
 {
 	if (asked && server && asked > server)
@@ -57,8 +75,25 @@ int session_resources_check(const struct session_resources *r, struct err *err)
 			       "SANDBOX_MAX_MEMORY_BYTES (%llu)",
 			       (unsigned long long)r->memory_bytes,
 			       (unsigned long long)c->max_memory);
+	if (r->storage == SESSION_STORAGE_DISK && !session_storage_disk_possible())
+		return err_set(err, EINVAL,
+			       "storage \"disk\" is a mode of the jail driver; this server runs "
+			       "%s",
+			       session_mod.drv ? session_mod.drv->name : "no driver");
+	if (session_storage_disk(r)) {
+		if (r->workspace_bytes > c->max_disk_bytes)
+			return err_set(err, EINVAL,
+				       "resources.diskBytes (%llu) is above the server's cap "
+				       "SANDBOX_MAX_DISK_BYTES (%llu)",
+				       (unsigned long long)r->workspace_bytes,
+				       (unsigned long long)c->max_disk_bytes);
+		if (r->workspace_bytes && r->workspace_bytes < (16u << 20))
+			return err_set(err, EINVAL,
+				       "resources.diskBytes must be at least 16 MiB for a disk");
+	} else if (tighter("diskBytes", r->workspace_bytes, c->disk_limit, err) < 0) {
+		return -EINVAL;
+	}
 	if (tighter("cpuQuotaUs", r->cpu_quota_us, c->cpu_quota_us, err) < 0 ||
-	    tighter("diskBytes", r->workspace_bytes, c->disk_limit, err) < 0 ||
 	    tighter("pidsMax", r->pids_max, c->pids_max, err) < 0)
 		return -EINVAL;
 	if (r->memory_bytes && r->memory_bytes < (16u << 20))
@@ -76,6 +111,10 @@ int session_limits(const struct template *t, const struct session_resources *r,
 	const struct config *c = session_mod.cfg;
 	struct sandbox_limits l;
 	driver_default_limits(c, t, &l);
+	if (session_storage_disk(r)) {
+		l.disk = true;
+		l.workspace_bytes = t->disk_bytes ? t->disk_bytes : c->disk_bytes;
+	}
 	if (r && r->memory_bytes)
 		l.memory_bytes = r->memory_bytes;
 	if (r && r->cpu_quota_us)
@@ -100,6 +139,13 @@ int session_limits(const struct template *t, const struct session_resources *r,
 			       "template `%s` asks for %u vCPUs (resources.vcpuCount in its "
 			       "template.json), above the server's cap SANDBOX_MAX_VCPUS (%u)",
 			       t->name, l.vcpus, c->max_vcpus);
+	if (l.disk && l.workspace_bytes > c->max_disk_bytes)
+		return err_set(err, EINVAL,
+			       "template `%s` asks for a disk of %llu bytes (resources.diskBytes in "
+			       "its template.json), above the server's cap SANDBOX_MAX_DISK_BYTES "
+			       "(%llu)",
+			       t->name, (unsigned long long)l.workspace_bytes,
+			       (unsigned long long)c->max_disk_bytes);
 	*ret = l;
 	return 0;
 }
@@ -426,7 +472,8 @@ static void session_start(struct session *s, struct template *t,
 	/* Pooled sandboxes have the server's limits: a session with its own goes cold. */
 	bool own_limits = opts && opts->resources &&
 			  (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
-			   opts->resources->workspace_bytes || opts->resources->pids_max);
+			   opts->resources->workspace_bytes || opts->resources->pids_max ||
+			   opts->resources->storage);
 	/* Likewise for the network: pooled sandboxes have the server's egress policy. */
 	struct sandbox *sb;
 	struct guest_conn *conn;
@@ -662,6 +709,10 @@ static json_t *resources_json(const struct session_resources *r)
 		json_object_set_new(j, "diskBytes", json_integer((json_int_t)r->workspace_bytes));
 	if (r->pids_max)
 		json_object_set_new(j, "pidsMax", json_integer(r->pids_max));
+	if (r->storage)
+		json_object_set_new(j, "storage", json_string(r->storage == SESSION_STORAGE_DISK
+								      ? "disk"
+								      : "tmpfs"));
 	return j;
 }
 
@@ -681,6 +732,13 @@ json_t *session_json(const struct session *s)
 	bool networked = s->sb && s->sandbox_id && net_sandbox_info(s->sandbox_id, &ni) == 0;
 	json_object_set_new(j, "network", json_string(networked ? "on" : "off"));
 	json_object_set_new(j, "limits", limits_json(&s->limits));
+	json_object_set_new(j, "storage", json_string(s->limits.disk ? "disk" : "tmpfs"));
+	uint64_t used, size;
+	if (s->sb && s->sb->driver->disk_usage &&
+	    s->sb->driver->disk_usage(s->sb, &used, &size) == 0)
+		json_object_set_new(j, "disk",
+				    json_pack("{s:I, s:I}", "usedBytes", (json_int_t)used,
+					      "sizeBytes", (json_int_t)size));
 	json_t *asked = resources_json(&s->resources);
 	if (json_object_size(asked))
 		json_object_set_new(j, "resources", asked);

@@ -27,11 +27,18 @@ enum session_state {
 
 /* Per-session limits asked for at creation; 0 keeps the server's. They may only tighten the
  * server's limits (session_resources_check). */
+enum session_storage {
+	SESSION_STORAGE_DEFAULT, /* SANDBOX_STORAGE */
+	SESSION_STORAGE_TMPFS,
+	SESSION_STORAGE_DISK,
+};
+
 struct session_resources {
 	uint64_t memory_bytes;
 	uint64_t cpu_quota_us;
-	uint64_t workspace_bytes;
+	uint64_t workspace_bytes; /* diskBytes */
 	uint32_t pids_max;
+	enum session_storage storage; /* "storage": tmpfs or disk (jail) */
 };
 
 struct session {

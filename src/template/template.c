@@ -70,6 +70,9 @@ int template_load(const char *dir, struct template **ret, struct err *err)
 	json_t *res = json_object_get(m, "resources");
 	t->mem_mib = json_uint(res, "memSizeMib");
 	t->vcpus = json_uint(res, "vcpuCount");
+	json_t *disk = json_object_get(res, "diskBytes");
+	if (json_is_integer(disk) && json_integer_value(disk) > 0)
+		t->disk_bytes = (uint64_t)json_integer_value(disk);
 	t->manifest = TAKE_PTR(m);
 
 	struct stat st;

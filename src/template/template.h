@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "util/err.h"
 
@@ -20,6 +21,7 @@ struct template
 	char *rootfs_img; /* <dir>/rootfs.ext4 when present, else NULL */
 	unsigned mem_mib; /* resources.memSizeMib (0: the server default) */
 	unsigned vcpus;   /* resources.vcpuCount (0: the server default) */
+	uint64_t disk_bytes; /* resources.diskBytes: its sandboxes' disk (0: the server default) */
 	json_t *manifest; /* template.json as loaded (owned) */
 };
 

@@ -71,6 +71,7 @@ struct jail {
 	int pidfd; /* -1 on kernels without pidfds */
 	struct cgroup *cg;
 	uint32_t uid_base; /* the host uid range of its user namespace */
+	struct jail_disk disk; /* mnt -1: none (SANDBOX_STORAGE=tmpfs) */
 };
 
 /* What every sandbox shares, computed once: the cgroup layout and the compiled filter. */
@@ -284,7 +285,7 @@ static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *e
 	if (r < 0)
 		return r;
 	/* The idmapped clone of / tests the kernel's support; the child does not attach it. */
-	r = jail_userns_map(plan, &c, sv[0], uid_base, AT_FDCWD, "/", -1, NULL, err);
+	r = jail_userns_map(plan, &c, sv[0], uid_base, AT_FDCWD, "/", -1, NULL, NULL, err);
 	if (r == 0)
 		r = spawn_wait(plan, &c, SETUP_TIMEOUT_MS, err);
 	if (r < 0)
@@ -399,13 +400,14 @@ static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 	uint32_t nofile = spec->limits.nofile ? spec->limits.nofile
 			  : cfg->nofile       ? cfg->nofile
 					      : DEFAULT_NOFILE;
-	jail_plan_sandbox(plan, attach, resolv, workspace, nofile, uid_base);
+	jail_plan_sandbox(plan, attach, resolv, workspace, nofile, uid_base, spec->limits.disk);
 }
 
 /* Starts the plan's child in cgroup cg and waits until it has become the sandbox's agent. */
 static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netns, int agent,
 		       uint32_t uid_base, const struct root_src *root, int resolv_dfd,
-		       const char *resolv, struct spawn_child *c, struct err *err)
+		       const char *resolv, const struct jail_disk *disk, struct spawn_child *c,
+		       struct err *err)
 {
 	/* Without it (an old kernel), the child is moved after the clone instead. */
 	_cleanup_close_ int cgroup_fd = -1;
@@ -416,7 +418,7 @@ static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netn
 	if (r < 0)
 		return r;
 	if ((r = jail_userns_map(plan, c, agent, uid_base, root->dfd, root->path, resolv_dfd,
-				 resolv, err)) < 0 ||
+				 resolv, disk, err)) < 0 ||
 	    (r = place_child(plan, cg, c, agent, err)) < 0 ||
 	    (r = spawn_wait(plan, c, SETUP_TIMEOUT_MS, err)) < 0) {
 		spawn_kill(c->pid, c->pidfd);
@@ -470,6 +472,16 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		return err_wrap(err, "jail");
 	}
 
+	/* Unnamed: nothing of it outlives the sandbox or the daemon (jail_disk.c). */
+	struct jail_disk disk = { .mnt = -1 };
+	if (spec->limits.disk &&
+	    (r = jail_disk_create(cfg->state_dir, spec->limits.workspace_bytes, uid_base, &disk,
+				  err)) < 0) {
+		cgroup_remove(cg, NULL);
+		cgroup_free(cg);
+		jail_uid_release(uid_base);
+		return r;
+	}
 	int resolv_dfd = -1;
 	bool resolv = wants_resolv_conf(spec, &root);
 	r = resolv ? jail_resolv_copy(spec->id, spec->resolv_conf, &resolv_dfd, err) : 0;
@@ -479,9 +491,10 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	struct spawn_child c;
 	if (r == 0)
 		r = start_child(&plan, cg, netns < 0, sv[0], uid_base, &root, resolv_dfd,
-				resolv ? spec->id : NULL, &c, err);
+				resolv ? spec->id : NULL, &disk, &c, err);
 	spawn_plan_free(&plan);
 	if (r < 0) {
+		jail_disk_close(&disk);
 		jail_resolv_remove(spec->id);
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
@@ -493,6 +506,7 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	j->pidfd = c.pidfd;
 	j->cg = cg;
 	j->uid_base = uid_base;
+	j->disk = disk;
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_jail;
 	sb->id = xstrdup(spec->id);
@@ -523,6 +537,8 @@ static void jail_destroy(struct sandbox *sb)
 			log_warn("jail", "sandbox %s: %s", sb->id, e.msg);
 		cgroup_free(j->cg);
 		jail_resolv_remove(sb->id);
+		/* Its last reference: the image's blocks are freed now (jail_disk.c). */
+		jail_disk_close(&j->disk);
 		/* Reaped above: nothing runs with the range's uids any more. */
 		jail_uid_release(j->uid_base);
 		if (j->pidfd >= 0)
@@ -552,6 +568,12 @@ static uint64_t jail_oom_kills(struct sandbox *sb)
 	return j ? cgroup_oom_kills(j->cg) : 0;
 }
 
+static int jail_disk_usage_of(struct sandbox *sb, uint64_t *used, uint64_t *size)
+{
+	struct jail *j = sb ? sb->priv : NULL;
+	return j ? jail_disk_usage(&j->disk, used, size) : -ENOENT;
+}
+
 const struct driver driver_jail = {
 	.name = "jail",
 	.isolation = "container",
@@ -563,4 +585,5 @@ const struct driver driver_jail = {
 	.destroy = jail_destroy,
 	.cleanup_stale = jail_cleanup_stale,
 	.oom_kills = jail_oom_kills,
+	.disk_usage = jail_disk_usage_of,
 };

@@ -35,6 +35,26 @@ enum {
 	JAIL_FD_RESOLV,    /* the sandbox's resolv.conf, a detached bind mount (close-on-exec) */
 };
 
+/* A sandbox's disk (jail_disk.c): its filesystem's detached mount, holding upper/ and work/
+ * of the root's overlay. */
+struct jail_disk {
+	int mnt; /* -1: none */
+	uint64_t bytes;
+};
+
+/* Makes a disk of `bytes` (an unnamed sparse ext4 image in state_dir/disks on a loop device,
+ * freed with its last user) whose root, upper/, upper/tmp belong to uid_base and
+ * upper/workspace to the command user of that range. */
+int jail_disk_create(const char *state_dir, uint64_t bytes, uint32_t uid_base,
+		     struct jail_disk *ret, struct err *err);
+/* The sandbox's writable root: an overlay of `lower` (a detached mount) and the disk. Returns
+ * its detached mount. */
+int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err);
+/* The disk's used and total bytes (fstatfs: cheap). Negative errno when there is none. */
+int jail_disk_usage(const struct jail_disk *d, uint64_t *used, uint64_t *size);
+/* Closes the daemon's reference; accepts a disk without one. */
+void jail_disk_close(struct jail_disk *d);
+
 /* Each sandbox's ids: root inside is the first of JAIL_UID_RANGE host uids (and gids). */
 #define JAIL_UID_RANGE 65536U
 /* Who commands run as inside, unlike the agent (root inside): see agent/op_exec.c. */
@@ -57,7 +77,7 @@ enum {
  * parent sends the mount: jail_userns_map); with `resolv_conf`, the parent also sends a file
  * for its /etc/resolv.conf. The network step is added by the caller first. */
 void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
-		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base);
+		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk);
 
 /* The steps that take the child from host root into its user namespace (shared with the
  * trial run): procfs and sysfs made while it is still host root, the switch to uid_base,
@@ -67,13 +87,14 @@ void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf)
 /* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
  * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it a
  * read-only clone of the rootfs (`root_path` below `root_dfd`, or root_dfd itself when the
- * path is ""; the trial run: /) idmapped to that namespace, and of `resolv` below
+ * path is ""; the trial run: /) idmapped to that namespace (with a disk, `disk` not NULL: an
+ * overlay of that clone and the disk, see jail_disk_overlay), and of `resolv` below
  * `resolv_dfd` (NULL: none) as a read-only file mount. Both are made here, where the
  * daemon's directories can be reached: the child, an unprivileged uid by then, may not be
  * able to look up paths below them. */
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
 		    uint32_t uid_base, int root_dfd, const char *root_path, int resolv_dfd,
-		    const char *resolv, struct err *err);
+		    const char *resolv, const struct jail_disk *disk, struct err *err);
 
 /* A detached read-only mount of the ext4 image at `path` (a template's rootfs.ext4), mounted
  * on first use and kept for the daemon's life: *ret is borrowed. */

@@ -144,7 +144,7 @@ static void add_net_sysctls(struct spawn_plan *p)
 }
 
 void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
-		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base)
+		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk)
 {
 	const char *root = spawn_plan_str(p, "%s", rootfs);
 	struct spawn_op *op;
@@ -206,11 +206,14 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 	 * bounds the sum of both. The places commands write to belong to the command user. */
 	const char *size = spawn_plan_str(p, "size=%llu", (unsigned long long)workspace_bytes);
 	const char *owner = spawn_plan_str(p, "uid=%u,gid=%u", JAIL_COMMAND_UID, JAIL_COMMAND_UID);
-	add_mount(p, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-		  spawn_plan_str(p, "mode=1777,%s", size), false, "mount tmpfs on /tmp");
-	add_mount(p, "tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV,
-		  spawn_plan_str(p, "mode=0755,%s,%s", owner, size), false,
-		  "mount tmpfs on /workspace");
+	/* With a disk, both are directories of the overlay's upper layer (jail_disk.c). */
+	if (!disk) {
+		add_mount(p, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+			  spawn_plan_str(p, "mode=1777,%s", size), false, "mount tmpfs on /tmp");
+		add_mount(p, "tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV,
+			  spawn_plan_str(p, "mode=0755,%s,%s", owner, size), false,
+			  "mount tmpfs on /workspace");
+	}
 	/* Sockets and pid files, as in the VM drivers' guests. */
 	add_mount(p, "tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV,
 		  spawn_plan_str(p, "mode=0755,%s,size=%llu", owner, RUN_BYTES), false,

@@ -145,7 +145,7 @@ static int send_fds(const struct spawn_plan *plan, int sock, const int *fds, uns
 
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
 		    uint32_t uid_base, int root_dfd, const char *root_path, int resolv_dfd,
-		    const char *resolv, struct err *err)
+		    const char *resolv, const struct jail_disk *disk, struct err *err)
 {
 	int r;
 	if ((r = wait_child(plan, c, agent_fd, err)) < 0 ||
@@ -160,6 +160,13 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 	_cleanup_close_ int tree = detached_tree(plan, root_dfd, root_path, userns, err);
 	if (tree < 0)
 		return tree;
+	if (disk && disk->mnt >= 0) {
+		int ovl = jail_disk_overlay(disk, tree, err);
+		if (ovl < 0)
+			return ovl;
+		close(tree);
+		tree = ovl;
+	}
 	_cleanup_close_ int file = -1;
 	if (resolv && (file = detached_tree(plan, resolv_dfd, resolv, -1, err)) < 0)
 		return file;

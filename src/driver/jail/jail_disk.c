@@ -1,0 +1,206 @@
+/* jail_disk: a sandbox's own disk, the writable half of its root (SANDBOX_STORAGE=disk).
+ *
+ * The disk is a sparse ext4 image of the sandbox's size on a loop device, made without a name:
+ * the image is an O_TMPFILE in SANDBOX_STATE_DIR/disks, so no path of it ever exists. The loop
+ * device holds the only reference to it (autoclear), the filesystem is a detached mount held
+ * by the daemon's descriptor and the sandbox's overlay. When the sandbox is destroyed (or the
+ * daemon dies, even by kill -9, and its leftover is killed), the last reference goes, the loop
+ * device detaches and the kernel frees the image's blocks: there is nothing to clean up and
+ * nothing a crash could leave behind. A full disk is the sandbox's ENOSPC: the image cannot
+ * grow past its size.
+ *
+ * The sandbox's / is an overlay made here by host root: lower, the idmapped read-only clone of
+ * the template (jail_userns.c), upper and work on the disk. The upper layer's files carry the
+ * host ids of the sandbox's range (root inside = uid_base), as written by the sandbox's
+ * processes; /workspace and /tmp are directories of the upper layer, made here with their
+ * owners, so they are on the disk too and nothing of them is charged to the memory cgroup.
+ *
+ * Measured here (6.18, host ext4): mkfs.ext4 of a 1 GiB image without a journal takes about
+ * 6 ms and writes 664 KiB. A project-quota directory would need the host's filesystem mounted
+ * with prjquota, which the daemon cannot choose; the image works on any filesystem that
+ * supports sparse files and O_TMPFILE. */
+#include "driver/jail/jail.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/cleanup.h"
+#include "util/fs.h"
+#include "util/spawn.h"
+
+/* How long mkfs.ext4 may take (it takes milliseconds). */
+#define MKFS_TIMEOUT_MS 30000
+
+void jail_disk_close(struct jail_disk *d)
+{
+	if (d->mnt >= 0)
+		close(d->mnt);
+	d->mnt = -1;
+}
+
+/* Attaches the image read-write to a free loop device, detached with its last user. */
+static int loop_attach_rw(int img, char *dev, size_t len, struct err *err)
+{
+	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return err_sys(err, errno, "jail: /dev/loop-control");
+	for (int attempt = 0; attempt < 8; attempt++) {
+		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0)
+			return err_sys(err, errno, "jail: no free loop device");
+		snprintf(dev, len, "/dev/loop%d", n);
+		int fd = open(dev, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			return err_sys(err, errno, "jail: %s", dev);
+		struct loop_config lc = {
+			.fd = (uint32_t)img,
+			.info = { .lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO },
+		};
+		if (ioctl(fd, LOOP_CONFIGURE, &lc) == 0)
+			return fd;
+		int e = errno;
+		/* Direct I/O needs the backing filesystem's support: buffered, then. */
+		if (e == EINVAL) {
+			lc.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+			if (ioctl(fd, LOOP_CONFIGURE, &lc) == 0)
+				return fd;
+			e = errno;
+		}
+		close(fd);
+		if (e != EBUSY)
+			return err_sys(err, e, "jail: attach the disk to %s", dev);
+	}
+	return err_set(err, EBUSY, "jail: every free loop device was taken first");
+}
+
+static int run_mkfs(const char *dev, uint32_t uid_base, struct err *err)
+{
+	_cleanup_free_ char *mkfs = spawn_find_binary("mkfs.ext4");
+	if (!mkfs)
+		return err_set(err, ENOENT,
+			       "jail: mkfs.ext4 not found (e2fsprogs): needed for "
+			       "SANDBOX_STORAGE=disk");
+	char ext[96];
+	/* No journal: the disk lives as long as the sandbox, a crash ends both. No reserved
+	 * blocks: the sandbox gets all it was given. The inode tables are not zeroed. */
+	snprintf(ext, sizeof(ext), "lazy_itable_init=1,nodiscard,root_owner=%u:%u", uid_base,
+		 uid_base);
+	char *const argv[] = { mkfs,  "-q", "-F", "-m", "0", "-O", "^has_journal",
+			       "-E",  ext,  "-b", "4096", (char *)dev, NULL };
+	char out[512];
+	int st = spawn_run_bounded(argv, MKFS_TIMEOUT_MS, out, sizeof(out));
+	if (st < 0)
+		return err_sys(err, -st, "jail: mkfs.ext4 %s", dev);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return err_set(err, EIO, "jail: mkfs.ext4 %s failed: %s", dev, out);
+	return 0;
+}
+
+/* A detached read-write mount of the ext4 filesystem on `dev`. */
+static int mount_disk(const char *dev, struct err *err)
+{
+	_cleanup_close_ int fs = (int)syscall(SYS_fsopen, "ext4", FSOPEN_CLOEXEC);
+	if (fs < 0)
+		return err_sys(err, errno, "jail: fsopen ext4");
+	if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+	    syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0 ||
+	    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+		return err_sys(err, errno, "jail: mount the disk %s", dev);
+	int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+			       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+	if (mnt < 0)
+		return err_sys(err, errno, "jail: mount the disk %s", dev);
+	return mnt;
+}
+
+static int make_dir(int dfd, const char *name, mode_t mode, uid_t uid, struct err *err)
+{
+	if (mkdirat(dfd, name, mode) < 0 || fchownat(dfd, name, uid, uid, 0) < 0 ||
+	    fchmodat(dfd, name, mode, 0) < 0)
+		return err_sys(err, errno, "jail: make /%s on the disk", name);
+	return 0;
+}
+
+/* upper/ (the root's changes; its attributes are those of the sandbox's /), work/ (the
+ * overlay's own), and the directories commands write to. */
+static int layout(int mnt, uint32_t uid_base, struct err *err)
+{
+	int r;
+	if ((r = make_dir(mnt, "upper", 0755, uid_base, err)) < 0 ||
+	    (r = make_dir(mnt, "work", 0700, 0, err)) < 0 ||
+	    (r = make_dir(mnt, "upper/workspace", 0755, uid_base + JAIL_COMMAND_UID, err)) < 0 ||
+	    (r = make_dir(mnt, "upper/tmp", 01777, uid_base, err)) < 0)
+		return r;
+	return 0;
+}
+
+int jail_disk_create(const char *state_dir, uint64_t bytes, uint32_t uid_base,
+		     struct jail_disk *ret, struct err *err)
+{
+	_cleanup_free_ char *dir = xasprintf("%s/disks", state_dir);
+	if (fs_mkdir_p(dir, 0700) < 0)
+		return err_sys(err, errno, "jail: make %s", dir);
+	_cleanup_close_ int img = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (img < 0)
+		return err_sys(err, errno, "jail: a disk image in %s", dir);
+	if (ftruncate(img, (off_t)bytes) < 0)
+		return err_sys(err, errno, "jail: size the disk image to %llu bytes",
+			       (unsigned long long)bytes);
+	char dev[32];
+	_cleanup_close_ int loop = loop_attach_rw(img, dev, sizeof(dev), err);
+	if (loop < 0)
+		return loop;
+	int r = run_mkfs(dev, uid_base, err);
+	if (r < 0)
+		return r;
+	_cleanup_close_ int mnt = mount_disk(dev, err);
+	if (mnt < 0)
+		return mnt;
+	if ((r = layout(mnt, uid_base, err)) < 0)
+		return r;
+	*ret = (struct jail_disk){ .mnt = TAKE_FD(mnt), .bytes = bytes };
+	return 0;
+}
+
+int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err)
+{
+	_cleanup_close_ int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+	if (fs < 0)
+		return err_sys(err, errno, "jail: fsopen overlay");
+	char lowerdir[64], upper[64], work[64];
+	snprintf(lowerdir, sizeof(lowerdir), "/proc/self/fd/%d", lower);
+	snprintf(upper, sizeof(upper), "/proc/self/fd/%d/upper", d->mnt);
+	snprintf(work, sizeof(work), "/proc/self/fd/%d/work", d->mnt);
+	if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "sandbox", 0) < 0 ||
+	    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir", lowerdir, 0) < 0 ||
+	    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir", upper, 0) < 0 ||
+	    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir", work, 0) < 0 ||
+	    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+		return err_sys(err, errno, "jail: overlay of the template and the disk");
+	int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+			       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+	if (mnt < 0)
+		return err_sys(err, errno, "jail: mount the overlay");
+	return mnt;
+}
+
+int jail_disk_usage(const struct jail_disk *d, uint64_t *used, uint64_t *size)
+{
+	struct statfs st;
+	if (d->mnt < 0 || fstatfs(d->mnt, &st) < 0)
+		return -errno;
+	*size = (uint64_t)st.f_blocks * (uint64_t)st.f_bsize;
+	*used = (uint64_t)(st.f_blocks - st.f_bfree) * (uint64_t)st.f_bsize;
+	return 0;
+}
