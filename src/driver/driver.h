@@ -22,9 +22,9 @@ struct sandbox_limits {
 	uint32_t pids_max;        /* pids cgroup limit (0: none) */
 	uint64_t workspace_bytes; /* size of the /workspace tmpfs, or of the disk (below) */
 	bool disk; /* jail: a disk of workspace_bytes under the root and /workspace (storage.md) */
-	uint32_t nofile;          /* RLIMIT_NOFILE inside the sandbox */
-	unsigned vcpus;           /* VM drivers */
-	unsigned mem_mib;         /* VM drivers: guest RAM */
+	uint32_t nofile;  /* RLIMIT_NOFILE inside the sandbox */
+	unsigned vcpus;   /* VM drivers */
+	unsigned mem_mib; /* VM drivers: guest RAM */
 };
 
 struct sandbox_spec {

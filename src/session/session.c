@@ -140,12 +140,13 @@ int session_limits(const struct template *t, const struct session_resources *r,
 			       "template.json), above the server's cap SANDBOX_MAX_VCPUS (%u)",
 			       t->name, l.vcpus, c->max_vcpus);
 	if (l.disk && l.workspace_bytes > c->max_disk_bytes)
-		return err_set(err, EINVAL,
-			       "template `%s` asks for a disk of %llu bytes (resources.diskBytes in "
-			       "its template.json), above the server's cap SANDBOX_MAX_DISK_BYTES "
-			       "(%llu)",
-			       t->name, (unsigned long long)l.workspace_bytes,
-			       (unsigned long long)c->max_disk_bytes);
+		return err_set(
+			err, EINVAL,
+			"template `%s` asks for a disk of %llu bytes (resources.diskBytes in "
+			"its template.json), above the server's cap SANDBOX_MAX_DISK_BYTES "
+			"(%llu)",
+			t->name, (unsigned long long)l.workspace_bytes,
+			(unsigned long long)c->max_disk_bytes);
 	*ret = l;
 	return 0;
 }
@@ -710,9 +711,9 @@ static json_t *resources_json(const struct session_resources *r)
 	if (r->pids_max)
 		json_object_set_new(j, "pidsMax", json_integer(r->pids_max));
 	if (r->storage)
-		json_object_set_new(j, "storage", json_string(r->storage == SESSION_STORAGE_DISK
-								      ? "disk"
-								      : "tmpfs"));
+		json_object_set_new(
+			j, "storage",
+			json_string(r->storage == SESSION_STORAGE_DISK ? "disk" : "tmpfs"));
 	return j;
 }
 

@@ -16,13 +16,13 @@ struct template
 {
 	int refs;
 	char *name;
-	char *dir;        /* <artifacts>/templates/<name> */
-	char *rootfs_dir; /* <dir>/rootfs when present, else NULL */
-	char *rootfs_img; /* <dir>/rootfs.ext4 when present, else NULL */
-	unsigned mem_mib; /* resources.memSizeMib (0: the server default) */
-	unsigned vcpus;   /* resources.vcpuCount (0: the server default) */
+	char *dir;           /* <artifacts>/templates/<name> */
+	char *rootfs_dir;    /* <dir>/rootfs when present, else NULL */
+	char *rootfs_img;    /* <dir>/rootfs.ext4 when present, else NULL */
+	unsigned mem_mib;    /* resources.memSizeMib (0: the server default) */
+	unsigned vcpus;      /* resources.vcpuCount (0: the server default) */
 	uint64_t disk_bytes; /* resources.diskBytes: its sandboxes' disk (0: the server default) */
-	json_t *manifest; /* template.json as loaded (owned) */
+	json_t *manifest;    /* template.json as loaded (owned) */
 };
 
 struct template *template_ref(struct template *t);

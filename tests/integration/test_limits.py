@@ -27,6 +27,8 @@ class LimitsTest(DaemonTestCase):
         "SANDBOX_PIDS_MAX": str(PIDS_MAX),
         "SANDBOX_MAX_READ_BYTES": str(READ_CAP),
         "VM_DISK_LIMIT_BYTES": str(DISK_LIMIT),
+        # The workspace as a tmpfs of VM_DISK_LIMIT_BYTES (docs/storage.md).
+        "SANDBOX_STORAGE": "tmpfs",
     }
 
     def assertDaemonHealthy(self):

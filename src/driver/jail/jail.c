@@ -70,7 +70,7 @@ static char *const agent_argv[] = {
 struct jail {
 	int pidfd; /* -1 on kernels without pidfds */
 	struct cgroup *cg;
-	uint32_t uid_base; /* the host uid range of its user namespace */
+	uint32_t uid_base;     /* the host uid range of its user namespace */
 	struct jail_disk disk; /* mnt -1: none (SANDBOX_STORAGE=tmpfs) */
 };
 
@@ -474,9 +474,8 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 
 	/* Unnamed: nothing of it outlives the sandbox or the daemon (jail_disk.c). */
 	struct jail_disk disk = { .mnt = -1 };
-	if (spec->limits.disk &&
-	    (r = jail_disk_create(cfg->state_dir, spec->limits.workspace_bytes, uid_base, &disk,
-				  err)) < 0) {
+	if (spec->limits.disk && (r = jail_disk_create(cfg->state_dir, spec->limits.workspace_bytes,
+						       uid_base, &disk, err)) < 0) {
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
 		jail_uid_release(uid_base);

@@ -96,8 +96,8 @@ static int run_mkfs(const char *dev, uint32_t uid_base, struct err *err)
 	 * blocks: the sandbox gets all it was given. The inode tables are not zeroed. */
 	snprintf(ext, sizeof(ext), "lazy_itable_init=1,nodiscard,root_owner=%u:%u", uid_base,
 		 uid_base);
-	char *const argv[] = { mkfs,  "-q", "-F", "-m", "0", "-O", "^has_journal",
-			       "-E",  ext,  "-b", "4096", (char *)dev, NULL };
+	char *const argv[] = { mkfs, "-q", "-F", "-m",   "0",         "-O", "^has_journal",
+			       "-E", ext,  "-b", "4096", (char *)dev, NULL };
 	char out[512];
 	int st = spawn_run_bounded(argv, MKFS_TIMEOUT_MS, out, sizeof(out));
 	if (st < 0)
@@ -198,7 +198,9 @@ int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err)
 int jail_disk_usage(const struct jail_disk *d, uint64_t *used, uint64_t *size)
 {
 	struct statfs st;
-	if (d->mnt < 0 || fstatfs(d->mnt, &st) < 0)
+	if (d->mnt < 0)
+		return -ENOENT;
+	if (fstatfs(d->mnt, &st) < 0)
 		return -errno;
 	*size = (uint64_t)st.f_blocks * (uint64_t)st.f_bsize;
 	*used = (uint64_t)(st.f_blocks - st.f_bfree) * (uint64_t)st.f_bsize;

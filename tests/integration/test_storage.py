@@ -1,0 +1,162 @@
+"""Storage of the jail driver (docs/storage.md): a writable root and /workspace on a disk of
+the sandbox's own, bounded by its disk quota rather than its memory; the disk freed with the
+sandbox, and never left behind by a daemon killed while making one."""
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+import harness
+from helpers_exec import DaemonTestCase, joined, new_session_id, start_daemon, wait_until
+from runner import tag
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+def disks_of(state_dir):
+    """The loop devices whose backing file is a disk image under state_dir/disks."""
+    out = subprocess.run(["losetup", "-l", "-n", "-O", "NAME,BACK-FILE"],
+                         capture_output=True, text=True, check=True).stdout
+    where = os.path.join(state_dir, "disks")
+    return [line.split()[0] for line in out.splitlines() if where in line]
+
+
+def files_in(path):
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+@tag("driver")
+class StorageTest(DaemonTestCase):
+    daemon_env = {
+        "SANDBOX_WARM_POOL": "0",
+        "SANDBOX_DEFAULT_TEMPLATE": "base",
+        "VM_MEMORY_LIMIT_BYTES": str(128 * MiB),
+        "SANDBOX_DISK_BYTES": str(256 * MiB),
+        "SANDBOX_MAX_DISK_BYTES": str(2 * GiB),
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        if harness.driver() != "jail":
+            raise unittest.SkipTest("disks are a mode of the jail driver")
+        super().setUpClass()
+
+    def create(self, expect=201, **body):
+        sid = new_session_id("storage")
+        status, headers, resp = self.d.post("/exec/", body={"id": sid, "template": "base",
+                                                           **body}, timeout=60)
+        if expect == 201:
+            self.assertEqual(status, 201, resp)
+            self.addCleanup(self.d.delete, f"/exec/{sid}", timeout=30)
+        return sid, status, headers, resp
+
+    def test_root_is_writable_and_owned_by_root_inside(self):
+        sid, _, _, body = self.create()
+        self.assertEqual(body["storage"], "disk")
+        self.assertEqual(body["limits"]["diskBytes"], 256 * MiB)
+        # Commands run as the command user: /workspace and /tmp are theirs, the rest root's.
+        out = self.stdout_of(sid, "stat -c '%u %g %a' / /workspace /tmp /bin")
+        self.assertEqual(out.split("\n")[:4],
+                         ["0 0 755", "1000 1000 755", "0 0 1777", "0 0 755"])
+        # A file the command user makes in a writable directory of the root's is theirs.
+        self.run_ok(sid, "mkdir -p /tmp/x && echo hi > /tmp/x/f && stat -c %u /tmp/x/f")
+        self.assertEqual(self.stdout_of(sid, "stat -c %u /tmp/x/f"), "1000\n")
+
+    def test_gigabyte_in_workspace_with_128_mib_of_memory(self):
+        sid, _, _, body = self.create(resources={"diskBytes": 2 * GiB})
+        self.assertEqual(body["limits"]["memoryBytes"], 128 * MiB)
+        self.run_ok(sid, "dd if=/dev/zero of=/workspace/big bs=1M count=1024 2>/dev/null",
+                    http_timeout=300)
+        self.assertEqual(self.stdout_of(sid, "stat -c %s /workspace/big"), f"{GiB}\n")
+        info = self.listed_sessions()[sid]
+        self.assertGreaterEqual(info["disk"]["usedBytes"], GiB)
+        self.assertLessEqual(info["disk"]["sizeBytes"], 2 * GiB)
+
+    def test_full_disk_is_enospc_inside(self):
+        sid, _, _, _ = self.create(resources={"diskBytes": 32 * MiB})
+        status, body = self.execute(sid, "dd if=/dev/zero of=/workspace/f bs=1M count=64")
+        self.assertEqual(status, 200, body)
+        self.assertNotEqual(body["exitCode"], 0, body)
+        self.assertIn("No space left on device", joined(body["output"]))
+        # The sandbox and the daemon go on.
+        self.assertEqual(self.stdout_of(sid, "rm /workspace/f && echo ok"), "ok\n")
+        status, _, _ = self.d.get("/health")
+        self.assertEqual(status, 200)
+
+    def test_destroy_frees_the_disk(self):
+        before = len(disks_of(self.d.state_dir))
+        sid, _, _, _ = self.create()
+        self.assertEqual(len(disks_of(self.d.state_dir)), before + 1)
+        status, _, body = self.d.delete(f"/exec/{sid}", timeout=30)
+        self.assertEqual(status, 200, body)
+        wait_until(lambda: len(disks_of(self.d.state_dir)) == before, 10,
+                   what="the destroyed sandbox's loop device to go")
+        self.assertEqual(files_in(os.path.join(self.d.state_dir, "disks")), [])
+
+    def test_tmpfs_mode_stays(self):
+        sid, _, _, body = self.create(storage="tmpfs")
+        self.assertEqual(body["storage"], "tmpfs")
+        self.assertNotIn("disk", body)
+        self.assertIn("tmpfs /workspace", self.stdout_of(sid, "cat /proc/mounts"))
+
+    # attacks
+
+    def test_oversize_disk_is_refused(self):
+        for size in (3 * GiB, 1 << 62):
+            _, status, headers, body = self.create(expect=400, resources={"diskBytes": size})
+            self.assertJsonError(status, headers, body, 400, "SANDBOX_MAX_DISK_BYTES")
+        _, status, headers, body = self.create(expect=400, resources={"diskBytes": MiB})
+        self.assertJsonError(status, headers, body, 400, "at least 16 MiB")
+        for bad in ("zfs", 1, ""):
+            _, status, headers, body = self.create(expect=400, storage=bad)
+            self.assertJsonError(status, headers, body, 400, "storage")
+
+
+@tag("driver")
+class DiskCrashTest(unittest.TestCase):
+    """kill -9 while sandboxes with disks are being made leaves no image nor loop device."""
+
+    def test_kill_during_creation_leaves_no_disk(self):
+        if harness.driver() != "jail":
+            self.skipTest("disks are a mode of the jail driver")
+        env = {"SANDBOX_WARM_POOL": "2", "SANDBOX_DEFAULT_TEMPLATE": "base"}
+        first = start_daemon(env)
+        self.addCleanup(first.kill)
+
+        def send():
+            try:
+                first.request("POST", "/exec/", body={"template": "base"}, timeout=60)
+            except OSError:
+                pass  # killed under the request: that is the point
+
+        burst = [threading.Thread(target=send, daemon=True) for _ in range(4)]
+        for t in burst:
+            t.start()
+        wait_until(lambda: disks_of(first.state_dir), 60, interval=0.005,
+                   what="a disk being made")
+        time.sleep(random.uniform(0, 0.02))
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        first.kill()
+        for t in burst:
+            t.join(60)
+        # The restart kills the leftovers, whose mounts held the last references.
+        second = start_daemon({**env, "SANDBOX_WARM_POOL": "0",
+                               "SANDBOX_STATE_DIR": first.state_dir,
+                               "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        wait_until(lambda: not disks_of(first.state_dir), 20,
+                   what="the killed daemon's disks to go")
+        self.assertEqual(files_in(os.path.join(first.state_dir, "disks")), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
