@@ -355,6 +355,11 @@ void metrics_init(void)
 						      "Ready sandboxes waiting in the warm "
 						      "pool by template",
 						      "template");
+	metrics_daemon.sandbox_disk_bytes =
+		metrics_gauge("sandbox_disk_bytes",
+			      "Bytes of the sessions' disks: used (by their filesystems) and "
+			      "allocated (their sizes)",
+			      "kind");
 	metrics_daemon.guest_protocol_errors_total = metrics_counter(
 		"guest_protocol_errors_total", "Guest protocol violations by kind", "kind");
 	metrics_daemon.egress_decisions_total =

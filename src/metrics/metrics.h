@@ -56,6 +56,7 @@ struct sandbox_metrics {
 	struct metric *http_bodies_offloaded;       /* counter */
 	struct metric *session_creations_total;     /* counter {template, driver, result} */
 	struct metric *warm_pool_size;              /* gauge {template} */
+	struct metric *sandbox_disk_bytes;          /* gauge {kind}: used, allocated */
 	struct metric *guest_protocol_errors_total; /* counter {kind} */
 	struct metric *egress_decisions_total;      /* counter {decision, reason} */
 };

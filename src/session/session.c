@@ -821,8 +821,18 @@ static void cleanup_stale(void)
 static void on_scrape(void *arg)
 {
 	unsigned counts[SESSION_FAILED + 1] = { 0 };
-	for (struct session *s = session_mod.sessions; s; s = s->next)
+	uint64_t disk_used = 0, disk_size = 0;
+	for (struct session *s = session_mod.sessions; s; s = s->next) {
 		counts[s->state]++;
+		uint64_t used, size;
+		if (s->sb && s->sb->driver->disk_usage &&
+		    s->sb->driver->disk_usage(s->sb, &used, &size) == 0) {
+			disk_used += used;
+			disk_size += size;
+		}
+	}
+	metrics_set(metrics_daemon.sandbox_disk_bytes, (double)disk_used, "used");
+	metrics_set(metrics_daemon.sandbox_disk_bytes, (double)disk_size, "allocated");
 	for (int st = SESSION_CREATING; st <= SESSION_FAILED; st++)
 		if (st != SESSION_GONE)
 			metrics_set(metrics_daemon.active_vm_count, counts[st],

@@ -79,6 +79,14 @@ class StorageTest(DaemonTestCase):
         info = self.listed_sessions()[sid]
         self.assertGreaterEqual(info["disk"]["usedBytes"], GiB)
         self.assertLessEqual(info["disk"]["sizeBytes"], 2 * GiB)
+        status, _, text = self.d.get("/metrics")
+        self.assertEqual(status, 200)
+        text = text.decode() if isinstance(text, bytes) else text
+        gauges = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                  if line.startswith("sandbox_disk_bytes{")}
+        self.assertGreaterEqual(gauges['sandbox_disk_bytes{kind="used"}'], GiB)
+        self.assertGreaterEqual(gauges['sandbox_disk_bytes{kind="allocated"}'],
+                                info["disk"]["sizeBytes"])
 
     def test_full_disk_is_enospc_inside(self):
         sid, _, _, _ = self.create(resources={"diskBytes": 32 * MiB})
