@@ -13,7 +13,7 @@ void cmd_create_help(void)
 	printf("usage: sandbox create [ID] [--template T] [--idle-timeout DURATION] [--env "
 	       "K=V]...\n"
 	       "                      [--memory SIZE] [--cpu-quota US] [--pids N] [--disk SIZE]\n"
-	       "                      [--json]\n\n"
+	       "                      [--storage disk|tmpfs] [--json]\n\n"
 	       "Creates a session (its id is made up when ID is absent) and prints its id.\n"
 	       "  --template T            template; default the server's\n"
 	       "  --idle-timeout DURATION destroyed after this long without a request: seconds,\n"
@@ -22,8 +22,12 @@ void cmd_create_help(void)
 	       "  --memory SIZE           memory limit: bytes, or with K, M, G (at least 16M)\n"
 	       "  --cpu-quota US          CPU time per the server's CPU period, in microseconds\n"
 	       "  --pids N                at most N processes (at least 4)\n"
-	       "  --disk SIZE             workspace size: bytes, or with K, M, G (at least 1M)\n"
-	       "Limits may only lower the server's. --json prints the session object.\n");
+	       "  --disk SIZE             disk size (jail, disk storage: at least 16M, at most\n"
+	       "                          SANDBOX_MAX_DISK_BYTES), else workspace size (at least "
+	       "1M)\n"
+	       "  --storage disk|tmpfs    jail: root and /workspace on a disk, or tmpfs\n"
+	       "Limits may only lower the server's (a disk: within its cap). --json prints the "
+	       "session object.\n");
 }
 
 /* A positive size in bytes: digits with an optional K, M or G (powers of 1024). */
@@ -97,6 +101,10 @@ static int parse_create_opts(int argc, char **argv, json_t *body)
 				       2;
 			json_object_set_new(res, a[2] == 'm' ? "memoryBytes" : "diskBytes",
 					    json_integer(n));
+		} else if (strcmp(a, "--storage") == 0) {
+			if (strcmp(v, "disk") != 0 && strcmp(v, "tmpfs") != 0)
+				return cli_fail("--storage takes disk or tmpfs"), 2;
+			json_object_set_new(body, "storage", json_string(v));
 		} else if (strcmp(a, "--cpu-quota") == 0 || strcmp(a, "--pids") == 0) {
 			if (parse_count(v, &n) < 0)
 				return cli_fail("%s takes a positive whole number", a), 2;

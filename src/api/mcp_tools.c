@@ -55,7 +55,13 @@ static const char in_create_session[] =
 	"\"idleTimeout\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 604800, "
 	"\"description\": \"Seconds without use before the session is destroyed\"}, "
 	"\"egress\": {\"type\": \"object\", \"description\": \"The session's own egress "
-	"policy {dns, dest, bandwidth}, which may only tighten the server's\"}}, "
+	"policy {dns, dest, bandwidth}, which may only tighten the server's\"}, "
+	"\"storage\": {\"type\": \"string\", \"enum\": [\"disk\", \"tmpfs\"], "
+	"\"description\": \"jail: a writable root and /workspace on a disk of the session's own, "
+	"or tmpfs charged to its memory; default the server's\"}, "
+	"\"diskBytes\": {\"type\": \"integer\", \"minimum\": 1, "
+	"\"description\": \"Size of the session's disk (or tmpfs workspace), within the "
+	"server's cap\"}}, "
 	"\"additionalProperties\": false}";
 /* The session with the reference's "status" ("active": ready for commands) beside "state". */
 static const char out_create_session[] =
@@ -705,6 +711,17 @@ static void t_create_session(struct mcp_call *c, json_t *args, const char *versi
 				      .egress = json_object_get(args, "egress") };
 	if (idle)
 		o.idle_timeout_s = (unsigned)json_integer_value(idle);
+	/* The schema took only "disk" or "tmpfs", and a positive diskBytes. */
+	struct session_resources res = { 0 };
+	const char *storage = json_string_value(json_object_get(args, "storage"));
+	json_t *disk = json_object_get(args, "diskBytes");
+	if (storage)
+		res.storage =
+			strcmp(storage, "disk") == 0 ? SESSION_STORAGE_DISK : SESSION_STORAGE_TMPFS;
+	if (json_is_integer(disk) && json_integer_value(disk) > 0)
+		res.workspace_bytes = (uint64_t)json_integer_value(disk);
+	if (storage || res.workspace_bytes)
+		o.resources = &res;
 	struct err e;
 	struct ops_call *op = ops_create_session(&t, &o, created, st, &e);
 	start_call(c, st, op, &e);

@@ -335,9 +335,13 @@ class Sandbox:
 
     def create_session(self, template: Optional[str] = None, id: Optional[str] = None,
                        env: Optional[Dict[str, str]] = None,
-                       idle_timeout_s: Optional[int] = None) -> "Session":
+                       idle_timeout_s: Optional[int] = None,
+                       resources: Optional[Dict[str, int]] = None,
+                       storage: Optional[str] = None) -> "Session":
         """Creates a session now (POST /exec/), waits until it is ready, returns its handle.
-        idle_timeout_s: seconds of inactivity before the server reaps it."""
+        idle_timeout_s: seconds of inactivity before the server reaps it. resources: its own
+        limits ({"memoryBytes", "cpuQuotaUs", "diskBytes", "pidsMax"}); storage: "disk" or
+        "tmpfs" (jail, docs/storage.md), default the server's."""
         body: Dict[str, Any] = {}
         if template:
             body["template"] = template
@@ -347,6 +351,10 @@ class Sandbox:
             body["env"] = env
         if idle_timeout_s:
             body["idleTimeout"] = idle_timeout_s
+        if resources:
+            body["resources"] = resources
+        if storage:
+            body["storage"] = storage
         j = self.request("POST", "/exec/", body)
         return Session(self, j["id"], j.get("template", template))
 

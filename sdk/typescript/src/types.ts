@@ -110,7 +110,17 @@ export interface SessionInfo {
     vcpuCount?: number;
   };
   /** What the session asked for at creation, when it did. */
-  resources?: { memoryBytes?: number; cpuQuotaUs?: number; diskBytes?: number; pidsMax?: number };
+  resources?: {
+    memoryBytes?: number;
+    cpuQuotaUs?: number;
+    diskBytes?: number;
+    pidsMax?: number;
+    storage?: "disk" | "tmpfs";
+  };
+  /** Where its writable files live (docs/storage.md). */
+  storage?: "disk" | "tmpfs";
+  /** Its disk's use, with "disk" storage. */
+  disk?: { usedBytes: number; sizeBytes: number };
 }
 
 export interface HealthInfo {
@@ -138,6 +148,11 @@ export interface CreateOptions {
   env?: Record<string, string>;
   /** Seconds of inactivity before the server reaps the session. */
   idleTimeout?: number;
+  /** The session's own limits (each may only stay within the server's caps). */
+  resources?: { memoryBytes?: number; cpuQuotaUs?: number; diskBytes?: number; pidsMax?: number };
+  /** jail: "disk" (a writable root and /workspace on a disk of diskBytes) or "tmpfs"
+   * (docs/storage.md); default: the server's SANDBOX_STORAGE. */
+  storage?: "disk" | "tmpfs";
 }
 
 /** A background process, as the server describes it. */
