@@ -257,7 +257,7 @@ class CliTest(unittest.TestCase):
     def test_create_with_template_timeout_env_and_resources(self):
         p = self.cli("create", "c6", "--template", "base", "--idle-timeout", "10m",
                      "--env", "FOO=bar", "--env", "BAZ=q=x", "--cpu-quota", "50000",
-                     "--disk", "64M", "--json", check=0)
+                     "--disk", "64M", "--storage", "tmpfs", "--json", check=0)
         s = json.loads(p.stdout)
         self.assertEqual(s["id"], "c6")
         self.assertEqual(s["template"], "base")
@@ -265,8 +265,23 @@ class CliTest(unittest.TestCase):
         p = self.cli("exec", "c6", "--", "sh", "-c", "echo $FOO $BAZ", check=0)
         self.assertEqual(p.stdout, b"bar q=x\n")
         # The workspace is the size asked for (df counts in 1K blocks).
+        self.assertEqual(s["storage"], "tmpfs")
         p = self.cli("exec", "c6", "--", "df", "-k", "/workspace", check=0)
         self.assertIn(b" 65536 ", p.stdout.replace(b"\t", b" "), p.stdout)
+        # A disk of its own instead (docs/storage.md), where the driver has them.
+        p = self.cli("create", "c6d", "--template", "base", "--storage", "disk", "--disk",
+                     "64M", "--json", check=0)
+        if harness.driver() == "jail":
+            s = json.loads(p.stdout)
+            self.assertEqual((s["storage"], s["limits"]["diskBytes"]), ("disk", 64 << 20))
+            self.assertLessEqual(s["disk"]["sizeBytes"], 64 << 20)
+            self.cli("rm", "c6d", check=0)
+        else:
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(b"jail driver", p.stderr)
+        p = self.cli("create", "--storage", "zfs")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"--storage takes disk or tmpfs", p.stderr)
         p = self.cli("create", "c6")
         self.assertEqual(p.returncode, 1)
         self.assertIn(b"409", p.stderr)

@@ -101,6 +101,14 @@ class SdkTest(unittest.TestCase):
         self.assertIn(now.id, [x["id"] for x in self.sb.sessions()])
         now.destroy()
 
+    def test_create_session_with_storage_and_disk(self):
+        s = self.sb.create_session(template="base", storage="tmpfs",
+                                   resources={"diskBytes": 32 << 20})
+        info = [x for x in self.sb.sessions() if x["id"] == s.id][0]
+        self.assertEqual(info["storage"], "tmpfs")
+        self.assertEqual(info["resources"], {"diskBytes": 32 << 20, "storage": "tmpfs"})
+        s.destroy()
+
     def test_create_with_old_arguments_warns_and_creates_now(self):
         with self.assertWarns(DeprecationWarning):
             s = self.sb.create(template="base", idle_timeout=60)
