@@ -1,11 +1,13 @@
 /* jail: the container-grade driver. Each sandbox is a process tree in new pid, mount, uts, ipc,
- * net and cgroup namespaces, with the template's rootfs directory as a read-only root, tmpfs
- * /workspace and /tmp, a minimal /dev, masked /proc, reduced capabilities, no_new_privs, a
- * seccomp filter, and a cgroup of its own. The agent is its PID 1 and talks over a socketpair.
+ * net and cgroup namespaces, with the template's rootfs as its root: under a writable overlay on
+ * a disk of its own that also holds /workspace and /tmp (jail_disk.c), or read-only with tmpfs
+ * /workspace and /tmp (SANDBOX_STORAGE=tmpfs), a minimal /dev, masked /proc, reduced
+ * capabilities, no_new_privs, a seccomp filter, and a cgroup of its own. The agent is its PID 1
+ * and talks over a socketpair.
  *
  * The child is set up by a plan of raw system calls prepared in the parent (see jail.h for
- * why). Nothing is created on the host's filesystem except the cgroup directories: the
- * mounts live and die with the sandbox's mount namespace. */
+ * why). Nothing named is created on the host's filesystem except the cgroup directories: the
+ * mounts live and die with the sandbox's mount namespace, the disk image has no name. */
 #include "driver/driver.h"
 
 #include <errno.h>
