@@ -11,7 +11,9 @@ import time
 import unittest
 
 import harness
-from helpers_exec import DaemonTestCase, joined, new_session_id, start_daemon, wait_until
+import helpers_host as host
+from helpers_exec import (DaemonTestCase, artifacts_dir, joined, new_session_id, sandbox_of,
+                          start_daemon, wait_until)
 from runner import tag
 
 MiB = 1024 * 1024
@@ -126,6 +128,78 @@ class StorageTest(DaemonTestCase):
         for bad in ("zfs", 1, ""):
             _, status, headers, body = self.create(expect=400, storage=bad)
             self.assertJsonError(status, headers, body, 400, "storage")
+
+
+# A package built in the sandbox by the command user: dpkg-deb, no network.
+BUILD_DEB = (
+    "mkdir -p /workspace/tiny/DEBIAN /workspace/tiny/usr/bin && "
+    "printf 'Package: tiny\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: t <t@t.invalid>\\n"
+    "Description: tiny\\n' > /workspace/tiny/DEBIAN/control && "
+    "printf '#!/bin/sh\\necho tiny-ok\\n' > /workspace/tiny/usr/bin/tiny && "
+    "chmod 755 /workspace/tiny/usr/bin/tiny && "
+    "dpkg-deb --root-owner-group --build /workspace/tiny /workspace/tiny.deb")
+# A wheel (a zip with its metadata) made with the standard library alone.
+BUILD_WHEEL = r"""python3 - <<'PY'
+import base64, hashlib, zipfile
+files = {"tinywheel/__init__.py": "print('wheel-ok')\n",
+         "tinywheel-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinywheel\nVersion: 1.0\n",
+         "tinywheel-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+rec = []
+with zipfile.ZipFile("/workspace/tinywheel-1.0-py3-none-any.whl", "w") as z:
+    for name, text in files.items():
+        z.writestr(name, text)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        rec.append(f"{name},sha256={digest.decode()},{len(text)}")
+    rec.append("tinywheel-1.0.dist-info/RECORD,,")
+    z.writestr("tinywheel-1.0.dist-info/RECORD", "\n".join(rec) + "\n")
+PY"""
+
+
+@tag("driver")
+class SystemInstallTest(DaemonTestCase):
+    """apt-get install and a system-wide pip install, offline, by root inside a sandbox of the
+    python template (Debian), change only its disk. Commands of the API run as the command user
+    (uid 1000): root inside is reached here the way an operator would, with nsenter into the
+    sandbox's user, mount and pid namespaces, where uid 0 is the sandbox's own root."""
+
+    daemon_env = {"SANDBOX_WARM_POOL": "0", "VM_MEMORY_LIMIT_BYTES": str(128 * MiB)}
+
+    @classmethod
+    def setUpClass(cls):
+        if harness.driver() != "jail":
+            raise unittest.SkipTest("disks are a mode of the jail driver")
+        if not os.path.exists(os.path.join(artifacts_dir(), "templates", "python")):
+            raise unittest.SkipTest("the python template is not built")
+        super().setUpClass()
+
+    def as_root_inside(self, sid, command):
+        sandbox = sandbox_of(self.d, sid)
+        pids = host.cgroup_pids(host.cgroup_dirs(sandbox))
+        agent = [p for p in pids if host.ppid(p) == self.d.proc.pid]
+        self.assertEqual(len(agent), 1, pids)
+        return subprocess.run(["nsenter", "-t", str(agent[0]), "-U", "-m", "-p", "-r", "-w",
+                               "--", "/bin/sh", "-c", command],
+                              capture_output=True, text=True, timeout=300)
+
+    def test_apt_get_and_pip_install_offline(self):
+        sid = self.session()
+        status, _, body = self.d.post("/exec/", body={"id": sid, "template": "python"},
+                                      timeout=60)
+        self.assertEqual(status, 201, body)
+        self.assertEqual(body["storage"], "disk")
+        self.run_ok(sid, BUILD_DEB)
+        self.run_ok(sid, BUILD_WHEEL)
+        p = self.as_root_inside(sid, "cd /workspace && apt-get install -y ./tiny.deb")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        p = self.as_root_inside(sid, "python3 -m pip install --no-index --break-system-packages "
+                                     "/workspace/tinywheel-1.0-py3-none-any.whl")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        # Installed system-wide, root's inside, usable by the command user.
+        self.assertEqual(self.stdout_of(sid, "tiny"), "tiny-ok\n")
+        self.assertEqual(self.stdout_of(sid, "stat -c '%u %g' /usr/bin/tiny"), "0 0\n")
+        self.assertEqual(self.stdout_of(sid, "cd / && python3 -c 'import tinywheel'"),
+                         "wheel-ok\n")
+        self.assertIn("tiny", self.stdout_of(sid, "dpkg -l tiny"))
 
 
 @tag("driver")
