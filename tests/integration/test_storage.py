@@ -111,6 +111,37 @@ class StorageTest(DaemonTestCase):
                    what="the destroyed sandbox's loop device to go")
         self.assertEqual(files_in(os.path.join(self.d.state_dir, "disks")), [])
 
+    def test_concurrent_creations_get_a_disk_each(self):
+        before = len(disks_of(self.d.state_dir))
+        results = []
+
+        def make():
+            sid = new_session_id("many")
+            status, _, body = self.d.post("/exec/", body={"id": sid, "template": "base",
+                                                         "resources": {"diskBytes": 64 * MiB}},
+                                          timeout=120)
+            results.append((sid, status, body))
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for sid, status, body in results:
+            self.addCleanup(self.d.delete, f"/exec/{sid}", timeout=30)
+            self.assertEqual(status, 201, body)
+        self.assertEqual(len(results), 8)
+        self.assertEqual(len(disks_of(self.d.state_dir)), before + 8)
+        # Each writes its own disk: one's file is not in another's.
+        for sid, _, _ in results:
+            self.run_ok(sid, f"echo {sid} > /workspace/mine")
+        for sid, _, _ in results:
+            self.assertEqual(self.stdout_of(sid, "cat /workspace/mine"), f"{sid}\n")
+        for sid, _, _ in results:
+            self.d.delete(f"/exec/{sid}", timeout=30)
+        wait_until(lambda: len(disks_of(self.d.state_dir)) == before, 20,
+                   what="the disks of the destroyed sandboxes to go")
+
     def test_tmpfs_mode_stays(self):
         sid, _, _, body = self.create(storage="tmpfs")
         self.assertEqual(body["storage"], "tmpfs")

@@ -343,6 +343,12 @@ static int jail_init(const struct config *cfg, struct err *err)
 	int r;
 	if ((r = host_get(err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
+	/* Said at start rather than by every session's creation. */
+	_cleanup_free_ char *mkfs = spawn_find_binary("mkfs.ext4");
+	if (!mkfs && (!cfg->storage || strcmp(cfg->storage, "disk") == 0))
+		return err_set(err, ENOENT,
+			       "jail: SANDBOX_STORAGE=disk needs mkfs.ext4 (e2fsprogs); install it "
+			       "or set SANDBOX_STORAGE=tmpfs");
 	return cgroup_init(&host.cg, err);
 }
 
