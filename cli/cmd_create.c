@@ -22,9 +22,9 @@ void cmd_create_help(void)
 	       "  --memory SIZE           memory limit: bytes, or with K, M, G (at least 16M)\n"
 	       "  --cpu-quota US          CPU time per the server's CPU period, in microseconds\n"
 	       "  --pids N                at most N processes (at least 4)\n"
-	       "  --disk SIZE             disk size (jail, disk storage: at least 16M, at most\n"
-	       "                          SANDBOX_MAX_DISK_BYTES), else workspace size (at least "
-	       "1M)\n"
+	       "  --disk SIZE             disk size (jail, disk storage: at most\n"
+	       "                          SANDBOX_MAX_DISK_BYTES), else workspace size; at least "
+	       "1M\n"
 	       "  --storage disk|tmpfs    jail: root and /workspace on a disk, or tmpfs\n"
 	       "Limits may only lower the server's (a disk: within its cap). --json prints the "
 	       "session object.\n");

@@ -87,9 +87,6 @@ int session_resources_check(const struct session_resources *r, struct err *err)
 				       "SANDBOX_MAX_DISK_BYTES (%llu)",
 				       (unsigned long long)r->workspace_bytes,
 				       (unsigned long long)c->max_disk_bytes);
-		if (r->workspace_bytes && r->workspace_bytes < (16u << 20))
-			return err_set(err, EINVAL,
-				       "resources.diskBytes must be at least 16 MiB for a disk");
 	} else if (tighter("diskBytes", r->workspace_bytes, c->disk_limit, err) < 0) {
 		return -EINVAL;
 	}

@@ -154,8 +154,8 @@ class StorageTest(DaemonTestCase):
         for size in (3 * GiB, 1 << 62):
             _, status, headers, body = self.create(expect=400, resources={"diskBytes": size})
             self.assertJsonError(status, headers, body, 400, "SANDBOX_MAX_DISK_BYTES")
-        _, status, headers, body = self.create(expect=400, resources={"diskBytes": MiB})
-        self.assertJsonError(status, headers, body, 400, "at least 16 MiB")
+        _, status, headers, body = self.create(expect=400, resources={"diskBytes": MiB // 2})
+        self.assertJsonError(status, headers, body, 400, "at least 1 MiB")
         for bad in ("zfs", 1, ""):
             _, status, headers, body = self.create(expect=400, storage=bad)
             self.assertJsonError(status, headers, body, 400, "storage")
