@@ -185,6 +185,7 @@ bool procs_child_exit(struct agent *a, pid_t pid, int status);
 /* Descriptors a process may hold in the poll set. */
 #define AGENT_PROC_FDS  2
 #define AGENT_MAX_PROCS 1024
+void op_watch(struct conn *c, uint32_t ch, const struct req *r);
 
 /* --- agent.c: process-wide services --- */
 

@@ -185,6 +185,9 @@ static void start_request(struct conn *c, uint32_t ch, const uint8_t *p, size_t 
 	case REQ_RESIZE:
 		op_resize(c, ch, &r);
 		break;
+	case REQ_WATCH:
+		op_watch(c, ch, &r);
+		break;
 	}
 	req_fini(&r);
 }

@@ -16,7 +16,7 @@ static const struct {
 	{ "stat", REQ_STAT },     { "mkdir", REQ_MKDIR },       { "remove", REQ_REMOVE },
 	{ "rename", REQ_RENAME }, { "shutdown", REQ_SHUTDOWN }, { "spawn", REQ_SPAWN },
 	{ "procs", REQ_PROCS },   { "attach", REQ_ATTACH },     { "signal", REQ_SIGNAL },
-	{ "input", REQ_INPUT },   { "resize", REQ_RESIZE },
+	{ "input", REQ_INPUT },   { "resize", REQ_RESIZE },     { "watch", REQ_WATCH },
 };
 
 static int wrong_type(const char *field, const char *want, const struct json *v, struct err *err)
@@ -305,6 +305,48 @@ static int parse_resume(const struct json *o, struct req_resume *x, struct err *
 	return 0;
 }
 
+static const char *const watch_event_names[] = { "create", "write", "remove", "rename", "chmod" };
+
+/* "events": an array of event kinds; absent or null: every kind. */
+static int parse_watch_events(const struct json *o, unsigned *ret, struct err *err)
+{
+	const struct json *v = json_get(o, "events");
+	*ret = REQ_WATCH_ALL;
+	if (!v || v->type == JSON_NULL)
+		return 0;
+	if (v->type != JSON_ARRAY)
+		return wrong_type("events", "an array of event kinds", v, err);
+	unsigned set = 0;
+	for (const struct json *e = v->u.kids.first; e; e = e->next) {
+		const char *s = e->type == JSON_STRING ? json_str(e) : NULL;
+		size_t i;
+		for (i = 0; s && i < ARRAY_SIZE(watch_event_names); i++)
+			if (strcmp(s, watch_event_names[i]) == 0)
+				break;
+		if (!s || i == ARRAY_SIZE(watch_event_names))
+			return err_set(
+				err, EINVAL,
+				"field `events` must list kinds among create, write, remove, "
+				"rename and chmod");
+		set |= 1u << i;
+	}
+	if (!set)
+		return err_set(err, EINVAL, "field `events` must not be empty");
+	*ret = set;
+	return 0;
+}
+
+static int parse_watch(const struct json *o, struct req *r, struct err *err)
+{
+	int ret;
+	r->u.watch.max_watches = REQ_DEFAULT_MAX_WATCHES;
+	if ((ret = get_str(o, "path", true, &r->path, err)) < 0 ||
+	    (ret = get_bool(o, "recursive", &r->u.watch.recursive, err)) < 0 ||
+	    (ret = get_int(o, "maxWatches", 1, REQ_MAX_WATCHES, &r->u.watch.max_watches, err)) < 0)
+		return ret;
+	return parse_watch_events(o, &r->u.watch.events, err);
+}
+
 static int parse_op(const struct json *o, struct req *r, struct err *err)
 {
 	int ret;
@@ -392,6 +434,8 @@ static int parse_op(const struct json *o, struct req *r, struct err *err)
 		    0)
 			return ret;
 		return get_int(o, "cols", 1, REQ_MAX_TERMINAL_SIZE, &r->u.resize.cols, err);
+	case REQ_WATCH:
+		return parse_watch(o, r, err);
 	}
 	return err_set(err, EINVAL, "unknown op");
 }

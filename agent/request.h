@@ -18,6 +18,18 @@
 #define REQ_DEFAULT_KILL_GRACE_MS 2000
 #define REQ_DEFAULT_MAX_ENTRIES   10000
 #define REQ_MAX_ENTRIES           1000000
+#define REQ_DEFAULT_MAX_WATCHES   8192 /* directories a recursive watch may cover */
+#define REQ_MAX_WATCHES           65536
+
+/* The kinds of event a watch reports (its "events" filter is a set of these). */
+enum req_watch_event {
+	REQ_WATCH_CREATE = 1 << 0,
+	REQ_WATCH_WRITE = 1 << 1,
+	REQ_WATCH_REMOVE = 1 << 2,
+	REQ_WATCH_RENAME = 1 << 3,
+	REQ_WATCH_CHMOD = 1 << 4,
+	REQ_WATCH_ALL = (1 << 5) - 1,
+};
 
 enum req_op {
 	REQ_PING,
@@ -37,6 +49,7 @@ enum req_op {
 	REQ_SIGNAL,
 	REQ_INPUT,
 	REQ_RESIZE,
+	REQ_WATCH,
 };
 
 #define REQ_MAX_TAG           64         /* bytes of a process's tag */
@@ -95,7 +108,7 @@ struct req {
 	enum req_op op;
 	const char *op_name;
 	struct json_doc *doc; /* owns every string below */
-	const char *path;     /* write, read, list, stat, mkdir, remove; rename: its source */
+	const char *path; /* write, read, list, stat, mkdir, remove, watch; rename: its source */
 	union {
 		struct req_exec exec;
 		struct req_resume resume;
@@ -143,6 +156,11 @@ struct req {
 			bool parents;   /* create the destination's missing directories */
 			bool overwrite; /* replace what is there (else EEXIST) */
 		} rename;
+		struct {
+			bool recursive;
+			unsigned events;     /* enum req_watch_event bits */
+			int64_t max_watches; /* directories watched at most */
+		} watch;
 	} u;
 };
 

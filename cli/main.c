@@ -26,6 +26,7 @@ static const struct cli_command commands[] = {
 	COMMAND(stat, "describe a path of a session (SESSION:PATH)"),
 	COMMAND(mkdir, "make directories in a session (SESSION:PATH)"),
 	COMMAND(mv, "move or rename within a session (SESSION:FROM TO)"),
+	COMMAND(watch, "print a directory's changes as they happen (SESSION:PATH)"),
 	COMMAND(ps, "list your sessions"),
 	COMMAND(procs, "list the background processes of a session"),
 	COMMAND(attach, "stream a background process's output until it ends"),

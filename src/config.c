@@ -90,12 +90,15 @@ static const struct var vars[] = {
 	  67108864 },
 	{ "SANDBOX_SESSION_REPLAY_BYTES", V_U64, F(session_replay_bytes), "33554432", 65536,
 	  4294967296 },
+	{ "SANDBOX_MAX_WATCHES", V_UINT, F(max_watches), "64", 1, 1048576 },
+	{ "SANDBOX_WATCH_MAX_DIRS", V_UINT, F(watch_max_dirs), "8192", 1, 65536 },
 	/* Unset: a quarter of the cap (see config_load). */
 	{ "SANDBOX_KEY_MAX_SESSIONS", V_UINT, F(key_max_sessions), NULL, 0, 65536 },
 	{ "SANDBOX_KEY_MAX_COMMANDS", V_UINT, F(key_max_commands), NULL, 0, 1048576 },
 	{ "SANDBOX_KEY_MAX_MCP_SESSIONS", V_UINT, F(key_max_mcp_sessions), NULL, 0, 100000 },
 	{ "SANDBOX_KEY_MAX_FILE_OPS", V_UINT, F(key_max_file_ops), NULL, 0, 1048576 },
 	{ "SANDBOX_KEY_MAX_STREAMS", V_UINT, F(key_max_streams), NULL, 0, 1048576 },
+	{ "SANDBOX_KEY_MAX_WATCHES", V_UINT, F(key_max_watches), NULL, 0, 1048576 },
 	{ "SESSION_IDLE_TIMEOUT", V_UINT, F(idle_timeout_s), "1800", 1, 31536000 },
 	{ "SESSION_MAX_LIFETIME", V_UINT, F(max_lifetime_s), "86400", 0, 31536000 },
 	{ "VM_VCPU_COUNT", V_UINT, F(vcpus), "1", 1, 32 },
@@ -470,6 +473,7 @@ int config_load(struct config *cfg, struct err *err)
 		  cfg->mcp_max_sessions },
 		{ "SANDBOX_KEY_MAX_FILE_OPS", &cfg->key_max_file_ops, cfg->max_file_ops },
 		{ "SANDBOX_KEY_MAX_STREAMS", &cfg->key_max_streams, cfg->max_streams },
+		{ "SANDBOX_KEY_MAX_WATCHES", &cfg->key_max_watches, cfg->max_watches },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(quarters); i++)
 		if (!env(quarters[i].name))

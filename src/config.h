@@ -43,6 +43,8 @@ struct config {
 	unsigned max_processes;        /* SANDBOX_MAX_PROCESSES, default 128 */
 	uint64_t process_replay_bytes; /* SANDBOX_PROCESS_REPLAY_BYTES, default 256 KiB */
 	uint64_t session_replay_bytes; /* SANDBOX_SESSION_REPLAY_BYTES, default 32 MiB */
+	unsigned max_watches;          /* SANDBOX_MAX_WATCHES: watch streams open at once, 64 */
+	unsigned watch_max_dirs; /* SANDBOX_WATCH_MAX_DIRS: directories one watch covers, 8192 */
 	/* What one key may hold at once unless it has its own quota (auth/quota.h); 0 = no
 	   quota. Each defaults to a quarter of the server's cap for the kind. */
 	unsigned key_max_sessions;     /* SANDBOX_KEY_MAX_SESSIONS */
@@ -50,6 +52,7 @@ struct config {
 	unsigned key_max_mcp_sessions; /* SANDBOX_KEY_MAX_MCP_SESSIONS */
 	unsigned key_max_file_ops;     /* SANDBOX_KEY_MAX_FILE_OPS */
 	unsigned key_max_streams;      /* SANDBOX_KEY_MAX_STREAMS */
+	unsigned key_max_watches;      /* SANDBOX_KEY_MAX_WATCHES */
 	unsigned idle_timeout_s;       /* SESSION_IDLE_TIMEOUT (seconds), default 1800 */
 	unsigned max_lifetime_s;       /* SESSION_MAX_LIFETIME (seconds), default 86400; 0 = none */
 	unsigned vcpus;                /* VM_VCPU_COUNT, default 1 */

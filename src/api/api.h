@@ -44,6 +44,7 @@ void api_exec_remove(struct http_ctx *ctx);
 void api_exec_move(struct http_ctx *ctx);
 /* PUT /exec/:id/file: a streamed upload (upload.c) */
 void api_exec_upload(struct http_ctx *ctx);
+void api_exec_watch(struct http_ctx *ctx);
 void api_exec_delete(struct http_ctx *ctx);
 
 /* background processes (process.c) */

@@ -1192,3 +1192,161 @@ int api_parse_command(struct http_ctx *ctx, json_t *body, struct ops_exec_req *r
 {
 	return parse_exec(ctx, body, req, tmpl);
 }
+
+/* --- watch -------------------------------------------------------------------------- */
+
+/* GET /exec/:id/watch?path=...&recursive=true[&timeoutMs=N][&events=create,write]: a stream
+ * of NDJSON lines (SSE with Accept: text/event-stream), each an event, between a "ready" line
+ * (the watch is in place) and an "end" line. Before "ready" a failure has its own status. A
+ * slow client holds the agent back (its events wait in the agent, then overflow there); a
+ * client that leaves ends the watch in the agent. */
+struct watch_req {
+	struct http_ctx *ctx;
+	struct ops_watch *w;
+	bool sse;
+	bool started;
+};
+
+static void watch_line(struct watch_req *q, const char *event, json_t *obj)
+{
+	_cleanup_free_ char *text = json_dumps(obj, JSON_COMPACT);
+	json_decref(obj);
+	if (q->sse) {
+		_cleanup_free_ char *frame = xasprintf("event: %s\ndata: %s\n\n", event, text);
+		http_stream_write(q->ctx, frame, strlen(frame));
+	} else {
+		size_t n = strlen(text);
+		text[n] = '\n';
+		http_stream_write(q->ctx, text, n + 1);
+	}
+}
+
+static void watch_on_drained(struct http_ctx *ctx, void *arg)
+{
+	struct watch_req *q = arg;
+	ops_watch_resume(q->w);
+}
+
+static void watch_rest_ready(struct ops_watch *w, uint64_t watches, void *arg)
+{
+	struct watch_req *q = arg;
+	q->started = true;
+	http_stream_start(q->ctx, 200, q->sse ? "text/event-stream" : "application/x-ndjson");
+	watch_line(q, "ready",
+		   json_pack("{s:s, s:I}", "type", "ready", "watches", (json_int_t)watches));
+}
+
+static void watch_rest_event(struct ops_watch *w, json_t *event, void *arg)
+{
+	struct watch_req *q = arg;
+	const char *type = json_string_value(json_object_get(event, "type"));
+	watch_line(q, type, json_incref(event));
+	if (q->ctx->conn && http_stream_pending(q->ctx) >= STREAM_HIGH_WATER) {
+		ops_watch_pause(w);
+		http_stream_on_drain(q->ctx, STREAM_HIGH_WATER / 2, watch_on_drained, q);
+	}
+}
+
+static void watch_rest_done(struct ops_watch *w, const struct ops_watch_result *r,
+			    const struct err *err, void *arg)
+{
+	struct watch_req *q = arg;
+	struct http_ctx *ctx = q->ctx;
+	ctx->on_gone = NULL;
+	http_stream_on_drain(ctx, 0, NULL, NULL);
+	if (!q->started) {
+		reply_err(ctx, err);
+	} else if (err) {
+		watch_line(q, "error",
+			   json_pack("{s:s, s:s, s:i}", "type", "error", "error", err->msg,
+				     "status", http_status_for_errno(err->errnum)));
+		http_stream_end(ctx);
+	} else {
+		watch_line(q, "end",
+			   json_pack("{s:s, s:I, s:I, s:b, s:b}", "type", "end", "events",
+				     (json_int_t)r->events, "overflows", (json_int_t)r->overflows,
+				     "timedOut", r->timed_out, "gone", r->gone));
+		http_stream_end(ctx);
+	}
+	free(q);
+}
+
+static const struct ops_watch_cbs watch_rest_cbs = { .on_ready = watch_rest_ready,
+						     .on_event = watch_rest_event,
+						     .on_done = watch_rest_done };
+
+/* The client left: the watch ends in the agent, nothing more is sent. */
+static void watch_on_client_gone(struct http_ctx *ctx, void *arg)
+{
+	struct watch_req *q = arg;
+	ops_watch_detach(q->w);
+	http_stream_on_drain(ctx, 0, NULL, NULL);
+	free(q);
+	/* Nothing is sent, whether or not the stream began: the ctx is done with (a watch not
+	 * yet in place would otherwise hold it for ever). */
+	http_stream_abort(ctx);
+}
+
+/* "events=create,write": the kinds as a JSON array (NULL when absent). */
+static json_t *watch_query_events(const char *s)
+{
+	if (!s)
+		return NULL;
+	json_t *a = json_array();
+	const char *p = s;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		json_array_append_new(a, json_stringn(p, n));
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	return a;
+}
+
+void api_exec_watch(struct http_ctx *ctx)
+{
+	const char *id, *path;
+	if (id_and_query_path(ctx, &id, &path) < 0)
+		return;
+	const char *rec = http_query(ctx, "recursive");
+	const char *tmo = http_query(ctx, "timeoutMs");
+	struct ops_watch_req req = {
+		.path = path,
+		.recursive = rec && (strcmp(rec, "true") == 0 || strcmp(rec, "1") == 0),
+	};
+	if (tmo) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(tmo, &end, 10);
+		if (!*tmo || *end || errno || *tmo == '-') {
+			http_reply_error(
+				ctx, 400,
+				"\"timeoutMs\" must be a non-negative number of milliseconds");
+			return;
+		}
+		req.timeout_ms = v;
+	}
+	const char *events = http_query(ctx, "events");
+	if (events && !utf8_valid((const uint8_t *)events, strlen(events))) {
+		http_reply_error(ctx, 400, "\"events\" must be UTF-8 text");
+		return;
+	}
+	json_auto_t *kinds = watch_query_events(events);
+	req.events = kinds;
+	struct watch_req *q = xcalloc(1, sizeof(*q));
+	q->ctx = ctx;
+	const char *format = http_query(ctx, "format");
+	q->sse = format ? strcmp(format, "sse") == 0 : http_accepts(ctx, "text/event-stream");
+	struct ops_target t = request_target(ctx, id, NULL);
+	struct err e;
+	q->w = ops_watch(&t, &req, &watch_rest_cbs, q, &e);
+	if (!q->w) {
+		free(q);
+		reply_err(ctx, &e);
+		return;
+	}
+	ctx->on_gone = watch_on_client_gone;
+	ctx->on_gone_arg = q;
+}

@@ -78,6 +78,8 @@ static int route_quota(const struct http_route *r)
 	    r->fn == api_exec_files || r->fn == api_exec_stat || r->fn == api_exec_mkdir ||
 	    r->fn == api_exec_remove || r->fn == api_exec_move)
 		return QUOTA_FILE_OPS;
+	if (r->fn == api_exec_watch)
+		return QUOTA_WATCHES;
 	return -1;
 }
 

@@ -392,6 +392,33 @@ static const char out_signal_process[] =
 
 typedef void (*tool_fn)(struct mcp_call *c, json_t *args, const char *version);
 
+/* wait_for_change */
+#define WAIT_DEFAULT_MS 30000
+/* Events that come this soon after the first are part of its batch. */
+#define WAIT_BATCH_MS   100
+#define WAIT_MAX_EVENTS 1000
+static const char in_wait_for_change[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"path\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"Directory to "
+	"watch, relative to the workspace\"}, "
+	"\"recursive\": {\"type\": \"boolean\", \"default\": false, \"description\": "
+	"\"Watch the directories below it too\"}, "
+	"\"timeoutMs\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 600000, "
+	"\"default\": 30000, \"description\": \"How long to wait for a change\"}}, "
+	"\"required\": [\"sessionId\", \"path\"], \"additionalProperties\": false}";
+static const char out_wait_for_change[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, "
+	"\"events\": {\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {"
+	"\"type\": {\"type\": \"string\", \"enum\": [\"create\", \"write\", \"remove\", "
+	"\"rename\", \"chmod\", \"overflow\"]}, "
+	"\"path\": {\"type\": \"string\"}, \"dir\": {\"type\": \"boolean\"}, "
+	"\"from\": {\"type\": \"string\"}}, \"required\": [\"type\"]}}, "
+	"\"timedOut\": {\"type\": \"boolean\"}}, "
+	"\"required\": [\"sessionId\", \"path\", \"events\", \"timedOut\"]}";
+
+static void t_wait_for_change(struct mcp_call *c, json_t *args, const char *version);
 static void t_create_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_templates(struct mcp_call *c, json_t *args, const char *version);
 static void t_execute(struct mcp_call *c, json_t *args, const char *version);
@@ -500,6 +527,12 @@ static struct tool tools[] = {
 	{ "signal_process", "Signal a background process",
 	  "Send a signal (TERM, INT, KILL...) to a background process and its children.",
 	  in_signal_process, out_signal_process, false, true, false, false, t_signal_process },
+	{ "wait_for_change", "Wait for a change",
+	  "Wait until something changes in a directory of the session's workspace (a file or "
+	  "directory created, written, removed, renamed or its mode changed; below it too "
+	  "with recursive) and return that first batch of changes, or nothing once timeoutMs "
+	  "passes.",
+	  in_wait_for_change, out_wait_for_change, true, false, false, false, t_wait_for_change },
 };
 
 /* The page size of tools/list: all of them, today. */
@@ -1581,4 +1614,97 @@ void mcp_tool_call(struct mcp_call *c, const char *name, json_t *args, const cha
 		return;
 	}
 	t->fn(c, args, version);
+}
+
+/* --- wait_for_change ---------------------------------------------------------------- */
+
+struct wait_state {
+	struct mcp_call *c;
+	struct ops_watch *w;
+	char version[16];
+	char *session_id;
+	char *path;
+	json_t *events;
+	struct event *batch; /* WAIT_BATCH_MS after the first event */
+	bool replied;
+};
+
+static void wait_free(struct wait_state *st)
+{
+	if (st->batch)
+		event_free(st->batch);
+	json_decref(st->events);
+	free(st->session_id);
+	free(st->path);
+	free(st);
+}
+
+static void wait_on_batch(evutil_socket_t fd, short what, void *arg)
+{
+	struct wait_state *st = arg;
+	ops_watch_cancel(st->w); /* the RESULT ends it: wait_on_done replies */
+}
+
+static void wait_on_event(struct ops_watch *w, json_t *event, void *arg)
+{
+	struct wait_state *st = arg;
+	if (json_array_size(st->events) < WAIT_MAX_EVENTS)
+		json_array_append(st->events, event);
+	if (!st->batch) {
+		st->batch = evtimer_new(api_base, wait_on_batch, st);
+		struct timeval tv = { 0, WAIT_BATCH_MS * 1000 };
+		evtimer_add(st->batch, &tv);
+	}
+	if (json_array_size(st->events) >= WAIT_MAX_EVENTS)
+		ops_watch_cancel(w);
+}
+
+static void wait_on_done(struct ops_watch *w, const struct ops_watch_result *r,
+			 const struct err *err, void *arg)
+{
+	struct wait_state *st = arg;
+	if (err && json_array_size(st->events) == 0) {
+		reply_err(st->c, err);
+	} else {
+		json_t *j = json_pack("{s:s, s:s, s:O, s:b}", "sessionId", st->session_id, "path",
+				      st->path, "events", st->events, "timedOut",
+				      json_array_size(st->events) == 0);
+		reply_ok(st->c, j, st->version);
+	}
+	wait_free(st);
+}
+
+static const struct ops_watch_cbs wait_cbs = { .on_event = wait_on_event, .on_done = wait_on_done };
+
+static void wait_cancel(struct mcp_call *c, void *state)
+{
+	struct wait_state *st = state;
+	ops_watch_detach(st->w);
+	wait_free(st);
+}
+
+static void t_wait_for_change(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	json_t *tv = json_object_get(args, "timeoutMs");
+	struct ops_watch_req req = {
+		.path = json_string_value(json_object_get(args, "path")),
+		.recursive = json_is_true(json_object_get(args, "recursive")),
+		.timeout_ms = tv ? (uint64_t)json_integer_value(tv) : WAIT_DEFAULT_MS,
+	};
+	struct wait_state *st = xcalloc(1, sizeof(*st));
+	snprintf(st->version, sizeof(st->version), "%s", version);
+	st->c = c;
+	st->session_id = xstrdup(t.session_id);
+	st->path = xstrdup(req.path);
+	st->events = json_array();
+	struct err e;
+	st->w = ops_watch(&t, &req, &wait_cbs, st, &e);
+	if (!st->w) {
+		wait_free(st);
+		reply_err(c, &e);
+		return;
+	}
+	struct mcp_tool_run run = { .cancel = wait_cancel, .state = st };
+	mcp_call_set_run(c, &run);
 }

@@ -42,6 +42,7 @@ const struct http_route api_routes[] = {
 	{ GET, "/exec/:id/processes/:pid/ws", api_process_ws, "exec", 0, HTTP_ROUTE_TICKET },
 	{ GET, "/exec/:id/terminal", api_terminal_open, "exec", 0, HTTP_ROUTE_TICKET },
 	{ POST, "/exec/:id/tickets", api_ticket_create, "exec", SMALL_BODY },
+	{ GET, "/exec/:id/watch", api_exec_watch, "exec" },
 	{ DELETE, "/exec/:id", api_exec_delete, "exec" },
 	{ GET | POST | DELETE, "/mcp", api_mcp, "exec", 0, HTTP_ROUTE_JSON_BODY },
 	{ POST, "/mcp/messages", api_mcp_messages, "exec", 0, HTTP_ROUTE_JSON_BODY },

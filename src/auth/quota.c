@@ -21,7 +21,7 @@ struct owner {
 static const char *const names[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "sessions",        [QUOTA_COMMANDS] = "commands",
 	[QUOTA_MCP_SESSIONS] = "mcpSessions", [QUOTA_FILE_OPS] = "fileOps",
-	[QUOTA_STREAMS] = "streams",
+	[QUOTA_STREAMS] = "streams",          [QUOTA_WATCHES] = "watches",
 };
 
 /* What each kind is called in messages, and the settings behind its numbers. */
@@ -31,6 +31,7 @@ static const char *const nouns[QUOTA_NKINDS] = {
 	[QUOTA_MCP_SESSIONS] = "MCP sessions",
 	[QUOTA_FILE_OPS] = "file operations in flight",
 	[QUOTA_STREAMS] = "process streams and terminals open",
+	[QUOTA_WATCHES] = "watch streams",
 };
 static const char *const cap_vars[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "SANDBOX_MAX_SESSIONS",
@@ -38,6 +39,7 @@ static const char *const cap_vars[QUOTA_NKINDS] = {
 	[QUOTA_MCP_SESSIONS] = "SANDBOX_MCP_MAX_SESSIONS",
 	[QUOTA_FILE_OPS] = "SANDBOX_MAX_FILE_OPS",
 	[QUOTA_STREAMS] = "SANDBOX_MAX_STREAMS",
+	[QUOTA_WATCHES] = "SANDBOX_MAX_WATCHES",
 };
 static const char *const key_vars[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "SANDBOX_KEY_MAX_SESSIONS",
@@ -45,6 +47,7 @@ static const char *const key_vars[QUOTA_NKINDS] = {
 	[QUOTA_MCP_SESSIONS] = "SANDBOX_KEY_MAX_MCP_SESSIONS",
 	[QUOTA_FILE_OPS] = "SANDBOX_KEY_MAX_FILE_OPS",
 	[QUOTA_STREAMS] = "SANDBOX_KEY_MAX_STREAMS",
+	[QUOTA_WATCHES] = "SANDBOX_KEY_MAX_WATCHES",
 };
 
 static struct {
@@ -75,6 +78,8 @@ static uint64_t cap(enum quota_kind k)
 		return c->mcp_max_sessions;
 	case QUOTA_STREAMS:
 		return c->max_streams;
+	case QUOTA_WATCHES:
+		return c->max_watches;
 	default:
 		return c->max_file_ops;
 	}
@@ -95,6 +100,8 @@ static uint64_t key_default(enum quota_kind k)
 		return c->key_max_mcp_sessions;
 	case QUOTA_STREAMS:
 		return c->key_max_streams;
+	case QUOTA_WATCHES:
+		return c->key_max_watches;
 	default:
 		return c->key_max_file_ops;
 	}
@@ -144,7 +151,7 @@ int quota_set_merge_json(struct quota_set *q, json_t *obj, struct err *err)
 	if (!json_is_object(obj))
 		return err_set(err, EINVAL,
 			       "`quotas` must be an object such as {\"sessions\": 4} (kinds: "
-			       "sessions, commands, mcpSessions, fileOps, streams)");
+			       "sessions, commands, mcpSessions, fileOps, streams, watches)");
 	const char *name;
 	json_t *v;
 	json_object_foreach (obj, name, v) {
@@ -152,7 +159,7 @@ int quota_set_merge_json(struct quota_set *q, json_t *obj, struct err *err)
 		if (k < 0)
 			return err_set(err, EINVAL,
 				       "unknown quota `%.64s` (kinds: sessions, commands, "
-				       "mcpSessions, fileOps, streams)",
+				       "mcpSessions, fileOps, streams, watches)",
 				       name);
 		if (json_is_null(v)) {
 			q->v[k] = QUOTA_DEFAULT;

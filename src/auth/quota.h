@@ -28,6 +28,7 @@ enum quota_kind {
 	QUOTA_MCP_SESSIONS, /* MCP sessions open */
 	QUOTA_FILE_OPS,     /* file operations in flight (write, read, list) */
 	QUOTA_STREAMS,      /* streams open: attaches to processes' output, terminals */
+	QUOTA_WATCHES,      /* watch streams open (a watch from its request to its end) */
 	QUOTA_NKINDS
 };
 
@@ -46,7 +47,8 @@ void quota_shutdown(void);
 
 /* A set with every quota at QUOTA_DEFAULT. */
 void quota_set_default(struct quota_set *q);
-/* The kind's name in the API and the CLI ("sessions", "commands", "mcpSessions", "fileOps"),
+/* The kind's name in the API and the CLI ("sessions", "commands", "mcpSessions", "fileOps",
+ * "watches"),
  * and its reverse (-1 for an unknown name). */
 const char *quota_name(enum quota_kind k);
 int quota_kind_from_name(const char *name);

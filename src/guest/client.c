@@ -5,6 +5,7 @@
 #include <event2/bufferevent.h>
 #include <string.h>
 
+#include "guest/event.h"
 #include "guest/proto.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -302,6 +303,12 @@ static void handle_event(struct guest_op *op, const struct guest_frame *f)
 		violation("frame");
 		conn_fail(c, EREMOTEIO,
 			  "sandbox agent sent an event for an operation that has none");
+		return;
+	}
+	if (f->len > GUEST_EVENT_MAX) {
+		violation("frame");
+		conn_fail(c, EREMOTEIO, "sandbox agent sent an event of %u bytes (at most %u)",
+			  f->len, GUEST_EVENT_MAX);
 		return;
 	}
 	op->recv_credit -= f->len;
@@ -696,6 +703,12 @@ void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what)
 	free(op->timeout_what);
 	op->timeout_what = what ? xstrdup(what) : NULL;
 	op_arm(op, ms);
+}
+
+void guest_op_clear_timeout(struct guest_op *op)
+{
+	if (op->timer && !op->giving_up)
+		event_del(op->timer);
 }
 
 void guest_op_detach(struct guest_op *op)

@@ -80,7 +80,8 @@ bool guest_conn_alive(struct guest_conn *c);
 /* Number of operations in flight. */
 size_t guest_conn_ops(struct guest_conn *c);
 
-/* Protocol violations seen (for metrics), by kind: "frame", "json", "credit", "channel". */
+/* Protocol violations seen (for metrics), by kind: "frame", "json", "credit", "channel",
+ * "event". */
 typedef void (*guest_violation_fn)(const char *kind);
 void guest_set_violation_hook(guest_violation_fn fn);
 
@@ -100,6 +101,8 @@ void guest_op_consumed(struct guest_op *op, size_t n);
 /* Fails the op with ETIMEDOUT if it has not ended in `ms`; the host then gives up on it
  * (see GUEST_GIVE_UP_GRACE_MS). */
 void guest_op_set_timeout(struct guest_op *op, uint64_t ms, const char *what);
+/* Removes the timeout guest_op_set_timeout() set. */
+void guest_op_clear_timeout(struct guest_op *op);
 /* The caller is no longer interested: cancels in the agent, no more callbacks; the host
  * gives up on it (see GUEST_GIVE_UP_GRACE_MS). */
 void guest_op_detach(struct guest_op *op);

@@ -29,12 +29,13 @@
  * resume; the host refuses an agent older than its own. 2: ping and resume report it. 3: a
  * read announces its file (FILEINFO) before the contents, so the host can stream them. 4: the
  * rename operation. 5: background processes (spawn, procs, attach, signal, input, resize) and
- * EVENT frames. */
-#define GUEST_PROTO_VERSION  5
+ * EVENT frames. 6: the watch operation. */
+#define GUEST_PROTO_VERSION  6
 #define GUEST_HDR_LEN        9
 #define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
 #define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */
 #define GUEST_WINDOW_INITIAL (1u << 20)   /* initial credit per channel and direction */
+#define GUEST_EVENT_MAX      (64u << 10)  /* largest EVENT payload */
 
 enum guest_type {
 	/* host -> agent */
@@ -55,10 +56,12 @@ enum guest_type {
 	 * request had "checkText": true) tells whether the whole file is valid UTF-8 without
 	 * NUL; the bytes sent after "text": true are. */
 	GUEST_FILEINFO = 19,
-	/* JSON, any number, not terminal: something that happened on the channel, {"type":...}.
-	 * An attach's {"type": "gap", "bytes": N}: N bytes of output were overwritten in the
-	 * replay buffer before this reader got them; first of all its {"type": "attached",
-	 * "pid": N, "position": N}. */
+	/* JSON, any number, not terminal: something that happened on the channel, {"type":...},
+	 * at most GUEST_EVENT_MAX bytes; it consumes the channel's credit like a data frame. An
+	 * attach's first is {"type": "attached", "pid": N, "position": N}, then {"type": "gap",
+	 * "bytes": N} where N bytes of output were overwritten in the replay buffer before this
+	 * reader got them; a watch's, its changes ({"type": "create", "path": "rel", "dir":
+	 * false}). */
 	GUEST_EVENT = 20,
 	GUEST_RESULT = 32, /* JSON, terminal */
 	GUEST_ERROR = 33,  /* JSON, terminal: {"error": "message", "code": "ENOENT"} */

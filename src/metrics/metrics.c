@@ -314,6 +314,10 @@ void metrics_init(void)
 				  life_buckets, ARRAY_SIZE(life_buckets));
 	metrics_daemon.exec_message_total = metrics_counter(
 		"exec_message_total", "Operations sent to sandboxes by type", "type");
+	metrics_daemon.watches_active =
+		metrics_gauge("watches_active", "Watches open in sandboxes' agents", NULL);
+	metrics_daemon.watch_events_total = metrics_counter(
+		"watch_events_total", "Watch events delivered to clients by type", "type");
 	metrics_daemon.exec_message_duration =
 		metrics_histogram("exec_message_duration_seconds",
 				  "Operation round-trip time by type", "type", NULL, 0);

@@ -58,6 +58,8 @@ struct sandbox_metrics {
 	struct metric *warm_pool_size;              /* gauge {template} */
 	struct metric *sandbox_disk_bytes;          /* gauge {kind}: used, allocated */
 	struct metric *guest_protocol_errors_total; /* counter {kind} */
+	struct metric *watches_active;              /* gauge */
+	struct metric *watch_events_total;          /* counter {type} */
 	struct metric *egress_decisions_total;      /* counter {decision, reason} */
 };
 

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "auth/quota.h"
+#include "guest/event.h"
 #include "guest/proto.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
@@ -569,6 +570,279 @@ const char *ops_exec_id(const struct ops_exec *x)
 struct session *ops_exec_session(const struct ops_exec *x)
 {
 	return x->phase == EXEC_RUNNING ? x->s : NULL;
+}
+
+/* --- watch -------------------------------------------------------------------------- */
+
+static int check_path(const char *path, struct err *err);
+
+/* How long an agent has to end a watch once asked (cancel, timeout, caller gone). */
+#define WATCH_END_GRACE_MS 10000
+
+struct ops_watch {
+	struct ops_target t; /* strings owned */
+	json_t *request;     /* to the agent */
+	uint64_t timeout_ms;
+	const struct ops_watch_cbs *cbs;
+	void *arg;
+	struct event *start_ev;
+	struct event *timer; /* timeout_ms */
+	struct session *s;
+	struct guest_op *op;
+	bool ready;     /* the agent's first event came */
+	bool detached;  /* no callbacks any more */
+	bool ending;    /* the agent was asked to end it */
+	bool timed_out; /* by timeout_ms */
+	bool paused;
+	bool quota_held; /* a unit of QUOTA_WATCHES */
+	uint64_t unacked;
+	uint64_t events, overflows;
+};
+
+static unsigned watches_open; /* in agents (the watches_active gauge) */
+
+static void watch_free(struct ops_watch *w)
+{
+	if (w->start_ev)
+		event_free(w->start_ev);
+	if (w->timer)
+		event_free(w->timer);
+	if (w->s) {
+		if (w->op) {
+			session_op_end(w->s);
+			watches_open--;
+			metrics_set(metrics_daemon.watches_active, watches_open);
+		}
+		session_unref(w->s);
+	}
+	json_decref(w->request);
+	if (w->quota_held)
+		quota_release(w->t.owner, QUOTA_WATCHES);
+	target_free(&w->t);
+	free(w);
+}
+
+static void watch_finish(struct ops_watch *w, const struct ops_watch_result *r,
+			 const struct err *err)
+{
+	bool call = !w->detached;
+	w->detached = true;
+	if (call)
+		w->cbs->on_done(w, r, err, w->arg);
+	watch_free(w);
+}
+
+/* Asks the agent to end the watch (its RESULT follows), giving it a grace period. */
+static void watch_end(struct ops_watch *w)
+{
+	if (w->ending || !w->op)
+		return;
+	w->ending = true;
+	if (w->unacked) {
+		guest_op_consumed(w->op, w->unacked);
+		w->unacked = 0;
+	}
+	guest_op_cancel(w->op);
+	guest_op_set_timeout(w->op, WATCH_END_GRACE_MS, "ending a watch");
+}
+
+static void watch_on_event(struct guest_op *op, json_t *raw, size_t len, void *arg)
+{
+	struct ops_watch *w = arg;
+	/* A watch's events in their one shape (guest/event.h): what reaches a client is built
+	 * from the checked values, whatever the guest client let through. */
+	json_auto_t *ev = NULL;
+	struct err e;
+	if (guest_event_check(raw, len, &ev, &e) < 0) {
+		guest_op_violation(op, "a watch event that is not one");
+		return;
+	}
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	bool is_ready = strcmp(type, "ready") == 0;
+	if (is_ready == w->ready) {
+		/* ready comes once, and first */
+		guest_op_violation(op, "watch events out of order");
+		return;
+	}
+	if (w->paused && !w->ending)
+		w->unacked += len;
+	else
+		guest_op_consumed(op, len);
+	if (w->detached)
+		return;
+	if (is_ready) {
+		w->ready = true;
+		if (!w->ending)
+			guest_op_clear_timeout(op);
+		if (w->cbs->on_ready)
+			w->cbs->on_ready(
+				w, (uint64_t)json_integer_value(json_object_get(ev, "watches")),
+				w->arg);
+		return;
+	}
+	if (strcmp(type, "overflow") == 0)
+		w->overflows++;
+	else
+		w->events++;
+	metrics_add(metrics_daemon.watch_events_total, 1, type);
+	w->cbs->on_event(w, ev, w->arg);
+}
+
+static void watch_on_guest_done(struct guest_op *op, json_t *result, const struct err *err,
+				void *arg)
+{
+	struct ops_watch *w = arg;
+	metrics_add(metrics_daemon.exec_message_total, 1, "watch");
+	if (err && err->errnum == ETIMEDOUT && w->ending && w->ready) {
+		/* The agent did not end it in time: the host has given up on it. */
+		log_warn("ops", "a sandbox agent did not end a watch of session %s in time",
+			 w->t.session_id);
+	}
+	if (err && err->errnum == ENOSPC) {
+		/* The watch limit (the tree's, or the system's): the request asked too much. */
+		struct err e;
+		err_set(&e, E2BIG, "%s", err->msg);
+		watch_finish(w, NULL, &e);
+		return;
+	}
+	if (err) {
+		watch_finish(w, NULL, err);
+		return;
+	}
+	struct ops_watch_result r = { .events = w->events,
+				      .overflows = w->overflows,
+				      .timed_out = w->timed_out,
+				      .gone = json_is_true(json_object_get(result, "gone")) };
+	watch_finish(w, &r, NULL);
+}
+
+static const struct guest_op_cbs watch_guest_cbs = { .on_event = watch_on_event,
+						     .on_done = watch_on_guest_done };
+
+static void watch_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct ops_watch *w = arg;
+	w->timed_out = true;
+	watch_end(w);
+}
+
+static void watch_start(evutil_socket_t fd, short what, void *arg)
+{
+	struct ops_watch *w = arg;
+	event_free(w->start_ev);
+	w->start_ev = NULL;
+	struct err e;
+	struct session *s = ops_find_session(&w->t, &e);
+	if (!s) {
+		watch_finish(w, NULL, &e);
+		return;
+	}
+	w->s = s;
+	session_ref(s);
+	w->op = guest_op_start(s->conn, w->request, &watch_guest_cbs, w, &e);
+	if (!w->op) {
+		watch_finish(w, NULL, &e);
+		return;
+	}
+	session_op_begin(s);
+	watches_open++;
+	metrics_set(metrics_daemon.watches_active, watches_open);
+	/* An agent that never says the watch is in place holds nothing for long. */
+	guest_op_set_timeout(w->op, O.cfg->file_op_timeout_ms, "watch");
+	if (w->timeout_ms) {
+		w->timer = evtimer_new(O.base, watch_on_timer, w);
+		struct timeval tv = { .tv_sec = (time_t)(w->timeout_ms / 1000),
+				      .tv_usec = (suseconds_t)(w->timeout_ms % 1000) * 1000 };
+		evtimer_add(w->timer, &tv);
+	}
+}
+
+static int check_watch_events(json_t *events, struct err *err)
+{
+	if (!events || json_is_null(events))
+		return 0;
+	static const char *const kinds[] = { "create", "write", "remove", "rename", "chmod" };
+	if (!json_is_array(events) || json_array_size(events) == 0)
+		return err_set(err, EINVAL,
+			       "\"events\" must be a non-empty list of create, write, remove, "
+			       "rename, chmod");
+	size_t i;
+	json_t *v;
+	json_array_foreach (events, i, v) {
+		const char *k = json_string_value(v);
+		size_t j = 0;
+		while (k && j < ARRAY_SIZE(kinds) && strcmp(k, kinds[j]) != 0)
+			j++;
+		if (!k || j == ARRAY_SIZE(kinds))
+			return err_set(err, EINVAL,
+				       "\"events\" may hold only create, write, remove, rename and "
+				       "chmod");
+	}
+	return 0;
+}
+
+struct ops_watch *ops_watch(const struct ops_target *t, const struct ops_watch_req *req,
+			    const struct ops_watch_cbs *cbs, void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0 || check_path(req->path, err) < 0 ||
+	    check_watch_events(req->events, err) < 0)
+		return NULL;
+	if (req->timeout_ms > EXEC_MAX_TIMEOUT_MS) {
+		err_set(err, EINVAL, "\"timeoutMs\" must be at most %llu",
+			(unsigned long long)EXEC_MAX_TIMEOUT_MS);
+		return NULL;
+	}
+	bool held;
+	if (admit(t, QUOTA_WATCHES, &held, err) < 0)
+		return NULL;
+	struct ops_watch *w = xcalloc(1, sizeof(*w));
+	target_copy(&w->t, t);
+	w->quota_held = held;
+	w->cbs = cbs;
+	w->arg = arg;
+	w->timeout_ms = req->timeout_ms;
+	w->request = json_pack("{s:s, s:s, s:b, s:i}", "op", "watch", "path", req->path,
+			       "recursive", req->recursive, "maxWatches", O.cfg->watch_max_dirs);
+	if (req->events && json_is_array(req->events))
+		json_object_set(w->request, "events", req->events);
+	w->start_ev = defer(watch_start, w);
+	return w;
+}
+
+void ops_watch_cancel(struct ops_watch *w)
+{
+	if (w->start_ev) {
+		struct err e;
+		err_set(&e, ECANCELED, "the watch was cancelled before it started");
+		watch_finish(w, NULL, &e);
+		return;
+	}
+	watch_end(w);
+}
+
+void ops_watch_detach(struct ops_watch *w)
+{
+	w->detached = true;
+	if (w->start_ev) {
+		watch_free(w);
+		return;
+	}
+	/* Freed once the agent has ended it (or the host gave up on it). */
+	watch_end(w);
+}
+
+void ops_watch_pause(struct ops_watch *w)
+{
+	w->paused = true;
+}
+
+void ops_watch_resume(struct ops_watch *w)
+{
+	w->paused = false;
+	if (w->unacked && w->op) {
+		guest_op_consumed(w->op, w->unacked);
+		w->unacked = 0;
+	}
 }
 
 /* --- files and sessions ------------------------------------------------------------- */

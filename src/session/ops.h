@@ -112,6 +112,52 @@ const char *ops_exec_id(const struct ops_exec *x);
 /* The session the command runs in (NULL until it started). */
 struct session *ops_exec_session(const struct ops_exec *x);
 
+/* --- watch -------------------------------------------------------------------------- */
+
+/* Watches a directory of an existing session for changes: files and directories created,
+ * written, removed, renamed or whose attributes changed, below it when recursive (directories
+ * that appear later included). The caller holds a unit of QUOTA_WATCHES for the watch's life
+ * (unless t->admitted). */
+struct ops_watch_req {
+	const char *path; /* required: a directory inside the workspace */
+	bool recursive;
+	json_t *events;      /* borrowed array of kinds to report ("create", ...), or NULL: all */
+	uint64_t timeout_ms; /* 0: until cancelled; then it ends on its own, with timed_out */
+};
+
+struct ops_watch_result {
+	uint64_t events;    /* events delivered */
+	uint64_t overflows; /* times events were lost (each reported by one overflow event) */
+	bool timed_out;     /* it ended because timeout_ms passed */
+	bool gone;          /* it ended because the watched directory was removed or moved */
+};
+
+struct ops_watch;
+
+struct ops_watch_cbs {
+	/* The watch is in place (optional): every change from now on is reported. `watches` is
+	 * how many directories it covers. Before it, the request may still fail (ENOENT,
+	 * ENOTDIR, EXDEV for a path outside the workspace, ENOSPC past the watch limit...). */
+	void (*on_ready)(struct ops_watch *w, uint64_t watches, void *arg);
+	/* One event, checked (guest/event.h): {type, path, dir[, from]} or {type: "overflow"}
+	 * (borrowed). */
+	void (*on_event)(struct ops_watch *w, json_t *event, void *arg);
+	/* Terminal: cancelled, timed out or gone (r), or failed (err). Freed when it returns. */
+	void (*on_done)(struct ops_watch *w, const struct ops_watch_result *r,
+			const struct err *err, void *arg);
+};
+
+struct ops_watch *ops_watch(const struct ops_target *t, const struct ops_watch_req *req,
+			    const struct ops_watch_cbs *cbs, void *arg, struct err *err);
+/* Ends the watch: on_done follows with the counts. */
+void ops_watch_cancel(struct ops_watch *w);
+/* The caller is gone: no more callbacks; the watch ends in the agent. */
+void ops_watch_detach(struct ops_watch *w);
+/* Back-pressure, as for a command's output: while paused the agent may send at most one
+ * window of events; beyond that it queues a bounded number, then reports an overflow. */
+void ops_watch_pause(struct ops_watch *w);
+void ops_watch_resume(struct ops_watch *w);
+
 /* --- files and sessions ------------------------------------------------------------- */
 
 struct ops_result {

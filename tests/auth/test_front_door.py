@@ -222,6 +222,40 @@ class QuotaTest(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(st, 200, body)
 
+    def test_watch_streams_quota(self):
+        k = self.key("one-watch", quotas={"watches": 1})
+        self.addCleanup(self.destroy_all, k["key"], ["watchq"])
+        self.assertEqual(self.create(k["key"], "watchq")[0], 201)
+        head = ("GET /exec/watchq/watch?path=. HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {k['key']}\r\n\r\n").encode()
+        watcher = raw_request(self.d, head)
+        try:
+            watcher.settimeout(60)
+            got = b""
+            while b"ready" not in got:
+                chunk = watcher.recv(4096)
+                self.assertTrue(chunk, got)
+                got += chunk
+            self.assertIn(b" 200 ", got.split(b"\r\n", 1)[0])
+            st, headers, body = request(self.d, "GET", "/exec/watchq/watch?path=.", key=k["key"])
+            self.assertEqual(st, 429, body)
+            self.assertIn("Quota `watches` reached", body["error"])
+            self.assertIn("SANDBOX_KEY_MAX_WATCHES", body["error"])
+            # Another key is not held back by it.
+            other = self.key("other-watches")["key"]
+            st, _, _ = request(self.d, "GET", "/exec/watchq/watch?path=.", key=other)
+            self.assertEqual(st, 404)
+        finally:
+            watcher.close()
+        # Once the stream is gone, the key may watch again.
+        for _ in range(200):
+            st, _, body = request(self.d, "GET", "/exec/watchq/watch?path=.&timeoutMs=1",
+                                  key=k["key"])
+            if st != 429:
+                break
+            time.sleep(0.05)
+        self.assertEqual(st, 200, body)
+
     def test_mcp_sessions_quota(self):
         k = self.key("one-mcp", quotas={"mcpSessions": 1})
         st, headers, body = mcp_initialize(self.d, k["key"])

@@ -434,6 +434,46 @@ class CliTest(unittest.TestCase):
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
                     "keys", "stat", "mkdir", "mv", "procs", "attach", "kill"):
+    def watch(self, *args):
+        p = subprocess.Popen([CLI, "watch", *args], env=self.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (p.kill(), p.wait()))
+        return p
+
+    def test_watch_prints_changes_until_ctrl_c(self):
+        self.cli("exec", "wt1", "--", "true", check=0)
+        p = self.watch("wt1:.", "-r")
+        self.assertIn(b"watching (1 directories)", p.stderr.readline())
+        self.cli("exec", "wt1", "--", "sh", "-c", "mkdir d && echo hi > d/f && mv d/f d/g",
+                 check=0)
+        lines = []
+        while b"rename" not in (lines[-1] if lines else b""):
+            line = p.stdout.readline()
+            self.assertTrue(line, lines)
+            lines.append(line)
+        self.assertIn(b"create  d/\n", lines)
+        self.assertIn(b"create  d/f\n", lines)
+        self.assertEqual(lines[-1], b"rename  d/f -> d/g\n")
+        p.send_signal(signal.SIGINT)
+        self.assertEqual(p.wait(timeout=30), 0)
+        # --json: the server's lines, ready first; --timeout ends it.
+        p = self.watch("wt1:d", "--json", "--timeout", "300")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        events = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(events[0]["type"], "ready")
+        self.assertEqual(events[-1]["type"], "end")
+        self.assertTrue(events[-1]["timedOut"])
+        # Errors: a path outside the workspace, a bad target.
+        p = self.cli("watch", "wt1:../etc")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"escapes", p.stderr)
+        self.assertEqual(self.cli("watch", "wt1").returncode, 2)
+        self.cli("rm", "wt1", check=0)
+
+    def test_help_for_every_command(self):
+        for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
+                    "keys", "stat", "mkdir", "mv", "watch"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 

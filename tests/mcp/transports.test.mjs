@@ -33,6 +33,7 @@ const TOOLS = [
   "signal_process",
   "start_process",
   "stat_path",
+  "wait_for_change",
   "write_file",
 ];
 
@@ -271,6 +272,38 @@ for (const kind of TRANSPORTS) {
       assert.ok(all.files.some((f) => f.path === "dir/hello.txt"));
       assert.equal(all.truncated, false);
       structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+    });
+
+    it("wait_for_change returns the first batch of changes, or nothing at its timeout", async () => {
+      const id = sid("watch");
+      structured(await tool("make_directory", { sessionId: id, path: "w" }));
+      // Nothing happens: the wait ends at its timeout, empty-handed.
+      const idle = structured(
+        await tool("wait_for_change", { sessionId: id, path: "w", timeoutMs: 200 }),
+      );
+      assert.deepEqual(idle, { sessionId: id, path: "w", events: [], timedOut: true });
+      // The wait gives no sign that its watch is in place: a new file is made until it ends.
+      const waiting = tool("wait_for_change", {
+        sessionId: id,
+        path: "w",
+        recursive: true,
+        timeoutMs: 60000,
+      });
+      let changed;
+      for (let i = 0; i < 600 && !changed; i++) {
+        await tool("execute", { sessionId: id, command: `echo hi > w/new${i}.txt` });
+        changed = await Promise.race([waiting, new Promise((r) => setTimeout(r, 100))]);
+      }
+      const got = structured(changed);
+      assert.equal(got.timedOut, false);
+      assert.ok(
+        got.events.some((e) => e.type === "create" && /^w\/new\d+\.txt$/.test(e.path)),
+        JSON.stringify(got),
+      );
+      const bad = await tool("wait_for_change", { sessionId: id, path: "../etc", timeoutMs: 100 });
+      assert.equal(bad.isError, true);
+      assert.match(errorText(bad), /escapes the workspace/);
+      structured(await tool("reset_session", { sessionId: id }));
     });
 
     it("stat_path, make_directory, move_path and remove_path", async () => {

@@ -88,6 +88,11 @@ static void on_data(struct guest_op *op, uint8_t type, const uint8_t *data, size
 	/* A consumer that never frees what it got: the agent must stay within its credit. */
 }
 
+static void on_event(struct guest_op *op, json_t *event, size_t len, void *arg)
+{
+	/* Kept like data: never handed back. */
+}
+
 static void on_info(struct guest_op *op, json_t *info, void *arg)
 {
 	/* What a read announces is for the session layer to judge (tests/unit/session). */
@@ -113,12 +118,6 @@ static void on_ping(struct guest_op *op, json_t *result, const struct err *err, 
 	struct run *r = arg;
 	r->ping_done = true;
 	r->ping_ok = result != NULL;
-}
-
-/* An attach's events: handed back like data. */
-static void on_event(struct guest_op *op, json_t *ev, size_t len, void *arg)
-{
-	guest_op_consumed(op, len);
 }
 
 /* As their owners open them: operations with data, and resume and ping, which have none. */
@@ -191,7 +190,8 @@ static struct guest_op *start_op(struct run *r, const char *name, const struct g
 		json_object_set_new(req, "pid", json_integer(7));
 	else if (strcmp(name, "read") == 0 || strcmp(name, "write") == 0 ||
 		 strcmp(name, "list") == 0 || strcmp(name, "stat") == 0 ||
-		 strcmp(name, "mkdir") == 0 || strcmp(name, "remove") == 0)
+		 strcmp(name, "mkdir") == 0 || strcmp(name, "remove") == 0 ||
+		 strcmp(name, "watch") == 0)
 		json_object_set_new(req, "path", json_string("file"));
 	if (strcmp(name, "rename") == 0) {
 		json_object_set_new(req, "path", json_string("file"));

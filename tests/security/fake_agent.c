@@ -34,7 +34,8 @@
  *
  * Answers without a fault: ping {"pong":true,"protocol":V}, resume {"protocol":V}, exec one
  * line of stdout then {"exitCode":0}, read FILEINFO, some bytes then {"size":N}, write (after EOF)
- * {"size":N}, list {"entries":[]}; `hang` (an op of the tests only) never; anything else
+ * {"size":N}, list {"entries":[]}, watch its ready EVENT and one create EVENT then
+ * {"events":1,...}; `hang` (an op of the tests only) never; anything else
  * ENOTSUP. FAKE_AGENT_PROTOCOL (or a script line
  * `protocol V`) sets V, by default the protocol of the host it was built with.
  *
@@ -393,6 +394,15 @@ static bool handle_request(uint32_t ch, const char *json)
 		}
 		frame_str(GUEST_ERROR, ch, "{\"error\":\"too many writes\",\"code\":\"EAGAIN\"}");
 		return true;
+	}
+	if (strcmp(op, "watch") == 0) {
+		/* In place, one change, then its end (as when the directory is removed). */
+		frame_str(GUEST_EVENT, ch, "{\"type\":\"ready\",\"path\":\"dir\",\"watches\":1}");
+		frame_str(GUEST_EVENT, ch,
+			  "{\"type\":\"create\",\"path\":\"dir/f\",\"dir\":false}");
+		if (mid != F_NONE)
+			return do_fault(mid, ch, "{}");
+		return finish(op, nth, ch, "{\"events\":1,\"overflows\":0,\"gone\":true}");
 	}
 	if (strcmp(op, "list") == 0)
 		return finish(op, nth, ch, "{\"entries\":[]}");

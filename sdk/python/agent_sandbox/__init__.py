@@ -18,6 +18,8 @@ from .client import (
     SandboxError,
     Session,
     StreamEvent,
+    Watch,
+    WatchEvent,
 )
 
 __all__ = [
@@ -29,5 +31,7 @@ __all__ = [
     "SandboxError",
     "Session",
     "StreamEvent",
+    "Watch",
+    "WatchEvent",
 ]
 __version__ = "0.1.0"

@@ -120,6 +120,62 @@ class StreamEvent:
 
 
 @dataclass
+class WatchEvent:
+    """A change under a watched directory: type is create, write, remove, rename (with
+    from_path when the rename happened inside the tree), chmod or overflow (changes were lost:
+    look at the files again). Paths are relative to the workspace."""
+
+    type: str
+    path: Optional[str] = None
+    dir: bool = False
+    from_path: Optional[str] = None
+
+
+class Watch:
+    """A watch in place (Session.watch): iterate it for WatchEvents; close() (or leaving a
+    with block) ends it, in the sandbox too. After the iteration, `end` says how it ended
+    ({"events", "overflows", "timedOut", "gone"})."""
+
+    def __init__(self, lines: Iterator[Dict[str, Any]]):
+        self._lines = lines
+        self.end: Optional[Dict[str, Any]] = None
+        try:
+            first = next(lines)
+        except StopIteration:
+            first = {}
+        if first.get("type") != "ready":
+            self.close()
+            raise SandboxError(502, "the watch stream did not begin with its ready line")
+        self.watches = int(first.get("watches", 0))
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __next__(self) -> WatchEvent:
+        j = next(self._lines)
+        if j.get("type") == "end":
+            self.end = j
+            self.close()
+            raise StopIteration
+        if j.get("type") == "error":
+            self.close()
+            raise SandboxError(int(j.get("status") or 502), str(j.get("error", "")), j)
+        return WatchEvent(type=j.get("type", ""), path=j.get("path"), dir=bool(j.get("dir")),
+                          from_path=j.get("from"))
+
+    def close(self) -> None:
+        close = getattr(self._lines, "close", None)
+        if close:
+            close()
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclass
 class FileEntry:
     path: str
     name: str
@@ -524,6 +580,24 @@ class Session:
             if e.status == 404:
                 return False
             raise
+
+    def watch(self, path: str = ".", recursive: bool = False,
+              events: Optional[Sequence[str]] = None,
+              timeout_ms: Optional[float] = None) -> Watch:
+        """Watches a directory of the session for changes; returns once the watch is in place
+        (every change after that is reported), as an iterator of WatchEvent. SandboxError:
+        400 for a path outside the workspace or not a directory, 404 when it is missing, 413
+        for a tree too large, 429 at the watch quota."""
+        q: Dict[str, str] = {"path": path}
+        if recursive:
+            q["recursive"] = "true"
+        if events:
+            q["events"] = ",".join(events)
+        if timeout_ms is not None:
+            q["timeoutMs"] = str(int(timeout_ms))
+        lines = self.client.stream("GET", self._p("/watch?" + urllib.parse.urlencode(q)), None,
+                                   http_timeout_ms=None)
+        return Watch(lines)
 
     def mkdir(self, path: str, parents: bool = True) -> None:
         """Makes a directory, with its missing parents unless parents is False."""

@@ -74,6 +74,28 @@ class SdkTest(unittest.TestCase):
                 s.move("c", "../out")
             self.assertEqual(cm.exception.status, 400)
 
+    def test_watch(self):
+        with self.sb.create(template="base") as s:
+            s.mkdir("w")
+            with s.watch("w", recursive=True) as w:
+                self.assertEqual(w.watches, 1)
+                s.run("mkdir w/d && echo hi > w/d/f && mv w/d/f w/d/g && rm w/d/g")
+                seen = []
+                for ev in w:
+                    seen.append((ev.type, ev.path, ev.from_path))
+                    if ev.type == "remove":
+                        break
+            self.assertEqual(seen[:2], [("create", "w/d", None), ("create", "w/d/f", None)])
+            self.assertIn(("rename", "w/d/g", "w/d/f"), seen)
+            self.assertEqual(seen[-1], ("remove", "w/d/g", None))
+            w = s.watch("w", timeout_ms=200)
+            self.assertEqual(list(w), [])
+            self.assertTrue(w.end["timedOut"])
+            for bad, status in (("../etc", 400), ("missing", 404)):
+                with self.assertRaises(SandboxError) as cm:
+                    s.watch(bad)
+                self.assertEqual(cm.exception.status, status)
+
     def test_stream_and_errors(self):
         s = self.sb.session(template="base")
         events = list(s.exec_stream("sh", ["-c", "echo a; echo b >&2"]))

@@ -1,4 +1,4 @@
 export { Sandbox } from "./client.js";
-export { Session } from "./session.js";
+export { Session, Watch } from "./session.js";
 export { SandboxError } from "./errors.js";
 export type * from "./types.js";

@@ -12,8 +12,77 @@ import type {
   ReadFileResult,
   SessionInfo,
   StreamEvent,
+  WatchEnd,
+  WatchEvent,
+  WatchOptions,
   WriteFileResult,
 } from "./types.js";
+
+/** The NDJSON objects of a response body, as they arrive. */
+async function* ndjsonLines(body: ReadableStream<Uint8Array>): AsyncGenerator<Record<string, unknown>> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (line) yield JSON.parse(line) as Record<string, unknown>;
+      }
+    }
+    const rest = (buf + decoder.decode()).trim();
+    if (rest) yield JSON.parse(rest) as Record<string, unknown>;
+  } finally {
+    reader.releaseLock();
+    await body.cancel().catch(() => undefined);
+  }
+}
+
+/**
+ * A watch in place (Session.watch): iterate it for the changes; close() ends it (so does
+ * leaving a for-await loop early). `end` says how it ended once the iteration is over.
+ */
+export class Watch implements AsyncIterable<WatchEvent> {
+  /** How many directories it covers. */
+  readonly watches: number;
+  end?: WatchEnd;
+  constructor(
+    private readonly lines: AsyncGenerator<Record<string, unknown>>,
+    private readonly abort: AbortController,
+    watches: number,
+  ) {
+    this.watches = watches;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<WatchEvent> {
+    try {
+      for (;;) {
+        const { done, value } = await this.lines.next();
+        if (done) return;
+        if (value.type === "end") {
+          this.end = value as unknown as WatchEnd;
+          return;
+        }
+        if (value.type === "error")
+          throw new SandboxError(Number(value.status) || 502, String(value.error), value);
+        yield value as unknown as WatchEvent;
+      }
+    } finally {
+      await this.close();
+    }
+  }
+
+  /** Ends the watch (in the sandbox too). */
+  async close(): Promise<void> {
+    this.abort.abort();
+    await this.lines.return(undefined).catch(() => undefined);
+  }
+}
 
 /** Interpreters for runCode, by template. */
 const INTERPRETERS: Record<string, [string, string]> = {
@@ -143,6 +212,32 @@ export class Session {
       signal: opts.signal,
     });
     yield* ndjson<StreamEvent>(res);
+  }
+
+  /**
+   * Watches a directory for changes. Resolves once the watch is in place (every change after
+   * that is reported); rejects with a SandboxError for a bad path (400), a missing directory
+   * (404), a tree too large (413) or the watch quota (429).
+   */
+  async watch(path: string, opts: WatchOptions = {}): Promise<Watch> {
+    const q = new URLSearchParams({ path });
+    if (opts.recursive) q.set("recursive", "true");
+    if (opts.events) q.set("events", opts.events.join(","));
+    if (opts.timeoutMs !== undefined) q.set("timeoutMs", String(opts.timeoutMs));
+    const abort = new AbortController();
+    opts.signal?.addEventListener("abort", () => abort.abort(), { once: true });
+    const res = await this.client.request("GET", this.path(`/watch?${q}`), undefined, {
+      accept: "application/x-ndjson",
+      signal: abort.signal,
+    });
+    if (!res.body) throw new SandboxError(0, "empty stream");
+    const lines = ndjsonLines(res.body);
+    const first = await lines.next();
+    if (first.done || first.value.type !== "ready") {
+      abort.abort();
+      throw new SandboxError(502, "the watch stream did not begin with its ready line");
+    }
+    return new Watch(lines, abort, Number(first.value.watches));
   }
 
   /** Cancels a running command by the execId of its start event or result. */

@@ -211,3 +211,26 @@ export type ProcessEvent =
   | { type: "result"; process: ProcessInfo }
   | { type: "error"; error: string; status: number }
   | { type: "timeout" };
+/** A change under a watched directory (Session.watch). Paths are relative to the workspace. */
+export type WatchEvent =
+  | { type: "create" | "write" | "remove" | "chmod"; path: string; dir: boolean }
+  | { type: "rename"; path: string; dir: boolean; from?: string }
+  | { type: "overflow" };
+
+export interface WatchOptions {
+  /** The directories below it too, including those made later. */
+  recursive?: boolean;
+  /** Only these kinds (default: all). */
+  events?: Array<"create" | "write" | "remove" | "rename" | "chmod">;
+  /** End the watch after this many milliseconds (default: when closed). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+/** How a watch ended (the stream's last line). */
+export interface WatchEnd {
+  events: number;
+  overflows: number;
+  timedOut: boolean;
+  gone: boolean;
+}

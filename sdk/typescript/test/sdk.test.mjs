@@ -92,6 +92,29 @@ test("stat, exists, mkdir, move and remove", async () => {
   await s.destroy();
 });
 
+test("watch yields a directory's changes until closed", async () => {
+  const s = sandbox.create({ template: "base" });
+  await s.mkdir("w");
+  const w = await s.watch("w", { recursive: true });
+  assert.equal(w.watches, 1);
+  await s.exec("sh", { args: ["-c", "mkdir w/d && echo hi > w/d/f && mv w/d/f w/d/g && rm w/d/g"] });
+  const seen = [];
+  for await (const ev of w) {
+    seen.push([ev.type, ev.path, ev.from]);
+    if (ev.type === "remove") break; // leaving the loop closes the watch
+  }
+  assert.deepEqual(seen.slice(0, 2), [["create", "w/d", undefined], ["create", "w/d/f", undefined]]);
+  assert.ok(seen.some(([t, p, f]) => t === "rename" && p === "w/d/g" && f === "w/d/f"), JSON.stringify(seen));
+  assert.deepEqual(seen.at(-1), ["remove", "w/d/g", undefined]);
+  // With a timeout it ends on its own, and says so.
+  const t = await s.watch("w", { timeoutMs: 200 });
+  for await (const ev of t) assert.fail(`unexpected ${JSON.stringify(ev)}`);
+  assert.equal(t.end.timedOut, true);
+  await assert.rejects(s.watch("../etc"), (e) => e instanceof SandboxError && e.status === 400);
+  await assert.rejects(s.watch("missing"), (e) => e instanceof SandboxError && e.status === 404);
+  await s.destroy();
+});
+
 test("errors carry status and message", async () => {
   const s = sandbox.create({ template: "base" });
   await s.exec("true");

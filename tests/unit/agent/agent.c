@@ -793,6 +793,185 @@ static void test_stat_mkdir_remove(void **state)
 	rmdir("/tmp/agent-test-keep");
 }
 
+/* The next EVENT of ch as JSON (the caller's), failing the test on anything else. */
+static json_t *next_event(struct client *c, uint32_t ch)
+{
+	struct frame f;
+	assert_int_equal(client_next(c, ch, &f, 10000), 0);
+	if (f.type != GUEST_EVENT) {
+		fprintf(stderr, "want an EVENT, got type %u: %s\n", f.type, f.payload);
+		fail();
+	}
+	json_t *j = json_loadb((const char *)f.payload, f.len, 0, NULL);
+	assert_non_null(j);
+	frame_free(&f);
+	return j;
+}
+
+/* The next EVENT's "type path [from]". */
+static char *next_event_text(struct client *c, uint32_t ch)
+{
+	json_t *j = next_event(c, ch);
+	const char *from = json_string_value(json_object_get(j, "from"));
+	char *s;
+	assert_true(asprintf(&s, "%s %s%s%s", json_string_value(json_object_get(j, "type")),
+			     json_string_value(json_object_get(j, "path")), from ? " " : "",
+			     from ? from : "") >= 0);
+	json_decref(j);
+	return s;
+}
+
+static void expect_event(struct client *c, uint32_t ch, const char *want)
+{
+	char *got = next_event_text(c, ch);
+	if (strcmp(got, want) != 0) {
+		fprintf(stderr, "want event `%s`, got `%s`\n", want, got);
+		fail();
+	}
+	free(got);
+}
+
+/* rename(2) of two workspace paths (ws_file's buffer holds one at a time). */
+static int ws_rename(struct client *c, const char *from, const char *to)
+{
+	char *a = strdup(ws_file(c, from));
+	int r = rename(a, ws_file(c, to));
+	free(a);
+	return r;
+}
+
+static void test_watch_events(void **state)
+{
+	struct client *c = *state;
+	assert_int_equal(mkdir(ws_file(c, "w"), 0755), 0);
+	client_request(c, 1, "{\"op\":\"watch\",\"path\":\"w\",\"recursive\":true}");
+	json_t *ready = next_event(c, 1);
+	assert_string_equal(json_string_value(json_object_get(ready, "type")), "ready");
+	assert_int_equal(json_integer_value(json_object_get(ready, "watches")), 1);
+	json_decref(ready);
+	put_file(c, "w/a", "x");
+	expect_event(c, 1, "create w/a");
+	expect_event(c, 1, "write w/a");
+	assert_int_equal(chmod(ws_file(c, "w/a"), 0600), 0);
+	expect_event(c, 1, "chmod w/a");
+	assert_int_equal(ws_rename(c, "w/a", "w/b"), 0);
+	expect_event(c, 1, "rename w/b w/a");
+	/* A directory made later is watched; moved out, it is forgotten. */
+	assert_int_equal(mkdir(ws_file(c, "w/d"), 0755), 0);
+	expect_event(c, 1, "create w/d");
+	put_file(c, "w/d/f", "");
+	expect_event(c, 1, "create w/d/f");
+	assert_int_equal(ws_rename(c, "w/d", "outside"), 0);
+	expect_event(c, 1, "rename w/d");
+	put_file(c, "outside/g", "");
+	assert_int_equal(unlink(ws_file(c, "w/b")), 0);
+	expect_event(c, 1, "remove w/b"); /* and nothing of outside/g before it */
+	client_send(c, GUEST_CANCEL, 1, NULL, 0);
+	struct reply r;
+	assert_int_equal(client_wait(c, 1, &r, 10000), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(reply_int(&r, "events"), 8);
+	assert_int_equal(reply_int(&r, "overflows"), 0);
+	reply_free(&r);
+	/* The filter: only removes. */
+	client_request(c, 2, "{\"op\":\"watch\",\"path\":\".\",\"events\":[\"remove\"]}");
+	json_decref(next_event(c, 2));
+	put_file(c, "n", "");
+	assert_int_equal(unlink(ws_file(c, "n")), 0);
+	expect_event(c, 2, "remove n");
+	/* The watched directory removed: its last event, then the RESULT. */
+	assert_int_equal(mkdir(ws_file(c, "gone"), 0755), 0);
+	client_request(c, 3, "{\"op\":\"watch\",\"path\":\"gone\"}");
+	json_decref(next_event(c, 3));
+	assert_int_equal(rmdir(ws_file(c, "gone")), 0);
+	expect_event(c, 3, "remove gone");
+	assert_int_equal(client_wait(c, 3, &r, 10000), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_true(json_is_true(json_object_get(r.json, "gone")));
+	reply_free(&r);
+	client_send(c, GUEST_CANCEL, 2, NULL, 0);
+	assert_int_equal(client_wait(c, 2, &r, 10000), 0);
+	reply_free(&r);
+}
+
+static void test_watch_errors(void **state)
+{
+	struct client *c = *state;
+	put_file(c, "file", "");
+	assert_int_equal(symlink("/etc", ws_file(c, "etc")), 0);
+	expect_error(c, 1, "ESCAPE", "{\"op\":\"watch\",\"path\":\"../\"}");
+	expect_error(c, 2, "ESCAPE", "{\"op\":\"watch\",\"path\":\"etc\"}");
+	expect_error(c, 3, "ENOTDIR", "{\"op\":\"watch\",\"path\":\"file\"}");
+	expect_error(c, 4, "ENOENT", "{\"op\":\"watch\",\"path\":\"missing\"}");
+	expect_error(c, 5, "EINVAL", "{\"op\":\"watch\",\"path\":\".\",\"events\":[\"boom\"]}");
+	expect_error(c, 6, "EINVAL", "{\"op\":\"watch\",\"path\":\".\",\"events\":[]}");
+	expect_error(c, 7, "EINVAL", "{\"op\":\"watch\",\"path\":\".\",\"maxWatches\":0}");
+	/* Beyond maxWatches: at the start, and when the tree grows past it. */
+	assert_int_equal(mkdir(ws_file(c, "t"), 0755), 0);
+	assert_int_equal(mkdir(ws_file(c, "t/a"), 0755), 0);
+	expect_error(c, 8, "ENOSPC",
+		     "{\"op\":\"watch\",\"path\":\"t\",\"recursive\":true,\"maxWatches\":1}");
+	client_request(c, 9,
+		       "{\"op\":\"watch\",\"path\":\"t\",\"recursive\":true,\"maxWatches\":2}");
+	struct reply r;
+	assert_int_equal(mkdir(ws_file(c, "t/b"), 0755), 0);
+	assert_int_equal(client_wait(c, 9, &r, 10000), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "ENOSPC");
+	reply_free(&r);
+}
+
+/* A host that grants no credit: the agent holds a bounded queue, stops reading inotify, and
+ * reports what was lost as one overflow once credit comes back. */
+static void test_watch_overflow_when_the_host_does_not_read(void **state)
+{
+	struct client *c = *state;
+	assert_int_equal(mkdir(ws_file(c, "o"), 0755), 0);
+	client_request(c, 1, "{\"op\":\"watch\",\"path\":\"o\"}");
+	json_decref(next_event(c, 1));
+	/* More events than the credit, the agent's queue and the kernel's queue hold. */
+	int n = 60000;
+	for (int i = 0; i < n; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "o/f%d", i);
+		put_file(c, name, "");
+	}
+	/* Everything the credit allowed, then nothing until a WINDOW. */
+	size_t bytes = 0, got = 0;
+	bool overflow = false;
+	for (;;) {
+		struct frame f;
+		if (client_next(c, 1, &f, 500) == -ETIMEDOUT)
+			break;
+		assert_int_equal(f.type, GUEST_EVENT);
+		bytes += f.len;
+		got++;
+		overflow |= strstr((const char *)f.payload, "overflow") != NULL;
+		frame_free(&f);
+	}
+	assert_true(bytes <= GUEST_WINDOW_INITIAL);
+	assert_false(overflow);
+	assert_true(got < (size_t)n);
+	/* Credit back, read on: one overflow says what was lost. */
+	client_window(c, 1, 64u << 20);
+	unsigned overflows = 0;
+	for (;;) {
+		struct frame f;
+		if (client_next(c, 1, &f, 500) == -ETIMEDOUT)
+			break;
+		got++;
+		overflows += strstr((const char *)f.payload, "overflow") != NULL;
+		frame_free(&f);
+	}
+	assert_true(overflows >= 1);
+	assert_true(got < (size_t)n);
+	client_send(c, GUEST_CANCEL, 1, NULL, 0);
+	struct reply r;
+	assert_int_equal(client_wait(c, 1, &r, 10000), 0);
+	assert_int_equal(reply_int(&r, "overflows"), overflows);
+	reply_free(&r);
+}
+
 static void test_escapes(void **state)
 {
 	struct client *c = *state;
@@ -1083,6 +1262,9 @@ int main(void)
 		T(test_list),
 		T(test_list_bounded),
 		T(test_stat_mkdir_remove),
+		T(test_watch_events),
+		T(test_watch_errors),
+		T(test_watch_overflow_when_the_host_does_not_read),
 		T(test_escapes),
 		T(test_protocol_errors),
 		T(test_resume),

@@ -261,6 +261,12 @@ int client_wait(struct client *c, uint32_t ch, struct reply *r, int timeout_ms)
 				abort();
 			}
 			break;
+		case GUEST_EVENT:
+			/* A watch's events, one JSON object a line in out. */
+			append(&r->out, &r->out_len, f.payload, f.len);
+			append(&r->out, &r->out_len, (const uint8_t *)"\n", 1);
+			r->nframes++;
+			break;
 		case GUEST_WINDOW:
 			if (f.len == 4)
 				r->windows += (uint32_t)f.payload[0] << 24 | f.payload[1] << 16 |

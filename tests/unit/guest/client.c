@@ -1,5 +1,5 @@
-/* Tests of src/guest/client.c: the liveness pings of a connection, against a scripted agent
- * on the other end of a socketpair. */
+/* Tests of src/guest/client.c: the liveness pings of a connection and the checks of EVENT
+ * frames, against a scripted agent on the other end of a socketpair. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "guest/client.h"
+#include "guest/event.h"
 #include "guest/proto.h"
 
 /* How long a test waits for something that should happen within a few intervals. */
@@ -307,6 +308,152 @@ static void test_a_timed_out_operation_is_closed_after_the_grace(void **state)
 	assert_int_equal(f->dones, 1);
 }
 
+/* --- EVENT frames: what a watch's agent sends, checked before anything else sees it ---- */
+
+struct event_rec {
+	int events;
+	size_t bytes;
+	char last[256];
+};
+
+/* As a watch's consumer does (session/ops.c): each event checked (guest_event_check), one
+ * that is not a watch's a violation; only the checked copy is kept. */
+static void rec_event(struct guest_op *op, json_t *ev, size_t len, void *arg)
+{
+	struct event_rec *r = arg;
+	json_t *ok;
+	struct err e;
+	if (guest_event_check(ev, len, &ok, &e) < 0) {
+		guest_op_violation(op, e.msg);
+		return;
+	}
+	r->events++;
+	r->bytes += len;
+	char *t = json_dumps(ok, JSON_COMPACT | JSON_SORT_KEYS);
+	snprintf(r->last, sizeof(r->last), "%s", t);
+	free(t);
+	json_decref(ok);
+}
+
+static void rec_done(struct guest_op *op, json_t *result, const struct err *err, void *arg)
+{
+}
+
+static const struct guest_op_cbs watch_cbs = { .on_event = rec_event, .on_done = rec_done };
+
+static void agent_send_bytes(struct fixture *f, uint8_t type, uint32_t channel, const void *p,
+			     size_t n)
+{
+	uint8_t *buf = malloc(GUEST_HDR_LEN + n);
+	guest_frame_header(buf, type, channel, (uint32_t)n);
+	memcpy(buf + GUEST_HDR_LEN, p, n);
+	size_t off = 0;
+	uint64_t deadline = now_ms() + WAIT_MS;
+	/* Until it is all written, or the host has stopped reading for good. */
+	while (off < GUEST_HDR_LEN + n && f->closes == 0 && now_ms() < deadline) {
+		ssize_t k = write(f->agent, buf + off, GUEST_HDR_LEN + n - off);
+		if (k > 0)
+			off += (size_t)k;
+		else
+			pump(f, 5);
+	}
+	free(buf);
+}
+
+static void test_watch_events_reach_their_consumer_checked(void **state)
+{
+	struct fixture *f = *state;
+	struct event_rec r = { 0 };
+	json_t *req = json_pack("{s:s, s:s}", "op", "watch", "path", "d");
+	struct err e;
+	struct guest_op *op = guest_op_start(f->conn, req, &watch_cbs, &r, &e);
+	json_decref(req);
+	assert_non_null(op);
+	/* Extra members are not passed on: the consumer gets what was checked. */
+	agent_send(f, GUEST_EVENT, 1,
+		   "{\"type\":\"rename\",\"path\":\"d/b\",\"dir\":false,\"from\":\"d/a\"}");
+	agent_send(f, GUEST_EVENT, 1, "{\"type\":\"overflow\"}");
+	uint64_t deadline = now_ms() + WAIT_MS;
+	while (r.events < 2 && now_ms() < deadline)
+		pump(f, 5);
+	assert_int_equal(r.events, 2);
+	assert_string_equal(r.last, "{\"type\":\"overflow\"}");
+	assert_true(guest_conn_alive(f->conn));
+}
+
+/* Each of these ends the connection as a protocol violation. */
+static void test_bad_watch_events_end_the_connection(void **state)
+{
+	static char big[GUEST_EVENT_MAX + 64];
+	memset(big, ' ', sizeof(big));
+	memcpy(big, "{\"type\":\"overflow\"", 19);
+	big[sizeof(big) - 1] = '}';
+	const struct {
+		const char *what;
+		const char *payload;
+		size_t len;
+		bool plain_op; /* on an operation that has no events (an exec) */
+	} cases[] = {
+		{ "oversize", big, sizeof(big), false },
+		{ "not JSON", "{\"type\": create", 0, false },
+		{ "not an object", "[1]", 0, false },
+		{ "unknown type", "{\"type\":\"explode\",\"path\":\"a\",\"dir\":false}", 0, false },
+		{ "escaping path", "{\"type\":\"create\",\"path\":\"../x\",\"dir\":false}", 0,
+		  false },
+		{ "absolute path", "{\"type\":\"create\",\"path\":\"/etc\",\"dir\":false}", 0,
+		  false },
+		{ "dot component", "{\"type\":\"write\",\"path\":\"a/./b\",\"dir\":false}", 0,
+		  false },
+		{ "no dir", "{\"type\":\"create\",\"path\":\"a\"}", 0, false },
+		{ "from outside a rename",
+		  "{\"type\":\"create\",\"path\":\"a\",\"dir\":false,\"from\":\"b\"}", 0, false },
+		{ "extra member", "{\"type\":\"chmod\",\"path\":\"a\",\"dir\":true,\"x\":1}", 0,
+		  false },
+		{ "NUL in a path", "{\"type\":\"create\",\"path\":\"a\\u0000b\",\"dir\":false}", 0,
+		  false },
+		{ "event of an exec", "{\"type\":\"overflow\"}", 0, true },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		void *st;
+		setup(&st);
+		struct fixture *f = st;
+		struct event_rec r = { 0 };
+		json_t *req = json_pack("{s:s}", "op", cases[i].plain_op ? "exec" : "watch");
+		struct err e;
+		assert_non_null(guest_op_start(f->conn, req,
+					       cases[i].plain_op ? &op_cbs : &watch_cbs,
+					       cases[i].plain_op ? (void *)f : (void *)&r, &e));
+		json_decref(req);
+		size_t n = cases[i].len ? cases[i].len : strlen(cases[i].payload);
+		agent_send_bytes(f, GUEST_EVENT, 1, cases[i].payload, n);
+		wait_closed(f);
+		if (f->closed.errnum != EREMOTEIO)
+			fail_msg("%s: errno %d (%s)", cases[i].what, f->closed.errnum,
+				 f->closed.msg);
+		assert_int_equal(r.events, 0);
+		teardown(&st);
+	}
+}
+
+/* Events count against the channel's credit like data. */
+static void test_watch_events_beyond_the_credit_end_the_connection(void **state)
+{
+	struct fixture *f = *state;
+	struct event_rec r = { 0 };
+	json_t *req = json_pack("{s:s}", "op", "watch");
+	struct err e;
+	assert_non_null(guest_op_start(f->conn, req, &watch_cbs, &r, &e));
+	json_decref(req);
+	const char *ev = "{\"type\":\"overflow\"}";
+	size_t n = strlen(ev);
+	fcntl(f->agent, F_SETFL, fcntl(f->agent, F_GETFL) | O_NONBLOCK);
+	for (size_t sent = 0; sent <= GUEST_WINDOW_INITIAL + n && f->closes == 0; sent += n)
+		agent_send_bytes(f, GUEST_EVENT, 1, ev, n);
+	wait_closed(f);
+	assert_int_equal(f->closed.errnum, EREMOTEIO);
+	assert_true(r.bytes <= GUEST_WINDOW_INITIAL);
+}
+
 static void test_agent_error_codes(void **state)
 {
 	assert_int_equal(guest_code_errno("ENOENT"), ENOENT);
@@ -335,6 +482,11 @@ int main(void)
 			test_a_flood_for_closed_channels_ends_the_connection, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_a_timed_out_operation_is_closed_after_the_grace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_watch_events_reach_their_consumer_checked,
+						setup, teardown),
+		cmocka_unit_test(test_bad_watch_events_end_the_connection),
+		cmocka_unit_test_setup_teardown(
+			test_watch_events_beyond_the_credit_end_the_connection, setup, teardown),
 		cmocka_unit_test(test_agent_error_codes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
