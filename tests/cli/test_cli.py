@@ -431,9 +431,6 @@ class CliTest(unittest.TestCase):
         self.assertEqual((proc.returncode, out), (9, b"got INT\n"), err)
         self.cli("rm", "p3", check=0)
 
-    def test_help_for_every_command(self):
-        for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
-                    "keys", "stat", "mkdir", "mv", "procs", "attach", "kill"):
     def watch(self, *args):
         p = subprocess.Popen([CLI, "watch", *args], env=self.env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
@@ -444,8 +441,9 @@ class CliTest(unittest.TestCase):
         self.cli("exec", "wt1", "--", "true", check=0)
         p = self.watch("wt1:.", "-r")
         self.assertIn(b"watching (1 directories)", p.stderr.readline())
-        self.cli("exec", "wt1", "--", "sh", "-c", "mkdir d && echo hi > d/f && mv d/f d/g",
-                 check=0)
+        # A new directory is watched once the agent sees it: the pause keeps the order exact.
+        self.cli("exec", "wt1", "--", "sh", "-c",
+                 "mkdir d && sleep 0.5 && echo hi > d/f && mv d/f d/g", check=0)
         lines = []
         while b"rename" not in (lines[-1] if lines else b""):
             line = p.stdout.readline()
@@ -473,7 +471,8 @@ class CliTest(unittest.TestCase):
 
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
-                    "keys", "stat", "mkdir", "mv", "watch"):
+                    "keys", "stat", "mkdir", "mv", "procs", "attach", "kill", "watch",
+                    "shell"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 

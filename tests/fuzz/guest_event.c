@@ -27,6 +27,8 @@ static void check_path(json_t *o, const char *key, int required)
 		abort();
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	json_t *ev = NULL;

@@ -97,7 +97,9 @@ test("watch yields a directory's changes until closed", async () => {
   await s.mkdir("w");
   const w = await s.watch("w", { recursive: true });
   assert.equal(w.watches, 1);
-  await s.exec("sh", { args: ["-c", "mkdir w/d && echo hi > w/d/f && mv w/d/f w/d/g && rm w/d/g"] });
+  // A new directory is watched once the agent sees it; what is made in it before that is
+  // reported by the scan that follows (as it is then): the pause keeps the order exact.
+  await s.exec("sh", { args: ["-c", "mkdir w/d && sleep 0.5 && echo hi > w/d/f && mv w/d/f w/d/g && rm w/d/g"] });
   const seen = [];
   for await (const ev of w) {
     seen.push([ev.type, ev.path, ev.from]);
