@@ -14,7 +14,6 @@ import harness
 import helpers_host as host
 from helpers_exec import (DaemonTestCase, artifacts_dir, joined, new_session_id, sandbox_of,
                           start_daemon, wait_until)
-from runner import tag
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -35,7 +34,6 @@ def files_in(path):
         return []
 
 
-@tag("driver")
 class StorageTest(DaemonTestCase):
     daemon_env = {
         "SANDBOX_WARM_POOL": "0",
@@ -186,7 +184,6 @@ with zipfile.ZipFile("/workspace/tinywheel-1.0-py3-none-any.whl", "w") as z:
 PY"""
 
 
-@tag("driver")
 class SystemInstallTest(DaemonTestCase):
     """apt-get install and a system-wide pip install, offline, by root inside a sandbox of the
     python template (Debian), change only its disk. Commands of the API run as the command user
@@ -233,7 +230,6 @@ class SystemInstallTest(DaemonTestCase):
         self.assertIn("tiny", self.stdout_of(sid, "dpkg -l tiny"))
 
 
-@tag("driver")
 class DiskCrashTest(unittest.TestCase):
     """kill -9 while sandboxes with disks are being made leaves no image nor loop device."""
 
