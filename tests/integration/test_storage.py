@@ -238,6 +238,8 @@ class DiskCrashTest(unittest.TestCase):
             self.skipTest("disks are a mode of the jail driver")
         env = {"SANDBOX_WARM_POOL": "2", "SANDBOX_DEFAULT_TEMPLATE": "base"}
         first = start_daemon(env)
+        # Run last: its directory goes once both daemons are done with it.
+        self.addCleanup(first._cleanup, False)
         self.addCleanup(first.kill)
 
         def send():
