@@ -167,6 +167,12 @@ void op_resize(struct conn *c, uint32_t ch, const struct req *r);
 
 /* --- op_exec.c --- */
 
+/* Closes *fd if open and marks it closed (-1). */
+void agent_close_fd(int *fd);
+/* A close-on-exec pipe whose agent end (the read end when parent_reads) is non-blocking.
+ * Returns 0 or -errno. */
+int agent_make_pipe(int p[2], bool parent_reads);
+
 /* Starts rx's command with in_fd, out_fd and err_fd as its stdin, stdout and stderr (the
  * caller keeps and closes them), in a new session and process group; with ctty, in_fd is a
  * terminal that becomes the session's controlling terminal. Returns its pid, or -1 with e

@@ -42,7 +42,7 @@ struct exec_op {
 	int pfd_out, pfd_err, pfd_in;
 };
 
-static void close_fd(int *fd)
+void agent_close_fd(int *fd)
 {
 	if (*fd >= 0)
 		close(*fd);
@@ -70,9 +70,9 @@ static void finish(struct exec_op *x)
 	/* After a timeout or cancel nothing of the group may survive the result. */
 	if (x->timed_out || x->cancelled)
 		kill(-x->pid, SIGKILL);
-	close_fd(&x->out_fd);
-	close_fd(&x->err_fd);
-	close_fd(&x->in_fd);
+	agent_close_fd(&x->out_fd);
+	agent_close_fd(&x->err_fd);
+	agent_close_fd(&x->in_fd);
 
 	struct jw w;
 	char sb[16];
@@ -115,7 +115,7 @@ static void pump(struct exec_op *x, int *fd, uint8_t type)
 	}
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
-	close_fd(fd);
+	agent_close_fd(fd);
 }
 
 /* Moves buffered stdin into the pipe; the credit comes back as the child takes it. */
@@ -132,12 +132,12 @@ static void feed_stdin(struct exec_op *x)
 			return;
 		/* The child closed its stdin: what it did not read is dropped. */
 		op_consumed(&x->op, x->in_len - x->in_off);
-		close_fd(&x->in_fd);
+		agent_close_fd(&x->in_fd);
 	}
 	if (x->in_off == x->in_len) {
 		x->in_off = x->in_len = 0;
 		if (x->in_eof)
-			close_fd(&x->in_fd);
+			agent_close_fd(&x->in_fd);
 	}
 }
 
@@ -266,9 +266,9 @@ static void exec_destroy(struct op *op)
 	 * command any more. */
 	if (!x->finished)
 		kill(-x->pid, SIGKILL);
-	close_fd(&x->out_fd);
-	close_fd(&x->err_fd);
-	close_fd(&x->in_fd);
+	agent_close_fd(&x->out_fd);
+	agent_close_fd(&x->err_fd);
+	agent_close_fd(&x->in_fd);
 	free(x->inbuf);
 	free(x);
 }
@@ -483,7 +483,7 @@ child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd,
 	_exit(127);
 }
 
-static int make_pipe(int p[2], bool parent_reads)
+int agent_make_pipe(int p[2], bool parent_reads)
 {
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
@@ -512,7 +512,7 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 	char **cand = build_candidates(rx->argv[0], path);
 	int st[2] = { -1, -1 };
 	pid_t pid = -1;
-	int r1 = make_pipe(st, true);
+	int r1 = agent_make_pipe(st, true);
 	if (r1 < 0) {
 		err_sys(e, -r1, "cannot execute `%s`: pipe", rx->argv[0]);
 		goto out;
@@ -529,7 +529,7 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 		child_main(a, cwd_fd, in_fd, out_fd, err_fd, st[1], ctty, (char **)rx->argv, envp,
 			   cand);
 
-	close_fd(&st[1]);
+	agent_close_fd(&st[1]);
 	struct start_failure f;
 	ssize_t k;
 	do
@@ -546,8 +546,8 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 		pid = -1;
 	}
 out:
-	close_fd(&st[0]);
-	close_fd(&st[1]);
+	agent_close_fd(&st[0]);
+	agent_close_fd(&st[1]);
 	free_strv(envp);
 	free_strv(cand);
 	return pid;
@@ -559,8 +559,8 @@ void op_exec(struct conn *c, uint32_t ch, const struct req *r)
 	struct err e;
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 };
 	int r1;
-	if ((r1 = make_pipe(in, false)) < 0 || (r1 = make_pipe(out, true)) < 0 ||
-	    (r1 = make_pipe(errp, true)) < 0) {
+	if ((r1 = agent_make_pipe(in, false)) < 0 || (r1 = agent_make_pipe(out, true)) < 0 ||
+	    (r1 = agent_make_pipe(errp, true)) < 0) {
 		err_sys(&e, -r1, "cannot execute `%s`: pipe", rx->argv[0]);
 		goto fail;
 	}
@@ -568,9 +568,9 @@ void op_exec(struct conn *c, uint32_t ch, const struct req *r)
 	pid_t pid = agent_start_command(c->a, rx, in[0], out[1], errp[1], false, &e);
 	if (pid < 0)
 		goto fail;
-	close_fd(&in[0]);
-	close_fd(&out[1]);
-	close_fd(&errp[1]);
+	agent_close_fd(&in[0]);
+	agent_close_fd(&out[1]);
+	agent_close_fd(&errp[1]);
 
 	struct exec_op *x = xcalloc(1, sizeof(*x));
 	op_register(c, &x->op, &exec_vt, ch);
@@ -585,14 +585,14 @@ void op_exec(struct conn *c, uint32_t ch, const struct req *r)
 	if (rx->timeout_ms)
 		x->timeout_at = start + rx->timeout_ms * 1000000LL;
 	if (!x->stdin_pipe)
-		close_fd(&x->in_fd);
+		agent_close_fd(&x->in_fd);
 	return;
 
 fail:
 	for (int i = 0; i < 2; i++) {
-		close_fd(&in[i]);
-		close_fd(&out[i]);
-		close_fd(&errp[i]);
+		agent_close_fd(&in[i]);
+		agent_close_fd(&out[i]);
+		agent_close_fd(&errp[i]);
 	}
 	conn_error(c, ch, &e);
 }

@@ -75,13 +75,6 @@ static struct procs *table(struct agent *a)
 	return a->procs;
 }
 
-static void close_fd(int *fd)
-{
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
-}
-
 static int64_t wall_ms(void)
 {
 	struct timespec ts;
@@ -180,9 +173,9 @@ static void proc_free(struct proc *p)
 	while (p->qn)
 		buf_drop_head(p);
 	free(p->q);
-	close_fd(&p->out_fd);
-	close_fd(&p->err_fd);
-	close_fd(&p->in_fd);
+	agent_close_fd(&p->out_fd);
+	agent_close_fd(&p->err_fd);
+	agent_close_fd(&p->in_fd);
 	free(p->tag);
 	for (char **s = p->argv; s && *s; s++)
 		free(*s);
@@ -258,7 +251,7 @@ static void mark_ended(struct procs *t, struct proc *p)
 		return;
 	p->ended = true;
 	p->end_seq = ++t->ended_seq;
-	close_fd(&p->in_fd);
+	agent_close_fd(&p->in_fd);
 	while (count(t, true, NULL) > AGENT_KEEP_ENDED && evict_one(t))
 		;
 }
@@ -321,7 +314,7 @@ static void pump(struct proc *p, int *fd, uint8_t type)
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	/* EOF, or EIO from a terminal whose other side every process closed. */
-	close_fd(fd);
+	agent_close_fd(fd);
 }
 
 void procs_step(struct agent *a, const struct pollfd *pfd, int n)
@@ -353,8 +346,8 @@ void procs_step(struct agent *a, const struct pollfd *pfd, int n)
 		/* Daemons the command left behind may hold its pipes open: after the drain
 		 * period the output ends with the command. */
 		if (now >= p->drain_until) {
-			close_fd(&p->out_fd);
-			close_fd(&p->err_fd);
+			agent_close_fd(&p->out_fd);
+			agent_close_fd(&p->err_fd);
 		}
 		if (p->out_fd < 0 && p->err_fd < 0)
 			mark_ended(t, p);
@@ -464,15 +457,6 @@ static char **strv_dup(const char *const *v, size_t n)
 	return out;
 }
 
-static int make_pipe(int p[2], bool parent_reads)
-{
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return -errno;
-	int mine = parent_reads ? p[0] : p[1];
-	fcntl(mine, F_SETFL, fcntl(mine, F_GETFL) | O_NONBLOCK);
-	return 0;
-}
-
 /* A pseudo-terminal: the master (non-blocking) and its other side, sized rows x cols. */
 static int open_pty(struct agent *a, int64_t rows, int64_t cols, int *master, int *slave,
 		    struct err *e)
@@ -562,20 +546,21 @@ void op_spawn(struct conn *c, uint32_t ch, const struct req *r)
 		}
 	} else {
 		int r1;
-		if ((r1 = make_pipe(in, false)) < 0 || (r1 = make_pipe(out, true)) < 0 ||
-		    (r1 = make_pipe(errp, true)) < 0) {
+		if ((r1 = agent_make_pipe(in, false)) < 0 ||
+		    (r1 = agent_make_pipe(out, true)) < 0 ||
+		    (r1 = agent_make_pipe(errp, true)) < 0) {
 			err_sys(&e, -r1, "cannot execute `%s`: pipe", rs->x.argv[0]);
 			pid = -1;
 		} else {
 			pid = agent_start_command(a, &rs->x, in[0], out[1], errp[1], false, &e);
 		}
-		close_fd(&in[0]);
-		close_fd(&out[1]);
-		close_fd(&errp[1]);
+		agent_close_fd(&in[0]);
+		agent_close_fd(&out[1]);
+		agent_close_fd(&errp[1]);
 		if (pid < 0) {
-			close_fd(&in[1]);
-			close_fd(&out[0]);
-			close_fd(&errp[0]);
+			agent_close_fd(&in[1]);
+			agent_close_fd(&out[0]);
+			agent_close_fd(&errp[0]);
 			conn_error(c, ch, &e);
 			return;
 		}
@@ -597,7 +582,7 @@ void op_spawn(struct conn *c, uint32_t ch, const struct req *r)
 		p->err_fd = errp[0];
 		p->in_fd = in[1];
 		if (!rs->x.stdin_pipe)
-			close_fd(&p->in_fd);
+			agent_close_fd(&p->in_fd);
 	}
 	p->pfd_out = p->pfd_err = -1;
 	p->limit = (size_t)rs->replay_bytes;
@@ -898,7 +883,7 @@ static void input_feed(struct input_op *x)
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return;
-		close_fd(&p->in_fd);
+		agent_close_fd(&p->in_fd);
 		input_end(x, EPIPE);
 		return;
 	}
@@ -912,7 +897,7 @@ static void input_feed(struct input_op *x)
 			if (write(p->in_fd, "\x04", 1) < 0)
 				agent_log("cannot send ^D to process %d", p->pid);
 		} else {
-			close_fd(&p->in_fd);
+			agent_close_fd(&p->in_fd);
 		}
 	}
 	input_end(x, 0);
