@@ -192,6 +192,9 @@ bool procs_child_exit(struct agent *a, pid_t pid, int status);
 #define AGENT_PROC_FDS  2
 #define AGENT_MAX_PROCS 1024
 void op_watch(struct conn *c, uint32_t ch, const struct req *r);
+/* op_net.c: a byte stream to a port on the sandbox's loopback, and the ports listening */
+void op_connect(struct conn *c, uint32_t ch, const struct req *r);
+void op_ports(struct conn *c, uint32_t ch, const struct req *r);
 
 /* --- agent.c: process-wide services --- */
 

@@ -188,6 +188,12 @@ static void start_request(struct conn *c, uint32_t ch, const uint8_t *p, size_t 
 	case REQ_WATCH:
 		op_watch(c, ch, &r);
 		break;
+	case REQ_CONNECT:
+		op_connect(c, ch, &r);
+		break;
+	case REQ_PORTS:
+		op_ports(c, ch, &r);
+		break;
 	}
 	req_fini(&r);
 }

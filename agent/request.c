@@ -11,12 +11,13 @@ static const struct {
 	const char *name;
 	enum req_op op;
 } ops[] = {
-	{ "ping", REQ_PING },     { "resume", REQ_RESUME },     { "exec", REQ_EXEC },
-	{ "write", REQ_WRITE },   { "read", REQ_READ },         { "list", REQ_LIST },
-	{ "stat", REQ_STAT },     { "mkdir", REQ_MKDIR },       { "remove", REQ_REMOVE },
-	{ "rename", REQ_RENAME }, { "shutdown", REQ_SHUTDOWN }, { "spawn", REQ_SPAWN },
-	{ "procs", REQ_PROCS },   { "attach", REQ_ATTACH },     { "signal", REQ_SIGNAL },
-	{ "input", REQ_INPUT },   { "resize", REQ_RESIZE },     { "watch", REQ_WATCH },
+	{ "ping", REQ_PING },       { "resume", REQ_RESUME },     { "exec", REQ_EXEC },
+	{ "write", REQ_WRITE },     { "read", REQ_READ },         { "list", REQ_LIST },
+	{ "stat", REQ_STAT },       { "mkdir", REQ_MKDIR },       { "remove", REQ_REMOVE },
+	{ "rename", REQ_RENAME },   { "shutdown", REQ_SHUTDOWN }, { "spawn", REQ_SPAWN },
+	{ "procs", REQ_PROCS },     { "attach", REQ_ATTACH },     { "signal", REQ_SIGNAL },
+	{ "input", REQ_INPUT },     { "resize", REQ_RESIZE },     { "watch", REQ_WATCH },
+	{ "connect", REQ_CONNECT }, { "ports", REQ_PORTS },
 };
 
 static int wrong_type(const char *field, const char *want, const struct json *v, struct err *err)
@@ -436,6 +437,12 @@ static int parse_op(const struct json *o, struct req *r, struct err *err)
 		return get_int(o, "cols", 1, REQ_MAX_TERMINAL_SIZE, &r->u.resize.cols, err);
 	case REQ_WATCH:
 		return parse_watch(o, r, err);
+	case REQ_CONNECT:
+		if (!json_get(o, "port"))
+			return err_set(err, EINVAL, "missing field `port`");
+		return get_int(o, "port", 1, 65535, &r->u.connect.port, err);
+	case REQ_PORTS:
+		return 0;
 	}
 	return err_set(err, EINVAL, "unknown op");
 }

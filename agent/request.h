@@ -50,6 +50,8 @@ enum req_op {
 	REQ_INPUT,
 	REQ_RESIZE,
 	REQ_WATCH,
+	REQ_CONNECT,
+	REQ_PORTS,
 };
 
 #define REQ_MAX_TAG           64         /* bytes of a process's tag */
@@ -156,6 +158,9 @@ struct req {
 			bool parents;   /* create the destination's missing directories */
 			bool overwrite; /* replace what is there (else EEXIST) */
 		} rename;
+		struct {
+			int64_t port; /* 1-65535, on the sandbox's loopback */
+		} connect;
 		struct {
 			bool recursive;
 			unsigned events;     /* enum req_watch_event bits */

@@ -142,6 +142,11 @@ static const struct var vars[] = {
 	  3600000 },
 	{ "SANDBOX_ALLOWED_HOSTS", V_STRING, F(allowed_hosts), "" },
 	{ "SANDBOX_ALLOWED_ORIGINS", V_STRING, F(allowed_origins), "" },
+	{ "SANDBOX_PUBLIC_DOMAIN", V_STRING, F(public_domain), "localhost" },
+	{ "SANDBOX_PREVIEW_URL", V_STRING, F(preview_url), NULL },
+	{ "SANDBOX_PREVIEW_MAX_CONNECTIONS", V_UINT, F(preview_max_connections), "64", 1, 1048576 },
+	{ "SANDBOX_PREVIEW_IDLE_TIMEOUT_MS", V_UINT, F(preview_idle_timeout_ms), "300000", 1000,
+	  86400000 },
 
 	{ "SANDBOX_FIRST_REPLY_TIMEOUT_MS", V_UINT, F(first_reply_timeout_ms), "30000", 100,
 	  3600000 },

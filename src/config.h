@@ -120,6 +120,18 @@ struct config {
 	   any); this machine's own loopback origins always may. SANDBOX_MCP_ALLOWED_ORIGINS is
 	   its older name, still read (the two lists are joined). */
 	char *allowed_origins;
+	/* previews (docs/ingress.md) */
+	/* SANDBOX_PUBLIC_DOMAIN: `<port>-<name>.<domain>` Host names reach sessions' ports,
+	   default localhost */
+	char *public_domain;
+	/* SANDBOX_PREVIEW_URL: how a preview URL is written, with {port} and {name}; default
+	   http://{port}-{name}.<domain>:<PORT>/ */
+	char *preview_url;
+	/* SANDBOX_PREVIEW_MAX_CONNECTIONS: connections to one session's ports at once, 64 */
+	unsigned preview_max_connections;
+	/* SANDBOX_PREVIEW_IDLE_TIMEOUT_MS: a proxied connection with no bytes either way is
+	   closed after, default 300000 */
+	unsigned preview_idle_timeout_ms;
 
 	/* waits: each default suits production; tests shorten them */
 	/* SANDBOX_FIRST_REPLY_TIMEOUT_MS: for a new sandbox's agent to answer, default 30000 */

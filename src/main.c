@@ -270,6 +270,7 @@ static int serve_http(int *ret_port, struct err *err)
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
 	front_init(&D.cfg);
 	http_server_set_auth(D.http, front_check, NULL);
+	http_server_set_host_router(D.http, api_host_route, NULL);
 	http_server_set_done(D.http, on_http_done, NULL);
 	metrics_on_scrape(on_scrape_http, NULL);
 	int r = http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, ret_port, err);
@@ -306,6 +307,7 @@ static void started(int port)
 {
 	struct err e;
 	announce(port);
+	api_preview_init(port);
 	/* The first start's key, once serving: a start that fails before (a busy port) does
 	 * not use up its only showing. Before the port file, which tells scripts it is up. */
 	char url[300];

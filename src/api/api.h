@@ -64,6 +64,25 @@ void api_ticket_create(struct http_ctx *ctx);
 /* execute with "background": true: the body is a process start's. */
 void api_exec_background(struct http_ctx *ctx, const char *id, json_t *body);
 
+/* previews (proxy.c, ports.c, docs/ingress.md): the host router's choice (a Host of the
+ * `<port>-<name>.<domain>` form, or a path below /exec/:id/ports/:port), its handler, and the
+ * routes about ports. */
+extern const struct http_route api_preview_host_route, api_preview_path_route;
+bool api_preview_request(struct http_ctx *ctx, const char *host);
+bool api_preview_host(const char *host);
+const struct http_route *api_host_route(struct http_ctx *ctx, const char *host, void *arg);
+void api_preview(struct http_ctx *ctx);
+void api_preview_init(int served_port);
+void api_exec_ports(struct http_ctx *ctx);
+void api_exec_preview(struct http_ctx *ctx);
+void api_exec_preview_token(struct http_ctx *ctx);
+void api_exec_preview_public(struct http_ctx *ctx);
+void api_exec_forward(struct http_ctx *ctx);
+struct session;
+/* A session's preview as the API shows it: name, url and pathUrl (with "{port}"),
+ * publicPorts, and with_token its token. */
+json_t *api_preview_json(const struct session *s, bool with_token);
+
 /* Helpers of exec.c that the other /exec adapters share: error replies (EAGAIN with
  * Retry-After), the caller's target, the path's session id and the JSON body's fields, each
  * replying 400 and returning -1 (or NULL) when bad. */

@@ -85,6 +85,11 @@ static int route_quota(const struct http_route *r)
 
 int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 {
+	/* A preview is the app's: its Host is one of the preview names (chosen by it), its
+	 * Origin and cross-site navigations are the app's business, and who may reach it is
+	 * decided by its handler (proxy.c), which knows the key or the token. */
+	if (ctx->route == &api_preview_host_route || ctx->route == &api_preview_path_route)
+		return auth_http_check(ctx, NULL, arg);
 	const char *host = http_header(ctx, "Host");
 	/* No name leads to the Unix socket: whatever Host its clients send is theirs to pick. */
 	if (host && !http_from_unix_socket(ctx)) {

@@ -43,6 +43,11 @@ const struct http_route api_routes[] = {
 	{ GET, "/exec/:id/terminal", api_terminal_open, "exec", 0, HTTP_ROUTE_TICKET },
 	{ POST, "/exec/:id/tickets", api_ticket_create, "exec", SMALL_BODY },
 	{ GET, "/exec/:id/watch", api_exec_watch, "exec" },
+	{ GET, "/exec/:id/ports", api_exec_ports, "exec" },
+	{ GET, "/exec/:id/preview", api_exec_preview, "exec" },
+	{ POST, "/exec/:id/preview/token", api_exec_preview_token, "exec", SMALL_BODY },
+	{ POST, "/exec/:id/preview/public", api_exec_preview_public, "exec", SMALL_BODY },
+	{ GET, "/exec/:id/forward/:port", api_exec_forward, "exec" },
 	{ DELETE, "/exec/:id", api_exec_delete, "exec" },
 	{ GET | POST | DELETE, "/mcp", api_mcp, "exec", 0, HTTP_ROUTE_JSON_BODY },
 	{ POST, "/mcp/messages", api_mcp_messages, "exec", 0, HTTP_ROUTE_JSON_BODY },
@@ -57,3 +62,28 @@ const struct http_route api_routes[] = {
 };
 
 const size_t api_nroutes = sizeof(api_routes) / sizeof(api_routes[0]);
+
+/* Chosen by the host router (api_host_route) before the routes above: every method, every path
+ * below the prefix, and a body as large as an upload's (the handler checks who calls at the
+ * head, before any byte of it). */
+#define ANY_METHOD                                                                        \
+	(HTTP_REQ_GET | HTTP_REQ_POST | HTTP_REQ_PUT | HTTP_REQ_DELETE | HTTP_REQ_PATCH | \
+	 HTTP_REQ_HEAD | HTTP_REQ_OPTIONS)
+const struct http_route api_preview_host_route = {
+	ANY_METHOD,  "<port>-<name> (preview)",
+	api_preview, NULL,
+	UPLOAD_BODY, HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_SELF_AUTH
+};
+const struct http_route api_preview_path_route = {
+	ANY_METHOD,  "/exec/:id/ports/:port/*",
+	api_preview, NULL,
+	UPLOAD_BODY, HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_SELF_AUTH
+};
+
+const struct http_route *api_host_route(struct http_ctx *ctx, const char *host, void *arg)
+{
+	(void)arg;
+	if (!api_preview_request(ctx, host))
+		return NULL;
+	return api_preview_host(host) ? &api_preview_host_route : &api_preview_path_route;
+}

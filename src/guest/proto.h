@@ -29,8 +29,9 @@
  * resume; the host refuses an agent older than its own. 2: ping and resume report it. 3: a
  * read announces its file (FILEINFO) before the contents, so the host can stream them. 4: the
  * rename operation. 5: background processes (spawn, procs, attach, signal, input, resize) and
- * EVENT frames. 6: the watch operation. */
-#define GUEST_PROTO_VERSION  6
+ * EVENT frames. 6: the watch operation. 7: connect (a byte stream to a port inside the
+ * sandbox) and ports (those listening). */
+#define GUEST_PROTO_VERSION  7
 #define GUEST_HDR_LEN        9
 #define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
 #define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */
@@ -46,7 +47,7 @@ enum guest_type {
 	/* both directions */
 	GUEST_WINDOW = 5, /* 4 bytes: u32 big-endian credit increment for this channel */
 	/* agent -> host */
-	GUEST_STDOUT = 16,   /* raw */
+	GUEST_STDOUT = 16,   /* raw (connect: what the server sent) */
 	GUEST_STDERR = 17,   /* raw */
 	GUEST_FILEDATA = 18, /* raw: contents of a read */
 	/* JSON, once per read that asked with "info": true, before its FILEDATA:

@@ -798,7 +798,7 @@ static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h
 	conn_unlist_stranger(c);
 	uint64_t limit = r->max_body ? r->max_body : srv->cfg->max_body_bytes;
 	/* A route anyone may call takes no large body from anyone. */
-	if (!r->scope && limit > HTTP_ANON_MAX_BODY)
+	if (!r->scope && !(r->flags & HTTP_ROUTE_SELF_AUTH) && limit > HTTP_ANON_MAX_BODY)
 		limit = HTTP_ANON_MAX_BODY;
 	h1_set_max_body(&c->h1, limit);
 	if (head->content_length > limit) {
@@ -1486,6 +1486,27 @@ const char *http_header(struct http_ctx *ctx, const char *name)
 	return h1_header(&ctx->conn->h1, name);
 }
 
+size_t http_header_count(struct http_ctx *ctx)
+{
+	return ctx->conn ? ctx->conn->h1.head.nheaders : 0;
+}
+
+void http_header_at(struct http_ctx *ctx, size_t i, const char **name, const char **value)
+{
+	h1_header_at(&ctx->conn->h1, i, name, value);
+}
+
+const char *http_target(struct http_ctx *ctx)
+{
+	return ctx->conn && ctx->conn->h1.head.target ? ctx->conn->h1.head.target : "";
+}
+
+void http_body_framing(struct http_ctx *ctx, uint64_t *length, bool *chunked)
+{
+	*length = ctx->conn ? ctx->conn->h1.head.content_length : 0;
+	*chunked = ctx->conn && ctx->conn->h1.head.chunked;
+}
+
 const char *http_peer(struct http_ctx *ctx)
 {
 	return ctx->conn ? ctx->conn->peer : "";
@@ -1631,6 +1652,8 @@ static void send_head(struct http_ctx *ctx, int status, const char *content_type
 		evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
 	if (length >= 0) {
 		evbuffer_add_printf(out, "Content-Length: %zd\r\n", length);
+	} else if (length == HTTP_LENGTH_NONE) {
+		/* a status without a body: nothing says how long it is */
 	} else if (!http10) {
 		evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
 		ctx->chunked = true;
@@ -1756,6 +1779,18 @@ void http_stream_start(struct http_ctx *ctx, int status, const char *content_typ
 	http_add_header_raw(ctx, "Cache-Control", "no-cache");
 	http_add_header_raw(ctx, "X-Accel-Buffering", "no");
 	send_head(ctx, status, content_type, -1);
+}
+
+void http_stream_start_raw(struct http_ctx *ctx, int status, int64_t length)
+{
+	if (ctx->streaming || ctx->replied)
+		return;
+	ctx->streaming = true;
+	struct http_conn *c = ctx->conn;
+	if (!c)
+		return;
+	ctx->status = status;
+	send_head(ctx, status, NULL, (ssize_t)length);
 }
 
 void http_stream_start_sized(struct http_ctx *ctx, int status, const char *content_type,
@@ -1926,7 +1961,8 @@ void http_redact_uri(const char *uri, char *out, size_t outlen)
 			bool secret = (keylen == 7 && !strncmp(p, "api_key", 7)) ||
 				      (keylen == 6 && !strncmp(p, "apiKey", 6)) ||
 				      (keylen == 5 && !strncmp(p, "token", 5)) ||
-				      (keylen == 6 && !strncmp(p, "ticket", 6));
+				      (keylen == 6 && !strncmp(p, "ticket", 6)) ||
+				      (keylen == 13 && !strncmp(p, "sandbox_token", 13));
 			const char *copy_end = secret && eq ? eq + 1 : end;
 			for (const char *c = p; c < copy_end && o + 1 < outlen; c++)
 				out[o++] = *c;

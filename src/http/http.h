@@ -50,6 +50,10 @@ enum {
 	/* A WebSocket upgrade that may authenticate with a one-use `?ticket=` (auth/ticket.h)
 	 * for the session of its first path parameter, instead of a key in a header. */
 	HTTP_ROUTE_TICKET = 1 << 2,
+	/* A route without a scope whose handler decides itself, at the head (with
+	 * HTTP_ROUTE_STREAM_BODY), who may call it: its body limit is its own, not
+	 * HTTP_ANON_MAX_BODY (a reverse proxy's: the app behind it decides). */
+	HTTP_ROUTE_SELF_AUTH = 1 << 3,
 };
 
 #define HTTP_OFFLOAD_BODY (1u << 20)
@@ -245,6 +249,26 @@ void http_stream_abort(struct http_ctx *ctx);
  * high-water mark resumes from it. A new call replaces the one pending; fn NULL cancels. */
 void http_stream_on_drain(struct http_ctx *ctx, size_t below,
 			  void (*fn)(struct http_ctx *ctx, void *arg), void *arg);
+
+/* --- for a reverse proxy ------------------------------------------------------------- */
+
+/* The request's headers, in the order sent: i < http_header_count(). */
+size_t http_header_count(struct http_ctx *ctx);
+void http_header_at(struct http_ctx *ctx, size_t i, const char **name, const char **value);
+/* The request target as sent (path and query), or "" once the client is gone. */
+const char *http_target(struct http_ctx *ctx);
+/* How the request's body is framed: Content-Length (0 without one), or chunked. */
+void http_body_framing(struct http_ctx *ctx, uint64_t *length, bool *chunked);
+/* Whether the request asked to take over its connection (Upgrade, CONNECT). */
+bool http_upgrade_requested(struct http_ctx *ctx);
+
+#define HTTP_LENGTH_CHUNKED (-1)
+#define HTTP_LENGTH_NONE    (-2)
+/* Starts a reply whose headers are all the caller's (http_add_header; none of the stream
+ * defaults, no Content-Type of its own): a body of `length` bytes (for HEAD, the length only),
+ * HTTP_LENGTH_CHUNKED for a stream, or HTTP_LENGTH_NONE for a status that has no body (1xx,
+ * 204, 304). Then http_stream_write and http_stream_end (or abort) as for any stream. */
+void http_stream_start_raw(struct http_ctx *ctx, int status, int64_t length);
 
 /* --- upgrades ----------------------------------------------------------------------- */
 

@@ -7,6 +7,3 @@
 
 /* Adds a reply header even while a stream starts (no checks: the caller's text is ours). */
 void http_add_header_raw(struct http_ctx *ctx, const char *name, const char *value);
-
-/* Whether the request asked to take over its connection (Upgrade, CONNECT). */
-bool http_upgrade_requested(struct http_ctx *ctx);

@@ -316,6 +316,15 @@ void metrics_init(void)
 		"exec_message_total", "Operations sent to sandboxes by type", "type");
 	metrics_daemon.watches_active =
 		metrics_gauge("watches_active", "Watches open in sandboxes' agents", NULL);
+	metrics_daemon.preview_requests_total = metrics_counter(
+		"preview_requests_total",
+		"Requests to sessions' ports by URL form (host, path, forward) and status class",
+		"form,status");
+	metrics_daemon.preview_bytes_total = metrics_counter(
+		"preview_bytes_total", "Bytes carried to (in) and from (out) sessions' ports",
+		"direction");
+	metrics_daemon.preview_connections =
+		metrics_gauge("preview_connections", "Connections to sessions' ports open", NULL);
 	metrics_daemon.watch_events_total = metrics_counter(
 		"watch_events_total", "Watch events delivered to clients by type", "type");
 	metrics_daemon.exec_message_duration =

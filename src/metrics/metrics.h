@@ -61,6 +61,9 @@ struct sandbox_metrics {
 	struct metric *watches_active;              /* gauge */
 	struct metric *watch_events_total;          /* counter {type} */
 	struct metric *egress_decisions_total;      /* counter {decision, reason} */
+	struct metric *preview_requests_total;      /* counter {form, status} */
+	struct metric *preview_bytes_total;         /* counter {direction} */
+	struct metric *preview_connections;         /* gauge */
 };
 
 /* Every module records into these; NULL (a no-op) until metrics_init() and after

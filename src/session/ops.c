@@ -864,7 +864,9 @@ enum call_kind {
 	CALL_SIGNAL,
 	CALL_INPUT,
 	CALL_RESIZE,
-	CALL_UPLOAD, /* a write whose contents are streamed in */
+	CALL_UPLOAD,  /* a write whose contents are streamed in */
+	CALL_CONNECT, /* a byte stream to a port inside the sandbox */
+	CALL_PORTS,
 };
 
 struct ops_call {
@@ -889,11 +891,13 @@ struct ops_call {
 	json_t *egress; /* create: the session's own egress policy, or NULL */
 	struct session_resources resources;
 	bool has_resources;
-	const struct ops_attach_cbs *acbs; /* attach */
-	const struct ops_upload_cbs *ucbs; /* upload */
-	struct evbuffer *pending;          /* upload: sent before the agent's op started */
-	bool upload_end;                   /* upload: its caller sent all */
-	json_t *checked;                   /* spawn, attach, procs: the agent's answer, checked */
+	const struct ops_attach_cbs *acbs;  /* attach */
+	const struct ops_upload_cbs *ucbs;  /* upload */
+	const struct ops_connect_cbs *ncbs; /* connect */
+	bool counted;                       /* connect: counted in its session's proxied */
+	struct evbuffer *pending;           /* upload: sent before the agent's op started */
+	bool upload_end;                    /* upload: its caller sent all */
+	json_t *checked;                    /* spawn, attach, procs: the agent's answer, checked */
 	ops_done_fn done;
 	void *arg;
 	struct event *start_ev;
@@ -916,7 +920,10 @@ static enum quota_kind call_quota(enum call_kind k)
 	case CALL_RESIZE:
 		return QUOTA_COMMANDS;
 	case CALL_ATTACH:
+	case CALL_CONNECT:
 		return QUOTA_STREAMS;
+	case CALL_PORTS:
+		return QUOTA_COMMANDS;
 	default:
 		return QUOTA_FILE_OPS;
 	}
@@ -929,6 +936,8 @@ static void call_free(struct ops_call *c)
 	if (c->s) {
 		if (c->op || c->t0_us)
 			session_op_end(c->s);
+		if (c->counted && c->s->proxied)
+			c->s->proxied--;
 		session_unref(c->s);
 	}
 	json_decref(c->request);
@@ -990,6 +999,10 @@ static const char *call_metric_type(enum call_kind k)
 		return "resize";
 	case CALL_UPLOAD:
 		return "upload";
+	case CALL_CONNECT:
+		return "connect";
+	case CALL_PORTS:
+		return "ports";
 	default:
 		return "list_files";
 	}
@@ -1032,6 +1045,11 @@ static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 			 void *arg)
 {
 	struct ops_call *c = arg;
+	if (c->kind == CALL_CONNECT && c->got_info && type == GUEST_STDOUT) {
+		/* The consumer returns the credit (ops_call_consumed) as its client takes them. */
+		c->ncbs->on_data(c, data, len, c->arg);
+		return;
+	}
 	if (c->kind == CALL_ATTACH && c->got_info &&
 	    (type == GUEST_STDOUT || type == GUEST_STDERR)) {
 		/* The consumer returns the credit (ops_call_consumed) as its client takes them. */
@@ -1071,6 +1089,15 @@ static void call_on_event(struct guest_op *op, json_t *ev, size_t len, void *arg
 	struct ops_call *c = arg;
 	const char *type = json_string_value(json_object_get(ev, "type"));
 	json_t *bytes = json_object_get(ev, "bytes"), *pid = json_object_get(ev, "pid");
+	if (c->kind == CALL_CONNECT && !strcmp(type, "connected") && !c->got_info) {
+		guest_op_consumed(op, len);
+		c->got_info = true;
+		/* Connected: from now on the connection lasts as long as its caller wants. */
+		guest_op_clear_timeout(op);
+		if (c->ncbs->on_connected)
+			c->ncbs->on_connected(c, c->arg);
+		return;
+	}
 	bool gap = c->kind == CALL_ATTACH && !strcmp(type, "gap") && json_is_integer(bytes) &&
 		   json_integer_value(bytes) > 0;
 	bool attached = c->kind == CALL_ATTACH && !strcmp(type, "attached") && !c->got_info &&
@@ -1197,6 +1224,37 @@ static void call_on_guest_done(struct guest_op *op, json_t *result, const struct
 		}
 		r.info = c->checked;
 		break;
+	case CALL_CONNECT:
+		if (!c->got_info) {
+			guest_op_violation(op, "a connection's end before it was made");
+			return;
+		}
+		r.info = result;
+		break;
+	case CALL_PORTS: {
+		json_t *list = json_object_get(result, "ports");
+		c->checked = json_array();
+		size_t i;
+		json_t *p;
+		json_array_foreach (list, i, p) {
+			json_t *port = json_object_get(p, "port"),
+			       *addr = json_object_get(p, "address");
+			if (!json_is_integer(port) || json_integer_value(port) < 1 ||
+			    json_integer_value(port) > 65535 || !json_is_string(addr) ||
+			    json_string_length(addr) > 64) {
+				struct err e;
+				err_set(&e, EREMOTEIO,
+					"sandbox agent answered with a malformed port list");
+				call_fail(c, &e);
+				return;
+			}
+			json_array_append_new(
+				c->checked, json_pack("{s:O, s:O}", "port", port, "address", addr));
+		}
+		r.entries = c->checked;
+		r.truncated = json_is_true(json_object_get(result, "truncated"));
+		break;
+	}
 	case CALL_PROCS: {
 		json_t *list = json_object_get(result, "processes");
 		c->checked = json_array();
@@ -1232,6 +1290,9 @@ static void call_on_sent(struct guest_op *op, void *arg)
 	struct ops_call *c = arg;
 	if (c->kind == CALL_UPLOAD && c->ucbs && guest_op_queued(op) < OPS_UPLOAD_HIGH)
 		c->ucbs->on_ready(c, c->arg);
+	else if (c->kind == CALL_CONNECT && c->ncbs->on_ready &&
+		 guest_op_queued(op) < OPS_UPLOAD_HIGH)
+		c->ncbs->on_ready(c, c->arg);
 }
 
 static const struct guest_op_cbs call_guest_cbs = { .on_data = call_on_data,
@@ -1271,6 +1332,18 @@ static void call_run(struct ops_call *c, struct session *s)
 			guest_op_eof(c->op);
 		else if (guest_op_queued(c->op) < OPS_UPLOAD_HIGH)
 			c->ucbs->on_ready(c, c->arg); /* may end the call: nothing after this */
+		return;
+	}
+	if (c->kind == CALL_CONNECT) {
+		size_t n = evbuffer_get_length(c->pending);
+		if (n)
+			guest_op_send(c->op, evbuffer_pullup(c->pending, -1), n);
+		evbuffer_drain(c->pending, n);
+		if (c->upload_end)
+			guest_op_eof(c->op);
+		/* Until it is made; then as long as its caller wants (the proxy bounds idleness).
+		 */
+		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "connection");
 		return;
 	}
 	if (c->kind != CALL_ATTACH)
@@ -1322,11 +1395,25 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 	case CALL_ATTACH:
 	case CALL_SIGNAL:
 	case CALL_INPUT:
-	case CALL_RESIZE: {
+	case CALL_RESIZE:
+	case CALL_PORTS:
+	case CALL_CONNECT: {
 		struct session *s = ops_find_session(&c->t, &e);
 		if (!s) {
 			call_fail(c, &e);
 			return;
+		}
+		if (c->kind == CALL_CONNECT) {
+			if (s->proxied >= O.cfg->preview_max_connections) {
+				err_set(&e, EAGAIN,
+					"session `%s` has %u connections to its ports open, its "
+					"limit (SANDBOX_PREVIEW_MAX_CONNECTIONS)",
+					s->id, s->proxied);
+				call_fail(c, &e);
+				return;
+			}
+			s->proxied++;
+			c->counted = true;
 		}
 		call_run(c, s);
 		return;
@@ -1868,4 +1955,48 @@ void ops_upload_end(struct ops_call *c)
 	c->upload_end = true;
 	if (c->op)
 		guest_op_eof(c->op);
+}
+
+/* --- the sandbox's own ports -------------------------------------------------------------- */
+
+struct ops_call *ops_connect(const struct ops_target *t, unsigned port,
+			     const struct ops_connect_cbs *cbs, ops_done_fn done, void *arg,
+			     struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return NULL;
+	if (port < 1 || port > 65535) {
+		err_set(err, EINVAL, "a port is a number from 1 to 65535");
+		return NULL;
+	}
+	bool held;
+	if (admit(t, QUOTA_STREAMS, &held, err) < 0)
+		return NULL;
+	struct ops_call *c = call_new(CALL_CONNECT, t, NULL, done, arg);
+	c->quota_held = held;
+	c->ncbs = cbs;
+	c->pending = evbuffer_new();
+	c->request = json_pack("{s:s, s:i}", "op", "connect", "port", (int)port);
+	return c;
+}
+
+void ops_connect_send(struct ops_call *c, const void *data, size_t len)
+{
+	ops_upload_send(c, data, len);
+}
+
+size_t ops_connect_queued(struct ops_call *c)
+{
+	return ops_upload_queued(c);
+}
+
+void ops_connect_eof(struct ops_call *c)
+{
+	ops_upload_end(c);
+}
+
+struct ops_call *ops_list_ports(const struct ops_target *t, ops_done_fn done, void *arg,
+				struct err *err)
+{
+	return proc_call(CALL_PORTS, t, NULL, json_pack("{s:s}", "op", "ports"), done, arg, err);
 }

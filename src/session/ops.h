@@ -238,6 +238,36 @@ struct ops_session_opts {
 	json_t *egress;
 };
 
+/* --- the sandbox's own ports ------------------------------------------------------------
+ *
+ * A connection to a TCP port on the sandbox's loopback, made by its agent (so it works the
+ * same for a jail and a VM, with networking on or off, and reaches nothing but that
+ * sandbox). Only an existing, ready session (ENOENT, EBUSY); a unit of QUOTA_STREAMS of the
+ * session's owner and one of its SANDBOX_PREVIEW_MAX_CONNECTIONS for its life (EAGAIN).
+ * The caller sends while ops_connect_queued() is below OPS_UPLOAD_HIGH and waits for on_ready
+ * otherwise; done follows when the server closes (r->info {bytesIn, bytesOut}), or err:
+ * ECONNREFUSED when nothing listens on the port, ETIMEDOUT when it does not answer. */
+struct ops_connect_cbs {
+	/* The connection is made (before any on_data). */
+	void (*on_connected)(struct ops_call *c, void *arg);
+	/* Bytes from the server, in order; returned with ops_call_consumed() once the caller's
+	 * client took them (the agent sends at most a window ahead). */
+	void (*on_data)(struct ops_call *c, const uint8_t *data, size_t len, void *arg);
+	/* More may be sent now. */
+	void (*on_ready)(struct ops_call *c, void *arg);
+};
+struct ops_call *ops_connect(const struct ops_target *t, unsigned port,
+			     const struct ops_connect_cbs *cbs, ops_done_fn done, void *arg,
+			     struct err *err);
+void ops_connect_send(struct ops_call *c, const void *data, size_t len);
+size_t ops_connect_queued(struct ops_call *c);
+/* Half-closes the connection toward the server once what was sent is out. */
+void ops_connect_eof(struct ops_call *c);
+/* The TCP ports listening in the session's sandbox: r->entries [{port, address}], checked,
+ * sorted by port. */
+struct ops_call *ops_list_ports(const struct ops_target *t, ops_done_fn done, void *arg,
+				struct err *err);
+
 /* Creates session t->session_id (NULL: a fresh id) of the caller (never another owner's,
  * whatever any_owner says) with these options (template_name is taken from t; o may be
  * NULL); EEXIST when the caller already has one by that id. */

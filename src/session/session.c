@@ -227,6 +227,7 @@ void session_unref(struct session *s)
 {
 	if (--s->refs > 0)
 		return;
+	explicit_bzero(s->secret, sizeof(s->secret));
 	free(s->id);
 	free(s->owner);
 	free(s->sandbox_id);
@@ -579,6 +580,7 @@ void session_get_or_create(const char *owner, const char *id,
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
 	s->limits = limits;
+	session_preview_init(s);
 	s->next = session_mod.sessions;
 	session_mod.sessions = s;
 	session_mod.nsessions++;
@@ -722,6 +724,7 @@ json_t *session_json(const struct session *s)
 			  "state", session_state_name(s->state), "idleMs", (json_int_t)idle_ms,
 			  "idleTimeout", (json_int_t)s->idle_timeout_s, "running", (int)s->running);
 	json_object_set_new(j, "createdAt", iso_time(s->created_ms));
+	json_object_set_new(j, "previewName", json_string(s->preview_name));
 	json_object_set_new(j, "lastActivity", iso_time(time_wall_ms() - idle_ms));
 	if (s->state == SESSION_FAILED)
 		json_object_set_new(j, "error", json_string(s->failure.msg));

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "driver/driver.h"
 #include "guest/client.h"
+#include "session/preview.h"
 #include "template/template.h"
 #include "util/err.h"
 
@@ -61,6 +62,12 @@ struct session {
 	uint64_t execs_total;
 	struct session_waiter *waiters;
 	struct session_exec *execs;
+	/* preview.h: its host-name label, its secret and the ports open to anyone */
+	char preview_name[SESSION_PREVIEW_NAME_MAX + 1];
+	uint8_t secret[SESSION_SECRET_LEN];
+	uint16_t public_ports[SESSION_PUBLIC_PORTS_MAX];
+	size_t npublic;
+	unsigned proxied; /* connections to its ports open now */
 	int refs;
 	struct session *next;
 };

@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -972,6 +975,155 @@ static void test_watch_overflow_when_the_host_does_not_read(void **state)
 	reply_free(&r);
 }
 
+/* A listening socket on 127.0.0.1 (port 0: any); its port goes to *port. */
+static int listen_loopback(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 4), 0);
+	socklen_t l = sizeof(a);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* A server in a child for one connection: sends `greeting` bytes of 'g', then echoes what it
+ * reads upper-cased until EOF, then closes. */
+static pid_t echo_server(int *port, size_t greeting)
+{
+	int lfd = listen_loopback(port);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = accept(lfd, NULL, NULL);
+		char buf[65536];
+		memset(buf, 'g', sizeof(buf));
+		while (greeting) {
+			size_t n = greeting < sizeof(buf) ? greeting : sizeof(buf);
+			ssize_t k = write(fd, buf, n);
+			if (k <= 0)
+				_exit(1);
+			greeting -= (size_t)k;
+		}
+		ssize_t n;
+		while ((n = read(fd, buf, sizeof(buf))) > 0) {
+			for (ssize_t i = 0; i < n; i++)
+				if (buf[i] >= 'a' && buf[i] <= 'z')
+					buf[i] = (char)(buf[i] - 32);
+			if (write(fd, buf, (size_t)n) != n)
+				_exit(1);
+		}
+		_exit(0);
+	}
+	close(lfd);
+	return pid;
+}
+
+static void test_connect(void **state)
+{
+	struct client *c = *state;
+	int port;
+	pid_t pid = echo_server(&port, 0);
+	client_request(c, 1, "{\"op\":\"connect\",\"port\":%d}", port);
+	json_t *ev = next_event(c, 1);
+	assert_string_equal(json_string_value(json_object_get(ev, "type")), "connected");
+	json_decref(ev);
+	client_send(c, GUEST_DATA, 1, "hello, ", 7);
+	client_send(c, GUEST_DATA, 1, "world", 5);
+	client_send(c, GUEST_EOF, 1, NULL, 0);
+	struct reply r;
+	assert_int_equal(client_wait(c, 1, &r, 10000), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(r.out_len, 12);
+	assert_memory_equal(r.out, "HELLO, WORLD", 12);
+	assert_int_equal(reply_int(&r, "bytesIn"), 12);
+	assert_int_equal(reply_int(&r, "bytesOut"), 12);
+	reply_free(&r);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(WEXITSTATUS(st), 0);
+
+	/* More than a window from the server: it comes as credit is granted, all of it. */
+	size_t big = 3u << 20;
+	pid = echo_server(&port, big);
+	client_request(c, 2, "{\"op\":\"connect\",\"port\":%d}", port);
+	json_decref(next_event(c, 2));
+	client_send(c, GUEST_EOF, 2, NULL, 0);
+	assert_int_equal(client_wait(c, 2, &r, 20000), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_int_equal(r.out_len, big);
+	assert_int_equal(reply_int(&r, "bytesIn"), (long long)big);
+	reply_free(&r);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+
+	/* CANCEL ends a connection the server keeps open. */
+	pid = echo_server(&port, 0);
+	client_request(c, 3, "{\"op\":\"connect\",\"port\":%d}", port);
+	json_decref(next_event(c, 3));
+	client_send(c, GUEST_CANCEL, 3, NULL, 0);
+	assert_int_equal(client_wait(c, 3, &r, 10000), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+}
+
+static void test_connect_errors(void **state)
+{
+	struct client *c = *state;
+	int port;
+	close(listen_loopback(&port)); /* nothing listens there now */
+	client_request(c, 1, "{\"op\":\"connect\",\"port\":%d}", port);
+	struct reply r;
+	assert_int_equal(client_wait(c, 1, &r, 10000), 0);
+	assert_int_equal(r.type, GUEST_ERROR);
+	assert_string_equal(reply_str(&r, "code"), "ECONNREFUSED");
+	assert_non_null(strstr(reply_str(&r, "error"), "nothing is listening"));
+	reply_free(&r);
+	const char *bad[] = { "{\"op\":\"connect\"}", "{\"op\":\"connect\",\"port\":0}",
+			      "{\"op\":\"connect\",\"port\":65536}",
+			      "{\"op\":\"connect\",\"port\":\"80\"}" };
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		client_request(c, 10 + i, "%s", bad[i]);
+		assert_int_equal(client_wait(c, 10 + i, &r, 10000), 0);
+		assert_int_equal(r.type, GUEST_ERROR);
+		assert_string_equal(reply_str(&r, "code"), "EINVAL");
+		reply_free(&r);
+	}
+	assert_true(client_ping(c, 99));
+}
+
+static void test_ports(void **state)
+{
+	struct client *c = *state;
+	int port;
+	int fd = listen_loopback(&port);
+	client_request(c, 1, "{\"op\":\"ports\"}");
+	struct reply r;
+	assert_int_equal(client_wait(c, 1, &r, 10000), 0);
+	assert_int_equal(r.type, GUEST_RESULT);
+	json_t *ports = json_object_get(r.json, "ports");
+	assert_true(json_is_array(ports));
+	bool found = false;
+	size_t i;
+	json_t *p;
+	json_array_foreach (ports, i, p)
+		if (json_integer_value(json_object_get(p, "port")) == port)
+			found = !strcmp(json_string_value(json_object_get(p, "address")),
+					"127.0.0.1");
+	assert_true(found);
+	reply_free(&r);
+	close(fd);
+	client_request(c, 2, "{\"op\":\"ports\"}");
+	assert_int_equal(client_wait(c, 2, &r, 10000), 0);
+	found = false;
+	json_array_foreach (json_object_get(r.json, "ports"), i, p)
+		found |= json_integer_value(json_object_get(p, "port")) == port;
+	assert_false(found);
+	reply_free(&r);
+}
+
 static void test_escapes(void **state)
 {
 	struct client *c = *state;
@@ -1265,6 +1417,9 @@ int main(void)
 		T(test_watch_events),
 		T(test_watch_errors),
 		T(test_watch_overflow_when_the_host_does_not_read),
+		T(test_connect),
+		T(test_connect_errors),
+		T(test_ports),
 		T(test_escapes),
 		T(test_protocol_errors),
 		T(test_resume),

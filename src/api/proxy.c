@@ -1,0 +1,1047 @@
+/* proxy: HTTP/1.1 to a TCP port inside a session, for previews (docs/ingress.md).
+ *
+ * Two forms reach the same thing: the host form, any request whose Host is
+ * `<port>-<name>.<SANDBOX_PUBLIC_DOMAIN>` (name: the session's preview name), and the path
+ * form, `/exec/<id>/ports/<port>/...`. Both are chosen by the server's host router before the
+ * path routes, so that every method and every path below the prefix is the app's.
+ *
+ * Each client request gets its own connection to the app (ops_connect: made by the sandbox's
+ * agent on its loopback, so a jail and a VM work alike, networking on or off, and nothing
+ * but that sandbox is reachable). The request goes out with `Connection: close`, its body
+ * streamed with the framing it came with; the response is parsed (http_parser) so that its
+ * head can be rewritten and its body re-framed toward our client, who keeps its keep-alive
+ * connection. A 101 answer to an Upgrade hands both connections over to a byte relay. Flow
+ * control both ways: the client's body is read only as fast as the agent takes it, and the
+ * agent's credit is returned only as our client takes the bytes, so a proxied transfer costs
+ * about a window of memory whatever its size.
+ *
+ * Who may: the session's owner (or an admin) by API key; anyone with the session's traffic
+ * token (X-Sandbox-Token or E2B-Traffic-Access-Token header, the sandbox_token cookie, or a
+ * sandbox_token query parameter, which a GET turns into that cookie by a redirect); anyone
+ * at all for a port made public. Before forwarding, every credential is taken out: the
+ * Authorization, X-API-Key and token headers, the api_key/apiKey/sandbox_token query
+ * parameters and the token's cookie. Path-form responses share the API's origin, so they are
+ * served as an opaque origin (CSP sandbox); cookies an app sets never get a Domain. */
+#include <errno.h>
+#include <stdarg.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <http_parser.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "api/api.h"
+#include "api/host.h"
+#include "auth/auth.h"
+#include "metrics/metrics.h"
+#include "session/ops.h"
+#include "session/preview.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/text.h"
+
+#define PROXY_HIGH        (1u << 20) /* bytes toward a client past which credit is held */
+#define PROXY_MAX_HEADERS 100
+#define PROXY_MAX_HEAD    (64u << 10) /* an app's response head */
+#define PROXY_COOKIE      "sandbox_token"
+
+enum proxy_form { FORM_HOST, FORM_PATH, FORM_FORWARD };
+
+static void evbuffer_freep(struct evbuffer **b)
+{
+	if (*b)
+		evbuffer_free(*b);
+}
+
+struct proxy {
+	struct http_ctx *ctx; /* NULL once the reply is out or the client is gone */
+	struct ops_call *call;
+	enum proxy_form form;
+	unsigned port;
+	char prefix[200]; /* path form: /exec/<id>/ports/<port> */
+	char sid[160];    /* for messages */
+	bool upgrade;     /* the client asked to switch protocols */
+	bool connected;
+	bool body_chunked; /* the request's body goes out chunked */
+	bool body_ended;
+	/* the app's response */
+	http_parser parser;
+	char *names[PROXY_MAX_HEADERS], *values[PROXY_MAX_HEADERS];
+	size_t nh;
+	size_t head_bytes;
+	bool in_value;
+	bool head_done; /* its head was taken (sent on, or the upgrade begun) */
+	bool message_done;
+	bool failed; /* a reply was made from a failure: ignore what follows */
+	size_t held; /* credit held back while our client is slow */
+	struct event *idle;
+	/* after a 101: the client's connection, relayed as bytes */
+	struct bufferevent *bev;
+	bool relay_closing;
+};
+
+static const struct ops_connect_cbs proxy_cbs;
+static void relay_start(struct proxy *p, const uint8_t *rest, size_t n);
+static void relay_close(struct proxy *p);
+
+static const char *status_class(int status)
+{
+	if (status == 101)
+		return "101";
+	if (status < 300)
+		return "2xx";
+	if (status < 400)
+		return "3xx";
+	if (status < 500)
+		return "4xx";
+	return "5xx";
+}
+
+static const char *form_name(enum proxy_form f)
+{
+	return f == FORM_HOST ? "host" : f == FORM_PATH ? "path" : "forward";
+}
+
+static void count(struct proxy *p, int status)
+{
+	metrics_add(metrics_daemon.preview_requests_total, 1, form_name(p->form),
+		    status_class(status));
+}
+
+static void proxy_free(struct proxy *p)
+{
+	if (p->call)
+		ops_call_detach(p->call);
+	if (p->idle)
+		event_free(p->idle);
+	for (size_t i = 0; i < p->nh; i++) {
+		free(p->names[i]);
+		free(p->values[i]);
+	}
+	if (p->bev)
+		bufferevent_free(p->bev);
+	metrics_add(metrics_daemon.preview_connections, -1);
+	free(p);
+}
+
+/* Lets go of the client's request (its reply is out, or it is gone). */
+static void detach_ctx(struct proxy *p)
+{
+	if (!p->ctx)
+		return;
+	p->ctx->on_gone = NULL;
+	http_stream_on_drain(p->ctx, 0, NULL, NULL);
+	p->ctx = NULL;
+}
+
+/* Ends the request with an error reply (or cuts a reply already under way) and frees p. */
+static void proxy_fail(struct proxy *p, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void proxy_fail(struct proxy *p, int status, const char *fmt, ...)
+{
+	struct http_ctx *ctx = p->ctx;
+	detach_ctx(p);
+	if (ctx) {
+		if (p->head_done) {
+			http_stream_abort(ctx);
+		} else {
+			char msg[600];
+			va_list ap;
+			va_start(ap, fmt);
+			vsnprintf(msg, sizeof(msg), fmt, ap);
+			va_end(ap);
+			count(p, status);
+			http_reply_error(ctx, status, "%s", msg);
+		}
+	}
+	proxy_free(p);
+}
+
+static void idle_arm(struct proxy *p)
+{
+	struct timeval tv = { api_cfg->preview_idle_timeout_ms / 1000,
+			      (api_cfg->preview_idle_timeout_ms % 1000) * 1000 };
+	evtimer_add(p->idle, &tv);
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+	struct proxy *p = arg;
+	if (p->bev) {
+		relay_close(p);
+		return;
+	}
+	proxy_fail(p, 504, "port %u of session `%s` sent nothing for %u ms", p->port, p->sid,
+		   api_cfg->preview_idle_timeout_ms);
+}
+
+/* --- the request toward the app ---------------------------------------------------------- */
+
+static bool ieq(const char *a, const char *b)
+{
+	return strcasecmp(a, b) == 0;
+}
+
+/* Whether `name` is listed in a Connection header's value (a hop-by-hop header). */
+static bool listed_in(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *s = list; s && *s;) {
+		s += strspn(s, " \t,");
+		size_t len = strcspn(s, " \t,");
+		if (len == n && strncasecmp(s, name, n) == 0)
+			return true;
+		s += len;
+	}
+	return false;
+}
+
+static bool dropped_request_header(const char *name, const char *connection)
+{
+	static const char *const drop[] = {
+		"Connection",	     "Keep-Alive",   "Proxy-Connection",	 "Proxy-Authorization",
+		"TE",		     "Trailer",	     "Transfer-Encoding",	 "Upgrade",
+		"Content-Length",    "Expect",	     "Authorization",		 "X-API-Key",
+		"X-Sandbox-Token",   "X-Access-Token", "E2B-Traffic-Access-Token", "Forwarded",
+		"X-Forwarded-For",   "X-Forwarded-Host", "X-Forwarded-Proto",	 "X-Forwarded-Prefix",
+		"Cookie",
+	};
+	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
+		if (ieq(name, drop[i]))
+			return true;
+	return connection && listed_in(connection, name);
+}
+
+/* A Cookie header's value without the token's cookie ("" when nothing else is left). */
+static void cookie_without_token(const char *v, struct evbuffer *out)
+{
+	bool first = true;
+	for (const char *s = v; *s;) {
+		s += strspn(s, " ;");
+		size_t len = strcspn(s, ";");
+		if (!len)
+			break;
+		size_t nl = strcspn(s, "=");
+		bool ours = nl < len && nl == strlen(PROXY_COOKIE) &&
+			    strncmp(s, PROXY_COOKIE, nl) == 0;
+		if (!ours) {
+			evbuffer_add_printf(out, "%s%.*s", first ? "" : "; ", (int)len, s);
+			first = false;
+		}
+		s += len;
+	}
+}
+
+/* The token's cookie in a Cookie header's value, copied into out (false: none). */
+static bool cookie_token(const char *v, char *out, size_t cap)
+{
+	size_t n = strlen(PROXY_COOKIE);
+	for (const char *s = v; *s;) {
+		s += strspn(s, " ;");
+		size_t len = strcspn(s, ";");
+		if (!len)
+			break;
+		if (len > n && strncmp(s, PROXY_COOKIE "=", n + 1) == 0 && len - n - 1 < cap) {
+			memcpy(out, s + n + 1, len - n - 1);
+			out[len - n - 1] = '\0';
+			return true;
+		}
+		s += len;
+	}
+	return false;
+}
+
+static bool secret_param(const char *p, size_t keylen)
+{
+	return (keylen == 7 && !strncmp(p, "api_key", 7)) ||
+	       (keylen == 6 && !strncmp(p, "apiKey", 6)) ||
+	       (keylen == strlen(PROXY_COOKIE) && !strncmp(p, PROXY_COOKIE, keylen));
+}
+
+/* Appends the query `q` (after its '?', may be NULL) without the credentials in it. */
+static void query_without_secrets(const char *q, struct evbuffer *out)
+{
+	bool first = true;
+	for (const char *p = q; p && *p;) {
+		const char *end = strchrnul(p, '&');
+		const char *eq = memchr(p, '=', (size_t)(end - p));
+		size_t keylen = eq ? (size_t)(eq - p) : (size_t)(end - p);
+		if ((size_t)(end - p) && !secret_param(p, keylen)) {
+			evbuffer_add_printf(out, "%s%.*s", first ? "?" : "&", (int)(end - p), p);
+			first = false;
+		}
+		p = *end ? end + 1 : end;
+	}
+}
+
+/* The value of query parameter `name` in `q` (raw, not decoded: tokens are plain). */
+static bool query_value(const char *q, const char *name, char *out, size_t cap)
+{
+	size_t n = strlen(name);
+	for (const char *p = q; p && *p;) {
+		const char *end = strchrnul(p, '&');
+		if ((size_t)(end - p) > n && !strncmp(p, name, n) && p[n] == '=' &&
+		    (size_t)(end - p) - n - 1 < cap) {
+			memcpy(out, p + n + 1, (size_t)(end - p) - n - 1);
+			out[(size_t)(end - p) - n - 1] = '\0';
+			return true;
+		}
+		p = *end ? end + 1 : end;
+	}
+	return false;
+}
+
+/* Sends the request's head to the app. */
+static void send_head(struct proxy *p, const char *target_path, const char *query)
+{
+	struct http_ctx *ctx = p->ctx;
+	_cleanup_(evbuffer_freep) struct evbuffer *b = evbuffer_new();
+	evbuffer_add_printf(b, "%s %s", http_method(ctx), *target_path ? target_path : "/");
+	query_without_secrets(query, b);
+	evbuffer_add(b, " HTTP/1.1\r\n", 11);
+	const char *connection = http_header(ctx, "Connection");
+	size_t n = http_header_count(ctx);
+	for (size_t i = 0; i < n; i++) {
+		const char *name, *value;
+		http_header_at(ctx, i, &name, &value);
+		if (ieq(name, "Cookie")) {
+			_cleanup_(evbuffer_freep) struct evbuffer *c = evbuffer_new();
+			cookie_without_token(value, c);
+			if (evbuffer_get_length(c)) {
+				evbuffer_add(b, "Cookie: ", 8);
+				evbuffer_add_buffer(b, c);
+				evbuffer_add(b, "\r\n", 2);
+			}
+			continue;
+		}
+		if (dropped_request_header(name, connection))
+			continue;
+		evbuffer_add_printf(b, "%s: %s\r\n", name, value);
+	}
+	const char *host = http_header(ctx, "Host");
+	evbuffer_add_printf(b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n",
+			    http_peer(ctx));
+	if (host)
+		evbuffer_add_printf(b, "X-Forwarded-Host: %s\r\n", host);
+	if (p->form == FORM_PATH)
+		evbuffer_add_printf(b, "X-Forwarded-Prefix: %s\r\n", p->prefix);
+	uint64_t length;
+	bool chunked;
+	http_body_framing(ctx, &length, &chunked);
+	if (chunked) {
+		evbuffer_add(b, "Transfer-Encoding: chunked\r\n", 28);
+		p->body_chunked = true;
+	} else if (length) {
+		evbuffer_add_printf(b, "Content-Length: %llu\r\n", (unsigned long long)length);
+	}
+	if (p->upgrade)
+		evbuffer_add_printf(b, "Connection: Upgrade\r\nUpgrade: %s\r\n",
+				    http_header(ctx, "Upgrade"));
+	else
+		evbuffer_add(b, "Connection: close\r\n", 19);
+	evbuffer_add(b, "\r\n", 2);
+	size_t len = evbuffer_get_length(b);
+	metrics_add(metrics_daemon.preview_bytes_total, (double)len, "in");
+	ops_connect_send(p->call, evbuffer_pullup(b, -1), len);
+}
+
+static int body_data(struct http_ctx *ctx, const uint8_t *data, size_t len, void *arg)
+{
+	struct proxy *p = arg;
+	if (p->body_chunked) {
+		char hdr[24];
+		int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
+		ops_connect_send(p->call, hdr, (size_t)n);
+	}
+	ops_connect_send(p->call, data, len);
+	if (p->body_chunked)
+		ops_connect_send(p->call, "\r\n", 2);
+	metrics_add(metrics_daemon.preview_bytes_total, (double)len, "in");
+	idle_arm(p);
+	if (ops_connect_queued(p->call) >= OPS_UPLOAD_HIGH || !p->connected)
+		http_body_pause(ctx);
+	return 0;
+}
+
+static void body_end(struct http_ctx *ctx, void *arg)
+{
+	struct proxy *p = arg;
+	p->body_ended = true;
+	if (p->body_chunked)
+		ops_connect_send(p->call, "0\r\n\r\n", 5);
+}
+
+static const struct http_body_ops body_ops = { .data = body_data, .end = body_end };
+
+/* --- the app's response ------------------------------------------------------------------ */
+
+static int on_header_field(http_parser *hp, const char *at, size_t len)
+{
+	struct proxy *p = hp->data;
+	if ((p->head_bytes += len) > PROXY_MAX_HEAD)
+		return -1;
+	if (p->in_value || p->nh == 0) {
+		if (p->nh == PROXY_MAX_HEADERS)
+			return -1;
+		p->names[p->nh] = xstrdup("");
+		p->values[p->nh] = xstrdup("");
+		p->nh++;
+		p->in_value = false;
+	}
+	char **s = &p->names[p->nh - 1];
+	size_t old = strlen(*s);
+	*s = xrealloc(*s, old + len + 1);
+	memcpy(*s + old, at, len);
+	(*s)[old + len] = '\0';
+	return 0;
+}
+
+static int on_header_value(http_parser *hp, const char *at, size_t len)
+{
+	struct proxy *p = hp->data;
+	if ((p->head_bytes += len) > PROXY_MAX_HEAD || p->nh == 0)
+		return -1;
+	p->in_value = true;
+	char **s = &p->values[p->nh - 1];
+	size_t old = strlen(*s);
+	*s = xrealloc(*s, old + len + 1);
+	memcpy(*s + old, at, len);
+	(*s)[old + len] = '\0';
+	return 0;
+}
+
+static void headers_clear(struct proxy *p)
+{
+	for (size_t i = 0; i < p->nh; i++) {
+		free(p->names[i]);
+		free(p->values[i]);
+	}
+	p->nh = 0;
+	p->head_bytes = 0;
+	p->in_value = false;
+}
+
+static bool dropped_response_header(const char *name, const char *connection)
+{
+	static const char *const drop[] = { "Connection",	 "Keep-Alive", "Proxy-Connection",
+					    "Transfer-Encoding", "TE",	       "Trailer",
+					    "Upgrade",		 "Content-Length", "Date" };
+	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
+		if (ieq(name, drop[i]))
+			return true;
+	return connection && listed_in(connection, name);
+}
+
+/* Location, path form: an absolute path (or a URL of the app's own host) gets the prefix. */
+static void add_location(struct proxy *p, const char *v)
+{
+	if (p->form != FORM_PATH) {
+		http_add_header(p->ctx, "Location", v);
+		return;
+	}
+	const char *path = NULL;
+	if (v[0] == '/' && v[1] != '/') {
+		path = v;
+	} else {
+		/* http://localhost:PORT/..., http://127.0.0.1:PORT/... or our own Host */
+		const char *host = http_header(p->ctx, "Host");
+		const char *rest = !strncasecmp(v, "http://", 7)    ? v + 7
+				   : !strncasecmp(v, "https://", 8) ? v + 8
+								    : NULL;
+		if (rest) {
+			size_t hl = strcspn(rest, "/?#");
+			char hostpart[300];
+			snprintf(hostpart, sizeof(hostpart), "%.*s", (int)(hl < 299 ? hl : 299),
+				 rest);
+			char *colon = strrchr(hostpart, ':');
+			bool local = (colon && (!strncasecmp(hostpart, "localhost:", 10) ||
+						!strncmp(hostpart, "127.0.0.1:", 10))) ||
+				     (host && !strcasecmp(hostpart, host));
+			if (local)
+				path = rest[hl] ? rest + hl : "/";
+		}
+	}
+	if (!path) {
+		http_add_header(p->ctx, "Location", v);
+		return;
+	}
+	_cleanup_free_ char *nv = NULL;
+	if (asprintf(&nv, "%s%s%s", p->prefix, *path == '/' ? "" : "/", path) < 0)
+		return;
+	http_add_header(p->ctx, "Location", nv);
+}
+
+/* Set-Cookie: never a Domain (a cookie of one preview must not reach another, or the API);
+ * the path form's Path gets the prefix (no Path: the prefix). */
+static void add_set_cookie(struct proxy *p, const char *v)
+{
+	_cleanup_(evbuffer_freep) struct evbuffer *b = evbuffer_new();
+	bool had_path = false;
+	const char *s = v;
+	size_t first = strcspn(s, ";");
+	evbuffer_add(b, s, first);
+	s += first;
+	while (*s == ';') {
+		s++;
+		s += strspn(s, " ");
+		size_t len = strcspn(s, ";");
+		if (len >= 6 && !strncasecmp(s, "Domain", 6) && (len == 6 || s[6] == '=' ||
+								 s[6] == ' ')) {
+			s += len;
+			continue;
+		}
+		if (p->form == FORM_PATH && len >= 5 && !strncasecmp(s, "Path=", 5)) {
+			had_path = true;
+			evbuffer_add_printf(b, "; Path=%s%s%.*s", p->prefix,
+					    len > 5 && s[5] == '/' ? "" : "/", (int)(len - 5), s + 5);
+			s += len;
+			continue;
+		}
+		evbuffer_add_printf(b, "; %.*s", (int)len, s);
+		s += len;
+	}
+	if (p->form == FORM_PATH && !had_path)
+		evbuffer_add_printf(b, "; Path=%s/", p->prefix);
+	evbuffer_add(b, "", 1);
+	http_add_header(p->ctx, "Set-Cookie", (const char *)evbuffer_pullup(b, -1));
+}
+
+static void add_response_headers(struct proxy *p)
+{
+	const char *connection = NULL;
+	for (size_t i = 0; i < p->nh; i++)
+		if (ieq(p->names[i], "Connection"))
+			connection = p->values[i];
+	for (size_t i = 0; i < p->nh; i++) {
+		const char *n = p->names[i], *v = p->values[i];
+		if (p->parser.status_code == 101 && (ieq(n, "Upgrade") || ieq(n, "Connection"))) {
+			http_add_header(p->ctx, n, v);
+			continue;
+		}
+		if (dropped_response_header(n, connection))
+			continue;
+		if (ieq(n, "Location"))
+			add_location(p, v);
+		else if (ieq(n, "Set-Cookie"))
+			add_set_cookie(p, v);
+		else
+			http_add_header(p->ctx, n, v);
+	}
+	/* The path form shares the API's origin: its pages get an opaque one. */
+	if (p->form == FORM_PATH)
+		http_add_header(p->ctx, "Content-Security-Policy",
+				"sandbox allow-scripts allow-forms allow-popups");
+}
+
+static int on_headers_complete(http_parser *hp)
+{
+	struct proxy *p = hp->data;
+	int status = hp->status_code;
+	if (status >= 100 && status < 200 && status != 101)
+		return 0; /* informational: dropped, the real answer follows */
+	if (status == 101 && !p->upgrade)
+		return -1;
+	p->head_done = true;
+	add_response_headers(p);
+	if (status == 101)
+		return 0; /* the parser stops at the head: what follows is the new protocol's */
+	int64_t length;
+	bool head = !strcmp(http_method(p->ctx), "HEAD");
+	if (status == 204 || status == 304)
+		length = HTTP_LENGTH_NONE;
+	else if (!(hp->flags & F_CHUNKED) && hp->content_length != ULLONG_MAX)
+		length = (int64_t)hp->content_length;
+	else
+		length = head ? HTTP_LENGTH_NONE : HTTP_LENGTH_CHUNKED;
+	count(p, status);
+	http_stream_start_raw(p->ctx, status, length);
+	/* A HEAD's answer has no body, whatever its Content-Length says. */
+	return head ? 1 : 0;
+}
+
+static int on_body(http_parser *hp, const char *at, size_t len)
+{
+	struct proxy *p = hp->data;
+	http_stream_write(p->ctx, at, len);
+	return 0;
+}
+
+static int on_message_complete(http_parser *hp)
+{
+	struct proxy *p = hp->data;
+	if (!p->head_done) {
+		headers_clear(p); /* an informational answer ended */
+		return 0;
+	}
+	if (hp->upgrade)
+		return 0; /* a 101: the relay takes over */
+	p->message_done = true;
+	http_parser_pause(hp, 1);
+	return 0;
+}
+
+static const http_parser_settings response_settings = {
+	.on_header_field = on_header_field,
+	.on_header_value = on_header_value,
+	.on_headers_complete = on_headers_complete,
+	.on_body = on_body,
+	.on_message_complete = on_message_complete,
+};
+
+static void on_client_drained(struct http_ctx *ctx, void *arg)
+{
+	struct proxy *p = arg;
+	if (p->held && p->call) {
+		ops_call_consumed(p->call, p->held);
+		p->held = 0;
+	}
+}
+
+/* The reply is complete: the app's connection is no longer needed. */
+static void proxy_complete(struct proxy *p)
+{
+	struct http_ctx *ctx = p->ctx;
+	detach_ctx(p);
+	if (ctx)
+		http_stream_end(ctx);
+	proxy_free(p);
+}
+
+static void on_app_data(struct ops_call *c, const uint8_t *data, size_t len, void *arg)
+{
+	struct proxy *p = arg;
+	metrics_add(metrics_daemon.preview_bytes_total, (double)len, "out");
+	idle_arm(p);
+	if (p->bev) {
+		bufferevent_write(p->bev, data, len);
+		if (evbuffer_get_length(bufferevent_get_output(p->bev)) >= PROXY_HIGH)
+			p->held += len;
+		else
+			ops_call_consumed(c, len);
+		return;
+	}
+	if (!p->ctx || p->message_done) {
+		ops_call_consumed(c, len);
+		return;
+	}
+	size_t n = http_parser_execute(&p->parser, &response_settings, (const char *)data, len);
+	if (p->message_done) {
+		proxy_complete(p);
+		return;
+	}
+	if (p->parser.upgrade && p->head_done) {
+		ops_call_consumed(c, len);
+		relay_start(p, data + n, len - n);
+		return;
+	}
+	if (HTTP_PARSER_ERRNO(&p->parser) != HPE_OK || n != len) {
+		proxy_fail(p, 502, "port %u of session `%s` answered with something that is not "
+			   "HTTP/1.1 (%s)", p->port, p->sid,
+			   http_errno_description(HTTP_PARSER_ERRNO(&p->parser)));
+		return;
+	}
+	if (p->ctx && http_stream_pending(p->ctx) >= PROXY_HIGH) {
+		p->held += len;
+		http_stream_on_drain(p->ctx, PROXY_HIGH / 2, on_client_drained, p);
+	} else {
+		ops_call_consumed(c, len);
+	}
+}
+
+static void on_app_connected(struct ops_call *c, void *arg)
+{
+	struct proxy *p = arg;
+	p->connected = true;
+	idle_arm(p);
+	if (p->form == FORM_FORWARD) {
+		http_add_header(p->ctx, "Upgrade", "tcp");
+		http_add_header(p->ctx, "Connection", "Upgrade");
+		relay_start(p, NULL, 0);
+		return;
+	}
+	if (p->ctx && !p->body_ended)
+		http_body_resume(p->ctx);
+}
+
+static void on_app_ready(struct ops_call *c, void *arg)
+{
+	struct proxy *p = arg;
+	if (p->bev) {
+		if (!p->relay_closing)
+			bufferevent_enable(p->bev, EV_READ);
+		return;
+	}
+	if (p->ctx && p->connected && !p->body_ended)
+		http_body_resume(p->ctx);
+}
+
+static const struct ops_connect_cbs proxy_cbs = {
+	.on_connected = on_app_connected,
+	.on_data = on_app_data,
+	.on_ready = on_app_ready,
+};
+
+static void on_app_done(struct ops_call *c, const struct ops_result *r, const struct err *err,
+			void *arg)
+{
+	struct proxy *p = arg;
+	p->call = NULL;
+	if (p->bev) {
+		/* The app closed: what it sent goes out, then the client's connection closes. */
+		p->relay_closing = true;
+		bufferevent_disable(p->bev, EV_READ);
+		bufferevent_setwatermark(p->bev, EV_WRITE, 0, 0);
+		if (!evbuffer_get_length(bufferevent_get_output(p->bev)))
+			proxy_free(p);
+		return;
+	}
+	if (err) {
+		if (err->errnum == ECONNREFUSED)
+			proxy_fail(p, 502, "nothing is listening on port %u in session `%s`",
+				   p->port, p->sid);
+		else if (err->errnum == EAGAIN)
+			proxy_fail(p, 429, "%s", err->msg);
+		else if (err->errnum == ENOENT)
+			proxy_fail(p, 404, "%s", err->msg);
+		else
+			proxy_fail(p, http_status_for_errno(err->errnum) >= 500
+					      ? 502
+					      : http_status_for_errno(err->errnum),
+				   "port %u of session `%s`: %s", p->port, p->sid, err->msg);
+		return;
+	}
+	/* The app closed its side: a body that ends with the connection ends now. */
+	if (p->ctx && !p->message_done)
+		http_parser_execute(&p->parser, &response_settings, NULL, 0);
+	if (p->message_done) {
+		proxy_complete(p);
+		return;
+	}
+	proxy_fail(p, 502, "port %u of session `%s` closed the connection without a complete "
+		   "answer", p->port, p->sid);
+}
+
+static void on_client_gone(struct http_ctx *ctx, void *arg)
+{
+	struct proxy *p = arg;
+	p->ctx = NULL;
+	proxy_free(p);
+}
+
+/* --- after a 101: bytes both ways ------------------------------------------------------- */
+
+static void relay_close(struct proxy *p)
+{
+	proxy_free(p);
+}
+
+static void relay_read(struct bufferevent *bev, void *arg)
+{
+	struct proxy *p = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	size_t n = evbuffer_get_length(in);
+	if (!n || !p->call)
+		return;
+	idle_arm(p);
+	metrics_add(metrics_daemon.preview_bytes_total, (double)n, "in");
+	ops_connect_send(p->call, evbuffer_pullup(in, -1), n);
+	evbuffer_drain(in, n);
+	if (ops_connect_queued(p->call) >= OPS_UPLOAD_HIGH)
+		bufferevent_disable(bev, EV_READ);
+}
+
+static void relay_write(struct bufferevent *bev, void *arg)
+{
+	struct proxy *p = arg;
+	if (p->relay_closing) {
+		proxy_free(p);
+		return;
+	}
+	if (p->held && p->call) {
+		ops_call_consumed(p->call, p->held);
+		p->held = 0;
+	}
+}
+
+static void relay_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct proxy *p = arg;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		relay_close(p);
+}
+
+static void relay_start(struct proxy *p, const uint8_t *rest, size_t n)
+{
+	struct http_ctx *ctx = p->ctx;
+	detach_ctx(p);
+	count(p, 101);
+	struct bufferevent *bev = http_upgrade_raw(ctx, 101);
+	if (!bev) {
+		proxy_free(p);
+		return;
+	}
+	p->bev = bev;
+	if (n)
+		bufferevent_write(bev, rest, n);
+	bufferevent_setcb(bev, relay_read, relay_write, relay_event, p);
+	bufferevent_setwatermark(bev, EV_WRITE, PROXY_HIGH / 2, 0);
+	bufferevent_enable(bev, EV_READ);
+	/* What the client sent past its head already waits in the input. */
+	relay_read(bev, p);
+}
+
+/* --- the handler ------------------------------------------------------------------------- */
+
+/* A request of the path form: its session id, port and the path after the prefix. */
+static bool parse_path_form(const char *path, char *id, size_t idcap, unsigned *port,
+			    const char **rest)
+{
+	if (strncmp(path, "/exec/", 6) != 0)
+		return false;
+	const char *s = path + 6;
+	size_t idlen = strcspn(s, "/");
+	if (!idlen || idlen >= idcap || strncmp(s + idlen, "/ports/", 7) != 0)
+		return false;
+	const char *ps = s + idlen + 7;
+	size_t pl = strspn(ps, "0123456789");
+	if (!pl || pl > 5 || ps[0] == '0' || (ps[pl] != '/' && ps[pl] != '\0'))
+		return false;
+	unsigned v = (unsigned)strtoul(ps, NULL, 10);
+	if (v < 1 || v > 65535)
+		return false;
+	memcpy(id, s, idlen);
+	id[idlen] = '\0';
+	*port = v;
+	*rest = ps + pl;
+	return true;
+}
+
+bool api_preview_host(const char *host)
+{
+	struct preview_host h;
+	return host && preview_host_parse(host, api_cfg->public_domain, &h) == 0;
+}
+
+bool api_preview_request(struct http_ctx *ctx, const char *host)
+{
+	struct preview_host h;
+	if (host && preview_host_parse(host, api_cfg->public_domain, &h) == 0)
+		return true;
+	char id[130];
+	unsigned port;
+	const char *rest;
+	return parse_path_form(ctx->path, id, sizeof(id), &port, &rest);
+}
+
+/* The token the request carries, if any (header, cookie, query). */
+static bool request_token(struct http_ctx *ctx, const char *query, char *out, size_t cap,
+			  bool *from_query)
+{
+	*from_query = false;
+	const char *h = http_header(ctx, "X-Sandbox-Token");
+	if (!h)
+		h = http_header(ctx, "E2B-Traffic-Access-Token");
+	if (h && strlen(h) < cap) {
+		snprintf(out, cap, "%s", h);
+		return true;
+	}
+	size_t n = http_header_count(ctx);
+	for (size_t i = 0; i < n; i++) {
+		const char *name, *value;
+		http_header_at(ctx, i, &name, &value);
+		if (ieq(name, "Cookie") && cookie_token(value, out, cap))
+			return true;
+	}
+	if (query_value(query, PROXY_COOKIE, out, cap)) {
+		*from_query = true;
+		return true;
+	}
+	return false;
+}
+
+/* Whether the Origin a browser sent may reach this preview: none, the preview's own host, or
+ * another port of the same session's preview. */
+static bool origin_allowed(struct http_ctx *ctx, const struct session *s)
+{
+	const char *origin = http_header(ctx, "Origin");
+	if (!origin)
+		return true;
+	const char *host = http_header(ctx, "Host");
+	const char *o = !strncasecmp(origin, "http://", 7)    ? origin + 7
+			: !strncasecmp(origin, "https://", 8) ? origin + 8
+							      : NULL;
+	if (!o)
+		return false;
+	if (host && !strcasecmp(o, host))
+		return true;
+	struct preview_host ph;
+	return preview_host_parse(o, api_cfg->public_domain, &ph) == 0 &&
+	       !strcmp(ph.name, s->preview_name);
+}
+
+void api_preview(struct http_ctx *ctx)
+{
+	const char *host = http_header(ctx, "Host");
+	const char *target = http_target(ctx);
+	const char *query = strchr(target, '?');
+	if (query)
+		query++;
+	struct preview_host h;
+	enum proxy_form form;
+	unsigned port;
+	const char *rest;
+	char id[130];
+	struct session *s = NULL;
+	const struct auth_identity *who = auth_identity(ctx);
+	bool admin = api_is_admin(ctx);
+	if (host && preview_host_parse(host, api_cfg->public_domain, &h) == 0) {
+		form = FORM_HOST;
+		port = h.port;
+		rest = ctx->path;
+		s = session_find_preview(h.name);
+	} else if (parse_path_form(ctx->path, id, sizeof(id), &port, &rest)) {
+		form = FORM_PATH;
+		if (!*rest && (ctx->method & (HTTP_REQ_GET | HTTP_REQ_HEAD))) {
+			/* Relative URLs of the app's pages resolve below the prefix only with
+			 * the trailing slash. */
+			char loc[300];
+			snprintf(loc, sizeof(loc), "%s/%s%s", ctx->path, query ? "?" : "",
+				 query ? query : "");
+			http_add_header(ctx, "Location", loc);
+			http_reply_json(ctx, 308, json_pack("{s:s}", "location", loc));
+			return;
+		}
+		/* By key: the caller's own session (an admin's: anyone's); by token: the
+		 * session whose preview name this is. */
+		if (who || !api_cfg->auth_enabled) {
+			struct ops_target t = { .owner = api_owner(ctx), .session_id = id,
+						.any_owner = admin };
+			struct err e;
+			s = session_id_valid(id) ? ops_find_session(&t, &e) : NULL;
+		}
+		if (!s)
+			s = session_find_preview(id);
+	} else {
+		http_reply_error(ctx, 404, "Not found");
+		return;
+	}
+	const char *name = form == FORM_HOST ? h.name : id;
+	if (!s || s->state != SESSION_READY) {
+		http_reply_error(ctx, 404, "No session has the preview name `%.80s`", name);
+		return;
+	}
+	if (!origin_allowed(ctx, s)) {
+		http_reply_error(ctx, 403,
+				 "Forbidden: a page of another origin may not call this preview");
+		return;
+	}
+	bool owner = !api_cfg->auth_enabled ||
+		     (who && (admin || strcmp(who->key_id, s->owner) == 0));
+	char token[SESSION_TOKEN_LEN + 2];
+	bool from_query = false;
+	bool has_token = request_token(ctx, query, token, sizeof(token), &from_query);
+	bool token_ok = has_token && session_token_check(s, SESSION_TOKEN_TRAFFIC, token);
+	if (!owner && !token_ok && !session_port_public(s, port)) {
+		if (who)
+			http_reply_error(ctx, 404, "No session has the preview name `%.80s`", name);
+		else
+			http_reply_error(ctx, 401,
+					 "This preview needs the session's key or its preview token "
+					 "(see docs/ingress.md)");
+		return;
+	}
+	char prefix[200];
+	snprintf(prefix, sizeof(prefix), "/exec/%s/ports/%u", s->preview_name, port);
+	if (form == FORM_PATH)
+		snprintf(prefix, sizeof(prefix), "/exec/%s/ports/%u", id, port);
+	/* A token in the URL becomes a cookie, and leaves the URL (history, Referer). */
+	if (token_ok && from_query && (ctx->method & (HTTP_REQ_GET | HTTP_REQ_HEAD)) &&
+	    !http_upgrade_requested(ctx)) {
+		_cleanup_(evbuffer_freep) struct evbuffer *loc = evbuffer_new();
+		evbuffer_add_printf(loc, "%s", ctx->path);
+		query_without_secrets(query, loc);
+		evbuffer_add(loc, "", 1);
+		char cookie[300];
+		snprintf(cookie, sizeof(cookie), "%s=%s; Path=%s; HttpOnly; SameSite=Lax",
+			 PROXY_COOKIE, token, form == FORM_PATH ? prefix : "/");
+		http_add_header(ctx, "Set-Cookie", cookie);
+		http_add_header(ctx, "Location", (const char *)evbuffer_pullup(loc, -1));
+		http_add_header(ctx, "Cache-Control", "no-store");
+		http_add_header(ctx, "Referrer-Policy", "no-referrer");
+		http_reply_json(ctx, 302, json_pack("{s:s}", "location",
+						    (const char *)evbuffer_pullup(loc, -1)));
+		return;
+	}
+	struct proxy *p = xcalloc(1, sizeof(*p));
+	metrics_add(metrics_daemon.preview_connections, 1);
+	p->ctx = ctx;
+	p->form = form;
+	p->port = port;
+	snprintf(p->prefix, sizeof(p->prefix), "%s", prefix);
+	snprintf(p->sid, sizeof(p->sid), "%s", s->id);
+	p->upgrade = http_upgrade_requested(ctx) && http_header(ctx, "Upgrade");
+	http_parser_init(&p->parser, HTTP_RESPONSE);
+	p->parser.data = p;
+	p->idle = evtimer_new(api_base, on_idle, p);
+	struct ops_target t = { .owner = s->owner, .session_id = s->id };
+	struct err e;
+	p->call = ops_connect(&t, port, &proxy_cbs, on_app_done, p, &e);
+	if (!p->call) {
+		proxy_fail(p, e.errnum == EAGAIN ? 429 : http_status_for_errno(e.errnum), "%s",
+			   e.msg);
+		return;
+	}
+	ctx->on_gone = on_client_gone;
+	ctx->on_gone_arg = p;
+	send_head(p, form == FORM_PATH ? rest : ctx->path, query);
+	/* The body waits for the connection. */
+	http_body_stream(ctx, &body_ops, p);
+	http_body_pause(ctx);
+	idle_arm(p);
+}
+
+/* GET /exec/:id/forward/:port with `Upgrade: tcp`: the connection becomes a byte stream to
+ * the port (what `sandbox forward` uses, like ssh -L). */
+void api_exec_forward(struct http_ctx *ctx)
+{
+	const char *id = api_path_session_id(ctx);
+	if (!id)
+		return;
+	const char *up = http_header(ctx, "Upgrade");
+	if (!http_upgrade_requested(ctx) || !up || strcasecmp(up, "tcp") != 0) {
+		http_add_header(ctx, "Upgrade", "tcp");
+		http_reply_error(ctx, 426, "a forward is an upgrade: send `Connection: Upgrade` and "
+				 "`Upgrade: tcp`");
+		return;
+	}
+	const char *ps = http_param(ctx, 1);
+	size_t pl = strspn(ps, "0123456789");
+	unsigned port = pl && pl <= 5 && !ps[pl] && ps[0] != '0' ? (unsigned)strtoul(ps, NULL, 10)
+								 : 0;
+	if (port < 1 || port > 65535) {
+		http_reply_error(ctx, 400, "a port is a number from 1 to 65535");
+		return;
+	}
+	struct proxy *p = xcalloc(1, sizeof(*p));
+	metrics_add(metrics_daemon.preview_connections, 1);
+	p->ctx = ctx;
+	p->form = FORM_FORWARD;
+	p->port = port;
+	snprintf(p->sid, sizeof(p->sid), "%s", id);
+	p->idle = evtimer_new(api_base, on_idle, p);
+	struct ops_target t = api_request_target(ctx, id, NULL);
+	struct err e;
+	p->call = ops_connect(&t, port, &proxy_cbs, on_app_done, p, &e);
+	if (!p->call) {
+		proxy_fail(p, e.errnum == EAGAIN ? 429 : http_status_for_errno(e.errnum), "%s",
+			   e.msg);
+		return;
+	}
+	ctx->on_gone = on_client_gone;
+	ctx->on_gone_arg = p;
+	idle_arm(p);
+}

@@ -1,0 +1,101 @@
+/* preview: session preview names, the session secret and its token views (preview.h). */
+#include "session/preview.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "session/internal.h"
+#include "util/random.h"
+
+struct session *session_find_preview(const char *name)
+{
+	for (struct session *s = session_mod.sessions; s; s = s->next)
+		if (strcmp(s->preview_name, name) == 0 && s->state != SESSION_DESTROYING &&
+		    s->state != SESSION_GONE)
+			return s;
+	return NULL;
+}
+
+void session_preview_init(struct session *s)
+{
+	random_bytes(s->secret, sizeof(s->secret));
+	if (session_preview_label_ok(s->id) && !session_find_preview(s->id)) {
+		snprintf(s->preview_name, sizeof(s->preview_name), "%s", s->id);
+		return;
+	}
+	/* "p" and 19 hex digits: never a valid id of a session made with the id it asked for
+	 * by chance, since the check above runs for those too. */
+	do {
+		s->preview_name[0] = 'p';
+		random_hex(s->preview_name + 1, 9);
+		s->preview_name[19] = '\0';
+	} while (session_find_preview(s->preview_name));
+}
+
+static const char *view_label(enum session_token_view v)
+{
+	return v == SESSION_TOKEN_ENVD ? "envd" : "traffic";
+}
+
+void session_token(const struct session *s, enum session_token_view v,
+		   char out[SESSION_TOKEN_LEN + 1])
+{
+	uint8_t mac[EVP_MAX_MD_SIZE];
+	unsigned len = 0;
+	const char *label = view_label(v);
+	HMAC(EVP_sha256(), s->secret, (int)sizeof(s->secret), (const uint8_t *)label,
+	     strlen(label), mac, &len);
+	static const char hex[] = "0123456789abcdef";
+	memcpy(out, v == SESSION_TOKEN_ENVD ? "ea_" : "pt_", 3);
+	for (size_t i = 0; i < 20; i++) {
+		out[3 + 2 * i] = hex[mac[i] >> 4];
+		out[4 + 2 * i] = hex[mac[i] & 15];
+	}
+	out[SESSION_TOKEN_LEN] = '\0';
+	OPENSSL_cleanse(mac, sizeof(mac));
+}
+
+bool session_token_check(const struct session *s, enum session_token_view v, const char *given)
+{
+	if (!given || strlen(given) != SESSION_TOKEN_LEN)
+		return false;
+	char want[SESSION_TOKEN_LEN + 1];
+	session_token(s, v, want);
+	bool ok = CRYPTO_memcmp(want, given, SESSION_TOKEN_LEN) == 0;
+	OPENSSL_cleanse(want, sizeof(want));
+	return ok;
+}
+
+void session_secret_rotate(struct session *s)
+{
+	random_bytes(s->secret, sizeof(s->secret));
+}
+
+bool session_port_public(const struct session *s, unsigned port)
+{
+	for (size_t i = 0; i < s->npublic; i++)
+		if (s->public_ports[i] == port)
+			return true;
+	return false;
+}
+
+int session_port_set_public(struct session *s, unsigned port, bool on)
+{
+	for (size_t i = 0; i < s->npublic; i++) {
+		if (s->public_ports[i] != port)
+			continue;
+		if (!on)
+			s->public_ports[i] = s->public_ports[--s->npublic];
+		return 0;
+	}
+	if (!on)
+		return 0;
+	if (s->npublic == SESSION_PUBLIC_PORTS_MAX)
+		return -ENOSPC;
+	s->public_ports[s->npublic++] = (uint16_t)port;
+	return 0;
+}
