@@ -31,7 +31,9 @@ class WebSocket:
         self.buf = b""
         self.close_code = None
         key = base64.b64encode(os.urandom(16)).decode()
-        lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket",
+        headers = dict(headers or {})
+        lines = [f"GET {path} HTTP/1.1", f"Host: {headers.pop('Host', f'{host}:{port}')}",
+                 "Upgrade: websocket",
                  "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
                  "Sec-WebSocket-Version: 13"]
         for k, v in (headers or {}).items():
