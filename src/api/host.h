@@ -10,8 +10,8 @@
 #define HOST_NAME_MAX_LEN 253
 
 struct preview_host {
-	unsigned port;   /* 1-65535 */
-	char name[58];   /* the preview name, lowercased */
+	unsigned port; /* 1-65535 */
+	char name[58]; /* the preview name, lowercased */
 };
 
 /* Whether `domain` can carry preview names: DNS labels of a-z, 0-9 and '-' (1 to 63 each, no

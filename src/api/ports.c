@@ -139,7 +139,8 @@ static void on_ports(struct ops_call *c, const struct ops_result *r, const struc
 		json_object_set_new(e2, "pathUrl", path_url(s, port));
 		json_array_append_new(list, e2);
 	}
-	http_reply_json(ctx, 200, json_pack("{s:o, s:b}", "ports", list, "truncated", r->truncated));
+	http_reply_json(ctx, 200,
+			json_pack("{s:o, s:b}", "ports", list, "truncated", r->truncated));
 }
 
 void api_exec_ports(struct http_ctx *ctx)
@@ -195,8 +196,7 @@ void api_exec_preview_public(struct http_ctx *ctx)
 		json_decref(body);
 		return;
 	}
-	if (session_port_set_public(s, (unsigned)json_integer_value(port), json_is_true(pub)) <
-	    0) {
+	if (session_port_set_public(s, (unsigned)json_integer_value(port), json_is_true(pub)) < 0) {
 		json_decref(body);
 		http_reply_error(ctx, 409, "at most %d ports of a session are public at once",
 				 SESSION_PUBLIC_PORTS_MAX);

@@ -203,11 +203,26 @@ static bool listed_in(const char *list, const char *name)
 static bool dropped_request_header(const char *name, const char *connection)
 {
 	static const char *const drop[] = {
-		"Connection",	     "Keep-Alive",   "Proxy-Connection",	 "Proxy-Authorization",
-		"TE",		     "Trailer",	     "Transfer-Encoding",	 "Upgrade",
-		"Content-Length",    "Expect",	     "Authorization",		 "X-API-Key",
-		"X-Sandbox-Token",   "X-Access-Token", "E2B-Traffic-Access-Token", "Forwarded",
-		"X-Forwarded-For",   "X-Forwarded-Host", "X-Forwarded-Proto",	 "X-Forwarded-Prefix",
+		"Connection",
+		"Keep-Alive",
+		"Proxy-Connection",
+		"Proxy-Authorization",
+		"TE",
+		"Trailer",
+		"Transfer-Encoding",
+		"Upgrade",
+		"Content-Length",
+		"Expect",
+		"Authorization",
+		"X-API-Key",
+		"X-Sandbox-Token",
+		"X-Access-Token",
+		"E2B-Traffic-Access-Token",
+		"Forwarded",
+		"X-Forwarded-For",
+		"X-Forwarded-Host",
+		"X-Forwarded-Proto",
+		"X-Forwarded-Prefix",
 		"Cookie",
 	};
 	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
@@ -226,8 +241,8 @@ static void cookie_without_token(const char *v, struct evbuffer *out)
 		if (!len)
 			break;
 		size_t nl = strcspn(s, "=");
-		bool ours = nl < len && nl == strlen(PROXY_COOKIE) &&
-			    strncmp(s, PROXY_COOKIE, nl) == 0;
+		bool ours =
+			nl < len && nl == strlen(PROXY_COOKIE) && strncmp(s, PROXY_COOKIE, nl) == 0;
 		if (!ours) {
 			evbuffer_add_printf(out, "%s%.*s", first ? "" : "; ", (int)len, s);
 			first = false;
@@ -427,9 +442,11 @@ static void headers_clear(struct proxy *p)
 
 static bool dropped_response_header(const char *name, const char *connection)
 {
-	static const char *const drop[] = { "Connection",	 "Keep-Alive", "Proxy-Connection",
-					    "Transfer-Encoding", "TE",	       "Trailer",
-					    "Upgrade",		 "Content-Length", "Date" };
+	static const char *const drop[] = {
+		"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
+		"TE",         "Trailer",    "Upgrade",          "Content-Length",
+		"Date"
+	};
 	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
 		if (ieq(name, drop[i]))
 			return true;
@@ -489,15 +506,16 @@ static void add_set_cookie(struct proxy *p, const char *v)
 		s++;
 		s += strspn(s, " ");
 		size_t len = strcspn(s, ";");
-		if (len >= 6 && !strncasecmp(s, "Domain", 6) && (len == 6 || s[6] == '=' ||
-								 s[6] == ' ')) {
+		if (len >= 6 && !strncasecmp(s, "Domain", 6) &&
+		    (len == 6 || s[6] == '=' || s[6] == ' ')) {
 			s += len;
 			continue;
 		}
 		if (p->form == FORM_PATH && len >= 5 && !strncasecmp(s, "Path=", 5)) {
 			had_path = true;
 			evbuffer_add_printf(b, "; Path=%s%s%.*s", p->prefix,
-					    len > 5 && s[5] == '/' ? "" : "/", (int)(len - 5), s + 5);
+					    len > 5 && s[5] == '/' ? "" : "/", (int)(len - 5),
+					    s + 5);
 			s += len;
 			continue;
 		}
@@ -639,9 +657,10 @@ static void on_app_data(struct ops_call *c, const uint8_t *data, size_t len, voi
 		return;
 	}
 	if (HTTP_PARSER_ERRNO(&p->parser) != HPE_OK || n != len) {
-		proxy_fail(p, 502, "port %u of session `%s` answered with something that is not "
-			   "HTTP/1.1 (%s)", p->port, p->sid,
-			   http_errno_description(HTTP_PARSER_ERRNO(&p->parser)));
+		proxy_fail(p, 502,
+			   "port %u of session `%s` answered with something that is not "
+			   "HTTP/1.1 (%s)",
+			   p->port, p->sid, http_errno_description(HTTP_PARSER_ERRNO(&p->parser)));
 		return;
 	}
 	if (p->ctx && http_stream_pending(p->ctx) >= PROXY_HIGH) {
@@ -708,9 +727,10 @@ static void on_app_done(struct ops_call *c, const struct ops_result *r, const st
 		else if (err->errnum == ENOENT)
 			proxy_fail(p, 404, "%s", err->msg);
 		else
-			proxy_fail(p, http_status_for_errno(err->errnum) >= 500
-					      ? 502
-					      : http_status_for_errno(err->errnum),
+			proxy_fail(p,
+				   http_status_for_errno(err->errnum) >= 500
+					   ? 502
+					   : http_status_for_errno(err->errnum),
 				   "port %u of session `%s`: %s", p->port, p->sid, err->msg);
 		return;
 	}
@@ -721,8 +741,10 @@ static void on_app_done(struct ops_call *c, const struct ops_result *r, const st
 		proxy_complete(p);
 		return;
 	}
-	proxy_fail(p, 502, "port %u of session `%s` closed the connection without a complete "
-		   "answer", p->port, p->sid);
+	proxy_fail(p, 502,
+		   "port %u of session `%s` closed the connection without a complete "
+		   "answer",
+		   p->port, p->sid);
 }
 
 static void on_client_gone(struct http_ctx *ctx, void *arg)
@@ -918,7 +940,8 @@ void api_preview(struct http_ctx *ctx)
 		/* By key: the caller's own session (an admin's: anyone's); by token: the
 		 * session whose preview name this is. */
 		if (who || !api_cfg->auth_enabled) {
-			struct ops_target t = { .owner = api_owner(ctx), .session_id = id,
+			struct ops_target t = { .owner = api_owner(ctx),
+						.session_id = id,
 						.any_owner = admin };
 			struct err e;
 			s = session_id_valid(id) ? ops_find_session(&t, &e) : NULL;
@@ -939,8 +962,8 @@ void api_preview(struct http_ctx *ctx)
 				 "Forbidden: a page of another origin may not call this preview");
 		return;
 	}
-	bool owner = !api_cfg->auth_enabled ||
-		     (who && (admin || strcmp(who->key_id, s->owner) == 0));
+	bool owner =
+		!api_cfg->auth_enabled || (who && (admin || strcmp(who->key_id, s->owner) == 0));
 	char token[SESSION_TOKEN_LEN + 2];
 	bool from_query = false;
 	bool has_token = request_token(ctx, query, token, sizeof(token), &from_query);
@@ -949,9 +972,10 @@ void api_preview(struct http_ctx *ctx)
 		if (who)
 			http_reply_error(ctx, 404, "No session has the preview name `%.80s`", name);
 		else
-			http_reply_error(ctx, 401,
-					 "This preview needs the session's key or its preview token "
-					 "(see docs/ingress.md)");
+			http_reply_error(
+				ctx, 401,
+				"This preview needs the session's key or its preview token "
+				"(see docs/ingress.md)");
 		return;
 	}
 	char prefix[200];
@@ -972,8 +996,9 @@ void api_preview(struct http_ctx *ctx)
 		http_add_header(ctx, "Location", (const char *)evbuffer_pullup(loc, -1));
 		http_add_header(ctx, "Cache-Control", "no-store");
 		http_add_header(ctx, "Referrer-Policy", "no-referrer");
-		http_reply_json(ctx, 302, json_pack("{s:s}", "location",
-						    (const char *)evbuffer_pullup(loc, -1)));
+		http_reply_json(
+			ctx, 302,
+			json_pack("{s:s}", "location", (const char *)evbuffer_pullup(loc, -1)));
 		return;
 	}
 	struct proxy *p = xcalloc(1, sizeof(*p));
@@ -1014,14 +1039,15 @@ void api_exec_forward(struct http_ctx *ctx)
 	const char *up = http_header(ctx, "Upgrade");
 	if (!http_upgrade_requested(ctx) || !up || strcasecmp(up, "tcp") != 0) {
 		http_add_header(ctx, "Upgrade", "tcp");
-		http_reply_error(ctx, 426, "a forward is an upgrade: send `Connection: Upgrade` and "
+		http_reply_error(ctx, 426,
+				 "a forward is an upgrade: send `Connection: Upgrade` and "
 				 "`Upgrade: tcp`");
 		return;
 	}
 	const char *ps = http_param(ctx, 1);
 	size_t pl = strspn(ps, "0123456789");
-	unsigned port = pl && pl <= 5 && !ps[pl] && ps[0] != '0' ? (unsigned)strtoul(ps, NULL, 10)
-								 : 0;
+	unsigned port =
+		pl && pl <= 5 && !ps[pl] && ps[0] != '0' ? (unsigned)strtoul(ps, NULL, 10) : 0;
 	if (port < 1 || port > 65535) {
 		http_reply_error(ctx, 400, "a port is a number from 1 to 65535");
 		return;

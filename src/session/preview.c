@@ -47,8 +47,8 @@ void session_token(const struct session *s, enum session_token_view v,
 	uint8_t mac[EVP_MAX_MD_SIZE];
 	unsigned len = 0;
 	const char *label = view_label(v);
-	HMAC(EVP_sha256(), s->secret, (int)sizeof(s->secret), (const uint8_t *)label,
-	     strlen(label), mac, &len);
+	HMAC(EVP_sha256(), s->secret, (int)sizeof(s->secret), (const uint8_t *)label, strlen(label),
+	     mac, &len);
 	static const char hex[] = "0123456789abcdef";
 	memcpy(out, v == SESSION_TOKEN_ENVD ? "ea_" : "pt_", 3);
 	for (size_t i = 0; i < 20; i++) {

@@ -35,7 +35,8 @@
  * Answers without a fault: ping {"pong":true,"protocol":V}, resume {"protocol":V}, exec one
  * line of stdout then {"exitCode":0}, read FILEINFO, some bytes then {"size":N}, write (after EOF)
  * {"size":N}, list {"entries":[]}, watch its ready EVENT and one create EVENT then
- * {"events":1,...}; `hang` (an op of the tests only) never; anything else
+ * {"events":1,...}, connect its connected EVENT, one line of STDOUT then {"bytesIn":12,...},
+ * ports {"ports":[]}; `hang` (an op of the tests only) never; anything else
  * ENOTSUP. FAKE_AGENT_PROTOCOL (or a script line
  * `protocol V`) sets V, by default the protocol of the host it was built with.
  *
@@ -404,6 +405,16 @@ static bool handle_request(uint32_t ch, const char *json)
 			return do_fault(mid, ch, "{}");
 		return finish(op, nth, ch, "{\"events\":1,\"overflows\":0,\"gone\":true}");
 	}
+	if (strcmp(op, "connect") == 0) {
+		/* Made, one chunk from the server, then the server's close. */
+		frame_str(GUEST_EVENT, ch, "{\"type\":\"connected\"}");
+		frame_str(GUEST_STDOUT, ch, OUTPUT_CHUNK);
+		if (mid != F_NONE)
+			return do_fault(mid, ch, "{}");
+		return finish(op, nth, ch, "{\"bytesIn\":12,\"bytesOut\":0}");
+	}
+	if (strcmp(op, "ports") == 0)
+		return finish(op, nth, ch, "{\"ports\":[],\"truncated\":false}");
 	if (strcmp(op, "list") == 0)
 		return finish(op, nth, ch, "{\"entries\":[]}");
 	if (strcmp(op, "stat") == 0)
