@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "net/net.h"
 #include "session/ops.h"
 #include "session/preview.h"
 #include "util/cleanup.h"
@@ -128,11 +129,18 @@ static void on_ports(struct ops_call *c, const struct ops_result *r, const struc
 		api_reply_err(ctx, &e);
 		return;
 	}
+	/* The resolver's sockets are the daemon's, opened in the sandbox's namespace: not the
+	 * sandbox's ports. */
+	struct net_sandbox_info ni;
+	bool net = s->sandbox_id && net_sandbox_info(s->sandbox_id, &ni) == 0;
 	json_t *list = json_array();
 	size_t i;
 	json_t *p;
 	json_array_foreach (r->entries, i, p) {
 		unsigned port = (unsigned)json_integer_value(json_object_get(p, "port"));
+		if (net && port == 53 &&
+		    !strcmp(json_string_value(json_object_get(p, "address")), ni.dns))
+			continue;
 		json_t *e2 = json_deep_copy(p);
 		json_object_set_new(e2, "public", json_boolean(session_port_public(s, port)));
 		json_object_set_new(e2, "url", host_url(s, port));

@@ -83,6 +83,7 @@ class IngressTest(IngressCase):
         sid = self.app_session()
         ports = self.ports(sid)
         self.assertEqual(ports[PORT]["address"], "127.0.0.1")
+        self.assertNotIn(53, ports)  # the resolver is the daemon's, not the sandbox's
         self.assertTrue(ports[PORT]["url"].startswith(f"http://{PORT}-"), ports[PORT])
         name = self.preview(sid)["name"]
         self.assertEqual(ports[PORT]["pathUrl"], f"/exec/{name}/ports/{PORT}/")
