@@ -795,9 +795,8 @@ static void read_on_head(struct ops_call *c, uint64_t size, bool text, void *arg
 
 /* Writes bytes as the inside of a JSON string, as jansson would: they are valid UTF-8
  * without NUL (ops checked), so only quotes, backslashes and control characters change. */
-static void write_escaped(struct http_ctx *ctx, const uint8_t *p, size_t n)
+static size_t escape_into(char *out, const uint8_t *p, size_t n)
 {
-	_cleanup_free_ char *out = xmalloc(n * 6 + 1);
 	size_t o = 0;
 	static const char hex[] = "0123456789abcdef";
 	for (size_t i = 0; i < n; i++) {
@@ -838,6 +837,13 @@ static void write_escaped(struct http_ctx *ctx, const uint8_t *p, size_t n)
 			out[o++] = (char)ch;
 		}
 	}
+	return o;
+}
+
+static void write_escaped(struct http_ctx *ctx, const uint8_t *p, size_t n)
+{
+	_cleanup_free_ char *out = xmalloc(n * 6 + 1);
+	size_t o = escape_into(out, p, n);
 	http_stream_write(ctx, out, o);
 }
 
@@ -899,10 +905,28 @@ static void reply_whole(struct read_req *rr, const struct ops_result *r)
 		http_reply_bytes(rr->ctx, 200, "application/octet-stream", data, len);
 		return;
 	}
-	struct ops_result whole = {
-		.session_id = r->session_id, .path = rr->path, .size = len, .data = data
-	};
-	http_reply_json(rr->ctx, 200, ops_read_json(&whole, rr->base64));
+	/* The reply ops_read_json() describes, written directly: jansson would check and
+	 * escape the contents a byte at a time, twice. */
+	bool b64 = rr->base64 || !utf8_valid(data, len) || memchr(data, 0, len);
+	json_auto_t *jpath = json_string(rr->path);
+	_cleanup_free_ char *path = json_dumps(jpath, JSON_ENCODE_ANY);
+	_cleanup_free_ char *tail =
+		xasprintf("\",\"encoding\":\"%s\",\"size\":%zu}", b64 ? "base64" : "utf8", len);
+	size_t hl = strlen(path) + 24, tl = strlen(tail);
+	size_t cap = hl + (b64 ? 4 * ((len + 2) / 3) : 6 * len) + tl + 1;
+	_cleanup_free_ char *out = xmalloc(cap);
+	size_t o = (size_t)snprintf(out, cap, "{\"path\":%s,\"content\":\"", path);
+	if (b64) {
+		size_t m;
+		_cleanup_free_ char *enc = base64_encode(data, len, &m);
+		memcpy(out + o, enc, m);
+		o += m;
+	} else {
+		o += escape_into(out + o, data, len);
+	}
+	memcpy(out + o, tail, tl);
+	o += tl;
+	http_reply_bytes(rr->ctx, 200, "application/json", out, o);
 }
 
 static void read_on_done(struct ops_call *c, const struct ops_result *r, const struct err *err,

@@ -45,6 +45,7 @@
 #include "loop.h"
 #include "util/cleanup.h"
 #include "util/jsonlimit.h"
+#include "util/jsonload.h"
 #include "util/log.h"
 #include "util/text.h"
 #include "util/time.h"
@@ -604,7 +605,7 @@ static void parse_work(void *arg)
 		return;
 	}
 	json_error_t jerr;
-	j->json = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &jerr);
+	j->json = jsonload(data, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!j->json) {
 		j->why = xcalloc(1, sizeof(*j->why));
 		j->why->status = 400;
@@ -1572,7 +1573,7 @@ int http_body_json(struct http_ctx *ctx, json_t **ret)
 		return -1;
 	}
 	json_error_t jerr;
-	json_auto_t *j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *j = jsonload(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!j) {
 		http_reply_error(ctx, 400, "Malformed JSON body: %s (line %d, column %d)",
 				 jerr.text, jerr.line, jerr.column);

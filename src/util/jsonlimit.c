@@ -1,6 +1,7 @@
 #include "util/jsonlimit.h"
 
 #include <errno.h>
+#include <string.h>
 
 int jsonlimit_check(const uint8_t *buf, size_t len, const struct jsonlimit *lim, struct err *err)
 {
@@ -9,12 +10,25 @@ int jsonlimit_check(const uint8_t *buf, size_t len, const struct jsonlimit *lim,
 	size_t values = 1;
 	for (size_t i = 0; i < len; i++) {
 		switch (buf[i]) {
-		case '"':
-			/* Skip the string: a backslash escapes the byte after it. */
-			for (i++; i < len && buf[i] != '"'; i++)
-				if (buf[i] == '\\')
-					i++;
+		case '"': {
+			/* Skip the string: to the next quote not escaped by an odd run of
+			 * backslashes (memchr: large strings are the common large bodies). */
+			size_t start = i + 1;
+			for (i = start;; i++) {
+				const uint8_t *q = memchr(buf + i, '"', len - i);
+				if (!q) {
+					i = len;
+					break;
+				}
+				i = (size_t)(q - buf);
+				size_t bs = 0;
+				while (i - bs > start && buf[i - 1 - bs] == '\\')
+					bs++;
+				if (bs % 2 == 0)
+					break;
+			}
 			continue;
+		}
 		case '{':
 		case '[':
 			if (++depth > lim->max_depth)

@@ -380,6 +380,24 @@ class IngressLimitsTest(IngressCase):
         self.assertIn("sent nothing", json.loads(raw)["error"])
 
 
+class IngressNoNetworkTest(IngressCase):
+    """A sandbox without a network still serves its previews: the agent dials its loopback."""
+    daemon_env = {**BASE_ENV, "SANDBOX_WARM_POOL": "0", "SANDBOX_NETWORK": "off"}
+
+    def test_a_preview_without_networking(self):
+        sid = self.app_session()
+        status, _, body = self.d.get("/exec")
+        self.assertEqual([x["network"] for x in body["sessions"] if x["id"] == sid], ["off"])
+        status, _, raw = self.host_request(self.host_of(sid), "GET", "/headers")
+        self.assertEqual(status, 200, raw)
+        ws = wsclient.WebSocket(self.d.host, self.d.port, f"/exec/{sid}/ports/{PORT}/ws")
+        try:
+            ws.send_text("offline")
+            self.assertEqual(ws.recv(), (False, b"offline"))
+        finally:
+            ws.sock.close()
+
+
 class IngressMemoryTest(IngressCase):
     daemon_env = {**BASE_ENV, "SANDBOX_WARM_POOL": "0", **small_quarantine_env()}
 
