@@ -105,6 +105,7 @@ struct http_conn {
 	bool out_paused;  /* next request not read until the answers queued are out */
 	bool answered;    /* the current request was answered before its body was read */
 	bool upgrading;   /* the current request will take the connection over */
+	bool head_has_body; /* the current request announced a body */
 	bool in_parser;   /* within h1_feed: the reader may not be restarted */
 	bool done_later;  /* a reply completed within h1_feed: conn_next() once it returns */
 	int busy;         /* conn_process() frames running */
@@ -769,7 +770,10 @@ static struct http_ctx *ctx_new(struct http_conn *c, const struct h1_head *head)
  * dropped while the connection lingers); without one, the reader ends the request. */
 static int refused(struct http_conn *c, struct http_ctx *ctx, int fallback)
 {
-	if (c->state == C_WAIT)
+	/* Without a body there is nothing to drop: whatever state the reply left the
+	 * connection in (closing after it, with Connection: close), the reader ends the request,
+	 * and the reply already sent is the only one. */
+	if (c->state == C_WAIT || !c->head_has_body)
 		return 0;
 	return ctx->status ? ctx->status : fallback;
 }
@@ -780,6 +784,7 @@ static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h
 	struct http_server *srv = c->srv;
 	bool has_body = head->content_length > 0 || head->chunked;
 	c->state = has_body ? C_BODY : C_WAIT;
+	c->head_has_body = has_body;
 	c->close_after = !head->keep_alive;
 	c->upgrading = head->upgrade;
 	conn_set_waiting(c, false);

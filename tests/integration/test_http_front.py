@@ -85,6 +85,28 @@ class EarlyRefusalTest(DaemonTestCase):
         self.assertEqual(status, 200, body)
         self.assertEqual(int(joined(body["output"]).strip()), 90 * MiB)
 
+    def test_a_refusal_at_the_head_is_the_only_answer(self):
+        """A request without a body refused at its head (no key here) gets that answer and
+        nothing else, with Connection: close as with keep-alive."""
+        for extra in (b"Connection: close\r\n", b""):
+            s = socket.create_connection((self.d.host, self.d.port), timeout=10)
+            try:
+                s.sendall(b"GET /exec HTTP/1.1\r\nHost: localhost\r\n" + extra + b"\r\n")
+                s.settimeout(2)
+                data = b""
+                try:
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                except socket.timeout:
+                    pass
+            finally:
+                s.close()
+            self.assertTrue(data.startswith(b"HTTP/1.1 401"), data[:200])
+            self.assertEqual(data.count(b"HTTP/1.1 "), 1, data)
+
     def test_connection_counts_in_metrics(self):
         status, _, body = self.d.get("/metrics")
         self.assertEqual(status, 200)
