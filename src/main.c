@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/host.h"
 #include "auth/auth.h"
 #include "config.h"
 #include "driver/driver.h"
@@ -369,6 +370,14 @@ int main(int argc, char **argv)
 
 	if (config_load(&D.cfg, &e) < 0) {
 		fprintf(stderr, "sandboxd: invalid configuration:\n%s\n", e.msg);
+		return 2;
+	}
+	if (!preview_domain_ok(D.cfg.public_domain)) {
+		fprintf(stderr,
+			"sandboxd: invalid configuration:\nSANDBOX_PUBLIC_DOMAIN: `%.100s` is not "
+			"a "
+			"domain of lowercase DNS labels (a-z, 0-9, '-', dot-separated)\n",
+			D.cfg.public_domain);
 		return 2;
 	}
 	loop_log_libevent();

@@ -99,17 +99,17 @@ struct http_conn {
 	struct event *timer;
 	enum conn_state state;
 	bool listed_waiting;
-	bool fresh;       /* no request has completed on it yet */
-	bool close_after; /* close once the current reply is out */
-	bool body_paused; /* http_body_pause() */
-	bool out_paused;  /* next request not read until the answers queued are out */
-	bool answered;    /* the current request was answered before its body was read */
-	bool upgrading;   /* the current request will take the connection over */
+	bool fresh;         /* no request has completed on it yet */
+	bool close_after;   /* close once the current reply is out */
+	bool body_paused;   /* http_body_pause() */
+	bool out_paused;    /* next request not read until the answers queued are out */
+	bool answered;      /* the current request was answered before its body was read */
+	bool upgrading;     /* the current request will take the connection over */
 	bool head_has_body; /* the current request announced a body */
-	bool in_parser;   /* within h1_feed: the reader may not be restarted */
-	bool done_later;  /* a reply completed within h1_feed: conn_next() once it returns */
-	int busy;         /* conn_process() frames running */
-	bool dead;        /* to be freed when the outermost frame ends */
+	bool in_parser;     /* within h1_feed: the reader may not be restarted */
+	bool done_later;    /* a reply completed within h1_feed: conn_next() once it returns */
+	int busy;           /* conn_process() frames running */
+	bool dead;          /* to be freed when the outermost frame ends */
 	size_t linger_left;
 	char peer[INET6_ADDRSTRLEN];
 	bool is_unix; /* came through the Unix socket */

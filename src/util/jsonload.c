@@ -103,9 +103,9 @@ static void restore(json_t *v, const char *nonce, size_t nlen, const uint8_t *bu
 					if (k < n) {
 						json_object_iter_set_new(
 							v, it,
-							json_stringn_nocheck(
-								(const char *)buf + sp[k].start,
-								sp[k].len));
+							json_stringn_nocheck((const char *)buf +
+										     sp[k].start,
+									     sp[k].len));
 						(*found)++;
 					}
 				}
@@ -124,9 +124,9 @@ static void restore(json_t *v, const char *nonce, size_t nlen, const uint8_t *bu
 					if (k < n) {
 						json_array_set_new(
 							v, i,
-							json_stringn_nocheck(
-								(const char *)buf + sp[k].start,
-								sp[k].len));
+							json_stringn_nocheck((const char *)buf +
+										     sp[k].start,
+									     sp[k].len));
 						(*found)++;
 					}
 				}

@@ -380,6 +380,18 @@ class IngressLimitsTest(IngressCase):
         self.assertIn("sent nothing", json.loads(raw)["error"])
 
 
+class PublicDomainSettingTest(unittest.TestCase):
+    def test_a_domain_that_cannot_hold_preview_names_is_refused_at_start(self):
+        import harness
+        import subprocess
+        for bad in ("Bad_Domain", "-x.example", "a..b", "x" * 64 + ".example"):
+            r = subprocess.run([harness.sandboxd_path()], env={**os.environ,
+                               "SANDBOX_PUBLIC_DOMAIN": bad, "PORT": "0"},
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, (bad, r.stderr))
+            self.assertIn("SANDBOX_PUBLIC_DOMAIN", r.stderr)
+
+
 class IngressNoNetworkTest(IngressCase):
     """A sandbox without a network still serves its previews: the agent dials its loopback."""
     daemon_env = {**BASE_ENV, "SANDBOX_WARM_POOL": "0", "SANDBOX_NETWORK": "off"}

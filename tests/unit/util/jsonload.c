@@ -67,8 +67,12 @@ static void test_large_strings_everywhere(void **state)
 static void test_what_jansson_refuses_is_refused(void **state)
 {
 	static const char *const bad[] = {
-		"{\"a\":\"@\"",        "{\"a\":\"@\",}",      "[\"@\" \"@\"]",
-		"{\"a\":\"@\\q\"}",    "{\"a\":x\"@\"}",      "{\"@\"}",
+		"{\"a\":\"@\"",
+		"{\"a\":\"@\",}",
+		"[\"@\" \"@\"]",
+		"{\"a\":\"@\\q\"}",
+		"{\"a\":x\"@\"}",
+		"{\"@\"}",
 		"{\"k\":\"@\",\"k\":\"@\"}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
