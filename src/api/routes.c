@@ -48,6 +48,8 @@ const struct http_route api_routes[] = {
 	{ POST, "/exec/:id/preview/token", api_exec_preview_token, "exec", SMALL_BODY },
 	{ POST, "/exec/:id/preview/public", api_exec_preview_public, "exec", SMALL_BODY },
 	{ GET, "/exec/:id/forward/:port", api_exec_forward, "exec" },
+	{ POST, "/exec/:id/pause", api_exec_pause, "exec", SMALL_BODY },
+	{ POST, "/exec/:id/resume", api_exec_resume, "exec", SMALL_BODY },
 	{ DELETE, "/exec/:id", api_exec_delete, "exec" },
 	{ GET | POST | DELETE, "/mcp", api_mcp, "exec", 0, HTTP_ROUTE_JSON_BODY },
 	{ POST, "/mcp/messages", api_mcp_messages, "exec", 0, HTTP_ROUTE_JSON_BODY },

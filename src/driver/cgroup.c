@@ -146,6 +146,12 @@ int cgroup_root_detect(const char *path, struct cgroup_root *ret, struct err *er
 		r.ctl_dir[i] = real ? real : xstrdup(p);
 	}
 	r.n_ctl = CGROUP_V1_MAX;
+	/* The freezer is optional: without it sessions cannot be paused. */
+	_cleanup_free_ char *fz = xasprintf("%s/freezer", path);
+	if (statfs(fz, &st) == 0 && st.f_type == CGROUP_SUPER_MAGIC) {
+		char *real = realpath(fz, NULL);
+		r.freezer_dir = real ? real : xstrdup(fz);
+	}
 	*ret = r;
 	return 0;
 }
@@ -161,6 +167,9 @@ void cgroup_root_plain(const char *path, enum cgroup_version version, struct cgr
 			ret->ctl_dir[i] = real ? real : xstrdup(p);
 		}
 		ret->n_ctl = CGROUP_V1_MAX;
+		_cleanup_free_ char *fz = xasprintf("%s/freezer", path);
+		if (access(fz, F_OK) == 0)
+			ret->freezer_dir = xstrdup(fz);
 	}
 }
 
@@ -171,6 +180,7 @@ void cgroup_root_free(struct cgroup_root *root)
 	free(root->path);
 	for (unsigned i = 0; i < CGROUP_V1_MAX; i++)
 		free(root->ctl_dir[i]);
+	free(root->freezer_dir);
 	memset(root, 0, sizeof(*root));
 }
 
@@ -233,6 +243,11 @@ int cgroup_init(const struct cgroup_root *root, struct err *err)
 			if ((r = mkdir_parent(p, err)) < 0)
 				return r;
 		}
+		if (root->freezer_dir) {
+			_cleanup_free_ char *p = xasprintf("%s/" CGROUP_PARENT, root->freezer_dir);
+			if ((r = mkdir_parent(p, err)) < 0)
+				return r;
+		}
 		return 0;
 	}
 
@@ -256,6 +271,7 @@ static struct cgroup *cgroup_new(const struct cgroup_root *root, const char *id)
 		for (unsigned i = 0; i < CGROUP_V1_MAX; i++)
 			cg->ctl[i] = xstrdup(cg->dir[0]);
 		cg->oom_file = xasprintf("%s/memory.events", cg->dir[0]);
+		cg->freezer = xstrdup(cg->dir[0]);
 	} else {
 		for (unsigned i = 0; i < root->n_ctl; i++) {
 			cg->ctl[i] = xasprintf("%s/" CGROUP_PARENT "/%s", root->ctl_dir[i], id);
@@ -267,6 +283,14 @@ static struct cgroup *cgroup_new(const struct cgroup_root *root, const char *id)
 				cg->dir[cg->n++] = xstrdup(cg->ctl[i]);
 		}
 		cg->oom_file = xasprintf("%s/memory.oom_control", cg->ctl[CTL_MEMORY]);
+		if (root->freezer_dir) {
+			cg->freezer = xasprintf("%s/" CGROUP_PARENT "/%s", root->freezer_dir, id);
+			bool dup = false;
+			for (unsigned j = 0; j < cg->n; j++)
+				dup = dup || strcmp(cg->dir[j], cg->freezer) == 0;
+			if (!dup)
+				cg->dir[cg->n++] = xstrdup(cg->freezer);
+		}
 	}
 	for (unsigned i = 0; i < cg->n; i++)
 		cg->procs[i] = xasprintf("%s/cgroup.procs", cg->dir[i]);
@@ -286,11 +310,13 @@ void cgroup_free(struct cgroup *cg)
 {
 	if (!cg)
 		return;
-	for (unsigned i = 0; i < CGROUP_V1_MAX; i++) {
+	for (unsigned i = 0; i < CGROUP_DIRS_MAX; i++) {
 		free(cg->dir[i]);
 		free(cg->procs[i]);
-		free(cg->ctl[i]);
 	}
+	for (unsigned i = 0; i < CGROUP_V1_MAX; i++)
+		free(cg->ctl[i]);
+	free(cg->freezer);
 	free(cg->oom_file);
 	free(cg->id);
 	free(cg);
@@ -483,7 +509,10 @@ int cgroup_remove(struct cgroup *cg, struct err *err)
 	if (!cg)
 		return 0;
 
-	bool gone[CGROUP_V1_MAX] = { false };
+	/* Frozen processes do not act on SIGKILL until they are thawed. */
+	if (cg->freezer && !cg->plain && access(cg->freezer, F_OK) == 0)
+		cgroup_freeze(cg, false, NULL);
+	bool gone[CGROUP_DIRS_MAX] = { false };
 	for (unsigned i = 0; i < cg->n; i++) {
 		gone[i] = access(cg->dir[i], F_OK) < 0 && errno == ENOENT;
 		/* cgroup.kill (v2, Linux 5.14) kills every member atomically, forks included. */
@@ -539,4 +568,37 @@ int cgroup_remove(struct cgroup *cg, struct err *err)
 		step = step < 32 ? step * 2 : step;
 	}
 	return first;
+}
+
+int cgroup_freeze(const struct cgroup *cg, bool frozen, struct err *err)
+{
+	if (!cg->freezer)
+		return err_set(
+			err, ENOTSUP,
+			"cgroup: no freezer (mount the v1 freezer controller, or use cgroup v2)");
+	bool v2 = cg->version == CGROUP_V2;
+	int r = v2 ? cg_write(cg->plain, cg->freezer, "cgroup.freeze", frozen ? "1" : "0", err)
+		   : cg_write(cg->plain, cg->freezer, "freezer.state", frozen ? "FROZEN" : "THAWED",
+			      err);
+	if (r < 0 || cg->plain)
+		return r;
+	/* Settled: v2 says "frozen 1" in cgroup.events, v1 FROZEN (not FREEZING) or THAWED. */
+	for (unsigned waited = 0; waited < 5000; waited += 5) {
+		_cleanup_free_ char *buf = NULL;
+		if (cg_read(cg->freezer, v2 ? "cgroup.events" : "freezer.state", &buf, err) < 0)
+			return -err->errnum;
+		bool done;
+		if (v2) {
+			const char *f = strstr(buf, "frozen ");
+			done = f && (f[7] == '1') == frozen;
+		} else {
+			done = strncmp(buf, frozen ? "FROZEN" : "THAWED", 6) == 0;
+		}
+		if (done)
+			return 0;
+		struct timespec ts = { 0, 5 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	return err_set(err, ETIMEDOUT, "cgroup: `%s` did not %s within 5 s", cg->freezer,
+		       frozen ? "freeze" : "thaw");
 }

@@ -21,6 +21,8 @@
 
 /* The v1 controllers a sandbox is placed in, in this order. */
 #define CGROUP_V1_MAX 3
+/* Its directories at most: one per v1 hierarchy, and the freezer's. */
+#define CGROUP_DIRS_MAX (CGROUP_V1_MAX + 1)
 
 enum cgroup_version { CGROUP_V1 = 1, CGROUP_V2 = 2 };
 
@@ -31,6 +33,7 @@ struct cgroup_root {
 				       * first write, and removed before rmdir (tests) */
 	unsigned n_ctl;               /* v1: distinct controller hierarchies */
 	char *ctl_dir[CGROUP_V1_MAX]; /* v1: mount point of each (memory, cpu, pids) */
+	char *freezer_dir;            /* v1: the freezer hierarchy's, when mounted (optional) */
 };
 
 struct cgroup_limits {
@@ -44,11 +47,13 @@ struct cgroup {
 	enum cgroup_version version;
 	bool plain;
 	char *id;
-	unsigned n;                 /* directories: 1 for v2, one per v1 hierarchy */
-	char *dir[CGROUP_V1_MAX];   /* the sandbox's cgroup directories, each once */
-	char *procs[CGROUP_V1_MAX]; /* <dir>/cgroup.procs: where a process joins */
-	char *ctl[CGROUP_V1_MAX];   /* the directory of each controller (memory, cpu, pids) */
-	char *oom_file;             /* memory.events (v2) or memory.oom_control (v1) */
+	unsigned n;                   /* directories: 1 for v2, one per v1 hierarchy */
+	char *dir[CGROUP_DIRS_MAX];   /* the sandbox's cgroup directories, each once */
+	char *procs[CGROUP_DIRS_MAX]; /* <dir>/cgroup.procs: where a process joins */
+	char *freezer;                /* the directory with freezer.state (v1) or cgroup.freeze
+				       * (v2), NULL without a freezer */
+	char *ctl[CGROUP_V1_MAX];     /* the directory of each controller (memory, cpu, pids) */
+	char *oom_file;               /* memory.events (v2) or memory.oom_control (v1) */
 };
 
 /* Finds which cgroup version is mounted at `path` (statfs) and, for v1, the memory, cpu and
@@ -88,6 +93,11 @@ uint64_t cgroup_oom_kills(const struct cgroup *cg);
  * listed pid, repeated until empty within a bounded wait) and removes its directories.
  * Idempotent: directories already gone are fine. Returns the first failure. */
 int cgroup_remove(struct cgroup *cg, struct err *err);
+
+/* Freezes every process of the cgroup (frozen) or lets them run again, and waits (a bounded
+ * time) until the kernel says it is done: v2 cgroup.freeze, v1 the freezer hierarchy's
+ * freezer.state. ENOTSUP without a freezer, ETIMEDOUT when it does not settle. */
+int cgroup_freeze(const struct cgroup *cg, bool frozen, struct err *err);
 
 /* Frees the paths; removes nothing. Accepts NULL. */
 void cgroup_free(struct cgroup *cg);

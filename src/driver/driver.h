@@ -85,6 +85,10 @@ struct driver {
 	/* The sandbox's disk: used and total bytes. Negative errno when it has none (or the
 	 * driver keeps none); NULL likewise. Cheap, loop-safe. */
 	int (*disk_usage)(struct sandbox *sb, uint64_t *used, uint64_t *size);
+
+	/* Freezes the sandbox (pause) or lets it run again: its processes keep their memory and
+	 * use no CPU meanwhile. NULL when the driver cannot. Blocking (briefly): a worker's. */
+	int (*pause)(struct sandbox *sb, bool pause, struct err *err);
 };
 
 /* What a driver's cleanup_stale removes of a sandbox a previous run left, done the same way

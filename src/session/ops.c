@@ -114,9 +114,9 @@ struct session *ops_find_session(const struct ops_target *t, struct err *err)
 		session_destroy(s, "failed");
 		return NULL;
 	}
-	if (s->state != SESSION_READY) {
+	if (s->state != SESSION_READY || s->transition) {
 		err_set(err, EBUSY, "Session `%s` is %s", t->session_id,
-			session_state_name(s->state));
+			s->transition ? "being paused or resumed" : session_state_name(s->state));
 		return NULL;
 	}
 	session_touch(s);
@@ -1707,7 +1707,8 @@ struct list_state {
 static void add_session_json(struct session *s, void *arg)
 {
 	struct list_state *st = arg;
-	if (s->state != SESSION_READY && s->state != SESSION_CREATING && s->state != SESSION_FAILED)
+	if (s->state != SESSION_READY && s->state != SESSION_CREATING &&
+	    s->state != SESSION_FAILED && s->state != SESSION_PAUSED)
 		return;
 	json_t *j = session_json(s);
 	if (st->owners)
@@ -1999,4 +2000,52 @@ struct ops_call *ops_list_ports(const struct ops_target *t, ops_done_fn done, vo
 				struct err *err)
 {
 	return proc_call(CALL_PORTS, t, NULL, json_pack("{s:s}", "op", "ports"), done, arg, err);
+}
+
+/* --- pause and resume --------------------------------------------------------------------- */
+
+struct pause_call {
+	ops_pause_fn cb;
+	void *arg;
+	struct event *ev;
+	struct session *s;
+	struct err err;
+	bool failed;
+};
+
+static void pause_deliver(evutil_socket_t fd, short what, void *arg)
+{
+	struct pause_call *p = arg;
+	event_free(p->ev);
+	p->cb(p->failed ? NULL : p->s, p->failed ? &p->err : NULL, p->arg);
+	session_unref(p->s);
+	free(p);
+}
+
+static void on_paused(struct session *s, const struct err *err, void *arg)
+{
+	struct pause_call *p = arg;
+	if (err) {
+		err_copy(&p->err, err);
+		p->failed = true;
+	}
+	/* Never before ops_pause_session returned: a refusal is answered from the loop. */
+	p->ev = defer(pause_deliver, p);
+}
+
+int ops_pause_session(const struct ops_target *t, bool pause, ops_pause_fn cb, void *arg,
+		      struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return -EINVAL;
+	struct session *s = target_session(t, err);
+	if (!s)
+		return -err->errnum;
+	struct pause_call *p = xcalloc(1, sizeof(*p));
+	p->cb = cb;
+	p->arg = arg;
+	p->s = s;
+	session_ref(s);
+	session_pause(s, pause, on_paused, p);
+	return 0;
 }

@@ -268,6 +268,13 @@ void ops_connect_eof(struct ops_call *c);
 struct ops_call *ops_list_ports(const struct ops_target *t, ops_done_fn done, void *arg,
 				struct err *err);
 
+/* Pauses or resumes the caller's session (session_pause: EBUSY in the wrong state or with
+ * operations in flight, ENOTSUP when its driver cannot); cb runs once, never before this
+ * returns, with the session (NULL on failure) and err. */
+typedef void (*ops_pause_fn)(struct session *s, const struct err *err, void *arg);
+int ops_pause_session(const struct ops_target *t, bool pause, ops_pause_fn cb, void *arg,
+		      struct err *err);
+
 /* Creates session t->session_id (NULL: a fresh id) of the caller (never another owner's,
  * whatever any_owner says) with these options (template_name is taken from t; o may be
  * NULL); EEXIST when the caller already has one by that id. */

@@ -212,6 +212,8 @@ const char *session_state_name(enum session_state st)
 		return "gone";
 	case SESSION_FAILED:
 		return "failed";
+	case SESSION_PAUSED:
+		return "paused";
 	}
 	return "unknown";
 }
@@ -294,7 +296,7 @@ static void fire_waiters(struct session *s, const struct err *err)
 static void on_session_conn_closed(struct guest_conn *c, const struct err *why, void *arg)
 {
 	struct session *s = arg;
-	if (s->state != SESSION_READY && s->state != SESSION_CREATING)
+	if (s->state != SESSION_READY && s->state != SESSION_CREATING && s->state != SESSION_PAUSED)
 		return;
 	err_set(&s->failure, ECONNRESET, "the sandbox of session `%s` stopped unexpectedly (%s)",
 		s->id, why->msg);
@@ -510,6 +512,12 @@ void session_get_or_create(const char *owner, const char *id,
 	if (s) {
 		switch (s->state) {
 		case SESSION_READY:
+			if (s->transition) {
+				err_set(&e, EBUSY, "Session `%s` is being paused or resumed",
+					s->id);
+				cb(NULL, &e, arg);
+				return;
+			}
 			session_touch(s);
 			cb(s, NULL, arg);
 			return;
@@ -520,6 +528,10 @@ void session_get_or_create(const char *owner, const char *id,
 			/* Report why once, then forget it: the next request starts afresh. */
 			err_copy(&e, &s->failure);
 			session_destroy(s, "failed");
+			cb(NULL, &e, arg);
+			return;
+		case SESSION_PAUSED:
+			err_set(&e, EBUSY, "Session `%s` is paused: resume it first", s->id);
 			cb(NULL, &e, arg);
 			return;
 		default:
@@ -596,7 +608,7 @@ void session_destroy(struct session *s, const char *why)
 	if (s->state == SESSION_DESTROYING || s->state == SESSION_GONE)
 		return;
 	log_info("session", "destroying session %s (%s)", s->id, why);
-	if (s->state == SESSION_READY || s->state == SESSION_FAILED)
+	if (s->state == SESSION_READY || s->state == SESSION_FAILED || s->state == SESSION_PAUSED)
 		metrics_observe(metrics_daemon.exec_session_duration,
 				(double)(time_wall_ms() - s->created_ms) / 1000.0);
 	bool creating = s->state == SESSION_CREATING;
@@ -617,7 +629,9 @@ void session_destroy(struct session *s, const char *why)
 			guest_conn_free(s->conn);
 		s->conn = NULL;
 	}
-	if (s->sb) {
+	if (s->sb && s->transition) {
+		s->destroy_pending = true; /* the pause or resume under way ends it (pause.c) */
+	} else if (s->sb) {
 		session_sandbox_destroy(s->sb, s);
 		s->sb = NULL;
 	} else {
@@ -728,6 +742,8 @@ json_t *session_json(const struct session *s)
 	json_object_set_new(j, "lastActivity", iso_time(time_wall_ms() - idle_ms));
 	if (s->state == SESSION_FAILED)
 		json_object_set_new(j, "error", json_string(s->failure.msg));
+	if (s->state == SESSION_PAUSED)
+		json_object_set_new(j, "pausedAt", iso_time(s->paused_ms));
 	/* Whether its sandbox has a network (see /health for why not). */
 	struct net_sandbox_info ni;
 	bool networked = s->sb && s->sandbox_id && net_sandbox_info(s->sandbox_id, &ni) == 0;
@@ -767,6 +783,9 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 				session_destroy(s, "idle timeout");
 			else if (expired)
 				session_destroy(s, "maximum lifetime reached");
+		} else if (s->state == SESSION_PAUSED && expired) {
+			/* Paused: no idle clock, but the lifetime runs. */
+			session_destroy(s, "maximum lifetime reached");
 		}
 		s = next;
 	}
@@ -820,7 +839,7 @@ static void cleanup_stale(void)
 
 static void on_scrape(void *arg)
 {
-	unsigned counts[SESSION_FAILED + 1] = { 0 };
+	unsigned counts[SESSION_PAUSED + 1] = { 0 };
 	uint64_t disk_used = 0, disk_size = 0;
 	for (struct session *s = session_mod.sessions; s; s = s->next) {
 		counts[s->state]++;
@@ -833,7 +852,7 @@ static void on_scrape(void *arg)
 	}
 	metrics_set(metrics_daemon.sandbox_disk_bytes, (double)disk_used, "used");
 	metrics_set(metrics_daemon.sandbox_disk_bytes, (double)disk_size, "allocated");
-	for (int st = SESSION_CREATING; st <= SESSION_FAILED; st++)
+	for (int st = SESSION_CREATING; st <= SESSION_PAUSED; st++)
 		if (st != SESSION_GONE)
 			metrics_set(metrics_daemon.active_vm_count, counts[st],
 				    session_state_name(st));

@@ -24,6 +24,7 @@ enum session_state {
 	SESSION_DESTROYING,
 	SESSION_GONE,
 	SESSION_FAILED,
+	SESSION_PAUSED, /* its sandbox is frozen (session_pause); ready again after a resume */
 };
 
 /* Per-session limits asked for at creation; 0 keeps the server's. They may only tighten the
@@ -67,7 +68,10 @@ struct session {
 	uint8_t secret[SESSION_SECRET_LEN];
 	uint16_t public_ports[SESSION_PUBLIC_PORTS_MAX];
 	size_t npublic;
-	unsigned proxied; /* connections to its ports open now */
+	unsigned proxied;     /* connections to its ports open now */
+	bool transition;      /* a pause or resume runs on a worker (it holds sb) */
+	bool destroy_pending; /* destroyed meanwhile: the sandbox goes when it ends */
+	uint64_t paused_ms;   /* wall clock of the last pause */
 	int refs;
 	struct session *next;
 };
@@ -142,6 +146,15 @@ int session_memory_check(struct err *err);
 bool session_id_valid(const char *id);
 /* Makes a fresh random session id (caller frees). */
 char *session_new_id(void);
+
+/* Pauses a ready session with no operation in flight (its sandbox's processes are frozen:
+ * they use no CPU, their memory stays) or resumes a paused one; cb runs once, from the loop,
+ * when done (err: EBUSY in the wrong state or with operations in flight, ENOTSUP when the
+ * driver or the host cannot, the driver's failure otherwise). While paused the session's
+ * operations are refused (EBUSY, "is paused"), its agent is not pinged, its idle clock is
+ * stopped and its lifetime still runs. */
+void session_pause(struct session *s, bool pause,
+		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);
 
 /* Starts destroying the session; it disappears from the table at once. */
 void session_destroy(struct session *s, const char *why);

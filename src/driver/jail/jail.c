@@ -532,6 +532,9 @@ static void jail_destroy(struct sandbox *sb)
 	struct jail *j = sb->priv;
 	if (sb->agent_fd >= 0)
 		close(sb->agent_fd);
+	/* A paused jail's processes act on SIGKILL only once thawed. */
+	if (j && j->cg && j->cg->freezer)
+		cgroup_freeze(j->cg, false, NULL);
 	/* The pid namespace dies with its PID 1: the kernel kills and reaps the rest before the
 	 * wait returns, which leaves the cgroup empty. */
 	if (sb->pid > 0)
@@ -575,6 +578,13 @@ static uint64_t jail_oom_kills(struct sandbox *sb)
 	return j ? cgroup_oom_kills(j->cg) : 0;
 }
 
+/* The cgroup freezer: every process of the jail stops where it is, its memory kept. */
+static int jail_pause(struct sandbox *sb, bool pause, struct err *err)
+{
+	struct jail *j = sb->priv;
+	return cgroup_freeze(j->cg, pause, err);
+}
+
 static int jail_disk_usage_of(struct sandbox *sb, uint64_t *used, uint64_t *size)
 {
 	struct jail *j = sb ? sb->priv : NULL;
@@ -593,4 +603,5 @@ const struct driver driver_jail = {
 	.cleanup_stale = jail_cleanup_stale,
 	.oom_kills = jail_oom_kills,
 	.disk_usage = jail_disk_usage_of,
+	.pause = jail_pause,
 };

@@ -639,6 +639,14 @@ static uint64_t qemu_oom_kills(struct sandbox *sb)
 	return qemu_vm_guest_oom_kills(q->vm) + cgroup_oom_kills(q->cg);
 }
 
+/* QMP stop and cont: the vCPUs halt (the guest's clock with them: the session layer sets it
+ * again after a resume), guest RAM stays in QEMU's memory. */
+static int qemu_pause(struct sandbox *sb, bool pause, struct err *err)
+{
+	struct qemu_sb *q = sb->priv;
+	return qemu_vm_run_state(q->vm, !pause, 5000, err);
+}
+
 const struct driver driver_qemu = {
 	.name = "qemu",
 	.isolation = "vm",
@@ -650,4 +658,5 @@ const struct driver driver_qemu = {
 	.destroy = qemu_destroy,
 	.cleanup_stale = qemu_cleanup_stale,
 	.oom_kills = qemu_oom_kills,
+	.pause = qemu_pause,
 };

@@ -253,6 +253,9 @@ int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err);
  * state from a copy of state_fd (passed over QMP). */
 int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);
 
+/* Halts the guest's vCPUs (run false, QMP stop) or lets them run again (cont). */
+int qemu_vm_run_state(struct qemu_vm *vm, bool run, int timeout_ms, struct err *err);
+
 /* Stops the guest and has QEMU write its device state to a copy of state_fd (RAM stays in
  * its shared file). */
 int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);

@@ -688,6 +688,12 @@ static int qmp_step(struct qemu_vm *vm, const char *cmd, json_t *args, uint64_t 
 	return r;
 }
 
+int qemu_vm_run_state(struct qemu_vm *vm, bool run, int timeout_ms, struct err *err)
+{
+	uint64_t deadline = time_mono_ms() + (uint64_t)timeout_ms;
+	return qmp_step(vm, run ? "cont" : "stop", NULL, deadline, NULL, err);
+}
+
 /* Whether QEMU's agent chardev has a client: its filename loses the "disconnected:"
  * prefix. */
 static int chardev_connected(struct qemu_vm *vm, uint64_t deadline, bool *ret, struct err *err)

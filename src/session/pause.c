@@ -1,0 +1,153 @@
+/* pause: a session's sandbox frozen and thawed (session_pause in session.h).
+ *
+ * The driver's pause runs on a worker (a freezer settling, a VMM's answer); meanwhile the
+ * session is marked in transition: its operations are refused, and a destroy that comes
+ * then leaves the sandbox to this job, which hands it to the destroyer when it ends. The
+ * agent's liveness pings stop before a pause (a frozen agent answers nothing) and start
+ * again after the resume. */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "loop.h"
+#include "session/internal.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/random.h"
+#include "util/time.h"
+
+struct pause_job {
+	struct session *s;
+	struct sandbox *sb;
+	bool pause;
+	int rc;
+	struct err err;
+	void (*cb)(struct session *s, const struct err *err, void *arg);
+	void *arg;
+};
+
+static void pause_work(void *arg)
+{
+	struct pause_job *j = arg;
+	j->rc = j->sb->driver->pause(j->sb, j->pause, &j->err);
+}
+
+static void liveness_on(struct session *s)
+{
+	if (s->conn)
+		guest_conn_set_liveness(s->conn, session_mod.cfg->ping_interval_ms,
+					session_mod.cfg->ping_timeout_ms);
+}
+
+static void on_clock_set(struct guest_op *op, json_t *result, const struct err *err, void *arg)
+{
+	if (err)
+		log_warn("session", "a resumed VM's clock was not set: %s", err->msg);
+}
+
+static const struct guest_op_cbs clock_cbs = { .on_done = on_clock_set };
+
+/* A VM's clock stood still while it was paused: the agent sets it again, with fresh entropy
+ * (what it does after a restore, without a new identity). */
+static void refresh_clock(struct session *s)
+{
+	if (!s->conn || !s->sb->driver->snapshots)
+		return;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	char entropy[65];
+	random_hex(entropy, 32);
+	json_auto_t *req = json_pack("{s:s, s:{s:I, s:I}, s:s}", "op", "resume", "time", "sec",
+				     (json_int_t)now.tv_sec, "nsec", (json_int_t)now.tv_nsec,
+				     "entropy", entropy);
+	struct err e;
+	struct guest_op *op = guest_op_start(s->conn, req, &clock_cbs, NULL, &e);
+	if (op)
+		guest_op_set_timeout(op, session_mod.cfg->first_reply_timeout_ms, "resume");
+}
+
+static void pause_done(void *arg)
+{
+	struct pause_job *j = arg;
+	struct session *s = j->s;
+	s->transition = false;
+	struct err e;
+	if (s->destroy_pending) {
+		/* Destroyed meanwhile: now the sandbox can go. */
+		s->destroy_pending = false;
+		session_sandbox_destroy(s->sb, s);
+		s->sb = NULL;
+		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being %s", s->id,
+			j->pause ? "paused" : "resumed");
+		j->cb(s, &e, j->arg);
+	} else if (j->rc < 0) {
+		if (j->pause)
+			liveness_on(s);
+		log_warn("session", "session %s: %s failed: %s", s->id,
+			 j->pause ? "pause" : "resume", j->err.msg);
+		j->cb(s, &j->err, j->arg);
+	} else {
+		s->state = j->pause ? SESSION_PAUSED : SESSION_READY;
+		if (j->pause) {
+			s->paused_ms = time_wall_ms();
+		} else {
+			liveness_on(s);
+			refresh_clock(s);
+			session_touch(s);
+		}
+		log_info("session", "session %s %s", s->id, j->pause ? "paused" : "resumed");
+		j->cb(s, NULL, j->arg);
+	}
+	session_unref(s);
+	free(j);
+}
+
+void session_pause(struct session *s, bool pause,
+		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
+{
+	struct err e;
+	if (s->transition) {
+		err_set(&e, EBUSY, "session `%s` is being paused or resumed", s->id);
+		cb(s, &e, arg);
+		return;
+	}
+	if (pause && s->state == SESSION_PAUSED) {
+		err_set(&e, EBUSY, "session `%s` is paused already", s->id);
+		cb(s, &e, arg);
+		return;
+	}
+	if (!pause && s->state == SESSION_READY) {
+		err_set(&e, EBUSY, "session `%s` is not paused", s->id);
+		cb(s, &e, arg);
+		return;
+	}
+	if (s->state != (pause ? SESSION_READY : SESSION_PAUSED) || !s->sb) {
+		err_set(&e, EBUSY, "session `%s` is %s", s->id, session_state_name(s->state));
+		cb(s, &e, arg);
+		return;
+	}
+	if (!s->sb->driver->pause) {
+		err_set(&e, ENOTSUP, "the %s driver cannot pause sessions", s->sb->driver->name);
+		cb(s, &e, arg);
+		return;
+	}
+	if (pause && s->running) {
+		err_set(&e, EBUSY,
+			"session `%s` has %u operations in flight (commands, file transfers, "
+			"attaches, previews): pause it once they ended",
+			s->id, s->running);
+		cb(s, &e, arg);
+		return;
+	}
+	struct pause_job *j = xcalloc(1, sizeof(*j));
+	j->s = s;
+	session_ref(s);
+	j->sb = s->sb;
+	j->pause = pause;
+	j->cb = cb;
+	j->arg = arg;
+	s->transition = true;
+	if (pause && s->conn)
+		guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
+	loop_submit(pause_work, pause_done, j);
+}

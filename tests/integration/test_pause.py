@@ -1,0 +1,163 @@
+"""Pause and resume: a paused session's processes make no progress (no CPU at all) and carry
+on after the resume; what is refused meanwhile; the idle clock stops; destroying a paused
+session leaves nothing."""
+
+import os
+import time
+import unittest
+
+import runner
+from helpers_exec import BASE_ENV, DaemonTestCase, sandbox_of, wait_until
+
+CG = "/sys/fs/cgroup"
+
+
+def cgroup_procs(sandbox):
+    for d in (f"{CG}/memory/agent-sandbox/{sandbox}", f"{CG}/agent-sandbox/{sandbox}"):
+        try:
+            with open(f"{d}/cgroup.procs") as f:
+                return [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            continue
+    raise AssertionError(f"no cgroup for sandbox {sandbox}")
+
+
+def cpu_ticks(sandbox):
+    """User and system time of every process of the sandbox, in clock ticks."""
+    total = 0
+    for pid in cgroup_procs(sandbox):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
+class PauseTest(DaemonTestCase):
+    daemon_env = {**BASE_ENV, "SANDBOX_WARM_POOL": "0"}
+
+    def pause(self, sid, expect=200):
+        status, _, body = self.d.post(f"/exec/{sid}/pause")
+        self.assertEqual(status, expect, body)
+        return body
+
+    def resume(self, sid, expect=200):
+        status, _, body = self.d.post(f"/exec/{sid}/resume")
+        self.assertEqual(status, expect, body)
+        return body
+
+    def counter(self, sid):
+        status, _, body = self.d.post(f"/exec/{sid}/processes", body={
+            "command": "i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; done",
+            "tag": "count"})
+        self.assertEqual(status, 201, body)
+        wait_until(lambda: self.stdout_of(sid, "cat count 2>/dev/null || echo 0").strip() != "0",
+                   30, 0.05, "the counter running")
+
+    @runner.tag("driver")
+    def test_a_paused_session_makes_no_progress_and_carries_on(self):
+        sid = self.session()
+        self.run_ok(sid, "echo kept > file")
+        self.counter(sid)
+        body = self.pause(sid)
+        self.assertEqual(body["state"], "paused")
+        self.assertIn("pausedAt", body)
+        listed = self.listed_sessions()[sid]
+        self.assertEqual(listed["state"], "paused")
+        # Everything waits for the resume, with a clear answer.
+        status, headers, err = self.d.post(f"/exec/{sid}/execute", body={"command": "true"})
+        self.assertJsonError(status, headers, err, 409, "paused")
+        status, headers, err = self.d.get(f"/exec/{sid}/files")
+        self.assertJsonError(status, headers, err, 409, "paused")
+        self.pause(sid, 409)
+        if os.environ.get("DRIVER", "jail") == "jail":
+            sandbox = sandbox_of(self.d, sid)
+            first = cpu_ticks(sandbox)
+            time.sleep(0.5)
+            self.assertEqual(cpu_ticks(sandbox), first, "a frozen sandbox used CPU")
+        body = self.resume(sid)
+        self.assertEqual(body["state"], "ready")
+        self.resume(sid, 409)
+        self.assertEqual(self.stdout_of(sid, "cat file"), "kept\n")
+        # The same process counts on.
+        before = int(self.stdout_of(sid, "cat count"))
+        wait_until(lambda: int(self.stdout_of(sid, "cat count")) > before, 30, 0.05,
+                   "the counter carrying on")
+        status, _, p = self.d.get(f"/exec/{sid}/processes/count")
+        self.assertEqual((status, p["state"]), (200, "running"))
+
+    def test_operations_in_flight_prevent_a_pause(self):
+        sid = self.session()
+        with self.stream_execute(sid, "sleep 5") as stream:
+            wait_until(lambda: self.listed_sessions()[sid]["running"] > 0, 30, 0.05,
+                       "the command running")
+            status, headers, body = self.d.post(f"/exec/{sid}/pause")
+            self.assertJsonError(status, headers, body, 409, "in flight")
+            stream.close()
+
+    def test_unknown_sessions_and_the_idle_clock(self):
+        status, headers, body = self.d.post("/exec/no-such-session/pause")
+        self.assertJsonError(status, headers, body, 404)
+        sid = self.session()
+        status, _, body = self.d.post("/exec", body={"id": sid, "idleTimeout": 1})
+        self.assertEqual(status, 201, body)
+        self.pause(sid)
+        # Paused, it is not idle: it outlives its idle timeout.
+        time.sleep(2.5)
+        self.assertEqual(self.listed_sessions()[sid]["state"], "paused")
+        self.resume(sid)
+        # Running again, the idle clock counts from the resume.
+        wait_until(lambda: sid not in self.listed_sessions(), 30, 0.1, "the idle reaper")
+
+    def test_destroying_a_paused_session_leaves_nothing(self):
+        sid = self.session()
+        self.counter(sid)
+        sandbox = sandbox_of(self.d, sid)
+        self.pause(sid)
+        status, _, body = self.d.delete(f"/exec/{sid}")
+        self.assertEqual(status, 200, body)
+        wait_until(lambda: not any(os.path.exists(f"{CG}/{c}/agent-sandbox/{sandbox}")
+                                   for c in ("memory", "pids", "freezer", "")), 30, 0.1,
+                   "the cgroup removed")
+
+
+class PauseOwnershipTest(DaemonTestCase):
+    daemon_env = {**BASE_ENV, "AUTH_ENABLED": "true", "SANDBOX_WARM_POOL": "0"}
+
+    def test_another_key_cannot_pause_or_resume(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        status, _, key = self.d.post("/admin/keys", body={"name": "other", "scopes": ["exec"]})
+        self.assertEqual(status, 201, key)
+        for action in ("pause", "resume"):
+            status, headers, body = self.d.post(f"/exec/{sid}/{action}", api_key=key["key"])
+            self.assertJsonError(status, headers, body, 404)
+        status, _, body = self.d.post(f"/exec/{sid}/pause")
+        self.assertEqual(status, 200, body)
+        status, headers, body = self.d.post(f"/exec/{sid}/resume", api_key=key["key"])
+        self.assertJsonError(status, headers, body, 404)
+        status, _, body = self.d.post(f"/exec/{sid}/resume")
+        self.assertEqual(status, 200, body)
+
+
+
+class PausedAtShutdownTest(unittest.TestCase):
+    def test_a_daemon_stopping_with_a_paused_session_leaves_nothing(self):
+        import helpers_exec
+        d = helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0"})
+        try:
+            status, _, body = d.post("/exec/paused-at-stop/execute", body={"command": "true"})
+            self.assertEqual(status, 200, body)
+            sandbox = sandbox_of(d, "paused-at-stop")
+            status, _, body = d.post("/exec/paused-at-stop/pause")
+            self.assertEqual(status, 200, body)
+        finally:
+            d.stop()  # checks a clean exit within its timeout
+        self.assertFalse(any(os.path.exists(f"{CG}/{c}/agent-sandbox/{sandbox}")
+                             for c in ("memory", "pids", "freezer", "")))
+
+
+if __name__ == "__main__":
+    unittest.main()
