@@ -24,6 +24,10 @@
 #ifndef AGENT_BIN_INSTALLED
 #define AGENT_BIN_INSTALLED "/usr/local/libexec/agent-sandbox/sandbox-agent"
 #endif
+/* Where `meson install` puts the dashboard's assets (<prefix>/<datadir>/agent-sandbox/ui). */
+#ifndef UI_DIR_INSTALLED
+#define UI_DIR_INSTALLED "/usr/local/share/agent-sandbox/ui"
+#endif
 
 /* How much of a bad value is echoed back in a message. */
 #define ECHO_MAX     64
@@ -76,6 +80,7 @@ static const struct var vars[] = {
 	{ "FIRECRACKER_ARTIFACTS_DIR", V_PATH, F(artifacts_dir),
 	  "/var/lib/agent-sandbox/artifacts" },
 	{ "SANDBOX_AGENT_BIN", V_PATH, F(agent_bin), NULL }, /* default: see agent_bin_default */
+	{ "SANDBOX_UI_DIR", V_PATH, F(ui_dir), NULL },       /* default: see ui_dir_default */
 
 	{ "SANDBOX_DRIVER", V_CHOICE, F(driver), "auto", 0, 0, drivers },
 	{ "SANDBOX_DEFAULT_TEMPLATE", V_NAME, F(default_template), "node" },
@@ -436,6 +441,29 @@ static char *agent_bin_default(void)
 	return xstrdup(AGENT_BIN_INSTALLED);
 }
 
+/* The dashboard built beside the daemon in a build tree (build/src/sandboxd, build/ui), else
+ * the installed one. */
+static char *ui_dir_default(void)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			_cleanup_free_ char *guess = xasprintf("%s/../ui/index.html", exe);
+			_cleanup_free_ char *real = realpath(guess, NULL);
+			char *end = real ? strrchr(real, '/') : NULL;
+			if (end) {
+				*end = '\0';
+				return xstrdup(real);
+			}
+		}
+	}
+	return xstrdup(UI_DIR_INSTALLED);
+}
+
 /* An unset variable and an empty one both mean the default. */
 static const char *env(const char *name)
 {
@@ -465,6 +493,8 @@ int config_load(struct config *cfg, struct err *err)
 	}
 	if (!cfg->agent_bin)
 		cfg->agent_bin = agent_bin_default();
+	if (!cfg->ui_dir)
+		cfg->ui_dir = ui_dir_default();
 	/* A key's default quota is a quarter of the server's cap, so that no key, nor two or
 	 * three, can take it all. */
 	struct {

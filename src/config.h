@@ -28,6 +28,8 @@ struct config {
 	char *artifacts_dir; /* FIRECRACKER_ARTIFACTS_DIR, default /var/lib/agent-sandbox/artifacts
 			      */
 	char *agent_bin;     /* SANDBOX_AGENT_BIN, default: sandbox-agent beside sandboxd */
+	char *ui_dir; /* SANDBOX_UI_DIR: the dashboard's assets, default build/ui beside sandboxd,
+			 else the installed ones */
 
 	/* sandboxes */
 	char *driver;              /* SANDBOX_DRIVER: auto|jail|qemu|firecracker */

@@ -270,6 +270,7 @@ static int serve_http(int *ret_port, struct err *err)
 	raise_nofile();
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
 	front_init(&D.cfg);
+	ui_init(&D.cfg);
 	http_server_set_auth(D.http, front_check, NULL);
 	http_server_set_host_router(D.http, api_host_route, NULL);
 	http_server_set_done(D.http, on_http_done, NULL);
@@ -444,6 +445,7 @@ out_http:
 	http_server_free(D.http);
 	auth_shutdown();
 	front_shutdown();
+	ui_shutdown();
 	quota_shutdown();
 out_net:
 	loop_pool_stop();

@@ -116,6 +116,13 @@ void api_admin_keys_revoke(struct http_ctx *ctx);
 void api_admin_keys_rotate(struct http_ctx *ctx);
 void api_admin_keys_delete(struct http_ctx *ctx);
 
+/* The dashboard at /ui (ui.c): ui_init loads its files from SANDBOX_UI_DIR (logging why not,
+ * when not), ui_shutdown frees them. */
+void ui_init(const struct config *cfg);
+void ui_shutdown(void);
+void api_ui_index(struct http_ctx *ctx);
+void api_ui_asset(struct http_ctx *ctx);
+
 /* metrics.c */
 void api_metrics(struct http_ctx *ctx);
 

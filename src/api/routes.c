@@ -61,6 +61,9 @@ const struct http_route api_routes[] = {
 	{ POST, "/admin/keys/:id/rotate", api_admin_keys_rotate, "admin", SMALL_BODY },
 	{ DELETE, "/admin/keys/:id", api_admin_keys_delete, "admin" },
 	{ HTTP_REQ_PATCH, "/admin/keys/:id", api_admin_keys_update, "admin", SMALL_BODY },
+	/* The dashboard's static files: no key (its API calls carry one). */
+	{ GET | HTTP_REQ_HEAD, "/ui", api_ui_index, NULL },
+	{ GET | HTTP_REQ_HEAD, "/ui/:asset", api_ui_asset, NULL },
 };
 
 const size_t api_nroutes = sizeof(api_routes) / sizeof(api_routes[0]);

@@ -180,6 +180,10 @@ static const char *reason_phrase(int status)
 		return "Accepted";
 	case 204:
 		return "No Content";
+	case 304:
+		return "Not Modified";
+	case 308:
+		return "Permanent Redirect";
 	case 400:
 		return "Bad Request";
 	case 401:
@@ -227,7 +231,10 @@ static const char *reason_phrase(int status)
 	case 507:
 		return "Insufficient Storage";
 	default:
-		return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+		return status < 300   ? "OK"
+		       : status < 400 ? "Redirection"
+		       : status < 500 ? "Client Error"
+				      : "Server Error";
 	}
 }
 
