@@ -12,8 +12,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 list="$root/scripts/debian-packages.txt"
 
-# Directories with a package.json whose packages the tests need.
-npm_dirs=(tests/mcp sdk/typescript)
+# Directories with a package.json whose packages the build (ui: the dashboard) and the tests
+# need.
+npm_dirs=(tests/mcp sdk/typescript ui)
 
 log() { printf 'deps: %s\n' "$*" >&2; }
 die() {

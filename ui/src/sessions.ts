@@ -1,0 +1,139 @@
+// Sessions: the key's sessions (every owner's for an admin key), refreshed every few
+// seconds; open one, destroy one, create one.
+import { api, ApiError, Caps, Health, Limits, Session, sessionPath } from "./api";
+import { append, bytes, clear, duration, every, h, notice, when } from "./dom";
+
+const REFRESH_MS = 3000;
+
+export function resources(l: Limits | undefined): string {
+  if (!l) return "–";
+  const parts: string[] = [];
+  if (l.memoryBytes) parts.push(`${bytes(l.memoryBytes)} RAM`);
+  if (l.vcpuCount) parts.push(`${l.vcpuCount} vCPU`);
+  if (l.cpuQuotaUs && l.cpuPeriodUs) parts.push(`${(l.cpuQuotaUs / l.cpuPeriodUs).toFixed(2)} CPU`);
+  if (l.diskBytes) parts.push(`${bytes(l.diskBytes)} disk`);
+  if (l.pidsMax) parts.push(`${l.pidsMax} pids`);
+  return parts.join(" · ") || "–";
+}
+
+// When the session goes if nothing happens: its idle timeout less its idle time.
+export function idleExpiry(s: Session): string {
+  if (s.running > 0) return "not while running";
+  return `in ${duration(s.idleTimeout * 1000 - s.idleMs)}`;
+}
+
+export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
+  const status = h("div", { id: "sessions-status" });
+  const body = h("tbody", { id: "sessions-body" });
+  const count = h("span", { class: "muted", id: "sessions-count" });
+  const showOwner = caps.admin;
+  const head = h(
+    "tr",
+    {},
+    ...["Id", "Template", "Driver", "State", "Idle", "Expires (idle)", "Resources", "Network", ...(showOwner ? ["Owner"] : []), ""].map((t) => h("th", {}, t)),
+  );
+  let driver = "–";
+
+  const templateSelect = h("select", { id: "new-template", "aria-label": "template" });
+  const idInput = h("input", { id: "new-id", placeholder: "id (optional)", size: 20, "aria-label": "session id" });
+  const createStatus = h("span", { class: "muted" });
+  const create = h(
+    "form",
+    { class: "inline", id: "new-session" },
+    h("strong", {}, "New session "),
+    templateSelect,
+    idInput,
+    h("button", { type: "submit" }, "Create"),
+    createStatus,
+  );
+  create.addEventListener("submit", (e) => {
+    e.preventDefault();
+    void (async () => {
+      createStatus.textContent = " creating…";
+      try {
+        const s = await api<Session>("POST", "/exec", {
+          json: { template: templateSelect.value || undefined, id: idInput.value.trim() || undefined },
+        });
+        createStatus.textContent = "";
+        location.hash = `#/session/${encodeURIComponent(s.id)}`;
+      } catch (err) {
+        createStatus.textContent = ` ${err instanceof Error ? err.message : String(err)}`;
+      }
+    })();
+  });
+
+  append(
+    main,
+    h("div", { class: "row" }, h("h1", {}, "Sessions "), count),
+    create,
+    status,
+    h("table", { class: "list", id: "sessions" }, h("thead", {}, head), body),
+  );
+
+  void (async () => {
+    try {
+      const t = await api<{ templates: { name: string; displayName?: string }[] }>("GET", "/exec/templates");
+      for (const m of t.templates) append(templateSelect, h("option", { value: m.name }, m.displayName ? `${m.name} (${m.displayName})` : m.name));
+    } catch {
+      // the list stays empty: the server's default template is used
+    }
+    try {
+      driver = (await api<Health>("GET", "/health")).driver ?? "–";
+    } catch {
+      // shown as –
+    }
+  })();
+
+  async function destroy(id: string): Promise<void> {
+    if (!window.confirm(`Destroy session ${id}? Its sandbox and files go with it.`)) return;
+    try {
+      await api("DELETE", sessionPath(id));
+    } catch (err) {
+      clear(status);
+      append(status, notice(err instanceof Error ? err.message : String(err), "error"));
+    }
+    await refresh();
+  }
+
+  function row(s: Session): HTMLElement {
+    const open = `#/session/${encodeURIComponent(s.id)}`;
+    return h(
+      "tr",
+      { "data-id": s.id },
+      h("td", {}, h("a", { href: open, class: "mono" }, s.id)),
+      h("td", {}, s.template),
+      h("td", {}, driver),
+      h("td", {}, h("span", { class: `state ${s.state}`, title: s.error ?? "" }, s.state)),
+      h("td", {}, duration(s.idleMs)),
+      h("td", { title: `idle timeout ${s.idleTimeout}s; created ${when(s.createdAt)}` }, idleExpiry(s)),
+      h("td", {}, resources(s.limits)),
+      h("td", {}, s.network),
+      showOwner ? h("td", { class: "mono" }, s.owner || "–") : null,
+      h(
+        "td",
+        { class: "actions" },
+        h("a", { href: open, class: "button" }, "Open"),
+        " ",
+        h("button", { type: "button", class: "danger", "data-action": "destroy", onclick: () => void destroy(s.id) }, "Destroy"),
+      ),
+    );
+  }
+
+  async function refresh(): Promise<void> {
+    try {
+      const r = await api<{ sessions: Session[]; count: number }>("GET", "/exec");
+      clear(status);
+      clear(body);
+      const list = [...r.sessions].sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+      for (const s of list) append(body, row(s));
+      if (!list.length) append(body, h("tr", {}, h("td", { colspan: showOwner ? 10 : 9, class: "muted" }, "No sessions.")));
+      count.textContent = `${r.count} session${r.count === 1 ? "" : "s"} · refreshed ${new Date().toLocaleTimeString()}`;
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) return;
+      clear(status);
+      append(status, notice(err instanceof Error ? err.message : String(err), "error"));
+    }
+  }
+
+  return every(REFRESH_MS, refresh);
+}
