@@ -63,6 +63,7 @@ suites=(
 	"security          main  600  tests/integration/run.sh tests/security"
 	"net               vm    900  TEST_TAGS=-vm tests/net/run.sh"
 	"mcp               vm    600  scripts/isolated.sh tests/mcp/run.sh"
+	"ui                vm    300  scripts/isolated.sh tests/ui/run.sh"
 	"sdk-typescript    vm    300  scripts/isolated.sh sdk/typescript/run-tests.sh"
 	"sdk-python        vm    300  scripts/isolated.sh tests/integration/run.sh sdk/python/tests"
 	"cli               vm    300  scripts/isolated.sh tests/integration/run.sh tests/cli"
