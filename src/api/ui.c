@@ -109,5 +109,8 @@ void api_ui_index(struct http_ctx *ctx)
 
 void api_ui_asset(struct http_ctx *ctx)
 {
-	serve(ctx, http_param(ctx, 0));
+	/* The name as sent, not as decoded: no valid name needs a %-escape, and a decoded one
+	 * could hide a NUL ("index.html%00.js") or a slash. */
+	const char *raw = ctx->path && strncmp(ctx->path, "/ui/", 4) == 0 ? ctx->path + 4 : "";
+	serve(ctx, raw);
 }
