@@ -110,6 +110,17 @@ inside() {
 	[[ $mode == 660 && $group == agent-sandbox ]] ||
 		die "the socket is $mode, group $group (want 660, agent-sandbox)"
 	ok "sandboxd serves; its socket is 0660 root:agent-sandbox"
+	# The dashboard: installed by the package, served by the daemon from there.
+	[[ -f $root/usr/share/agent-sandbox/ui/index.html && -f $root/usr/share/agent-sandbox/ui/app.js ]] ||
+		die "the package holds no dashboard in /usr/share/agent-sandbox/ui"
+	local page
+	page=$(curl -sf --unix-socket "$root/run/agent-sandbox/sandboxd.sock" http://localhost/ui/) ||
+		die "GET /ui/ failed"
+	cmp -s <(printf '%s\n' "$page") "$root/usr/share/agent-sandbox/ui/index.html" ||
+		die "GET /ui/ is not the installed index.html"
+	curl -sfI --unix-socket "$root/run/agent-sandbox/sandboxd.sock" http://localhost/ui/app.js |
+		grep -qi '^content-security-policy: default-src' || die "GET /ui/app.js has no CSP"
+	ok "the daemon serves the packaged dashboard at /ui"
 	grep -q '"key":' "$root/var/lib/agent-sandbox/sandboxd.log" &&
 		die "the daemon logged a key (the package made one before the start)"
 
