@@ -1,5 +1,6 @@
 // A reader of the Prometheus text exposition (what GET /metrics answers): samples with
-// their labels. Lines it cannot read are skipped; it never throws on what a server sends.
+// their labels. Lines it cannot read are skipped (and NaN values, which nothing charts); it
+// never throws on what a server sends.
 
 export interface Sample {
   name: string;

@@ -33,6 +33,8 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
     ...["Id", "Template", "Driver", "State", "Idle", "Expires (idle)", "Resources", "Network", ...(showOwner ? ["Owner"] : []), ""].map((t) => h("th", {}, t)),
   );
   let driver = "–";
+  // An admin key's view: the names of the keys that own sessions.
+  const ownerNames = new Map<string, string>();
 
   const templateSelect = h("select", { id: "new-template", "aria-label": "template" });
   const idInput = h("input", { id: "new-id", placeholder: "id (optional)", size: 20, "aria-label": "session id" });
@@ -82,6 +84,14 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
     } catch {
       // shown as –
     }
+    if (showOwner) {
+      try {
+        const k = await api<{ keys: { id: string; name: string }[] }>("GET", "/admin/keys");
+        for (const key of k.keys) ownerNames.set(key.id, key.name);
+      } catch {
+        // owners are shown by key id only
+      }
+    }
   })();
 
   async function destroy(id: string): Promise<void> {
@@ -108,7 +118,7 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
       h("td", { title: `idle timeout ${s.idleTimeout}s; created ${when(s.createdAt)}` }, idleExpiry(s)),
       h("td", {}, resources(s.limits)),
       h("td", {}, s.network),
-      showOwner ? h("td", { class: "mono" }, s.owner || "–") : null,
+      showOwner ? h("td", { class: "owner" }, s.owner ? ownerNames.get(s.owner) ?? "" : "–", s.owner ? h("span", { class: "muted mono" }, ` ${s.owner}`) : null) : null,
       h(
         "td",
         { class: "actions" },
