@@ -107,7 +107,8 @@ for ((i = 0; i < 600; i++)); do
 done
 [[ -s $work/port ]] || give_up "the daemon did not write its port in 60 s"
 
-export UI_TEST_URL=http://127.0.0.1:$(cat "$work/port")
+port=$(cat "$work/port")
+export UI_TEST_URL=http://127.0.0.1:$port
 export UI_TEST_KEY_ADMIN=$key_admin UI_TEST_KEY_A=$key_a UI_TEST_KEY_B=$key_b
 export UI_TEST_OUT=$out UI_TEST_DOWNLOADS=$work/downloads UI_TEST_CHROMIUM=$chromium
 export UI_TEST_LOG=$work/sandboxd.log UI_TEST_SECRETS=$work/secrets.txt
