@@ -26,6 +26,8 @@ let browser;
 let page;
 const violations = [];
 const pageErrors = [];
+const requests = [];
+const secrets = [];
 
 async function api(key, method, path, body) {
   const headers = { Authorization: `Bearer ${key}` };
@@ -101,6 +103,11 @@ before(async () => {
     });
   });
   page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("request", (r) => requests.push(r.url()));
+  // WebSockets are not requests to puppeteer: the protocol's own event names them.
+  const net = await page.createCDPSession();
+  await net.send("Network.enable");
+  net.on("Network.webSocketCreated", (e) => requests.push(e.url));
   page.on("dialog", (d) => void d.accept());
 });
 
@@ -247,9 +254,20 @@ test("an admin creates a key (its secret shown once, working) and revokes it", a
   await shot("keys");
   await page.click("#key-secret-dismiss");
   assert.equal(await page.$("#key-secret-value"), null, "the secret is gone from the page");
+  secrets.push(secret);
+  // Rotate: a new secret, shown once; the old one stops working.
+  await page.click('#keys-body tr[data-name="ui-made"] button[data-action=rotate]');
+  await page.waitForSelector("#key-secret-value", WAIT);
+  const rotated = await page.$eval("#key-secret-value", (el) => el.textContent);
+  appendFileSync(SECRETS, `${rotated}\n`);
+  secrets.push(rotated);
+  assert.notEqual(rotated, secret);
+  assert.equal((await api(secret, "GET", "/exec")).status, 401, "the old secret is refused");
+  assert.equal((await api(rotated, "GET", "/exec")).status, 200, "the new secret works");
+  await page.click("#key-secret-dismiss");
   await page.click('#keys-body tr[data-name="ui-made"] button[data-action=revoke]');
   await page.waitForFunction(() => document.querySelector('#keys-body tr[data-name="ui-made"] .state-cell')?.textContent === "revoked", WAIT);
-  const after_ = await api(secret, "GET", "/exec");
+  const after_ = await api(rotated, "GET", "/exec");
   assert.equal(after_.status, 401);
   assert.match(after_.json.error, /revoked/);
 });
@@ -280,4 +298,14 @@ test("an exec-only key sees neither the admin pages nor other keys' sessions", a
 test("no page broke its CSP or threw", async () => {
   assert.deepEqual(violations, []);
   assert.deepEqual(pageErrors, []);
+});
+
+test("every request went to the daemon, and no URL held a key", async () => {
+  assert.ok(requests.length > 20, `${requests.length} requests`);
+  for (const u of requests) {
+    assert.ok(u.startsWith(`${URL_}/`) || u.startsWith(URL_.replace("http:", "ws:")) || u.startsWith("blob:"), u);
+    for (const k of [KEY_ADMIN, KEY_A, KEY_B, ...secrets]) assert.ok(!u.includes(k), `a key in ${u}`);
+    assert.ok(!/api_?key=/i.test(u), u);
+  }
+  assert.ok(requests.some((u) => /\/terminal\?ticket=[0-9a-f]+/.test(u)), "the terminal was opened with a ticket");
 });
