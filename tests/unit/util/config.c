@@ -25,6 +25,7 @@ static const char *const all_vars[] = {
 	"SANDBOX_RUN_DIR",
 	"FIRECRACKER_ARTIFACTS_DIR",
 	"SANDBOX_AGENT_BIN",
+	"SANDBOX_UI_DIR",
 	"SANDBOX_DRIVER",
 	"SANDBOX_DEFAULT_TEMPLATE",
 	"SANDBOX_WARM_POOL",
@@ -132,6 +133,8 @@ static void test_defaults(void **state)
 	char *agent = expected_agent_bin();
 	assert_string_equal(cfg.agent_bin, agent);
 	free(agent);
+	/* No dashboard is built beside this test: the installed one. */
+	assert_string_equal(cfg.ui_dir, "/usr/local/share/agent-sandbox/ui");
 
 	assert_string_equal(cfg.driver, "auto");
 	assert_string_equal(cfg.default_template, "node");
@@ -250,6 +253,7 @@ static void test_values_are_read(void **state)
 		{ "VM_BW_RATE_KBIT", "100000000" },
 		{ "VM_BW_BURST_KBIT", "1" },
 		{ "LOG_LEVEL", "debug" },
+		{ "SANDBOX_UI_DIR", "/srv/ui" },
 	};
 	for (size_t i = 0; i < sizeof(env) / sizeof(env[0]); i++)
 		setenv(env[i][0], env[i][1], 1);
@@ -268,6 +272,7 @@ static void test_values_are_read(void **state)
 	assert_string_equal(cfg.run_dir, "/srv/run");
 	assert_string_equal(cfg.artifacts_dir, "/srv/artifacts");
 	assert_string_equal(cfg.agent_bin, "/opt/sandbox-agent");
+	assert_string_equal(cfg.ui_dir, "/srv/ui");
 	assert_string_equal(cfg.driver, "qemu");
 	assert_string_equal(cfg.default_template, "python-3.12_x");
 	assert_int_equal(cfg.warm_pool, 0);
