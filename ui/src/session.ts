@@ -19,11 +19,15 @@ interface Proc {
   pty?: boolean;
 }
 
+// A port listening in the sandbox: its path through this server and, where previews are
+// set up, its own address (`url`; `previewUrl` in the first drafts of the route).
 interface Port {
   port: number;
   address: string;
   pathUrl: string;
-  previewUrl: string | null;
+  url?: string | null;
+  previewUrl?: string | null;
+  public?: boolean;
 }
 
 function safeLink(href: string, text: string): HTMLElement {
@@ -45,16 +49,27 @@ function portsPanel(id: string): { el: HTMLElement; refresh: () => Promise<boole
   // false once the server turns out not to have the route: polling stops.
   async function refresh(): Promise<boolean> {
     try {
-      const r = await api<{ ports: Port[] }>("GET", sessionPath(id, "/ports"));
+      const r = await api<{ ports: Port[]; truncated?: boolean }>("GET", sessionPath(id, "/ports"));
       clear(body);
       if (!r.ports.length) append(body, h("p", { class: "muted" }, "Nothing listens in the sandbox."));
       const ul = h("ul", { class: "ports" });
-      for (const p of r.ports)
+      for (const p of r.ports) {
+        const preview = p.previewUrl ?? p.url ?? null;
         append(
           ul,
-          h("li", {}, h("span", { class: "mono" }, `${p.address}:${p.port} `), safeLink(p.pathUrl, p.pathUrl), p.previewUrl ? " · " : null, p.previewUrl ? safeLink(p.previewUrl, p.previewUrl) : null),
+          h(
+            "li",
+            { "data-port": p.port },
+            h("span", { class: "mono" }, `${p.address}:${p.port} `),
+            safeLink(p.pathUrl, p.pathUrl),
+            preview ? " · " : null,
+            preview ? safeLink(preview, preview) : null,
+            p.public ? h("span", { class: "muted" }, " (public)") : null,
+          ),
         );
+      }
       if (r.ports.length) append(body, ul);
+      if (r.truncated) append(body, h("p", { class: "muted" }, "More ports listen than are listed."));
       return true;
     } catch (err) {
       clear(body);
