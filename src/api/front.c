@@ -88,10 +88,13 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 	/* A preview is the app's: its Host is one of the preview names (chosen by it), its
 	 * Origin and cross-site navigations are the app's business, and who may reach it is
 	 * decided by its handler (proxy.c), which knows the key or the token. */
-	if (ctx->route == &api_preview_host_route || ctx->route == &api_preview_path_route)
+	if (ctx->route == &api_preview_host_route)
 		return auth_http_check(ctx, NULL, arg);
+	bool preview_path = ctx->route == &api_preview_path_route;
 	const char *host = http_header(ctx, "Host");
-	/* No name leads to the Unix socket: whatever Host its clients send is theirs to pick. */
+	/* No name leads to the Unix socket: whatever Host its clients send is theirs to pick.
+	 * The path form of previews is under the API's names, so it is checked like the API
+	 * (a page of a rebound name must not reach sessions' apps). */
 	if (host && !http_from_unix_socket(ctx)) {
 		if (!origin_host_ok(&F.policy, host)) {
 			log_warn("api", "refused a request for Host %.100s", host);
@@ -103,6 +106,8 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 			return refuse(ctx, 403, msg);
 		}
 	}
+	if (preview_path)
+		return auth_http_check(ctx, NULL, arg);
 	const char *origin = http_header(ctx, "Origin");
 	if (origin && !origin_ok(&F.policy, origin, host)) {
 		log_warn("api", "refused a request from Origin %.100s", origin);

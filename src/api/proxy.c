@@ -76,8 +76,9 @@ struct proxy {
 	bool in_value;
 	bool head_done; /* its head was taken (sent on, or the upgrade begun) */
 	bool message_done;
-	bool failed; /* a reply was made from a failure: ignore what follows */
-	size_t held; /* credit held back while our client is slow */
+	bool failed;            /* a reply was made from a failure: ignore what follows */
+	size_t held;            /* credit held back while our client is slow */
+	unsigned informational; /* 1xx answers dropped so far */
 	struct event *idle;
 	/* after a 101: the client's connection, relayed as bytes */
 	struct bufferevent *bev;
@@ -228,7 +229,8 @@ static bool dropped_request_header(const char *name, const char *connection)
 	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
 		if (ieq(name, drop[i]))
 			return true;
-	return connection && listed_in(connection, name);
+	/* A client names hop-by-hop headers in Connection, but not the app's Host. */
+	return connection && !ieq(name, "Host") && listed_in(connection, name);
 }
 
 /* A Cookie header's value without the token's cookie ("" when nothing else is left). */
@@ -249,25 +251,6 @@ static void cookie_without_token(const char *v, struct evbuffer *out)
 		}
 		s += len;
 	}
-}
-
-/* The token's cookie in a Cookie header's value, copied into out (false: none). */
-static bool cookie_token(const char *v, char *out, size_t cap)
-{
-	size_t n = strlen(PROXY_COOKIE);
-	for (const char *s = v; *s;) {
-		s += strspn(s, " ;");
-		size_t len = strcspn(s, ";");
-		if (!len)
-			break;
-		if (len > n && strncmp(s, PROXY_COOKIE "=", n + 1) == 0 && len - n - 1 < cap) {
-			memcpy(out, s + n + 1, len - n - 1);
-			out[len - n - 1] = '\0';
-			return true;
-		}
-		s += len;
-	}
-	return false;
 }
 
 static bool secret_param(const char *p, size_t keylen)
@@ -494,32 +477,60 @@ static void add_location(struct proxy *p, const char *v)
 
 /* Set-Cookie: never a Domain (a cookie of one preview must not reach another, or the API);
  * the path form's Path gets the prefix (no Path: the prefix). */
+/* Whether a cookie attribute (as sent, spaces and tabs around its name allowed, as browsers
+ * read it) is named `name`. */
+static bool attr_is(const char *s, size_t len, const char *name)
+{
+	size_t i = strspn(s, " \t");
+	size_t n = strlen(name);
+	if (i + n > len || strncasecmp(s + i, name, n) != 0)
+		return false;
+	i += n;
+	i += strspn(s + i, " \t");
+	return i == len || s[i] == '=';
+}
+
+/* Set-Cookie: never a Domain (a cookie of one preview must not reach another, or the API),
+ * never one named like the preview token's; the path form's Path gets the prefix (no Path:
+ * the prefix). */
 static void add_set_cookie(struct proxy *p, const char *v)
 {
+	size_t first = strcspn(v, ";");
+	size_t nl = strcspn(v, "=");
+	size_t lead = strspn(v, " \t");
+	if (nl < first) {
+		size_t end = nl;
+		while (end > lead && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+			end--;
+		if (end - lead == strlen(PROXY_COOKIE) &&
+		    !strncmp(v + lead, PROXY_COOKIE, strlen(PROXY_COOKIE)))
+			return;
+	}
 	_cleanup_(evbuffer_freep) struct evbuffer *b = evbuffer_new();
 	bool had_path = false;
 	const char *s = v;
-	size_t first = strcspn(s, ";");
 	evbuffer_add(b, s, first);
 	s += first;
 	while (*s == ';') {
 		s++;
-		s += strspn(s, " ");
 		size_t len = strcspn(s, ";");
-		if (len >= 6 && !strncasecmp(s, "Domain", 6) &&
-		    (len == 6 || s[6] == '=' || s[6] == ' ')) {
+		if (attr_is(s, len, "Domain")) {
 			s += len;
 			continue;
 		}
-		if (p->form == FORM_PATH && len >= 5 && !strncasecmp(s, "Path=", 5)) {
+		if (p->form == FORM_PATH && attr_is(s, len, "Path")) {
 			had_path = true;
+			const char *eq = memchr(s, '=', len);
+			const char *val = eq ? eq + 1 : s + len;
+			val += strspn(val, " \t");
+			size_t vl = (size_t)(s + len - val);
 			evbuffer_add_printf(b, "; Path=%s%s%.*s", p->prefix,
-					    len > 5 && s[5] == '/' ? "" : "/", (int)(len - 5),
-					    s + 5);
+					    vl && val[0] == '/' ? "" : "/", (int)vl, val);
 			s += len;
 			continue;
 		}
-		evbuffer_add_printf(b, "; %.*s", (int)len, s);
+		size_t sp = strspn(s, " \t");
+		evbuffer_add_printf(b, "; %.*s", (int)(len - sp), s + sp);
 		s += len;
 	}
 	if (p->form == FORM_PATH && !had_path)
@@ -560,7 +571,9 @@ static int on_headers_complete(http_parser *hp)
 	struct proxy *p = hp->data;
 	int status = hp->status_code;
 	if (status >= 100 && status < 200 && status != 101)
-		return 0; /* informational: dropped, the real answer follows */
+		/* informational: dropped, the real answer follows (an app that sends nothing
+		 * else is answered 502) */
+		return ++p->informational > 16 ? -1 : 0;
 	if (status == 101 && !p->upgrade)
 		return -1;
 	p->head_done = true;
@@ -750,8 +763,12 @@ static void on_app_done(struct ops_call *c, const struct ops_result *r, const st
 static void on_client_gone(struct http_ctx *ctx, void *arg)
 {
 	struct proxy *p = arg;
+	/* A drain callback registered while the client was slow must not run on p freed. */
+	http_stream_on_drain(ctx, 0, NULL, NULL);
 	p->ctx = NULL;
 	proxy_free(p);
+	/* The reply is dropped, but it must end for the request to be freed. */
+	http_stream_abort(ctx);
 }
 
 /* --- after a 101: bytes both ways ------------------------------------------------------- */
@@ -859,38 +876,68 @@ bool api_preview_request(struct http_ctx *ctx, const char *host)
 	return parse_path_form(ctx->path, id, sizeof(id), &port, &rest);
 }
 
-/* The token the request carries, if any (header, cookie, query). */
-static bool request_token(struct http_ctx *ctx, const char *query, char *out, size_t cap,
-			  bool *from_query)
+/* Whether the request carries the session's traffic token: as a header, in any of its
+ * sandbox_token cookies (an app may have set one of its own beside ours), or as the query
+ * parameter (*from_query: then only there). *carries: it named one at all. */
+static bool token_ok(struct http_ctx *ctx, const char *query, const struct session *s,
+		     bool *carries, bool *from_query, char tok[SESSION_TOKEN_LEN + 2])
 {
 	*from_query = false;
-	const char *h = http_header(ctx, "X-Sandbox-Token");
-	if (!h)
-		h = http_header(ctx, "E2B-Traffic-Access-Token");
-	if (h && strlen(h) < cap) {
-		snprintf(out, cap, "%s", h);
-		return true;
+	*carries = false;
+	const char *headers[] = { "X-Sandbox-Token", "E2B-Traffic-Access-Token" };
+	for (size_t i = 0; i < 2; i++) {
+		const char *h = http_header(ctx, headers[i]);
+		if (!h)
+			continue;
+		*carries = true;
+		if (session_token_check(s, SESSION_TOKEN_TRAFFIC, h))
+			return true;
 	}
 	size_t n = http_header_count(ctx);
 	for (size_t i = 0; i < n; i++) {
 		const char *name, *value;
 		http_header_at(ctx, i, &name, &value);
-		if (ieq(name, "Cookie") && cookie_token(value, out, cap))
-			return true;
+		if (!ieq(name, "Cookie"))
+			continue;
+		/* every sandbox_token=... of the header */
+		size_t cl = strlen(PROXY_COOKIE);
+		for (const char *c = value; *c;) {
+			c += strspn(c, " ;");
+			size_t len = strcspn(c, ";");
+			if (!len)
+				break;
+			if (len > cl && !strncmp(c, PROXY_COOKIE "=", cl + 1)) {
+				*carries = true;
+				char v[SESSION_TOKEN_LEN + 2];
+				if (len - cl - 1 < sizeof(v)) {
+					memcpy(v, c + cl + 1, len - cl - 1);
+					v[len - cl - 1] = '\0';
+					if (session_token_check(s, SESSION_TOKEN_TRAFFIC, v))
+						return true;
+				}
+			}
+			c += len;
+		}
 	}
-	if (query_value(query, PROXY_COOKIE, out, cap)) {
-		*from_query = true;
-		return true;
+	if (query_value(query, PROXY_COOKIE, tok, SESSION_TOKEN_LEN + 2)) {
+		*carries = true;
+		if (session_token_check(s, SESSION_TOKEN_TRAFFIC, tok)) {
+			*from_query = true;
+			return true;
+		}
 	}
 	return false;
 }
 
 /* Whether the Origin a browser sent may reach this preview: none, the preview's own host, or
  * another port of the same session's preview. */
-static bool origin_allowed(struct http_ctx *ctx, const struct session *s)
+static bool origin_allowed(struct http_ctx *ctx, const struct session *s, enum proxy_form form)
 {
 	const char *origin = http_header(ctx, "Origin");
 	if (!origin)
+		return true;
+	/* The path form's pages run sandboxed (CSP): their requests say "null". */
+	if (form == FORM_PATH && !strcmp(origin, "null"))
 		return true;
 	const char *host = http_header(ctx, "Host");
 	const char *o = !strncasecmp(origin, "http://", 7)    ? origin + 7
@@ -954,10 +1001,19 @@ void api_preview(struct http_ctx *ctx)
 	}
 	const char *name = form == FORM_HOST ? h.name : id;
 	if (!s || s->state != SESSION_READY) {
-		http_reply_error(ctx, 404, "No session has the preview name `%.80s`", name);
+		/* Without a key, whether a name exists is not told (401 as for one that does). */
+		if (!who && api_cfg->auth_enabled)
+			http_reply_error(
+				ctx, 401,
+				"This preview needs the session's key or its preview token "
+				"(see docs/ingress.md)");
+		else if (s && s->state == SESSION_PAUSED)
+			http_reply_error(ctx, 409, "Session `%.80s` is paused", name);
+		else
+			http_reply_error(ctx, 404, "No session has the preview name `%.80s`", name);
 		return;
 	}
-	if (!origin_allowed(ctx, s)) {
+	if (!origin_allowed(ctx, s, form)) {
 		http_reply_error(ctx, 403,
 				 "Forbidden: a page of another origin may not call this preview");
 		return;
@@ -965,10 +1021,9 @@ void api_preview(struct http_ctx *ctx)
 	bool owner =
 		!api_cfg->auth_enabled || (who && (admin || strcmp(who->key_id, s->owner) == 0));
 	char token[SESSION_TOKEN_LEN + 2];
-	bool from_query = false;
-	bool has_token = request_token(ctx, query, token, sizeof(token), &from_query);
-	bool token_ok = has_token && session_token_check(s, SESSION_TOKEN_TRAFFIC, token);
-	if (!owner && !token_ok && !session_port_public(s, port)) {
+	bool from_query = false, carries = false;
+	bool token_good = token_ok(ctx, query, s, &carries, &from_query, token);
+	if (!owner && !token_good && !session_port_public(s, port)) {
 		if (who)
 			http_reply_error(ctx, 404, "No session has the preview name `%.80s`", name);
 		else
@@ -983,10 +1038,14 @@ void api_preview(struct http_ctx *ctx)
 	if (form == FORM_PATH)
 		snprintf(prefix, sizeof(prefix), "/exec/%s/ports/%u", id, port);
 	/* A token in the URL becomes a cookie, and leaves the URL (history, Referer). */
-	if (token_ok && from_query && (ctx->method & (HTTP_REQ_GET | HTTP_REQ_HEAD)) &&
+	if (token_good && from_query && (ctx->method & (HTTP_REQ_GET | HTTP_REQ_HEAD)) &&
 	    !http_upgrade_requested(ctx)) {
 		_cleanup_(evbuffer_freep) struct evbuffer *loc = evbuffer_new();
-		evbuffer_add_printf(loc, "%s", ctx->path);
+		/* "//evil.example/x" would be another host's URL: one leading slash only. */
+		const char *lp = ctx->path;
+		while (lp[0] == '/' && lp[1] == '/')
+			lp++;
+		evbuffer_add_printf(loc, "%s", lp);
 		query_without_secrets(query, loc);
 		evbuffer_add(loc, "", 1);
 		char cookie[300];
@@ -1001,6 +1060,12 @@ void api_preview(struct http_ctx *ctx)
 			json_pack("{s:s}", "location", (const char *)evbuffer_pullup(loc, -1)));
 		return;
 	}
+	const char *te = http_header(ctx, "Transfer-Encoding");
+	if (te && strcasecmp(te, "chunked") != 0) {
+		http_reply_error(ctx, 501, "Transfer-Encoding `%.40s`: only chunked is carried",
+				 te);
+		return;
+	}
 	struct proxy *p = xcalloc(1, sizeof(*p));
 	metrics_add(metrics_daemon.preview_connections, 1);
 	p->ctx = ctx;
@@ -1012,7 +1077,9 @@ void api_preview(struct http_ctx *ctx)
 	http_parser_init(&p->parser, HTTP_RESPONSE);
 	p->parser.data = p;
 	p->idle = evtimer_new(api_base, on_idle, p);
-	struct ops_target t = { .owner = s->owner, .session_id = s->id };
+	/* Visitors of a preview are not its owner's requests: SANDBOX_PREVIEW_MAX_CONNECTIONS
+	 * per session bounds them, not the owner's `streams` quota (which they would use up). */
+	struct ops_target t = { .owner = s->owner, .session_id = s->id, .admitted = true };
 	struct err e;
 	p->call = ops_connect(&t, port, &proxy_cbs, on_app_done, p, &e);
 	if (!p->call) {

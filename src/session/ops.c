@@ -893,6 +893,7 @@ struct ops_call {
 	bool has_resources;
 	const struct ops_attach_cbs *acbs;  /* attach */
 	const struct ops_upload_cbs *ucbs;  /* upload */
+	bool id_generated;                  /* create: the target named no id */
 	const struct ops_connect_cbs *ncbs; /* connect */
 	bool counted;                       /* connect: counted in its session's proxied */
 	struct evbuffer *pending;           /* upload: sent before the agent's op started */
@@ -1426,6 +1427,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 			return;
 		}
 		opts.idle_timeout_s = c->idle_timeout_s;
+		opts.id_generated = c->id_generated;
 		opts.env = c->env;
 		opts.resources = c->has_resources ? &c->resources : NULL;
 		opts.egress = c->egress;
@@ -1448,6 +1450,7 @@ static struct ops_call *call_new(enum call_kind kind, const struct ops_target *t
 {
 	struct ops_call *c = xcalloc(1, sizeof(*c));
 	c->kind = kind;
+	c->id_generated = !t->session_id;
 	target_copy(&c->t, t);
 	c->path = xstrdup(path && *path ? path : ".");
 	c->done = done;

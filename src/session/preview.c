@@ -23,16 +23,25 @@ struct session *session_find_preview(const char *name)
 void session_preview_init(struct session *s)
 {
 	random_bytes(s->secret, sizeof(s->secret));
-	if (session_preview_label_ok(s->id) && !session_find_preview(s->id)) {
+	/* A name is an origin (cookies, storage, shared links): one a client chose is never
+	 * handed to the next session that asks for it, so it gets a random tail; only an id the
+	 * server made up (random already) serves as it is. */
+	if (s->id_generated && session_preview_label_ok(s->id) && !session_find_preview(s->id)) {
 		snprintf(s->preview_name, sizeof(s->preview_name), "%s", s->id);
 		return;
 	}
-	/* "p" and 19 hex digits: never a valid id of a session made with the id it asked for
-	 * by chance, since the check above runs for those too. */
+	bool keep =
+		session_preview_label_ok(s->id) && strlen(s->id) <= SESSION_PREVIEW_NAME_MAX - 9;
 	do {
-		s->preview_name[0] = 'p';
-		random_hex(s->preview_name + 1, 9);
-		s->preview_name[19] = '\0';
+		if (keep) {
+			char tail[9];
+			random_hex(tail, 4);
+			snprintf(s->preview_name, sizeof(s->preview_name), "%s-%s", s->id, tail);
+		} else {
+			/* "p" and 20 hex digits */
+			s->preview_name[0] = 'p';
+			random_hex(s->preview_name + 1, 10);
+		}
 	} while (session_find_preview(s->preview_name));
 }
 

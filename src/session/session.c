@@ -592,6 +592,7 @@ void session_get_or_create(const char *owner, const char *id,
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
 	s->limits = limits;
+	s->id_generated = opts && opts->id_generated;
 	session_preview_init(s);
 	s->next = session_mod.sessions;
 	session_mod.sessions = s;

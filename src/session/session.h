@@ -65,6 +65,7 @@ struct session {
 	struct session_exec *execs;
 	/* preview.h: its host-name label, its secret and the ports open to anyone */
 	char preview_name[SESSION_PREVIEW_NAME_MAX + 1];
+	bool id_generated; /* session_create_opts.id_generated */
 	uint8_t secret[SESSION_SECRET_LEN];
 	uint16_t public_ports[SESSION_PUBLIC_PORTS_MAX];
 	size_t npublic;
@@ -84,6 +85,9 @@ struct session_exec {
 };
 
 struct session_create_opts {
+	/* The id was made by the server (random, never a client's choice): it may serve as the
+	 * session's preview name as it is (preview.h). */
+	bool id_generated;
 	const struct session_resources *resources; /* NULL: the server's limits */
 	const char *template_name;                 /* NULL: the default template */
 	unsigned idle_timeout_s;                   /* 0: the server default */

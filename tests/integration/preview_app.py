@@ -123,6 +123,29 @@ class App(BaseHTTPRequestHandler):
                     break
                 time.sleep(0.1)
             self.wfile.write(b"data: last\n\n")
+        elif path == "/tossing":
+            self.reply(200, b"ok", "text/plain", [
+                ("Set-Cookie", "tossed=1;\tDomain=localhost; Path=/"),
+                ("Set-Cookie", "t2=1; Domain\t=localhost"),
+                ("Set-Cookie", "sandbox_token=planted; Path=/"),
+            ])
+        elif path in ("/early", "/early-flood"):
+            n = 3 if path == "/early" else 40
+            for _ in range(n):
+                self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x.css>; rel=preload\r\n\r\n")
+            self.reply(200, {"after": n})
+        elif path == "/endless":
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            block = b"x" * 65536
+            try:
+                while True:
+                    self.wfile.write(b"10000\r\n" + block + b"\r\n")
+            except OSError:
+                return
         elif path == "/hang":
             time.sleep(60)
             self.reply(200, {"late": True})

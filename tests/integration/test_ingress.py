@@ -253,6 +253,92 @@ class IngressTest(IngressCase):
         self.assertRegex(text, r'preview_bytes_total\{direction="out"\} [1-9]')
 
 
+class IngressHardeningTest(IngressCase):
+    """What a hostile client or a hostile app tries."""
+    daemon_env = {**BASE_ENV, "SANDBOX_WARM_POOL": "0", **small_quarantine_env()}
+
+    def test_a_client_that_leaves_while_held_back_costs_nothing(self):
+        sid = self.app_session()
+        host = self.host_of(sid)
+        for _ in range(3):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect((self.d.host, self.d.port))
+            s.sendall(f"GET /endless HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            # It reads nothing: the daemon holds the app back, then the client goes.
+            time.sleep(1.5)
+            s.close()
+        wait_until(lambda: self.host_request(host, "GET", "/headers")[0] == 200, 30, 0.2,
+                   "the daemon serving on")
+        self.assertIsNone(self.d.proc.poll(), "the daemon died")
+
+    def test_names_are_never_handed_on(self):
+        sid = self.session("web")
+        status, _, body = self.d.post("/exec", body={"id": sid, "template": "base"})
+        self.assertEqual(status, 201, body)
+        first = self.preview(sid)["name"]
+        self.assertRegex(first, "^" + sid + "-[0-9a-f]{8}$")
+        self.assertEqual(body["previewName"], first)
+        self.d.delete(f"/exec/{sid}")
+        status, _, body = self.d.post("/exec", body={"id": sid, "template": "base"})
+        self.assertEqual(status, 201, body)
+        self.assertNotEqual(self.preview(sid)["name"], first)
+        # A made-up id is random: it serves as the name... when it is a DNS label.
+        status, _, body = self.d.post("/exec", body={"template": "base"})
+        self.assertEqual(status, 201, body)
+        self.addCleanup(self.d.delete, f"/exec/{body['id']}")
+        self.assertRegex(body["previewName"], "^p[0-9a-f]{20}$")
+
+    def test_cookies_cannot_be_tossed_or_planted(self):
+        sid = self.app_session()
+        for status, headers, _ in (self.host_request(self.host_of(sid), "GET", "/tossing"),
+                                   self.path_request(sid, "GET", "/tossing")):
+            self.assertEqual(status, 200)
+            cookies = headers.get_all("Set-Cookie")
+            self.assertEqual(len(cookies), 2, cookies)
+            for c in cookies:
+                self.assertNotIn("domain", c.lower())
+                self.assertFalse(c.startswith("sandbox_token"), c)
+
+    def test_framing_and_heads_a_client_controls(self):
+        sid = self.app_session()
+        host = self.host_of(sid)
+        # The Connection header does not take the app's Host away.
+        status, _, raw = self.host_request(host, "GET", "/headers",
+                                           headers={"Connection": "keep-alive, Host"})
+        self.assertEqual(status, 200, raw)
+        self.assertEqual(json.loads(raw)["headers"]["Host"], host)
+        # Codings other than chunked are not passed on as if they were not there.
+        s = socket.create_connection((self.d.host, self.d.port), timeout=10)
+        try:
+            s.sendall(f"POST /echo HTTP/1.1\r\nHost: {host}\r\n"
+                      f"Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".encode())
+            head = s.recv(4096)
+        finally:
+            s.close()
+        self.assertTrue(head.split(b" ")[1] in (b"400", b"501"), head[:100])
+        # A token in the URL of `//other.host/x` is not a way to send a browser elsewhere.
+        token = self.preview(sid)["token"]
+        status, headers, _ = self.host_request(host, "GET", f"//evil.example/x?sandbox_token={token}")
+        self.assertEqual(status, 302)
+        self.assertFalse(headers["Location"].startswith("//"), headers["Location"])
+        # The path form's pages run sandboxed: their own requests say Origin null.
+        status, _, body = self.path_request(sid, "POST", "/echo", body=b"x",
+                                            headers={"Origin": "null"})
+        self.assertEqual(status, 200, body)
+        # The path form answers only to the API's names (a rebound page names its own).
+        status, headers, body = self.path_request(
+            sid, "POST", "/echo", body=b"x",
+            headers={"Host": f"rebind.attacker.example:{self.d.port}",
+                     "Origin": f"http://rebind.attacker.example:{self.d.port}"})
+        self.assertJsonError(status, headers, body, 403)
+        # A few 1xx answers are dropped; an app that sends nothing else is a bad gateway.
+        status, _, raw = self.host_request(host, "GET", "/early")
+        self.assertEqual((status, json.loads(raw)), (200, {"after": 3}))
+        status, _, raw = self.host_request(host, "GET", "/early-flood")
+        self.assertEqual(status, 502, raw)
+
+
 class IngressAccessTest(IngressCase):
     """Who may reach a preview, and what the app never sees."""
     daemon_env = {**BASE_ENV, "AUTH_ENABLED": "true", "SANDBOX_WARM_POOL": "0"}
@@ -303,7 +389,11 @@ class IngressAccessTest(IngressCase):
         status, headers, body = self.path_request(name, "GET", "/headers", api_key="")
         self.assertJsonError(status, headers, body, 401)
         status, headers, body = self.path_request(sid, "GET", "/headers", api_key="")
-        self.assertJsonError(status, headers, body, 404 if name != sid else 401)
+        self.assertJsonError(status, headers, body, 401)
+        # Nor does an unknown name say it is unknown to a caller without a key.
+        status, _, raw = self.host_request(f"{PORT}-nosuchname.localhost:{self.d.port}", "GET",
+                                           "/")
+        self.assertEqual(status, 401, raw)
         status, headers, body = self.path_request(sid, "GET", "/headers", api_key=other)
         self.assertJsonError(status, headers, body, 404)
         status, _, raw = self.host_request(host, "GET", "/headers",
