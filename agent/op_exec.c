@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -419,7 +420,10 @@ static int drop_command_caps(void)
 	if (geteuid() != 0)
 		return 0; /* an unprivileged agent's commands have none of them anyway */
 	for (size_t i = 0; i < ARRAY_SIZE(command_drops); i++)
-		if (prctl(PR_CAPBSET_DROP, command_drops[i], 0, 0, 0) < 0)
+		/* Already out of a jail's bounding set, whose agent may not drop (no
+		 * CAP_SETPCAP). */
+		if (prctl(PR_CAPBSET_READ, command_drops[i], 0, 0, 0) == 1 &&
+		    prctl(PR_CAPBSET_DROP, command_drops[i], 0, 0, 0) < 0)
 			return -errno;
 	struct cap_header h = { .version = CAP_VERSION_3, .pid = 0 };
 	struct cap_data d[2];
@@ -441,8 +445,8 @@ static int drop_command_caps(void)
 
 /* Runs in the child after fork: only async-signal-safe calls from here on. */
 static void __attribute__((noreturn))
-child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd, int status_fd,
-	   bool ctty, char **argv, char **envp, char **cand)
+child_main(const struct agent *a, bool as_root, int cwd_fd, int in_fd, int out_fd, int err_fd,
+	   int status_fd, bool ctty, char **argv, char **envp, char **cand)
 {
 	static const int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGPIPE };
 	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
@@ -458,9 +462,19 @@ child_main(const struct agent *a, int cwd_fd, int in_fd, int out_fd, int err_fd,
 		child_report(status_fd, 2, errno);
 	/* The agent's capabilities and uid stay with the agent: a command runs as a plain user
 	 * with no capability and no supplementary group (see harden() in main.c). */
-	if (a->as_user && (setgroups(0, NULL) < 0 || setresgid(a->gid, a->gid, a->gid) < 0 ||
-			   setresuid(a->uid, a->uid, a->uid) < 0))
+	if (a->as_user && !as_root &&
+	    (setgroups(0, NULL) < 0 || setresgid(a->gid, a->gid, a->gid) < 0 ||
+	     setresuid(a->uid, a->uid, a->uid) < 0))
 		child_report(status_fd, 2, errno);
+	/* Root's command: the agent's own ids, but its file-system ids back to root's (the
+	 * agent works on files as the command user), which gives the effective set its file
+	 * capabilities again. Root inside a jail is its user namespace's, never the host's. */
+	if (as_root && (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0))
+		child_report(status_fd, 2, errno);
+	if (as_root) {
+		setfsgid(0);
+		setfsuid(0);
+	}
 	int r = drop_command_caps();
 	if (r < 0)
 		child_report(status_fd, 2, -r);
@@ -526,8 +540,8 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 		goto out;
 	}
 	if (pid == 0)
-		child_main(a, cwd_fd, in_fd, out_fd, err_fd, st[1], ctty, (char **)rx->argv, envp,
-			   cand);
+		child_main(a, rx->as_root, cwd_fd, in_fd, out_fd, err_fd, st[1], ctty,
+			   (char **)rx->argv, envp, cand);
 
 	agent_close_fd(&st[1]);
 	struct start_failure f;

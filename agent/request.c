@@ -117,6 +117,14 @@ static int parse_exec(const struct json *o, struct req_exec *x, struct err *err)
 	int r;
 	if ((r = get_str(o, "cwd", false, &x->cwd, err)) < 0)
 		return r;
+	/* Who runs it: "root" (the sandbox's own root: in a jail, its user namespace's) or
+	 * "user" (the command user, the default). */
+	const char *user = NULL;
+	if ((r = get_str(o, "user", false, &user, err)) < 0)
+		return r;
+	if (user && strcmp(user, "root") != 0 && strcmp(user, "user") != 0)
+		return err_set(err, EINVAL, "field `user` must be \"root\" or \"user\"");
+	x->as_root = user && strcmp(user, "root") == 0;
 	if ((r = get_int(o, "timeoutMs", 0, REQ_MAX_TIMEOUT_MS, &x->timeout_ms, err)) < 0)
 		return r;
 	x->kill_grace_ms = REQ_DEFAULT_KILL_GRACE_MS;

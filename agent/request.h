@@ -70,6 +70,7 @@ struct req_exec {
 	int64_t timeout_ms; /* 0: none */
 	bool stdin_pipe;
 	int64_t kill_grace_ms;
+	bool as_root; /* "user": "root": the sandbox's root, not the command user */
 };
 
 /* A background process: a command (x) that outlives its request. */

@@ -562,6 +562,7 @@ static int parse_exec(struct http_ctx *ctx, json_t *body, struct ops_exec_req *r
 	    opt_string(ctx, body, "template", tmpl) < 0 ||
 	    opt_string(ctx, body, "cwd", &req->cwd) < 0 || opt_env(ctx, body, &req->env) < 0 ||
 	    opt_string(ctx, body, "stdin", &stdin_text) < 0 ||
+	    opt_string(ctx, body, "user", &req->user) < 0 ||
 	    opt_ms(ctx, body, "timeout", &req->timeout_ms) < 0)
 		return -1;
 	/* An absent timeout takes the server's default; an explicit 0 means none. */

@@ -36,6 +36,10 @@
 #define COMMAND_ENV                                                                 \
 	"{\"type\": \"object\", \"additionalProperties\": {\"type\": \"string\"}, " \
 	"\"description\": \"Environment variables for this command (over the session's)\"}"
+#define COMMAND_USER                                                                               \
+	"{\"type\": \"string\", \"enum\": [\"user\", \"root\"], \"default\": \"user\", "           \
+	"\"description\": \"Who runs it: the sandbox's command user, or its own root (to install " \
+	"system packages)\"}"
 #define SESSION_SHAPE                                                                        \
 	"{\"type\": \"object\", \"properties\": {"                                           \
 	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "      \
@@ -100,6 +104,7 @@ static const char in_execute[] =
 	"\"env\": " COMMAND_ENV ", "
 	"\"cwd\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"Working "
 	"directory, relative to the workspace\"}, "
+	"\"user\": " COMMAND_USER ", "
 	"\"timeout\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 604800000, "
 	"\"description\": \"Milliseconds before the command is killed; 0: none; default: the "
 	"server's\"}, "
@@ -314,6 +319,7 @@ static const char in_start_process[] =
 	"\"env\": " COMMAND_ENV ", "
 	"\"cwd\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"Working "
 	"directory, relative to the workspace\"}, "
+	"\"user\": " COMMAND_USER ", "
 	"\"timeout\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 604800000, "
 	"\"description\": \"Milliseconds before the process is killed; default and 0: "
 	"none\"}, "
@@ -1212,6 +1218,7 @@ static void t_execute(struct mcp_call *c, json_t *args, const char *version)
 		.args = json_object_get(args, "args"),
 		.env = json_object_get(args, "env"),
 		.cwd = json_string_value(json_object_get(args, "cwd")),
+		.user = json_string_value(json_object_get(args, "user")),
 		.timeout_ms = timeout ? (uint64_t)json_integer_value(timeout) : 0,
 		.has_timeout = timeout != NULL,
 		.stdin_data = json_string_value(in),
@@ -1286,6 +1293,7 @@ static void t_start_process(struct mcp_call *c, json_t *args, const char *versio
 		       .args = json_object_get(args, "args"),
 		       .env = json_object_get(args, "env"),
 		       .cwd = json_string_value(json_object_get(args, "cwd")),
+		       .user = json_string_value(json_object_get(args, "user")),
 		       .timeout_ms = timeout ? (uint64_t)json_integer_value(timeout) : 0,
 		       .has_timeout = true },
 		.tag = json_string_value(json_object_get(args, "tag")),

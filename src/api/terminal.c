@@ -386,6 +386,7 @@ void api_terminal_open(struct http_ctx *ctx)
 		.cols = (unsigned)cols,
 		.term = term && *term ? term : NULL,
 	};
+	req.x.user = http_query(ctx, "user");
 	if ((command && !utf8_valid((const uint8_t *)command, strlen(command))) ||
 	    (term && (!utf8_valid((const uint8_t *)term, strlen(term)) || strlen(term) > 64))) {
 		http_reply_error(ctx, 400, "`command` and `term` must be UTF-8 text");

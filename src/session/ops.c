@@ -431,8 +431,24 @@ static bool needs_shell(const char *cmd)
 	return strpbrk(cmd, " \t\n|&;<>()$`\\\"'*?[]#~=%{}") != NULL;
 }
 
+/* The guest's "user" for a command: absent for the command user. */
+static int check_user(const struct ops_exec_req *req, struct err *err)
+{
+	if (!req->user || strcmp(req->user, "user") == 0 || strcmp(req->user, "root") == 0)
+		return 0;
+	return err_set(err, EINVAL, "\"user\" must be \"root\" or \"user\"");
+}
+
+static void set_user(json_t *request, const struct ops_exec_req *req)
+{
+	if (req->user && strcmp(req->user, "root") == 0)
+		json_object_set_new(request, "user", json_string("root"));
+}
+
 static int build_argv(const struct ops_exec_req *req, json_t **ret, struct err *err)
 {
+	if (check_user(req, err) < 0)
+		return -1;
 	json_t *argv = json_array();
 	if (req->args && !json_is_null(req->args)) {
 		if (!json_is_array(req->args)) {
@@ -514,6 +530,7 @@ struct ops_exec *ops_execute(const struct ops_target *t, const struct ops_exec_r
 		json_object_set(x->request, "env", req->env);
 	if (req->cwd)
 		json_object_set_new(x->request, "cwd", json_string(req->cwd));
+	set_user(x->request, req);
 	if (req->has_stdin) {
 		x->has_stdin = true;
 		x->stdin_len = req->stdin_len;
@@ -1843,6 +1860,7 @@ struct ops_call *ops_spawn(const struct ops_target *t, const struct ops_spawn_re
 	json_object_set_new(request, "env", env);
 	if (x->cwd)
 		json_object_set_new(request, "cwd", json_string(x->cwd));
+	set_user(request, x);
 	if (req->tag)
 		json_object_set_new(request, "tag", json_string(req->tag));
 	if (req->pty)

@@ -64,6 +64,9 @@ struct ops_exec_req {
 	const void *stdin_data; /* copied; sent, then end of input, when has_stdin */
 	size_t stdin_len;
 	bool has_stdin;
+	/* Who runs it: NULL or "user", the command user; "root", the sandbox's own root (a
+	 * jail's user-namespace root, never the host's). Anything else is EINVAL. */
+	const char *user;
 };
 
 struct ops_exec_result {

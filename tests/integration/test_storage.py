@@ -27,6 +27,11 @@ def disks_of(state_dir):
     return [line.split()[0] for line in out.splitlines() if where in line]
 
 
+def host_uid(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int([line.split()[1] for line in f if line.startswith("Uid:")][0])
+
+
 def files_in(path):
     try:
         return os.listdir(path)
@@ -186,9 +191,7 @@ PY"""
 
 class SystemInstallTest(DaemonTestCase):
     """apt-get install and a system-wide pip install, offline, by root inside a sandbox of the
-    python template (Debian), change only its disk. Commands of the API run as the command user
-    (uid 1000): root inside is reached here the way an operator would, with nsenter into the
-    sandbox's user, mount and pid namespaces, where uid 0 is the sandbox's own root."""
+    python template (Debian), through the API ("user": "root"), change only its disk."""
 
     daemon_env = {"SANDBOX_WARM_POOL": "0", "VM_MEMORY_LIMIT_BYTES": str(128 * MiB)}
 
@@ -200,15 +203,6 @@ class SystemInstallTest(DaemonTestCase):
             raise unittest.SkipTest("the python template is not built")
         super().setUpClass()
 
-    def as_root_inside(self, sid, command):
-        sandbox = sandbox_of(self.d, sid)
-        pids = host.cgroup_pids(host.cgroup_dirs(sandbox))
-        agent = [p for p in pids if host.ppid(p) == self.d.proc.pid]
-        self.assertEqual(len(agent), 1, pids)
-        return subprocess.run(["nsenter", "-t", str(agent[0]), "-U", "-m", "-p", "-r", "-w",
-                               "--", "/bin/sh", "-c", command],
-                              capture_output=True, text=True, timeout=300)
-
     def test_apt_get_and_pip_install_offline(self):
         sid = self.session()
         status, _, body = self.d.post("/exec/", body={"id": sid, "template": "python"},
@@ -217,17 +211,71 @@ class SystemInstallTest(DaemonTestCase):
         self.assertEqual(body["storage"], "disk")
         self.run_ok(sid, BUILD_DEB)
         self.run_ok(sid, BUILD_WHEEL)
-        p = self.as_root_inside(sid, "cd /workspace && apt-get install -y ./tiny.deb")
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        p = self.as_root_inside(sid, "python3 -m pip install --no-index --break-system-packages "
-                                     "/workspace/tinywheel-1.0-py3-none-any.whl")
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.run_ok(sid, "cd /workspace && apt-get install -y ./tiny.deb", user="root",
+                    http_timeout=300)
+        self.run_ok(sid, "python3 -m pip install --no-index --break-system-packages "
+                         "/workspace/tinywheel-1.0-py3-none-any.whl", user="root",
+                    http_timeout=300)
         # Installed system-wide, root's inside, usable by the command user.
         self.assertEqual(self.stdout_of(sid, "tiny"), "tiny-ok\n")
         self.assertEqual(self.stdout_of(sid, "stat -c '%u %g' /usr/bin/tiny"), "0 0\n")
         self.assertEqual(self.stdout_of(sid, "cd / && python3 -c 'import tinywheel'"),
                          "wheel-ok\n")
         self.assertIn("tiny", self.stdout_of(sid, "dpkg -l tiny"))
+
+
+class CommandUserTest(DaemonTestCase):
+    """"user" on execute and background processes: the command user by default, the
+    sandbox's own root (its user namespace's, never the host's) on request."""
+
+    daemon_env = {"SANDBOX_WARM_POOL": "0", "SANDBOX_DEFAULT_TEMPLATE": "base"}
+
+    @classmethod
+    def setUpClass(cls):
+        if harness.driver() != "jail":
+            raise unittest.SkipTest("the command user is the jail driver's")
+        super().setUpClass()
+
+    def test_root_and_user(self):
+        sid = self.session()
+        self.assertEqual(self.stdout_of(sid, "id -u; id -g"), "1000\n1000\n")
+        self.assertEqual(self.stdout_of(sid, "id -u; id -g", user="user"), "1000\n1000\n")
+        self.assertEqual(self.stdout_of(sid, "id -u; id -g", user="root"), "0\n0\n")
+        # Root inside may write the root's files; the command user may not.
+        self.run_ok(sid, "echo x > /etc/by-root && chown 1000 /etc/by-root", user="root")
+        self.assertEqual(self.stdout_of(sid, "stat -c %u /etc/by-root"), "1000\n")
+        status, body = self.execute(sid, "echo x > /etc/by-user")
+        self.assertEqual(status, 200, body)
+        self.assertNotEqual(body["exitCode"], 0, body)
+        # Root inside is the agent's host uid, the first of the sandbox's range, not 0.
+        sandbox = sandbox_of(self.d, sid)
+        pids = host.cgroup_pids(host.cgroup_dirs(sandbox))
+        agent = [p for p in pids if host.ppid(p) == self.d.proc.pid]
+        self.assertEqual(len(agent), 1, pids)
+        self.assertEqual(self.stdout_of(sid, "cat /proc/self/uid_map", user="root").split()[:2],
+                         ["0", str(host_uid(agent[0]))])
+        self.assertNotEqual(host_uid(agent[0]), 0)
+
+    def test_background_process_as_root(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        status, _, body = self.d.post(f"/exec/{sid}/processes",
+                                      body={"command": "id -u > /tmp/bg-uid", "user": "root"},
+                                      timeout=30)
+        self.assertEqual(status, 201, body)
+        wait_until(lambda: self.stdout_of(sid, "cat /tmp/bg-uid 2>/dev/null || true") == "0\n",
+                   10, what="the background process's output")
+
+    def test_unknown_user_is_400(self):
+        sid = self.session()
+        for bad in ("nobody", "", "ROOT", 0, True, ["root"], {"name": "root"}):
+            status, _, body = self.d.post(f"/exec/{sid}/execute",
+                                          body={"command": "true", "user": bad}, timeout=30)
+            self.assertEqual(status, 400, (bad, body))
+            self.assertIn("user", body["error"])
+            status, _, body = self.d.post(f"/exec/{sid}/processes",
+                                          body={"command": "true", "user": bad}, timeout=30)
+            self.assertEqual(status, 400, (bad, body))
 
 
 class DiskCrashTest(unittest.TestCase):

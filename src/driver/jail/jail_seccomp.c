@@ -371,15 +371,22 @@ static const int families[] = { AF_UNIX, AF_INET, AF_INET6 };
 
 uint64_t jail_caps_keep(void)
 {
-	/* The agent's own needs; commands run as another uid and keep none (agent/op_exec.c).
+	/* The agent's own needs, and those of root's commands ("user": "root"); the command
+	 * user's commands keep none (agent/op_exec.c):
 	 *   CAP_SETUID, CAP_SETGID  switch a command's child to the command user
 	 *   CAP_KILL                signal the command user's process groups (timeout, cancel)
-	 * Docker's other defaults (CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID,
-	 * CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_SETFCAP, CAP_AUDIT_WRITE,
-	 * CAP_MKNOD, CAP_NET_RAW) serve a root that runs commands itself: the agent's file
-	 * operations run with the command user's file-system ids, ports below 1024 are opened
-	 * by the namespace's sysctl, and audit records have no business leaving a sandbox. */
-	static const int keep[] = { CAP_SETUID, CAP_SETGID, CAP_KILL };
+	 *   CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_SETFCAP, CAP_SYS_CHROOT
+	 *                           what a package manager run by root needs on the sandbox's
+	 *                           own files. They are file-system capabilities: the agent
+	 *                           works with the command user's fsuid, which clears them from
+	 *                           its effective set, so its file operations do not have them.
+	 * Docker's other defaults (CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_AUDIT_WRITE, CAP_MKNOD,
+	 * CAP_NET_RAW) are not needed: ports below 1024 and ping are opened by the namespace's
+	 * sysctls, a user namespace cannot make devices, and audit records have no business
+	 * leaving a sandbox. All of them are the sandbox's user namespace's, never the host's. */
+	static const int keep[] = { CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,
+				    CAP_FSETID, CAP_KILL,         CAP_SETGID,
+				    CAP_SETUID, CAP_SETFCAP,      CAP_SYS_CHROOT };
 	uint64_t mask = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(keep); i++)
 		mask |= 1ULL << keep[i];

@@ -397,8 +397,12 @@ static void test_security(void **state)
 	assert_status_line(status, "NoNewPrivs", "1");
 	assert_status_line(status, "Seccomp", "2");
 	free(status);
-	/* The agent keeps CAP_SETUID (7), CAP_SETGID (6) and CAP_KILL (5) alone. */
-	assert_int_equal(jail_caps_keep(), (1ULL << 7) | (1ULL << 6) | (1ULL << 5));
+	/* The agent keeps CAP_SETUID (7), CAP_SETGID (6), CAP_KILL (5) and, for root's
+	 * commands, CAP_CHOWN (0), CAP_DAC_OVERRIDE (1), CAP_FOWNER (3), CAP_FSETID (4),
+	 * CAP_SYS_CHROOT (18) and CAP_SETFCAP (31) alone. */
+	assert_int_equal(jail_caps_keep(), (1ULL << 0) | (1ULL << 1) | (1ULL << 3) | (1ULL << 4) |
+						   (1ULL << 5) | (1ULL << 6) | (1ULL << 7) |
+						   (1ULL << 18) | (1ULL << 31));
 
 	static const struct {
 		const char *name;
