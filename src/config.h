@@ -66,9 +66,12 @@ struct config {
 	uint64_t disk_limit;   /* VM_DISK_LIMIT_BYTES, default 512 MiB (workspace size) */
 	unsigned pids_max;     /* SANDBOX_PIDS_MAX, default 256 */
 	/* jail: where a sandbox's writable files live (docs/storage.md) */
-	char *storage;           /* SANDBOX_STORAGE: disk|tmpfs, default disk */
-	uint64_t disk_bytes;     /* SANDBOX_DISK_BYTES: a sandbox's disk, default 1 GiB */
-	uint64_t max_disk_bytes; /* SANDBOX_MAX_DISK_BYTES: cap of any sandbox's disk, 16 GiB */
+	char *storage;             /* SANDBOX_STORAGE: disk|tmpfs, default disk */
+	uint64_t disk_bytes;       /* SANDBOX_DISK_BYTES: a sandbox's disk, default 1 GiB */
+	uint64_t max_disk_bytes;   /* SANDBOX_MAX_DISK_BYTES: cap of any sandbox's disk, 16 GiB */
+	uint64_t max_volume_bytes; /* SANDBOX_MAX_VOLUME_BYTES: cap of a volume's size */
+	unsigned key_max_volumes;  /* SANDBOX_KEY_MAX_VOLUMES: volumes a key may own (0: any) */
+	uint64_t key_max_volume_bytes; /* SANDBOX_KEY_MAX_VOLUME_BYTES: their sizes' sum (0: any) */
 	/* Caps, separate from the defaults above: no session's limits (asked for, from its
 	 * template's manifest or the default) go past them. */
 	uint64_t max_memory; /* SANDBOX_MAX_MEMORY_BYTES, default 4 GiB */

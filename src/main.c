@@ -25,6 +25,7 @@
 #include "net/net.h"
 #include "notify.h"
 #include "session/session.h"
+#include "session/volume.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -447,6 +448,7 @@ out_http:
 	front_shutdown();
 	ui_shutdown();
 	quota_shutdown();
+	volume_shutdown();
 out_net:
 	loop_pool_stop();
 	net_shutdown();

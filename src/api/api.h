@@ -102,6 +102,11 @@ int api_opt_bool(struct http_ctx *ctx, json_t *body, const char *key, bool def, 
 int api_parse_command(struct http_ctx *ctx, json_t *body, struct ops_exec_req *req,
 		      const char **tmpl);
 
+/* /volumes (volume.c) */
+void api_volumes_create(struct http_ctx *ctx);
+void api_volumes_list(struct http_ctx *ctx);
+void api_volumes_get(struct http_ctx *ctx);
+void api_volumes_delete(struct http_ctx *ctx);
 /* MCP: Streamable HTTP at /mcp (POST, GET, DELETE), HTTP+SSE streams at GET /mcp and
  * GET /sse, their messages at POST /mcp/messages and POST /messages (mcp.c) */
 void api_mcp(struct http_ctx *ctx);

@@ -296,7 +296,8 @@ void api_exec_create(struct http_ctx *ctx)
 	struct ops_session_opts o = { .idle_timeout_s = idle_s,
 				      .env = env,
 				      .resources = has_res ? &res : NULL,
-				      .egress = json_object_get(body, "egress") };
+				      .egress = json_object_get(body, "egress"),
+				      .volumes = json_object_get(body, "volumes") };
 	struct err e;
 	if (!ops_create_session(&t, &o, on_created, ctx, &e))
 		reply_err(ctx, &e);

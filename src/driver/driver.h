@@ -27,6 +27,16 @@ struct sandbox_limits {
 	unsigned mem_mib; /* VM drivers: guest RAM */
 };
 
+/* A persistent volume to mount in the sandbox (session/volume.h): an ext4 image whose files
+ * carry canonical ids (the sandbox's own, as seen inside), at an absolute path already
+ * checked (volume_path_check). */
+struct sandbox_volume {
+	const char *image; /* host path of the image */
+	const char *path;  /* inside the sandbox */
+	bool read_only;
+};
+#define SANDBOX_VOLUMES_MAX 8
+
 struct sandbox_spec {
 	struct template *tmpl; /* borrowed; the caller holds a reference until create returns */
 	const char *id;        /* unique id ([a-z0-9-], at most 40 chars): names cgroups and dirs */
@@ -36,6 +46,9 @@ struct sandbox_spec {
 	/* The resolver of the sandbox's network, as a resolv.conf to mount on the template's
 	 * /etc/resolv.conf where the driver gives the sandbox its own root; NULL: none. */
 	const char *resolv_conf;
+	/* Volumes to mount (jail, disk storage only); borrowed until create returns. */
+	const struct sandbox_volume *volumes;
+	unsigned nvolumes;
 };
 
 struct sandbox {

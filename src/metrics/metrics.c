@@ -368,6 +368,9 @@ void metrics_init(void)
 						      "Ready sandboxes waiting in the warm "
 						      "pool by template",
 						      "template");
+	metrics_daemon.volumes = metrics_gauge(
+		"sandbox_volumes",
+		"Persistent volumes: how many (count) and their sizes' sum (bytes)", "kind");
 	metrics_daemon.sandbox_disk_bytes =
 		metrics_gauge("sandbox_disk_bytes",
 			      "Bytes of the sessions' disks: used (by their filesystems) and "

@@ -57,6 +57,7 @@ struct sandbox_metrics {
 	struct metric *session_creations_total;     /* counter {template, driver, result} */
 	struct metric *warm_pool_size;              /* gauge {template} */
 	struct metric *sandbox_disk_bytes;          /* gauge {kind}: used, allocated */
+	struct metric *volumes;                     /* gauge {kind}: count, bytes (their sizes) */
 	struct metric *guest_protocol_errors_total; /* counter {kind} */
 	struct metric *watches_active;              /* gauge */
 	struct metric *watch_events_total;          /* counter {type} */

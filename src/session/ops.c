@@ -18,6 +18,7 @@
 #include "guest/proto.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
+#include "session/volume.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -905,7 +906,8 @@ struct ops_call {
 	struct utf8_stream text_check;
 	unsigned idle_timeout_s; /* create */
 	json_t *env;
-	json_t *egress; /* create: the session's own egress policy, or NULL */
+	json_t *egress;               /* create: the session's own egress policy, or NULL */
+	struct volume_mounts volumes; /* create: what it mounts */
 	struct session_resources resources;
 	bool has_resources;
 	const struct ops_attach_cbs *acbs;  /* attach */
@@ -961,6 +963,7 @@ static void call_free(struct ops_call *c)
 	json_decref(c->request);
 	json_decref(c->env);
 	json_decref(c->egress);
+	volume_mounts_fini(&c->volumes);
 	json_decref(c->checked);
 	free(c->path);
 	free(c->data);
@@ -1448,6 +1451,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		opts.env = c->env;
 		opts.resources = c->has_resources ? &c->resources : NULL;
 		opts.egress = c->egress;
+		opts.volumes = &c->volumes;
 		break;
 	case CALL_WRITE:
 	case CALL_UPLOAD:
@@ -1665,7 +1669,11 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 			return NULL;
 		net_policy_destroy(p);
 	}
+	struct volume_mounts vols;
+	if (volume_mounts_parse(o->volumes, &vols, err) < 0)
+		return NULL;
 	struct ops_call *c = call_new(CALL_CREATE, t, NULL, done, arg);
+	c->volumes = vols;
 	c->egress = o->egress && !json_is_null(o->egress) ? json_deep_copy(o->egress) : NULL;
 	c->idle_timeout_s = o->idle_timeout_s;
 	c->env = o->env && json_is_object(o->env) ? json_deep_copy(o->env) : NULL;

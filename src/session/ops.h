@@ -239,6 +239,10 @@ struct ops_session_opts {
 	/* Borrowed (copied); NULL: the server's egress policy. An object {dns, dest, bandwidth}
 	 * that may only tighten the server's policy (EINVAL otherwise, see networking.md). */
 	json_t *egress;
+	/* Borrowed, NULL: none. [{"name", "path", "readOnly"}] of the caller's volumes to mount
+	 * (volume_mounts_parse: EINVAL when malformed; at creation ENOENT for an unknown volume,
+	 * EBUSY for a second writer). */
+	json_t *volumes;
 };
 
 /* --- the sandbox's own ports ------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
+#include "session/volume.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -130,6 +131,8 @@ struct create_job *session_job_new(struct template *t, struct session *s, struct
 	spec_fill(&j->spec, j->tmpl, j->sandbox_id);
 	if (s)
 		j->spec.limits = s->limits; /* session_limits(), at the session's creation */
+	if (s && s->volumes)
+		j->spec.volumes = volume_claim_spec(s->volumes, &j->spec.nvolumes);
 	j->s = s;
 	j->pool = p;
 	j->t0 = time_mono_ms();

@@ -13,6 +13,7 @@
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
+#include "session/volume.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -235,6 +236,8 @@ void session_unref(struct session *s)
 	free(s->sandbox_id);
 	template_unref(s->tmpl);
 	json_decref(s->env);
+	/* After its sandbox: a destroy job holds a reference until the mounts are gone. */
+	volume_release(s->volumes);
 	free(s);
 }
 
@@ -471,10 +474,12 @@ static void session_start(struct session *s, struct template *t,
 			  const struct session_create_opts *opts, struct net_policy *egress)
 {
 	/* Pooled sandboxes have the server's limits: a session with its own goes cold. */
-	bool own_limits = opts && opts->resources &&
-			  (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
-			   opts->resources->workspace_bytes || opts->resources->pids_max ||
-			   opts->resources->storage);
+	/* Volumes are mounted while the sandbox is made: one with volumes goes cold too. */
+	bool own_limits = (opts && opts->resources &&
+			   (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
+			    opts->resources->workspace_bytes || opts->resources->pids_max ||
+			    opts->resources->storage)) ||
+			  s->volumes;
 	/* Likewise for the network: pooled sandboxes have the server's egress policy. */
 	struct sandbox *sb;
 	struct guest_conn *conn;
@@ -569,10 +574,29 @@ void session_get_or_create(const char *owner, const char *id,
 		cb(NULL, &e, arg);
 		return;
 	}
+	bool volumes = opts && opts->volumes && opts->volumes->n;
+	if (volumes && (strcmp(session_mod.drv->name, "jail") != 0 || !limits.disk)) {
+		err_set(&e, EINVAL,
+			strcmp(session_mod.drv->name, "jail") != 0
+				? "volumes are mounted by the jail driver only (this server runs "
+				  "%s)"
+				: "volumes need disk storage (\"storage\": \"disk\")",
+			session_mod.drv->name);
+		net_policy_free(egress);
+		cb(NULL, &e, arg);
+		return;
+	}
 	/* Last, so that nothing can fail between taking the unit and the session holding it:
 	 * the server's cap and the owner's quota, both a 429. */
 	if (quota_admit(owner, QUOTA_SESSIONS, &e) < 0) {
 		e.errnum = EAGAIN;
+		net_policy_free(egress);
+		cb(NULL, &e, arg);
+		return;
+	}
+	struct volume_claim *claim = NULL;
+	if (volumes && volume_claim(owner, id, opts->volumes, &claim, &e) < 0) {
+		quota_release(owner, QUOTA_SESSIONS);
 		net_policy_free(egress);
 		cb(NULL, &e, arg);
 		return;
@@ -594,6 +618,7 @@ void session_get_or_create(const char *owner, const char *id,
 	s->limits = limits;
 	s->id_generated = opts && opts->id_generated;
 	session_preview_init(s);
+	s->volumes = claim;
 	s->next = session_mod.sessions;
 	session_mod.sessions = s;
 	session_mod.nsessions++;
@@ -757,6 +782,8 @@ json_t *session_json(const struct session *s)
 		json_object_set_new(j, "disk",
 				    json_pack("{s:I, s:I}", "usedBytes", (json_int_t)used,
 					      "sizeBytes", (json_int_t)size));
+	if (s->volumes)
+		json_object_set_new(j, "volumes", volume_claim_json(s->volumes));
 	json_t *asked = resources_json(&s->resources);
 	if (json_object_size(asked))
 		json_object_set_new(j, "resources", asked);
@@ -859,6 +886,10 @@ static void on_scrape(void *arg)
 				    session_state_name(st));
 	metrics_set(metrics_daemon.active_vm_count, (double)session_pool_size(), "pooled");
 	metrics_set(metrics_daemon.exec_sessions_active, (double)session_mod.nsessions);
+	uint64_t vcount, vbytes;
+	volume_totals(&vcount, &vbytes);
+	metrics_set(metrics_daemon.volumes, (double)vcount, "count");
+	metrics_set(metrics_daemon.volumes, (double)vbytes, "bytes");
 	session_pools_publish();
 }
 
@@ -871,7 +902,11 @@ int session_init(struct event_base *base, const struct config *cfg, const struct
 	quota_init(cfg);
 	session_mod.drv = drv;
 	cleanup_stale();
-	int r = session_reload_templates(err);
+	/* After the stale sandboxes, which may have held volumes, are gone. */
+	int r = volume_init(cfg, err);
+	if (r < 0)
+		return r;
+	r = session_reload_templates(err);
 	if (r < 0)
 		return r;
 	session_mod.reaper = event_new(base, -1, EV_PERSIST, on_reap, NULL);

@@ -18,6 +18,9 @@
 #include "template/template.h"
 #include "util/err.h"
 
+struct volume_mounts;
+struct volume_claim;
+
 enum session_state {
 	SESSION_CREATING,
 	SESSION_READY,
@@ -54,10 +57,11 @@ struct session {
 	struct sandbox_limits limits;       /* in force: session_limits() */
 	struct sandbox *sb;
 	struct guest_conn *conn;
-	json_t *env;             /* default environment for commands (object) */
-	uint64_t created_ms;     /* wall clock */
-	uint64_t active_mono_ms; /* monotonic time of the last activity */
-	uint64_t attach_mono_ms; /* when the sandbox was handed over */
+	struct volume_claim *volumes; /* what it mounts (volume.h), NULL: none */
+	json_t *env;                  /* default environment for commands (object) */
+	uint64_t created_ms;          /* wall clock */
+	uint64_t active_mono_ms;      /* monotonic time of the last activity */
+	uint64_t attach_mono_ms;      /* when the sandbox was handed over */
 	unsigned idle_timeout_s;
 	unsigned running; /* operations in flight: they count as activity */
 	uint64_t execs_total;
@@ -96,6 +100,9 @@ struct session_create_opts {
 	 * into it by net_policy_merge (net/policy.h): it may only tighten it, and a looser one
 	 * fails the creation (EINVAL, with the reason). */
 	const json_t *egress;
+	/* Borrowed, NULL: none. The owner's volumes to mount (volume.h): jail with disk storage
+	 * only (EINVAL otherwise); ENOENT for an unknown one, EBUSY for a second writer. */
+	const struct volume_mounts *volumes;
 };
 
 typedef void (*session_ready_fn)(struct session *s, const struct err *err, void *arg);

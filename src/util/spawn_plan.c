@@ -377,7 +377,7 @@ static int send_byte(int fd)
 }
 
 /* At most this many descriptors arrive with one SOP_RECV_FD. */
-#define RECV_FDS_MAX 4
+#define RECV_FDS_MAX 8
 
 /* One byte with n descriptors attached; they end up as numbers to, to + 1, ... */
 static int recv_fds(int fd, int to, unsigned n)

@@ -72,9 +72,38 @@ static char *const agent_argv[] = {
 struct jail {
 	int pidfd; /* -1 on kernels without pidfds */
 	struct cgroup *cg;
-	uint32_t uid_base;     /* the host uid range of its user namespace */
-	struct jail_disk disk; /* mnt -1: none (SANDBOX_STORAGE=tmpfs) */
+	uint32_t uid_base;                  /* the host uid range of its user namespace */
+	struct jail_disk disk;              /* mnt -1: none (SANDBOX_STORAGE=tmpfs) */
+	char *volumes[SANDBOX_VOLUMES_MAX]; /* images it holds open (jail_volume_open) */
+	unsigned nvolumes;
 };
+
+static void close_volumes(char **images, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		jail_volume_close(images[i]);
+		free(images[i]);
+		images[i] = NULL;
+	}
+}
+
+/* Opens the spec's volumes: their mounts in mnt, their images (copied) in images. */
+static int open_volumes(const struct sandbox_spec *spec, int *mnt, char **images, struct err *err)
+{
+	if (spec->nvolumes > SANDBOX_VOLUMES_MAX)
+		return err_set(err, EINVAL, "jail: at most %d volumes", SANDBOX_VOLUMES_MAX);
+	if (spec->nvolumes && !spec->limits.disk)
+		return err_set(err, EINVAL, "volumes need disk storage");
+	for (unsigned i = 0; i < spec->nvolumes; i++) {
+		int r = jail_volume_open(spec->volumes[i].image, &mnt[i], err);
+		if (r < 0) {
+			close_volumes(images, i);
+			return r;
+		}
+		images[i] = xstrdup(spec->volumes[i].image);
+	}
+	return 0;
+}
 
 /* What every sandbox shares, computed once: the cgroup layout and the compiled filter. */
 static struct {
@@ -287,7 +316,8 @@ static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *e
 	if (r < 0)
 		return r;
 	/* The idmapped clone of / tests the kernel's support; the child does not attach it. */
-	r = jail_userns_map(plan, &c, sv[0], uid_base, AT_FDCWD, "/", -1, NULL, NULL, err);
+	r = jail_userns_map(plan, &c, sv[0], uid_base, AT_FDCWD, "/", -1, NULL, NULL, NULL, NULL, 0,
+			    err);
 	if (r == 0)
 		r = spawn_wait(plan, &c, SETUP_TIMEOUT_MS, err);
 	if (r < 0)
@@ -408,13 +438,15 @@ static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 	uint32_t nofile = spec->limits.nofile ? spec->limits.nofile
 			  : cfg->nofile       ? cfg->nofile
 					      : DEFAULT_NOFILE;
-	jail_plan_sandbox(plan, attach, resolv, workspace, nofile, uid_base, spec->limits.disk);
+	jail_plan_sandbox(plan, attach, resolv, workspace, nofile, uid_base, spec->limits.disk,
+			  spec->volumes, spec->nvolumes);
 }
 
 /* Starts the plan's child in cgroup cg and waits until it has become the sandbox's agent. */
 static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netns, int agent,
 		       uint32_t uid_base, const struct root_src *root, int resolv_dfd,
-		       const char *resolv, const struct jail_disk *disk, struct spawn_child *c,
+		       const char *resolv, const struct jail_disk *disk,
+		       const struct sandbox_spec *spec, const int *vol_mnt, struct spawn_child *c,
 		       struct err *err)
 {
 	/* Without it (an old kernel), the child is moved after the clone instead. */
@@ -426,7 +458,7 @@ static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netn
 	if (r < 0)
 		return r;
 	if ((r = jail_userns_map(plan, c, agent, uid_base, root->dfd, root->path, resolv_dfd,
-				 resolv, disk, err)) < 0 ||
+				 resolv, disk, spec->volumes, vol_mnt, spec->nvolumes, err)) < 0 ||
 	    (r = place_child(plan, cg, c, agent, err)) < 0 ||
 	    (r = spawn_wait(plan, c, SETUP_TIMEOUT_MS, err)) < 0) {
 		spawn_kill(c->pid, c->pidfd);
@@ -489,6 +521,15 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		jail_uid_release(uid_base);
 		return r;
 	}
+	int vol_mnt[SANDBOX_VOLUMES_MAX];
+	char *images[SANDBOX_VOLUMES_MAX] = { 0 };
+	if ((r = open_volumes(spec, vol_mnt, images, err)) < 0) {
+		jail_disk_close(&disk);
+		cgroup_remove(cg, NULL);
+		cgroup_free(cg);
+		jail_uid_release(uid_base);
+		return r;
+	}
 	int resolv_dfd = -1;
 	bool resolv = wants_resolv_conf(spec, &root);
 	r = resolv ? jail_resolv_copy(spec->id, spec->resolv_conf, &resolv_dfd, err) : 0;
@@ -498,9 +539,10 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	struct spawn_child c;
 	if (r == 0)
 		r = start_child(&plan, cg, netns < 0, sv[0], uid_base, &root, resolv_dfd,
-				resolv ? spec->id : NULL, &disk, &c, err);
+				resolv ? spec->id : NULL, &disk, spec, vol_mnt, &c, err);
 	spawn_plan_free(&plan);
 	if (r < 0) {
+		close_volumes(images, spec->nvolumes);
 		jail_disk_close(&disk);
 		jail_resolv_remove(spec->id);
 		cgroup_remove(cg, NULL);
@@ -514,6 +556,8 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	j->cg = cg;
 	j->uid_base = uid_base;
 	j->disk = disk;
+	memcpy(j->volumes, images, sizeof(images));
+	j->nvolumes = spec->nvolumes;
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_jail;
 	sb->id = xstrdup(spec->id);
@@ -549,6 +593,8 @@ static void jail_destroy(struct sandbox *sb)
 		jail_resolv_remove(sb->id);
 		/* Its last reference: the image's blocks are freed now (jail_disk.c). */
 		jail_disk_close(&j->disk);
+		/* Reaped above: no mount of the sandbox's holds them any more. */
+		close_volumes(j->volumes, j->nvolumes);
 		/* Reaped above: nothing runs with the range's uids any more. */
 		jail_uid_release(j->uid_base);
 		if (j->pidfd >= 0)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "driver/driver.h"
 #include "util/err.h"
 #include "util/spawn.h"
 
@@ -33,6 +34,7 @@ enum {
 	JAIL_FD_SYS,       /* its sysfs, likewise */
 	JAIL_FD_ROOT,      /* the template's rootfs, idmapped by the parent (close-on-exec) */
 	JAIL_FD_RESOLV,    /* the sandbox's resolv.conf, a detached bind mount (close-on-exec) */
+	JAIL_FD_VOLUME,    /* and up: its volumes' idmapped mounts, in order (close-on-exec) */
 };
 
 /* A sandbox's disk (jail_disk.c): its filesystem's detached mount, holding upper/ and work/
@@ -54,6 +56,25 @@ int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err);
 int jail_disk_usage(const struct jail_disk *d, uint64_t *used, uint64_t *size);
 /* Closes the daemon's reference; accepts a disk without one. */
 void jail_disk_close(struct jail_disk *d);
+/* Attaches the image `img` read-write to a free loop device that detaches with its last
+ * user (autoclear); its name in dev. Returns the device's descriptor. */
+int jail_loop_attach_rw(int img, char *dev, size_t len, struct err *err);
+/* A detached read-write, nosuid, nodev mount of the ext4 filesystem on `dev`. */
+int jail_disk_mount(const char *dev, struct err *err);
+
+/* Persistent volumes (jail_volume.c). Each image in use is mounted once, as a detached mount
+ * the daemon holds while any sandbox uses it: jail_volume_open takes a reference (mounting it
+ * on the first), *ret is borrowed until jail_volume_close. Thread-safe. EBUSY when a loop
+ * device of an earlier use still holds the image after a short wait. */
+int jail_volume_open(const char *image, int *ret, struct err *err);
+void jail_volume_close(const char *image);
+/* A sandbox's view of a volume: a clone of its mount idmapped to the user namespace (files
+ * stored with canonical ids appear with those ids inside), read-only when asked, nosuid and
+ * nodev. Returns its detached mount. */
+int jail_volume_clone(int mnt, int userns, bool read_only, struct err *err);
+/* Makes the directories of `path` (absolute, checked) below the detached root `root`, each
+ * new one 0755 and root's inside (uid_base); refuses a symbolic link on the way. */
+int jail_volume_mountpoint(int root, const char *path, uint32_t uid_base, struct err *err);
 
 /* Each sandbox's ids: root inside is the first of JAIL_UID_RANGE host uids (and gids). */
 #define JAIL_UID_RANGE 65536U
@@ -77,7 +98,8 @@ void jail_disk_close(struct jail_disk *d);
  * parent sends the mount: jail_userns_map); with `resolv_conf`, the parent also sends a file
  * for its /etc/resolv.conf. The network step is added by the caller first. */
 void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
-		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk);
+		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk,
+		       const struct sandbox_volume *vols, unsigned nvol);
 
 /* The steps that take the child from host root into its user namespace (shared with the
  * trial run): procfs and sysfs made while it is still host root, the switch to uid_base,
@@ -91,10 +113,14 @@ void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf)
  * overlay of that clone and the disk, see jail_disk_overlay), and of `resolv` below
  * `resolv_dfd` (NULL: none) as a read-only file mount. Both are made here, where the
  * daemon's directories can be reached: the child, an unprivileged uid by then, may not be
- * able to look up paths below them. */
+ * able to look up paths below them. With volumes (a disk's overlay only): makes their mount
+ * points in that overlay and sends, in a second message, an idmapped clone of each volume's
+ * mount (`vol_mnt`, jail_volume_open's) in order. */
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
 		    uint32_t uid_base, int root_dfd, const char *root_path, int resolv_dfd,
-		    const char *resolv, const struct jail_disk *disk, struct err *err);
+		    const char *resolv, const struct jail_disk *disk,
+		    const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
+		    struct err *err);
 
 /* A detached read-only mount of the ext4 image at `path` (a template's rootfs.ext4), mounted
  * on first use and kept for the daemon's life: *ret is borrowed. */

@@ -49,8 +49,7 @@ void jail_disk_close(struct jail_disk *d)
 	d->mnt = -1;
 }
 
-/* Attaches the image read-write to a free loop device, detached with its last user. */
-static int loop_attach_rw(int img, char *dev, size_t len, struct err *err)
+int jail_loop_attach_rw(int img, char *dev, size_t len, struct err *err)
 {
 	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
 	if (ctl < 0)
@@ -107,8 +106,7 @@ static int run_mkfs(const char *dev, uint32_t uid_base, struct err *err)
 	return 0;
 }
 
-/* A detached read-write mount of the ext4 filesystem on `dev`. */
-static int mount_disk(const char *dev, struct err *err)
+int jail_disk_mount(const char *dev, struct err *err)
 {
 	_cleanup_close_ int fs = (int)syscall(SYS_fsopen, "ext4", FSOPEN_CLOEXEC);
 	if (fs < 0)
@@ -158,13 +156,13 @@ int jail_disk_create(const char *state_dir, uint64_t bytes, uint32_t uid_base,
 		return err_sys(err, errno, "jail: size the disk image to %llu bytes",
 			       (unsigned long long)bytes);
 	char dev[32];
-	_cleanup_close_ int loop = loop_attach_rw(img, dev, sizeof(dev), err);
+	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
 	if (loop < 0)
 		return loop;
 	int r = run_mkfs(dev, uid_base, err);
 	if (r < 0)
 		return r;
-	_cleanup_close_ int mnt = mount_disk(dev, err);
+	_cleanup_close_ int mnt = jail_disk_mount(dev, err);
 	if (mnt < 0)
 		return mnt;
 	if ((r = layout(mnt, uid_base, err)) < 0)

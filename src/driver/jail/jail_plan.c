@@ -144,7 +144,8 @@ static void add_net_sysctls(struct spawn_plan *p)
 }
 
 void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
-		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk)
+		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk,
+		       const struct sandbox_volume *vols, unsigned nvol)
 {
 	const char *root = spawn_plan_str(p, "%s", rootfs);
 	struct spawn_op *op;
@@ -158,6 +159,12 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 	 * path, but the working directory follows into the new mount namespace. */
 	add_path(p, SOP_CHDIR, root, 0, spawn_plan_str(p, "chdir %s", rootfs));
 	jail_plan_userns(p, uid_base, resolv_conf);
+	if (nvol) {
+		op = spawn_plan_add(p, SOP_RECV_FD, "receive the volumes");
+		op->fd = JAIL_FD_AGENT;
+		op->arg = JAIL_FD_VOLUME;
+		op->flags = nvol;
+	}
 	op = spawn_plan_add(p, SOP_UNSHARE, "unshare the mount, uts and ipc namespaces");
 	op->arg = JAIL_USERNS_NS;
 
@@ -218,6 +225,15 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 	add_mount(p, "tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV,
 		  spawn_plan_str(p, "mode=0755,%s,size=%llu", owner, RUN_BYTES), false,
 		  "mount tmpfs on /run");
+
+	/* Volumes last, over the directories the parent made for them in the root (they cannot
+	 * be below the mounts above: volume_path_check). */
+	for (unsigned i = 0; i < nvol; i++) {
+		op = spawn_plan_add(p, SOP_MOVE_MOUNT,
+				    spawn_plan_str(p, "attach volume on %s", vols[i].path));
+		op->fd = JAIL_FD_VOLUME + (int)i;
+		op->dst = spawn_plan_str(p, "%s", vols[i].path);
+	}
 
 	add_masks(p);
 

@@ -123,7 +123,7 @@ static int send_fds(const struct spawn_plan *plan, int sock, const int *fds, uns
 	char b = 1;
 	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(SANDBOX_VOLUMES_MAX * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	memset(&u, 0, sizeof(u));
@@ -145,8 +145,12 @@ static int send_fds(const struct spawn_plan *plan, int sock, const int *fds, uns
 
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
 		    uint32_t uid_base, int root_dfd, const char *root_path, int resolv_dfd,
-		    const char *resolv, const struct jail_disk *disk, struct err *err)
+		    const char *resolv, const struct jail_disk *disk,
+		    const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
+		    struct err *err)
 {
+	if (nvol > SANDBOX_VOLUMES_MAX || (nvol && (!disk || disk->mnt < 0)))
+		return err_set(err, EINVAL, "%s: volumes need a disk", plan->name);
 	int r;
 	if ((r = wait_child(plan, c, agent_fd, err)) < 0 ||
 	    (r = write_map(plan, c->pid, "uid_map", uid_base, err)) < 0 ||
@@ -170,6 +174,21 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 	_cleanup_close_ int file = -1;
 	if (resolv && (file = detached_tree(plan, resolv_dfd, resolv, -1, err)) < 0)
 		return file;
+	int vfd[SANDBOX_VOLUMES_MAX];
+	unsigned made = 0;
+	for (; made < nvol; made++) {
+		if ((r = jail_volume_mountpoint(tree, vols[made].path, uid_base, err)) < 0)
+			break;
+		vfd[made] = jail_volume_clone(vol_mnt[made], userns, vols[made].read_only, err);
+		if ((r = vfd[made]) < 0)
+			break;
+	}
 	const int fds[2] = { tree, file };
-	return send_fds(plan, agent_fd, fds, resolv ? 2 : 1, err);
+	if (r >= 0)
+		r = send_fds(plan, agent_fd, fds, resolv ? 2 : 1, err);
+	if (r >= 0 && nvol)
+		r = send_fds(plan, agent_fd, vfd, nvol, err);
+	for (unsigned i = 0; i < made; i++)
+		close(vfd[i]);
+	return r < 0 ? r : 0;
 }
