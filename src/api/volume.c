@@ -22,7 +22,8 @@ void api_volumes_create(struct http_ctx *ctx)
 	if (http_body_json(ctx, &body) < 0)
 		return;
 	if (!json_is_object(body)) {
-		http_reply_error(ctx, 400, "the body must be a JSON object {\"name\", \"sizeBytes\"}");
+		http_reply_error(ctx, 400,
+				 "the body must be a JSON object {\"name\", \"sizeBytes\"}");
 		return;
 	}
 	json_t *name = json_object_get(body, "name"), *size = json_object_get(body, "sizeBytes");

@@ -76,8 +76,9 @@ static int wait_released(const char *real, struct err *err)
 {
 	for (int waited = 0; loop_holds(real); waited += 10) {
 		if (waited >= RELEASE_WAIT_MS)
-			return err_set(err, EBUSY,
-				       "the volume's previous use has not released it yet; try again");
+			return err_set(
+				err, EBUSY,
+				"the volume's previous use has not released it yet; try again");
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
