@@ -14,6 +14,7 @@
 
 #include "api/api.h"
 #include "api/mcp.h"
+#include "session/volume.h"
 #include "util/cleanup.h"
 #include "util/signame.h"
 #include "util/log.h"
@@ -65,8 +66,36 @@ static const char in_create_session[] =
 	"or tmpfs charged to its memory; default the server's\"}, "
 	"\"diskBytes\": {\"type\": \"integer\", \"minimum\": 1, "
 	"\"description\": \"Size of the session's disk (or tmpfs workspace), within the "
-	"server's cap\"}}, "
+	"server's cap\"}, "
+	"\"volumes\": {\"type\": \"array\", \"maxItems\": 8, \"items\": {\"type\": \"object\", "
+	"\"properties\": {\"name\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, "
+	"\"readOnly\": {\"type\": \"boolean\"}}, \"required\": [\"name\", \"path\"], "
+	"\"additionalProperties\": false}, \"description\": \"Persistent volumes (create_volume) "
+	"to mount at absolute paths: read-write in one session at a time, read-only in any "
+	"number\"}}, "
 	"\"additionalProperties\": false}";
+static const char in_create_volume[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"name\": {\"type\": \"string\", \"pattern\": \"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$\"}, "
+	"\"sizeBytes\": {\"type\": \"integer\", \"minimum\": 8388608, \"description\": "
+	"\"Its size, a quota: a full volume is ENOSPC inside\"}}, "
+	"\"required\": [\"name\", \"sizeBytes\"], \"additionalProperties\": false}";
+static const char in_volume_name[] =
+	"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}}, "
+	"\"required\": [\"name\"], \"additionalProperties\": false}";
+#define VOLUME_SHAPE                                                                            \
+	"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "            \
+	"\"sizeBytes\": {\"type\": \"integer\"}, \"allocatedBytes\": {\"type\": \"integer\"}, " \
+	"\"state\": {\"type\": \"string\"}, \"createdAt\": {\"type\": \"string\"}, "            \
+	"\"mounts\": {\"type\": \"array\"}}, \"required\": [\"name\", \"sizeBytes\", "          \
+	"\"state\"]}"
+static const char out_create_volume[] = VOLUME_SHAPE;
+static const char out_list_volumes[] =
+	"{\"type\": \"object\", \"properties\": {\"volumes\": {\"type\": \"array\", "
+	"\"items\": " VOLUME_SHAPE "}}, \"required\": [\"volumes\"]}";
+static const char out_delete_volume[] =
+	"{\"type\": \"object\", \"properties\": {\"deleted\": {\"type\": \"boolean\"}, "
+	"\"name\": {\"type\": \"string\"}}, \"required\": [\"deleted\", \"name\"]}";
 /* The session with the reference's "status" ("active": ready for commands) beside "state". */
 static const char out_create_session[] =
 	"{\"type\": \"object\", \"properties\": {"
@@ -444,6 +473,9 @@ static void t_list_processes(struct mcp_call *c, json_t *args, const char *versi
 static void t_read_process_output(struct mcp_call *c, json_t *args, const char *version);
 static void t_send_process_input(struct mcp_call *c, json_t *args, const char *version);
 static void t_signal_process(struct mcp_call *c, json_t *args, const char *version);
+static void t_create_volume(struct mcp_call *c, json_t *args, const char *version);
+static void t_list_volumes(struct mcp_call *c, json_t *args, const char *version);
+static void t_delete_volume(struct mcp_call *c, json_t *args, const char *version);
 
 struct tool {
 	const char *name;
@@ -462,6 +494,16 @@ static struct tool tools[] = {
 	  "Optional: your own sessionId, the template, environment variables for every "
 	  "command, and the idle timeout.",
 	  in_create_session, out_create_session, false, false, false, false, t_create_session },
+	{ "create_volume", "Create a volume",
+	  "Create a persistent volume of the given size (an ext4 filesystem) that sessions "
+	  "mount with create_session's volumes; its files outlive sessions and server restarts.",
+	  in_create_volume, out_create_volume, false, false, false, false, t_create_volume },
+	{ "list_volumes", "List volumes",
+	  "List your persistent volumes: size, space used, and the sessions mounting each.",
+	  in_none, out_list_volumes, true, false, true, false, t_list_volumes },
+	{ "delete_volume", "Delete a volume",
+	  "Delete a persistent volume and its files; refused while a session mounts it.",
+	  in_volume_name, out_delete_volume, false, true, true, false, t_delete_volume },
 	{ "list_templates", "List templates",
 	  "List the environment templates sessions can be created from (name, description, "
 	  "tools, resources) and the default one.",
@@ -747,7 +789,8 @@ static void t_create_session(struct mcp_call *c, json_t *args, const char *versi
 	json_t *idle = json_object_get(args, "idleTimeout");
 	struct call_state *st = call_state_new(version);
 	struct ops_session_opts o = { .env = json_object_get(args, "env"),
-				      .egress = json_object_get(args, "egress") };
+				      .egress = json_object_get(args, "egress"),
+				      .volumes = json_object_get(args, "volumes") };
 	if (idle)
 		o.idle_timeout_s = (unsigned)json_integer_value(idle);
 	/* The schema took only "disk" or "tmpfs", and a positive diskBytes. */
@@ -764,6 +807,61 @@ static void t_create_session(struct mcp_call *c, json_t *args, const char *versi
 	struct err e;
 	struct ops_call *op = ops_create_session(&t, &o, created, st, &e);
 	start_call(c, st, op, &e);
+}
+
+/* A volume being made outlives a cancelled call: its state stays until the volume is done. */
+struct volume_call {
+	struct mcp_call *c; /* NULL once cancelled */
+	char version[32];
+};
+
+static void volume_call_cancel(struct mcp_call *c, void *state)
+{
+	struct volume_call *vc = state;
+	vc->c = NULL;
+}
+
+static void volume_made(json_t *volume, const struct err *err, void *arg)
+{
+	struct volume_call *vc = arg;
+	if (vc->c && err)
+		reply_err(vc->c, err);
+	else if (vc->c)
+		reply_ok(vc->c, json_incref(volume), vc->version);
+	free(vc);
+}
+
+static void t_create_volume(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct volume_call *vc = xcalloc(1, sizeof(*vc));
+	vc->c = c;
+	snprintf(vc->version, sizeof(vc->version), "%s", version);
+	json_t *size = json_object_get(args, "sizeBytes");
+	struct err e;
+	if (volume_create(mcp_call_owner(c), json_string_value(json_object_get(args, "name")),
+			  json_integer_value(size) > 0 ? (uint64_t)json_integer_value(size) : 0,
+			  volume_made, vc, &e) < 0) {
+		free(vc);
+		reply_err(c, &e);
+		return;
+	}
+	struct mcp_tool_run run = { .cancel = volume_call_cancel, .state = vc };
+	mcp_call_set_run(c, &run);
+}
+
+static void t_list_volumes(struct mcp_call *c, json_t *args, const char *version)
+{
+	reply_ok(c, json_pack("{s:o}", "volumes", volume_list(mcp_call_owner(c))), version);
+}
+
+static void t_delete_volume(struct mcp_call *c, json_t *args, const char *version)
+{
+	const char *name = json_string_value(json_object_get(args, "name"));
+	struct err e;
+	if (volume_delete(mcp_call_owner(c), name, false, &e) < 0)
+		reply_err(c, &e);
+	else
+		reply_ok(c, json_pack("{s:b, s:s}", "deleted", 1, "name", name), version);
 }
 
 static void t_list_templates(struct mcp_call *c, json_t *args, const char *version)

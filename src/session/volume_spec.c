@@ -83,8 +83,7 @@ static int parse_one(const json_t *o, unsigned i, struct volume_mount_req *ret, 
 			       i);
 	const char *key;
 	json_t *val;
-	json_object_foreach((json_t *)o, key, val)
-	{
+	json_object_foreach ((json_t *)o, key, val) {
 		if (strcmp(key, "name") != 0 && strcmp(key, "path") != 0 &&
 		    strcmp(key, "readOnly") != 0)
 			return err_set(err, EINVAL, "\"volumes[%u]\": unknown field \"%.64s\"", i,
@@ -99,10 +98,11 @@ static int parse_one(const json_t *o, unsigned i, struct volume_mount_req *ret, 
 		return err_set(err, EINVAL, "\"volumes[%u].readOnly\" must be true or false", i);
 	const char *n = json_string_value(name), *p = json_string_value(path);
 	if (strlen(n) != json_string_length(name) || !volume_name_valid(n))
-		return err_set(err, EINVAL,
-			       "\"volumes[%u].name\" is not a volume name (1 to %d letters, digits, "
-			       ". _ -, starting with a letter or a digit)",
-			       i, VOLUME_NAME_MAX);
+		return err_set(
+			err, EINVAL,
+			"\"volumes[%u].name\" is not a volume name (1 to %d letters, digits, "
+			". _ -, starting with a letter or a digit)",
+			i, VOLUME_NAME_MAX);
 	int r;
 	if (strlen(p) != json_string_length(path))
 		return err_set(err, EINVAL, "\"volumes[%u].path\" contains a NUL byte", i);
@@ -145,4 +145,3 @@ int volume_mounts_parse(const json_t *v, struct volume_mounts *ret, struct err *
 	}
 	return 0;
 }
-

@@ -22,9 +22,8 @@ static void test_names(void **state)
 	static const char too_long[] =
 		"x234567890123456789012345678901234567890123456789012345678901234";
 	static const char *const good[] = { "data", "a", "0", "my-vol_1.2", "A1", longest };
-	static const char *const bad[] = { "",	  ".",	 "..",	"../x",		"a/b", "-x",
-					   "_x",  ".x",	 "a b", "a\nb", "caf\xc3\xa9", "a:b",
-					   too_long };
+	static const char *const bad[] = { "",   ".",   "..",   "../x",        "a/b", "-x",    "_x",
+					   ".x", "a b", "a\nb", "caf\xc3\xa9", "a:b", too_long };
 	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++)
 		assert_true(volume_name_valid(good[i]));
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
@@ -35,12 +34,14 @@ static void test_names(void **state)
 static void test_paths(void **state)
 {
 	(void)state;
-	static const char *const good[] = { "/data", "/mnt/a/b", "/workspace", "/workspace/v",
-					    "/tmp/x", "/procfs", "/devices", "/..x", "/a.b" };
-	static const char *const bad[] = { "",	      "data",	   "/",	     "//data", "/data/",
-					   "/a/../b", "/a/./b",	   "/..",    "/.",     "/proc",
-					   "/proc/x", "/dev",	   "/dev/shm", "/sys", "/sys/fs",
-					   "/run",    "/run/lock", "/a b",   "/a\tb",  "/caf\xc3\xa9" };
+	static const char *const good[] = { "/data",        "/mnt/a/b", "/workspace",
+					    "/workspace/v", "/tmp/x",   "/procfs",
+					    "/devices",     "/..x",     "/a.b" };
+	static const char *const bad[] = { "",          "data",    "/",       "//data",
+					   "/data/",    "/a/../b", "/a/./b",  "/..",
+					   "/.",        "/proc",   "/proc/x", "/dev",
+					   "/dev/shm",  "/sys",    "/sys/fs", "/run",
+					   "/run/lock", "/a b",    "/a\tb",   "/caf\xc3\xa9" };
 	struct err e;
 	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
 		if (volume_path_check(good[i], &e) < 0)
