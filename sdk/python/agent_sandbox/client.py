@@ -393,11 +393,13 @@ class Sandbox:
                        env: Optional[Dict[str, str]] = None,
                        idle_timeout_s: Optional[int] = None,
                        resources: Optional[Dict[str, int]] = None,
-                       storage: Optional[str] = None) -> "Session":
+                       storage: Optional[str] = None,
+                       volumes: Optional[Sequence[Dict[str, Any]]] = None) -> "Session":
         """Creates a session now (POST /exec/), waits until it is ready, returns its handle.
         idle_timeout_s: seconds of inactivity before the server reaps it. resources: its own
         limits ({"memoryBytes", "cpuQuotaUs", "diskBytes", "pidsMax"}); storage: "disk" or
-        "tmpfs" (jail, docs/storage.md), default the server's."""
+        "tmpfs" (jail, docs/storage.md), default the server's; volumes: persistent volumes to
+        mount, [{"name": "data", "path": "/data", "readOnly": False}]."""
         body: Dict[str, Any] = {}
         if template:
             body["template"] = template
@@ -411,8 +413,27 @@ class Sandbox:
             body["resources"] = resources
         if storage:
             body["storage"] = storage
+        if volumes:
+            body["volumes"] = list(volumes)
         j = self.request("POST", "/exec/", body)
         return Session(self, j["id"], j.get("template", template))
+
+    # persistent volumes (docs/storage.md)
+
+    def create_volume(self, name: str, size_bytes: int) -> Dict[str, Any]:
+        """Makes a persistent volume of size_bytes (its quota); returns it."""
+        return self.request("POST", "/volumes", {"name": name, "sizeBytes": size_bytes})
+
+    def volumes(self) -> List[Dict[str, Any]]:
+        """This key's volumes (every key's for an admin key)."""
+        return self.request("GET", "/volumes")["volumes"]
+
+    def volume(self, name: str) -> Dict[str, Any]:
+        return self.request("GET", f"/volumes/{urllib.parse.quote(name, safe='')}")
+
+    def delete_volume(self, name: str) -> Dict[str, Any]:
+        """Deletes a volume and its files (409 while a session mounts it)."""
+        return self.request("DELETE", f"/volumes/{urllib.parse.quote(name, safe='')}")
 
     def session(self, id: Optional[str] = None, template: Optional[str] = None) -> "Session":
         """A handle on session `id` (created by the server on first use if new)."""
@@ -470,8 +491,10 @@ class Session:
 
     def _exec_body(self, command: str, args: Optional[Sequence[str]], env: Optional[Dict[str, str]],
                    cwd: Optional[str], timeout_ms: Optional[float],
-                   stdin: Optional[str]) -> Dict[str, Any]:
+                   stdin: Optional[str], user: Optional[str] = None) -> Dict[str, Any]:
         body: Dict[str, Any] = {"command": command}
+        if user is not None:
+            body["user"] = user
         if args is not None:
             body["args"] = list(args)
         if self.template:
@@ -489,13 +512,15 @@ class Session:
     def exec(self, command: str, args: Optional[Sequence[str]] = None, *,
              env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
              timeout_ms: Optional[float] = None, stdin: Optional[str] = None,
-             timeout: Optional[float] = None) -> ExecResult:
+             timeout: Optional[float] = None, user: Optional[str] = None) -> ExecResult:
         """Runs a command and waits for it. timeout_ms: the command's limit in milliseconds
         (absent: the server's default; 0: none); the client waits for it plus a margin.
-        `timeout` in seconds is its deprecated older name."""
+        `timeout` in seconds is its deprecated older name. user: "root" runs it as the
+        sandbox's own root (default: the command user)."""
         timeout_ms = _timeout_ms(timeout_ms, timeout, "exec(timeout=seconds)", "timeout_ms")
         j = self.client.request("POST", self._p("/execute"),
-                                self._exec_body(command, args, env, cwd, timeout_ms, stdin),
+                                self._exec_body(command, args, env, cwd, timeout_ms, stdin,
+                                                user),
                                 http_timeout_ms=_exec_http_timeout_ms(self.client, timeout_ms))
         return ExecResult.from_json(j)
 
@@ -625,11 +650,12 @@ class Session:
                       env: Optional[Dict[str, str]] = None, stdin: bool = False,
                       pty: Union[None, bool, Sequence[int], Dict[str, int]] = None,
                       timeout_ms: Optional[float] = None, replay_bytes: Optional[int] = None,
-                      template: Optional[str] = None) -> Dict[str, Any]:
+                      template: Optional[str] = None,
+                      user: Optional[str] = None) -> Dict[str, Any]:
         """Starts a background process; returns it (pid, tag, state...). stdin: keep its stdin
         open for send_stdin; pty: True, (rows, cols) or {"rows", "cols"} for a terminal;
         timeout_ms: its limit (absent or 0: none); replay_bytes: its replay buffer's size."""
-        body = self._exec_body(command, args, env, cwd, timeout_ms, None)
+        body = self._exec_body(command, args, env, cwd, timeout_ms, None, user)
         if template:
             body["template"] = template
         if tag is not None:

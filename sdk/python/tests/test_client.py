@@ -56,6 +56,30 @@ class SdkTest(unittest.TestCase):
         ids = [x["id"] for x in self.sb.sessions()]
         self.assertNotIn(sid, ids)
 
+    def test_volumes_and_root(self):
+        if harness.driver() != "jail":
+            self.skipTest("volumes are mounted by the jail driver")
+        v = self.sb.create_volume("sdk-py", 16 * 1024 * 1024)
+        self.assertEqual((v["name"], v["state"]), ("sdk-py", "ready"))
+        self.assertIn("sdk-py", [x["name"] for x in self.sb.volumes()])
+        with self.sb.create_session(template="base",
+                                    volumes=[{"name": "sdk-py", "path": "/data"}]) as s:
+            self.assertEqual(s.run("echo kept > /data/f && stat -c %u /data/f").stdout, "1000\n")
+            self.assertEqual(s.run("id -u", user="root").stdout, "0\n")
+            with self.assertRaises(SandboxError) as cm:
+                self.sb.delete_volume("sdk-py")
+            self.assertEqual(cm.exception.status, 409)
+        for _ in range(100):  # released once the sandbox is gone
+            try:
+                self.sb.delete_volume("sdk-py")
+                break
+            except SandboxError as e:
+                self.assertEqual(e.status, 409)
+                time.sleep(0.1)
+        with self.assertRaises(SandboxError) as cm:
+            self.sb.volume("sdk-py")
+        self.assertEqual(cm.exception.status, 404)
+
     def test_stat_mkdir_move_remove(self):
         with self.sb.create(template="base") as s:
             s.mkdir("a/b")
