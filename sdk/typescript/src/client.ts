@@ -6,6 +6,7 @@ import type {
   SandboxOptions,
   SessionInfo,
   TemplateManifest,
+  VolumeInfo,
 } from "./types.js";
 
 const DEFAULT_URL = "http://127.0.0.1:3000";
@@ -88,6 +89,25 @@ export class Sandbox {
   /** A handle on an existing session. */
   session(id: string, template?: string): Session {
     return new Session(this, id, template);
+  }
+
+  /** Makes a persistent volume of sizeBytes (its quota). */
+  async createVolume(name: string, sizeBytes: number): Promise<VolumeInfo> {
+    return this.json<VolumeInfo>("POST", "/volumes", { name, sizeBytes });
+  }
+
+  /** This key's volumes (every key's for an admin key). */
+  async volumes(): Promise<VolumeInfo[]> {
+    return (await this.json<{ volumes: VolumeInfo[] }>("GET", "/volumes")).volumes;
+  }
+
+  async volume(name: string): Promise<VolumeInfo> {
+    return this.json<VolumeInfo>("GET", `/volumes/${encodeURIComponent(name)}`);
+  }
+
+  /** Deletes a volume and its files (409 while a session mounts it). */
+  async deleteVolume(name: string): Promise<void> {
+    await this.json<unknown>("DELETE", `/volumes/${encodeURIComponent(name)}`);
   }
 
   async templates(): Promise<TemplateManifest[]> {

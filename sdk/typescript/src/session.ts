@@ -183,6 +183,7 @@ export class Session {
     if (opts.cwd) body.cwd = opts.cwd;
     if (opts.timeout !== undefined) body.timeout = opts.timeout;
     if (opts.stdin !== undefined) body.stdin = opts.stdin;
+    if (opts.user !== undefined) body.user = opts.user;
     return body;
   }
 
@@ -317,7 +318,13 @@ export class Session {
 
   /** Starts a background process and returns it. */
   async startProcess(command: string, opts: StartProcessOptions = {}): Promise<ProcessInfo> {
-    const body = this.execBody(command, { args: opts.args, env: opts.env, cwd: opts.cwd, timeout: opts.timeout });
+    const body = this.execBody(command, {
+      args: opts.args,
+      env: opts.env,
+      cwd: opts.cwd,
+      timeout: opts.timeout,
+      user: opts.user,
+    });
     if (opts.template) body.template = opts.template;
     if (opts.tag !== undefined) body.tag = opts.tag;
     if (opts.stdin) body.stdin = true;

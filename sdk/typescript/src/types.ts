@@ -37,6 +37,8 @@ export interface ExecOptions {
   /** Milliseconds; no limit when absent. */
   timeout?: number;
   stdin?: string;
+  /** "root": the sandbox's own root (a jail's user-namespace root); default the command user. */
+  user?: "user" | "root";
   /** Aborting cancels the command (streaming) or stops waiting (buffered). */
   signal?: AbortSignal;
 }
@@ -121,6 +123,30 @@ export interface SessionInfo {
   storage?: "disk" | "tmpfs";
   /** Its disk's use, with "disk" storage. */
   disk?: { usedBytes: number; sizeBytes: number };
+  /** The persistent volumes it mounts. */
+  volumes?: VolumeMount[];
+}
+
+/** A persistent volume to mount at a session's creation (docs/storage.md). */
+export interface VolumeMount {
+  name: string;
+  /** An absolute path inside the sandbox. */
+  path: string;
+  /** Any number of sessions may mount a volume read-only; one at a time read-write. */
+  readOnly?: boolean;
+}
+
+/** A persistent volume, as the server describes it. */
+export interface VolumeInfo {
+  name: string;
+  sizeBytes: number;
+  /** What its sparse image holds on the host. */
+  allocatedBytes: number;
+  state: "creating" | "ready";
+  createdAt: string;
+  mounts: { sessionId: string; readOnly: boolean }[];
+  /** For an admin key, whose it is. */
+  owner?: string;
 }
 
 export interface HealthInfo {
@@ -153,6 +179,8 @@ export interface CreateOptions {
   /** jail: "disk" (a writable root and /workspace on a disk of diskBytes) or "tmpfs"
    * (docs/storage.md); default: the server's SANDBOX_STORAGE. */
   storage?: "disk" | "tmpfs";
+  /** Persistent volumes to mount (jail, disk storage). */
+  volumes?: VolumeMount[];
 }
 
 /** A background process, as the server describes it. */
@@ -192,6 +220,8 @@ export interface StartProcessOptions {
   /** The size of its replay buffer. */
   replayBytes?: number;
   template?: string;
+  /** "root": the sandbox's own root; default the command user. */
+  user?: "user" | "root";
 }
 
 export interface AttachOptions {

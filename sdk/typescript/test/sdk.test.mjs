@@ -117,6 +117,30 @@ test("watch yields a directory's changes until closed", async () => {
   await s.destroy();
 });
 
+test("volumes: made, mounted, kept, refused while mounted, deleted; root commands", async () => {
+  if ((process.env.DRIVER ?? "jail") !== "jail") return;
+  const v = await sandbox.createVolume("sdk-ts", 16 << 20);
+  assert.deepEqual([v.name, v.state], ["sdk-ts", "ready"]);
+  assert.ok((await sandbox.volumes()).some((x) => x.name === "sdk-ts"));
+  const s = await sandbox.createSession({ template: "base", volumes: [{ name: "sdk-ts", path: "/data" }] });
+  const r = await s.run("echo kept > /data/f && stat -c %u /data/f");
+  assert.equal(r.output.map((c) => c.data).join(""), "1000\n");
+  const root = await s.exec("id", { args: ["-u"], user: "root" });
+  assert.equal(root.output.map((c) => c.data).join(""), "0\n");
+  await assert.rejects(sandbox.deleteVolume("sdk-ts"), (e) => e instanceof SandboxError && e.status === 409);
+  await s.destroy();
+  for (let i = 0; ; i++) {
+    try {
+      await sandbox.deleteVolume("sdk-ts");
+      break;
+    } catch (e) {
+      if (!(e instanceof SandboxError) || e.status !== 409 || i > 100) throw e;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  }
+  await assert.rejects(sandbox.volume("sdk-ts"), (e) => e instanceof SandboxError && e.status === 404);
+});
+
 test("errors carry status and message", async () => {
   const s = sandbox.create({ template: "base" });
   await s.exec("true");
