@@ -42,6 +42,10 @@ int cli_exec_interactive(struct client *c, const char *session_id, json_t *body)
 
 /* Parses "K=V" into obj; returns -1 with a message on a bad value. */
 int cli_env_add(json_t *obj, const char *kv);
+/* A positive size: digits with an optional K, M or G (powers of 1024); -1 when bad. */
+int cli_parse_size(const char *s, json_int_t *ret);
+/* Appends {"name", "path", "readOnly"} for --volume NAME:/PATH[:ro]; 2 after a message. */
+int cli_volume_add(json_t *volumes, const char *spec);
 
 /* Prints j indented, for --json. */
 void cli_print_json(json_t *j);
@@ -59,6 +63,7 @@ DECLARE_COMMAND(cp);
 DECLARE_COMMAND(ls);
 DECLARE_COMMAND(cat);
 DECLARE_COMMAND(ps);
+DECLARE_COMMAND(volumes);
 DECLARE_COMMAND(rm);
 DECLARE_COMMAND(stat);
 DECLARE_COMMAND(mkdir);

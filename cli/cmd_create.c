@@ -13,7 +13,8 @@ void cmd_create_help(void)
 	printf("usage: sandbox create [ID] [--template T] [--idle-timeout DURATION] [--env "
 	       "K=V]...\n"
 	       "                      [--memory SIZE] [--cpu-quota US] [--pids N] [--disk SIZE]\n"
-	       "                      [--storage disk|tmpfs] [--json]\n\n"
+	       "                      [--storage disk|tmpfs] [--volume NAME:/PATH[:ro]]... "
+	       "[--json]\n\n"
 	       "Creates a session (its id is made up when ID is absent) and prints its id.\n"
 	       "  --template T            template; default the server's\n"
 	       "  --idle-timeout DURATION destroyed after this long without a request: seconds,\n"
@@ -26,29 +27,9 @@ void cmd_create_help(void)
 	       "                          SANDBOX_MAX_DISK_BYTES), else workspace size; at least "
 	       "1M\n"
 	       "  --storage disk|tmpfs    jail: root and /workspace on a disk, or tmpfs\n"
+	       "  --volume NAME:/PATH[:ro] mount a persistent volume (sandbox volumes create)\n"
 	       "Limits may only lower the server's (a disk: within its cap). --json prints the "
 	       "session object.\n");
-}
-
-/* A positive size in bytes: digits with an optional K, M or G (powers of 1024). */
-static int parse_size(const char *s, json_int_t *ret)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s || s[0] == '-')
-		return -1;
-	unsigned shift = 0;
-	if (*end) {
-		const char *units = "KMG";
-		const char *u = end[1] ? NULL : strchr(units, *end & ~0x20);
-		if (!u || !*u)
-			return -1;
-		shift = 10 * (unsigned)(u - units + 1);
-	}
-	if (v == 0 || v > (UINT64_C(1) << 62) >> shift)
-		return -1;
-	*ret = (json_int_t)(v << shift);
-	return 0;
 }
 
 static int parse_count(const char *s, json_int_t *ret)
@@ -94,13 +75,21 @@ static int parse_create_opts(int argc, char **argv, json_t *body)
 			if (cli_env_add(env, v) < 0)
 				return 2;
 		} else if (strcmp(a, "--memory") == 0 || strcmp(a, "--disk") == 0) {
-			if (parse_size(v, &n) < 0)
+			if (cli_parse_size(v, &n) < 0)
 				return cli_fail(
 					       "%s takes a size: bytes, or a number with K, M or G",
 					       a),
 				       2;
 			json_object_set_new(res, a[2] == 'm' ? "memoryBytes" : "diskBytes",
 					    json_integer(n));
+		} else if (strcmp(a, "--volume") == 0 || strcmp(a, "-v") == 0) {
+			json_t *vols = json_object_get(body, "volumes");
+			if (!vols) {
+				vols = json_array();
+				json_object_set_new(body, "volumes", vols);
+			}
+			if (cli_volume_add(vols, v) != 0)
+				return 2;
 		} else if (strcmp(a, "--storage") == 0) {
 			if (strcmp(v, "disk") != 0 && strcmp(v, "tmpfs") != 0)
 				return cli_fail("--storage takes disk or tmpfs"), 2;

@@ -33,6 +33,7 @@ static const struct cli_command commands[] = {
 	COMMAND(kill, "send a signal to a background process"),
 	COMMAND(rm, "destroy sessions, or remove files of them (SESSION:PATH)"),
 	COMMAND(templates, "list templates, or build one (templates build NAME)"),
+	COMMAND(volumes, "manage persistent volumes (create, ls, rm)"),
 	COMMAND(keys, "manage API keys (create, list, rotate, revoke, delete)"),
 	COMMAND(mcp, "serve MCP on stdin/stdout, forwarding to the daemon"),
 };

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,6 +53,35 @@ class CliTest(unittest.TestCase):
         env.pop("SANDBOX_API_KEY")
         env.pop("XDG_CONFIG_HOME", None)
         return env, path
+
+    def test_volumes(self):
+        if harness.driver() != "jail":
+            self.skipTest("volumes are mounted by the jail driver")
+        self.assertEqual(self.cli("volumes", "create", "cli-vol", "16M", check=0).stdout,
+                         b"cli-vol\n")
+        listed = json.loads(self.cli("volumes", "ls", "--json", check=0).stdout)
+        self.assertIn(("cli-vol", 16 << 20), [(v["name"], v["sizeBytes"]) for v in listed])
+        self.assertIn(b"cli-vol", self.cli("volumes", "ls", check=0).stdout)
+        sid = self.cli("create", "--volume", "cli-vol:/data", check=0).stdout.decode().strip()
+        ro = self.cli("create", "--volume", "cli-vol:/mnt/v:ro", "--json", check=0)
+        ro_session = json.loads(ro.stdout)
+        self.assertEqual(ro_session["volumes"], [{"name": "cli-vol", "path": "/mnt/v",
+                                                  "readOnly": True}])
+        self.cli("exec", sid, "sh", "-c", "echo w > /data/f", check=0)
+        self.assertEqual(self.cli("exec", ro_session["id"], "cat", "/mnt/v/f", check=0).stdout,
+                         b"w\n")
+        p = self.cli("volumes", "rm", "cli-vol", check=1)
+        self.assertIn(b"mounted", p.stderr)
+        for bad in ("cli-vol", "cli-vol:data", ":/data"):
+            self.cli("create", "--volume", bad, check=2)
+        self.cli("volumes", "create", "x", "lots", check=1)
+        self.cli("rm", sid, ro_session["id"], check=0)
+        for _ in range(100):  # released once the sandboxes are gone
+            if self.cli("volumes", "rm", "cli-vol").returncode == 0:
+                break
+            time.sleep(0.1)
+        self.assertNotIn("cli-vol", [v["name"] for v in json.loads(
+            self.cli("volumes", "ls", "--json", check=0).stdout)])
 
     def test_key_file(self):
         """Without --api-key or $SANDBOX_API_KEY the key comes from the per-user key file."""
