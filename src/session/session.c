@@ -308,7 +308,8 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 	bool was_creating = s->state == SESSION_CREATING;
 	s->state = SESSION_FAILED;
 	if (s->sb) {
-		session_sandbox_destroy(s->sb, NULL);
+		/* The session is kept until its sandbox is gone: its volumes are released then. */
+		session_sandbox_destroy(s->sb, s);
 		s->sb = NULL;
 	}
 	if (was_creating)
@@ -349,7 +350,7 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 		if (s->sb) {
 			guest_conn_free(s->conn);
 			s->conn = NULL;
-			session_sandbox_destroy(s->sb, NULL);
+			session_sandbox_destroy(s->sb, s);
 			s->sb = NULL;
 		}
 		session_fail_creation(s, &e);
@@ -434,7 +435,7 @@ static void session_create_done(void *arg)
 		net_sandbox_start(j->sb->id);
 		if (s->state != SESSION_CREATING) {
 			/* Destroyed while it was being made. */
-			session_sandbox_destroy(j->sb, NULL);
+			session_sandbox_destroy(j->sb, s);
 		} else {
 			int fd = TAKE_FD(j->sb->agent_fd);
 			session_attach(s, j->sb, session_conn_new(fd, on_session_conn_closed, s));
