@@ -10,7 +10,8 @@
 
 void cmd_volumes_help(void)
 {
-	printf("usage: sandbox volumes create NAME SIZE   make a volume of SIZE (bytes, or K, M, G)\n"
+	printf("usage: sandbox volumes create NAME SIZE   make a volume of SIZE (bytes, or K, M, "
+	       "G)\n"
 	       "       sandbox volumes ls [--json]        list your volumes\n"
 	       "       sandbox volumes rm NAME...         delete volumes and their files\n\n"
 	       "Sessions mount volumes at creation: sandbox create --volume NAME:/PATH[:ro].\n"
@@ -52,8 +53,8 @@ int cli_volume_add(json_t *volumes, const char *spec)
 	} else if (n > 3 && strcmp(path + n - 3, ":rw") == 0) {
 		path[n - 3] = '\0';
 	}
-	json_array_append_new(volumes, json_pack("{s:s, s:s, s:b}", "name", name, "path", path,
-						 "readOnly", ro));
+	json_array_append_new(
+		volumes, json_pack("{s:s, s:s, s:b}", "name", name, "path", path, "readOnly", ro));
 	return 0;
 }
 
@@ -61,7 +62,8 @@ static char *volume_path(const char *name)
 {
 	/* Names are [A-Za-z0-9._-]: nothing to escape; others are refused by the server. */
 	for (const char *p = name; *p; p++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", *p))
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
+			    *p))
 			return NULL;
 	return xasprintf("/volumes/%s", name);
 }
@@ -86,7 +88,8 @@ int cmd_volumes(int argc, char **argv)
 	if (strcmp(sub, "create") == 0) {
 		json_int_t size;
 		if (argc < 4 || cli_parse_size(argv[3], &size) < 0) {
-			rc = cli_fail("usage: sandbox volumes create NAME SIZE (bytes, or K, M, G)");
+			rc = cli_fail(
+				"usage: sandbox volumes create NAME SIZE (bytes, or K, M, G)");
 		} else {
 			json_t *body = json_pack("{s:s, s:I}", "name", argv[2], "sizeBytes", size);
 			if (client_json(c, "POST", "/volumes", body, &r, NULL, &e) < 0)
