@@ -8,12 +8,13 @@
 void cmd_exec_help(void)
 {
 	printf("usage: sandbox exec [-d [--tag TAG] | -i] SESSION [--env K=V]... [--cwd DIR] "
-	       "[--timeout MS] [--json] -- COMMAND [ARG]...\n\n"
+	       "[--timeout MS] [--user root] [--json] -- COMMAND [ARG]...\n\n"
 	       "Runs a command in SESSION, streaming its output, and exits with its exit code.\n"
 	       "Ctrl-C cancels the command.\n"
 	       "  -d         start it as a background process and print its pid (the process\n"
 	       "             object with --json); see `sandbox procs`, `attach` and `kill`\n"
 	       "  --tag TAG  with -d: a name to refer to the process by\n"
+	       "  --user root  run it as the sandbox's own root (to install packages)\n"
 	       "  -i         forward this program's stdin to the command (it runs as a\n"
 	       "             background process); Ctrl-C sends it SIGINT\n");
 }

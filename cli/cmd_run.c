@@ -10,10 +10,11 @@
 void cmd_run_help(void)
 {
 	printf("usage: sandbox run [--template T] [--env K=V]... [--cwd DIR] [--timeout MS] "
-	       "[--json] -- COMMAND [ARG]...\n\n"
+	       "[--user root] [--json] -- COMMAND [ARG]...\n\n"
 	       "Creates a session, streams the command's output, destroys the session and exits\n"
 	       "with the command's exit code (128 + N when killed by signal N). Ctrl-C cancels\n"
-	       "the command. --json prints the stream's NDJSON events instead of the output.\n");
+	       "the command. --json prints the stream's NDJSON events instead of the output.\n"
+	       "--user root runs it as the sandbox's own root (default: the command user).\n");
 }
 
 int cli_parse_exec_opts(int argc, char **argv, json_t *body, const char **template_name)
@@ -43,6 +44,9 @@ int cli_parse_exec_opts(int argc, char **argv, json_t *body, const char **templa
 			}
 		} else if (strcmp(a, "--cwd") == 0) {
 			json_object_set_new(body, "cwd", json_string(v));
+		} else if (strcmp(a, "--user") == 0 || strcmp(a, "-u") == 0) {
+			/* "root" or "user": the server says what else is wrong. */
+			json_object_set_new(body, "user", json_string(v));
 		} else if (strcmp(a, "--timeout") == 0) {
 			char *end;
 			long long ms = strtoll(v, &end, 10);

@@ -68,6 +68,11 @@ class CliTest(unittest.TestCase):
         self.assertEqual(ro_session["volumes"], [{"name": "cli-vol", "path": "/mnt/v",
                                                   "readOnly": True}])
         self.cli("exec", sid, "sh", "-c", "echo w > /data/f", check=0)
+        self.assertEqual(self.cli("exec", sid, "--user", "root", "--", "id", "-u", check=0).stdout,
+                         b"0\n")
+        self.assertEqual(self.cli("exec", sid, "--", "id", "-u", check=0).stdout, b"1000\n")
+        self.assertIn(b"user", self.cli("exec", sid, "--user", "nobody", "--", "true",
+                                        check=1).stderr)
         self.assertEqual(self.cli("exec", ro_session["id"], "cat", "/mnt/v/f", check=0).stdout,
                          b"w\n")
         p = self.cli("volumes", "rm", "cli-vol", check=1)
