@@ -329,6 +329,46 @@ class VolumeRestartTest(unittest.TestCase):
         self.assertEqual(images_in(first.state_dir), [])
 
 
+    def test_kill_while_mounted_then_mounted_again(self):
+        """kill -9 with a volume mounted read-write: the restart ends the leftover sandbox,
+        whose mount held the volume, and the next session writes it (one filesystem of it at
+        a time: the old loop device is gone first)."""
+        if harness.driver() != "jail":
+            self.skipTest("volumes are mounted by the jail driver")
+        env = {"SANDBOX_WARM_POOL": "0", "SANDBOX_DEFAULT_TEMPLATE": "base"}
+        first = start_daemon(env)
+        self.addCleanup(first._cleanup, False)
+        self.addCleanup(first.kill)
+        status, _, body = first.post("/volumes", body={"name": "ws", "sizeBytes": 32 * MiB})
+        self.assertEqual(status, 201, body)
+        # A volume as the workspace: the files API writes it, commands run in it.
+        mounts = [{"name": "ws", "path": "/workspace"}]
+        status, _, body = first.post("/exec/", body={"id": "a", "volumes": mounts}, timeout=60)
+        self.assertEqual(status, 201, body)
+        status, _, body = first.post("/exec/a/write", body={"path": "kept.txt",
+                                                             "content": "through the API"})
+        self.assertEqual(status, 200, body)
+        status, _, body = first.post("/exec/a/execute", body={"command": "sync"})
+        self.assertEqual((status, body.get("exitCode")), (200, 0), body)
+        self.assertEqual(len(loops_of(first.state_dir)), 1)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        first.kill()
+        second = start_daemon({**env, "SANDBOX_STATE_DIR": first.state_dir,
+                               "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        status, _, body = second.post("/exec/", body={"id": "b", "volumes": mounts}, timeout=60)
+        self.assertEqual(status, 201, body)
+        status, _, body = second.post("/exec/b/execute", body={
+            "command": "cat kept.txt && stat -c %u kept.txt && echo more >> kept.txt"})
+        self.assertEqual((status, body.get("exitCode")), (200, 0), body)
+        self.assertEqual(joined(body["output"], "stdout"), "through the API1000\n")
+        self.assertEqual(len(loops_of(first.state_dir)), 1)
+        second.delete("/exec/b", timeout=30)
+        wait_until(lambda: not loops_of(first.state_dir), 10,
+                   what="the volume's loop device to detach")
+
+
 class VolumeCrashTest(unittest.TestCase):
     """kill -9 while volumes are being made leaves no image behind after the next start."""
 
