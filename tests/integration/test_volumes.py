@@ -60,8 +60,16 @@ class VolumeCase(DaemonTestCase):
                                             api_key=key, timeout=60)
         self.assertEqual(status, expect, body)
         if status == 201:
-            self.addCleanup(self.d.delete, f"/volumes/{name}", api_key=key, timeout=30)
+            self.addCleanup(self.delete_volume, name, key)
         return status, headers, body
+
+    def delete_volume(self, name, key):
+        """Deletes it once the sessions that mounted it are gone (a moment after theirs)."""
+        def gone():
+            status, _, body = self.d.delete(f"/volumes/{name}", api_key=key, timeout=30)
+            self.assertIn(status, (200, 404, 409), body)
+            return status != 409
+        wait_until(gone, 10, what=f"volume {name} to be released")
 
     def create(self, volumes, key=None, expect=201, **body):
         key = key or self.key_a
@@ -206,6 +214,39 @@ class VolumeTest(VolumeCase):
         self.assertJsonError(status, headers, body, 429, "SANDBOX_KEY_MAX_VOLUME_BYTES")
 
     # attacks
+
+    def test_concurrent_creations_and_writers(self):
+        results = []
+
+        def make():
+            results.append(self.d.post("/volumes", body={"name": "race", "sizeBytes": 16 * MiB},
+                                       api_key=self.key_a, timeout=60)[0])
+
+        threads = [threading.Thread(target=make) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.addCleanup(self.delete_volume, "race", self.key_a)
+        self.assertEqual(sorted(results), [201] + [409] * 5)
+        sessions = []
+
+        def mount():
+            sid = new_session_id("racer")
+            status, _, body = self.d.post("/exec/", body={"id": sid, "volumes": [
+                {"name": "race", "path": "/data"}]}, api_key=self.key_a, timeout=60)
+            sessions.append((sid, status, body))
+
+        threads = [threading.Thread(target=mount) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for sid, status, _ in sessions:
+            if status == 201:
+                self.addCleanup(self.d.delete, f"/exec/{sid}", api_key=self.key_a, timeout=30)
+        self.assertEqual(sorted(status for _, status, _ in sessions), [201] + [409] * 5,
+                         sessions)
 
     def test_malformed_volume_bodies_are_400(self):
         bad = [
