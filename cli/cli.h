@@ -47,6 +47,16 @@ int cli_parse_size(const char *s, json_int_t *ret);
 /* Appends {"name", "path", "readOnly"} for --volume NAME:/PATH[:ro]; 2 after a message. */
 int cli_volume_add(json_t *volumes, const char *spec);
 
+/* Ports (cmd_ports.c): a port argument's value (1-65535, or 0 too when zero_ok), -1 when it
+ * is none; GET /exec/:id/ports (NULL with err); the entry of a listing for port, or NULL; 0
+ * when the listing shows something listening on port (or was cut short), else 1 after
+ * saying so. */
+struct err;
+int cli_port_arg(const char *s, bool zero_ok);
+json_t *cli_session_ports(struct client *c, const char *session_id, struct err *err);
+json_t *cli_find_port(json_t *listing, int port);
+int cli_need_listening(json_t *listing, const char *session_id, int port);
+
 /* Prints j indented, for --json. */
 void cli_print_json(json_t *j);
 
@@ -77,3 +87,6 @@ DECLARE_COMMAND(kill);
 DECLARE_COMMAND(templates);
 DECLARE_COMMAND(mcp);
 DECLARE_COMMAND(watch);
+DECLARE_COMMAND(ports);
+DECLARE_COMMAND(open);
+DECLARE_COMMAND(forward);

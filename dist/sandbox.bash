@@ -48,7 +48,7 @@ _sandbox() {
 		return
 		;;
 	--url | --api-key | --env | --timeout | --memory | --disk | --pids | --cpu-quota | \
-		--idle-timeout | --scopes | --rate-limit | --expires | --quota | --tag | --replay)
+		--idle-timeout | --scopes | --rate-limit | --expires | --quota | --tag | --replay | --bind)
 		return
 		;;
 	esac

@@ -122,6 +122,11 @@ const char *client_url(const struct client *c)
 	return c->unix_path ? c->unix_path : c->base;
 }
 
+const char *client_http_url(const struct client *c)
+{
+	return c->unix_path ? NULL : c->base;
+}
+
 void client_set_abort_check(struct client *c, bool (*fn)(void *arg), void *arg)
 {
 	c->abort_fn = fn;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "util/err.h"
 
@@ -27,6 +28,9 @@ struct client *client_new(const char *url, const char *api_key);
 const char *client_default_url(void);
 void client_free(struct client *c);
 const char *client_url(const struct client *c);
+/* The daemon's HTTP URL (without a trailing slash), or NULL when it is reached over a Unix
+ * socket: what a browser would be given. */
+const char *client_http_url(const struct client *c);
 /* A client of its own (another connection) to the same daemon with the same key and headers,
  * for a second transfer at once (another thread, or from an abort check). */
 struct client *client_dup(const struct client *c);
@@ -79,3 +83,24 @@ int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, siz
 unsigned client_ws_close_code(const struct client_ws *ws);
 /* Closes (with a close frame when still open) and frees. */
 void client_ws_free(struct client_ws *ws);
+
+/* --- a byte stream to a port of a session (GET /exec/:id/forward/:port, Upgrade: tcp) --- */
+
+/* A connection to TCP port `port` on the loopback of session_id's sandbox, through the
+ * daemon (what `sandbox forward` relays). NULL with err set when the daemon refuses (the
+ * server's error: no such session, nothing listening on the port...) or cannot be reached. */
+struct client_tunnel;
+struct client_tunnel *client_tunnel_open(struct client *c, const char *session_id, unsigned port,
+					 struct err *err);
+/* The socket, to poll (POLLIN when client_tunnel_read may have bytes, POLLOUT when a write
+ * took none). */
+int client_tunnel_fd(const struct client_tunnel *t);
+/* Takes what the connection accepts now of data: the number of bytes, 0 when none (poll for
+ * POLLOUT), negative with err once the connection is broken. */
+ssize_t client_tunnel_write(struct client_tunnel *t, const void *data, size_t len, struct err *err);
+/* Reads bytes from the port: their number, 0 when none is there yet (poll for POLLIN), or
+ * negative with err once the other side closed. Bytes may be waiting before the socket polls
+ * readable (those that came with the answer to the upgrade): read until 0 before polling. */
+ssize_t client_tunnel_read(struct client_tunnel *t, void *buf, size_t cap, struct err *err);
+/* Closes the connection and frees t (NULL: nothing). */
+void client_tunnel_free(struct client_tunnel *t);

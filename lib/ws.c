@@ -1,29 +1,22 @@
-/* ws: the client side of a WebSocket (RFC 6455) over a connection curl opens (CONNECT_ONLY:
- * TCP, TLS or a Unix socket, as for every other request of the client). Frames are masked
- * out, unmasked in; fragments are joined, pings answered, a close answered and reported. */
+/* ws: the client side of a WebSocket (RFC 6455) over a connection taken over by an upgrade
+ * (upgrade.c). Frames are masked out, unmasked in; fragments are joined, pings answered, a
+ * close answered and reported. */
 #include "sandbox.h"
 
-#include <curl/curl.h>
 #include <errno.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "client_internal.h"
 #include "util/cleanup.h"
 #include "util/random.h"
 
 #define WS_MAX_MESSAGE (16u << 20)
-#define WS_HEAD_MAX    (64u << 10)
 
 struct client_ws {
-	CURL *curl;
-	int fd;
-	uint8_t *in; /* bytes read, not yet consumed */
-	size_t in_len, in_cap;
-	uint8_t *msg; /* the message being joined, and the last one returned */
+	struct client_conn conn; /* its in: bytes read, not yet consumed */
+	uint8_t *msg;            /* the message being joined, and the last one returned */
 	size_t msg_len;
 	int msg_op;
 	size_t consumed; /* of in, by the message returned last */
@@ -33,7 +26,7 @@ struct client_ws {
 
 int client_ws_fd(const struct client_ws *ws)
 {
-	return ws->fd;
+	return ws->conn.fd;
 }
 
 unsigned client_ws_close_code(const struct client_ws *ws)
@@ -41,50 +34,20 @@ unsigned client_ws_close_code(const struct client_ws *ws)
 	return ws->close_code;
 }
 
-static int wait_fd(int fd, short events)
-{
-	struct pollfd p = { .fd = fd, .events = events };
-	return poll(&p, 1, 30000) > 0 ? 0 : -ETIMEDOUT;
-}
-
 static int send_all(struct client_ws *ws, const void *p, size_t n, struct err *err)
 {
-	const uint8_t *b = p;
-	while (n) {
-		size_t sent = 0;
-		CURLcode rc = curl_easy_send(ws->curl, b, n, &sent);
-		if (rc == CURLE_AGAIN) {
-			if (wait_fd(ws->fd, POLLOUT) < 0)
-				return err_set(err, ETIMEDOUT, "the server takes no data");
-			continue;
-		}
-		if (rc != CURLE_OK)
-			return err_set(err, EPIPE, "connection lost: %s", curl_easy_strerror(rc));
-		b += sent;
-		n -= sent;
-	}
-	return 0;
+	return client_conn_send(&ws->conn, p, n, err);
 }
 
 /* Reads what is there into in; 0 (maybe nothing new), -1 at the end of the connection. */
 static int fill(struct client_ws *ws, struct err *err)
 {
-	if (ws->in_cap - ws->in_len < 65536) {
-		ws->in_cap = ws->in_cap ? ws->in_cap * 2 : 131072;
-		ws->in = xrealloc(ws->in, ws->in_cap);
-	}
-	size_t got = 0;
-	CURLcode rc = curl_easy_recv(ws->curl, ws->in + ws->in_len, ws->in_cap - ws->in_len, &got);
-	if (rc == CURLE_AGAIN)
+	if (client_conn_fill(&ws->conn, err) >= 0)
 		return 0;
-	if (rc != CURLE_OK || got == 0) {
-		ws->closed = true;
-		if (!ws->close_code)
-			ws->close_code = 1006;
-		return err_set(err, ECONNRESET, "the server closed the connection");
-	}
-	ws->in_len += got;
-	return 0;
+	ws->closed = true;
+	if (!ws->close_code)
+		ws->close_code = 1006;
+	return -1;
 }
 
 static int send_frame(struct client_ws *ws, int op, const void *data, size_t len, struct err *err)
@@ -128,23 +91,23 @@ static int parse(struct client_ws *ws, bool *binary, const uint8_t **data, size_
 		 struct err *err)
 {
 	for (;;) {
-		size_t off = 0, n = ws->in_len;
+		size_t off = 0, n = ws->conn.in_len;
 		if (n < 2)
 			return 0;
-		uint8_t b0 = ws->in[0], b1 = ws->in[1];
+		uint8_t b0 = ws->conn.in[0], b1 = ws->conn.in[1];
 		uint64_t plen = b1 & 0x7f;
 		off = 2;
 		if (plen == 126) {
 			if (n < 4)
 				return 0;
-			plen = (uint64_t)ws->in[2] << 8 | ws->in[3];
+			plen = (uint64_t)ws->conn.in[2] << 8 | ws->conn.in[3];
 			off = 4;
 		} else if (plen == 127) {
 			if (n < 10)
 				return 0;
 			plen = 0;
 			for (int i = 0; i < 8; i++)
-				plen = plen << 8 | ws->in[2 + i];
+				plen = plen << 8 | ws->conn.in[2 + i];
 			off = 10;
 		}
 		if (b1 & 0x80 || plen > WS_MAX_MESSAGE || ws->msg_len + plen > WS_MAX_MESSAGE) {
@@ -156,7 +119,7 @@ static int parse(struct client_ws *ws, bool *binary, const uint8_t **data, size_
 		if (n - off < plen)
 			return 0;
 		int op = b0 & 0x0f;
-		const uint8_t *payload = ws->in + off;
+		const uint8_t *payload = ws->conn.in + off;
 		size_t total = off + (size_t)plen;
 		if (op == 8) {
 			ws->close_code =
@@ -171,8 +134,8 @@ static int parse(struct client_ws *ws, bool *binary, const uint8_t **data, size_
 		if (op == 9 || op == 10) {
 			if (op == 9 && send_frame(ws, 10, payload, (size_t)plen, err) < 0)
 				return -1;
-			memmove(ws->in, ws->in + total, n - total);
-			ws->in_len -= total;
+			memmove(ws->conn.in, ws->conn.in + total, n - total);
+			ws->conn.in_len -= total;
 			continue;
 		}
 		/* A data frame: whole messages are returned from in when they come in one frame,
@@ -189,8 +152,8 @@ static int parse(struct client_ws *ws, bool *binary, const uint8_t **data, size_
 		ws->msg = xrealloc(ws->msg, ws->msg_len + (size_t)plen + 1);
 		memcpy(ws->msg + ws->msg_len, payload, (size_t)plen);
 		ws->msg_len += (size_t)plen;
-		memmove(ws->in, ws->in + total, n - total);
-		ws->in_len -= total;
+		memmove(ws->conn.in, ws->conn.in + total, n - total);
+		ws->conn.in_len -= total;
 		if (b0 & 0x80) {
 			*binary = ws->msg_op == 2;
 			*data = ws->msg;
@@ -207,8 +170,8 @@ int client_ws_recv(struct client_ws *ws, bool *binary, const uint8_t **data, siz
 		   struct err *err)
 {
 	if (ws->consumed) {
-		memmove(ws->in, ws->in + ws->consumed, ws->in_len - ws->consumed);
-		ws->in_len -= ws->consumed;
+		memmove(ws->conn.in, ws->conn.in + ws->consumed, ws->conn.in_len - ws->consumed);
+		ws->conn.in_len -= ws->consumed;
 		ws->consumed = 0;
 		ws->msg_len = 0;
 		ws->msg_op = 0;
@@ -234,39 +197,13 @@ void client_ws_free(struct client_ws *ws)
 		uint8_t code[2] = { 1000 >> 8, 1000 & 0xff };
 		send_frame(ws, 8, code, 2, &e);
 	}
-	curl_easy_cleanup(ws->curl);
-	free(ws->in);
+	client_conn_close(&ws->conn);
 	free(ws->msg);
 	free(ws);
 }
 
 struct client_ws *client_ws_open(struct client *c, const char *path, struct err *err)
 {
-	struct client_ws *ws = xcalloc(1, sizeof(*ws));
-	ws->fd = -1;
-	ws->curl = curl_easy_init();
-	_cleanup_free_ char *url = xasprintf("%s%s", client_base(c), path);
-	curl_easy_setopt(ws->curl, CURLOPT_URL, url);
-	if (client_unix_path(c))
-		curl_easy_setopt(ws->curl, CURLOPT_UNIX_SOCKET_PATH, client_unix_path(c));
-	curl_easy_setopt(ws->curl, CURLOPT_CONNECT_ONLY, 1L);
-	curl_easy_setopt(ws->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(ws->curl, CURLOPT_CONNECTTIMEOUT, 10L);
-	CURLcode rc = curl_easy_perform(ws->curl);
-	curl_socket_t sock = CURL_SOCKET_BAD;
-	if (rc == CURLE_OK)
-		rc = curl_easy_getinfo(ws->curl, CURLINFO_ACTIVESOCKET, &sock);
-	if (rc != CURLE_OK || sock == CURL_SOCKET_BAD) {
-		err_set(err, ECONNREFUSED, "cannot reach sandboxd at %s: %s", client_url(c),
-			curl_easy_strerror(rc));
-		ws->closed = true;
-		client_ws_free(ws);
-		return NULL;
-	}
-	ws->fd = (int)sock;
-
-	_cleanup_free_ char *head = NULL;
-	/* The handshake, by hand: curl only connected. */
 	uint8_t nonce[16];
 	random_bytes(nonce, sizeof(nonce));
 	static const char b64[] =
@@ -282,62 +219,12 @@ struct client_ws *client_ws_open(struct client *c, const char *path, struct err 
 		key[o++] = i + 2 < 16 ? b64[v & 63] : '=';
 	}
 	key[24] = '\0';
-	_cleanup_free_ char *host = client_host_header(c);
-	_cleanup_free_ char *req = xasprintf(
-		"GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s%s\r\n",
-		path, host, key, client_auth_header(c) ? client_auth_header(c) : "",
-		client_auth_header(c) ? "\r\n" : "");
-	if (send_all(ws, req, strlen(req), err) < 0)
-		goto fail;
-	char *end = NULL;
-	while (!(end = memmem(ws->in, ws->in_len, "\r\n\r\n", 4))) {
-		if (ws->in_len > WS_HEAD_MAX) {
-			err_set(err, EPROTO, "the server's answer to the upgrade is too long");
-			goto fail;
-		}
-		if (wait_fd(ws->fd, POLLIN) < 0) {
-			err_set(err, ETIMEDOUT, "the server did not answer the upgrade");
-			goto fail;
-		}
-		if (fill(ws, err) < 0)
-			goto fail;
+	_cleanup_free_ char *extra =
+		xasprintf("Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n", key);
+	struct client_ws *ws = xcalloc(1, sizeof(*ws));
+	if (client_upgrade(c, path, "websocket", extra, &ws->conn, err) < 0) {
+		free(ws);
+		return NULL;
 	}
-	size_t head_len = (size_t)(end - (char *)ws->in) + 4;
-	head = xmalloc(head_len + 1);
-	memcpy(head, ws->in, head_len);
-	head[head_len] = '\0';
-	int status = 0;
-	if (sscanf(head, "HTTP/1.%*d %d", &status) != 1) {
-		err_set(err, EPROTO, "the server's answer is not HTTP");
-		goto fail;
-	}
-	if (status != 101) {
-		/* The error reply's body, for its message. */
-		long clen = 0;
-		const char *cl = strcasestr(head, "\r\nContent-Length:");
-		if (cl)
-			clen = strtol(cl + 17, NULL, 10);
-		if (clen < 0 || clen > (long)WS_HEAD_MAX)
-			clen = 0;
-		while (ws->in_len < head_len + (size_t)clen) {
-			if (wait_fd(ws->fd, POLLIN) < 0 || fill(ws, err) < 0)
-				break;
-		}
-		size_t blen =
-			ws->in_len - head_len < (size_t)clen ? ws->in_len - head_len : (size_t)clen;
-		client_http_error(err, status, (const char *)ws->in + head_len, blen);
-		goto fail;
-	}
-	if (!strcasestr(head, "\r\nUpgrade: websocket")) {
-		err_set(err, EPROTO, "the server did not upgrade to WebSocket");
-		goto fail;
-	}
-	memmove(ws->in, ws->in + head_len, ws->in_len - head_len);
-	ws->in_len -= head_len;
 	return ws;
-fail:
-	ws->closed = true;
-	client_ws_free(ws);
-	return NULL;
 }
