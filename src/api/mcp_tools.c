@@ -15,6 +15,7 @@
 #include "api/api.h"
 #include "api/mcp.h"
 #include "session/volume.h"
+#include "session/preview.h"
 #include "util/cleanup.h"
 #include "util/signame.h"
 #include "util/log.h"
@@ -453,6 +454,42 @@ static const char out_wait_for_change[] =
 	"\"timedOut\": {\"type\": \"boolean\"}}, "
 	"\"required\": [\"sessionId\", \"path\", \"events\", \"timedOut\"]}";
 
+/* Ports and previews (the REST API's GET /exec/:id/ports and /preview). */
+#define PORT_URLS                                                                            \
+	"\"url\": {\"type\": \"string\", \"description\": \"The host form: "                 \
+	"http://PORT-NAME.DOMAIN:..., with a key of the session's owner or the token\"}, "   \
+	"\"pathUrl\": {\"type\": \"string\", \"description\": \"The path form, on the "      \
+	"server's own address: /exec/NAME/ports/PORT/\"}, "                                  \
+	"\"public\": {\"type\": \"boolean\", \"description\": \"reachable without a key or " \
+	"token\"}"
+static const char out_list_ports[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, "
+	"\"ports\": {\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {"
+	"\"port\": {\"type\": \"integer\"}, \"address\": {\"type\": \"string\", "
+	"\"description\": \"the address it listens on in the sandbox\"}, " PORT_URLS "}, "
+	"\"required\": [\"port\", \"address\", \"url\", \"pathUrl\", \"public\"]}}, "
+	"\"truncated\": {\"type\": \"boolean\"}}, "
+	"\"required\": [\"sessionId\", \"ports\", \"truncated\"]}";
+static const char in_get_preview_url[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"port\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 65535, "
+	"\"description\": \"A TCP port in the sandbox\"}, "
+	"\"share\": {\"type\": \"boolean\", \"default\": false, \"description\": \"Also "
+	"return shareUrl, which opens the preview in a browser without a key (it carries the "
+	"session's preview token, which opens every port of the session until rotated)\"}}, "
+	"\"required\": [\"sessionId\", \"port\"], \"additionalProperties\": false}";
+static const char out_get_preview_url[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": {\"type\": \"string\"}, \"port\": {\"type\": \"integer\"}, " PORT_URLS
+	", \"listening\": {\"type\": \"boolean\", \"description\": \"whether something "
+	"listens on the port now\"}, "
+	"\"shareUrl\": {\"type\": \"string\", \"description\": \"with share: url with "
+	"?sandbox_token=...\"}}, "
+	"\"required\": [\"sessionId\", \"port\", \"url\", \"pathUrl\", \"public\", "
+	"\"listening\"]}";
+
 static void t_wait_for_change(struct mcp_call *c, json_t *args, const char *version);
 static void t_create_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_templates(struct mcp_call *c, json_t *args, const char *version);
@@ -476,6 +513,8 @@ static void t_signal_process(struct mcp_call *c, json_t *args, const char *versi
 static void t_create_volume(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_volumes(struct mcp_call *c, json_t *args, const char *version);
 static void t_delete_volume(struct mcp_call *c, json_t *args, const char *version);
+static void t_list_ports(struct mcp_call *c, json_t *args, const char *version);
+static void t_get_preview_url(struct mcp_call *c, json_t *args, const char *version);
 
 struct tool {
 	const char *name;
@@ -581,6 +620,16 @@ static struct tool tools[] = {
 	  "with recursive) and return that first batch of changes, or nothing once timeoutMs "
 	  "passes.",
 	  in_wait_for_change, out_wait_for_change, true, false, false, false, t_wait_for_change },
+	{ "list_ports", "List listening ports",
+	  "List the TCP ports that servers listen on in a session, each with the URLs that "
+	  "reach it through the sandbox server (a preview: host form and path form) and "
+	  "whether it is public.",
+	  in_session_only, out_list_ports, true, false, true, false, t_list_ports },
+	{ "get_preview_url", "Get a preview URL",
+	  "Get the URLs that reach a port of a session through the sandbox server, and whether "
+	  "something listens on it; with share, also a URL that opens it in a browser without "
+	  "an API key.",
+	  in_get_preview_url, out_get_preview_url, true, false, true, false, t_get_preview_url },
 };
 
 /* The page size of tools/list: all of them, today. */
@@ -1813,4 +1862,119 @@ static void t_wait_for_change(struct mcp_call *c, json_t *args, const char *vers
 	}
 	struct mcp_tool_run run = { .cancel = wait_cancel, .state = st };
 	mcp_call_set_run(c, &run);
+}
+
+/* --- ports and previews ------------------------------------------------------------- */
+
+struct ports_state {
+	struct call_state cs; /* first: call_state_cancel frees it */
+	unsigned port;        /* get_preview_url's; 0 for list_ports */
+	bool share;
+	char owner[64];
+	char sid[160];
+};
+
+/* A preview URL template (with "{port}", api_preview_json()) for one port. */
+static json_t *url_for(const char *tpl, unsigned port)
+{
+	char num[12];
+	snprintf(num, sizeof(num), "%u", port);
+	struct evbuffer *b = evbuffer_new();
+	for (const char *p = tpl ? tpl : ""; *p;) {
+		if (strncmp(p, "{port}", 6) == 0) {
+			evbuffer_add(b, num, strlen(num));
+			p += 6;
+		} else {
+			evbuffer_add(b, p++, 1);
+		}
+	}
+	size_t n = evbuffer_get_length(b);
+	json_t *j = json_stringn(n ? (const char *)evbuffer_pullup(b, -1) : "", n);
+	evbuffer_free(b);
+	return j;
+}
+
+static void ports_listed(struct ops_call *op, const struct ops_result *r, const struct err *err,
+			 void *arg)
+{
+	struct ports_state *st = arg;
+	struct mcp_call *c = st->cs.c;
+	if (err) {
+		reply_err(c, err);
+		free(st);
+		return;
+	}
+	/* The session may have gone while its agent answered. */
+	struct ops_target t = { .owner = st->owner, .session_id = st->sid };
+	struct err e;
+	struct session *s = ops_find_session(&t, &e);
+	if (!s) {
+		reply_err(c, &e);
+		free(st);
+		return;
+	}
+	json_auto_t *pv = api_preview_json(s, st->share);
+	const char *url = json_string_value(json_object_get(pv, "url"));
+	const char *path = json_string_value(json_object_get(pv, "pathUrl"));
+	json_t *list = json_array();
+	bool listening = false;
+	size_t i;
+	json_t *p;
+	json_array_foreach (r->entries, i, p) {
+		unsigned port = (unsigned)json_integer_value(json_object_get(p, "port"));
+		const char *addr = json_string_value(json_object_get(p, "address"));
+		listening |= port == st->port;
+		json_array_append_new(list,
+				      json_pack("{s:i, s:s, s:o, s:o, s:b}", "port", (int)port,
+						"address", addr ? addr : "", "url",
+						url_for(url, port), "pathUrl", url_for(path, port),
+						"public", session_port_public(s, port)));
+	}
+	json_t *out;
+	if (!st->port) {
+		out = json_pack("{s:s, s:o, s:b}", "sessionId", st->sid, "ports", list, "truncated",
+				r->truncated);
+	} else {
+		json_decref(list);
+		out = json_pack("{s:s, s:i, s:o, s:o, s:b, s:b}", "sessionId", st->sid, "port",
+				(int)st->port, "url", url_for(url, st->port), "pathUrl",
+				url_for(path, st->port), "public", session_port_public(s, st->port),
+				"listening", listening || r->truncated);
+		const char *token = json_string_value(json_object_get(pv, "token"));
+		if (st->share && token) {
+			json_auto_t *u = url_for(url, st->port);
+			char share[1024];
+			snprintf(share, sizeof(share), "%s%ssandbox_token=%s", json_string_value(u),
+				 strchr(json_string_value(u), '?') ? "&" : "?", token);
+			json_object_set_new(out, "shareUrl", json_string(share));
+		}
+	}
+	reply_ok(c, out, st->cs.version);
+	free(st);
+}
+
+static void start_ports(struct mcp_call *c, json_t *args, const char *version, unsigned port,
+			bool share)
+{
+	struct ops_target t = target(c, args);
+	struct ports_state *st = xcalloc(1, sizeof(*st));
+	snprintf(st->cs.version, sizeof(st->cs.version), "%s", version);
+	snprintf(st->owner, sizeof(st->owner), "%s", t.owner ? t.owner : "");
+	snprintf(st->sid, sizeof(st->sid), "%s", t.session_id);
+	st->port = port;
+	st->share = share;
+	struct err e;
+	struct ops_call *op = ops_list_ports(&t, ports_listed, st, &e);
+	start_call(c, &st->cs, op, &e);
+}
+
+static void t_list_ports(struct mcp_call *c, json_t *args, const char *version)
+{
+	start_ports(c, args, version, 0, false);
+}
+
+static void t_get_preview_url(struct mcp_call *c, json_t *args, const char *version)
+{
+	start_ports(c, args, version, (unsigned)json_integer_value(json_object_get(args, "port")),
+		    arg_bool(args, "share", false));
 }
