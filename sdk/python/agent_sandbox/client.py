@@ -195,6 +195,37 @@ class FileStat:
     mtime: float
 
 
+@dataclass
+class Port:
+    """A TCP port listening in a session's sandbox, and the URLs that reach it through the
+    daemon: url (host form, http://PORT-NAME.DOMAIN:...) and path_url (path form,
+    /exec/NAME/ports/PORT/, on the daemon's address). public: reachable without a key or
+    the preview token."""
+    port: int
+    address: str
+    public: bool
+    url: str
+    path_url: str
+
+
+@dataclass
+class Preview:
+    """A session's preview: its name, the URL templates (with "{port}") of both forms, the
+    ports made public, and the token that opens every port of it (None in the answer to
+    set_port_public)."""
+    name: str
+    url: str
+    path_url: str
+    public_ports: List[int]
+    token: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, j: Dict[str, Any]) -> "Preview":
+        return cls(name=j["name"], url=j["url"], path_url=j["pathUrl"],
+                   public_ports=[int(p) for p in j.get("publicPorts", [])],
+                   token=j.get("token"))
+
+
 class _Request:
     """One request's connection, which knows whether the request went out (to tell "cannot
     reach sandboxd" from "sandboxd did not answer in time")."""
@@ -726,6 +757,45 @@ class Session:
     def resize(self, ref: Union[int, str], rows: int, cols: int) -> None:
         """Resizes the terminal of a process started with pty."""
         self.client.request("POST", self._proc(ref, "/resize"), {"rows": rows, "cols": cols})
+
+    # -- ports and previews: servers inside the sandbox, reached through the daemon --
+    def ports(self) -> List[Port]:
+        """The TCP ports listening in the sandbox, with their URLs (at most 1024)."""
+        j = self.client.request("GET", self._p("/ports"))
+        return [Port(int(p["port"]), p.get("address", ""), bool(p.get("public")), p["url"],
+                     p["pathUrl"]) for p in j.get("ports", [])]
+
+    def preview(self) -> Preview:
+        """The session's preview: name, URL templates, public ports and token."""
+        return Preview.from_json(self.client.request("GET", self._p("/preview")))
+
+    def preview_url(self, port: int, form: str = "host", token: bool = False) -> str:
+        """The URL of port: form "host" (http://PORT-NAME.DOMAIN:.../) or "path" (the path
+        form on this client's base URL). token=True appends ?sandbox_token=..., which lets
+        a browser without a key in. ValueError for a port outside 1-65535, an unknown form,
+        or the path form over a Unix socket."""
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"a port is a number from 1 to 65535, not {port!r}")
+        if form not in ("host", "path"):
+            raise ValueError(f'form is "host" or "path", not {form!r}')
+        if form == "path" and self.client._unix:
+            raise ValueError("the path form needs the daemon's HTTP address, not a Unix socket")
+        p = self.preview()
+        url = (p.url if form == "host" else self.client.base_url.rstrip("/") + p.path_url)
+        url = url.replace("{port}", str(port))
+        if token:
+            url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"sandbox_token": p.token})
+        return url
+
+    def rotate_preview_token(self) -> Preview:
+        """A new preview token; every earlier one stops working at once."""
+        return Preview.from_json(self.client.request("POST", self._p("/preview/token")))
+
+    def set_port_public(self, port: int, public: bool = True) -> Preview:
+        """Makes port reachable by anyone (public) or by keys and the token only again.
+        SandboxError 400 for a port outside 1-65535, 409 past the most public ports."""
+        return Preview.from_json(self.client.request("POST", self._p("/preview/public"),
+                                                     {"port": port, "public": public}))
 
     def destroy(self) -> bool:
         """Destroys the session; False when there was no such session (a 200 with

@@ -329,6 +329,76 @@ class SdkTest(unittest.TestCase):
                 s.signal_process("cat", "NOSUCHSIG")
             self.assertEqual(cm.exception.status, 400)
 
+    def test_ports_and_previews(self):
+        import http.client
+        import urllib.parse
+        from agent_sandbox import Port, Preview
+
+        def get(url, headers=None):
+            # As a browser would: a `*.localhost` host is the loopback, its name the Host.
+            u = urllib.parse.urlsplit(url)
+            conn = http.client.HTTPConnection(self.daemon.host, self.daemon.port, timeout=60)
+            try:
+                conn.request("GET", u.path + (f"?{u.query}" if u.query else ""),
+                             headers={"Host": u.netloc, **(headers or {})})
+                r = conn.getresponse()
+                return r.status, r.headers, r.read()
+            finally:
+                conn.close()
+
+        with self.sb.create_session(template="python") as s:
+            s.write_file("page.txt", "the page\n")
+            s.start_process("python3", ["-m", "http.server", "8000"])
+            harness.wait_until(lambda: any(p.port == 8000 for p in s.ports()), 60, 0.1,
+                               "the server to listen")
+            p = next(p for p in s.ports() if p.port == 8000)
+            pv = s.preview()
+            self.assertIsInstance(p, Port)
+            self.assertIsInstance(pv, Preview)
+            host = f"{pv.name}.localhost:{self.daemon.port}"
+            self.assertEqual((p.address, p.public, p.url, p.path_url),
+                             ("0.0.0.0", False, f"http://8000-{host}/",
+                              f"/exec/{pv.name}/ports/8000/"))
+            self.assertTrue(pv.token.startswith("pt_"))
+            self.assertEqual(s.preview_url(8000), p.url)
+            path = s.preview_url(8000, form="path")
+            self.assertEqual(path, f"{self.daemon.base_url}/exec/{pv.name}/ports/8000/")
+            key = {"Authorization": f"Bearer {self.daemon.admin_key}"}
+            for url in (p.url, path):
+                self.assertEqual(get(url + "page.txt", key)[::2], (200, b"the page\n"))
+            # The token URL lets a client without a key in; a rotated token stops working.
+            self.assertEqual(get(p.url + "page.txt")[0], 401)
+            shared = s.preview_url(8000, token=True)
+            self.assertEqual(shared, f"{p.url}?sandbox_token={pv.token}")
+            status, headers, _ = get(shared)
+            self.assertEqual(status, 302)
+            cookie = headers["Set-Cookie"].split(";")[0]
+            self.assertEqual(get(p.url + "page.txt", {"Cookie": cookie})[0], 200)
+            rotated = s.rotate_preview_token()
+            self.assertNotEqual(rotated.token, pv.token)
+            self.assertEqual(get(p.url + "page.txt", {"Cookie": cookie})[0], 401)
+            # Public: anyone, until private again.
+            self.assertEqual(s.set_port_public(8000).public_ports, [8000])
+            self.assertTrue(next(p for p in s.ports() if p.port == 8000).public)
+            self.assertEqual(get(p.url + "page.txt")[0], 200)
+            self.assertEqual(s.set_port_public(8000, False).public_ports, [])
+            self.assertEqual(get(p.url + "page.txt")[0], 401)
+            # Errors: the server's, and the client's own.
+            with self.assertRaises(SandboxError) as cm:
+                s.set_port_public(0)
+            self.assertEqual(cm.exception.status, 400)
+            for bad in (0, 65536, "80", True):
+                with self.assertRaises(ValueError):
+                    s.preview_url(bad)
+            with self.assertRaises(ValueError):
+                s.preview_url(8000, form="nosuch")
+        with self.assertRaises(SandboxError) as cm:
+            self.sb.session("no-such-session").ports()
+        self.assertEqual(cm.exception.status, 404)
+        with self.assertRaises(SandboxError) as cm:
+            self.sb.session("no-such-session").preview_url(8000)
+        self.assertEqual(cm.exception.status, 404)
+
     def test_bad_key(self):
         bad = Sandbox(base_url=self.daemon.base_url, api_key="sk_test_" + "0" * 32)
         with self.assertRaises(SandboxError) as cm:
