@@ -6,6 +6,9 @@ import type {
   AttachOptions,
   FileStat,
   ListFilesResult,
+  PortInfo,
+  PreviewInfo,
+  PreviewUrlOptions,
   ProcessEvent,
   ProcessInfo,
   StartProcessOptions,
@@ -393,6 +396,43 @@ export class Session {
   /** Resizes the terminal of a process started with `pty`. */
   async resize(ref: number | string, rows: number, cols: number): Promise<void> {
     await this.client.json("POST", this.proc(ref, "/resize"), { rows, cols });
+  }
+
+  // Servers inside the sandbox, reached through the daemon (previews).
+
+  /** The TCP ports listening in the sandbox, with their URLs (at most 1024). */
+  async ports(): Promise<PortInfo[]> {
+    return (await this.client.json<{ ports: PortInfo[] }>("GET", this.path("/ports"))).ports;
+  }
+
+  /** The session's preview: name, URL templates, public ports and token. */
+  async preview(): Promise<PreviewInfo> {
+    return this.client.json<PreviewInfo>("GET", this.path("/preview"));
+  }
+
+  /** The URL of `port` in the host form (default) or the path form on baseUrl; with
+   * `token`, with ?sandbox_token=... for a browser without a key. Rejects with a
+   * SandboxError (status 0) for a port outside 1-65535 or an unknown form. */
+  async previewUrl(port: number, opts: PreviewUrlOptions = {}): Promise<string> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw new SandboxError(0, `a port is a number from 1 to 65535, not ${String(port)}`);
+    const form = opts.form ?? "host";
+    if (form !== "host" && form !== "path") throw new SandboxError(0, `form is "host" or "path", not ${String(form)}`);
+    const p = await this.preview();
+    let url = (form === "host" ? p.url : this.client.baseUrl + p.pathUrl).split("{port}").join(String(port));
+    if (opts.token) url += `${url.includes("?") ? "&" : "?"}sandbox_token=${encodeURIComponent(p.token ?? "")}`;
+    return url;
+  }
+
+  /** A new preview token; every earlier one stops working at once. */
+  async rotatePreviewToken(): Promise<PreviewInfo> {
+    return this.client.json<PreviewInfo>("POST", this.path("/preview/token"));
+  }
+
+  /** Makes `port` reachable by anyone (true) or by keys and the token only again (false). A
+   * SandboxError 400 for a port outside 1-65535, 409 past the most public ports. */
+  async setPortPublic(port: number, isPublic = true): Promise<PreviewInfo> {
+    return this.client.json<PreviewInfo>("POST", this.path("/preview/public"), { port, public: isPublic });
   }
 
   /** Destroys the session and its sandbox; false when there was no such session (a 200

@@ -264,3 +264,33 @@ export interface WatchEnd {
   timedOut: boolean;
   gone: boolean;
 }
+
+/** A TCP port listening in a session's sandbox, and the URLs that reach it through the daemon. */
+export interface PortInfo {
+  port: number;
+  /** The address it listens on inside the sandbox. */
+  address: string;
+  /** Reachable without a key or the preview token. */
+  public: boolean;
+  /** The host form: http://PORT-NAME.DOMAIN:.../ */
+  url: string;
+  /** The path form, on the daemon's address: /exec/NAME/ports/PORT/ */
+  pathUrl: string;
+}
+
+/** A session's preview: its name, the URL templates (with "{port}") of both forms, the ports
+ * made public, and the token that opens every port of it (absent in setPortPublic's answer). */
+export interface PreviewInfo {
+  name: string;
+  url: string;
+  pathUrl: string;
+  publicPorts: number[];
+  token?: string;
+}
+
+export interface PreviewUrlOptions {
+  /** "host" (default): http://PORT-NAME.DOMAIN:.../; "path": /exec/NAME/ports/PORT/ on baseUrl. */
+  form?: "host" | "path";
+  /** Append ?sandbox_token=..., so that a browser without a key can open it. */
+  token?: boolean;
+}

@@ -241,3 +241,74 @@ test("process stdin, signals, terminal and errors", async () => {
   await assert.rejects(s.signalProcess("cat", "NOSUCHSIG"), is(400));
   await s.destroy();
 });
+
+// GET url as a browser would: a `*.localhost` host is the loopback, its name the Host header.
+async function browserGet(url, headers = {}) {
+  const http = await import("node:http");
+  const u = new URL(url);
+  const daemonUrl = new URL(daemon.baseUrl);
+  return new Promise((resolve, reject) => {
+    http
+      .get(
+        { host: daemonUrl.hostname, port: daemonUrl.port, path: u.pathname + u.search, headers: { Host: u.host, ...headers } },
+        (res) => {
+          let body = "";
+          res.setEncoding("utf8");
+          res.on("data", (d) => (body += d));
+          res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body }));
+        },
+      )
+      .on("error", reject);
+  });
+}
+
+test("ports and previews: the URLs reach a server in the session", async () => {
+  const s = await sandbox.createSession({ template: "python" });
+  await s.writeFile("page.txt", "the page\n");
+  await s.startProcess("python3", { args: ["-m", "http.server", "8000"] });
+  let port;
+  for (let i = 0; i < 600 && !port; i++) {
+    port = (await s.ports()).find((p) => p.port === 8000);
+    if (!port) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(port, "the server listens");
+  const pv = await s.preview();
+  const host = `${pv.name}.localhost:${new URL(daemon.baseUrl).port}`;
+  assert.deepEqual(port, {
+    port: 8000, address: "0.0.0.0", public: false, url: `http://8000-${host}/`, pathUrl: `/exec/${pv.name}/ports/8000/`,
+  });
+  assert.match(pv.token, /^pt_/);
+  assert.equal(await s.previewUrl(8000), port.url);
+  const path = await s.previewUrl(8000, { form: "path" });
+  assert.equal(path, `${daemon.baseUrl}/exec/${pv.name}/ports/8000/`);
+  const key = { Authorization: `Bearer ${daemon.apiKey}` };
+  for (const url of [port.url, path]) {
+    const r = await browserGet(url + "page.txt", key);
+    assert.deepEqual([r.status, r.body], [200, "the page\n"], url);
+  }
+  // The token URL lets a client without a key in; a rotated token stops working.
+  assert.equal((await browserGet(port.url + "page.txt")).status, 401);
+  const shared = await s.previewUrl(8000, { token: true });
+  assert.equal(shared, `${port.url}?sandbox_token=${pv.token}`);
+  const redirect = await browserGet(shared);
+  assert.equal(redirect.status, 302);
+  const cookie = redirect.headers["set-cookie"][0].split(";")[0];
+  assert.equal((await browserGet(port.url + "page.txt", { Cookie: cookie })).status, 200);
+  const rotated = await s.rotatePreviewToken();
+  assert.notEqual(rotated.token, pv.token);
+  assert.equal((await browserGet(port.url + "page.txt", { Cookie: cookie })).status, 401);
+  // Public: anyone, until private again.
+  assert.deepEqual((await s.setPortPublic(8000)).publicPorts, [8000]);
+  assert.equal((await s.ports()).find((p) => p.port === 8000).public, true);
+  assert.equal((await browserGet(port.url + "page.txt")).status, 200);
+  assert.deepEqual((await s.setPortPublic(8000, false)).publicPorts, []);
+  assert.equal((await browserGet(port.url + "page.txt")).status, 401);
+  // Errors: the server's, and the client's own.
+  const is = (status) => (e) => e instanceof SandboxError && e.status === status;
+  await assert.rejects(s.setPortPublic(0), is(400));
+  for (const bad of [0, 65536, 1.5, "80"]) await assert.rejects(s.previewUrl(bad), is(0));
+  await assert.rejects(s.previewUrl(8000, { form: "nosuch" }), is(0));
+  await assert.rejects(sandbox.session("no-such-session").ports(), is(404));
+  await assert.rejects(sandbox.session("no-such-session").previewUrl(8000), is(404));
+  await s.destroy();
+});
