@@ -285,5 +285,71 @@ class PortsCliTest(unittest.TestCase):
             self.assertIn(f"usage: sandbox {cmd} SESSION".encode(), h.stdout)
 
 
+class HostileDaemonTest(unittest.TestCase):
+    """`sandbox forward` against a server that lists a port but answers the upgrade wrongly:
+    each connection gets a clear error, is closed, and the forward goes on."""
+
+    ANSWERS = [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"(HTTP 200)"),
+        (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+         b"Connection: Upgrade\r\n\r\n", b"did not upgrade to tcp"),
+        (b"SSH-2.0-nonsense\r\n\r\n", b"is not HTTP"),
+        (b"HTTP/1.1 101 Switching Protocols\r\n" + b"X-Pad: " + b"a" * (80 << 10), b"too long"),
+        (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 17\r\n\r\n{\"error\": \"nope\"}",
+         b"nope (HTTP 502)"),
+    ]
+
+    def serve(self, listener, answers):
+        listing = json.dumps({"ports": [{"port": 80, "address": "0.0.0.0", "public": False,
+                                         "url": "http://80-x.localhost/",
+                                         "pathUrl": "/exec/x/ports/80/"}],
+                              "truncated": False}).encode()
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                if head.startswith(b"GET /exec/x/ports "):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(listing), listing))
+                elif head.startswith(b"GET /exec/x/forward/80 ") and answers:
+                    self.assertIn(b"\r\nUpgrade: tcp\r\n", head)
+                    self.assertIn(b"\r\nAuthorization: Bearer sk_test_fake\r\n", head)
+                    conn.sendall(answers.pop(0))
+
+    def test_bad_answers_to_the_upgrade(self):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        answers = [a for a, _ in self.ANSWERS]
+        t = threading.Thread(target=self.serve, args=(listener, answers), daemon=True)
+        t.start()
+        self.addCleanup(listener.close)
+        env = dict(os.environ, SANDBOX_URL=f"http://127.0.0.1:{listener.getsockname()[1]}",
+                   SANDBOX_API_KEY="sk_test_fake")
+        p = subprocess.Popen([CLI, "forward", "x", "80", "0"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (p.kill(), p.wait(), p.stdout.close(), p.stderr.close()))
+        line = p.stdout.readline().decode()
+        self.assertTrue(line.startswith("forwarding 127.0.0.1:"), line)
+        local = int(line.split()[1].rsplit(":", 1)[1])
+        for _ in self.ANSWERS:
+            with socket.create_connection(("127.0.0.1", local), timeout=60) as s:
+                self.assertEqual(s.recv(100), b"")
+        p.send_signal(signal.SIGINT)
+        self.assertEqual(p.wait(timeout=30), 0)
+        err = p.stderr.read()
+        for _, message in self.ANSWERS:
+            self.assertIn(message, err)
+
+
 if __name__ == "__main__":
     unittest.main()
