@@ -181,7 +181,8 @@ void cmd_forward_help(void)
 	       "daemon, bytes both ways until either side closes. Several connections may be\n"
 	       "open at once; Ctrl-C stops. Prints the address it listens on first.\n"
 	       "  LOCAL_PORT   the local port (default: PORT; 0: any free one)\n"
-	       "  --bind ADDR  the local address to listen on (default 127.0.0.1)\n");
+	       "  --bind ADDR  the local address to listen on (default 127.0.0.1; whoever can\n"
+	       "               reach ADDR reaches the port, without a key)\n");
 }
 
 /* A listening socket on addr:port; -1 after saying why not. */
