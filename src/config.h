@@ -175,6 +175,11 @@ struct config {
 	char *net_pool; /* SANDBOX_NET_POOL, default 10.200.0.0/16 */
 	char *nft_bin;  /* SANDBOX_NFT: the nft binary (default: found on PATH) */
 
+	/* the E2B-compatible API (docs/e2b.md) */
+	char *e2b_template_aliases; /* E2B_TEMPLATE_ALIASES: "alias=template,...", default
+				       code-interpreter-v1=python */
+	char *e2b_envd_version;     /* E2B_ENVD_VERSION: what create reports, default 0.4.0 */
+
 	/* MCP */
 	char *mcp_allowed_origins;      /* SANDBOX_MCP_ALLOWED_ORIGINS, comma-separated */
 	unsigned mcp_session_timeout_s; /* SANDBOX_MCP_SESSION_TIMEOUT, default 1800 */

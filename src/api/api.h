@@ -113,6 +113,26 @@ void api_mcp(struct http_ctx *ctx);
 void api_mcp_sse(struct http_ctx *ctx);
 void api_mcp_messages(struct http_ctx *ctx);
 
+/* the E2B-compatible control plane (e2b.c, docs/e2b.md) */
+void api_e2b_create(struct http_ctx *ctx);
+void api_e2b_list(struct http_ctx *ctx);
+void api_e2b_get(struct http_ctx *ctx);
+void api_e2b_kill(struct http_ctx *ctx);
+void api_e2b_timeout(struct http_ctx *ctx);
+void api_e2b_connect(struct http_ctx *ctx);
+void api_e2b_metrics(struct http_ctx *ctx);
+void api_e2b_unsupported(struct http_ctx *ctx);
+/* The data plane (envd.c): the host router's choice for a request that names a sandbox by
+ * E2b-Sandbox-Id, or by a preview Host of port 49983 or 49999; its handler. */
+extern const struct http_route api_envd_route;
+bool api_envd_request(struct http_ctx *ctx, const char *host);
+void api_envd(struct http_ctx *ctx);
+/* Whether a route is one of the above: its errors are E2B's {"code", "message"}. */
+bool api_e2b_route(const struct http_route *r);
+/* Replies with E2B's error body. */
+void api_e2b_error(struct http_ctx *ctx, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* /admin/keys (admin.c) */
 void api_admin_keys_list(struct http_ctx *ctx);
 void api_admin_keys_create(struct http_ctx *ctx);

@@ -64,6 +64,8 @@ static int refuse(struct http_ctx *ctx, int status, const char *msg)
 {
 	if (is_mcp_route(ctx->route))
 		http_reply_json(ctx, status, mcp_error(NULL, MCP_INVALID_REQUEST, "%s", msg));
+	else if (api_e2b_route(ctx->route))
+		api_e2b_error(ctx, status, "%s", msg);
 	else
 		http_reply_error(ctx, status, "%s", msg);
 	return -1;
@@ -89,6 +91,10 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 	 * Origin and cross-site navigations are the app's business, and who may reach it is
 	 * decided by its handler (proxy.c), which knows the key or the token. */
 	if (ctx->route == &api_preview_host_route)
+		return auth_http_check(ctx, NULL, arg);
+	/* So is the E2B data plane: its callers show the sandbox's envd token (envd.c), from
+	 * wherever the SDK runs. */
+	if (ctx->route == &api_envd_route)
 		return auth_http_check(ctx, NULL, arg);
 	bool preview_path = ctx->route == &api_preview_path_route;
 	const char *host = http_header(ctx, "Host");

@@ -59,6 +59,18 @@ const struct http_route api_routes[] = {
 	{ POST, "/mcp/messages", api_mcp_messages, "exec", 0, HTTP_ROUTE_JSON_BODY },
 	{ GET, "/sse", api_mcp_sse, "exec" },
 	{ POST, "/messages", api_mcp_messages, "exec", 0, HTTP_ROUTE_JSON_BODY },
+	{ POST, "/sandboxes", api_e2b_create, "exec", SESSION_BODY },
+	{ GET, "/sandboxes", api_e2b_list, "exec" },
+	{ GET, "/v2/sandboxes", api_e2b_list, "exec" },
+	{ POST, "/v2/sandboxes", api_e2b_create, "exec", SESSION_BODY },
+	{ POST, "/v2/sandboxes/:id/connect", api_e2b_connect, "exec", SMALL_BODY },
+	{ GET, "/sandboxes/:id", api_e2b_get, "exec" },
+	{ DELETE, "/sandboxes/:id", api_e2b_kill, "exec" },
+	{ POST, "/sandboxes/:id/timeout", api_e2b_timeout, "exec", SMALL_BODY },
+	{ POST, "/sandboxes/:id/connect", api_e2b_connect, "exec", SMALL_BODY },
+	{ GET, "/sandboxes/:id/metrics", api_e2b_metrics, "exec" },
+	{ GET | POST | DELETE | HTTP_REQ_PUT, "/sandboxes/:id/:what", api_e2b_unsupported, "exec",
+	  SMALL_BODY },
 	{ GET, "/admin/keys", api_admin_keys_list, "admin" },
 	{ POST, "/admin/keys", api_admin_keys_create, "admin", SMALL_BODY },
 	{ POST, "/admin/keys/:id/revoke", api_admin_keys_revoke, "admin", SMALL_BODY },
@@ -89,9 +101,19 @@ const struct http_route api_preview_path_route = {
 	UPLOAD_BODY, HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_SELF_AUTH
 };
 
+/* The E2B data plane: no key (the envd token is checked by its handler), a body as large as
+ * an upload's (POST /files; RPC bodies are bounded by the handler). */
+const struct http_route api_envd_route = {
+	ANY_METHOD,  "E2b-Sandbox-Id (envd)",
+	api_envd,    NULL,
+	UPLOAD_BODY, HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_SELF_AUTH
+};
+
 const struct http_route *api_host_route(struct http_ctx *ctx, const char *host, void *arg)
 {
 	(void)arg;
+	if (api_envd_request(ctx, host))
+		return &api_envd_route;
 	if (!api_preview_request(ctx, host))
 		return NULL;
 	return api_preview_host(host) ? &api_preview_host_route : &api_preview_path_route;

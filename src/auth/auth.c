@@ -272,13 +272,33 @@ static void note_failure(const char *addr)
 	f->count++;
 }
 
+/* The E2B-compatible routes (api/e2b.c) refuse with E2B's body, {"code": <status>,
+ * "message": ...}: its SDKs read both keys, also on a 401 or a 429. */
+static bool is_e2b_route(const struct http_ctx *ctx)
+{
+	const char *p = ctx->route ? ctx->route->pattern : "";
+	return strncmp(p, "/sandboxes", 10) == 0 || strncmp(p, "/v2/sandboxes", 13) == 0;
+}
+
+static void refuse(struct http_ctx *ctx, int status, const char *msg, int retry_after)
+{
+	if (is_e2b_route(ctx))
+		http_reply_json(ctx, status,
+				json_pack("{s:i, s:s}", "code", status, "message", msg));
+	else if (retry_after >= 0)
+		http_reply_json(ctx, status,
+				json_pack("{s:s, s:i}", "error", msg, "retryAfter", retry_after));
+	else
+		http_reply_error(ctx, status, "%s", msg);
+}
+
 static int deny(struct http_ctx *ctx, int status, const char *msg)
 {
 	if (status == 401) {
 		note_failure(http_peer(ctx));
 		http_add_header(ctx, "WWW-Authenticate", "Bearer");
 	}
-	http_reply_error(ctx, status, "%s", msg);
+	refuse(ctx, status, msg, -1);
 	return -1;
 }
 
@@ -327,9 +347,7 @@ static int rate_limit(struct http_ctx *ctx, const struct key_info *k, struct buc
 		http_add_header(ctx, "Retry-After", buf);
 		http_add_header(ctx, "RateLimit-Remaining", "0");
 		http_add_header(ctx, "RateLimit-Reset", buf);
-		http_reply_json(ctx, 429,
-				json_pack("{s:s, s:i}", "error", "Rate limit exceeded",
-					  "retryAfter", (int)wait));
+		refuse(ctx, 429, "Rate limit exceeded", (int)wait);
 		return -1;
 	}
 	b->tokens -= 1.0;
@@ -399,10 +417,7 @@ static int deny_key(struct http_ctx *ctx, const char *msg)
 		char buf[16];
 		snprintf(buf, sizeof(buf), "%u", retry);
 		http_add_header(ctx, "Retry-After", buf);
-		http_reply_json(ctx, 429,
-				json_pack("{s:s, s:i}", "error",
-					  "Too many failed authentication attempts", "retryAfter",
-					  (int)retry));
+		refuse(ctx, 429, "Too many failed authentication attempts", (int)retry);
 		return -1;
 	}
 	return deny(ctx, 401, msg);
@@ -526,7 +541,7 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 	const char *why;
 	if (valid_key(secret, &k, &status, &why, &e) < 0) {
 		if (status != 401) {
-			http_reply_error(ctx, status, "%s", why);
+			refuse(ctx, status, why, -1);
 			return -1;
 		}
 		return deny_key(ctx, why);
@@ -534,7 +549,7 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 	if (!(k.scopes & scope_bit(scope))) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "Insufficient scope: this route requires `%s`", scope);
-		http_reply_error(ctx, 403, "%s", msg);
+		refuse(ctx, 403, msg, -1);
 		return -1;
 	}
 	struct bucket *b = bucket_for(&k);

@@ -238,6 +238,8 @@ void session_unref(struct session *s)
 	json_decref(s->env);
 	/* After its sandbox: a destroy job holds a reference until the mounts are gone. */
 	volume_release(s->volumes);
+	json_decref(s->metadata);
+	free(s->alias);
 	free(s);
 }
 
@@ -802,8 +804,9 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 	struct session *s = session_mod.sessions;
 	while (s) {
 		struct session *next = s->next;
-		bool idle = s->running == 0 &&
+		bool idle = s->running == 0 && !s->deadline_ms &&
 			    now - s->active_mono_ms >= (uint64_t)s->idle_timeout_s * 1000;
+		bool deadline = s->deadline_ms && wall >= s->deadline_ms;
 		bool expired =
 			session_mod.cfg->max_lifetime_s &&
 			wall - s->created_ms >= (uint64_t)session_mod.cfg->max_lifetime_s * 1000;
@@ -812,6 +815,8 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 				session_destroy(s, "idle timeout");
 			else if (expired)
 				session_destroy(s, "maximum lifetime reached");
+			else if (deadline)
+				session_destroy(s, "its timeout passed");
 		} else if (s->state == SESSION_PAUSED && expired) {
 			/* Paused: no idle clock, but the lifetime runs. */
 			session_destroy(s, "maximum lifetime reached");

@@ -77,6 +77,12 @@ struct session {
 	bool transition;      /* a pause or resume runs on a worker (it holds sb) */
 	bool destroy_pending; /* destroyed meanwhile: the sandbox goes when it ends */
 	uint64_t paused_ms;   /* wall clock of the last pause */
+	/* The E2B API's view (api/e2b.c): an absolute deadline (wall clock ms, 0: none) that
+	 * replaces the idle timeout, the client's metadata (object of strings) and the template
+	 * id it asked for (an alias of tmpl's name, or NULL). */
+	uint64_t deadline_ms;
+	json_t *metadata;
+	char *alias;
 	int refs;
 	struct session *next;
 };

@@ -1,0 +1,528 @@
+/* e2b: the control plane of the E2B-compatible API (docs/e2b.md), under the caller's key:
+ *   POST   /sandboxes, /v2/sandboxes create one (201)
+ *   GET    /sandboxes, /v2/sandboxes the caller's, with metadata and state filters, in pages
+ *                                    (X-Next-Token)
+ *   GET    /sandboxes/:id            one
+ *   DELETE /sandboxes/:id            destroy it (204)
+ *   POST   /sandboxes/:id/timeout    its deadline from now (204)
+ *   POST   /sandboxes/:id/connect    extend its deadline, and its tokens (200; also under /v2)
+ *   GET    /sandboxes/:id/metrics    its usage samples
+ *   other  /sandboxes/:id/:what      pause, resume, snapshots...: 501
+ * Every error body is E2B's {"code": <status>, "message": <text>} (the SDKs read both keys),
+ * the refusals of the auth layer included (auth.c and front.c ask api_e2b_route()).
+ *
+ * A sandbox is a session of the caller's. Those made here have an E2B-shaped id (20
+ * lowercase hex digits: a DNS label, so that its preview host names work), an absolute
+ * deadline instead of the idle timeout, the client's metadata and the template id it asked
+ * for (an alias from E2B_TEMPLATE_ALIASES, or the template's own name). The tokens given
+ * out are the session's token views (session/preview.h). */
+#include <errno.h>
+#include <event2/http.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "session/ops.h"
+#include "session/session.h"
+#include "util/cleanup.h"
+#include "util/random.h"
+#include "util/text.h"
+#include "util/time.h"
+
+#define E2B_CLIENT_ID "agent-sandbox"
+/* A list page holds at most this many sandboxes (E2B's own cap). */
+#define LIST_LIMIT_MAX     100
+#define METADATA_MAX       64
+#define METADATA_VALUE_MAX 1024
+
+void api_e2b_error(struct http_ctx *ctx, int status, const char *fmt, ...)
+{
+	char msg[ERR_MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	_cleanup_free_ char *clean = utf8_sanitize((const uint8_t *)msg, strlen(msg), NULL);
+	http_reply_json(ctx, status, json_pack("{s:i, s:s}", "code", status, "message", clean));
+}
+
+static void reply_err(struct http_ctx *ctx, const struct err *err)
+{
+	int status = http_status_for_errno(err->errnum);
+	if (err->errnum == EAGAIN)
+		http_add_header(ctx, "Retry-After", "1");
+	api_e2b_error(ctx, status, "%s", err->msg);
+}
+
+bool api_e2b_route(const struct http_route *r)
+{
+	return r && (strncmp(r->pattern, "/sandboxes", 10) == 0 ||
+		     strncmp(r->pattern, "/v2/sandboxes", 13) == 0);
+}
+
+/* The body as a JSON object (empty: {}), or NULL having replied 400. */
+static json_t *body_object(struct http_ctx *ctx)
+{
+	size_t len;
+	const uint8_t *b = http_body(ctx, &len);
+	if (!b || !len)
+		return json_object();
+	struct err e;
+	if (http_json_limits_check(ctx, b, len, &e) < 0) {
+		api_e2b_error(ctx, 400, "%s", e.msg);
+		return NULL;
+	}
+	json_error_t je;
+	json_t *j = json_loadb((const char *)b, len, 0, &je);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		api_e2b_error(ctx, 400, "the body must be a JSON object");
+		return NULL;
+	}
+	return j;
+}
+
+/* A timeout in seconds from the body (key "timeout"), def when absent; -1 having replied. */
+static int64_t body_timeout(struct http_ctx *ctx, json_t *body, int64_t def)
+{
+	json_t *v = json_object_get(body, "timeout");
+	if (!v || json_is_null(v))
+		return def;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > 366 * 86400) {
+		api_e2b_error(ctx, 400, "\"timeout\" must be a number of seconds");
+		return -1;
+	}
+	return json_integer_value(v);
+}
+
+/* An object of strings (metadata, envVars), or NULL for none; -1 having replied. */
+static int body_strings(struct http_ctx *ctx, json_t *body, const char *key, json_t **ret)
+{
+	json_t *v = json_object_get(body, key);
+	*ret = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v) || json_object_size(v) > METADATA_MAX) {
+		api_e2b_error(ctx, 400, "\"%s\" must be an object of at most %d strings", key,
+			      METADATA_MAX);
+		return -1;
+	}
+	const char *k;
+	json_t *x;
+	json_object_foreach (v, k, x) {
+		if (!json_is_string(x) || json_string_length(x) > METADATA_VALUE_MAX ||
+		    strlen(k) > 256) {
+			api_e2b_error(ctx, 400, "\"%s\" must be an object of strings (`%.64s`)",
+				      key, k);
+			return -1;
+		}
+	}
+	*ret = v;
+	return 0;
+}
+
+/* The template a client's templateID names: a template's own name, else an alias of
+ * E2B_TEMPLATE_ALIASES ("alias=name,..."). NULL when neither. */
+static const char *template_for(const char *id, char *buf, size_t cap)
+{
+	if (template_find(session_templates(), id))
+		return id;
+	const char *list = api_cfg->e2b_template_aliases ? api_cfg->e2b_template_aliases : "";
+	size_t idn = strlen(id);
+	for (const char *p = list; *p;) {
+		const char *end = strchr(p, ',');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		const char *eq = memchr(p, '=', n);
+		if (eq && (size_t)(eq - p) == idn && memcmp(p, id, idn) == 0) {
+			snprintf(buf, cap, "%.*s", (int)(n - idn - 1), eq + 1);
+			return template_find(session_templates(), buf) ? buf : NULL;
+		}
+		p += n + (end ? 1 : 0);
+	}
+	return NULL;
+}
+
+static json_t *iso(uint64_t ms)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char buf[96];
+	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 (unsigned)(ms % 1000));
+	return json_string(buf);
+}
+
+static const char *template_id(const struct session *s)
+{
+	return s->alias ? s->alias : s->tmpl->name;
+}
+
+/* When the session ends if nothing else happens: its deadline, else its idle timeout from
+ * its last activity; never past the server's maximum lifetime. */
+static uint64_t end_ms(const struct session *s)
+{
+	uint64_t end = s->deadline_ms;
+	if (!end) {
+		uint64_t idle = time_mono_ms() - s->active_mono_ms;
+		end = time_wall_ms() - idle + (uint64_t)s->idle_timeout_s * 1000;
+	}
+	if (api_cfg->max_lifetime_s) {
+		uint64_t cap = s->created_ms + (uint64_t)api_cfg->max_lifetime_s * 1000;
+		if (end > cap)
+			end = cap;
+	}
+	return end;
+}
+
+static void set_deadline(struct session *s, int64_t seconds, bool extend_only)
+{
+	uint64_t d = time_wall_ms() + (uint64_t)seconds * 1000;
+	if (api_cfg->max_lifetime_s) {
+		uint64_t cap = s->created_ms + (uint64_t)api_cfg->max_lifetime_s * 1000;
+		if (d > cap)
+			d = cap;
+	}
+	if (extend_only && s->deadline_ms && s->deadline_ms >= d)
+		return;
+	/* A session made elsewhere (REST, MCP) that an E2B client extends keeps at least its
+	 * idle time: the deadline replaces it. */
+	if (extend_only && !s->deadline_ms && end_ms(s) >= d)
+		return;
+	s->deadline_ms = d;
+}
+
+static const char *envd_version(void)
+{
+	const char *v = api_cfg->e2b_envd_version;
+	return v && *v ? v : "0.4.0";
+}
+
+/* Sandbox: the reply of create and connect. */
+static json_t *sandbox_json(const struct session *s)
+{
+	char envd[SESSION_TOKEN_LEN + 1], traffic[SESSION_TOKEN_LEN + 1];
+	session_token(s, SESSION_TOKEN_ENVD, envd);
+	session_token(s, SESSION_TOKEN_TRAFFIC, traffic);
+	/* "localhost": a client that forgot E2B_SANDBOX_URL fails on its own machine instead
+	 * of sending the token to E2B's cloud. */
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "templateID", template_id(s),
+			 "sandboxID", s->id, "alias", template_id(s), "clientID", E2B_CLIENT_ID,
+			 "envdVersion", envd_version(), "envdAccessToken", envd,
+			 "trafficAccessToken", traffic, "domain", "localhost");
+}
+
+/* ListedSandbox, and with detail SandboxDetail. */
+static json_t *listed_json(const struct session *s, bool detail)
+{
+	const struct sandbox_limits *l = &s->limits;
+	unsigned cpus = l->vcpus;
+	if (!cpus && l->cpu_quota_us && l->cpu_period_us)
+		cpus = (unsigned)((l->cpu_quota_us + l->cpu_period_us - 1) / l->cpu_period_us);
+	if (!cpus)
+		cpus = 1;
+	uint64_t mem_mb = l->mem_mib ? l->mem_mib : l->memory_bytes >> 20;
+	json_t *j = json_pack(
+		"{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:s, s:s, s:O}", "templateID", template_id(s),
+		"alias", template_id(s), "sandboxID", s->id, "clientID", E2B_CLIENT_ID, "cpuCount",
+		(int)cpus, "memoryMB", (json_int_t)mem_mb, "diskSizeMB",
+		(json_int_t)(l->workspace_bytes >> 20), "state", "running", "envdVersion",
+		envd_version(), "metadata", s->metadata ? s->metadata : json_object());
+	/* json_pack's O takes a reference; a fresh empty object would leak it. */
+	if (!s->metadata)
+		json_decref(json_object_get(j, "metadata"));
+	json_object_set_new(j, "startedAt", iso(s->created_ms));
+	json_object_set_new(j, "endAt", iso(end_ms(s)));
+	if (detail) {
+		char envd[SESSION_TOKEN_LEN + 1];
+		session_token(s, SESSION_TOKEN_ENVD, envd);
+		json_object_set_new(j, "envdAccessToken", json_string(envd));
+		json_object_set_new(j, "domain", json_string("localhost"));
+	}
+	return j;
+}
+
+/* The caller's ready session named by the path, or NULL having replied 404 (another key's
+ * sandbox does not exist for the caller). */
+static struct session *path_session(struct http_ctx *ctx)
+{
+	const char *id = http_param(ctx, 0);
+	struct session *s = id && session_id_valid(id) ? session_find(api_owner(ctx), id) : NULL;
+	if (!s || s->state != SESSION_READY) {
+		api_e2b_error(ctx, 404, "sandbox `%.64s` not found", id ? id : "");
+		return NULL;
+	}
+	return s;
+}
+
+/* --- create ------------------------------------------------------------------------ */
+
+struct create_req {
+	struct http_ctx *ctx;
+	int64_t timeout_s;
+	json_t *metadata;
+	char *alias;
+};
+
+static void on_created(struct ops_call *c, const struct ops_result *r, const struct err *err,
+		       void *arg)
+{
+	struct create_req *q = arg;
+	if (err) {
+		if (err->errnum == ENOENT || err->errnum == EINVAL)
+			api_e2b_error(q->ctx, 400, "%s", err->msg);
+		else
+			reply_err(q->ctx, err);
+	} else {
+		struct session *s = r->session;
+		s->metadata = q->metadata ? json_deep_copy(q->metadata) : NULL;
+		free(s->alias);
+		s->alias = q->alias;
+		q->alias = NULL;
+		set_deadline(s, q->timeout_s, false);
+		http_reply_json(q->ctx, 201, sandbox_json(s));
+	}
+	json_decref(q->metadata);
+	free(q->alias);
+	free(q);
+}
+
+void api_e2b_create(struct http_ctx *ctx)
+{
+	json_auto_t *body = body_object(ctx);
+	if (!body)
+		return;
+	json_t *tv = json_object_get(body, "templateID");
+	if (tv && !json_is_string(tv)) {
+		api_e2b_error(ctx, 400, "\"templateID\" must be a string");
+		return;
+	}
+	const char *asked = tv ? json_string_value(tv) : "base";
+	char buf[128];
+	const char *tmpl = template_for(asked, buf, sizeof(buf));
+	if (!tmpl) {
+		_cleanup_free_ char *names = template_names(session_templates());
+		api_e2b_error(ctx, 400, "template `%.64s` not found (templates: %s)", asked, names);
+		return;
+	}
+	json_t *metadata, *env;
+	/* E2B's default when the client sends none: 15 seconds. */
+	int64_t timeout = body_timeout(ctx, body, 15);
+	if (timeout < 0 || body_strings(ctx, body, "metadata", &metadata) < 0 ||
+	    body_strings(ctx, body, "envVars", &env) < 0)
+		return;
+	struct err e;
+	if (ops_check_env(env, &e) < 0) {
+		api_e2b_error(ctx, 400, "\"envVars\": %s", e.msg);
+		return;
+	}
+	char id[21];
+	random_hex(id, 10);
+	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
+	struct ops_session_opts o = { .env = env };
+	struct create_req *q = xcalloc(1, sizeof(*q));
+	q->ctx = ctx;
+	q->timeout_s = timeout;
+	q->metadata = metadata ? json_incref(metadata) : NULL;
+	q->alias = strcmp(asked, tmpl) ? xstrdup(asked) : NULL;
+	if (!ops_create_session(&t, &o, on_created, q, &e)) {
+		reply_err(ctx, &e);
+		json_decref(q->metadata);
+		free(q->alias);
+		free(q);
+	}
+}
+
+/* --- list -------------------------------------------------------------------------- */
+
+struct list_filter {
+	json_t *metadata; /* object of strings every listed sandbox has, or NULL */
+	const char *template_id;
+	json_t *out;
+};
+
+/* Adds `k=v&...` (URL-encoded pairs, what the SDKs send) to f->metadata; -1 when bad. */
+static int parse_metadata_query(const char *q, json_t *into)
+{
+	_cleanup_free_ char *copy = xstrdup(q);
+	char *save = NULL;
+	for (char *pair = strtok_r(copy, "&", &save); pair; pair = strtok_r(NULL, "&", &save)) {
+		char *eq = strchr(pair, '=');
+		if (!eq)
+			return -1;
+		*eq = '\0';
+		_cleanup_free_ char *k = evhttp_uridecode(pair, 1, NULL);
+		_cleanup_free_ char *v = evhttp_uridecode(eq + 1, 1, NULL);
+		if (!k || !v || json_object_size(into) >= METADATA_MAX)
+			return -1;
+		json_object_set_new(into, k, json_string(v));
+	}
+	return 0;
+}
+
+static void collect(struct session *s, void *arg)
+{
+	struct list_filter *f = arg;
+	if (s->state != SESSION_READY)
+		return;
+	if (f->template_id && strcmp(f->template_id, template_id(s)) != 0)
+		return;
+	const char *k;
+	json_t *v;
+	json_object_foreach (f->metadata, k, v) {
+		json_t *have = s->metadata ? json_object_get(s->metadata, k) : NULL;
+		if (!json_is_string(have) || strcmp(json_string_value(have), json_string_value(v)))
+			return;
+	}
+	json_array_append_new(f->out, listed_json(s, false));
+}
+
+static int by_start(const void *a, const void *b)
+{
+	json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	int c = strcmp(json_string_value(json_object_get(x, "startedAt")),
+		       json_string_value(json_object_get(y, "startedAt")));
+	if (c)
+		return c;
+	return strcmp(json_string_value(json_object_get(x, "sandboxID")),
+		      json_string_value(json_object_get(y, "sandboxID")));
+}
+
+void api_e2b_list(struct http_ctx *ctx)
+{
+	struct list_filter f = { .metadata = json_object(), .out = json_array() };
+	json_auto_t *meta = f.metadata, *all = f.out;
+	const char *mq = http_query(ctx, "metadata");
+	/* Old SDKs sent metadata as its own query parameters on v1: the same pairs. */
+	if (mq && parse_metadata_query(mq, f.metadata) < 0) {
+		api_e2b_error(ctx, 400, "\"metadata\" must be URL-encoded key=value pairs");
+		return;
+	}
+	const char *state = http_query(ctx, "state");
+	bool running = !state || strstr(state, "running");
+	f.template_id = http_query(ctx, "template");
+	long limit = LIST_LIMIT_MAX, offset = 0;
+	const char *lq = http_query(ctx, "limit"), *tq = http_query(ctx, "nextToken");
+	char *end;
+	if (lq) {
+		limit = strtol(lq, &end, 10);
+		if (!*lq || *end || limit < 1 || limit > LIST_LIMIT_MAX) {
+			api_e2b_error(ctx, 400, "\"limit\" must be 1 to %d", LIST_LIMIT_MAX);
+			return;
+		}
+	}
+	if (tq) {
+		offset = strtol(tq, &end, 10);
+		if (!*tq || *end || offset < 0) {
+			api_e2b_error(ctx, 400, "\"nextToken\" is not one this server gave");
+			return;
+		}
+	}
+	if (running)
+		session_foreach(api_owner(ctx), collect, &f);
+	size_t n = json_array_size(all);
+	json_t **items = xcalloc(n ? n : 1, sizeof(*items));
+	for (size_t i = 0; i < n; i++)
+		items[i] = json_array_get(all, i);
+	qsort(items, n, sizeof(*items), by_start);
+	if (http_query(ctx, "order") && !strcmp(http_query(ctx, "order"), "desc"))
+		for (size_t i = 0; i < n / 2; i++) {
+			json_t *x = items[i];
+			items[i] = items[n - 1 - i];
+			items[n - 1 - i] = x;
+		}
+	json_t *page = json_array();
+	size_t i;
+	for (i = (size_t)offset; i < n && json_array_size(page) < (size_t)limit; i++)
+		json_array_append(page, items[i]);
+	free(items);
+	if (i < n) {
+		char tok[24];
+		snprintf(tok, sizeof(tok), "%zu", i);
+		http_add_header(ctx, "X-Next-Token", tok);
+	}
+	http_reply_json(ctx, 200, page);
+}
+
+/* --- one sandbox ------------------------------------------------------------------- */
+
+void api_e2b_get(struct http_ctx *ctx)
+{
+	struct session *s = path_session(ctx);
+	if (s)
+		http_reply_json(ctx, 200, listed_json(s, true));
+}
+
+void api_e2b_kill(struct http_ctx *ctx)
+{
+	const char *id = http_param(ctx, 0);
+	struct ops_target t = { .owner = api_owner(ctx), .session_id = id };
+	struct err e;
+	if (!id || !session_id_valid(id)) {
+		api_e2b_error(ctx, 404, "sandbox not found");
+		return;
+	}
+	if (ops_destroy_session(&t, "killed by an E2B client", &e) < 0) {
+		if (e.errnum == ENOENT)
+			api_e2b_error(ctx, 404, "sandbox `%s` not found", id);
+		else
+			reply_err(ctx, &e);
+		return;
+	}
+	http_stream_start_raw(ctx, 204, HTTP_LENGTH_NONE);
+	http_stream_end(ctx);
+}
+
+void api_e2b_timeout(struct http_ctx *ctx)
+{
+	json_auto_t *body = body_object(ctx);
+	if (!body)
+		return;
+	int64_t timeout = body_timeout(ctx, body, -2);
+	if (timeout == -1)
+		return;
+	if (timeout == -2) {
+		api_e2b_error(ctx, 400, "\"timeout\" is required");
+		return;
+	}
+	struct session *s = path_session(ctx);
+	if (!s)
+		return;
+	set_deadline(s, timeout, false);
+	http_stream_start_raw(ctx, 204, HTTP_LENGTH_NONE);
+	http_stream_end(ctx);
+}
+
+void api_e2b_connect(struct http_ctx *ctx)
+{
+	json_auto_t *body = body_object(ctx);
+	if (!body)
+		return;
+	int64_t timeout = body_timeout(ctx, body, 300);
+	if (timeout < 0)
+		return;
+	struct session *s = path_session(ctx);
+	if (!s)
+		return;
+	set_deadline(s, timeout, true);
+	session_touch(s);
+	http_reply_json(ctx, 200, sandbox_json(s));
+}
+
+void api_e2b_metrics(struct http_ctx *ctx)
+{
+	if (path_session(ctx))
+		http_reply_json(ctx, 200, json_array());
+}
+
+void api_e2b_unsupported(struct http_ctx *ctx)
+{
+	/* Never 409 for pause: the SDKs read it as "already paused". */
+	if (path_session(ctx))
+		api_e2b_error(ctx, 501, "%s is not supported by this server",
+			      http_param(ctx, 1) ? http_param(ctx, 1) : "this operation");
+}

@@ -1,0 +1,303 @@
+// The stock `e2b` SDK against sandboxd: lifecycle, commands, files, watch, terminals.
+// run.sh sets E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN and E2B_API_KEY before this runs.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  Sandbox,
+  CommandExitError,
+  TimeoutError,
+  NotFoundError,
+  FileNotFoundError,
+  AuthenticationError,
+} from "e2b";
+
+const made = [];
+async function create(template, opts = {}) {
+  const sbx = template
+    ? await Sandbox.create(template, { timeoutMs: 120_000, ...opts })
+    : await Sandbox.create({ timeoutMs: 120_000, ...opts });
+  made.push(sbx);
+  return sbx;
+}
+after(async () => {
+  for (const s of made) await Sandbox.kill(s.sandboxId).catch(() => {});
+});
+
+// Waits until cond() is true, polling (bounded).
+async function until(cond, what, tries = 100) {
+  for (let i = 0; i < tries; i++) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe("lifecycle", () => {
+  let sbx;
+  before(async () => {
+    sbx = await create("base", { metadata: { suite: "e2b", run: String(process.pid) } });
+  });
+
+  test("create gives an E2B-shaped id and getInfo the deadline asked for", async () => {
+    assert.match(sbx.sandboxId, /^[a-z0-9]{20}$/);
+    const info = await sbx.getInfo();
+    assert.equal(info.state, "running");
+    assert.equal(info.templateId, "base");
+    assert.deepEqual(info.metadata, { suite: "e2b", run: String(process.pid) });
+    const span = info.endAt.getTime() - info.startedAt.getTime();
+    assert.ok(Math.abs(span - 120_000) < 5_000, `endAt - startedAt = ${span} ms`);
+  });
+
+  test("isRunning is true while it runs", async () => {
+    assert.equal(await sbx.isRunning(), true);
+  });
+
+  test("setTimeout moves the deadline from now", async () => {
+    await sbx.setTimeout(600_000);
+    const info = await sbx.getInfo();
+    const left = info.endAt.getTime() - Date.now();
+    assert.ok(Math.abs(left - 600_000) < 10_000, `left ${left} ms`);
+  });
+
+  test("list finds it, with a metadata filter, and only with the right one", async () => {
+    const p = Sandbox.list({ query: { metadata: { suite: "e2b", run: String(process.pid) } } });
+    const items = await p.nextItems();
+    assert.ok(items.some((s) => s.sandboxId === sbx.sandboxId && s.state === "running"));
+    assert.equal(p.hasNext, false);
+    const none = await Sandbox.list({ query: { metadata: { suite: "other" } } }).nextItems();
+    assert.ok(!none.some((s) => s.sandboxId === sbx.sandboxId));
+  });
+
+  test("list pages with a limit", async () => {
+    const other = await create("base");
+    const p = Sandbox.list({ limit: 1 });
+    const first = await p.nextItems();
+    assert.equal(first.length, 1);
+    assert.equal(p.hasNext, true);
+    const second = await p.nextItems();
+    assert.equal(second.length, 1);
+    assert.notEqual(first[0].sandboxId, second[0].sandboxId);
+    await other.kill();
+  });
+
+  test("connect reaches the same sandbox", async () => {
+    const s2 = await Sandbox.connect(sbx.sandboxId);
+    assert.equal((await s2.commands.run("echo again")).stdout, "again\n");
+  });
+
+  test("another key does not see it", async () => {
+    const other = { apiKey: process.env.E2B_TEST_KEY_B };
+    await assert.rejects(Sandbox.connect(sbx.sandboxId, other), NotFoundError);
+    assert.equal(await Sandbox.kill(sbx.sandboxId, other), false);
+    const items = await Sandbox.list(other).nextItems();
+    assert.ok(!items.some((s) => s.sandboxId === sbx.sandboxId));
+  });
+
+  test("kill ends it: kill again is false, isRunning false, commands fail", async () => {
+    const s = await create("base");
+    await s.kill();
+    assert.equal(await Sandbox.kill(s.sandboxId), false);
+    assert.equal(await s.isRunning(), false);
+    await assert.rejects(Sandbox.connect(s.sandboxId), NotFoundError);
+    await assert.rejects(s.commands.run("true"), TimeoutError);
+  });
+
+  test("a wrong key is an AuthenticationError, an unknown template an error", async () => {
+    await assert.rejects(
+      Sandbox.create("base", { apiKey: "e2b_" + "f".repeat(32) }),
+      AuthenticationError,
+    );
+    await assert.rejects(Sandbox.create("no-such-template"), /400|not found/);
+  });
+
+  test("the default template and the alias of the code interpreter", async () => {
+    const d = await create(null);
+    assert.equal((await d.getInfo()).templateId, "base");
+    const ci = await create("code-interpreter-v1");
+    assert.equal((await ci.getInfo()).templateId, "code-interpreter-v1");
+    const r = await ci.commands.run("python3 -c 'print(6*7)'");
+    assert.equal(r.stdout, "42\n");
+    await ci.kill();
+    await d.kill();
+  });
+});
+
+describe("commands", () => {
+  let sbx;
+  before(async () => {
+    sbx = await create("base", { envs: { FROM_CREATE: "yes" } });
+  });
+
+  test("run gives stdout, stderr and the exit code", async () => {
+    const r = await sbx.commands.run("echo hi");
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, "hi\n");
+    assert.equal(r.stderr, "");
+  });
+
+  test("output is streamed as it comes", async () => {
+    const seen = [];
+    const t0 = Date.now();
+    await sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", {
+      onStdout: (d) => seen.push([Date.now() - t0, d]),
+    });
+    const total = Date.now() - t0;
+    assert.equal(seen.map((s) => s[1]).join(""), "1\n2\n3\n");
+    assert.ok(seen.length >= 2, `${seen.length} pieces`);
+    assert.ok(total - seen[0][0] >= 400, `first piece at ${seen[0][0]} of ${total} ms`);
+  });
+
+  test("a failing command is a CommandExitError with its code and stderr", async () => {
+    await assert.rejects(
+      sbx.commands.run("echo oops >&2; exit 3"),
+      (e) => e instanceof CommandExitError && e.exitCode === 3 && e.stderr === "oops\n",
+    );
+  });
+
+  test("envs, the sandbox's envVars and cwd", async () => {
+    assert.equal((await sbx.commands.run("echo $FOO", { envs: { FOO: "bar" } })).stdout, "bar\n");
+    assert.equal((await sbx.commands.run("echo $FROM_CREATE")).stdout, "yes\n");
+    await sbx.files.makeDir("/home/user/sub");
+    const r = await sbx.commands.run("pwd; ls", { cwd: "/home/user/sub" });
+    assert.equal(r.exitCode, 0);
+    assert.match(r.stdout, /sub\n/);
+  });
+
+  test("background commands: list, kill, wait", async () => {
+    const h = await sbx.commands.run("sleep 30", { background: true, timeoutMs: 0 });
+    assert.ok(h.pid > 0);
+    const list = await sbx.commands.list();
+    assert.ok(list.some((p) => p.pid === h.pid && p.args.includes("sleep 30")), JSON.stringify(list));
+    assert.equal(await sbx.commands.kill(h.pid), true);
+    await assert.rejects(h.wait(), CommandExitError);
+    await until(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid), "the pid to go");
+    assert.equal(await sbx.commands.kill(h.pid), false);
+  });
+
+  test("a background command outlives its handle and can be reattached", async () => {
+    const h = await sbx.commands.run("sleep 1; echo late", { background: true, timeoutMs: 0 });
+    await h.disconnect();
+    const again = await sbx.commands.connect(h.pid);
+    const r = await again.wait();
+    assert.equal(r.exitCode, 0);
+    assert.match(r.stdout, /late/);
+  });
+
+  test("sendStdin reaches a command that keeps its stdin", async () => {
+    const h = await sbx.commands.run("head -n 1", { background: true, stdin: true });
+    await sbx.commands.sendStdin(h.pid, "typed\n");
+    const r = await h.wait();
+    assert.equal(r.stdout, "typed\n");
+  });
+
+  test("a command's timeout is a TimeoutError", async () => {
+    const t0 = Date.now();
+    await assert.rejects(sbx.commands.run("sleep 10", { timeoutMs: 1000 }), TimeoutError);
+    assert.ok(Date.now() - t0 < 8000);
+  });
+
+  test("a terminal: create, sendInput, resize, kill", async () => {
+    let out = "";
+    const dec = new TextDecoder();
+    const t = await sbx.pty.create({
+      cols: 80,
+      rows: 24,
+      onData: (d) => {
+        out += dec.decode(d);
+      },
+      timeoutMs: 0,
+    });
+    await sbx.pty.sendInput(t.pid, new TextEncoder().encode("stty size; echo mark-$((6*7))\n"));
+    await until(() => out.includes("mark-42"), "the terminal's echo");
+    assert.match(out, /24 80/);
+    await sbx.pty.resize(t.pid, { cols: 100, rows: 30 });
+    await sbx.pty.sendInput(t.pid, new TextEncoder().encode("stty size\n"));
+    await until(() => out.includes("30 100"), "the new size");
+    assert.equal(await sbx.pty.kill(t.pid), true);
+  });
+});
+
+describe("files", () => {
+  let sbx;
+  before(async () => {
+    sbx = await create("base");
+  });
+
+  test("write returns the entry; read by absolute and relative path; commands see it", async () => {
+    const w = await sbx.files.write("/home/user/hello.txt", "hello");
+    assert.equal(w.path, "/home/user/hello.txt");
+    assert.equal(w.name, "hello.txt");
+    assert.equal(w.type, "file");
+    assert.equal(await sbx.files.read("/home/user/hello.txt"), "hello");
+    assert.equal(await sbx.files.read("hello.txt"), "hello");
+    assert.equal((await sbx.commands.run("cat hello.txt")).stdout, "hello");
+  });
+
+  test("binary and empty files", async () => {
+    const bytes = Uint8Array.from({ length: 256 }, (_, i) => i);
+    await sbx.files.write("bin", bytes.buffer);
+    assert.deepEqual(await sbx.files.read("bin", { format: "bytes" }), bytes);
+    await sbx.files.write("empty", "");
+    assert.equal(await sbx.files.read("empty"), "");
+  });
+
+  test("a large file goes both ways whole", async () => {
+    const big = new Uint8Array(3 * 1024 * 1024 + 17);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 7) & 0xff;
+    await sbx.files.write("/home/user/big.bin", big.buffer);
+    const back = await sbx.files.read("/home/user/big.bin", { format: "bytes" });
+    assert.equal(back.length, big.length);
+    assert.ok(Buffer.from(back).equals(Buffer.from(big)));
+  });
+
+  test("makeDir, exists, getInfo", async () => {
+    assert.equal(await sbx.files.makeDir("/home/user/d1"), true);
+    assert.equal(await sbx.files.makeDir("/home/user/d1"), false);
+    assert.equal(await sbx.files.exists("/home/user/d1"), true);
+    assert.equal(await sbx.files.exists("/home/user/nothing"), false);
+    const info = await sbx.files.getInfo("/home/user/d1");
+    assert.equal(info.type, "dir");
+    assert.equal(info.name, "d1");
+    assert.equal(info.path, "/home/user/d1");
+  });
+
+  test("list, rename, remove", async () => {
+    await sbx.files.makeDir("/home/user/d2/deep");
+    await sbx.files.write("/home/user/d2/a.txt", "x");
+    await sbx.files.write("/home/user/d2/deep/b.txt", "yy");
+    const es = await sbx.files.list("/home/user/d2");
+    const a = es.find((e) => e.name === "a.txt");
+    assert.deepEqual([a.type, a.path, a.size], ["file", "/home/user/d2/a.txt", 1]);
+    assert.ok(!es.some((e) => e.name === "b.txt"), "depth 1 only");
+    const deep = await sbx.files.list("/home/user/d2", { depth: 2 });
+    assert.ok(deep.some((e) => e.path === "/home/user/d2/deep/b.txt"));
+    const e = await sbx.files.rename("/home/user/d2/a.txt", "/home/user/d2/c.txt");
+    assert.equal(e.name, "c.txt");
+    assert.equal(await sbx.files.exists("/home/user/d2/a.txt"), false);
+    await sbx.files.remove("/home/user/d2");
+    assert.equal(await sbx.files.exists("/home/user/d2"), false);
+    await sbx.files.remove("/home/user/d2");
+    await assert.rejects(sbx.files.read("/home/user/nope"), FileNotFoundError);
+  });
+
+  test("several files in one write", async () => {
+    const r = await sbx.files.write([
+      { path: "m1", data: "1" },
+      { path: "/home/user/m2", data: "2" },
+    ]);
+    assert.equal(r.length, 2);
+    assert.equal(await sbx.files.read("m1"), "1");
+    assert.equal(await sbx.files.read("m2"), "2");
+  });
+
+  test("watchDir reports a file written", async () => {
+    await sbx.files.makeDir("/home/user/w");
+    const events = [];
+    const h = await sbx.files.watchDir("/home/user/w", (ev) => events.push(ev), {
+      timeoutMs: 0,
+    });
+    await sbx.files.write("/home/user/w/new.txt", "n");
+    await until(() => events.some((e) => e.name === "new.txt"), "the watch event");
+    await h.stop();
+  });
+});
