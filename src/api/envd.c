@@ -308,6 +308,36 @@ static void on_made(struct ops_call *c, const struct ops_result *r, const struct
 	stat_then_reply(f, f->path);
 }
 
+/* MakeDir: envd says already_exists for a directory that is there (the SDK's makeDir() is
+ * then false), which mkdir with parents does not: looked at first. */
+static void on_mkdir_stat(struct ops_call *c, const struct ops_result *r, const struct err *err,
+			  void *arg)
+{
+	struct fs_call *f = arg;
+	if (!err) {
+		const char *type = json_string_value(json_object_get(r->info, "type"));
+		bool dir = type && !strcmp(type, "dir");
+		connect_unary_error(f->ctx, dir ? CONNECT_ALREADY_EXISTS : CONNECT_INVALID_ARGUMENT,
+				    dir ? "directory `%.200s` already exists"
+					: "`%.200s` exists and is not a directory",
+				    f->path);
+		fs_free(f);
+		return;
+	}
+	if (err->errnum != ENOENT) {
+		fs_reply_err(f, err);
+		fs_free(f);
+		return;
+	}
+	struct ops_target t = target_of(f->owner, f->sid);
+	_cleanup_free_ char *ws = ws_path(f->path);
+	struct err e;
+	if (!ops_make_dir(&t, ws, true, on_made, f, &e)) {
+		fs_reply_err(f, &e);
+		fs_free(f);
+	}
+}
+
 static void on_moved(struct ops_call *c, const struct ops_result *r, const struct err *err,
 		     void *arg)
 {
@@ -387,7 +417,7 @@ static void filesystem_unary(struct envd_req *q, json_t *msg)
 	if (!strcmp(m, "Stat")) {
 		c = ops_stat_path(&t, ws, on_stat, f, &e);
 	} else if (!strcmp(m, "MakeDir")) {
-		c = ops_make_dir(&t, ws, true, on_made, f, &e);
+		c = ops_stat_path(&t, ws, on_mkdir_stat, f, &e);
 	} else if (!strcmp(m, "Remove")) {
 		c = ops_remove_path(&t, ws, true, on_removed, f, &e);
 	} else if (!strcmp(m, "ListDir")) {
