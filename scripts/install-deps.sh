@@ -14,7 +14,7 @@ list="$root/scripts/debian-packages.txt"
 
 # Directories with a package.json whose packages the build (ui: the dashboard) and the tests
 # need.
-npm_dirs=(tests/mcp sdk/typescript ui)
+npm_dirs=(tests/mcp tests/e2b sdk/typescript ui)
 
 log() { printf 'deps: %s\n' "$*" >&2; }
 die() {

@@ -65,6 +65,7 @@ suites=(
 	"mcp               vm    600  scripts/isolated.sh tests/mcp/run.sh"
 	"ui                vm    300  scripts/isolated.sh tests/ui/run.sh"
 	"sdk-typescript    vm    300  scripts/isolated.sh sdk/typescript/run-tests.sh"
+	"e2b               vm    300  scripts/isolated.sh tests/e2b/run.sh"
 	"sdk-python        vm    300  scripts/isolated.sh tests/integration/run.sh sdk/python/tests"
 	"cli               vm    300  scripts/isolated.sh tests/integration/run.sh tests/cli"
 	"auth              vm    600  scripts/isolated.sh tests/integration/run.sh tests/auth"

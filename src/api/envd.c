@@ -61,7 +61,6 @@ struct envd_req {
 	bool process;       /* process.Process (else filesystem.Filesystem) */
 	uint8_t *body;
 	size_t len, limit;
-	bool refused;
 };
 
 static void req_free(struct envd_req *q)
@@ -1409,9 +1408,9 @@ static int up_body(struct http_ctx *ctx, const uint8_t *data, size_t len, void *
 	}
 	u->in_feed = true;
 	int r = multipart_feed(&u->mp, data, len);
-	u->in_feed = false;
 	if (r < 0 && !u->finished)
 		up_finish(u, 400, "the multipart body is malformed: %s", u->mp.error);
+	u->in_feed = false;
 	if (u->finished) {
 		up_free(u);
 		return -1;
@@ -1524,11 +1523,10 @@ static void rpc_dispatch(struct envd_req *q)
 static int rpc_body(struct http_ctx *ctx, const uint8_t *data, size_t len, void *arg)
 {
 	struct envd_req *q = arg;
-	if (q->refused)
-		return -1;
 	if (len > q->limit - q->len) {
-		q->refused = true;
+		/* Refused: nothing more comes here (the rest of the body is not read). */
 		ctx->on_gone = NULL;
+		http_body_stream(ctx, NULL, NULL);
 		if (q->kind == KIND_UNARY)
 			connect_unary_error(ctx, CONNECT_RESOURCE_EXHAUSTED,
 					    "the request message is larger than %zu bytes",
@@ -1536,6 +1534,7 @@ static int rpc_body(struct http_ctx *ctx, const uint8_t *data, size_t len, void 
 		else
 			early_error(ctx, KIND_STREAM, CONNECT_RESOURCE_EXHAUSTED,
 				    "the request message is too large");
+		req_free(q);
 		return -1;
 	}
 	q->body = xrealloc(q->body, q->len + len);
@@ -1548,8 +1547,7 @@ static void rpc_end(struct http_ctx *ctx, void *arg)
 {
 	struct envd_req *q = arg;
 	ctx->on_gone = NULL;
-	if (!q->refused)
-		rpc_dispatch(q);
+	rpc_dispatch(q);
 	req_free(q);
 }
 

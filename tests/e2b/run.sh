@@ -98,7 +98,7 @@ env AUTH_ENABLED=true AUTH_KEY_PREFIX=e2b_ PORT=0 HOST=127.0.0.1 \
 	SANDBOX_PORT_FILE="$work/port" SANDBOX_STATE_DIR="$work/state" SANDBOX_RUN_DIR="$work/run" \
 	FIRECRACKER_ARTIFACTS_DIR="$artifacts" SANDBOX_DEFAULT_TEMPLATE=base \
 	SANDBOX_DRIVER="$driver" SANDBOX_NETWORK=off SANDBOX_WARM_POOL=0 \
-	SANDBOX_MAX_BODY_BYTES=1048576 LOG_LEVEL="${LOG_LEVEL:-info}" \
+	SANDBOX_MAX_BODY_BYTES=1048576 SANDBOX_PUBLIC_DOMAIN=e2b.test LOG_LEVEL="${LOG_LEVEL:-info}" \
 	"$sandboxd" 2>"$work/sandboxd.log" &
 daemon_pid=$!
 wait_for 60 started
@@ -112,7 +112,7 @@ cd "$here" || give_up "cannot enter $here"
 env -u E2B_DEBUG -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy \
 	E2B_API_URL="http://127.0.0.1:$port" E2B_SANDBOX_URL="http://127.0.0.1:$port" \
 	E2B_DOMAIN=localhost E2B_API_KEY="$key_a" E2B_TEST_KEY_B="$key_b" \
-	E2B_TEST_URL="http://127.0.0.1:$port" \
+	E2B_TEST_URL="http://127.0.0.1:$port" E2B_TEST_PUBLIC_DOMAIN=e2b.test \
 	node --test --test-reporter=tap --test-timeout=120000 --test-concurrency=1 ./*.test.mjs 2>&1 |
 	tee "$work/tap.txt"
 

@@ -1,0 +1,358 @@
+// The wire shapes of the E2B-compatible API over raw HTTP: what the Python SDK (which cannot
+// be installed here) requires beyond the JS one, and attacks on both planes.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+
+const BASE = process.env.E2B_TEST_URL;
+const KEY_A = process.env.E2B_API_KEY;
+const KEY_B = process.env.E2B_TEST_KEY_B;
+const DOMAIN = process.env.E2B_TEST_PUBLIC_DOMAIN;
+
+const made = [];
+async function createRaw(key = KEY_A, body = { templateID: "base", timeout: 120 }) {
+  const r = await fetch(`${BASE}/v2/sandboxes`, {
+    method: "POST",
+    headers: { "X-API-KEY": key, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const j = await r.json();
+  if (r.status === 201) made.push([j.sandboxID, key]);
+  return { status: r.status, body: j };
+}
+after(async () => {
+  for (const [id, key] of made)
+    await fetch(`${BASE}/sandboxes/${id}`, { method: "DELETE", headers: { "X-API-KEY": key } });
+});
+
+function isE2bError(j, status) {
+  return typeof j === "object" && j.code === status && typeof j.message === "string";
+}
+
+// One Connect envelope: flags, big-endian length, bytes.
+function envelope(obj, flags = 0, lie = 0) {
+  const b = Buffer.from(typeof obj === "string" ? obj : JSON.stringify(obj));
+  const h = Buffer.alloc(5);
+  h[0] = flags;
+  h.writeUInt32BE(b.length + lie, 1);
+  return Buffer.concat([h, b]);
+}
+
+// The envelopes of a stream's reply: [{flags, json}].
+function envelopes(buf) {
+  const out = [];
+  for (let i = 0; i + 5 <= buf.length; ) {
+    const n = buf.readUInt32BE(i + 1);
+    out.push({ flags: buf[i], json: JSON.parse(buf.subarray(i + 5, i + 5 + n).toString()) });
+    i += 5 + n;
+  }
+  return out;
+}
+
+function dataHeaders(sbx, extra = {}) {
+  return {
+    "E2b-Sandbox-Id": sbx.sandboxID,
+    "E2b-Sandbox-Port": "49983",
+    "X-Access-Token": sbx.envdAccessToken,
+    ...extra,
+  };
+}
+
+async function stream(sbx, method, msg, headers = {}) {
+  const r = await fetch(`${BASE}/process.Process/${method}`, {
+    method: "POST",
+    headers: dataHeaders(sbx, { "Content-Type": "application/connect+json", ...headers }),
+    body: Buffer.isBuffer(msg) ? msg : envelope(msg),
+  });
+  return { r, env: envelopes(Buffer.from(await r.arrayBuffer())) };
+}
+
+describe("control plane", () => {
+  let sbx;
+  before(async () => {
+    const c = await createRaw(KEY_A, { templateID: "base", timeout: 120, metadata: { w: "1" } });
+    assert.equal(c.status, 201, JSON.stringify(c.body));
+    sbx = c.body;
+  });
+
+  test("create is 201 with every field the Python client requires", () => {
+    for (const k of ["templateID", "sandboxID", "clientID", "envdVersion", "envdAccessToken"])
+      assert.equal(typeof sbx[k], "string", k);
+    assert.match(sbx.envdVersion, /^\d+\.\d+\.\d+$/);
+    assert.equal(sbx.domain, "localhost");
+  });
+
+  test("get and list have the ten required fields", async () => {
+    const one = await (await fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { headers: { "X-API-KEY": KEY_A } })).json();
+    const list = await (await fetch(`${BASE}/v2/sandboxes?metadata=w%3D1`, { headers: { "X-API-KEY": KEY_A } })).json();
+    const v1 = await (await fetch(`${BASE}/sandboxes`, { headers: { "X-API-KEY": KEY_A } })).json();
+    const listed = list.find((s) => s.sandboxID === sbx.sandboxID);
+    assert.ok(listed && v1.some((s) => s.sandboxID === sbx.sandboxID));
+    for (const o of [one, listed]) {
+      for (const k of ["templateID", "sandboxID", "clientID", "startedAt", "endAt", "state", "envdVersion"])
+        assert.equal(typeof o[k], "string", k);
+      for (const k of ["cpuCount", "memoryMB", "diskSizeMB"]) assert.equal(typeof o[k], "number", k);
+      assert.ok(!Number.isNaN(Date.parse(o.endAt)));
+    }
+  });
+
+  test("every error is {code: int, message: str}, the auth layer's too", async () => {
+    const cases = [
+      [fetch(`${BASE}/v2/sandboxes`), 401],
+      [fetch(`${BASE}/v2/sandboxes`, { headers: { "X-API-KEY": "e2b_" + "0".repeat(32) } }), 401],
+      [fetch(`${BASE}/sandboxes/nosuchsandbox0000000`, { headers: { "X-API-KEY": KEY_A } }), 404],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { headers: { "X-API-KEY": KEY_B } }), 404],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/timeout`, { method: "POST", headers: { "X-API-KEY": KEY_B }, body: '{"timeout":5}' }), 404],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { method: "DELETE", headers: { "X-API-KEY": KEY_B } }), 404],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/pause`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" }), 501],
+      [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: '{"templateID":"nope"}' }), 400],
+      [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "[1," }), 400],
+      [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: '{"metadata":{"a":1}}' }), 400],
+      [fetch(`${BASE}/v2/sandboxes?limit=0`, { headers: { "X-API-KEY": KEY_A } }), 400],
+      [fetch(`${BASE}/v2/sandboxes?nextToken=x`, { headers: { "X-API-KEY": KEY_A } }), 400],
+    ];
+    for (const [p, status] of cases) {
+      const r = await p;
+      assert.equal(r.status, status, r.url);
+      assert.match(r.headers.get("content-type"), /^application\/json/);
+      assert.ok(isE2bError(await r.json(), status), r.url);
+    }
+  });
+
+  test("the other key's attempts changed nothing", async () => {
+    const r = await fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { headers: { "X-API-KEY": KEY_A } });
+    assert.equal(r.status, 200);
+  });
+
+  test("timeout is 204 and sets the deadline; connect never shortens it", async () => {
+    let r = await fetch(`${BASE}/sandboxes/${sbx.sandboxID}/timeout`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: '{"timeout":900}' });
+    assert.equal(r.status, 204);
+    r = await fetch(`${BASE}/sandboxes/${sbx.sandboxID}/connect`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: '{"timeout":10}' });
+    assert.equal(r.status, 200);
+    const one = await (await fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { headers: { "X-API-KEY": KEY_A } })).json();
+    assert.ok(Date.parse(one.endAt) - Date.now() > 800_000);
+  });
+
+  test("a sandbox whose timeout passes is gone", async () => {
+    const c = await createRaw(KEY_A, { templateID: "base", timeout: 1 });
+    assert.equal(c.status, 201);
+    let status = 200;
+    for (let i = 0; i < 100 && status === 200; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      status = (await fetch(`${BASE}/sandboxes/${c.body.sandboxID}`, { headers: { "X-API-KEY": KEY_A } })).status;
+    }
+    assert.equal(status, 404);
+  });
+});
+
+describe("data plane", () => {
+  let sbx, other;
+  before(async () => {
+    sbx = (await createRaw()).body;
+    other = (await createRaw(KEY_B)).body;
+  });
+
+  test("/health: envd's with the sandbox header, the server's without", async () => {
+    let r = await fetch(`${BASE}/health`, { headers: { "E2b-Sandbox-Id": sbx.sandboxID } });
+    assert.equal(r.status, 204);
+    r = await fetch(`${BASE}/health`, { headers: { "E2b-Sandbox-Id": "nosuchsandbox0000000" } });
+    assert.equal(r.status, 502);
+    assert.ok(isE2bError(await r.json(), 502));
+    r = await fetch(`${BASE}/health`);
+    assert.equal(r.status, 200);
+  });
+
+  test("a stream: exact content type, start first, end, end of stream", async () => {
+    const { r, env } = await stream(sbx, "Start", { process: { cmd: "/bin/sh", args: ["-c", "echo hi"] }, stdin: false });
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get("content-type"), "application/connect+json");
+    assert.ok(env[0].json.event.start.pid > 0);
+    const data = env.filter((e) => e.json.event?.data).map((e) => Buffer.from(e.json.event.data.stdout, "base64").toString()).join("");
+    assert.equal(data, "hi\n");
+    const end = env.find((e) => e.json.event?.end);
+    assert.equal(end.json.event.end.status, "exit status 0");
+    assert.equal(env.at(-1).flags, 2);
+    assert.deepEqual(env.at(-1).json, {});
+  });
+
+  test("a chunked request body is accepted", async () => {
+    const body = envelope({ process: { cmd: "/bin/sh", args: ["-c", "echo chunked"] }, stdin: false });
+    const r = await fetch(`${BASE}/process.Process/Start`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/connect+json" }),
+      body: new ReadableStream({
+        start(c) {
+          c.enqueue(body.subarray(0, 3));
+          c.enqueue(body.subarray(3));
+          c.close();
+        },
+      }),
+      duplex: "half",
+    });
+    const env = envelopes(Buffer.from(await r.arrayBuffer()));
+    assert.ok(env.some((e) => e.json.event?.data && Buffer.from(e.json.event.data.stdout, "base64").toString() === "chunked\n"));
+  });
+
+  test("unary: exact content type, not_found in Connect's shape", async () => {
+    const r = await fetch(`${BASE}/filesystem.Filesystem/Stat`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/json" }),
+      body: JSON.stringify({ path: "/home/user/none" }),
+    });
+    assert.equal(r.status, 404);
+    assert.equal(r.headers.get("content-type"), "application/json");
+    const j = await r.json();
+    assert.equal(j.code, "not_found");
+    const ok = await fetch(`${BASE}/process.Process/List`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/json" }),
+      body: "{}",
+    });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.headers.get("content-type"), "application/json");
+  });
+
+  test("a missing or wrong X-Access-Token is refused in each route's shape", async () => {
+    for (const tok of [undefined, "ea_" + "0".repeat(40), other.envdAccessToken]) {
+      const h = { "E2b-Sandbox-Id": sbx.sandboxID };
+      if (tok) h["X-Access-Token"] = tok;
+      let r = await fetch(`${BASE}/process.Process/List`, { method: "POST", headers: { ...h, "Content-Type": "application/json" }, body: "{}" });
+      assert.equal(r.status, 401);
+      assert.equal((await r.json()).code, "unauthenticated");
+      r = await fetch(`${BASE}/process.Process/Start`, { method: "POST", headers: { ...h, "Content-Type": "application/connect+json" }, body: envelope({ process: { cmd: "/bin/true" } }) });
+      assert.equal(r.status, 200);
+      const env = envelopes(Buffer.from(await r.arrayBuffer()));
+      assert.equal(env.length, 1);
+      assert.equal(env[0].flags, 2);
+      assert.equal(env[0].json.error.code, "unauthenticated");
+      r = await fetch(`${BASE}/files?path=x`, { headers: h });
+      assert.equal(r.status, 401);
+      assert.ok(isE2bError(await r.json(), 401));
+      r = await fetch(`${BASE}/files?path=x`, { method: "POST", headers: { ...h, "Content-Type": "application/octet-stream" }, body: "x" });
+      assert.equal(r.status, 401);
+    }
+  });
+
+  test("an API key is no way in, nor the traffic token", async () => {
+    for (const h of [{ "X-API-KEY": KEY_A }, { "X-Access-Token": sbx.trafficAccessToken }]) {
+      const r = await fetch(`${BASE}/process.Process/List`, { method: "POST", headers: { "E2b-Sandbox-Id": sbx.sandboxID, "Content-Type": "application/json", ...h }, body: "{}" });
+      assert.equal(r.status, 401);
+    }
+  });
+
+  test("a sandbox that does not exist is 502 on every route kind", async () => {
+    const h = { "E2b-Sandbox-Id": "nosuchsandbox0000000", "X-Access-Token": sbx.envdAccessToken };
+    for (const [path, ct, body] of [
+      ["/process.Process/List", "application/json", "{}"],
+      ["/process.Process/Start", "application/connect+json", envelope({})],
+      ["/files?path=a", null, null],
+    ]) {
+      const r = await fetch(`${BASE}${path}`, { method: body ? "POST" : "GET", headers: ct ? { ...h, "Content-Type": ct } : h, body });
+      assert.equal(r.status, 502, path);
+      assert.ok(isE2bError(await r.json(), 502));
+    }
+  });
+
+  test("binary Connect content types are 415", async () => {
+    for (const [m, ct] of [["List", "application/proto"], ["Start", "application/connect+proto"], ["List", "text/plain"]]) {
+      const r = await fetch(`${BASE}/process.Process/${m}`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": ct }), body: "\x00" });
+      assert.equal(r.status, 415, ct);
+    }
+  });
+
+  test("malformed envelopes end the stream with invalid_argument", async () => {
+    const good = { process: { cmd: "/bin/true" } };
+    for (const body of [
+      Buffer.from([0, 0]),
+      envelope(good, 0, 7),
+      envelope(good, 0, -3),
+      envelope(good, 1),
+      envelope(good, 2),
+      Buffer.concat([envelope(good), envelope(good)]),
+      envelope("[1,2]"),
+      envelope("{not json"),
+      envelope({ process: { cmd: 5 } }),
+      envelope({ process: { cmd: "/bin/true", args: [1] } }),
+    ]) {
+      const { r, env } = await stream(sbx, "Start", body);
+      assert.equal(r.status, 200);
+      assert.equal(env.length, 1, body.toString("hex"));
+      assert.equal(env[0].flags, 2);
+      assert.equal(env[0].json.error.code, "invalid_argument");
+    }
+  });
+
+  test("an oversize message is refused, and the sandbox still answers", async () => {
+    const big = JSON.stringify({ process: { pid: 1 }, input: { stdin: "A".repeat(2 * 1024 * 1024) } });
+    const r = await fetch(`${BASE}/process.Process/SendInput`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": "application/json" }), body: big }).catch((e) => e);
+    if (!(r instanceof Error)) {
+      assert.equal(r.status, 429);
+      assert.equal((await r.json()).code, "resource_exhausted");
+    }
+    const ok = await fetch(`${BASE}/process.Process/List`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": "application/json" }), body: "{}" });
+    assert.equal(ok.status, 200);
+  });
+
+  test("multipart bodies that lie are 400, and write nothing", async () => {
+    const h = dataHeaders(sbx, { "Content-Type": "multipart/form-data; boundary=XyZ" });
+    const part = (name, file, data) =>
+      `--XyZ\r\nContent-Disposition: form-data; name="${name}"; filename="${file}"\r\n\r\n${data}\r\n`;
+    for (const [what, body] of [
+      ["no closing delimiter", part("file", "/home/user/lie1", "a")],
+      ["another boundary", "--Other\r\n" + 'Content-Disposition: form-data; name="file"; filename="lie2"\r\n\r\nx\r\n--Other--\r\n'],
+      ["no disposition", "--XyZ\r\nContent-Type: text/plain\r\n\r\nx\r\n--XyZ--\r\n"],
+      ["headers without end", "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"lie3\"\r\n" + "X-Pad: y\r\n".repeat(2000)],
+      ["the same path twice", part("file", "/home/user/twice", "a") + part("file", "/home/user/twice", "b") + "--XyZ--\r\n"],
+      ["no file part", part("other", "x", "a") + "--XyZ--\r\n"],
+      ["a delimiter not followed by a line end", "--XyZjunk"],
+    ]) {
+      const r = await fetch(`${BASE}/files`, { method: "POST", headers: h, body });
+      assert.equal(r.status, 400, what);
+      assert.ok(isE2bError(await r.json(), 400), what);
+    }
+    for (const p of ["lie1", "lie2", "lie3"]) {
+      const r = await fetch(`${BASE}/files?path=/home/user/${p}`, { headers: dataHeaders(sbx) });
+      assert.equal(r.status, 404, p);
+    }
+    const bad = await fetch(`${BASE}/files`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": "multipart/form-data" }), body: "x" });
+    assert.equal(bad.status, 400);
+  });
+
+  test("multipart with escaped filenames and fields around the file", async () => {
+    const body =
+      '--b0\r\nContent-Disposition: form-data; name="note"\r\n\r\nignored\r\n' +
+      '--b0\r\nContent-Disposition: form-data; name="file"; filename="/home/user/q%22uote.txt"\r\nContent-Type: application/octet-stream\r\n\r\nQ\r\n--b0--\r\nepilogue';
+    const r = await fetch(`${BASE}/files`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": 'multipart/form-data; boundary="b0"' }), body });
+    assert.equal(r.status, 200);
+    const j = await r.json();
+    assert.deepEqual(j, [{ name: 'q"uote.txt', type: "file", path: '/home/user/q"uote.txt' }]);
+    const back = await fetch(`${BASE}/files?path=${encodeURIComponent('/home/user/q"uote.txt')}`, { headers: dataHeaders(sbx) });
+    assert.equal(await back.text(), "Q");
+  });
+
+  test("files outside the workspace are refused, not reached", async () => {
+    const r = await fetch(`${BASE}/files?path=/etc/passwd`, { headers: dataHeaders(sbx) });
+    assert.equal(r.status, 400);
+    const w = await fetch(`${BASE}/files?path=/home/user/../../etc/x`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream" }), body: "x" });
+    assert.equal(w.status, 400);
+  });
+
+  test("the preview Host form reaches envd", { skip: !DOMAIN && "no SANDBOX_PUBLIC_DOMAIN" }, async () => {
+    const u = new URL(BASE);
+    const status = (host, token) =>
+      new Promise((resolve, reject) => {
+        const req = http.request(
+          { host: u.hostname, port: u.port, path: "/process.Process/List", method: "POST", headers: { Host: host, "Content-Type": "application/json", ...(token ? { "X-Access-Token": token } : {}) } },
+          (res) => {
+            res.resume();
+            res.on("end", () => resolve(res.statusCode));
+          },
+        );
+        req.on("error", reject);
+        req.end("{}");
+      });
+    assert.equal(await status(`49983-${sbx.sandboxID}.${DOMAIN}`, sbx.envdAccessToken), 200);
+    assert.equal(await status(`49983-${sbx.sandboxID}.${DOMAIN}`, other.envdAccessToken), 401);
+    assert.equal(await status(`49983-nosuchsandbox0000000.${DOMAIN}`, sbx.envdAccessToken), 502);
+  });
+});
