@@ -196,10 +196,17 @@ static void set_deadline(struct session *s, int64_t seconds, bool extend_only)
 	s->deadline_ms = d;
 }
 
+/* E2B_ENVD_VERSION when it is x.y.z (the SDKs compare it and throw on anything else), else
+ * the default. */
 static const char *envd_version(void)
 {
 	const char *v = api_cfg->e2b_envd_version;
-	return v && *v ? v : "0.4.0";
+	unsigned a, b, c;
+	char end;
+	if (!v || sscanf(v, "%u.%u.%u%c", &a, &b, &c, &end) != 3 ||
+	    strspn(v, "0123456789.") != strlen(v))
+		return "0.5.2";
+	return v;
 }
 
 /* Sandbox: the reply of create and connect. */

@@ -195,6 +195,14 @@ describe("commands", () => {
     assert.equal(r.stdout, "typed\n");
   });
 
+  test("closeStdin ends a command's input", async () => {
+    const h = await sbx.commands.run("cat; echo done", { background: true, stdin: true });
+    await sbx.commands.sendStdin(h.pid, "in-");
+    await sbx.commands.closeStdin(h.pid);
+    const r = await h.wait();
+    assert.equal(r.stdout, "in-done\n");
+  });
+
   test("a command's timeout is a TimeoutError", async () => {
     const t0 = Date.now();
     await assert.rejects(sbx.commands.run("sleep 10", { timeoutMs: 1000 }), TimeoutError);
@@ -304,5 +312,11 @@ describe("files", () => {
     await sbx.files.write("/home/user/w/new.txt", "n");
     await until(() => events.some((e) => e.name === "new.txt"), "the watch event");
     await h.stop();
+  });
+
+  test("a raw-byte upload (useOctetStream) writes the file", async () => {
+    const w = await sbx.files.write("/home/user/raw.bin", "raw bytes", { useOctetStream: true });
+    assert.equal(w.path, "/home/user/raw.bin");
+    assert.equal(await sbx.files.read("raw.bin"), "raw bytes");
   });
 });
