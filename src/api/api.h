@@ -127,6 +127,9 @@ void api_e2b_unsupported(struct http_ctx *ctx);
 extern const struct http_route api_envd_route;
 bool api_envd_request(struct http_ctx *ctx, const char *host);
 void api_envd(struct http_ctx *ctx);
+/* The code interpreter's routes (interp.c), for a request envd.c admitted to port 49999 of
+ * session s, with its body (JSON, borrowed). */
+void api_interp(struct http_ctx *ctx, struct session *s, const char *route, json_t *body);
 /* Whether a route is one of the above: its errors are E2B's {"code", "message"}. */
 bool api_e2b_route(const struct http_route *r);
 /* Replies with E2B's error body. */

@@ -401,8 +401,8 @@ static int by_start(const void *a, const void *b)
 
 void api_e2b_list(struct http_ctx *ctx)
 {
-	struct list_filter f = { .metadata = json_object(), .out = json_array() };
-	json_auto_t *meta = f.metadata, *all = f.out;
+	json_auto_t *meta = json_object(), *all = json_array();
+	struct list_filter f = { .metadata = meta, .out = all };
 	const char *mq = http_query(ctx, "metadata");
 	/* Old SDKs sent metadata as its own query parameters on v1: the same pairs. */
 	if (mq && parse_metadata_query(mq, f.metadata) < 0) {

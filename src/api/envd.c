@@ -59,6 +59,7 @@ struct envd_req {
 	enum route_kind kind;
 	const char *method; /* "Start", "Stat"...; NULL for REST */
 	bool process;       /* process.Process (else filesystem.Filesystem) */
+	char *interp_route; /* the code interpreter's (port 49999) route, or NULL */
 	uint8_t *body;
 	size_t len, limit;
 };
@@ -69,6 +70,7 @@ static void req_free(struct envd_req *q)
 		return;
 	free(q->owner);
 	free(q->sid);
+	free(q->interp_route);
 	free(q->body);
 	free(q);
 }
@@ -1484,8 +1486,31 @@ static void files_post(struct envd_req *q)
 
 /* --- dispatch ---------------------------------------------------------------------- */
 
+/* The code interpreter's request, its body read: to interp.c with the session, if it is
+ * still there. */
+static void interp_dispatch(struct envd_req *q)
+{
+	struct session *s = session_find(q->owner, q->sid);
+	if (!s || s->state != SESSION_READY) {
+		api_e2b_error(q->ctx, 502, "sandbox `%.64s` not found", q->sid);
+		return;
+	}
+	json_error_t je;
+	json_auto_t *body =
+		q->len ? json_loadb((const char *)q->body, q->len, 0, &je) : json_object();
+	if (!json_is_object(body)) {
+		api_e2b_error(q->ctx, 400, "the body must be a JSON object");
+		return;
+	}
+	api_interp(q->ctx, s, q->interp_route, body);
+}
+
 static void rpc_dispatch(struct envd_req *q)
 {
+	if (q->interp_route) {
+		interp_dispatch(q);
+		return;
+	}
 	json_t *msg = NULL;
 	const char *why = NULL;
 	if (q->kind == KIND_STREAM) {
@@ -1595,6 +1620,29 @@ static const char *sandbox_name(struct http_ctx *ctx, char *buf, size_t cap, uns
 	return NULL;
 }
 
+/* Port 49999: the code interpreter. /execute carries the envd token, the context routes only
+ * the traffic token: either one admits. */
+static void interp_request(struct http_ctx *ctx, struct session *s, const char *route)
+{
+	const char *tok = http_header(ctx, "X-Access-Token");
+	const char *traffic = http_header(ctx, "E2B-Traffic-Access-Token");
+	if (!(tok && session_token_check(s, SESSION_TOKEN_ENVD, tok)) &&
+	    !(traffic && session_token_check(s, SESSION_TOKEN_TRAFFIC, traffic))) {
+		api_e2b_error(ctx, 401, "X-Access-Token or E2B-Traffic-Access-Token is required");
+		return;
+	}
+	struct envd_req *q = xcalloc(1, sizeof(*q));
+	q->ctx = ctx;
+	q->owner = xstrdup(s->owner);
+	q->sid = xstrdup(s->id);
+	q->kind = KIND_REST;
+	q->interp_route = xstrdup(route);
+	q->limit = api_cfg->max_body_bytes > RPC_BODY_MIN ? api_cfg->max_body_bytes : RPC_BODY_MIN;
+	ctx->on_gone = rpc_gone;
+	ctx->on_gone_arg = q;
+	http_body_stream(ctx, &rpc_body_ops, q);
+}
+
 void api_envd(struct http_ctx *ctx)
 {
 	char buf[64];
@@ -1617,12 +1665,16 @@ void api_envd(struct http_ctx *ctx)
 	struct session *s = name ? session_find_preview(name) : NULL;
 	/* E2B's edge: no such sandbox (or not ready, or a port nothing serves) is a 502 in the
 	 * REST shape whatever the route, which every SDK reads as "the sandbox is gone". */
-	if (!s || s->state != SESSION_READY || (port != ENVD_PORT)) {
+	if (!s || s->state != SESSION_READY || (port != ENVD_PORT && port != INTERP_PORT)) {
 		if (s && s->state == SESSION_READY)
 			api_e2b_error(ctx, 502, "port %u of sandbox `%.64s` is not served here",
 				      port, name);
 		else
 			api_e2b_error(ctx, 502, "sandbox `%.64s` not found", name ? name : "");
+		return;
+	}
+	if (port == INTERP_PORT) {
+		interp_request(ctx, s, route);
 		return;
 	}
 	if (!strcmp(route, "/health")) {

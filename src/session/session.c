@@ -239,6 +239,7 @@ void session_unref(struct session *s)
 	/* After its sandbox: a destroy job holds a reference until the mounts are gone. */
 	volume_release(s->volumes);
 	json_decref(s->metadata);
+	json_decref(s->e2b_contexts);
 	free(s->alias);
 	free(s);
 }

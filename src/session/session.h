@@ -83,6 +83,9 @@ struct session {
 	uint64_t deadline_ms;
 	json_t *metadata;
 	char *alias;
+	/* The code interpreter's contexts (api/interp.c): id -> {language, cwd, tag, busy,
+	 * executions}, or NULL. */
+	json_t *e2b_contexts;
 	int refs;
 	struct session *next;
 };

@@ -1,0 +1,94 @@
+// The stock `@e2b/code-interpreter` SDK against sandboxd: runCode with stateful contexts, in
+// Python (the code-interpreter-v1 alias: the python template) and JavaScript (node).
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { Sandbox } from "@e2b/code-interpreter";
+
+const made = [];
+after(async () => {
+  for (const s of made) await s.kill().catch(() => {});
+});
+
+describe("code interpreter", () => {
+  let ci;
+  before(async () => {
+    ci = await Sandbox.create({ timeoutMs: 120_000 });
+    made.push(ci);
+  });
+
+  test("print goes to stdout, the last expression is the result", async () => {
+    const ex = await ci.runCode("print(1+1)");
+    assert.equal(ex.logs.stdout.join(""), "2\n");
+    assert.equal(ex.error, undefined);
+    assert.equal((await ci.runCode("1+1")).text, "2");
+  });
+
+  test("state is kept between runs of the default context", async () => {
+    await ci.runCode("x = 41");
+    assert.equal((await ci.runCode("x + 1")).text, "42");
+  });
+
+  test("errors have name, value and traceback", async () => {
+    const ex = await ci.runCode("1/0");
+    assert.equal(ex.error.name, "ZeroDivisionError");
+    assert.match(ex.error.value, /division by zero/);
+    assert.match(ex.error.traceback, /ZeroDivisionError/);
+  });
+
+  test("stdout and stderr callbacks while code runs; lists come as JSON too", async () => {
+    const out = [], err = [];
+    const ex = await ci.runCode(
+      "import sys, time\nprint('a', flush=True)\ntime.sleep(0.3)\nprint('b', file=sys.stderr, flush=True)\n[1, 2]",
+      { onStdout: (m) => out.push(m.line), onStderr: (m) => err.push(m.line) },
+    );
+    assert.equal(out.join(""), "a\n");
+    assert.equal(err.join(""), "b\n");
+    assert.equal(ex.text, "[1, 2]");
+    assert.deepEqual(ex.results[0].json, [1, 2]);
+  });
+
+  test("envs of one run", async () => {
+    const ex = await ci.runCode("import os; os.environ.get('ONE_RUN')", { envs: { ONE_RUN: "yes" } });
+    assert.equal(ex.text, "'yes'");
+    assert.equal((await ci.runCode("import os; os.environ.get('ONE_RUN')")).text, undefined);
+  });
+
+  test("contexts: create, list, isolated state, restart, remove", async () => {
+    const c = await ci.createCodeContext({ language: "python" });
+    await ci.runCode("y = 'mine'", { context: c });
+    assert.equal((await ci.runCode("y", { context: c })).text, "'mine'");
+    const other = await ci.runCode("'y' in dir()");
+    assert.equal(other.text, "False");
+    assert.ok((await ci.listCodeContexts()).some((x) => x.id === c.id));
+    await ci.restartCodeContext(c);
+    assert.equal((await ci.runCode("y", { context: c })).error.name, "NameError");
+    await ci.removeCodeContext(c);
+    assert.ok(!(await ci.listCodeContexts()).some((x) => x.id === c.id));
+  });
+
+  test("a context's interpreter that exits starts again", async () => {
+    const c = await ci.createCodeContext({ language: "python" });
+    const ex = await ci.runCode("import os; os._exit(3)", { context: c });
+    assert.ok(ex.error);
+    assert.equal((await ci.runCode("2*3", { context: c })).text, "6");
+  });
+
+  test("JavaScript keeps its state too (node template)", async () => {
+    const js = await Sandbox.create("node", { timeoutMs: 120_000 });
+    made.push(js);
+    await js.runCode("let y = 2", { language: "js" });
+    assert.equal((await js.runCode("y * 3", { language: "js" })).text, "6");
+    const ex = await js.runCode("console.log('hi'); null.x", { language: "js" });
+    assert.equal(ex.logs.stdout.join(""), "hi\n");
+    assert.equal(ex.error.name, "TypeError");
+  });
+
+  test("without a token the interpreter refuses", async () => {
+    const r = await fetch(`${process.env.E2B_TEST_URL}/execute`, {
+      method: "POST",
+      headers: { "E2b-Sandbox-Id": ci.sandboxId, "E2b-Sandbox-Port": "49999", "Content-Type": "application/json" },
+      body: JSON.stringify({ code: "1" }),
+    });
+    assert.equal(r.status, 401);
+  });
+});
