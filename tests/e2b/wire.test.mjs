@@ -355,4 +355,35 @@ describe("data plane", () => {
     assert.equal(await status(`49983-${sbx.sandboxID}.${DOMAIN}`, other.envdAccessToken), 401);
     assert.equal(await status(`49983-nosuchsandbox0000000.${DOMAIN}`, sbx.envdAccessToken), 502);
   });
+
+  test("getHost(port): another port of the preview Host form is the app's, with the traffic token", { skip: !DOMAIN && "no SANDBOX_PUBLIC_DOMAIN" }, async () => {
+    const py = (await createRaw(KEY_A, { templateID: "python", timeout: 120 })).body;
+    const start = await fetch(`${BASE}/process.Process/Start`, {
+      method: "POST",
+      headers: dataHeaders(py, { "Content-Type": "application/connect+json" }),
+      body: envelope({ process: { cmd: "/bin/sh", args: ["-c", "echo served > index.html; python3 -m http.server 8000"] }, stdin: false }),
+    });
+    const reader = start.body.getReader();
+    await reader.read(); // the start event: the server is starting
+    const u = new URL(BASE);
+    const get = (headers) =>
+      new Promise((resolve, reject) => {
+        const req = http.request({ host: u.hostname, port: u.port, path: "/index.html", headers: { Host: `8000-${py.sandboxID}.${DOMAIN}`, ...headers } }, (res) => {
+          let b = "";
+          res.on("data", (d) => (b += d));
+          res.on("end", () => resolve([res.statusCode, b]));
+        });
+        req.on("error", reject);
+        req.end();
+      });
+    let got = [0, ""];
+    for (let i = 0; i < 100 && got[0] !== 200; i++) {
+      got = await get({ "E2B-Traffic-Access-Token": py.trafficAccessToken });
+      if (got[0] !== 200) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.deepEqual(got, [200, "served\n"]);
+    const denied = await get({ "E2B-Traffic-Access-Token": sbx.trafficAccessToken });
+    assert.notEqual(denied[0], 200);
+    reader.cancel();
+  });
 });
