@@ -27,13 +27,15 @@
 #include "util/text.h"
 #include "util/time.h"
 
-#define MARKER          "\x1e" "E2BM"
-#define MARKER_LEN      5
-#define NONCE_LEN       32
-#define RESULT_MAX      (8u << 20) /* one result's marker line */
-#define CONTEXTS_MAX    16
-#define CODE_MAX        (4u << 20)
-#define HIGH_WATER      (512u << 10)
+#define MARKER \
+	"\x1e" \
+	"E2BM"
+#define MARKER_LEN   5
+#define NONCE_LEN    32
+#define RESULT_MAX   (8u << 20) /* one result's marker line */
+#define CONTEXTS_MAX 16
+#define CODE_MAX     (4u << 20)
+#define HIGH_WATER   (512u << 10)
 
 /* The interpreter loops: one JSON request a line {nonce, code, env}; each result and the end
  * as a marker line on stdout. The last statement's value, if an expression, is the main
@@ -91,9 +93,11 @@ static const char js_loop[] =
 	"const g = { console, require, process, Buffer, setTimeout, clearTimeout, setInterval,\n"
 	"  clearInterval, URL, TextEncoder, TextDecoder };\n"
 	"const ctx = vm.createContext(g);\n"
-	"const mark = (n, o) => process.stdout.write('\\x1eE2BM' + n + JSON.stringify(o) + '\\n');\n"
+	"const mark = (n, o) => process.stdout.write('\\x1eE2BM' + n + JSON.stringify(o) + "
+	"'\\n');\n"
 	"let cur = '';\n"
-	"process.stderr.write = (t) => { mark(cur, { type: 'stderr', text: String(t) }); return true; };\n"
+	"process.stderr.write = (t) => { mark(cur, { type: 'stderr', text: String(t) }); return "
+	"true; };\n"
 	"const q = []; let busy = false;\n"
 	"async function run() {\n"
 	"  if (busy) return; busy = true;\n"
@@ -106,11 +110,13 @@ static const char js_loop[] =
 	"      if (v !== undefined) {\n"
 	"        const res = { type: 'result', text: typeof v === 'string' ? v : util.inspect(v),\n"
 	"          is_main_result: true };\n"
-	"        if (v !== null && typeof v === 'object') { try { res.json = JSON.parse(JSON.stringify(v)); } catch {} }\n"
+	"        if (v !== null && typeof v === 'object') { try { res.json = "
+	"JSON.parse(JSON.stringify(v)); } catch {} }\n"
 	"        mark(n, res);\n"
 	"      }\n"
 	"    } catch (e) {\n"
-	"      mark(n, { type: 'error', name: (e && e.name) || 'Error', value: (e && e.message) || String(e),\n"
+	"      mark(n, { type: 'error', name: (e && e.name) || 'Error', value: (e && e.message) || "
+	"String(e),\n"
 	"        traceback: (e && e.stack) || String(e) });\n"
 	"    }\n"
 	"    mark(n, { type: 'end' });\n"
@@ -148,12 +154,11 @@ static json_t *context_json(const char *id, json_t *c)
 }
 
 /* A new context entry (not started: its process is spawned at its first execution). */
-static json_t *context_add(struct session *s, const char *id, const char *language,
-			   const char *cwd)
+static json_t *context_add(struct session *s, const char *id, const char *language, const char *cwd)
 {
-	json_t *c = json_pack("{s:s, s:s, s:s, s:b, s:i}", "language", language, "cwd",
-			      cwd && *cwd ? cwd : "/home/user", "tag", "", "busy", 0,
-			      "executions", 0);
+	json_t *c =
+		json_pack("{s:s, s:s, s:s, s:b, s:i}", "language", language, "cwd",
+			  cwd && *cwd ? cwd : "/home/user", "tag", "", "busy", 0, "executions", 0);
 	_cleanup_free_ char *tag = xasprintf("e2b-ctx-%s", id);
 	json_object_set_new(c, "tag", json_string(tag));
 	json_object_set_new(contexts_of(s), id, c);
@@ -564,8 +569,9 @@ static void execute(struct http_ctx *ctx, struct session *s, json_t *body)
 	    (cid && !json_is_null(cid) && !json_is_string(cid)) ||
 	    (lang && !json_is_null(lang) && !json_is_string(lang)) ||
 	    (env && !json_is_null(env) && !json_is_object(env))) {
-		reply_error(ctx, 400, "the body must have \"code\" (a string), and may have "
-				      "\"context_id\", \"language\" and \"env_vars\"");
+		reply_error(ctx, 400,
+			    "the body must have \"code\" (a string), and may have "
+			    "\"context_id\", \"language\" and \"env_vars\"");
 		return;
 	}
 	struct err e;
@@ -663,10 +669,12 @@ void api_interp(struct http_ctx *ctx, struct session *s, const char *route, json
 			return;
 		}
 		if (ctx->method == HTTP_REQ_POST) {
-			const char *l = language_of(json_string_value(json_object_get(body, "language")));
+			const char *l =
+				language_of(json_string_value(json_object_get(body, "language")));
 			json_t *cwd = json_object_get(body, "cwd");
 			if (!l || (cwd && !json_is_null(cwd) && !json_is_string(cwd))) {
-				reply_error(ctx, 400, "\"language\" is python or js, \"cwd\" a string");
+				reply_error(ctx, 400,
+					    "\"language\" is python or js, \"cwd\" a string");
 				return;
 			}
 			if (json_object_size(contexts) >= CONTEXTS_MAX) {
