@@ -60,6 +60,7 @@ struct envd_req {
 	const char *method; /* "Start", "Stat"...; NULL for REST */
 	bool process;       /* process.Process (else filesystem.Filesystem) */
 	char *interp_route; /* the code interpreter's (port 49999) route, or NULL */
+	const char *user;   /* "user" or "root" (request_user) */
 	uint8_t *body;
 	size_t len, limit;
 };
@@ -802,8 +803,10 @@ static void process_start(struct envd_req *q, json_t *msg)
 				   ? (unsigned)json_integer_value(cols)
 				   : 80;
 	}
-	/* The user (Authorization) is checked by the caller; E2B_USER: pass it to the spawn
-	 * here once exec takes one. */
+	/* The one place the E2B user reaches a process: q->user is "user" or "root" (checked
+	 * in api_envd). Both run as the sandbox's default user until the spawn request takes
+	 * a user; then it is passed here. */
+	(void)q->user;
 	struct pstream *p = ps_new(q);
 	p->pty = req.pty;
 	struct ops_target t = target_of(q->owner, q->sid);
@@ -1694,7 +1697,8 @@ void api_envd(struct http_ctx *ctx)
 				: "X-Access-Token is required");
 		return;
 	}
-	if (!request_user(ctx)) {
+	const char *user = request_user(ctx);
+	if (!user) {
 		early_error(ctx, kind, CONNECT_UNAUTHENTICATED,
 			    "unknown user: this server knows `user` and `root`");
 		return;
@@ -1704,6 +1708,7 @@ void api_envd(struct http_ctx *ctx)
 	q->owner = xstrdup(s->owner);
 	q->sid = xstrdup(s->id);
 	q->kind = kind;
+	q->user = user;
 	q->process = process;
 	if (files) {
 		if (ctx->method == HTTP_REQ_GET)

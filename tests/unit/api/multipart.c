@@ -48,8 +48,7 @@ static int on_end(void *arg)
 static const struct multipart_cbs cbs = { on_begin, on_data, on_end };
 
 /* Parses body in pieces of `step` bytes; returns 0 or -1, the log in s, the error in why. */
-static int parse(const char *boundary, const char *body, size_t step, struct seen *s,
-		 char why[160])
+static int parse(const char *boundary, const char *body, size_t step, struct seen *s, char why[160])
 {
 	struct multipart m;
 	memset(s, 0, sizeof(*s));
@@ -90,7 +89,8 @@ static void test_boundary(void **state)
 	char b[MULTIPART_BOUNDARY_MAX + 1];
 	assert_int_equal(multipart_boundary("multipart/form-data; boundary=abc", b), 0);
 	assert_string_equal(b, "abc");
-	assert_int_equal(multipart_boundary("multipart/form-data; charset=x; boundary=\"a b\"", b), 0);
+	assert_int_equal(multipart_boundary("multipart/form-data; charset=x; boundary=\"a b\"", b),
+			 0);
 	assert_string_equal(b, "a b");
 	assert_int_equal(multipart_boundary("multipart/form-data", b), -1);
 	assert_int_equal(multipart_boundary("multipart/form-data; boundary=", b), -1);
@@ -151,8 +151,9 @@ static void test_parts_bounded(void **state)
 	assert_non_null(body);
 	size_t off = 0;
 	for (int i = 0; i <= MULTIPART_PARTS_MAX; i++)
-		off += (size_t)snprintf(body + off, n - off,
-					"--b\r\nContent-Disposition: form-data; name=x\r\n\r\n\r\n");
+		off += (size_t)snprintf(
+			body + off, n - off,
+			"--b\r\nContent-Disposition: form-data; name=x\r\n\r\n\r\n");
 	snprintf(body + off, n - off, "--b--");
 	struct seen s;
 	char why[160];
