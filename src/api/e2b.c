@@ -330,7 +330,8 @@ void api_e2b_create(struct http_ctx *ctx)
 	char id[21];
 	random_hex(id, 10);
 	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
-	struct ops_session_opts o = { .env = env };
+	/* Random, and E2B's clients build host names from it: the preview name is the id. */
+	struct ops_session_opts o = { .env = env, .id_generated = true };
 	struct create_req *q = xcalloc(1, sizeof(*q));
 	q->ctx = ctx;
 	q->timeout_s = timeout;

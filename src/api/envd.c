@@ -804,9 +804,8 @@ static void process_start(struct envd_req *q, json_t *msg)
 				   : 80;
 	}
 	/* The one place the E2B user reaches a process: q->user is "user" or "root" (checked
-	 * in api_envd). Both run as the sandbox's default user until the spawn request takes
-	 * a user; then it is passed here. */
-	(void)q->user;
+	 * in api_envd); root is the sandbox's own root. */
+	req.x.user = q->user;
 	struct pstream *p = ps_new(q);
 	p->pty = req.pty;
 	struct ops_target t = target_of(q->owner, q->sid);

@@ -83,6 +83,7 @@ struct proxy {
 	/* after a 101: the client's connection, relayed as bytes */
 	struct bufferevent *bev;
 	bool relay_closing;
+	bool client_eof; /* the client half-closed its side */
 };
 
 static const struct ops_connect_cbs proxy_cbs;
@@ -703,7 +704,7 @@ static void on_app_ready(struct ops_call *c, void *arg)
 {
 	struct proxy *p = arg;
 	if (p->bev) {
-		if (!p->relay_closing)
+		if (!p->relay_closing && !p->client_eof)
 			bufferevent_enable(p->bev, EV_READ);
 		return;
 	}
@@ -809,6 +810,16 @@ static void relay_write(struct bufferevent *bev, void *arg)
 static void relay_event(struct bufferevent *bev, short what, void *arg)
 {
 	struct proxy *p = arg;
+	/* The client's end of file is a half-close, passed on: what the app still sends goes
+	 * to it until the app closes too. */
+	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && p->call && !p->relay_closing) {
+		relay_read(bev, p);
+		bufferevent_disable(bev, EV_READ);
+		p->client_eof = true;
+		if (p->call)
+			ops_connect_eof(p->call);
+		return;
+	}
 	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
 		relay_close(p);
 }

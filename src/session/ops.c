@@ -1673,6 +1673,8 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 	if (volume_mounts_parse(o->volumes, &vols, err) < 0)
 		return NULL;
 	struct ops_call *c = call_new(CALL_CREATE, t, NULL, done, arg);
+	if (o->id_generated)
+		c->id_generated = true;
 	c->volumes = vols;
 	c->egress = o->egress && !json_is_null(o->egress) ? json_deep_copy(o->egress) : NULL;
 	c->idle_timeout_s = o->idle_timeout_s;

@@ -243,6 +243,9 @@ struct ops_session_opts {
 	 * (volume_mounts_parse: EINVAL when malformed; at creation ENOENT for an unknown volume,
 	 * EBUSY for a second writer). */
 	json_t *volumes;
+	/* The caller made t->session_id up at random (never a client's choice), so that it may
+	 * serve as the session's preview name as it is (session_create_opts.id_generated). */
+	bool id_generated;
 };
 
 /* --- the sandbox's own ports ------------------------------------------------------------

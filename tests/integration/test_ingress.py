@@ -232,6 +232,8 @@ class IngressTest(IngressCase):
             self.assertTrue(buf.startswith(b"HTTP/1.1 101 "), buf)
             rest = buf.split(b"\r\n\r\n", 1)[1]
             s.sendall(b"GET /headers HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n")
+            # A half-close: the client has said all it will, the answer still comes.
+            s.shutdown(socket.SHUT_WR)
             while True:
                 chunk = s.recv(65536)
                 if not chunk:
