@@ -844,6 +844,36 @@ static void relay_start(struct proxy *p, const uint8_t *rest, size_t n)
 	relay_read(bev, p);
 }
 
+/* A proxied request or connection of ctx to port of session sid (its strings copied). */
+static struct proxy *proxy_new(struct http_ctx *ctx, enum proxy_form form, unsigned port,
+			       const char *sid)
+{
+	struct proxy *p = xcalloc(1, sizeof(*p));
+	metrics_add(metrics_daemon.preview_connections, 1);
+	p->ctx = ctx;
+	p->form = form;
+	p->port = port;
+	snprintf(p->sid, sizeof(p->sid), "%s", sid);
+	p->idle = evtimer_new(api_base, on_idle, p);
+	return p;
+}
+
+/* Opens p's connection to the app; false (p freed, the client answered) when it cannot. */
+static bool proxy_connect(struct proxy *p, const struct ops_target *t)
+{
+	struct err e;
+	p->call = ops_connect(t, p->port, &proxy_cbs, on_app_done, p, &e);
+	if (!p->call) {
+		proxy_fail(p, e.errnum == EAGAIN ? 429 : http_status_for_errno(e.errnum), "%s",
+			   e.msg);
+		return false;
+	}
+	p->ctx->on_gone = on_client_gone;
+	p->ctx->on_gone_arg = p;
+	idle_arm(p);
+	return true;
+}
+
 /* --- the handler ------------------------------------------------------------------------- */
 
 /* A request of the path form: its session id, port and the path after the prefix. */
@@ -1077,34 +1107,20 @@ void api_preview(struct http_ctx *ctx)
 				 te);
 		return;
 	}
-	struct proxy *p = xcalloc(1, sizeof(*p));
-	metrics_add(metrics_daemon.preview_connections, 1);
-	p->ctx = ctx;
-	p->form = form;
-	p->port = port;
+	struct proxy *p = proxy_new(ctx, form, port, s->id);
 	snprintf(p->prefix, sizeof(p->prefix), "%s", prefix);
-	snprintf(p->sid, sizeof(p->sid), "%s", s->id);
 	p->upgrade = http_upgrade_requested(ctx) && http_header(ctx, "Upgrade");
 	http_parser_init(&p->parser, HTTP_RESPONSE);
 	p->parser.data = p;
-	p->idle = evtimer_new(api_base, on_idle, p);
 	/* Visitors of a preview are not its owner's requests: SANDBOX_PREVIEW_MAX_CONNECTIONS
 	 * per session bounds them, not the owner's `streams` quota (which they would use up). */
 	struct ops_target t = { .owner = s->owner, .session_id = s->id, .admitted = true };
-	struct err e;
-	p->call = ops_connect(&t, port, &proxy_cbs, on_app_done, p, &e);
-	if (!p->call) {
-		proxy_fail(p, e.errnum == EAGAIN ? 429 : http_status_for_errno(e.errnum), "%s",
-			   e.msg);
+	if (!proxy_connect(p, &t))
 		return;
-	}
-	ctx->on_gone = on_client_gone;
-	ctx->on_gone_arg = p;
 	send_head(p, form == FORM_PATH ? rest : ctx->path, query);
 	/* The body waits for the connection. */
 	http_body_stream(ctx, &body_ops, p);
 	http_body_pause(ctx);
-	idle_arm(p);
 }
 
 /* GET /exec/:id/forward/:port with `Upgrade: tcp`: the connection becomes a byte stream to
@@ -1130,22 +1146,7 @@ void api_exec_forward(struct http_ctx *ctx)
 		http_reply_error(ctx, 400, "a port is a number from 1 to 65535");
 		return;
 	}
-	struct proxy *p = xcalloc(1, sizeof(*p));
-	metrics_add(metrics_daemon.preview_connections, 1);
-	p->ctx = ctx;
-	p->form = FORM_FORWARD;
-	p->port = port;
-	snprintf(p->sid, sizeof(p->sid), "%s", id);
-	p->idle = evtimer_new(api_base, on_idle, p);
+	struct proxy *p = proxy_new(ctx, FORM_FORWARD, port, id);
 	struct ops_target t = api_request_target(ctx, id, NULL);
-	struct err e;
-	p->call = ops_connect(&t, port, &proxy_cbs, on_app_done, p, &e);
-	if (!p->call) {
-		proxy_fail(p, e.errnum == EAGAIN ? 429 : http_status_for_errno(e.errnum), "%s",
-			   e.msg);
-		return;
-	}
-	ctx->on_gone = on_client_gone;
-	ctx->on_gone_arg = p;
-	idle_arm(p);
+	proxy_connect(p, &t);
 }

@@ -1794,29 +1794,27 @@ void http_stream_start(struct http_ctx *ctx, int status, const char *content_typ
 	send_head(ctx, status, content_type, -1);
 }
 
-void http_stream_start_raw(struct http_ctx *ctx, int status, int64_t length)
+/* A stream's head with the headers added so far and no defaults of its own. */
+static void stream_head(struct http_ctx *ctx, int status, const char *content_type, ssize_t length)
 {
 	if (ctx->streaming || ctx->replied)
 		return;
 	ctx->streaming = true;
-	struct http_conn *c = ctx->conn;
-	if (!c)
-		return;
+	if (!ctx->conn)
+		return; /* the client is gone: nothing is sent (499) */
 	ctx->status = status;
-	send_head(ctx, status, NULL, (ssize_t)length);
+	send_head(ctx, status, content_type, length);
+}
+
+void http_stream_start_raw(struct http_ctx *ctx, int status, int64_t length)
+{
+	stream_head(ctx, status, NULL, (ssize_t)length);
 }
 
 void http_stream_start_sized(struct http_ctx *ctx, int status, const char *content_type,
 			     uint64_t length)
 {
-	if (ctx->streaming || ctx->replied)
-		return;
-	ctx->streaming = true;
-	struct http_conn *c = ctx->conn;
-	if (!c)
-		return;
-	ctx->status = status;
-	send_head(ctx, status, content_type, (ssize_t)length);
+	stream_head(ctx, status, content_type, (ssize_t)length);
 }
 
 void http_stream_abort(struct http_ctx *ctx)

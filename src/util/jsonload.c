@@ -82,57 +82,48 @@ static size_t find_spans(const uint8_t *buf, size_t len, struct span *sp)
 	return n;
 }
 
-/* Puts the strings back where their markers are; false when a marker is missing. */
-static void restore(json_t *v, const char *nonce, size_t nlen, const uint8_t *buf,
-		    const struct span *sp, size_t n, size_t *found, unsigned depth)
+struct markers {
+	const char *nonce;
+	size_t nlen;
+	const uint8_t *buf;
+	const struct span *sp;
+	size_t n;
+	size_t found;
+};
+
+/* The string a marker stands for (a new value), or NULL when x is not a marker. */
+static json_t *unmark(struct markers *m, const json_t *x)
+{
+	if (!json_is_string(x) || json_string_length(x) <= m->nlen ||
+	    memcmp(json_string_value(x), m->nonce, m->nlen) != 0)
+		return NULL;
+	size_t k = strtoul(json_string_value(x) + m->nlen, NULL, 10);
+	if (k >= m->n)
+		return NULL;
+	m->found++;
+	return json_stringn_nocheck((const char *)m->buf + m->sp[k].start, m->sp[k].len);
+}
+
+/* Puts the strings back where their markers are (m->found counts them). */
+static void restore(json_t *v, struct markers *m, unsigned depth)
 {
 	if (depth > 4096)
 		return;
 	if (json_is_object(v)) {
-		const char *key;
-		json_t *x;
-		void *it = json_object_iter(v);
-		while (it) {
-			key = json_object_iter_key(it);
-			x = json_object_iter_value(it);
-			(void)key;
-			if (json_is_string(x)) {
-				const char *s = json_string_value(x);
-				if (json_string_length(x) > nlen && !memcmp(s, nonce, nlen)) {
-					size_t k = strtoul(s + nlen, NULL, 10);
-					if (k < n) {
-						json_object_iter_set_new(
-							v, it,
-							json_stringn_nocheck((const char *)buf +
-										     sp[k].start,
-									     sp[k].len));
-						(*found)++;
-					}
-				}
-			} else {
-				restore(x, nonce, nlen, buf, sp, n, found, depth + 1);
-			}
-			it = json_object_iter_next(v, it);
+		for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it)) {
+			json_t *x = json_object_iter_value(it), *str = unmark(m, x);
+			if (str)
+				json_object_iter_set_new(v, it, str);
+			else
+				restore(x, m, depth + 1);
 		}
 	} else if (json_is_array(v)) {
 		for (size_t i = 0; i < json_array_size(v); i++) {
-			json_t *x = json_array_get(v, i);
-			if (json_is_string(x)) {
-				const char *s = json_string_value(x);
-				if (json_string_length(x) > nlen && !memcmp(s, nonce, nlen)) {
-					size_t k = strtoul(s + nlen, NULL, 10);
-					if (k < n) {
-						json_array_set_new(
-							v, i,
-							json_stringn_nocheck((const char *)buf +
-										     sp[k].start,
-									     sp[k].len));
-						(*found)++;
-					}
-				}
-			} else {
-				restore(x, nonce, nlen, buf, sp, n, found, depth + 1);
-			}
+			json_t *x = json_array_get(v, i), *str = unmark(m, x);
+			if (str)
+				json_array_set_new(v, i, str);
+			else
+				restore(x, m, depth + 1);
 		}
 	}
 }
@@ -171,14 +162,14 @@ json_t *jsonload(const uint8_t *buf, size_t len, size_t flags, json_error_t *err
 	free(text);
 	if (!root)
 		return json_loadb((const char *)buf, len, flags, err);
-	size_t found = 0;
+	struct markers m = { .nonce = nonce, .nlen = nlen, .buf = buf, .sp = sp, .n = n };
 	if (json_is_string(root)) {
 		/* A text that is one large string */
 		json_decref(root);
 		return json_stringn_nocheck((const char *)buf + sp[0].start, sp[0].len);
 	}
-	restore(root, nonce, nlen, buf, sp, n, &found, 0);
-	if (found != n) {
+	restore(root, &m, 0);
+	if (m.found != n) {
 		/* Something unexpected (a duplicate key dropped one): the plain parse decides. */
 		json_decref(root);
 		return json_loadb((const char *)buf, len, flags, err);
