@@ -159,5 +159,37 @@ class PausedAtShutdownTest(unittest.TestCase):
                              for c in ("memory", "pids", "freezer", "")))
 
 
+class PausedAtCrashTest(unittest.TestCase):
+    def test_a_restart_after_sigkill_removes_a_paused_sandbox(self):
+        import shutil
+        import signal
+        import helpers_exec
+        import helpers_host as host
+        from test_lifecycle import footprint_of, sandboxes_of
+        first = helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0"})
+        self.addCleanup(first.kill)
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        status, _, body = first.post("/exec/frozen-at-crash/execute",
+                                     body={"command": "sleep 300 > /dev/null 2>&1 &"})
+        self.assertEqual(status, 200, body)
+        status, _, body = first.post("/exec/frozen-at-crash/pause")
+        self.assertEqual(status, 200, body)
+        ids = sandboxes_of(first)
+        fp = footprint_of(first, ids)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        first.kill()
+        self.assertTrue(any(os.path.isdir(c) for c in fp.cgroups),
+                        "the sandbox vanished with the daemon: the restart has nothing to do")
+        # Its processes are frozen: only a clean-up that thaws them can end them.
+        second = helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0",
+                                            "SANDBOX_STATE_DIR": first.state_dir,
+                                            "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        left = host.wait_all_gone(fp, ids, words=[first.tmp], timeout=15)
+        self.assertEqual(left, [], "the paused sandbox of the killed daemon survived the restart")
+        second.stop()
+
+
 if __name__ == "__main__":
     unittest.main()
