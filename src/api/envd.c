@@ -267,6 +267,13 @@ static void fs_reply_err(struct fs_call *f, const struct err *err)
 	connect_unary_error(f->ctx, code, "%s", err->msg);
 }
 
+/* The RPC fails with err's code, and its call is done. */
+static void fs_fail(struct fs_call *f, const struct err *err)
+{
+	fs_reply_err(f, err);
+	fs_free(f);
+}
+
 static void on_stat(struct ops_call *c, const struct ops_result *r, const struct err *err,
 		    void *arg)
 {
@@ -291,8 +298,7 @@ static void stat_then_reply(struct fs_call *f, const char *e2b)
 	_cleanup_free_ char *ws = ws_path(e2b);
 	struct err e;
 	if (!ops_stat_path(&t, ws, on_stat, f, &e)) {
-		fs_reply_err(f, &e);
-		fs_free(f);
+		fs_fail(f, &e);
 	}
 }
 
@@ -303,8 +309,7 @@ static void on_made(struct ops_call *c, const struct ops_result *r, const struct
 	if (err) {
 		/* envd: a directory that exists is already_exists; a file in the way is a bad
 		 * argument. */
-		fs_reply_err(f, err);
-		fs_free(f);
+		fs_fail(f, err);
 		return;
 	}
 	stat_then_reply(f, f->path);
@@ -327,16 +332,14 @@ static void on_mkdir_stat(struct ops_call *c, const struct ops_result *r, const 
 		return;
 	}
 	if (err->errnum != ENOENT) {
-		fs_reply_err(f, err);
-		fs_free(f);
+		fs_fail(f, err);
 		return;
 	}
 	struct ops_target t = target_of(f->owner, f->sid);
 	_cleanup_free_ char *ws = ws_path(f->path);
 	struct err e;
 	if (!ops_make_dir(&t, ws, true, on_made, f, &e)) {
-		fs_reply_err(f, &e);
-		fs_free(f);
+		fs_fail(f, &e);
 	}
 }
 
@@ -345,8 +348,7 @@ static void on_moved(struct ops_call *c, const struct ops_result *r, const struc
 {
 	struct fs_call *f = arg;
 	if (err) {
-		fs_reply_err(f, err);
-		fs_free(f);
+		fs_fail(f, err);
 		return;
 	}
 	stat_then_reply(f, f->path2);
@@ -369,8 +371,7 @@ static void on_listed_dir(struct ops_call *c, const struct ops_result *r, const 
 {
 	struct fs_call *f = arg;
 	if (err) {
-		fs_reply_err(f, err);
-		fs_free(f);
+		fs_fail(f, err);
 		return;
 	}
 	json_t *out = json_array();
@@ -455,8 +456,7 @@ static void filesystem_unary(struct envd_req *q, json_t *msg)
 		return;
 	}
 	if (!c) {
-		fs_reply_err(f, &e);
-		fs_free(f);
+		fs_fail(f, &e);
 	}
 }
 
