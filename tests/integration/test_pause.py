@@ -122,6 +122,37 @@ class PauseTest(DaemonTestCase):
                                    for c in ("memory", "pids", "freezer", "")), 30, 0.1,
                    "the cgroup removed")
 
+    def test_concurrent_pauses_resumes_and_a_destroy_in_the_middle(self):
+        import threading
+        sid = self.session()
+        self.counter(sid)
+        sandbox = sandbox_of(self.d, sid)
+        results = []
+
+        def call(action):
+            status, _, _ = self.d.post(f"/exec/{sid}/{action}")
+            results.append((action, status))
+
+        # Eight pauses at once: one wins, the rest are told it is busy or paused.
+        threads = [threading.Thread(target=call, args=("pause",)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(sorted(st for _, st in results).count(200), 1, results)
+        self.assertTrue(all(st in (200, 409) for _, st in results), results)
+        # A resume and a destroy racing: the daemon stays up and the sandbox goes.
+        t = threading.Thread(target=call, args=("resume",))
+        t.start()
+        status, _, body = self.d.delete(f"/exec/{sid}")
+        t.join()
+        self.assertEqual(status, 200, body)
+        wait_until(lambda: not any(os.path.exists(f"{CG}/{c}/agent-sandbox/{sandbox}")
+                                   for c in ("memory", "pids", "freezer", "")), 30, 0.1,
+                   "the cgroup removed")
+        status, _, _ = self.d.get("/health")
+        self.assertEqual(status, 200)
+
 
 class PauseOwnershipTest(DaemonTestCase):
     daemon_env = {**BASE_ENV, "AUTH_ENABLED": "true", "SANDBOX_WARM_POOL": "0"}
