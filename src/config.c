@@ -125,6 +125,7 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_MEMORY_BYTES", V_U64, F(max_memory), "4294967296", 16 * MiB, 16 * TiB },
 	{ "SANDBOX_MAX_VCPUS", V_UINT, F(max_vcpus), "4", 1, 32 },
 	{ "SANDBOX_MEMORY_WATERMARK_BYTES", V_U64, F(memory_watermark), "268435456", 0, 16 * TiB },
+	{ "SANDBOX_DESCRIPTOR_RESERVE", V_UINT, F(descriptor_reserve), "512", 0, 1048576 },
 	/* Above the uids of ordinary accounts, and (with the ranges) below 2^31: the kernel's
 	 * ping_group_range takes no group beyond that. */
 	{ "SANDBOX_UID_BASE", V_U64, F(uid_base), "1879048192", 65536, 2147418112 },

@@ -79,6 +79,9 @@ struct config {
 	/* SANDBOX_MEMORY_WATERMARK_BYTES, default 256 MiB: while the host's MemAvailable is
 	 * below it, no new session is admitted; 0: no check. */
 	uint64_t memory_watermark;
+	/* SANDBOX_DESCRIPTOR_RESERVE, default 512: while fewer of the daemon's descriptors are
+	 * free, no new session is admitted; 0: no check. */
+	unsigned descriptor_reserve;
 
 	/* jail: each sandbox's user namespace maps its root to a host uid range of 65536 */
 	uint64_t uid_base;   /* SANDBOX_UID_BASE: the first range's first uid, default 0x70000000 */

@@ -19,15 +19,17 @@
 #include "util/text.h"
 #include "util/time.h"
 
-/* Seconds a client told "try again" (429: the session limit, the memory watermark, too
- * many operations at once in a sandbox) is asked to wait. */
+/* Seconds a client told "try again" (429: the session limit, too many operations at once
+ * in a sandbox; 503: the host's memory or descriptors below their watermarks) is asked to
+ * wait. */
 #define RETRY_AFTER_S 5
 
 /* An error reply; at capacity (EAGAIN) with Retry-After and "retryAfter", as the rate
  * limiter's 429 has. */
 static void reply_err(struct http_ctx *ctx, const struct err *err)
 {
-	if (err->errnum != EAGAIN) {
+	const char *reason = session_host_reason(err->errnum);
+	if (err->errnum != EAGAIN && !reason) {
 		http_reply_err(ctx, err);
 		return;
 	}
@@ -35,8 +37,11 @@ static void reply_err(struct http_ctx *ctx, const struct err *err)
 	snprintf(secs, sizeof(secs), "%d", RETRY_AFTER_S);
 	http_add_header(ctx, "Retry-After", secs);
 	_cleanup_free_ char *msg = utf8_sanitize((const uint8_t *)err->msg, strlen(err->msg), NULL);
-	http_reply_json(ctx, http_status_for_errno(EAGAIN),
-			json_pack("{s:s, s:i}", "error", msg, "retryAfter", RETRY_AFTER_S));
+	json_t *body = json_pack("{s:s, s:i}", "error", msg, "retryAfter", RETRY_AFTER_S);
+	/* The host's own shortage (503): which resource. */
+	if (reason)
+		json_object_set_new(body, "reason", json_string(reason));
+	http_reply_json(ctx, http_status_for_errno(err->errnum), body);
 }
 
 /* Streaming output waits for the client once this much is queued toward it. */

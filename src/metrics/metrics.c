@@ -325,6 +325,14 @@ void metrics_init(void)
 		"direction");
 	metrics_daemon.preview_connections =
 		metrics_gauge("preview_connections", "Connections to sessions' ports open", NULL);
+	metrics_daemon.admission_refusals_total = metrics_counter(
+		"admission_refusals_total",
+		"Sessions refused because the host was short of memory or descriptors",
+		"reason");
+	metrics_daemon.host_memory_available_bytes = metrics_gauge(
+		"host_memory_available_bytes", "The host's MemAvailable at the last scrape", NULL);
+	metrics_daemon.descriptors_free = metrics_gauge(
+		"descriptors_free", "The daemon's descriptors left below its limit", NULL);
 	metrics_daemon.watch_events_total = metrics_counter(
 		"watch_events_total", "Watch events delivered to clients by type", "type");
 	metrics_daemon.exec_message_duration =

@@ -65,6 +65,9 @@ struct sandbox_metrics {
 	struct metric *preview_requests_total;      /* counter {form, status} */
 	struct metric *preview_bytes_total;         /* counter {direction} */
 	struct metric *preview_connections;         /* gauge */
+	struct metric *admission_refusals_total;    /* counter {reason} */
+	struct metric *host_memory_available_bytes; /* gauge */
+	struct metric *descriptors_free;            /* gauge */
 };
 
 /* Every module records into these; NULL (a no-op) until metrics_init() and after

@@ -24,7 +24,9 @@ struct session_module {
 	const struct config *cfg;
 	const struct driver *drv;
 	struct template_registry templates;
-	struct session *sessions;
+	struct session *sessions; /* every session, newest first */
+	struct htab ids;          /* the same, by id (struct session.by_id) */
+	struct htab previews;     /* and by preview name */
 	size_t nsessions;
 	struct pool *pools; /* pool.c */
 	struct event *reaper;

@@ -192,6 +192,9 @@ static void pool_refill(struct pool *p)
 		return;
 	/* One creation at a time per template: the pool fills in the background without
 	 * starving requests for the workers. */
+	/* Nor when the host is short of memory or descriptors: sessions come first. */
+	if (session_memory_check(NULL) < 0 || session_descriptor_check(NULL) < 0)
+		return;
 	while (pool_count(p) + p->inflight < session_mod.cfg->warm_pool && p->inflight < 1) {
 		struct create_job *j = session_job_new(t, NULL, p);
 		struct err e;

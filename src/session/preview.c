@@ -13,10 +13,13 @@
 
 struct session *session_find_preview(const char *name)
 {
-	for (struct session *s = session_mod.sessions; s; s = s->next)
+	for (struct hlink *l = htab_first(&session_mod.previews, htab_hash_str(name)); l;
+	     l = htab_next(l)) {
+		struct session *s = htab_entry(l, struct session, by_preview);
 		if (strcmp(s->preview_name, name) == 0 && s->state != SESSION_DESTROYING &&
 		    s->state != SESSION_GONE)
 			return s;
+	}
 	return NULL;
 }
 

@@ -149,36 +149,6 @@ int session_limits(const struct template *t, const struct session_resources *r,
 	return 0;
 }
 
-/* MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read. */
-static int64_t mem_available(void)
-{
-	_cleanup_fclose_ FILE *f = fopen("/proc/meminfo", "re");
-	if (!f)
-		return -1;
-	char line[256];
-	unsigned long long kib;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-			return (int64_t)(kib * 1024);
-	return -1;
-}
-
-int session_memory_check(struct err *err)
-{
-	uint64_t mark = session_mod.cfg->memory_watermark;
-	if (!mark)
-		return 0;
-	/* Measured use, not the sum of the sessions' limits: limits overcommit, and what the
-	 * host can still give is what decides whether another sandbox fits. */
-	int64_t avail = mem_available();
-	if (avail < 0 || (uint64_t)avail >= mark)
-		return 0;
-	return err_set(err, EAGAIN,
-		       "The server is low on memory: %llu MiB available, below "
-		       "SANDBOX_MEMORY_WATERMARK_BYTES (%llu MiB); try again later",
-		       (unsigned long long)avail >> 20, (unsigned long long)mark >> 20);
-}
-
 bool session_id_valid(const char *id)
 {
 	size_t n = strlen(id);
@@ -268,6 +238,8 @@ static void table_remove(struct session *s)
 		if (*pp == s) {
 			*pp = s->next;
 			s->next = NULL;
+			htab_remove(&session_mod.ids, &s->by_id);
+			htab_remove(&session_mod.previews, &s->by_preview);
 			session_mod.nsessions--;
 			quota_release(s->owner, QUOTA_SESSIONS);
 			session_unref(s);
@@ -453,9 +425,12 @@ static void session_create_done(void *arg)
 
 struct session *session_find(const char *owner, const char *id)
 {
-	for (struct session *s = session_mod.sessions; s; s = s->next)
+	for (struct hlink *l = htab_first(&session_mod.ids, htab_hash_str(id)); l;
+	     l = htab_next(l)) {
+		struct session *s = htab_entry(l, struct session, by_id);
 		if (strcmp(s->id, id) == 0 && strcmp(s->owner, owner ? owner : "") == 0)
 			return s;
+	}
 	return NULL;
 }
 
@@ -567,7 +542,7 @@ void session_get_or_create(const char *owner, const char *id,
 	}
 	struct sandbox_limits limits;
 	if (session_limits(t, opts ? opts->resources : NULL, &limits, &e) < 0 ||
-	    session_memory_check(&e) < 0) {
+	    session_host_check(&e) < 0) {
 		cb(NULL, &e, arg);
 		return;
 	}
@@ -625,6 +600,8 @@ void session_get_or_create(const char *owner, const char *id,
 	s->volumes = claim;
 	s->next = session_mod.sessions;
 	session_mod.sessions = s;
+	htab_insert(&session_mod.ids, &s->by_id, htab_hash_str(s->id));
+	htab_insert(&session_mod.previews, &s->by_preview, htab_hash_str(s->preview_name));
 	session_mod.nsessions++;
 	if (created)
 		*created = true;
@@ -893,6 +870,7 @@ static void on_scrape(void *arg)
 				    session_state_name(st));
 	metrics_set(metrics_daemon.active_vm_count, (double)session_pool_size(), "pooled");
 	metrics_set(metrics_daemon.exec_sessions_active, (double)session_mod.nsessions);
+	session_host_publish();
 	uint64_t vcount, vbytes;
 	volume_totals(&vcount, &vbytes);
 	metrics_set(metrics_daemon.volumes, (double)vcount, "count");
@@ -995,6 +973,8 @@ void session_shutdown_check(void)
 			event_free(session_mod.reaper);
 		session_mod.reaper = NULL;
 		session_pools_free();
+		htab_fini(&session_mod.ids);
+		htab_fini(&session_mod.previews);
 		template_registry_clear(&session_mod.templates);
 		done(session_mod.shutdown_arg);
 	}

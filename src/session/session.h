@@ -17,6 +17,7 @@
 #include "session/preview.h"
 #include "template/template.h"
 #include "util/err.h"
+#include "util/htab.h"
 
 struct volume_mounts;
 struct volume_claim;
@@ -47,6 +48,8 @@ struct session_resources {
 };
 
 struct session {
+	struct hlink by_id;      /* session_mod.ids: by id */
+	struct hlink by_preview; /* session_mod.previews: by preview_name */
 	char *id;         /* client-visible id */
 	char *owner;      /* API key id, "" when auth is off */
 	char *sandbox_id; /* internal id naming cgroups and dirs */
@@ -158,9 +161,19 @@ int session_resources_check(const struct session_resources *r, struct err *err);
 int session_limits(const struct template *t, const struct session_resources *r,
 		   struct sandbox_limits *ret, struct err *err);
 
-/* Admission by measured memory: 0 while the host's MemAvailable is at or above
- * SANDBOX_MEMORY_WATERMARK_BYTES (or the check is off), else EAGAIN saying so. */
+/* Admission by measurement (admit.c). session_memory_check: 0 while the host's MemAvailable
+ * is at or above SANDBOX_MEMORY_WATERMARK_BYTES (or the check is off), else ENOMEM saying so.
+ * session_descriptor_check: 0 while at least SANDBOX_DESCRIPTOR_RESERVE of the daemon's
+ * descriptors are free, else EMFILE. session_host_check: both, for a sandbox about to be
+ * made, counting a refusal in admission_refusals_total. Both errors are 503 with
+ * Retry-After. */
 int session_memory_check(struct err *err);
+int session_descriptor_check(struct err *err);
+int session_host_check(struct err *err);
+/* "memory" for ENOMEM, "descriptors" for EMFILE, else NULL: the reason of a refusal. */
+const char *session_host_reason(int errnum);
+/* Sets the gauges of host memory and free descriptors (on each scrape). */
+void session_host_publish(void);
 
 /* Validates a client-chosen session id. */
 bool session_id_valid(const char *id);

@@ -70,7 +70,6 @@ static char *const agent_argv[] = {
 
 /* The per-driver state of a sandbox (sandbox->priv). */
 struct jail {
-	int pidfd; /* -1 on kernels without pidfds */
 	struct cgroup *cg;
 	uint32_t uid_base;                  /* the host uid range of its user namespace */
 	struct jail_disk disk;              /* mnt -1: none (SANDBOX_STORAGE=tmpfs) */
@@ -551,8 +550,10 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		return r;
 	}
 
+	/* The daemon is the child's parent and reaps it only in jail_destroy: until then its pid
+	 * cannot name another process, so no pidfd is kept (a descriptor less per sandbox). */
+	spawn_child_close(&c);
 	struct jail *j = xcalloc(1, sizeof(*j));
-	j->pidfd = c.pidfd;
 	j->cg = cg;
 	j->uid_base = uid_base;
 	j->disk = disk;
@@ -581,10 +582,10 @@ static void jail_destroy(struct sandbox *sb)
 		cgroup_freeze(j->cg, false, NULL);
 	/* The pid namespace dies with its PID 1: the kernel kills and reaps the rest before the
 	 * wait returns, which leaves the cgroup empty. */
-	if (sb->pid > 0)
-		spawn_kill(sb->pid, j ? j->pidfd : -1);
-	if (sb->pid > 0)
-		spawn_reap(sb->pid, j ? j->pidfd : -1);
+	if (sb->pid > 0) {
+		spawn_kill(sb->pid, -1);
+		spawn_reap(sb->pid, -1);
+	}
 	if (j) {
 		struct err e;
 		if (j->cg && cgroup_remove(j->cg, &e) < 0)
@@ -597,8 +598,6 @@ static void jail_destroy(struct sandbox *sb)
 		close_volumes(j->volumes, j->nvolumes);
 		/* Reaped above: nothing runs with the range's uids any more. */
 		jail_uid_release(j->uid_base);
-		if (j->pidfd >= 0)
-			close(j->pidfd);
 		free(j);
 	}
 	json_decref(sb->record);

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""What sessions cost as their number grows: idle jail sessions (base template, networking
+off) created back to back by one client, with a table at each checkpoint.
+
+At each checkpoint (default 100, 1,000, 4,000, 8,000 sessions alive) it prints:
+
+  creates/s        over the last batch of creations before the checkpoint (up to 500)
+  MiB/session      host memory no longer available (MemAvailable's drop since the daemon
+                   started, the daemon's own growth included) divided by the sessions alive
+  unreclaimable    the drop of MemAvailable minus what the kernel could still reclaim is not
+                   separated; the slab's unreclaimable part (SUnreclaim) per session is shown
+                   beside it
+  daemon RSS, fds  the daemon's resident set and open descriptors
+  execute p50/p99  `true` in 200 sessions picked at random among those alive
+
+It stops early, and says so, when MemAvailable would fall below --reserve (default: the larger
+of 2 GiB and 10% of the machine), or when the daemon refuses a session (its admission
+watermark, whose reason is printed), so that it can never take the machine down.
+
+Then, with the sessions of the checkpoints destroyed: sessions created per second by 8
+concurrent clients, and executes per second across 100 sessions by 8 concurrent clients.
+
+Usage: python3 bench/density/density.py [--sessions 100,1000,4000,8000] [--storage tmpfs|disk]
+Environment: SANDBOXD, FIRECRACKER_ARTIFACTS_DIR as for the integration tests (jail driver).
+"""
+
+import argparse
+import http.client
+import json
+import math
+import os
+import random
+import sys
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+import harness  # noqa: E402
+
+MiB = 1024 * 1024
+
+
+def percentile(samples, p):
+    s = sorted(samples)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+def meminfo():
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, rest = line.split(":", 1)
+            out[name] = int(rest.split()[0]) * 1024
+    return out
+
+
+def proc_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def proc_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class Client:
+    """One keep-alive connection."""
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+        self.conn = http.client.HTTPConnection(daemon.host, daemon.port, timeout=300)
+
+    def request(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        h = {"Accept": "application/json"}
+        if data is not None:
+            h["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            try:
+                self.conn.request(method, path, body=data, headers=h)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection(self.daemon.host, self.daemon.port,
+                                                       timeout=300)
+                if attempt == 2:
+                    raise
+        if resp.getheader("Connection", "").lower() == "close":
+            self.conn.close()
+            self.conn = http.client.HTTPConnection(self.daemon.host, self.daemon.port,
+                                                   timeout=300)
+        try:
+            return resp.status, json.loads(raw) if raw else None
+        except ValueError:
+            return resp.status, raw
+
+
+def execute_sample(client, ids, n=200):
+    samples = []
+    for sid in random.sample(ids, min(n, len(ids))):
+        t0 = time.perf_counter_ns()
+        status, body = client.request("POST", f"/exec/{sid}/execute", {"command": "true"})
+        samples.append((time.perf_counter_ns() - t0) / 1e6)
+        if status != 200 or body.get("exitCode") != 0:
+            raise SystemExit(f"execute in {sid}: {status} {str(body)[:200]}")
+    return percentile(samples, 50), percentile(samples, 99)
+
+
+def start_daemon(storage, max_sessions):
+    env = {
+        "SANDBOX_DEFAULT_TEMPLATE": "base",
+        "AUTH_ENABLED": "false",
+        "SANDBOX_NETWORK": "off",
+        "LOG_LEVEL": "warn",
+        "SANDBOX_MAX_SESSIONS": str(max_sessions),
+        "SANDBOX_STORAGE": storage,
+        # Idle sessions stay until the benchmark ends.
+        "SESSION_IDLE_TIMEOUT": "86400",
+        "SESSION_MAX_LIFETIME": "0",
+    }
+    d = harness.Daemon(driver_name="jail", env=env, start_timeout=120)
+    d.start()
+    return d
+
+
+def concurrent(fn, clients, seconds):
+    """Runs fn(client, i) in a thread per client for `seconds`; returns the count done."""
+    done = [0] * len(clients)
+    stop = time.monotonic() + seconds
+    errors = []
+
+    def run(k):
+        i = 0
+        try:
+            while time.monotonic() < stop:
+                fn(clients[k], k, i)
+                i += 1
+                done[k] += 1
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(clients))]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit(f"concurrent run: {errors[0]}")
+    return sum(done), time.monotonic() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", default="100,1000,4000,8000")
+    ap.add_argument("--storage", default="tmpfs", choices=["tmpfs", "disk"])
+    ap.add_argument("--reserve", type=int, default=0, help="bytes of MemAvailable to keep")
+    ap.add_argument("--concurrency-seconds", type=float, default=10)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    checkpoints = sorted(int(x) for x in args.sessions.split(","))
+    total = meminfo()["MemTotal"]
+    reserve = args.reserve or max(2 << 30, total // 10)
+
+    d = start_daemon(args.storage, max(checkpoints) + 64)
+    results = {"storage": args.storage, "checkpoints": []}
+    try:
+        pid = d.proc.pid
+        c = Client(d)
+        m0 = meminfo()
+        rss0 = proc_rss(pid)
+        ids = []
+        times = []  # time of each creation, for the rate of the last batch
+        stopped = None
+        print(f"# density: jail, base template, networking off, storage {args.storage}; "
+              f"MemTotal {total / 2**30:.1f} GiB, reserve {reserve / 2**30:.1f} GiB; "
+              f"daemon at start: RSS {rss0 / MiB:.1f} MiB, {proc_fds(pid)} fds")
+        print(f"{'sessions':>9} {'creates/s':>10} {'MiB/session':>12} {'SUnreclaim/s':>13} "
+              f"{'daemon RSS':>11} {'fds':>6} {'exec p50':>9} {'exec p99':>9}")
+        first_rate = None
+        for cp in checkpoints:
+            while len(ids) < cp:
+                if meminfo()["MemAvailable"] < reserve:
+                    stopped = f"MemAvailable below the reserve at {len(ids)} sessions"
+                    break
+                sid = f"d{len(ids)}"
+                t0 = time.monotonic()
+                status, body = c.request("POST", "/exec/", {"id": sid})
+                if status != 201:
+                    stopped = f"the daemon refused session {len(ids) + 1}: {status} {body}"
+                    break
+                ids.append(body.get("sessionId") or body.get("id") or sid)
+                times.append(time.monotonic() - t0)
+            if not ids:
+                break
+            batch = times[-500:]
+            rate = len(batch) / sum(batch)
+            if first_rate is None:
+                first_rate = len(times[:500]) / sum(times[:500])
+            m = meminfo()
+            n = len(ids)
+            per = (m0["MemAvailable"] - m["MemAvailable"]) / n
+            sun = (m["SUnreclaim"] - m0["SUnreclaim"]) / n
+            p50, p99 = execute_sample(c, ids)
+            rss, fds = proc_rss(pid), proc_fds(pid)
+            row = {"sessions": n, "createsPerSecond": rate, "bytesPerSession": per,
+                   "sunreclaimPerSession": sun, "daemonRss": rss, "daemonFds": fds,
+                   "executeP50Ms": p50, "executeP99Ms": p99}
+            results["checkpoints"].append(row)
+            print(f"{n:>9} {rate:>10.0f} {per / MiB:>12.2f} {sun / 1024:>11.0f}Ki "
+                  f"{rss / MiB:>9.1f}Mi {fds:>6} {p50:>8.2f}m {p99:>8.2f}m", flush=True)
+            if stopped:
+                break
+        if stopped:
+            print(f"# stopped early: {stopped}")
+        if len(times) >= 1000:
+            first = len(times[:500]) / sum(times[:500])
+            last = 500 / sum(times[-500:])
+            print(f"# creation: first 500 {first:.0f}/s, last 500 {last:.0f}/s "
+                  f"(last/first {last / first:.2f})")
+            results["firstLastRatio"] = last / first
+        t0 = time.monotonic()
+        for sid in ids:
+            c.request("DELETE", f"/exec/{sid}")
+        if ids:
+            print(f"# destroyed {len(ids)} sessions at {len(ids) / (time.monotonic() - t0):.0f}/s")
+
+        clients = [Client(d) for _ in range(8)]
+        made = []
+        lock = threading.Lock()
+
+        def create(cl, k, i):
+            status, body = cl.request("POST", "/exec/", {"id": f"c{k}-{i}"})
+            if status != 201:
+                raise RuntimeError(f"create: {status} {body}")
+            with lock:
+                made.append(f"c{k}-{i}")
+
+        n, secs = concurrent(create, clients, args.concurrency_seconds)
+        print(f"# 8 concurrent clients: {n / secs:.0f} sessions created/s "
+              f"({n} in {secs:.1f} s); one client above: {first_rate or 0:.0f}/s")
+        results["concurrentCreatesPerSecond"] = n / secs
+        for sid in made:
+            c.request("DELETE", f"/exec/{sid}")
+
+        hundred = []
+        for i in range(100):
+            status, body = c.request("POST", "/exec/", {"id": f"x{i}"})
+            if status != 201:
+                raise SystemExit(f"create: {status} {body}")
+            hundred.append(f"x{i}")
+
+        def execute(cl, k, i):
+            sid = hundred[(k * 13 + i) % len(hundred)]
+            status, body = cl.request("POST", f"/exec/{sid}/execute", {"command": "true"})
+            if status != 200:
+                raise RuntimeError(f"execute: {status} {body}")
+
+        n, secs = concurrent(execute, clients, args.concurrency_seconds)
+        print(f"# 8 concurrent clients across 100 sessions: {n / secs:.0f} executes/s")
+        results["concurrentExecutesPerSecond"] = n / secs
+        for sid in hundred:
+            c.request("DELETE", f"/exec/{sid}")
+    finally:
+        d.stop(check=False)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
