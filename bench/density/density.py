@@ -57,6 +57,16 @@ def meminfo():
     return out
 
 
+def slabs():
+    """Bytes of each slab cache (active objects times object size)."""
+    out = {}
+    with open("/proc/slabinfo") as f:
+        for line in f.readlines()[2:]:
+            p = line.split()
+            out[p[0]] = int(p[1]) * int(p[3])
+    return out
+
+
 def proc_rss(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -121,6 +131,7 @@ def start_daemon(storage, max_sessions):
         "SANDBOX_NETWORK": "off",
         "LOG_LEVEL": "warn",
         "SANDBOX_MAX_SESSIONS": str(max_sessions),
+        "SANDBOX_UID_RANGES": str(min(max_sessions + 64, 32767)),
         "SANDBOX_STORAGE": storage,
         # Idle sessions stay until the benchmark ends.
         "SESSION_IDLE_TIMEOUT": "86400",
@@ -165,6 +176,8 @@ def main():
     ap.add_argument("--reserve", type=int, default=0, help="bytes of MemAvailable to keep")
     ap.add_argument("--concurrency-seconds", type=float, default=10)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--slabs", action="store_true",
+                    help="at each checkpoint, the slab caches that grew most, per session")
     args = ap.parse_args()
     checkpoints = sorted(int(x) for x in args.sessions.split(","))
     total = meminfo()["MemTotal"]
@@ -176,6 +189,7 @@ def main():
         pid = d.proc.pid
         c = Client(d)
         m0 = meminfo()
+        s0 = slabs() if args.slabs else None
         rss0 = proc_rss(pid)
         ids = []
         times = []  # time of each creation, for the rate of the last batch
@@ -217,6 +231,18 @@ def main():
             results["checkpoints"].append(row)
             print(f"{n:>9} {rate:>10.0f} {per / MiB:>12.2f} {sun / 1024:>11.0f}Ki "
                   f"{rss / MiB:>9.1f}Mi {fds:>6} {p50:>8.2f}m {p99:>8.2f}m", flush=True)
+            if s0 is not None:
+                s1 = slabs()
+                grew = sorted(((s1.get(k, 0) - s0.get(k, 0), k) for k in s1), reverse=True)
+                print("#   slab per session: " + ", ".join(
+                    f"{k} {v / n / 1024:.1f}Ki" for v, k in grew[:12]), flush=True)
+                print(f"#   PageTables {(m['PageTables'] - m0['PageTables']) / n / 1024:.1f}Ki, "
+                      f"KernelStack {(m['KernelStack'] - m0['KernelStack']) / n / 1024:.1f}Ki, "
+                      f"Shmem {(m['Shmem'] - m0['Shmem']) / n / 1024:.1f}Ki, "
+                      f"AnonPages {(m['AnonPages'] - m0['AnonPages']) / n / 1024:.1f}Ki, "
+                      f"Percpu {(m.get('Percpu', 0) - m0.get('Percpu', 0)) / n / 1024:.1f}Ki, "
+                      f"Cached {(m['Cached'] - m0['Cached']) / n / 1024:.1f}Ki per session",
+                      flush=True)
             if stopped:
                 break
         if stopped:

@@ -37,7 +37,8 @@ enum spawn_op_kind {
 	SOP_SIGNALS,      /* default dispositions, empty signal mask */
 	SOP_PARENT_DEATH, /* SIGKILL when the thread that started it exits; fail if it has */
 	SOP_WAIT_BYTE,    /* read one byte from fd (the parent's go-ahead); EOF fails ECANCELED */
-	SOP_WRITE,        /* open dst write-only and write src (a cgroup's procs file: "0") */
+	SOP_WRITE,        /* open dst (below fd when it is not -1) write-only and write src (a
+			   * cgroup's procs file: "0") */
 	SOP_UNSHARE,      /* unshare(arg) */
 	SOP_SETNS,        /* setns(fd, arg) */
 	SOP_SETSID,       /* a session of its own, away from the daemon's terminal */

@@ -340,9 +340,9 @@ static int stdio_null(const char *path)
 	return 0;
 }
 
-static int write_file(const char *path, const char *data)
+static int write_file(int dfd, const char *path, const char *data)
 {
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	int fd = openat(dfd >= 0 ? dfd : AT_FDCWD, path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	size_t len = strlen(data);
@@ -472,7 +472,7 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 		return n == 1 ? 0 : n == 0 ? -ECANCELED : -errno;
 	}
 	case SOP_WRITE:
-		return write_file(op->dst, op->src);
+		return write_file(op->fd, op->dst, op->src);
 	case SOP_UNSHARE:
 		r = unshare((int)op->arg);
 		break;

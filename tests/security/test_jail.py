@@ -172,6 +172,18 @@ class UserNamespaceTest(JailCase):
             self.assertNotIn(host_path, info)
 
 
+    def test_network_sysctls_of_the_command_user(self):
+        # Written through the sandbox's own procfs (jail_plan.c): low ports and ping for the
+        # command user, in this sandbox's network namespace; the host's stay as they were.
+        path = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+        with open(path) as f:
+            before = f.read()
+        sid = self.session()
+        self.assertEqual(self.ok(sid, f"cat {path}"), "0\n")
+        with open(path) as f:
+            self.assertEqual(f.read(), before)
+
+
 class SeccompTest(JailCase):
     """The allow list: what is not on it fails with ENOSYS; socket families are limited."""
 

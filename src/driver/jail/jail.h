@@ -105,6 +105,9 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
  * trial run): procfs and sysfs made while it is still host root, the switch to uid_base,
  * the user namespace, then the wait for the parent's maps and the idmapped rootfs. */
 void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf);
+/* The network sysctls a sandbox's command user needs (unprivileged low ports, ping), written
+ * through JAIL_FD_PROC while the child is host root (jail_plan.c). */
+void jail_plan_net_sysctls(struct spawn_plan *p);
 
 /* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
  * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it a

@@ -131,15 +131,20 @@ static void add_dev_rest(struct spawn_plan *p)
 /* The network namespace is the host's (it belongs to the host's user namespace), so root
  * inside holds no capability in it: these let the unprivileged command user bind ports below
  * 1024 (a web server on port 80) and ping (ICMP datagram sockets), in this namespace alone.
- * Written while the child is still host root, before it leaves for its user namespace. */
-static void add_net_sysctls(struct spawn_plan *p)
+ * Written while the child is still host root, before it leaves for its user namespace, and
+ * through the sandbox's own procfs (JAIL_FD_PROC): the host's /proc keeps a dentry of each
+ * name below /proc/sys/net for every network namespace, all in one hash chain, so a lookup
+ * there costs in proportion to the sandboxes alive; a new procfs has none of them. */
+void jail_plan_net_sysctls(struct spawn_plan *p)
 {
 	struct spawn_op *op =
 		spawn_plan_add(p, SOP_WRITE, "set net.ipv4.ip_unprivileged_port_start");
-	op->dst = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
+	op->fd = JAIL_FD_PROC;
+	op->dst = "sys/net/ipv4/ip_unprivileged_port_start";
 	op->src = "0";
 	op = spawn_plan_add(p, SOP_WRITE, "set net.ipv4.ping_group_range");
-	op->dst = "/proc/sys/net/ipv4/ping_group_range";
+	op->fd = JAIL_FD_PROC;
+	op->dst = "sys/net/ipv4/ping_group_range";
 	op->src = "0 2147483647";
 }
 
@@ -150,7 +155,6 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 	const char *root = spawn_plan_str(p, "%s", rootfs);
 	struct spawn_op *op;
 
-	add_net_sysctls(p);
 	/* Before the switch of uid: raising a hard limit takes CAP_SYS_RESOURCE on the host. */
 	op = spawn_plan_add(p, SOP_RLIMIT, "setrlimit RLIMIT_NOFILE");
 	op->flags = RLIMIT_NOFILE;

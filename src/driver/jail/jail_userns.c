@@ -40,6 +40,7 @@ void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf)
 	op->fstype = "sysfs";
 	op->flags = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
 	op->arg = JAIL_FD_SYS;
+	jail_plan_net_sysctls(p);
 	op = spawn_plan_add(p, SOP_SETID,
 			    spawn_plan_str(p, "become host uid and gid %u", uid_base));
 	op->arg = uid_base;
