@@ -21,6 +21,7 @@ Then, with the sessions of the checkpoints destroyed: sessions created per secon
 concurrent clients, and executes per second across 100 sessions by 8 concurrent clients.
 
 Usage: python3 bench/density/density.py [--sessions 100,1000,4000,8000] [--storage tmpfs|disk]
+                                        [--driver jail|qemu] [--slabs]
 Environment: SANDBOXD, FIRECRACKER_ARTIFACTS_DIR as for the integration tests (jail driver).
 """
 
@@ -124,7 +125,7 @@ def execute_sample(client, ids, n=200):
     return percentile(samples, 50), percentile(samples, 99)
 
 
-def start_daemon(storage, max_sessions):
+def start_daemon(storage, max_sessions, driver="jail"):
     env = {
         "SANDBOX_DEFAULT_TEMPLATE": "base",
         "AUTH_ENABLED": "false",
@@ -132,12 +133,17 @@ def start_daemon(storage, max_sessions):
         "LOG_LEVEL": "warn",
         "SANDBOX_MAX_SESSIONS": str(max_sessions),
         "SANDBOX_UID_RANGES": str(min(max_sessions + 64, 32767)),
+        # Ranges of 65536 ids below 2^31: the default base leaves room for 4,096 of them.
+        "SANDBOX_UID_BASE": str(0x20000000),
         "SANDBOX_STORAGE": storage,
         # Idle sessions stay until the benchmark ends.
         "SESSION_IDLE_TIMEOUT": "86400",
         "SESSION_MAX_LIFETIME": "0",
     }
-    d = harness.Daemon(driver_name="jail", env=env, start_timeout=120)
+    if driver != "jail":
+        # VMs keep their guest's tmpfs workspace; the VM's RAM is what is measured.
+        env.pop("SANDBOX_STORAGE")
+    d = harness.Daemon(driver_name=driver, env=env, start_timeout=300)
     d.start()
     return d
 
@@ -173,8 +179,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", default="100,1000,4000,8000")
     ap.add_argument("--storage", default="tmpfs", choices=["tmpfs", "disk"])
+    ap.add_argument("--driver", default="jail", choices=["jail", "qemu"],
+                    help="qemu: idle VMs restored from the template's snapshot (use small "
+                         "--sessions, e.g. 5,10,20)")
     ap.add_argument("--reserve", type=int, default=0, help="bytes of MemAvailable to keep")
-    ap.add_argument("--concurrency-seconds", type=float, default=10)
+    ap.add_argument("--concurrency-seconds", type=float, default=10,
+                    help="length of each concurrent run; 0: none")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--slabs", action="store_true",
                     help="at each checkpoint, the slab caches that grew most, per session")
@@ -183,7 +193,7 @@ def main():
     total = meminfo()["MemTotal"]
     reserve = args.reserve or max(2 << 30, total // 10)
 
-    d = start_daemon(args.storage, max(checkpoints) + 64)
+    d = start_daemon(args.storage, max(checkpoints) + 64, args.driver)
     results = {"storage": args.storage, "checkpoints": []}
     try:
         pid = d.proc.pid
@@ -194,7 +204,8 @@ def main():
         ids = []
         times = []  # time of each creation, for the rate of the last batch
         stopped = None
-        print(f"# density: jail, base template, networking off, storage {args.storage}; "
+        print(f"# density: {args.driver}, base template, networking off, "
+              f"storage {args.storage if args.driver == 'jail' else 'the guest tmpfs'}; "
               f"MemTotal {total / 2**30:.1f} GiB, reserve {reserve / 2**30:.1f} GiB; "
               f"daemon at start: RSS {rss0 / MiB:.1f} MiB, {proc_fds(pid)} fds")
         print(f"{'sessions':>9} {'creates/s':>10} {'MiB/session':>12} {'SUnreclaim/s':>13} "
@@ -259,6 +270,8 @@ def main():
         if ids:
             print(f"# destroyed {len(ids)} sessions at {len(ids) / (time.monotonic() - t0):.0f}/s")
 
+        if args.concurrency_seconds <= 0:
+            return
         clients = [Client(d) for _ in range(8)]
         made = []
         lock = threading.Lock()
@@ -297,9 +310,9 @@ def main():
             c.request("DELETE", f"/exec/{sid}")
     finally:
         d.stop(check=False)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

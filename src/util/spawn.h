@@ -47,6 +47,7 @@ enum spawn_op_kind {
 	SOP_HOSTNAME,     /* sethostname(src) */
 	SOP_MOUNT,        /* mount(src, dst, fstype, flags, data) */
 	SOP_MKDIR,        /* mkdir(dst, arg); an existing directory is fine */
+	SOP_RMDIR,        /* rmdir(dst) */
 	SOP_MKNOD,        /* mknod(dst, arg, dev) */
 	SOP_SYMLINK,      /* symlink(src, dst) */
 	SOP_CHDIR,        /* chdir(dst), or fchdir(fd) when dst is NULL */

@@ -497,6 +497,9 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 		if (r < 0 && errno == EEXIST)
 			r = 0;
 		break;
+	case SOP_RMDIR:
+		r = rmdir(op->dst);
+		break;
 	case SOP_MKNOD:
 		r = mknod(op->dst, (mode_t)op->arg, op->dev);
 		break;

@@ -1,6 +1,6 @@
 """Admission that protects the host: sessions are refused (503, with the reason) while the
-host's memory or the daemon's descriptors are below their watermarks, and admitted again once
-there is room; nothing of a refused session is left."""
+daemon's descriptors are below their watermark, and admitted again once there is room (the
+memory watermark's refusal is in test_limits.MemoryWatermarkTest)."""
 
 import os
 import unittest
@@ -18,41 +18,6 @@ def metric(d, name, label=None):
         if line.startswith(name) and (label is None or label in line):
             return float(line.split()[-1])
     return None
-
-
-class MemoryWatermarkTest(unittest.TestCase):
-    """A watermark no host reaches: every creation is refused, the rest of the API works."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = harness.Daemon(env={"SANDBOX_MEMORY_WATERMARK_BYTES": str(16 << 40),
-                                    "SANDBOX_WARM_POOL": "0", "AUTH_ENABLED": "false",
-                                    "SANDBOX_DEFAULT_TEMPLATE": "base"})
-        cls.d.start()
-        cls.addClassCleanup(cls.d.stop)
-
-    def test_creation_is_503_with_the_reason(self):
-        sid = new_session_id("low-memory")
-        status, headers, body = self.d.post("/exec/", body={"id": sid})
-        self.assertEqual(status, 503, body)
-        self.assertEqual(body.get("reason"), "memory", body)
-        self.assertIn("SANDBOX_MEMORY_WATERMARK_BYTES", body["error"])
-        self.assertEqual(headers.get("Retry-After"), str(body["retryAfter"]))
-        # A session's first request creates it too: refused the same way.
-        status, _, body = self.d.post(f"/exec/{sid}/execute", body={"command": "true"})
-        self.assertEqual(status, 503, body)
-        self.assertEqual(body.get("reason"), "memory", body)
-        status, _, body = self.d.get("/exec/")
-        self.assertEqual(status, 200, body)
-        self.assertEqual(body["sessions"], [])
-        self.assertGreaterEqual(metric(self.d, "admission_refusals_total", 'reason="memory"'), 2)
-        self.assertGreater(metric(self.d, "host_memory_available_bytes"), 0)
-        status, _, body = self.d.get("/ready")
-        self.assertEqual(status, 503, body)
-        self.assertIs(body["checks"]["memoryOk"], False)
-        self.assertIs(body["checks"]["descriptors"], True)
-        status, _, body = self.d.get("/health")
-        self.assertEqual(status, 200, body)
 
 
 class DescriptorWatermarkTest(unittest.TestCase):

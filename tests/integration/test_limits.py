@@ -281,8 +281,9 @@ class MemoryCapTest(DaemonTestCase):
 
 class MemoryWatermarkTest(DaemonTestCase):
     """New sessions are admitted by the host's available memory, not by the sum of limits:
-    below SANDBOX_MEMORY_WATERMARK_BYTES (here more than any host has) creation is a 429
-    with Retry-After, and /ready says memoryOk false."""
+    below SANDBOX_MEMORY_WATERMARK_BYTES (here more than any host has) creation is a 503
+    with Retry-After and reason "memory" (the host's shortage, not the client's rate), counted
+    in admission_refusals_total, and /ready says memoryOk false."""
 
     daemon_env = {"SANDBOX_MEMORY_WATERMARK_BYTES": str(16 << 40), "SANDBOX_WARM_POOL": "0"}
 
@@ -292,12 +293,21 @@ class MemoryWatermarkTest(DaemonTestCase):
                            ("/exec/wm-2/write", {"path": "x", "content": "x"})):
             with self.subTest(path=path):
                 status, headers, reply = self.d.post(path, body=body)
-                self.assertJsonError(status, headers, reply, 429,
+                self.assertJsonError(status, headers, reply, 503,
                                      "SANDBOX_MEMORY_WATERMARK_BYTES")
+                self.assertEqual(reply.get("reason"), "memory", reply)
                 self.assertEqual(headers.get("Retry-After"), str(reply["retryAfter"]))
+        status, _, body = self.d.get("/exec/")
+        self.assertEqual((status, body["sessions"]), (200, []), body)
         status, _, body = self.d.get("/ready")
         self.assertEqual((status, body["status"]), (503, "not_ready"), body)
         self.assertIs(body["checks"]["memoryOk"], False, body)
+        self.assertIs(body["checks"]["descriptors"], True, body)
+        _, _, text = self.d.get("/metrics", headers={"Accept": "text/plain"})
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        refused = [line for line in text.splitlines()
+                   if line.startswith('admission_refusals_total{reason="memory"}')]
+        self.assertTrue(refused and float(refused[0].split()[-1]) >= 3, refused)
 
 
 class DefaultTimeoutTest(DaemonTestCase):

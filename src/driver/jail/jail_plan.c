@@ -11,7 +11,8 @@
 #include "util/cleanup.h"
 
 /* Size of the tmpfs holding /dev: device nodes and symlinks only. */
-#define DEV_TMPFS_OPTS "mode=755,size=65536"
+/* /dev's own files (the nodes are bind mounts of the host's) */
+#define DEV_BYTES (64ULL << 10)
 /* /dev/shm: shared memory is charged to the memory cgroup as well; this bounds it further. */
 #define SHM_BYTES (64ULL << 20)
 #define RUN_BYTES (16ULL << 20)
@@ -62,6 +63,12 @@ static const char *const readonly_paths[] = {
 	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 };
 
+/* Where the masks of directories come from: an empty directory of /dev's tmpfs, bound
+ * read-only over each and then removed (a removed directory can hold no entry). One tmpfs of
+ * their own each would be a superblock each, and every superblock registers a shrinker that
+ * every memory cgroup of the host keeps a slot for (docs/operations.md, "Density"). */
+#define MASK_SOURCE "/dev/.mask"
+
 static void add_masks(struct spawn_plan *p)
 {
 	char what[128];
@@ -69,12 +76,16 @@ static void add_masks(struct spawn_plan *p)
 		snprintf(what, sizeof(what), "mask %s", masked_files[i]);
 		add_mount(p, "/dev/null", masked_files[i], NULL, MS_BIND, NULL, true, what);
 	}
+	add_path(p, SOP_MKDIR, MASK_SOURCE, 0555, "mkdir " MASK_SOURCE);
 	for (size_t i = 0; i < ARRAY_SIZE(masked_dirs); i++) {
 		snprintf(what, sizeof(what), "mask %s", masked_dirs[i]);
-		add_mount(p, "tmpfs", masked_dirs[i], "tmpfs",
-			  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555", true,
-			  what);
+		add_mount(p, MASK_SOURCE, masked_dirs[i], NULL, MS_BIND, NULL, true, what);
+		snprintf(what, sizeof(what), "remount the mask of %s read-only", masked_dirs[i]);
+		add_mount(p, NULL, masked_dirs[i], NULL,
+			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
+			  true, what);
 	}
+	add_path(p, SOP_RMDIR, MASK_SOURCE, 0, "rmdir " MASK_SOURCE);
 	for (size_t i = 0; i < ARRAY_SIZE(readonly_paths); i++) {
 		const char *path = readonly_paths[i];
 		snprintf(what, sizeof(what), "bind %s", path);
@@ -95,8 +106,12 @@ static const char *const devices[] = { "null", "zero", "full", "random", "urando
 static void add_dev(struct spawn_plan *p)
 {
 	const char *dev = "dev";
-	add_mount(p, "tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME, DEV_TMPFS_OPTS,
-		  false, "mount tmpfs on /dev");
+	/* /dev/shm is a directory of it (SHM_BYTES more): one tmpfs, one superblock less per
+	 * sandbox. nodev costs nothing: the nodes are bind mounts of the host's, with their
+	 * own flags. */
+	add_mount(p, "tmpfs", dev, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_STRICTATIME,
+		  spawn_plan_str(p, "mode=755,size=%llu", DEV_BYTES + SHM_BYTES), false,
+		  "mount tmpfs on /dev");
 	for (size_t i = 0; i < ARRAY_SIZE(devices); i++) {
 		const char *node = spawn_plan_str(p, "%s/%s", dev, devices[i]);
 		struct spawn_op *op = spawn_plan_add(
@@ -115,10 +130,10 @@ static void add_dev_rest(struct spawn_plan *p)
 	add_mount(p, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 		  "newinstance,ptmxmode=0666,mode=0620,gid=5", false, "mount devpts on /dev/pts");
 	add_symlink(p, "pts/ptmx", "/dev/ptmx");
+	/* The modes below are exact (the plan sets its umask before the exec). */
+	add_path(p, SOP_UMASK, NULL, 0, "umask 0");
+	/* A directory of /dev's tmpfs, which has room for it (DEV_TMPFS_OPTS). */
 	add_path(p, SOP_MKDIR, "/dev/shm", 01777, "mkdir /dev/shm");
-	add_mount(p, "shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-		  spawn_plan_str(p, "mode=1777,size=%llu", SHM_BYTES), false,
-		  "mount tmpfs on /dev/shm");
 	add_path(p, SOP_MKDIR, "/dev/mqueue", 0755, "mkdir /dev/mqueue");
 	add_mount(p, "mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
 		  false, "mount mqueue on /dev/mqueue");
