@@ -446,6 +446,7 @@ out_http:
 	http_server_free(D.http);
 	auth_shutdown();
 	front_shutdown();
+	api_envd_shutdown();
 	ui_shutdown();
 	quota_shutdown();
 	volume_shutdown();

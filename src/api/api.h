@@ -121,12 +121,33 @@ void api_e2b_kill(struct http_ctx *ctx);
 void api_e2b_timeout(struct http_ctx *ctx);
 void api_e2b_connect(struct http_ctx *ctx);
 void api_e2b_metrics(struct http_ctx *ctx);
+void api_e2b_pause(struct http_ctx *ctx);
+void api_e2b_resume(struct http_ctx *ctx);
 void api_e2b_unsupported(struct http_ctx *ctx);
 /* The data plane (envd.c): the host router's choice for a request that names a sandbox by
  * E2b-Sandbox-Id, or by a preview Host of port 49983 or 49999; its handler. */
 extern const struct http_route api_envd_route;
 bool api_envd_request(struct http_ctx *ctx, const char *host);
 void api_envd(struct http_ctx *ctx);
+/* What an E2B client holds open in a sandbox (a stream, a transfer, an execution), which a
+ * pause ends: cut() ends it (its client sees the end) and frees it. The strings are
+ * borrowed from the holder, which releases the hold when it ends on its own. */
+struct envd_hold {
+	const char *owner, *sid;
+	void (*cut)(struct envd_hold *h);
+	struct envd_hold *next, *prev;
+	bool held;
+};
+void api_envd_hold(struct envd_hold *h, const char *owner, const char *sid,
+		   void (*cut)(struct envd_hold *h));
+void api_envd_release(struct envd_hold *h);
+/* Before a pause of session (owner, sid): ends every hold in it and suspends its watchers
+ * (their watches end in the agent; their events wait). After its resume: the watchers
+ * watch again. */
+void api_envd_suspend(const char *owner, const char *sid);
+void api_envd_resumed(const char *owner, const char *sid);
+/* Frees the watchers left (at exit, after the sessions are gone). */
+void api_envd_shutdown(void);
 /* The code interpreter's routes (interp.c), for a request envd.c admitted to port 49999 of
  * session s, with its body (JSON, borrowed). */
 void api_interp(struct http_ctx *ctx, struct session *s, const char *route, json_t *body);

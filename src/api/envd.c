@@ -1,8 +1,10 @@
 /* envd: the data plane of the E2B-compatible API (docs/e2b.md), what E2B's SDKs send to
  * the "envd" of a sandbox, served here on the host over the ops layer:
  *   /process.Process/{Start,Connect,List,SendInput,CloseStdin,SendSignal,Update}
- *   /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove,WatchDir}
- *   GET /files, POST /files (multipart/form-data or raw bytes), GET /health
+ *   /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove,WatchDir,CreateWatcher,
+ *                           GetWatcherEvents,RemoveWatcher}
+ *   GET /files (gzip when asked), POST /files (multipart/form-data or raw bytes, either of
+ *   them gzip-compressed), GET /health
  * as Connect RPC with the JSON codec (connect.h) and envd's small REST API.
  *
  * The host router (routes.c) sends a request here when it names a sandbox: an
@@ -17,6 +19,7 @@
  * relative path is under it; a reply names paths as the request did. */
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@
 
 #include "api/api.h"
 #include "api/connect.h"
+#include "api/gunzip.h"
 #include "api/host.h"
 #include "api/multipart.h"
 #include "session/ops.h"
@@ -34,7 +38,9 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
+#include "util/random.h"
 #include "util/time.h"
+#include <zlib.h>
 
 #define E2B_HOME    "/home/user"
 #define WORKSPACE   "/workspace"
@@ -107,6 +113,58 @@ static void early_error(struct http_ctx *ctx, enum route_kind kind, enum connect
 		connect_stream_end(ctx, &code, msg);
 	}
 }
+
+/* --- what a pause ends ------------------------------------------------------------- */
+
+#define HOLDER(h, type, member) ((type *)(void *)((char *)(h)-offsetof(type, member)))
+
+static struct envd_hold *holds;
+
+void api_envd_hold(struct envd_hold *h, const char *owner, const char *sid,
+		   void (*cut)(struct envd_hold *h))
+{
+	h->owner = owner;
+	h->sid = sid;
+	h->cut = cut;
+	h->prev = NULL;
+	h->next = holds;
+	if (holds)
+		holds->prev = h;
+	holds = h;
+	h->held = true;
+}
+
+void api_envd_release(struct envd_hold *h)
+{
+	if (!h->held)
+		return;
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		holds = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	h->held = false;
+}
+
+static void watchers_suspend(const char *owner, const char *sid);
+
+void api_envd_suspend(const char *owner, const char *sid)
+{
+	/* From the head each time: a cut frees its holder, and with it its hold. */
+	for (;;) {
+		struct envd_hold *h = holds;
+		while (h && (strcmp(h->owner, owner) || strcmp(h->sid, sid)))
+			h = h->next;
+		if (!h)
+			break;
+		api_envd_release(h);
+		h->cut(h);
+	}
+	watchers_suspend(owner, sid);
+}
+
+#define PAUSED_MSG "the sandbox was paused (connect to it again to resume it)"
 
 /* --- paths ------------------------------------------------------------------------- */
 
@@ -396,9 +454,26 @@ static void on_listed_dir(struct ops_call *c, const struct ops_result *r, const 
 	fs_free(f);
 }
 
+static void watchers_sweep(void);
+static void watcher_create(struct envd_req *q, json_t *msg);
+static void watcher_events(struct envd_req *q, json_t *msg);
+static void watcher_remove(struct envd_req *q, json_t *msg);
+
 static void filesystem_unary(struct envd_req *q, json_t *msg)
 {
 	struct http_ctx *ctx = q->ctx;
+	const char *wm = q->method;
+	if (!strcmp(wm, "CreateWatcher") || !strcmp(wm, "GetWatcherEvents") ||
+	    !strcmp(wm, "RemoveWatcher")) {
+		watchers_sweep();
+		if (!strcmp(wm, "CreateWatcher"))
+			watcher_create(q, msg);
+		else if (!strcmp(wm, "GetWatcherEvents"))
+			watcher_events(q, msg);
+		else
+			watcher_remove(q, msg);
+		return;
+	}
 	struct fs_call *f = xcalloc(1, sizeof(*f));
 	f->ctx = ctx;
 	f->owner = xstrdup(q->owner);
@@ -474,10 +549,12 @@ struct pstream {
 	bool wrote; /* since the last keepalive tick */
 	size_t unacked;
 	bool paused;
+	struct envd_hold hold;
 };
 
 static void ps_free(struct pstream *p)
 {
+	api_envd_release(&p->hold);
 	if (p->keepalive)
 		event_free(p->keepalive);
 	free(p->owner);
@@ -641,6 +718,18 @@ static void ps_gone(struct http_ctx *ctx, void *arg)
 	http_stream_abort(ctx);
 }
 
+/* A pause: this reader goes (the process is paused with the sandbox, and runs on after the
+ * resume, where Connect finds it); its client sees the stream end, unavailable. */
+static void ps_cut(struct envd_hold *h)
+{
+	struct pstream *p = HOLDER(h, struct pstream, hold);
+	if (p->c)
+		ops_call_detach(p->c);
+	p->c = NULL;
+	enum connect_code code = CONNECT_UNAVAILABLE;
+	ps_end(p, &code, PAUSED_MSG);
+}
+
 static void ps_attach(struct pstream *p, const struct ops_proc_ref *ref)
 {
 	struct ops_target t = target_of(p->owner, p->sid);
@@ -723,6 +812,7 @@ static struct pstream *ps_new(struct envd_req *q)
 	q->ctx->on_gone = ps_gone;
 	q->ctx->on_gone_arg = p;
 	ps_keepalive_start(p);
+	api_envd_hold(&p->hold, p->owner, p->sid, ps_cut);
 	return p;
 }
 
@@ -962,10 +1052,15 @@ struct wstream {
 	char *ws;   /* its workspace path ("." for the root) */
 	struct event *keepalive;
 	bool started, wrote;
+	char *owner, *sid;
+	struct envd_hold hold;
 };
 
 static void ws_free(struct wstream *s)
 {
+	api_envd_release(&s->hold);
+	free(s->owner);
+	free(s->sid);
 	if (s->keepalive)
 		event_free(s->keepalive);
 	free(s->root);
@@ -1010,19 +1105,28 @@ static const char *event_type(const char *t)
 	return NULL;
 }
 
-static void ws_event(struct ops_watch *w, json_t *event, void *arg)
+/* A watch event of the agent's as a FilesystemEvent of a watch of workspace path `root`, or
+ * NULL for a kind E2B has no name for. */
+static json_t *fs_event(const char *root, json_t *event)
 {
-	struct wstream *s = arg;
 	const char *type = event_type(json_string_value(json_object_get(event, "type")) ?: "");
 	const char *path = json_string_value(json_object_get(event, "path"));
 	if (!type || !path)
-		return;
+		return NULL;
 	/* The name relative to the watched directory, as envd gives it. */
-	size_t n = strlen(s->ws);
+	size_t n = strlen(root);
 	const char *rel = path;
-	if (strcmp(s->ws, ".") && strncmp(path, s->ws, n) == 0 && path[n] == '/')
+	if (strcmp(root, ".") && strncmp(path, root, n) == 0 && path[n] == '/')
 		rel = path + n + 1;
-	ws_send(s, json_pack("{s:{s:s, s:s}}", "filesystem", "name", rel, "type", type));
+	return json_pack("{s:s, s:s}", "name", rel, "type", type);
+}
+
+static void ws_event(struct ops_watch *w, json_t *event, void *arg)
+{
+	struct wstream *s = arg;
+	json_t *e = fs_event(s->ws, event);
+	if (e)
+		ws_send(s, json_pack("{s:o}", "filesystem", e));
 }
 
 static void ws_done(struct ops_watch *w, const struct ops_watch_result *r, const struct err *err,
@@ -1051,6 +1155,18 @@ static void ws_gone(struct http_ctx *ctx, void *arg)
 	ops_watch_detach(s->w);
 	ws_free(s);
 	http_stream_abort(ctx);
+}
+
+static void ws_cut(struct envd_hold *h)
+{
+	struct wstream *s = HOLDER(h, struct wstream, hold);
+	ops_watch_detach(s->w);
+	s->ctx->on_gone = NULL;
+	if (!s->started)
+		connect_stream_start(s->ctx);
+	enum connect_code code = CONNECT_UNAVAILABLE;
+	connect_stream_end(s->ctx, &code, PAUSED_MSG);
+	ws_free(s);
 }
 
 static void watch_dir(struct envd_req *q, json_t *msg)
@@ -1086,9 +1202,301 @@ static void watch_dir(struct envd_req *q, json_t *msg)
 	event_add(s->keepalive, &tv);
 	q->ctx->on_gone = ws_gone;
 	q->ctx->on_gone_arg = s;
+	s->owner = xstrdup(q->owner);
+	s->sid = xstrdup(q->sid);
+	api_envd_hold(&s->hold, s->owner, s->sid, ws_cut);
+}
+
+/* --- watchers: CreateWatcher, GetWatcherEvents, RemoveWatcher ----------------------- */
+
+/* A watcher is WatchDir without a stream: a watch of the sandbox's (ops_watch, holding a unit
+ * of the watches quota, SANDBOX_MAX_WATCHES) whose events wait in a bounded queue for the
+ * client to poll them. It belongs to its sandbox: at most SANDBOX_MAX_WATCHES of them in one,
+ * gone with it. While the sandbox is paused its watch is ended in the agent (a frozen agent
+ * holds nothing open for the host) and made again at the resume; nothing changes in a
+ * frozen sandbox meanwhile. A watch that ends on its own (its directory removed) keeps its
+ * last events for one more poll, then the poll that finds it ended says why. */
+#define WATCHER_EVENTS_MAX 1024
+#define WATCHER_ID_LEN     24
+
+struct watcher {
+	char id[WATCHER_ID_LEN + 1];
+	char *owner, *sid;
+	char *ws; /* its workspace path */
+	bool recursive;
+	struct ops_watch *w;      /* NULL while suspended, or once ended */
+	struct http_ctx *pending; /* CreateWatcher, until the watch is in place */
+	json_t *events;           /* [FilesystemEvent], at most WATCHER_EVENTS_MAX */
+	uint64_t lost;            /* events dropped since the last poll */
+	bool suspended;           /* its sandbox is paused */
+	bool ended;
+	enum connect_code end_code;
+	char *end_msg;
+	struct watcher *next;
+};
+
+static struct watcher *watchers;
+
+static void watcher_free(struct watcher *x)
+{
+	for (struct watcher **pp = &watchers; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			break;
+		}
+	if (x->w)
+		ops_watch_detach(x->w);
+	if (x->pending)
+		x->pending->on_gone = NULL;
+	free(x->owner);
+	free(x->sid);
+	free(x->ws);
+	free(x->end_msg);
+	json_decref(x->events);
+	free(x);
+}
+
+static bool sandbox_alive(const char *owner, const char *sid)
+{
+	struct session *s = session_find(owner, sid);
+	return s && (s->state == SESSION_READY || s->state == SESSION_PAUSED);
+}
+
+/* Frees the watchers whose sandbox is gone (their watches ended with it). */
+static void watchers_sweep(void)
+{
+	for (struct watcher *x = watchers, *next; x; x = next) {
+		next = x->next;
+		if (!x->pending && !x->w && !sandbox_alive(x->owner, x->sid))
+			watcher_free(x);
+	}
+}
+
+static void wr_ready(struct ops_watch *w, uint64_t count, void *arg)
+{
+	struct watcher *x = arg;
+	if (!x->pending)
+		return;
+	x->pending->on_gone = NULL;
+	connect_unary_reply(x->pending, json_pack("{s:s}", "watcherId", x->id));
+	x->pending = NULL;
+}
+
+static void wr_event(struct ops_watch *w, json_t *event, void *arg)
+{
+	struct watcher *x = arg;
+	const char *type = json_string_value(json_object_get(event, "type"));
+	if (type && !strcmp(type, "overflow")) {
+		x->lost++; /* the agent lost some: how many, it cannot say */
+		return;
+	}
+	json_t *e = fs_event(x->ws, event);
+	if (!e)
+		return;
+	if (json_array_size(x->events) >= WATCHER_EVENTS_MAX) {
+		x->lost++;
+		json_decref(e);
+		return;
+	}
+	json_array_append_new(x->events, e);
+}
+
+static void wr_done(struct ops_watch *w, const struct ops_watch_result *r, const struct err *err,
+		    void *arg)
+{
+	struct watcher *x = arg;
+	x->w = NULL;
+	if (x->pending) {
+		/* It never was in place: CreateWatcher fails, and there is no watcher. */
+		struct http_ctx *ctx = x->pending;
+		x->pending = NULL;
+		ctx->on_gone = NULL;
+		enum connect_code code =
+			err ? connect_code_for_errno(err->errnum) : CONNECT_UNAVAILABLE;
+		if (err && err->errnum == ENOTDIR)
+			code = CONNECT_INVALID_ARGUMENT;
+		connect_unary_error(ctx, code, "%s",
+				    err ? err->msg : "the watch ended before it was in place");
+		watcher_free(x);
+		return;
+	}
+	if (!sandbox_alive(x->owner, x->sid)) {
+		watcher_free(x);
+		return;
+	}
+	x->ended = true;
+	x->end_code = err ? connect_code_for_errno(err->errnum) : CONNECT_NOT_FOUND;
+	x->end_msg = xstrdup(err            ? err->msg
+			     : r && r->gone ? "the watched directory was removed or moved"
+					    : "the watch ended");
+}
+
+static const struct ops_watch_cbs watcher_cbs = { .on_ready = wr_ready,
+						  .on_event = wr_event,
+						  .on_done = wr_done };
+
+static struct ops_watch *watcher_watch(struct watcher *x, struct err *e)
+{
+	struct ops_target t = target_of(x->owner, x->sid);
+	struct ops_watch_req req = { .path = x->ws, .recursive = x->recursive };
+	return ops_watch(&t, &req, &watcher_cbs, x, e);
+}
+
+static void watchers_suspend(const char *owner, const char *sid)
+{
+	for (struct watcher *x = watchers, *next; x; x = next) {
+		next = x->next;
+		if (strcmp(x->owner, owner) || strcmp(x->sid, sid))
+			continue;
+		if (x->pending) {
+			/* Not in place yet: its CreateWatcher fails, as a stream would. */
+			struct http_ctx *ctx = x->pending;
+			x->pending = NULL;
+			ctx->on_gone = NULL;
+			connect_unary_error(ctx, CONNECT_UNAVAILABLE, "%s", PAUSED_MSG);
+			watcher_free(x);
+			continue;
+		}
+		if (x->w) {
+			ops_watch_detach(x->w);
+			x->w = NULL;
+			x->suspended = true;
+		}
+	}
+}
+
+void api_envd_resumed(const char *owner, const char *sid)
+{
+	for (struct watcher *x = watchers; x; x = x->next) {
+		if (!x->suspended || strcmp(x->owner, owner) || strcmp(x->sid, sid))
+			continue;
+		x->suspended = false;
+		struct err e;
+		x->w = watcher_watch(x, &e);
+		if (!x->w) {
+			x->ended = true;
+			x->end_code = connect_code_for_errno(e.errnum);
+			x->end_msg = xasprintf(
+				"the watch could not be made again after the resume: %s", e.msg);
+		}
+	}
+}
+
+void api_envd_shutdown(void)
+{
+	while (watchers)
+		watcher_free(watchers);
+}
+
+static void wr_gone(struct http_ctx *ctx, void *arg)
+{
+	/* The client left before the watcher's id reached it: nobody can poll it. */
+	struct watcher *x = arg;
+	x->pending = NULL;
+	watcher_free(x);
+}
+
+static struct watcher *watcher_find(struct envd_req *q, json_t *msg)
+{
+	json_t *id = connect_field(msg, "watcherId", "watcher_id");
+	if (!json_is_string(id)) {
+		connect_unary_error(q->ctx, CONNECT_INVALID_ARGUMENT,
+				    "\"watcherId\" must be a string");
+		return NULL;
+	}
+	for (struct watcher *x = watchers; x; x = x->next)
+		if (!x->pending && !strcmp(x->id, json_string_value(id)) &&
+		    !strcmp(x->owner, q->owner) && !strcmp(x->sid, q->sid))
+			return x;
+	connect_unary_error(q->ctx, CONNECT_NOT_FOUND, "watcher `%.64s` not found",
+			    json_string_value(id));
+	return NULL;
+}
+
+static void watcher_create(struct envd_req *q, json_t *msg)
+{
+	json_t *pv = connect_field(msg, "path", NULL);
+	json_t *rec = connect_field(msg, "recursive", NULL);
+	if (!json_is_string(pv) || (rec && !json_is_boolean(rec))) {
+		connect_unary_error(q->ctx, CONNECT_INVALID_ARGUMENT,
+				    "\"path\" must be a string and \"recursive\" a boolean");
+		return;
+	}
+	unsigned n = 0;
+	for (struct watcher *x = watchers; x; x = x->next)
+		n += !strcmp(x->owner, q->owner) && !strcmp(x->sid, q->sid);
+	if (n >= api_cfg->max_watches) {
+		connect_unary_error(q->ctx, CONNECT_RESOURCE_EXHAUSTED,
+				    "a sandbox has at most %u watchers (SANDBOX_MAX_WATCHES): "
+				    "remove one first",
+				    api_cfg->max_watches);
+		return;
+	}
+	struct watcher *x = xcalloc(1, sizeof(*x));
+	random_hex(x->id, WATCHER_ID_LEN / 2);
+	x->owner = xstrdup(q->owner);
+	x->sid = xstrdup(q->sid);
+	_cleanup_free_ char *root = e2b_path(json_string_value(pv));
+	x->ws = ws_path(root);
+	x->recursive = json_is_true(rec);
+	x->events = json_array();
+	struct err e;
+	x->w = watcher_watch(x, &e);
+	if (!x->w) {
+		enum connect_code code = connect_code_for_errno(e.errnum);
+		connect_unary_error(q->ctx, code, "%s", e.msg);
+		watcher_free(x);
+		return;
+	}
+	x->pending = q->ctx;
+	x->next = watchers;
+	watchers = x;
+	q->ctx->on_gone = wr_gone;
+	q->ctx->on_gone_arg = x;
+}
+
+static void watcher_events(struct envd_req *q, json_t *msg)
+{
+	struct watcher *x = watcher_find(q, msg);
+	if (!x)
+		return;
+	if (x->lost) {
+		/* Its queue is bounded: a client that polls too seldom learns that it missed
+		 * events, once, and starts afresh (what it kept is dropped with them, so that
+		 * what it gets next is again every change). */
+		connect_unary_error(q->ctx, CONNECT_DATA_LOSS,
+				    "%llu events were lost: a watcher keeps at most %d events "
+				    "between two polls; the %zu kept were dropped too, list the "
+				    "directory again",
+				    (unsigned long long)x->lost, WATCHER_EVENTS_MAX,
+				    json_array_size(x->events));
+		x->lost = 0;
+		json_array_clear(x->events);
+		return;
+	}
+	if (x->ended && !json_array_size(x->events)) {
+		connect_unary_error(q->ctx, x->end_code, "watcher `%s`: %s", x->id, x->end_msg);
+		watcher_free(x);
+		return;
+	}
+	connect_unary_reply(q->ctx, json_pack("{s:o}", "events", x->events));
+	x->events = json_array();
+}
+
+static void watcher_remove(struct envd_req *q, json_t *msg)
+{
+	struct watcher *x = watcher_find(q, msg);
+	if (!x)
+		return;
+	watcher_free(x);
+	connect_unary_reply(q->ctx, json_object());
 }
 
 /* --- GET /files -------------------------------------------------------------------- */
+
+/* A download, as it comes from the sandbox; with Accept-Encoding: gzip (what the SDK sends
+ * for read(..., {gzip: true})) compressed on the way, in a chunked reply. */
+#define GZIP_CHUNK (64u << 10)
 
 struct download {
 	struct http_ctx *ctx;
@@ -1096,7 +1504,45 @@ struct download {
 	bool started;
 	size_t unacked;
 	bool paused;
+	bool gzip;      /* asked for */
+	bool deflating; /* z is in use */
+	z_stream z;
+	char *owner, *sid;
+	struct envd_hold hold;
 };
+
+static void dl_free(struct download *d)
+{
+	api_envd_release(&d->hold);
+	if (d->deflating)
+		deflateEnd(&d->z);
+	free(d->owner);
+	free(d->sid);
+	free(d);
+}
+
+/* Whether the client takes gzip: a coding "gzip" of Accept-Encoding whose q is not 0. */
+static bool accepts_gzip(const char *h)
+{
+	for (const char *p = h; p && *p;) {
+		p += strspn(p, " \t,");
+		size_t n = strcspn(p, ",;");
+		bool gz = (n == 4 && !strncasecmp(p, "gzip", 4)) ||
+			  (n == 6 && !strncasecmp(p, "x-gzip", 6));
+		const char *end = p + strcspn(p, ",");
+		if (gz) {
+			const char *q = memchr(p, ';', (size_t)(end - p));
+			if (q) {
+				q += 1 + strspn(q + 1, " \t");
+				if (!strncasecmp(q, "q=", 2) && strtod(q + 2, NULL) <= 0)
+					return false;
+			}
+			return true;
+		}
+		p = end;
+	}
+	return false;
+}
 
 static void dl_drained(struct http_ctx *ctx, void *arg)
 {
@@ -1112,13 +1558,42 @@ static void dl_head(struct ops_call *c, uint64_t size, bool text, void *arg)
 {
 	struct download *d = arg;
 	d->started = true;
+	/* An empty file stays plain: the SDK reads Content-Length: 0 as the empty file. */
+	if (d->gzip && size > 0 &&
+	    deflateInit2(&d->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
+			 Z_DEFAULT_STRATEGY) == Z_OK) {
+		d->deflating = true;
+		http_add_header(d->ctx, "Content-Encoding", "gzip");
+		http_add_header(d->ctx, "Vary", "Accept-Encoding");
+		http_stream_start(d->ctx, 200, "application/octet-stream");
+		return;
+	}
 	http_stream_start_sized(d->ctx, 200, "application/octet-stream", size);
+}
+
+/* Compresses data (flush: the end of the file) into the reply. */
+static void dl_deflate(struct download *d, const uint8_t *data, size_t len, bool flush)
+{
+	uint8_t out[GZIP_CHUNK];
+	d->z.next_in = (Bytef *)data;
+	d->z.avail_in = (uInt)len;
+	do {
+		d->z.next_out = out;
+		d->z.avail_out = sizeof(out);
+		deflate(&d->z, flush ? Z_FINISH : Z_NO_FLUSH);
+		size_t n = sizeof(out) - d->z.avail_out;
+		if (n)
+			http_stream_write(d->ctx, out, n);
+	} while (d->z.avail_out == 0);
 }
 
 static void dl_data(struct ops_call *c, const uint8_t *data, size_t len, void *arg)
 {
 	struct download *d = arg;
-	http_stream_write(d->ctx, data, len);
+	if (d->deflating)
+		dl_deflate(d, data, len, false);
+	else
+		http_stream_write(d->ctx, data, len);
 	if (d->paused || http_stream_pending(d->ctx) >= STREAM_HIGH_WATER) {
 		d->unacked += len;
 		if (!d->paused) {
@@ -1146,9 +1621,11 @@ static void dl_done(struct ops_call *c, const struct ops_result *r, const struct
 	} else if (err) {
 		http_stream_abort(d->ctx);
 	} else {
+		if (d->deflating)
+			dl_deflate(d, NULL, 0, true);
 		http_stream_end(d->ctx);
 	}
-	free(d);
+	dl_free(d);
 }
 
 static void dl_gone(struct http_ctx *ctx, void *arg)
@@ -1157,8 +1634,25 @@ static void dl_gone(struct http_ctx *ctx, void *arg)
 	if (d->c)
 		ops_call_detach(d->c);
 	http_stream_on_drain(ctx, 0, NULL, NULL);
-	free(d);
+	dl_free(d);
 	http_stream_abort(ctx);
+}
+
+/* A pause: a download begun is cut short (its client sees a truncated body), one not begun
+ * is a 502, as for a sandbox that is not running. */
+static void dl_cut(struct envd_hold *h)
+{
+	struct download *d = HOLDER(h, struct download, hold);
+	if (d->c)
+		ops_call_detach(d->c);
+	d->c = NULL;
+	d->ctx->on_gone = NULL;
+	http_stream_on_drain(d->ctx, 0, NULL, NULL);
+	if (d->started)
+		http_stream_abort(d->ctx);
+	else
+		rest_error(d->ctx, 502, "%s", PAUSED_MSG);
+	dl_free(d);
 }
 
 static const struct ops_read_cbs dl_cbs = { .on_head = dl_head, .on_data = dl_data };
@@ -1169,6 +1663,9 @@ static void files_get(struct envd_req *q)
 	_cleanup_free_ char *e2b = e2b_path(p), *ws = ws_path(e2b);
 	struct download *d = xcalloc(1, sizeof(*d));
 	d->ctx = q->ctx;
+	d->gzip = accepts_gzip(http_header(q->ctx, "Accept-Encoding"));
+	d->owner = xstrdup(q->owner);
+	d->sid = xstrdup(q->sid);
 	struct ops_target t = target_of(q->owner, q->sid);
 	struct err e;
 	d->c = ops_read_stream(&t, ws, false, &dl_cbs, dl_done, d, &e);
@@ -1179,6 +1676,7 @@ static void files_get(struct envd_req *q)
 	}
 	q->ctx->on_gone = dl_gone;
 	q->ctx->on_gone_arg = d;
+	api_envd_hold(&d->hold, d->owner, d->sid, dl_cut);
 }
 
 /* --- POST /files ------------------------------------------------------------------- */
@@ -1189,6 +1687,10 @@ static void files_get(struct envd_req *q)
  * One terminal point, up_finish(): the reply, every call detached, the memory freed (put off
  * while the parser is running). */
 #define UPLOAD_PARTS_IN_FLIGHT 16
+/* Compressed bytes an upload may hold while the sandbox takes the inflated ones. */
+#define UPLOAD_GZ_PENDING_MAX (4u << 20)
+/* A compressed multipart body may inflate to this much more than its files. */
+#define UPLOAD_GZ_FRAMING (1u << 20)
 
 struct upart {
 	struct upload *u;
@@ -1211,10 +1713,22 @@ struct upload {
 	json_t *written; /* [{name, type, path}], null while a part is written */
 	json_t *seen;    /* paths of this request */
 	uint64_t max_bytes;
+	/* Content-Encoding: gzip: the body inflated as it comes, a buffer at a time, never
+	 * faster than the sandbox takes it; gz_in holds what a full part could not take yet. */
+	bool gzip;
+	struct gunzip gz;
+	uint8_t *gz_in;
+	size_t gz_len;
+	bool end_deferred; /* the body ended while gz_in waited */
+	struct envd_hold hold;
 };
 
 static void up_free(struct upload *u)
 {
+	api_envd_release(&u->hold);
+	if (u->gzip)
+		gunzip_fini(&u->gz);
+	free(u->gz_in);
 	if (u->multipart)
 		multipart_fini(&u->mp);
 	while (u->parts) {
@@ -1277,11 +1791,31 @@ static void up_maybe_done(struct upload *u)
 		up_finish(u, 0, NULL);
 }
 
+static bool up_gz_drain(struct upload *u);
+static void up_end_now(struct upload *u);
+
 static void up_ready(struct ops_call *c, void *arg)
 {
 	struct upart *p = arg;
-	if (p->u->cur == p)
-		http_body_resume(p->u->ctx);
+	struct upload *u = p->u;
+	if (u->cur != p)
+		return;
+	if (u->gz_len) {
+		u->in_feed = true;
+		bool blocked = up_gz_drain(u);
+		u->in_feed = false;
+		if (u->finished) {
+			up_free(u);
+			return;
+		}
+		if (blocked)
+			return;
+		if (u->end_deferred) {
+			up_end_now(u);
+			return;
+		}
+	}
+	http_body_resume(u->ctx);
 }
 
 static void unlink_part(struct upload *u, struct upart *p)
@@ -1403,17 +1937,81 @@ static const struct multipart_cbs mp_cbs = { .on_begin = mp_begin,
 					     .on_data = mp_data,
 					     .on_end = mp_end };
 
+/* Bytes of the (decoded) body: to the multipart parser, or the file. Called with in_feed
+ * set; u may be finished after. */
+static void up_take(struct upload *u, const uint8_t *data, size_t len)
+{
+	if (!u->multipart) {
+		up_send(u, data, len);
+		return;
+	}
+	if (multipart_feed(&u->mp, data, len) < 0 && !u->finished)
+		up_finish(u, 400, "the multipart body is malformed: %s", u->mp.error);
+}
+
+/* Whether the part being written takes no more now (its queue toward the sandbox is full). */
+static bool up_blocked(struct upload *u)
+{
+	return u->cur && ops_upload_queued(u->cur->c) >= OPS_UPLOAD_HIGH;
+}
+
+/* Inflates gz_in into the body's path, one buffer at a time, while the sandbox takes it.
+ * Returns true when it stopped for back-pressure (the rest stays in gz_in). */
+static bool up_gz_drain(struct upload *u)
+{
+	uint8_t out[GZIP_CHUNK];
+	size_t off = 0;
+	bool blocked = false;
+	while (!u->finished) {
+		if (up_blocked(u)) {
+			blocked = true;
+			break;
+		}
+		size_t used, made;
+		enum gunzip_status st = gunzip_feed(&u->gz, u->gz_in + off, u->gz_len - off, &used,
+						    out, sizeof(out), &made);
+		off += used;
+		if (st == GUNZIP_ERROR) {
+			up_finish(u, 400, "the gzip body is malformed: %s", u->gz.error);
+			break;
+		}
+		if (st == GUNZIP_LIMIT) {
+			up_finish(u, 413,
+				  "the upload inflates to more than %llu bytes "
+				  "(SANDBOX_MAX_UPLOAD_BYTES)",
+				  (unsigned long long)u->gz.limit);
+			break;
+		}
+		if (made)
+			up_take(u, out, made);
+		if (st != GUNZIP_FULL)
+			break;
+	}
+	if (u->finished)
+		return false;
+	memmove(u->gz_in, u->gz_in + off, u->gz_len - off);
+	u->gz_len -= off;
+	if (u->gz_len)
+		http_body_pause(u->ctx);
+	return blocked && u->gz_len;
+}
+
 static int up_body(struct http_ctx *ctx, const uint8_t *data, size_t len, void *arg)
 {
 	struct upload *u = arg;
-	if (!u->multipart) {
-		up_send(u, data, len);
-		return 0;
-	}
 	u->in_feed = true;
-	int r = multipart_feed(&u->mp, data, len);
-	if (r < 0 && !u->finished)
-		up_finish(u, 400, "the multipart body is malformed: %s", u->mp.error);
+	if (u->gzip) {
+		if (u->gz_len + len > UPLOAD_GZ_PENDING_MAX) {
+			up_finish(u, 400, "the gzip body came faster than it could be taken");
+		} else {
+			u->gz_in = xrealloc(u->gz_in, u->gz_len + len);
+			memcpy(u->gz_in + u->gz_len, data, len);
+			u->gz_len += len;
+			up_gz_drain(u);
+		}
+	} else {
+		up_take(u, data, len);
+	}
 	u->in_feed = false;
 	if (u->finished) {
 		up_free(u);
@@ -1425,7 +2023,21 @@ static int up_body(struct http_ctx *ctx, const uint8_t *data, size_t len, void *
 static void up_end(struct http_ctx *ctx, void *arg)
 {
 	struct upload *u = arg;
+	if (u->gz_len) {
+		/* The inflated rest waits for the sandbox: the end comes after it (up_ready). */
+		u->end_deferred = true;
+		return;
+	}
+	up_end_now(u);
+}
+
+static void up_end_now(struct upload *u)
+{
 	u->body_ended = true;
+	if (u->gzip && !gunzip_complete(&u->gz)) {
+		up_finish(u, 400, "the gzip body is truncated");
+		return;
+	}
 	if (!u->multipart) {
 		if (u->cur)
 			ops_upload_end(u->cur->c);
@@ -1447,6 +2059,12 @@ static void up_gone(struct http_ctx *ctx, void *arg)
 	up_free(u);
 }
 
+static void up_cut(struct envd_hold *h)
+{
+	struct upload *u = HOLDER(h, struct upload, hold);
+	up_finish(u, 502, "%s", PAUSED_MSG);
+}
+
 static void files_post(struct envd_req *q)
 {
 	struct http_ctx *ctx = q->ctx;
@@ -1462,8 +2080,10 @@ static void files_post(struct envd_req *q)
 			   "an upload is multipart/form-data or application/octet-stream");
 		return;
 	}
-	if (http_header(ctx, "Content-Encoding")) {
-		rest_error(ctx, 415, "compressed uploads are not supported");
+	const char *ce = http_header(ctx, "Content-Encoding");
+	bool gzip = ce && (!strcasecmp(ce, "gzip") || !strcasecmp(ce, "x-gzip"));
+	if (ce && !gzip && strcasecmp(ce, "identity")) {
+		rest_error(ctx, 415, "an upload's Content-Encoding is gzip or identity");
 		return;
 	}
 	struct upload *u = xcalloc(1, sizeof(*u));
@@ -1475,8 +2095,19 @@ static void files_post(struct envd_req *q)
 	u->max_bytes = api_cfg->max_upload_bytes;
 	const char *p = http_query(ctx, "path");
 	u->query_path = p && *p ? xstrdup(p) : NULL;
+	if (gzip) {
+		/* What it inflates to: the files, and a multipart body's own bytes around them. */
+		uint64_t limit = u->max_bytes + (multipart ? UPLOAD_GZ_FRAMING : 0);
+		if (gunzip_init(&u->gz, limit) < 0) {
+			rest_error(ctx, 500, "cannot set up a gzip decoder");
+			up_free(u);
+			return;
+		}
+		u->gzip = true;
+	}
 	ctx->on_gone = up_gone;
 	ctx->on_gone_arg = u;
+	api_envd_hold(&u->hold, u->owner, u->sid, up_cut);
 	http_body_stream(ctx, &up_body_ops, u);
 	if (multipart) {
 		u->multipart = true;
@@ -1671,6 +2302,9 @@ void api_envd(struct http_ctx *ctx)
 		if (s && s->state == SESSION_READY)
 			api_e2b_error(ctx, 502, "port %u of sandbox `%.64s` is not served here",
 				      port, name);
+		else if (s && s->state == SESSION_PAUSED)
+			api_e2b_error(ctx, 502, "sandbox `%.64s` is paused (connect resumes it)",
+				      name);
 		else
 			api_e2b_error(ctx, 502, "sandbox `%.64s` not found", name ? name : "");
 		return;

@@ -15,6 +15,7 @@
  * its token. */
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,21 @@
  * as a marker line on stdout. The last statement's value, if an expression, is the main
  * result (its repr, and JSON for lists and dicts). */
 static const char python_loop[] =
-	"import ast, json, os, sys, traceback\n"
+	"import ast, base64, io, json, os, sys, traceback, warnings\n"
 	"ns = {'__name__': '__main__'}\n"
+	"warnings.filterwarnings('ignore', message='.*non-interactive.*')\n"
+	"def figures(n):\n"
+	"    plt = sys.modules.get('matplotlib.pyplot')\n"
+	"    if plt is None: return\n"
+	"    for num in plt.get_fignums():\n"
+	"        f = plt.figure(num); b = io.BytesIO()\n"
+	"        try:\n"
+	"            f.savefig(b, format='png')\n"
+	"            mark(n, {'type': 'result', 'png': base64.b64encode(b.getvalue()).decode(),\n"
+	"                     'text': repr(f), 'is_main_result': False})\n"
+	"        except Exception as e:\n"
+	"            mark(n, {'type': 'stderr', 'text': 'figure %d: %r\\n' % (num, e)})\n"
+	"    plt.close('all')\n"
 	"def mark(n, o):\n"
 	"    sys.stdout.flush()\n"
 	"    sys.stdout.write('\\x1eE2BM' + n + json.dumps(o) + '\\n'); sys.stdout.flush()\n"
@@ -71,8 +85,16 @@ static const char python_loop[] =
 	"        exec(compile(tree, '<cell>', 'exec'), ns)\n"
 	"        if last is not None:\n"
 	"            v = eval(compile(last, '<cell>', 'eval'), ns)\n"
-	"            if v is not None:\n"
+	"        figures(n)\n"
+	"        if last is not None and v is not None:\n"
 	"                r = {'type': 'result', 'text': repr(v), 'is_main_result': True}\n"
+	"                h = getattr(v, '_repr_html_', None)\n"
+	"                if callable(h):\n"
+	"                    try:\n"
+	"                        t = h()\n"
+	"                        if isinstance(t, str): r['html'] = t\n"
+	"                    except Exception:\n"
+	"                        pass\n"
 	"                if isinstance(v, (dict, list)):\n"
 	"                    try:\n"
 	"                        r['json'] = json.loads(json.dumps(v))\n"
@@ -185,10 +207,12 @@ struct run {
 	size_t carry_len[2];
 	size_t unacked;
 	bool paused;
+	struct envd_hold hold; /* a pause ends the execution's reply */
 };
 
 static void run_free(struct run *r)
 {
+	api_envd_release(&r->hold);
 	free(r->owner);
 	free(r->sid);
 	free(r->ctx_id);
@@ -561,6 +585,14 @@ static void run_gone(struct http_ctx *ctx, void *arg)
 		http_stream_abort(ctx);
 }
 
+/* A pause: the reply ends with an error (the code is paused with the interpreter, and goes
+ * on after the resume, unseen). */
+static void run_cut(struct envd_hold *h)
+{
+	struct run *r = (struct run *)(void *)((char *)h - offsetof(struct run, hold));
+	finish(r, "the sandbox was paused during the execution");
+}
+
 static void execute(struct http_ctx *ctx, struct session *s, json_t *body)
 {
 	json_t *code = json_object_get(body, "code"), *cid = json_object_get(body, "context_id");
@@ -626,6 +658,7 @@ static void execute(struct http_ctx *ctx, struct session *s, json_t *body)
 			    json_integer(json_integer_value(json_object_get(c, "executions")) + 1));
 	ctx->on_gone = run_gone;
 	ctx->on_gone_arg = r;
+	api_envd_hold(&r->hold, r->owner, r->sid, run_cut);
 	start_attach(r);
 }
 
