@@ -180,8 +180,8 @@ struct config {
 
 	/* the E2B-compatible API (docs/e2b.md) */
 	char *e2b_template_aliases; /* E2B_TEMPLATE_ALIASES: "alias=template,...", default
-				       code-interpreter-v1=python */
-	char *e2b_envd_version;     /* E2B_ENVD_VERSION: what create reports, default 0.5.2 */
+				       code-interpreter-v1=code-interpreter, else python */
+	char *e2b_envd_version;     /* E2B_ENVD_VERSION: what create reports, default 0.5.7 */
 
 	/* MCP */
 	char *mcp_allowed_origins;      /* SANDBOX_MCP_ALLOWED_ORIGINS, comma-separated */

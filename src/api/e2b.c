@@ -5,9 +5,12 @@
  *   GET    /sandboxes/:id            one
  *   DELETE /sandboxes/:id            destroy it (204)
  *   POST   /sandboxes/:id/timeout    its deadline from now (204)
- *   POST   /sandboxes/:id/connect    extend its deadline, and its tokens (200; also under /v2)
+ *   POST   /sandboxes/:id/connect    extend its deadline, and its tokens (200; also under /v2);
+ *                                    a paused one is resumed first (201)
+ *   POST   /sandboxes/:id/pause      freeze it (204; 409 when it is paused already)
+ *   POST   /sandboxes/:id/resume     thaw it (201, E2B's older call; 409 when it runs)
  *   GET    /sandboxes/:id/metrics    its usage samples
- *   other  /sandboxes/:id/:what      pause, resume, snapshots...: 501
+ *   other  /sandboxes/:id/:what      snapshots, fork...: 501
  * Every error body is E2B's {"code": <status>, "message": <text>} (the SDKs read both keys),
  * the refusals of the auth layer included (auth.c and front.c ask api_e2b_route()).
  *
@@ -17,6 +20,7 @@
  * for (an alias from E2B_TEMPLATE_ALIASES, or the template's own name). The tokens given
  * out are the session's token views (session/preview.h). */
 #include <errno.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,6 +50,11 @@ void api_e2b_error(struct http_ctx *ctx, int status, const char *fmt, ...)
 	va_end(ap);
 	_cleanup_free_ char *clean = utf8_sanitize((const uint8_t *)msg, strlen(msg), NULL);
 	http_reply_json(ctx, status, json_pack("{s:i, s:s}", "code", status, "message", clean));
+}
+
+static const char *state_of(const struct session *s)
+{
+	return s->state == SESSION_PAUSED ? "paused" : "running";
 }
 
 static void reply_err(struct http_ctx *ctx, const struct err *err)
@@ -125,7 +134,8 @@ static int body_strings(struct http_ctx *ctx, json_t *body, const char *key, jso
 }
 
 /* The template a client's templateID names: a template's own name, else an alias of
- * E2B_TEMPLATE_ALIASES ("alias=name,..."). NULL when neither. */
+ * E2B_TEMPLATE_ALIASES ("alias=name,...": of an alias's pairs, the first whose template is
+ * there). NULL when neither. */
 static const char *template_for(const char *id, char *buf, size_t cap)
 {
 	if (template_find(session_templates(), id))
@@ -138,7 +148,8 @@ static const char *template_for(const char *id, char *buf, size_t cap)
 		const char *eq = memchr(p, '=', n);
 		if (eq && (size_t)(eq - p) == idn && memcmp(p, id, idn) == 0) {
 			snprintf(buf, cap, "%.*s", (int)(n - idn - 1), eq + 1);
-			return template_find(session_templates(), buf) ? buf : NULL;
+			if (template_find(session_templates(), buf))
+				return buf;
 		}
 		p += n + (end ? 1 : 0);
 	}
@@ -205,7 +216,7 @@ static const char *envd_version(void)
 	char end;
 	if (!v || sscanf(v, "%u.%u.%u%c", &a, &b, &c, &end) != 3 ||
 	    strspn(v, "0123456789.") != strlen(v))
-		return "0.5.2";
+		return "0.5.7";
 	return v;
 }
 
@@ -237,7 +248,7 @@ static json_t *listed_json(const struct session *s, bool detail)
 		"{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:s, s:s, s:O}", "templateID", template_id(s),
 		"alias", template_id(s), "sandboxID", s->id, "clientID", E2B_CLIENT_ID, "cpuCount",
 		(int)cpus, "memoryMB", (json_int_t)mem_mb, "diskSizeMB",
-		(json_int_t)(l->workspace_bytes >> 20), "state", "running", "envdVersion",
+		(json_int_t)(l->workspace_bytes >> 20), "state", state_of(s), "envdVersion",
 		envd_version(), "metadata", s->metadata ? s->metadata : json_object());
 	/* json_pack's O takes a reference; a fresh empty object would leak it. */
 	if (!s->metadata)
@@ -253,13 +264,13 @@ static json_t *listed_json(const struct session *s, bool detail)
 	return j;
 }
 
-/* The caller's ready session named by the path, or NULL having replied 404 (another key's
- * sandbox does not exist for the caller). */
+/* The caller's ready or paused session named by the path, or NULL having replied 404
+ * (another key's sandbox does not exist for the caller). */
 static struct session *path_session(struct http_ctx *ctx)
 {
 	const char *id = http_param(ctx, 0);
 	struct session *s = id && session_id_valid(id) ? session_find(api_owner(ctx), id) : NULL;
-	if (!s || s->state != SESSION_READY) {
+	if (!s || (s->state != SESSION_READY && s->state != SESSION_PAUSED)) {
 		api_e2b_error(ctx, 404, "sandbox `%.64s` not found", id ? id : "");
 		return NULL;
 	}
@@ -350,6 +361,7 @@ void api_e2b_create(struct http_ctx *ctx)
 struct list_filter {
 	json_t *metadata; /* object of strings every listed sandbox has, or NULL */
 	const char *template_id;
+	bool running, paused; /* the states listed */
 	json_t *out;
 };
 
@@ -375,7 +387,8 @@ static int parse_metadata_query(const char *q, json_t *into)
 static void collect(struct session *s, void *arg)
 {
 	struct list_filter *f = arg;
-	if (s->state != SESSION_READY)
+	if (!(s->state == SESSION_READY && f->running) &&
+	    !(s->state == SESSION_PAUSED && f->paused))
 		return;
 	if (f->template_id && strcmp(f->template_id, template_id(s)) != 0)
 		return;
@@ -410,8 +423,10 @@ void api_e2b_list(struct http_ctx *ctx)
 		api_e2b_error(ctx, 400, "\"metadata\" must be URL-encoded key=value pairs");
 		return;
 	}
+	/* state=running,paused (the SDK's default is both). */
 	const char *state = http_query(ctx, "state");
-	bool running = !state || strstr(state, "running");
+	f.running = !state || strstr(state, "running");
+	f.paused = !state || strstr(state, "paused");
 	f.template_id = http_query(ctx, "template");
 	long limit = LIST_LIMIT_MAX, offset = 0;
 	const char *lq = http_query(ctx, "limit"), *tq = http_query(ctx, "nextToken");
@@ -430,7 +445,7 @@ void api_e2b_list(struct http_ctx *ctx)
 			return;
 		}
 	}
-	if (running)
+	if (f.running || f.paused)
 		session_foreach(api_owner(ctx), collect, &f);
 	size_t n = json_array_size(all);
 	json_t **items = xcalloc(n ? n : 1, sizeof(*items));
@@ -505,6 +520,155 @@ void api_e2b_timeout(struct http_ctx *ctx)
 	http_stream_end(ctx);
 }
 
+/* --- pause and resume -------------------------------------------------------------- */
+
+/* A pause ends what E2B clients hold open in the sandbox first (their streams end with
+ * `unavailable`, a download or upload is cut, a watcher's watch ends in the agent), waits
+ * for those operations to be over in the agent, then freezes it (session_pause: the cgroup
+ * freezer, or the VM's vCPUs stopped). Operations of other clients (REST, MCP) still in
+ * flight then make it fail, with 400 and what to do: never 409, which the SDKs read as
+ * "paused already". While paused, the data plane answers 502 (the SDKs: not running), the
+ * deadline does not run, and connect resumes it. */
+#define PAUSE_SETTLE_MS   2000
+#define PAUSE_SETTLE_STEP 10
+
+struct pause_req {
+	struct http_ctx *ctx;
+	char *owner, *sid;
+	bool pause;
+	int64_t timeout_s;
+	struct event *timer;
+	unsigned waited_ms;
+};
+
+static void pause_req_free(struct pause_req *q)
+{
+	if (q->timer)
+		event_free(q->timer);
+	free(q->owner);
+	free(q->sid);
+	free(q);
+}
+
+static void on_pause_done(struct session *s, const struct err *err, void *arg)
+{
+	struct pause_req *q = arg;
+	/* On failure the session is not given: what state it is in decides the answer. */
+	if (err)
+		s = session_find(q->owner, q->sid);
+	/* A pause that did not happen: the watchers it suspended watch again. */
+	if (err && q->pause && s && s->state == SESSION_READY && !s->transition)
+		api_envd_resumed(q->owner, q->sid);
+	if (err) {
+		if (err->errnum == ENOENT || err->errnum == ECANCELED)
+			api_e2b_error(q->ctx, 404, "sandbox `%s` not found", q->sid);
+		else if (err->errnum == ENOTSUP)
+			api_e2b_error(q->ctx, 501, "%s", err->msg);
+		else if (err->errnum == EBUSY && s && q->pause &&
+			 (s->state == SESSION_PAUSED || s->transition))
+			api_e2b_error(q->ctx, 409,
+				      "sandbox `%s` is already paused (or being paused)", q->sid);
+		else if (err->errnum == EBUSY && s && !q->pause &&
+			 (s->state == SESSION_READY || s->transition))
+			api_e2b_error(q->ctx, 409,
+				      "sandbox `%s` is already running (or being resumed)", q->sid);
+		else if (err->errnum == EBUSY)
+			api_e2b_error(q->ctx, 400, "%s", err->msg);
+		else
+			reply_err(q->ctx, err);
+	} else if (q->pause) {
+		http_stream_start_raw(q->ctx, 204, HTTP_LENGTH_NONE);
+		http_stream_end(q->ctx);
+	} else {
+		api_envd_resumed(q->owner, q->sid);
+		set_deadline(s, q->timeout_s, false);
+		http_reply_json(q->ctx, 201, sandbox_json(s));
+	}
+	pause_req_free(q);
+}
+
+static void pause_now(struct pause_req *q)
+{
+	struct ops_target t = { .owner = q->owner, .session_id = q->sid };
+	struct err e;
+	if (ops_pause_session(&t, q->pause, on_pause_done, q, &e) < 0)
+		on_pause_done(NULL, &e, q);
+}
+
+/* Waits a little for the operations a suspend ended to be over in the agent. */
+static void pause_settle(evutil_socket_t fd, short what, void *arg)
+{
+	struct pause_req *q = arg;
+	struct session *s = session_find(q->owner, q->sid);
+	if (s && s->state == SESSION_READY && s->running && q->waited_ms < PAUSE_SETTLE_MS) {
+		q->waited_ms += PAUSE_SETTLE_STEP;
+		struct timeval tv = { 0, PAUSE_SETTLE_STEP * 1000 };
+		evtimer_add(q->timer, &tv);
+		return;
+	}
+	pause_now(q);
+}
+
+static struct pause_req *pause_req_new(struct http_ctx *ctx, struct session *s, bool pause)
+{
+	struct pause_req *q = xcalloc(1, sizeof(*q));
+	q->ctx = ctx;
+	q->owner = xstrdup(s->owner);
+	q->sid = xstrdup(s->id);
+	q->pause = pause;
+	return q;
+}
+
+/* Thaws it; the reply is the Sandbox, 201 (connect's and resume's answer to a paused one),
+ * with a deadline timeout_s from now. */
+static void resume(struct http_ctx *ctx, struct session *s, int64_t timeout_s)
+{
+	struct pause_req *q = pause_req_new(ctx, s, false);
+	q->timeout_s = timeout_s;
+	pause_now(q);
+}
+
+void api_e2b_pause(struct http_ctx *ctx)
+{
+	json_auto_t *body = body_object(ctx);
+	if (!body)
+		return;
+	struct session *s = path_session(ctx);
+	if (!s)
+		return;
+	if (s->state == SESSION_PAUSED) {
+		api_e2b_error(ctx, 409, "sandbox `%s` is already paused", s->id);
+		return;
+	}
+	if (s->transition) {
+		api_e2b_error(ctx, 409, "sandbox `%s` is being paused or resumed", s->id);
+		return;
+	}
+	struct pause_req *q = pause_req_new(ctx, s, true);
+	api_envd_suspend(s->owner, s->id);
+	q->timer = evtimer_new(api_base, pause_settle, q);
+	pause_settle(-1, 0, q);
+}
+
+void api_e2b_resume(struct http_ctx *ctx)
+{
+	json_auto_t *body = body_object(ctx);
+	if (!body)
+		return;
+	/* E2B's default for a resumed sandbox: 15 seconds. */
+	int64_t timeout = body_timeout(ctx, body, 15);
+	if (timeout < 0)
+		return;
+	struct session *s = path_session(ctx);
+	if (!s)
+		return;
+	if (s->state == SESSION_READY && !s->transition) {
+		api_e2b_error(ctx, 409, "sandbox `%s` is already running", s->id);
+		return;
+	}
+	resume(ctx, s, timeout);
+}
+
 void api_e2b_connect(struct http_ctx *ctx)
 {
 	json_auto_t *body = body_object(ctx);
@@ -516,6 +680,10 @@ void api_e2b_connect(struct http_ctx *ctx)
 	struct session *s = path_session(ctx);
 	if (!s)
 		return;
+	if (s->state == SESSION_PAUSED || s->transition) {
+		resume(ctx, s, timeout);
+		return;
+	}
 	set_deadline(s, timeout, true);
 	session_touch(s);
 	http_reply_json(ctx, 200, sandbox_json(s));

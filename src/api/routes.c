@@ -69,6 +69,8 @@ const struct http_route api_routes[] = {
 	{ POST, "/sandboxes/:id/timeout", api_e2b_timeout, "exec", SMALL_BODY },
 	{ POST, "/sandboxes/:id/connect", api_e2b_connect, "exec", SMALL_BODY },
 	{ GET, "/sandboxes/:id/metrics", api_e2b_metrics, "exec" },
+	{ POST, "/sandboxes/:id/pause", api_e2b_pause, "exec", SMALL_BODY },
+	{ POST, "/sandboxes/:id/resume", api_e2b_resume, "exec", SMALL_BODY },
 	{ GET | POST | DELETE | HTTP_REQ_PUT, "/sandboxes/:id/:what", api_e2b_unsupported, "exec",
 	  SMALL_BODY },
 	{ GET, "/admin/keys", api_admin_keys_list, "admin" },
