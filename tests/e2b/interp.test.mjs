@@ -92,3 +92,47 @@ describe("code interpreter", () => {
     assert.equal(r.status, 401);
   });
 });
+
+const noCI = !process.env.E2B_TEST_CI_TEMPLATE && "the code-interpreter template is not built (run.sh says why)";
+
+describe("the code-interpreter template", { skip: noCI }, () => {
+  let ci;
+  before(async () => {
+    ci = await Sandbox.create({ timeoutMs: 120_000 });
+    made.push(ci);
+  });
+
+  test("code-interpreter-v1 is it: Python and JavaScript contexts in one sandbox", async () => {
+    assert.equal((await ci.getInfo()).templateId, "code-interpreter-v1");
+    await ci.runCode("shared = 'py'");
+    await ci.runCode("let shared = 'js'", { language: "js" });
+    assert.equal((await ci.runCode("shared")).text, "'py'");
+    assert.equal((await ci.runCode("shared", { language: "javascript" })).text, "js");
+    const r = await ci.commands.run("python3 -c 'import matplotlib, numpy; print(1)' && node -e 'console.log(2)'");
+    assert.equal(r.stdout, "1\n2\n");
+  });
+
+  test("a matplotlib figure is a png result; the last value stays the main result", async () => {
+    const ex = await ci.runCode(
+      "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('t')\nplt.show()\n6 * 7",
+    );
+    assert.equal(ex.error, undefined, JSON.stringify(ex.error));
+    assert.equal(ex.logs.stderr.join(""), "", "no warning about the backend");
+    const png = ex.results.find((r) => r.png);
+    assert.ok(png, "a png result");
+    const bytes = Buffer.from(png.png, "base64");
+    assert.deepEqual([...bytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    assert.ok(bytes.length > 1000);
+    assert.equal(ex.text, "42");
+    // Shown once: the next run has no figure.
+    assert.equal((await ci.runCode("1")).results.filter((r) => r.png).length, 0);
+    const two = await ci.runCode("plt.figure(); plt.plot([1]); plt.figure(); plt.plot([2])");
+    assert.equal(two.results.filter((r) => r.png).length, 2);
+  });
+
+  test("an object with _repr_html_ gives an html result", async () => {
+    const ex = await ci.runCode("class T:\n    def _repr_html_(self): return '<b>t</b>'\nT()");
+    assert.equal(ex.results[0].html, "<b>t</b>");
+  });
+});
+

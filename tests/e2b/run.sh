@@ -72,6 +72,28 @@ for needle in 'useBinaryFormat: false\|useBinaryFormat:!1' 'E2b-Sandbox-Id' 'E2B
 	fi
 done
 
+# The code interpreter's template (Python and Node.js in one sandbox, with matplotlib), built
+# as tests/templates builds the bundled ones: once per change of its inputs, under their lock.
+# What it cost is printed; a cold build (the Debian base image included) takes minutes.
+ci_template=
+ci_start=$SECONDS
+if ci_out=$(FIRECRACKER_ARTIFACTS_DIR=$artifacts python3 - "$root/tests/templates" 2>&1 <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+import template_builds
+b = template_builds.ensure("code-interpreter")
+print("built" if b.built else "up to date")
+EOF
+); then
+	echo "ok: the code-interpreter template is ${ci_out##*$'\n'} ($((SECONDS - ci_start)) s)"
+	passed=$((passed + 1))
+	ci_template=1
+else
+	echo "not ok: the code-interpreter template did not build ($((SECONDS - ci_start)) s):"
+	tail -n 20 <<<"$ci_out"
+	failed=$((failed + 1))
+fi
+
 work=$(mktemp -d /tmp/e2b-tests.XXXXXX) || give_up "mktemp failed"
 mkdir -p "$work/state" "$work/run"
 
@@ -98,7 +120,7 @@ env AUTH_ENABLED=true AUTH_KEY_PREFIX=e2b_ PORT=0 HOST=127.0.0.1 \
 	SANDBOX_PORT_FILE="$work/port" SANDBOX_STATE_DIR="$work/state" SANDBOX_RUN_DIR="$work/run" \
 	FIRECRACKER_ARTIFACTS_DIR="$artifacts" SANDBOX_DEFAULT_TEMPLATE=base \
 	SANDBOX_DRIVER="$driver" SANDBOX_NETWORK=off SANDBOX_WARM_POOL=0 \
-	SANDBOX_MAX_BODY_BYTES=1048576 SANDBOX_PUBLIC_DOMAIN=e2b.test LOG_LEVEL="${LOG_LEVEL:-info}" \
+	SANDBOX_MAX_BODY_BYTES=1048576 SANDBOX_MAX_UPLOAD_BYTES=33554432 SANDBOX_PUBLIC_DOMAIN=e2b.test LOG_LEVEL="${LOG_LEVEL:-info}" \
 	"$sandboxd" 2>"$work/sandboxd.log" &
 daemon_pid=$!
 wait_for 60 started
@@ -113,6 +135,7 @@ env -u E2B_DEBUG -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy \
 	E2B_API_URL="http://127.0.0.1:$port" E2B_SANDBOX_URL="http://127.0.0.1:$port" \
 	E2B_DOMAIN=localhost E2B_API_KEY="$key_a" E2B_TEST_KEY_B="$key_b" \
 	E2B_TEST_URL="http://127.0.0.1:$port" E2B_TEST_PUBLIC_DOMAIN=e2b.test \
+	E2B_TEST_CI_TEMPLATE="$ci_template" \
 	node --test --test-reporter=tap --test-timeout=120000 --test-concurrency=1 ./*.test.mjs 2>&1 |
 	tee "$work/tap.txt"
 

@@ -320,3 +320,88 @@ describe("files", () => {
     assert.equal(await sbx.files.read("raw.bin"), "raw bytes");
   });
 });
+
+describe("gzip on /files", () => {
+  let sbx;
+  before(async () => {
+    sbx = await create("base");
+  });
+
+  test("write and read with gzip: true (compressed raw bytes both ways)", async () => {
+    const big = new Uint8Array(2 * 1024 * 1024 + 3);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 31) % 251;
+    const w = await sbx.files.write("/home/user/gz.bin", big.buffer, { gzip: true });
+    assert.equal(w.path, "/home/user/gz.bin");
+    const back = await sbx.files.read("gz.bin", { format: "bytes", gzip: true });
+    assert.ok(Buffer.from(back).equals(Buffer.from(big)));
+    assert.equal((await sbx.commands.run("wc -c < gz.bin")).stdout.trim(), String(big.length));
+    await sbx.files.write("gz-empty", "", { gzip: true });
+    assert.equal(await sbx.files.read("gz-empty", { gzip: true }), "");
+  });
+});
+
+describe("pause and resume", () => {
+  test("pause freezes it with its background process; connect resumes it", async () => {
+    const sbx = await create("base");
+    assert.equal(typeof sbx.pause, "function", "this SDK has pause()");
+    await sbx.files.write("/home/user/kept.txt", "kept");
+    const h = await sbx.commands.run(
+      "i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.1; done",
+      { background: true, timeoutMs: 0 },
+    );
+    await until(async () => Number(await sbx.files.read("count").catch(() => "0")) > 3, "the counter");
+    // The handle's stream is open during the pause: it must end, not hang.
+    const waited = h.wait().then(() => "resolved", (e) => e);
+    const before = Number(await sbx.files.read("count"));
+    assert.equal(await sbx.pause(), true);
+    const ended = await Promise.race([waited, new Promise((r) => setTimeout(() => r("hung"), 10_000))]);
+    assert.ok(ended instanceof Error, `the open stream ended with an error (${ended})`);
+    assert.equal((await sbx.getInfo()).state, "paused");
+    assert.equal(await sbx.isRunning(), false);
+    assert.equal(await sbx.pause(), false, "a second pause: already paused");
+    const paused = await Sandbox.list({ query: { state: ["paused"] } }).nextItems();
+    assert.ok(paused.some((s) => s.sandboxId === sbx.sandboxId && s.state === "paused"));
+    const running = await Sandbox.list({ query: { state: ["running"] } }).nextItems();
+    assert.ok(!running.some((s) => s.sandboxId === sbx.sandboxId));
+    // The data plane is 502 while paused: the SDK says the sandbox is not running.
+    await assert.rejects(sbx.commands.run("true"), (e) => e instanceof SandboxNotFoundError || e instanceof TimeoutError);
+    await new Promise((r) => setTimeout(r, 1500));
+
+    const again = await Sandbox.connect(sbx.sandboxId);
+    assert.equal((await again.getInfo()).state, "running");
+    const after = Number(await again.files.read("count"));
+    // Frozen: at most a few ticks between the read before and the one after (15 if not).
+    assert.ok(after - before < 8, `the counter stood still while paused (${before} -> ${after})`);
+    assert.equal(await again.files.read("kept.txt"), "kept");
+    assert.ok((await again.commands.list()).some((p) => p.pid === h.pid), "the process lives");
+    await until(async () => Number(await again.files.read("count")) > after + 3, "the counter again");
+    assert.equal(await again.commands.kill(h.pid), true);
+    assert.equal((await again.commands.run("echo back")).stdout, "back\n");
+  });
+
+  test("a paused sandbox can be killed, and one that is not there is not found", async () => {
+    const sbx = await create("base");
+    assert.equal(await Sandbox.pause(sbx.sandboxId), true);
+    assert.equal(await Sandbox.kill(sbx.sandboxId), true);
+    await assert.rejects(Sandbox.pause(sbx.sandboxId), SandboxNotFoundError);
+    await assert.rejects(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError);
+  });
+
+  test("a pause during a streaming command and a watch ends both; the watch comes back", async () => {
+    const sbx = await create("base");
+    await sbx.files.makeDir("/home/user/pw");
+    const got = [];
+    const w = await sbx.files.watchDir("/home/user/pw", (e) => got.push(e), { timeoutMs: 0 });
+    const run = sbx.commands.run("sleep 30", { timeoutMs: 0 }).then(() => "resolved", (e) => e);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(await sbx.pause(), true);
+    const r = await Promise.race([run, new Promise((res) => setTimeout(() => res("hung"), 10_000))]);
+    assert.ok(r instanceof Error, `the command's stream ended (${r})`);
+    await w.stop().catch(() => {});
+    const again = await Sandbox.connect(sbx.sandboxId);
+    const w2 = await again.files.watchDir("/home/user/pw", (e) => got.push(e), { timeoutMs: 0 });
+    await again.files.write("/home/user/pw/after.txt", "a");
+    await until(() => got.some((e) => e.name === "after.txt"), "an event after the resume");
+    await w2.stop();
+  });
+});

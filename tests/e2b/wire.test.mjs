@@ -3,6 +3,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import zlib from "node:zlib";
 
 const BASE = process.env.E2B_TEST_URL;
 const KEY_A = process.env.E2B_API_KEY;
@@ -104,7 +105,7 @@ describe("control plane", () => {
       [fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { headers: { "X-API-KEY": KEY_B } }), 404],
       [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/timeout`, { method: "POST", headers: { "X-API-KEY": KEY_B }, body: '{"timeout":5}' }), 404],
       [fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { method: "DELETE", headers: { "X-API-KEY": KEY_B } }), 404],
-      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/pause`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" }), 501],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/snapshots`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" }), 501],
       [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: '{"templateID":"nope"}' }), 400],
       [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "[1," }), 400],
       [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: '{"metadata":{"a":1}}' }), 400],
@@ -385,5 +386,337 @@ describe("data plane", () => {
     const denied = await get({ "E2B-Traffic-Access-Token": sbx.trafficAccessToken });
     assert.notEqual(denied[0], 200);
     reader.cancel();
+  });
+});
+
+// A unary call of the data plane: {status, json}.
+async function unary(sbx, service, method, msg) {
+  const r = await fetch(`${BASE}/${service}/${method}`, {
+    method: "POST",
+    headers: dataHeaders(sbx, { "Content-Type": "application/json" }),
+    body: JSON.stringify(msg),
+  });
+  return { status: r.status, json: await r.json() };
+}
+const fsCall = (sbx, method, msg) => unary(sbx, "filesystem.Filesystem", method, msg);
+async function run(sbx, cmd) {
+  const { env } = await stream(sbx, "Start", { process: { cmd: "/bin/sh", args: ["-c", cmd] }, stdin: false });
+  return env.find((e) => e.json.event?.end)?.json.event.end;
+}
+async function until(cond, what, tries = 100) {
+  for (let i = 0; i < tries; i++) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe("watchers (CreateWatcher, GetWatcherEvents, RemoveWatcher)", () => {
+  let sbx, other;
+  before(async () => {
+    sbx = (await createRaw()).body;
+    other = (await createRaw(KEY_B)).body;
+    assert.equal((await run(sbx, "mkdir -p wd/sub")).exitCode ?? 0, 0);
+  });
+
+  test("events are kept until polled, relative to the watched directory", async () => {
+    const c = await fsCall(sbx, "CreateWatcher", { path: "/home/user/wd", recursive: true });
+    assert.equal(c.status, 200, JSON.stringify(c.json));
+    assert.match(c.json.watcherId, /^[0-9a-f]{24}$/);
+    const id = c.json.watcherId;
+    await run(sbx, "echo a > wd/a.txt; echo b > wd/sub/b.txt; rm wd/a.txt");
+    const seen = [];
+    await until(async () => {
+      const g = await fsCall(sbx, "GetWatcherEvents", { watcherId: id });
+      assert.equal(g.status, 200);
+      seen.push(...(g.json.events ?? []));
+      return seen.some((e) => e.name === "sub/b.txt") && seen.some((e) => e.type === "EVENT_TYPE_REMOVE");
+    }, "the events");
+    assert.ok(seen.some((e) => e.name === "a.txt" && e.type === "EVENT_TYPE_CREATE"));
+    // Polled: the queue is empty now (snake_case works as well).
+    const g = await fsCall(sbx, "GetWatcherEvents", { watcher_id: id });
+    assert.deepEqual(g.json.events ?? [], []);
+    assert.deepEqual((await fsCall(sbx, "RemoveWatcher", { watcherId: id })).json, {});
+    const gone = await fsCall(sbx, "GetWatcherEvents", { watcherId: id });
+    assert.equal(gone.status, 404);
+    assert.equal(gone.json.code, "not_found");
+    assert.equal((await fsCall(sbx, "RemoveWatcher", { watcherId: id })).json.code, "not_found");
+  });
+
+  test("bad requests: a missing directory, a file, no id, another sandbox's watcher", async () => {
+    let r = await fsCall(sbx, "CreateWatcher", { path: "/home/user/nowhere" });
+    assert.equal(r.json.code, "not_found");
+    await run(sbx, "echo x > afile");
+    r = await fsCall(sbx, "CreateWatcher", { path: "afile" });
+    assert.ok(["invalid_argument", "failed_precondition"].includes(r.json.code), JSON.stringify(r.json));
+    r = await fsCall(sbx, "CreateWatcher", { path: "/etc" });
+    assert.ok(r.status >= 400 && r.json.code, "outside the workspace");
+    r = await fsCall(sbx, "GetWatcherEvents", {});
+    assert.equal(r.json.code, "invalid_argument");
+    const mine = await fsCall(sbx, "CreateWatcher", { path: "wd" });
+    r = await fsCall(other, "GetWatcherEvents", { watcherId: mine.json.watcherId });
+    assert.equal(r.json.code, "not_found", "another sandbox does not see it");
+    r = await fsCall(other, "RemoveWatcher", { watcherId: mine.json.watcherId });
+    assert.equal(r.json.code, "not_found");
+    assert.equal((await fsCall(sbx, "GetWatcherEvents", { watcherId: mine.json.watcherId })).status, 200);
+    await fsCall(sbx, "RemoveWatcher", { watcherId: mine.json.watcherId });
+  });
+
+  test("a queue that overflows says so once (data_loss), then works again", async () => {
+    const c = await fsCall(sbx, "CreateWatcher", { path: "wd" });
+    const id = c.json.watcherId;
+    await run(sbx, "i=0; while [ $i -lt 1500 ]; do : > wd/f$i; i=$((i+1)); done");
+    let lost;
+    await until(async () => {
+      lost = await fsCall(sbx, "GetWatcherEvents", { watcherId: id });
+      return lost.status !== 200;
+    }, "the overflow");
+    assert.equal(lost.json.code, "data_loss");
+    assert.match(lost.json.message, /lost/);
+    await run(sbx, "echo z > wd/after");
+    await until(async () => {
+      const g = await fsCall(sbx, "GetWatcherEvents", { watcherId: id });
+      return g.status === 200 && (g.json.events ?? []).some((e) => e.name === "after");
+    }, "events after the overflow");
+    await fsCall(sbx, "RemoveWatcher", { watcherId: id });
+  });
+
+  test("a watcher whose directory is removed says so, then is gone", async () => {
+    await run(sbx, "mkdir -p gone1");
+    const id = (await fsCall(sbx, "CreateWatcher", { path: "gone1" })).json.watcherId;
+    await run(sbx, "rm -r gone1");
+    let r;
+    await until(async () => {
+      r = await fsCall(sbx, "GetWatcherEvents", { watcherId: id });
+      return r.status !== 200;
+    }, "the end of the watch");
+    assert.equal(r.json.code, "not_found");
+    assert.match(r.json.message, /removed/);
+    assert.match((await fsCall(sbx, "GetWatcherEvents", { watcherId: id })).json.message, /not found/);
+  });
+
+  test("a sandbox has a bounded number; a killed sandbox's watchers are freed", async () => {
+    const s = (await createRaw()).body;
+    await run(s, "mkdir -p lim");
+    const ids = [];
+    let refused;
+    for (let i = 0; i < 80 && !refused; i++) {
+      const r = await fsCall(s, "CreateWatcher", { path: "lim" });
+      if (r.status === 200) ids.push(r.json.watcherId);
+      else refused = r;
+    }
+    assert.ok(refused, "the 80th is refused");
+    assert.equal(refused.json.code, "resource_exhausted", JSON.stringify(refused.json));
+    assert.ok(ids.length >= 1 && ids.length <= 64, `${ids.length} watchers`);
+    await fetch(`${BASE}/sandboxes/${s.sandboxID}`, { method: "DELETE", headers: { "X-API-KEY": KEY_A } });
+    // Their watches (and the key's quota) went with it: another sandbox gets as many.
+    const t = (await createRaw()).body;
+    await run(t, "mkdir -p lim");
+    const more = [];
+    for (let i = 0; i < ids.length; i++) {
+      const r = await fsCall(t, "CreateWatcher", { path: "lim" });
+      assert.equal(r.status, 200, `watcher ${i}: ${JSON.stringify(r.json)}`);
+      more.push(r.json.watcherId);
+    }
+    for (const id of more) await fsCall(t, "RemoveWatcher", { watcherId: id });
+  });
+
+  test("a client that leaves during CreateWatcher leaves nothing behind", async () => {
+    for (let i = 0; i < 5; i++) {
+      const ac = new AbortController();
+      const p = fetch(`${BASE}/filesystem.Filesystem/CreateWatcher`, {
+        method: "POST",
+        headers: dataHeaders(sbx, { "Content-Type": "application/json" }),
+        body: JSON.stringify({ path: "wd", recursive: true }),
+        signal: ac.signal,
+      }).catch(() => {});
+      ac.abort();
+      await p;
+    }
+    assert.equal((await fsCall(sbx, "Stat", { path: "wd" })).status, 200);
+  });
+});
+
+describe("gzip on /files (wire)", () => {
+  let sbx;
+  before(async () => {
+    sbx = (await createRaw()).body;
+  });
+
+  test("octet-stream and multipart, compressed, write the file", async () => {
+    let r = await fetch(`${BASE}/files?path=/home/user/z1`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream", "Content-Encoding": "gzip" }),
+      body: zlib.gzipSync("one"),
+    });
+    assert.equal(r.status, 200);
+    // Two members one after the other are one body, as gzip writes them.
+    r = await fetch(`${BASE}/files?path=/home/user/z2`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream", "Content-Encoding": "gzip" }),
+      body: Buffer.concat([zlib.gzipSync("tw"), zlib.gzipSync("o")]),
+    });
+    assert.equal(r.status, 200);
+    const mp = '--B\r\nContent-Disposition: form-data; name="file"; filename="/home/user/z3"\r\n\r\nthree\r\n--B--\r\n';
+    r = await fetch(`${BASE}/files`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "multipart/form-data; boundary=B", "Content-Encoding": "gzip" }),
+      body: zlib.gzipSync(mp),
+    });
+    assert.equal(r.status, 200);
+    assert.deepEqual(await r.json(), [{ name: "z3", type: "file", path: "/home/user/z3" }]);
+    for (const [p, want] of [["z1", "one"], ["z2", "two"], ["z3", "three"]]) {
+      const back = await fetch(`${BASE}/files?path=${p}`, { headers: dataHeaders(sbx) });
+      assert.equal(await back.text(), want, p);
+    }
+  });
+
+  test("a gzip bomb hits the upload limit, with a clear error, and the server lives", async () => {
+    // 64 MiB of zeros in 64 KiB: twice SANDBOX_MAX_UPLOAD_BYTES of the test daemon.
+    const bomb = zlib.gzipSync(Buffer.alloc(64 << 20), { level: 9 });
+    assert.ok(bomb.length < 128 << 10);
+    for (const ct of ["application/octet-stream", "multipart/form-data; boundary=B"]) {
+      const body = ct.startsWith("multipart")
+        ? zlib.gzipSync(Buffer.concat([Buffer.from('--B\r\nContent-Disposition: form-data; name="file"; filename="bomb"\r\n\r\n'), Buffer.alloc(64 << 20)]), { level: 9 })
+        : bomb;
+      const r = await fetch(`${BASE}/files?path=/home/user/bomb`, {
+        method: "POST",
+        headers: dataHeaders(sbx, { "Content-Type": ct, "Content-Encoding": "gzip" }),
+        body,
+      });
+      assert.equal(r.status, 413, ct);
+      const j = await r.json();
+      assert.ok(isE2bError(j, 413) && /inflates|large|limit/i.test(j.message), j.message);
+    }
+    assert.equal((await fsCall(sbx, "Stat", { path: "/home/user" })).status, 200);
+  });
+
+  test("malformed, truncated and unknown encodings are refused", async () => {
+    const good = zlib.gzipSync("payload");
+    for (const [what, body, enc, status] of [
+      ["not gzip", Buffer.from("plain text"), "gzip", 400],
+      ["truncated", good.subarray(0, good.length - 6), "gzip", 400],
+      ["trailing junk", Buffer.concat([good, Buffer.from("junk")]), "gzip", 400],
+      ["empty", Buffer.alloc(0), "gzip", 400],
+      ["brotli", good, "br", 415],
+    ]) {
+      const r = await fetch(`${BASE}/files?path=/home/user/bad-${what.replace(/ /g, "-")}`, {
+        method: "POST",
+        headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream", "Content-Encoding": enc }),
+        body,
+      });
+      assert.equal(r.status, status, what);
+      assert.ok(isE2bError(await r.json(), status), what);
+    }
+  });
+
+  test("a download with Accept-Encoding: gzip is compressed; an empty file is not", async () => {
+    const data = Buffer.alloc(300000, "abc");
+    await fetch(`${BASE}/files?path=/home/user/dl`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream" }),
+      body: data,
+    });
+    await fetch(`${BASE}/files?path=/home/user/dl-empty`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream" }),
+      body: "",
+    });
+    const get = (path, enc) =>
+      new Promise((resolve, reject) => {
+        const u = new URL(`${BASE}/files?path=${path}`);
+        http.get(u, { headers: dataHeaders(sbx, enc ? { "Accept-Encoding": enc } : {}) }, (res) => {
+          const chunks = [];
+          res.on("data", (c) => chunks.push(c)).on("end", () => resolve({ res, body: Buffer.concat(chunks) }));
+        }).on("error", reject);
+      });
+    let { res, body } = await get("/home/user/dl", "gzip, deflate");
+    assert.equal(res.headers["content-encoding"], "gzip");
+    assert.ok(body.length < data.length / 10);
+    assert.ok(zlib.gunzipSync(body).equals(data));
+    ({ res, body } = await get("/home/user/dl", "gzip;q=0"));
+    assert.equal(res.headers["content-encoding"], undefined);
+    assert.ok(body.equals(data));
+    ({ res, body } = await get("/home/user/dl-empty", "gzip"));
+    assert.equal(res.headers["content-encoding"], undefined);
+    assert.equal(res.headers["content-length"], "0");
+  });
+});
+
+describe("pause and resume (wire)", () => {
+  test("statuses and shapes: 204, 409, 404, 201, the data plane 502 while paused", async () => {
+    const sbx = (await createRaw()).body;
+    const post = (id, what, key = KEY_A, body = "{}") =>
+      fetch(`${BASE}/sandboxes/${id}/${what}`, { method: "POST", headers: { "X-API-KEY": key, "Content-Type": "application/json" }, body });
+    let r = await post(sbx.sandboxID, "resume");
+    assert.equal(r.status, 409, "resume of a running one");
+    assert.ok(isE2bError(await r.json(), 409));
+    r = await post(sbx.sandboxID, "pause", KEY_B);
+    assert.equal(r.status, 404, "another key's");
+    assert.ok(isE2bError(await r.json(), 404));
+    r = await post("nosuchsandbox0000000", "pause");
+    assert.equal(r.status, 404);
+    // A stream open when the pause comes ends with an end of stream, unavailable.
+    const open = stream(sbx, "Start", { process: { cmd: "/bin/sh", args: ["-c", "echo go; sleep 30"] }, stdin: false });
+    await new Promise((res) => setTimeout(res, 500));
+    r = await post(sbx.sandboxID, "pause", KEY_A, '{"memory": true}');
+    assert.equal(r.status, 204);
+    const { env } = await open;
+    assert.equal(env.at(-1).flags, 2);
+    assert.equal(env.at(-1).json.error.code, "unavailable");
+    r = await post(sbx.sandboxID, "pause");
+    assert.equal(r.status, 409);
+    assert.ok(isE2bError(await r.json(), 409));
+    const info = await (await fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { headers: { "X-API-KEY": KEY_A } })).json();
+    assert.equal(info.state, "paused");
+    for (const route of ["/health", "/files?path=x"]) {
+      const d = await fetch(`${BASE}${route}`, { headers: dataHeaders(sbx) });
+      assert.equal(d.status, 502, route);
+      assert.match((await d.json()).message, /paused/);
+    }
+    const listed = await (await fetch(`${BASE}/v2/sandboxes?state=paused`, { headers: { "X-API-KEY": KEY_A } })).json();
+    assert.ok(listed.some((s) => s.sandboxID === sbx.sandboxID && s.state === "paused"));
+    const running = await (await fetch(`${BASE}/v2/sandboxes?state=running`, { headers: { "X-API-KEY": KEY_A } })).json();
+    assert.ok(!running.some((s) => s.sandboxID === sbx.sandboxID));
+    r = await post(sbx.sandboxID, "resume", KEY_A, '{"timeout": 60}');
+    assert.equal(r.status, 201);
+    const j = await r.json();
+    assert.equal(j.sandboxID, sbx.sandboxID);
+    assert.equal(typeof j.envdAccessToken, "string");
+    assert.equal((await fetch(`${BASE}/health`, { headers: dataHeaders(sbx) })).status, 204);
+    // Paused again, connect resumes it (201); on a running one it is 200.
+    assert.equal((await post(sbx.sandboxID, "pause")).status, 204);
+    assert.equal((await post(sbx.sandboxID, "connect", KEY_A, '{"timeout": 60}')).status, 201);
+    assert.equal((await post(sbx.sandboxID, "connect", KEY_A, '{"timeout": 60}')).status, 200);
+    assert.equal((await run(sbx, "echo alive")).exitCode ?? 0, 0);
+  });
+
+  test("concurrent pauses: one wins, the others are 409; a watcher survives the pause", async () => {
+    const sbx = (await createRaw()).body;
+    await run(sbx, "mkdir -p pw");
+    const id = (await fsCall(sbx, "CreateWatcher", { path: "pw" })).json.watcherId;
+    const post = (what) =>
+      fetch(`${BASE}/sandboxes/${sbx.sandboxID}/${what}`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" });
+    const statuses = (await Promise.all([1, 2, 3, 4].map(() => post("pause")))).map((r) => r.status).sort();
+    assert.deepEqual(statuses, [204, 409, 409, 409]);
+    assert.equal((await post("connect")).status, 201);
+    await run(sbx, "echo x > pw/after-resume");
+    await until(async () => {
+      const g = await fsCall(sbx, "GetWatcherEvents", { watcherId: id });
+      return (g.json.events ?? []).some((e) => e.name === "after-resume");
+    }, "the watcher's event after the resume");
+  });
+
+  test("a kill while a pause settles, and a pause of a dying sandbox, leave the server well", async () => {
+    for (let i = 0; i < 3; i++) {
+      const sbx = (await createRaw()).body;
+      const p = fetch(`${BASE}/sandboxes/${sbx.sandboxID}/pause`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" });
+      const k = fetch(`${BASE}/sandboxes/${sbx.sandboxID}`, { method: "DELETE", headers: { "X-API-KEY": KEY_A } });
+      const [pr, kr] = await Promise.all([p, k]);
+      assert.ok([204, 404].includes(pr.status), `pause: ${pr.status}`);
+      assert.equal(kr.status, 204);
+      assert.ok(isE2bError(await pr.json().catch(() => ({ code: 404, message: "" })), pr.status) || pr.status === 204);
+    }
+    assert.equal((await fetch(`${BASE}/health`)).status, 200);
   });
 });
