@@ -130,6 +130,19 @@ describe("the code-interpreter template", { skip: noCI }, () => {
     assert.equal(two.results.filter((r) => r.png).length, 2);
   });
 
+  test("a pause during an execution ends it with an error; the context lives on", async () => {
+    await ci.runCode("kept = 7");
+    const running = ci.runCode("import time\ntime.sleep(3)\n'late'");
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(await ci.pause(), true);
+    const ex = await Promise.race([running, new Promise((r) => setTimeout(() => r("hung"), 10_000))]);
+    assert.notEqual(ex, "hung");
+    assert.match(ex.error.value, /paused/);
+    const again = await Sandbox.connect(ci.sandboxId);
+    await new Promise((r) => setTimeout(r, 3000)); // the sleep ends in the context
+    assert.equal((await again.runCode("kept * 6")).text, "42");
+  });
+
   test("an object with _repr_html_ gives an html result", async () => {
     const ex = await ci.runCode("class T:\n    def _repr_html_(self): return '<b>t</b>'\nT()");
     assert.equal(ex.results[0].html, "<b>t</b>");
