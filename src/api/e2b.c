@@ -600,6 +600,9 @@ static void pause_settle(evutil_socket_t fd, short what, void *arg)
 {
 	struct pause_req *q = arg;
 	struct session *s = session_find(q->owner, q->sid);
+	/* Again at each step: what E2B clients opened meanwhile ends too. */
+	if (s && s->state == SESSION_READY && !s->transition)
+		api_envd_suspend(q->owner, q->sid);
 	if (s && s->state == SESSION_READY && s->running && q->waited_ms < PAUSE_SETTLE_MS) {
 		q->waited_ms += PAUSE_SETTLE_STEP;
 		struct timeval tv = { 0, PAUSE_SETTLE_STEP * 1000 };
@@ -645,7 +648,6 @@ void api_e2b_pause(struct http_ctx *ctx)
 		return;
 	}
 	struct pause_req *q = pause_req_new(ctx, s, true);
-	api_envd_suspend(s->owner, s->id);
 	q->timer = evtimer_new(api_base, pause_settle, q);
 	pause_settle(-1, 0, q);
 }

@@ -1460,6 +1460,10 @@ static void watcher_events(struct envd_req *q, json_t *msg)
 	struct watcher *x = watcher_find(q, msg);
 	if (!x)
 		return;
+	/* Resumed other than through E2B's API (POST /exec/:id/resume): it watches again now. */
+	struct session *s = session_find(q->owner, q->sid);
+	if (x->suspended && s && s->state == SESSION_READY && !s->transition)
+		api_envd_resumed(q->owner, q->sid);
 	if (x->lost) {
 		/* Its queue is bounded: a client that polls too seldom learns that it missed
 		 * events, once, and starts afresh (what it kept is dropped with them, so that

@@ -720,3 +720,45 @@ describe("pause and resume (wire)", () => {
     assert.equal((await fetch(`${BASE}/health`)).status, 200);
   });
 });
+
+describe("pause and transfers (wire)", () => {
+  test("an upload in progress when the pause comes is answered, 502, not left hanging", async () => {
+    const sbx = (await createRaw()).body;
+    let push;
+    const body = new ReadableStream({ start(c) { push = c; } });
+    const up = fetch(`${BASE}/files?path=/home/user/slow.bin`, {
+      method: "POST",
+      headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream" }),
+      body,
+      duplex: "half",
+    });
+    push.enqueue(new Uint8Array(1000));
+    await new Promise((r) => setTimeout(r, 300));
+    const p = await fetch(`${BASE}/sandboxes/${sbx.sandboxID}/pause`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" });
+    assert.equal(p.status, 204);
+    const r = await Promise.race([up, new Promise((res) => setTimeout(() => res("hung"), 10_000))]);
+    assert.notEqual(r, "hung");
+    assert.equal(r.status, 502);
+    assert.match((await r.json()).message, /paused/);
+    try { push.close(); } catch {}
+    const c = await fetch(`${BASE}/sandboxes/${sbx.sandboxID}/connect`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" });
+    assert.equal(c.status, 201);
+    assert.equal((await fsCall(sbx, "Stat", { path: "/home/user" })).status, 200);
+  });
+
+  test("a watcher resumed through the REST API watches again at its next poll", async () => {
+    const sbx = (await createRaw()).body;
+    await run(sbx, "mkdir -p rw");
+    const id = (await fsCall(sbx, "CreateWatcher", { path: "rw" })).json.watcherId;
+    const e2b = (what) => fetch(`${BASE}/sandboxes/${sbx.sandboxID}/${what}`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "{}" });
+    assert.equal((await e2b("pause")).status, 204);
+    const rest = await fetch(`${BASE}/exec/${sbx.sandboxID}/resume`, { method: "POST", headers: { Authorization: `Bearer ${KEY_A}` } });
+    assert.equal(rest.status, 200);
+    assert.equal((await fsCall(sbx, "GetWatcherEvents", { watcherId: id })).status, 200);
+    await run(sbx, "echo y > rw/later");
+    await until(async () => {
+      const g = await fsCall(sbx, "GetWatcherEvents", { watcherId: id });
+      return (g.json.events ?? []).some((e) => e.name === "later");
+    }, "the event after a REST resume");
+  });
+});
