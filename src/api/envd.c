@@ -148,6 +148,7 @@ void api_envd_release(struct envd_hold *h)
 }
 
 static void watchers_suspend(const char *owner, const char *sid);
+static void watchers_sweep(void);
 
 void api_envd_suspend(const char *owner, const char *sid)
 {
@@ -162,6 +163,7 @@ void api_envd_suspend(const char *owner, const char *sid)
 		h->cut(h);
 	}
 	watchers_suspend(owner, sid);
+	watchers_sweep();
 }
 
 #define PAUSED_MSG "the sandbox was paused (connect to it again to resume it)"
@@ -454,7 +456,6 @@ static void on_listed_dir(struct ops_call *c, const struct ops_result *r, const 
 	fs_free(f);
 }
 
-static void watchers_sweep(void);
 static void watcher_create(struct envd_req *q, json_t *msg);
 static void watcher_events(struct envd_req *q, json_t *msg);
 static void watcher_remove(struct envd_req *q, json_t *msg);

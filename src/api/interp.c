@@ -11,8 +11,9 @@
  * execution from its stdin and keeps its variables between them. Its user's output goes to
  * stdout and stderr as usual; its results come on stdout in marker lines that begin with
  * "\x1eE2BM" and the execution's nonce (random, so code cannot forge another execution's
- * end), which are taken out of the output. The caller (envd.c) has checked the sandbox and
- * its token. */
+ * end), which are taken out of the output. In Python the figures of matplotlib open at the
+ * end of an execution are png results, and a value's _repr_html_ its html. The caller
+ * (envd.c) has checked the sandbox and its token; a pause ends the reply (api_envd_hold). */
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
