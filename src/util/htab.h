@@ -18,7 +18,7 @@ struct hlink {
 };
 
 /* The entry of type `type` whose member `member` is the link l. */
-#define htab_entry(l, type, member) ((type *)(void *)((char *)(l) - offsetof(type, member)))
+#define htab_entry(l, type, member) ((type *)(void *)((char *)(l)-offsetof(type, member)))
 
 struct htab {
 	struct hlink **buckets;

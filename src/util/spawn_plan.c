@@ -411,7 +411,20 @@ static int recv_fds(int fd, int to, unsigned n)
 	int got[RECV_FDS_MAX];
 	memcpy(got, CMSG_DATA(cm), n * sizeof(int));
 	int r = 0;
+	/* One received into the target range but not at its own place is moved above it first,
+	 * so that putting another in place cannot close it. */
 	for (unsigned i = 0; i < n; i++) {
+		if (got[i] >= to && got[i] < to + (int)n && got[i] != to + (int)i) {
+			int moved = fcntl(got[i], F_DUPFD_CLOEXEC, to + (int)n);
+			if (moved < 0 && r == 0)
+				r = -errno;
+			close(got[i]);
+			got[i] = moved;
+		}
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (got[i] < 0)
+			continue;
 		if (got[i] == to + (int)i)
 			continue;
 		if (r == 0 && dup3(got[i], to + (int)i, O_CLOEXEC) < 0)

@@ -111,7 +111,8 @@ static struct {
 	struct cgroup_root cg;
 	struct sock_fprog seccomp;
 	unsigned cap_last;
-} host = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	int sysfs; /* jail_blank_sysfs */
+} host = { .lock = PTHREAD_MUTEX_INITIALIZER, .sysfs = -1 };
 
 static unsigned read_cap_last(void)
 {
@@ -131,6 +132,8 @@ static int host_setup(struct err *err)
 	if ((r = cgroup_root_detect(CGROUP_ROOT, &cg, err)) < 0 ||
 	    (r = jail_seccomp_build(&host.seccomp, err)) < 0)
 		return r;
+	if (host.sysfs < 0 && (host.sysfs = jail_blank_sysfs(err)) < 0)
+		return host.sysfs;
 	host.cg = TAKE_STRUCT(cg);
 	host.cap_last = read_cap_last();
 	host.ready = true;
@@ -315,8 +318,8 @@ static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *e
 	if (r < 0)
 		return r;
 	/* The idmapped clone of / tests the kernel's support; the child does not attach it. */
-	r = jail_userns_map(plan, &c, sv[0], uid_base, AT_FDCWD, "/", -1, NULL, NULL, NULL, NULL, 0,
-			    err);
+	r = jail_userns_map(plan, &c, sv[0], uid_base, host.sysfs, AT_FDCWD, "/", -1, NULL, NULL,
+			    NULL, NULL, 0, err);
 	if (r == 0)
 		r = spawn_wait(plan, &c, SETUP_TIMEOUT_MS, err);
 	if (r < 0)
@@ -456,8 +459,9 @@ static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netn
 			    err);
 	if (r < 0)
 		return r;
-	if ((r = jail_userns_map(plan, c, agent, uid_base, root->dfd, root->path, resolv_dfd,
-				 resolv, disk, spec->volumes, vol_mnt, spec->nvolumes, err)) < 0 ||
+	if ((r = jail_userns_map(plan, c, agent, uid_base, host.sysfs, root->dfd, root->path,
+				 resolv_dfd, resolv, disk, spec->volumes, vol_mnt, spec->nvolumes,
+				 err)) < 0 ||
 	    (r = place_child(plan, cg, c, agent, err)) < 0 ||
 	    (r = spawn_wait(plan, c, SETUP_TIMEOUT_MS, err)) < 0) {
 		spawn_kill(c->pid, c->pidfd);

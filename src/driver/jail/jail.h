@@ -108,6 +108,9 @@ void jail_plan_userns(struct spawn_plan *p, uint32_t uid_base, bool resolv_conf)
 /* The network sysctls a sandbox's command user needs (unprivileged low ports, ping), written
  * through JAIL_FD_PROC while the child is host root (jail_plan.c). */
 void jail_plan_net_sysctls(struct spawn_plan *p);
+/* A detached read-only sysfs of a new, empty network namespace (made once: jail.c's host
+ * state), which every sandbox gets a clone of as its /sys. Returns its descriptor. */
+int jail_blank_sysfs(struct err *err);
 
 /* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
  * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it a
@@ -120,8 +123,8 @@ void jail_plan_net_sysctls(struct spawn_plan *p);
  * points in that overlay and sends, in a second message, an idmapped clone of each volume's
  * mount (`vol_mnt`, jail_volume_open's) in order. */
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
-		    uint32_t uid_base, int root_dfd, const char *root_path, int resolv_dfd,
-		    const char *resolv, const struct jail_disk *disk,
+		    uint32_t uid_base, int sysfs, int root_dfd, const char *root_path,
+		    int resolv_dfd, const char *resolv, const struct jail_disk *disk,
 		    const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
 		    struct err *err);
 
