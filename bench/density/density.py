@@ -26,7 +26,6 @@ Environment: SANDBOXD, FIRECRACKER_ARTIFACTS_DIR as for the integration tests (j
 """
 
 import argparse
-import http.client
 import json
 import math
 import os
@@ -37,8 +36,10 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "exec"))
 
 import harness  # noqa: E402
+from bench import Client  # noqa: E402  one keep-alive connection
 
 MiB = 1024 * 1024
 
@@ -78,40 +79,6 @@ def proc_rss(pid):
 
 def proc_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-class Client:
-    """One keep-alive connection."""
-
-    def __init__(self, daemon):
-        self.daemon = daemon
-        self.conn = http.client.HTTPConnection(daemon.host, daemon.port, timeout=300)
-
-    def request(self, method, path, body=None):
-        data = json.dumps(body).encode() if body is not None else None
-        h = {"Accept": "application/json"}
-        if data is not None:
-            h["Content-Type"] = "application/json"
-        for attempt in (1, 2):
-            try:
-                self.conn.request(method, path, body=data, headers=h)
-                resp = self.conn.getresponse()
-                raw = resp.read()
-                break
-            except (http.client.HTTPException, ConnectionError):
-                self.conn.close()
-                self.conn = http.client.HTTPConnection(self.daemon.host, self.daemon.port,
-                                                       timeout=300)
-                if attempt == 2:
-                    raise
-        if resp.getheader("Connection", "").lower() == "close":
-            self.conn.close()
-            self.conn = http.client.HTTPConnection(self.daemon.host, self.daemon.port,
-                                                   timeout=300)
-        try:
-            return resp.status, json.loads(raw) if raw else None
-        except ValueError:
-            return resp.status, raw
 
 
 def execute_sample(client, ids, n=200):
@@ -193,7 +160,8 @@ def main():
     total = meminfo()["MemTotal"]
     reserve = args.reserve or max(2 << 30, total // 10)
 
-    d = start_daemon(args.storage, max(checkpoints) + 64, args.driver)
+    # Room for the concurrent creations too (a few thousand at most in their seconds).
+    d = start_daemon(args.storage, min(max(checkpoints) + 4096, 30000), args.driver)
     results = {"storage": args.storage, "checkpoints": []}
     try:
         pid = d.proc.pid
