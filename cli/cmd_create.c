@@ -14,11 +14,14 @@ void cmd_create_help(void)
 	       "K=V]...\n"
 	       "                      [--memory SIZE] [--cpu-quota US] [--pids N] [--disk SIZE]\n"
 	       "                      [--storage disk|tmpfs] [--volume NAME:/PATH[:ro]]... "
-	       "[--json]\n\n"
+	       "[--json]\n"
+	       "                      [--on-timeout destroy|pause]\n\n"
 	       "Creates a session (its id is made up when ID is absent) and prints its id.\n"
 	       "  --template T            template; default the server's\n"
 	       "  --idle-timeout DURATION destroyed after this long without a request: seconds,\n"
 	       "                          or 90m, 12h, 7d (at most 7d)\n"
+	       "  --on-timeout destroy|pause  what the idle timeout does (default destroy):\n"
+	       "                          pause keeps the session as it is until `sandbox resume`\n"
 	       "  --env K=V               environment of every command in the session\n"
 	       "  --memory SIZE           memory limit: bytes, or with K, M, G (at least 16M)\n"
 	       "  --cpu-quota US          CPU time per the server's CPU period, in microseconds\n"
@@ -71,6 +74,10 @@ static int parse_create_opts(int argc, char **argv, json_t *body)
 					       "or 7d"),
 				       2;
 			json_object_set_new(body, "idleTimeout", json_integer(secs));
+		} else if (strcmp(a, "--on-timeout") == 0) {
+			if (strcmp(v, "destroy") != 0 && strcmp(v, "pause") != 0)
+				return cli_fail("--on-timeout takes destroy or pause"), 2;
+			json_object_set_new(body, "onTimeout", json_string(v));
 		} else if (strcmp(a, "--env") == 0 || strcmp(a, "-e") == 0) {
 			if (cli_env_add(env, v) < 0)
 				return 2;

@@ -14,6 +14,8 @@ void cmd_ps_help(void)
 	       "while a command runs), or the server's expiry time when it gives one; RESOURCES\n"
 	       "are the session's own limits when the server reports them (- when it does not);\n"
 	       "NET is whether its sandbox has a network (the daemon's /health says why not).\n"
+	       "STATE is ready, paused (sandbox pause/resume), creating or failed; a paused\n"
+	       "session's idle clock is stopped (EXPIRES: when resumed).\n"
 	       "--json prints the server's session objects as they are.\n");
 }
 
@@ -35,7 +37,11 @@ static void fmt_expiry(char *buf, size_t len, json_t *s)
 {
 	const char *at = json_string_value(json_object_get(s, "expiresAt"));
 	json_t *timeout = json_object_get(s, "idleTimeout");
-	if (at) {
+	const char *state = json_string_value(json_object_get(s, "state"));
+	if (state && strcmp(state, "paused") == 0) {
+		/* No idle clock while paused (docs/lifecycle.md). */
+		snprintf(buf, len, "when resumed");
+	} else if (at) {
 		snprintf(buf, len, "%s", at);
 	} else if (!json_is_integer(timeout)) {
 		snprintf(buf, len, "-");

@@ -31,6 +31,8 @@ static const struct cli_command commands[] = {
 	COMMAND(open, "print (and open) the URL of a server in a session"),
 	COMMAND(forward, "relay a local port to a port of a session, like ssh -L"),
 	COMMAND(ps, "list your sessions"),
+	COMMAND(pause, "pause sessions: their processes stop, all is kept until resume"),
+	COMMAND(resume, "resume paused sessions"),
 	COMMAND(procs, "list the background processes of a session"),
 	COMMAND(attach, "stream a background process's output until it ends"),
 	COMMAND(kill, "send a signal to a background process"),

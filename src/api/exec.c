@@ -191,6 +191,23 @@ static int opt_idle(struct http_ctx *ctx, json_t *body, unsigned *ret)
 	return 0;
 }
 
+/* "onTimeout": "destroy" (the default) or "pause" (docs/lifecycle.md). */
+static int opt_on_timeout(struct http_ctx *ctx, json_t *body, enum session_on_timeout *ret)
+{
+	json_t *v = json_object_get(body, "onTimeout");
+	*ret = SESSION_ON_TIMEOUT_DESTROY;
+	if (!v || json_is_null(v))
+		return 0;
+	const char *s = json_string_value(v);
+	if (s && strcmp(s, "pause") == 0)
+		*ret = SESSION_ON_TIMEOUT_PAUSE;
+	else if (!s || strcmp(s, "destroy") != 0) {
+		http_reply_error(ctx, 400, "\"onTimeout\" must be \"destroy\" or \"pause\"");
+		return -1;
+	}
+	return 0;
+}
+
 static const struct {
 	const char *key;
 	size_t off;
@@ -289,16 +306,19 @@ void api_exec_create(struct http_ctx *ctx)
 	const char *id, *tmpl;
 	json_t *env;
 	unsigned idle_s;
+	enum session_on_timeout on_timeout;
 	struct session_resources res = { 0 };
 	bool has_res;
 	if (opt_string(ctx, body, "id", &id) < 0 || opt_string(ctx, body, "template", &tmpl) < 0 ||
 	    opt_env(ctx, body, &env) < 0 || opt_idle(ctx, body, &idle_s) < 0 ||
+	    opt_on_timeout(ctx, body, &on_timeout) < 0 ||
 	    opt_resources(ctx, body, &res, &has_res) < 0 ||
 	    opt_storage(ctx, body, &res, &has_res) < 0)
 		return;
 	/* Always the caller's own session, admin or not. */
 	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
 	struct ops_session_opts o = { .idle_timeout_s = idle_s,
+				      .on_timeout = on_timeout,
 				      .env = env,
 				      .resources = has_res ? &res : NULL,
 				      .egress = json_object_get(body, "egress"),

@@ -337,7 +337,8 @@ static const char instructions[] =
 	"any new sessionId in execute or write_file: it is created on first use), run commands "
 	"with execute, move files with write_file, read_file and list_files (paths are relative "
 	"to the workspace), stop a running command with cancel, and destroy the session with "
-	"reset_session. Idle sessions are destroyed after a while.";
+	"reset_session. Idle sessions are destroyed after a while; pause_session keeps one as it "
+	"is, using no CPU, until resume_session.";
 
 static void do_initialize(struct mcp_session *s, struct mcp_sink *k, const struct mcp_msg *m)
 {

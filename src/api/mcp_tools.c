@@ -42,15 +42,16 @@
 	"{\"type\": \"string\", \"enum\": [\"user\", \"root\"], \"default\": \"user\", "           \
 	"\"description\": \"Who runs it: the sandbox's command user, or its own root (to install " \
 	"system packages)\"}"
-#define SESSION_SHAPE                                                                        \
-	"{\"type\": \"object\", \"properties\": {"                                           \
-	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "      \
-	"\"state\": {\"type\": \"string\", \"enum\": [\"creating\", \"ready\", "             \
-	"\"destroying\", \"gone\", \"failed\"]}, "                                           \
-	"\"createdAt\": {\"type\": \"string\", \"description\": \"ISO 8601\"}, "             \
-	"\"idleTimeout\": {\"type\": \"integer\", \"description\": \"seconds\"}, "           \
-	"\"running\": {\"type\": \"integer\", \"description\": \"operations in flight\"}}, " \
-	"\"required\": [\"sessionId\", \"template\", \"state\", \"createdAt\", "             \
+#define SESSION_SHAPE                                                                         \
+	"{\"type\": \"object\", \"properties\": {"                                            \
+	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "       \
+	"\"state\": {\"type\": \"string\", \"enum\": [\"creating\", \"ready\", "              \
+	"\"destroying\", \"gone\", \"failed\", \"paused\"]}, "                                \
+	"\"createdAt\": {\"type\": \"string\", \"description\": \"ISO 8601\"}, "              \
+	"\"idleTimeout\": {\"type\": \"integer\", \"description\": \"seconds\"}, "            \
+	"\"running\": {\"type\": \"integer\", \"description\": \"operations in flight\"}, "   \
+	"\"pausedAt\": {\"type\": \"string\", \"description\": \"ISO 8601, when paused\"}}, " \
+	"\"required\": [\"sessionId\", \"template\", \"state\", \"createdAt\", "              \
 	"\"idleTimeout\", \"running\"]}"
 
 static const char in_create_session[] =
@@ -59,7 +60,11 @@ static const char in_create_session[] =
 	"\"template\": " TEMPLATE ", "
 	"\"env\": " SESSION_ENV ", "
 	"\"idleTimeout\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 604800, "
-	"\"description\": \"Seconds without use before the session is destroyed\"}, "
+	"\"description\": \"Seconds without use before the session is destroyed (or paused: "
+	"onTimeout)\"}, "
+	"\"onTimeout\": {\"type\": \"string\", \"enum\": [\"destroy\", \"pause\"], "
+	"\"default\": \"destroy\", \"description\": \"What the idle timeout does: destroy the "
+	"session, or pause it (resume_session brings it back as it was)\"}, "
 	"\"egress\": {\"type\": \"object\", \"description\": \"The session's own egress "
 	"policy {dns, dest, bandwidth}, which may only tighten the server's\"}, "
 	"\"storage\": {\"type\": \"string\", \"enum\": [\"disk\", \"tmpfs\"], "
@@ -102,7 +107,7 @@ static const char out_create_session[] =
 	"{\"type\": \"object\", \"properties\": {"
 	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "
 	"\"state\": {\"type\": \"string\", \"enum\": [\"creating\", \"ready\", "
-	"\"destroying\", \"gone\", \"failed\"]}, "
+	"\"destroying\", \"gone\", \"failed\", \"paused\"]}, "
 	"\"status\": {\"type\": \"string\", \"enum\": [\"active\"], \"description\": "
 	"\"the session is ready for commands\"}, "
 	"\"createdAt\": {\"type\": \"string\", \"description\": \"ISO 8601\"}, "
@@ -110,6 +115,8 @@ static const char out_create_session[] =
 	"\"running\": {\"type\": \"integer\", \"description\": \"operations in flight\"}}, "
 	"\"required\": [\"sessionId\", \"template\", \"state\", \"status\", \"createdAt\", "
 	"\"idleTimeout\", \"running\"]}";
+
+static const char out_session[] = SESSION_SHAPE;
 
 static const char in_none[] = "{\"type\": \"object\", \"additionalProperties\": false}";
 static const char out_list_templates[] =
@@ -504,6 +511,8 @@ static void t_move_path(struct mcp_call *c, json_t *args, const char *version);
 static void t_cancel(struct mcp_call *c, json_t *args, const char *version);
 static void t_reset_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_sessions(struct mcp_call *c, json_t *args, const char *version);
+static void t_pause_session(struct mcp_call *c, json_t *args, const char *version);
+static void t_resume_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_ping(struct mcp_call *c, json_t *args, const char *version);
 static void t_start_process(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_processes(struct mcp_call *c, json_t *args, const char *version);
@@ -587,6 +596,14 @@ static struct tool tools[] = {
 	{ "reset_session", "Destroy a session",
 	  "Destroy a session and everything in it, releasing its resources.", in_session_only,
 	  out_reset, false, true, true, false, t_reset_session },
+	{ "pause_session", "Pause a session",
+	  "Pause a session: its processes stop where they are and use no CPU, its memory, "
+	  "files and background processes are kept; its commands and file operations are "
+	  "refused until resume_session. Refused while a command or transfer of it runs.",
+	  in_session_only, out_session, false, false, false, false, t_pause_session },
+	{ "resume_session", "Resume a session",
+	  "Resume a paused session: its processes carry on from where they stopped.",
+	  in_session_only, out_session, false, false, false, false, t_resume_session },
 	{ "list_sessions", "List sessions", "List your live sessions.", in_none, out_list_sessions,
 	  true, false, true, false, t_list_sessions },
 	{ "ping", "Ping", "Check that the sandbox server answers.", in_none, out_ping, true, false,
@@ -771,6 +788,16 @@ static json_t *session_shape(json_t *j)
 			 (json_int_t)json_integer_value(running));
 }
 
+/* session_shape() with, for a paused session, when it was paused. */
+static json_t *session_shape_paused(json_t *j)
+{
+	json_t *o = session_shape(j);
+	json_t *at = json_object_get(j, "pausedAt");
+	if (json_is_string(at))
+		json_object_set(o, "pausedAt", at);
+	return o;
+}
+
 static json_t *session_shape_of(const struct session *s)
 {
 	json_auto_t *j = session_json(s);
@@ -842,6 +869,9 @@ static void t_create_session(struct mcp_call *c, json_t *args, const char *versi
 				      .volumes = json_object_get(args, "volumes") };
 	if (idle)
 		o.idle_timeout_s = (unsigned)json_integer_value(idle);
+	const char *on_timeout = json_string_value(json_object_get(args, "onTimeout"));
+	if (on_timeout && strcmp(on_timeout, "pause") == 0)
+		o.on_timeout = SESSION_ON_TIMEOUT_PAUSE;
 	/* The schema took only "disk" or "tmpfs", and a positive diskBytes. */
 	struct session_resources res = { 0 };
 	const char *storage = json_string_value(json_object_get(args, "storage"));
@@ -964,9 +994,59 @@ static void t_list_sessions(struct mcp_call *c, json_t *args, const char *versio
 	size_t i;
 	json_t *v;
 	json_array_foreach (rest, i, v)
-		json_array_append_new(list, session_shape(v));
+		json_array_append_new(list, session_shape_paused(v));
 	reply_ok(c, json_pack("{s:o, s:i}", "sessions", list, "count", (int)json_array_size(list)),
 		 version);
+}
+
+/* A pause or resume outlives a cancelled call: its state stays until the session answers. */
+struct pause_call {
+	struct mcp_call *c; /* NULL once cancelled */
+	char version[32];
+};
+
+static void pause_call_cancel(struct mcp_call *c, void *state)
+{
+	struct pause_call *pc = state;
+	pc->c = NULL;
+}
+
+static void paused(struct session *s, const struct err *err, void *arg)
+{
+	struct pause_call *pc = arg;
+	if (pc->c && err) {
+		reply_err(pc->c, err);
+	} else if (pc->c) {
+		json_auto_t *j = session_json(s);
+		reply_ok(pc->c, session_shape_paused(j), pc->version);
+	}
+	free(pc);
+}
+
+static void pause_or_resume(struct mcp_call *c, json_t *args, const char *version, bool pause)
+{
+	struct ops_target t = target(c, args);
+	struct pause_call *pc = xcalloc(1, sizeof(*pc));
+	pc->c = c;
+	snprintf(pc->version, sizeof(pc->version), "%s", version);
+	struct err e;
+	if (ops_pause_session(&t, pause, paused, pc, &e) < 0) {
+		free(pc);
+		reply_err(c, &e);
+		return;
+	}
+	struct mcp_tool_run run = { .cancel = pause_call_cancel, .state = pc };
+	mcp_call_set_run(c, &run);
+}
+
+static void t_pause_session(struct mcp_call *c, json_t *args, const char *version)
+{
+	pause_or_resume(c, args, version, true);
+}
+
+static void t_resume_session(struct mcp_call *c, json_t *args, const char *version)
+{
+	pause_or_resume(c, args, version, false);
 }
 
 static void t_reset_session(struct mcp_call *c, json_t *args, const char *version)

@@ -384,6 +384,17 @@ void metrics_init(void)
 			      "Bytes of the sessions' disks: used (by their filesystems) and "
 			      "allocated (their sizes)",
 			      "kind");
+	metrics_daemon.sessions_paused =
+		metrics_gauge("sessions_paused", "Sessions paused now (frozen)", NULL);
+	metrics_daemon.session_pauses_total = metrics_counter(
+		"session_pauses_total",
+		"Pauses and resumes of sessions by action (pause, resume) and result (success, "
+		"failure, refused)",
+		"action,result");
+	metrics_daemon.session_pause_duration = metrics_histogram(
+		"session_pause_duration_seconds",
+		"Seconds a pause or resume took, from the call to the sandbox frozen or running",
+		"action", vm_buckets, ARRAY_SIZE(vm_buckets));
 	metrics_daemon.guest_protocol_errors_total = metrics_counter(
 		"guest_protocol_errors_total", "Guest protocol violations by kind", "kind");
 	metrics_daemon.egress_decisions_total =

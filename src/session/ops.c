@@ -905,6 +905,7 @@ struct ops_call {
 	bool text;          /* it said the file is text: the bytes must be */
 	struct utf8_stream text_check;
 	unsigned idle_timeout_s; /* create */
+	enum session_on_timeout on_timeout;
 	json_t *env;
 	json_t *egress;               /* create: the session's own egress policy, or NULL */
 	struct volume_mounts volumes; /* create: what it mounts */
@@ -1447,6 +1448,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 			return;
 		}
 		opts.idle_timeout_s = c->idle_timeout_s;
+		opts.on_timeout = c->on_timeout;
 		opts.id_generated = c->id_generated;
 		opts.env = c->env;
 		opts.resources = c->has_resources ? &c->resources : NULL;
@@ -1678,6 +1680,7 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 	c->volumes = vols;
 	c->egress = o->egress && !json_is_null(o->egress) ? json_deep_copy(o->egress) : NULL;
 	c->idle_timeout_s = o->idle_timeout_s;
+	c->on_timeout = o->on_timeout;
 	c->env = o->env && json_is_object(o->env) ? json_deep_copy(o->env) : NULL;
 	if (o->resources) {
 		c->resources = *o->resources;

@@ -233,7 +233,9 @@ struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bo
 				ops_done_fn done, void *arg, struct err *err);
 struct ops_session_opts {
 	unsigned idle_timeout_s; /* 0: the server's */
-	json_t *env;             /* borrowed object of strings (copied), or NULL */
+	/* What its idle timeout (and the E2B API's deadline) do: destroy it, or pause it. */
+	enum session_on_timeout on_timeout;
+	json_t *env; /* borrowed object of strings (copied), or NULL */
 	/* Copied; NULL: the server's limits. It may only tighten them (EINVAL otherwise). */
 	const struct session_resources *resources;
 	/* Borrowed (copied); NULL: the server's egress policy. An object {dns, dest, bandwidth}

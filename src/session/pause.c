@@ -4,12 +4,14 @@
  * session is marked in transition: its operations are refused, and a destroy that comes
  * then leaves the sandbox to this job, which hands it to the destroyer when it ends. The
  * agent's liveness pings stop before a pause (a frozen agent answers nothing) and start
- * again after the resume. */
+ * again after the resume. Every call is counted in /metrics (session_pauses_total by action
+ * and result, session_pause_duration_seconds for those that reached the driver). */
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "loop.h"
+#include "metrics/metrics.h"
 #include "session/internal.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -20,6 +22,7 @@ struct pause_job {
 	struct session *s;
 	struct sandbox *sb;
 	bool pause;
+	uint64_t t0; /* monotonic ms, when it was asked for */
 	int rc;
 	struct err err;
 	void (*cb)(struct session *s, const struct err *err, void *arg);
@@ -66,11 +69,20 @@ static void refresh_clock(struct session *s)
 		guest_op_set_timeout(op, session_mod.cfg->first_reply_timeout_ms, "resume");
 }
 
+static const char *action_name(bool pause)
+{
+	return pause ? "pause" : "resume";
+}
+
 static void pause_done(void *arg)
 {
 	struct pause_job *j = arg;
 	struct session *s = j->s;
 	s->transition = false;
+	metrics_observe(metrics_daemon.session_pause_duration,
+			(double)(time_mono_ms() - j->t0) / 1000.0, action_name(j->pause));
+	metrics_add(metrics_daemon.session_pauses_total, 1, action_name(j->pause),
+		    j->rc < 0 || s->destroy_pending ? "failure" : "success");
 	struct err e;
 	if (s->destroy_pending) {
 		/* Destroyed meanwhile: now the sandbox can go. */
@@ -88,6 +100,7 @@ static void pause_done(void *arg)
 		j->cb(s, &j->err, j->arg);
 	} else {
 		s->state = j->pause ? SESSION_PAUSED : SESSION_READY;
+		s->auto_paused = false; /* the reaper's pause says so after this */
 		if (j->pause) {
 			s->paused_ms = time_wall_ms();
 		} else {
@@ -102,33 +115,41 @@ static void pause_done(void *arg)
 	free(j);
 }
 
+/* A call refused before it reached the driver (the session's state, the driver). */
+static void refuse(struct session *s, bool pause, const struct err *e,
+		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
+{
+	metrics_add(metrics_daemon.session_pauses_total, 1, action_name(pause), "refused");
+	cb(s, e, arg);
+}
+
 void session_pause(struct session *s, bool pause,
 		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
 {
 	struct err e;
 	if (s->transition) {
 		err_set(&e, EBUSY, "session `%s` is being paused or resumed", s->id);
-		cb(s, &e, arg);
+		refuse(s, pause, &e, cb, arg);
 		return;
 	}
 	if (pause && s->state == SESSION_PAUSED) {
 		err_set(&e, EBUSY, "session `%s` is paused already", s->id);
-		cb(s, &e, arg);
+		refuse(s, pause, &e, cb, arg);
 		return;
 	}
 	if (!pause && s->state == SESSION_READY) {
 		err_set(&e, EBUSY, "session `%s` is not paused", s->id);
-		cb(s, &e, arg);
+		refuse(s, pause, &e, cb, arg);
 		return;
 	}
 	if (s->state != (pause ? SESSION_READY : SESSION_PAUSED) || !s->sb) {
 		err_set(&e, EBUSY, "session `%s` is %s", s->id, session_state_name(s->state));
-		cb(s, &e, arg);
+		refuse(s, pause, &e, cb, arg);
 		return;
 	}
 	if (!s->sb->driver->pause) {
 		err_set(&e, ENOTSUP, "the %s driver cannot pause sessions", s->sb->driver->name);
-		cb(s, &e, arg);
+		refuse(s, pause, &e, cb, arg);
 		return;
 	}
 	if (pause && s->running) {
@@ -136,7 +157,7 @@ void session_pause(struct session *s, bool pause,
 			"session `%s` has %u operations in flight (commands, file transfers, "
 			"attaches, previews): pause it once they ended",
 			s->id, s->running);
-		cb(s, &e, arg);
+		refuse(s, pause, &e, cb, arg);
 		return;
 	}
 	struct pause_job *j = xcalloc(1, sizeof(*j));
@@ -144,6 +165,7 @@ void session_pause(struct session *s, bool pause,
 	session_ref(s);
 	j->sb = s->sb;
 	j->pause = pause;
+	j->t0 = time_mono_ms();
 	j->cb = cb;
 	j->arg = arg;
 	s->transition = true;

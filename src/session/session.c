@@ -591,6 +591,7 @@ void session_get_or_create(const char *owner, const char *id,
 	s->active_mono_ms = time_mono_ms();
 	s->idle_timeout_s = opts && opts->idle_timeout_s ? opts->idle_timeout_s
 							 : session_mod.cfg->idle_timeout_s;
+	s->on_timeout = opts ? opts->on_timeout : SESSION_ON_TIMEOUT_DESTROY;
 	s->env = opts && json_is_object(opts->env) ? json_deep_copy(opts->env) : json_object();
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
@@ -749,8 +750,14 @@ json_t *session_json(const struct session *s)
 	json_object_set_new(j, "lastActivity", iso_time(time_wall_ms() - idle_ms));
 	if (s->state == SESSION_FAILED)
 		json_object_set_new(j, "error", json_string(s->failure.msg));
-	if (s->state == SESSION_PAUSED)
+	if (s->state == SESSION_PAUSED) {
 		json_object_set_new(j, "pausedAt", iso_time(s->paused_ms));
+		json_object_set_new(j, "pausedBy",
+				    json_string(s->auto_paused ? "timeout" : "client"));
+	}
+	json_object_set_new(
+		j, "onTimeout",
+		json_string(s->on_timeout == SESSION_ON_TIMEOUT_PAUSE ? "pause" : "destroy"));
 	/* Whether its sandbox has a network (see /health for why not). */
 	struct net_sandbox_info ni;
 	bool networked = s->sb && s->sandbox_id && net_sandbox_info(s->sandbox_id, &ni) == 0;
@@ -775,6 +782,35 @@ json_t *session_json(const struct session *s)
 
 /* --- reaper ------------------------------------------------------------------------- */
 
+static void on_auto_paused(struct session *s, const struct err *err, void *arg)
+{
+	const char *why = arg;
+	if (!err) {
+		s->auto_paused = true;
+		return;
+	}
+	/* A session that cannot be paused ends as it would have without onTimeout. */
+	log_warn("session", "session %s: %s, and it cannot be paused (%s): destroying it", s->id,
+		 why, err->msg);
+	if (s->state == SESSION_READY)
+		session_destroy(s, why);
+}
+
+/* A session's own timeout fired: it is destroyed, or paused when it asked for that. */
+static void session_timeout(struct session *s, const char *why)
+{
+	if (s->on_timeout != SESSION_ON_TIMEOUT_PAUSE || s->state != SESSION_READY) {
+		session_destroy(s, why);
+		return;
+	}
+	/* Operations in flight keep it from being paused: the timeout fires again once they
+	 * ended (an idle session has none). */
+	if (s->running || s->transition)
+		return;
+	log_info("session", "session %s: %s: pausing it (onTimeout pause)", s->id, why);
+	session_pause(s, true, on_auto_paused, (void *)why);
+}
+
 static void on_reap(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t now = time_mono_ms();
@@ -789,12 +825,12 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 			session_mod.cfg->max_lifetime_s &&
 			wall - s->created_ms >= (uint64_t)session_mod.cfg->max_lifetime_s * 1000;
 		if (s->state == SESSION_READY || s->state == SESSION_FAILED) {
-			if (idle)
-				session_destroy(s, "idle timeout");
-			else if (expired)
+			if (expired)
 				session_destroy(s, "maximum lifetime reached");
+			else if (idle)
+				session_timeout(s, "idle timeout");
 			else if (deadline)
-				session_destroy(s, "its timeout passed");
+				session_timeout(s, "its timeout passed");
 		} else if (s->state == SESSION_PAUSED && expired) {
 			/* Paused: no idle clock, but the lifetime runs. */
 			session_destroy(s, "maximum lifetime reached");
@@ -869,6 +905,7 @@ static void on_scrape(void *arg)
 			metrics_set(metrics_daemon.active_vm_count, counts[st],
 				    session_state_name(st));
 	metrics_set(metrics_daemon.active_vm_count, (double)session_pool_size(), "pooled");
+	metrics_set(metrics_daemon.sessions_paused, counts[SESSION_PAUSED]);
 	metrics_set(metrics_daemon.exec_sessions_active, (double)session_mod.nsessions);
 	session_host_publish();
 	uint64_t vcount, vbytes;

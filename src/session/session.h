@@ -39,6 +39,13 @@ enum session_storage {
 	SESSION_STORAGE_DISK,
 };
 
+/* What a session's own timeouts (its idle timeout, the E2B API's deadline) do when they fire:
+ * destroy it (the default) or pause it (docs/lifecycle.md). */
+enum session_on_timeout {
+	SESSION_ON_TIMEOUT_DESTROY,
+	SESSION_ON_TIMEOUT_PAUSE,
+};
+
 struct session_resources {
 	uint64_t memory_bytes;
 	uint64_t cpu_quota_us;
@@ -80,6 +87,8 @@ struct session {
 	bool transition;      /* a pause or resume runs on a worker (it holds sb) */
 	bool destroy_pending; /* destroyed meanwhile: the sandbox goes when it ends */
 	uint64_t paused_ms;   /* wall clock of the last pause */
+	enum session_on_timeout on_timeout;
+	bool auto_paused; /* its last pause was its timeout's (on_timeout) */
 	/* The E2B API's view (api/e2b.c): an absolute deadline (wall clock ms, 0: none) that
 	 * replaces the idle timeout, the client's metadata (object of strings) and the template
 	 * id it asked for (an alias of tmpl's name, or NULL). */
@@ -107,6 +116,7 @@ struct session_create_opts {
 	const struct session_resources *resources; /* NULL: the server's limits */
 	const char *template_name;                 /* NULL: the default template */
 	unsigned idle_timeout_s;                   /* 0: the server default */
+	enum session_on_timeout on_timeout;        /* what its timeouts do */
 	json_t *env;                               /* borrowed, object or NULL */
 	/* Borrowed, NULL: the server's egress policy. An object {dns, dest, bandwidth} merged
 	 * into it by net_policy_merge (net/policy.h): it may only tighten it, and a looser one

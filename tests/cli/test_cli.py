@@ -345,6 +345,60 @@ class CliTest(unittest.TestCase):
         self.assertRegex(row, r" \d+s +in (59m\d\ds|1h00m) ")
         self.cli("rm", "c7", "c9", check=0)
 
+    def test_pause_and_resume(self):
+        self.cli("create", "cp1", check=0)
+        self.cli("exec", "-d", "cp1", "--tag", "counter", "--", "sh", "-c",
+                 "i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; "
+                 "sleep 0.01; done", check=0)
+        deadline = time.monotonic() + 30
+        while self.cli("exec", "cp1", "--", "sh", "-c", "cat count 2>/dev/null || echo 0",
+                       check=0).stdout.strip() == b"0":
+            self.assertLess(time.monotonic(), deadline, "the counter never started")
+            time.sleep(0.05)
+        self.assertEqual(self.cli("pause", "cp1", check=0).stdout, b"cp1 paused\n")
+        row = next(l for l in self.cli("ps", check=0).stdout.decode().splitlines()
+                   if l.startswith("cp1 "))
+        self.assertRegex(row, r" paused +0 +\d+s +when resumed ")
+        listed = json.loads(self.cli("ps", "--json", check=0).stdout)
+        self.assertIn("pausedAt", next(x for x in listed if x["id"] == "cp1"))
+        p = self.cli("exec", "cp1", "--", "true", check=1)
+        self.assertIn(b"paused", p.stderr)
+        p = self.cli("pause", "cp1", check=1)
+        self.assertIn(b"paused already", p.stderr)
+        j = json.loads(self.cli("resume", "cp1", "--json", check=0).stdout)
+        self.assertEqual(j["state"], "ready")
+        p = self.cli("resume", "cp1", check=1)
+        self.assertIn(b"not paused", p.stderr)
+        before = int(self.cli("exec", "cp1", "cat", "count", check=0).stdout)
+        deadline = time.monotonic() + 30
+        while int(self.cli("exec", "cp1", "cat", "count", check=0).stdout) <= before:
+            self.assertLess(time.monotonic(), deadline, "the counter did not carry on")
+            time.sleep(0.05)
+        # Unknown sessions, bad options, no argument.
+        p = self.cli("pause", "no-such-session", check=1)
+        self.assertIn(b"no-such-session", p.stderr)
+        self.cli("pause", "--bogus", "cp1", check=2)
+        self.assertIn(b"usage: sandbox pause", self.cli("pause", check=2).stdout)
+        self.cli("rm", "cp1", check=0)
+
+    def test_create_on_timeout_pause(self):
+        j = json.loads(self.cli("create", "cp2", "--idle-timeout", "1", "--on-timeout", "pause",
+                                "--json", check=0).stdout)
+        self.assertEqual(j["onTimeout"], "pause")
+        deadline = time.monotonic() + 30
+        while True:
+            s = next(x for x in json.loads(self.cli("ps", "--json", check=0).stdout)
+                     if x["id"] == "cp2")
+            if s["state"] != "ready":
+                break
+            self.assertLess(time.monotonic(), deadline, "the idle timeout never fired")
+            time.sleep(0.1)
+        self.assertEqual((s["state"], s["pausedBy"]), ("paused", "timeout"))
+        self.cli("resume", "cp2", check=0)
+        self.cli("rm", "cp2", check=0)
+        p = self.cli("create", "--on-timeout", "sleep", check=2)
+        self.assertIn(b"--on-timeout takes destroy or pause", p.stderr)
+
     def test_cp_directories_both_ways(self):
         with tempfile.TemporaryDirectory() as d:
             src = os.path.join(d, "src")
@@ -507,7 +561,7 @@ class CliTest(unittest.TestCase):
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
                     "keys", "stat", "mkdir", "mv", "procs", "attach", "kill", "watch",
-                    "shell"):
+                    "shell", "pause", "resume"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 

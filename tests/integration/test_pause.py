@@ -154,6 +154,67 @@ class PauseTest(DaemonTestCase):
         self.assertEqual(status, 200)
 
 
+    def metrics(self):
+        status, _, text = self.d.get("/metrics")
+        self.assertEqual(status, 200)
+        text = text.decode() if isinstance(text, bytes) else text
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines() if line and not line.startswith("#")}
+
+    def test_metrics_count_pauses_resumes_and_refusals(self):
+        sid = self.session()
+        self.run_ok(sid, "true")
+        before = self.metrics()
+        self.pause(sid)
+        self.pause(sid, 409)
+        m = self.metrics()
+        self.assertEqual(m["sessions_paused"], 1)
+        key = 'session_pauses_total{action="%s",result="%s"}'
+        self.assertEqual(m[key % ("pause", "success")] - before.get(key % ("pause", "success"), 0), 1)
+        self.assertEqual(m[key % ("pause", "refused")] - before.get(key % ("pause", "refused"), 0), 1)
+        self.assertGreaterEqual(m['session_pause_duration_seconds_count{action="pause"}'], 1)
+        self.resume(sid)
+        m = self.metrics()
+        self.assertEqual(m["sessions_paused"], 0)
+        self.assertGreaterEqual(m[key % ("resume", "success")], 1)
+        self.assertGreaterEqual(m['session_pause_duration_seconds_bucket{action="resume",le="+Inf"}'], 1)
+        # No session id in any label.
+        status, _, text = self.d.get("/metrics")
+        self.assertNotIn(sid, text.decode() if isinstance(text, bytes) else text)
+
+    def test_on_timeout_pause_pauses_an_idle_session_and_keeps_it(self):
+        status, _, body = self.d.post("/exec", body={"idleTimeout": 1, "onTimeout": "pause"})
+        self.assertEqual(status, 201, body)
+        sid = body["id"]
+        self.assertEqual(body["onTimeout"], "pause")
+        self.run_ok(sid, "echo kept > file")
+        self.counter(sid)
+        # The counter keeps no operation in flight: the session goes idle and is paused.
+        wait_until(lambda: self.listed_sessions()[sid]["state"] == "paused", 30, 0.1,
+                   "the idle timeout pausing the session")
+        listed = self.listed_sessions()[sid]
+        self.assertEqual(listed["pausedBy"], "timeout")
+        # Paused, its idle clock is stopped: it stays.
+        time.sleep(2.5)
+        self.assertEqual(self.listed_sessions()[sid]["state"], "paused")
+        body = self.resume(sid)
+        self.assertEqual(body["state"], "ready")
+        self.assertEqual(self.stdout_of(sid, "cat file"), "kept\n")
+        status, _, p = self.d.get(f"/exec/{sid}/processes/count")
+        self.assertEqual((status, p["state"]), (200, "running"))
+        # And paused again when idle once more.
+        wait_until(lambda: self.listed_sessions()[sid]["state"] == "paused", 30, 0.1,
+                   "the second idle pause")
+
+    def test_on_timeout_destroy_and_bad_values(self):
+        status, _, body = self.d.post("/exec", body={"idleTimeout": 1, "onTimeout": "destroy"})
+        self.assertEqual(status, 201, body)
+        wait_until(lambda: body["id"] not in self.listed_sessions(), 30, 0.1, "the idle reaper")
+        for bad in ("hibernate-forever", "", 1, True, ["pause"], {"pause": 1}):
+            status, headers, err = self.d.post("/exec", body={"onTimeout": bad})
+            self.assertJsonError(status, headers, err, 400, "onTimeout")
+
+
 class PauseOwnershipTest(DaemonTestCase):
     daemon_env = {**BASE_ENV, "AUTH_ENABLED": "true", "SANDBOX_WARM_POOL": "0"}
 

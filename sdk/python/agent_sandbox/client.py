@@ -425,12 +425,14 @@ class Sandbox:
                        idle_timeout_s: Optional[int] = None,
                        resources: Optional[Dict[str, int]] = None,
                        storage: Optional[str] = None,
-                       volumes: Optional[Sequence[Dict[str, Any]]] = None) -> "Session":
+                       volumes: Optional[Sequence[Dict[str, Any]]] = None,
+                       on_timeout: Optional[str] = None) -> "Session":
         """Creates a session now (POST /exec/), waits until it is ready, returns its handle.
         idle_timeout_s: seconds of inactivity before the server reaps it. resources: its own
         limits ({"memoryBytes", "cpuQuotaUs", "diskBytes", "pidsMax"}); storage: "disk" or
         "tmpfs" (jail, docs/storage.md), default the server's; volumes: persistent volumes to
-        mount, [{"name": "data", "path": "/data", "readOnly": False}]."""
+        mount, [{"name": "data", "path": "/data", "readOnly": False}]; on_timeout: what the
+        idle timeout does, "destroy" (the default) or "pause" (resume() brings it back)."""
         body: Dict[str, Any] = {}
         if template:
             body["template"] = template
@@ -446,6 +448,8 @@ class Sandbox:
             body["storage"] = storage
         if volumes:
             body["volumes"] = list(volumes)
+        if on_timeout:
+            body["onTimeout"] = on_timeout
         j = self.request("POST", "/exec/", body)
         return Session(self, j["id"], j.get("template", template))
 
@@ -796,6 +800,31 @@ class Session:
         SandboxError 400 for a port outside 1-65535, 409 past the most public ports."""
         return Preview.from_json(self.client.request("POST", self._p("/preview/public"),
                                                      {"port": port, "public": public}))
+
+    # pause and resume (docs/lifecycle.md)
+
+    def pause(self) -> Dict[str, Any]:
+        """Pauses the session: its processes stop where they are and use no CPU; memory,
+        files and background processes are kept. Its commands and file operations fail
+        (409) until resume(). Returns the session object ("state": "paused", "pausedAt");
+        409 while a command or transfer of it is in flight, or when it is paused already."""
+        return self.client.request("POST", self._p("/pause"))
+
+    def resume(self) -> Dict[str, Any]:
+        """Resumes a paused session: its processes carry on from where they stopped.
+        Returns the session object ("state": "ready"); 409 when it is not paused."""
+        return self.client.request("POST", self._p("/resume"))
+
+    def info(self) -> Optional[Dict[str, Any]]:
+        """The session object as the server lists it (state, pausedAt, limits...), or None
+        when there is no such session."""
+        return self._info()
+
+    @property
+    def state(self) -> Optional[str]:
+        """The session's state now: "ready", "paused", "creating"...; None when it is gone."""
+        info = self._info()
+        return info.get("state") if info else None
 
     def destroy(self) -> bool:
         """Destroys the session; False when there was no such session (a 200 with

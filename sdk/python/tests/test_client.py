@@ -399,6 +399,66 @@ class SdkTest(unittest.TestCase):
             self.sb.session("no-such-session").preview_url(8000)
         self.assertEqual(cm.exception.status, 404)
 
+    def test_pause_and_resume(self):
+        with self.sb.create_session(template="base") as s:
+            s.start_process("i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; "
+                            "sleep 0.01; done", tag="counter")
+            deadline = time.monotonic() + 30
+            while s.run("cat count 2>/dev/null || echo 0").stdout.strip() == "0":
+                self.assertLess(time.monotonic(), deadline, "the counter never started")
+                time.sleep(0.05)
+            self.assertEqual(s.state, "ready")
+            j = s.pause()
+            self.assertEqual(j["state"], "paused")
+            self.assertIn("pausedAt", j)
+            self.assertEqual(s.state, "paused")
+            self.assertEqual(s.info()["pausedAt"], j["pausedAt"])
+            with self.assertRaises(SandboxError) as cm:
+                s.run("true")
+            self.assertEqual(cm.exception.status, 409)
+            self.assertIn("paused", str(cm.exception))
+            with self.assertRaises(SandboxError) as cm:
+                s.pause()
+            self.assertEqual(cm.exception.status, 409)
+            # Another key cannot resume it (nor see it).
+            status, _, key = self.daemon.post("/admin/keys",
+                                              body={"name": "sdk-other", "scopes": ["exec"]})
+            self.assertEqual(status, 201, key)
+            other = Sandbox(base_url=self.daemon.base_url, api_key=key["key"])
+            with self.assertRaises(SandboxError) as cm:
+                other.session(s.id).resume()
+            self.assertEqual(cm.exception.status, 404)
+            self.assertEqual(s.state, "paused")
+            self.assertEqual(s.resume()["state"], "ready")
+            with self.assertRaises(SandboxError) as cm:
+                s.resume()
+            self.assertEqual(cm.exception.status, 409)
+            before = int(s.run("cat count").stdout)
+            deadline = time.monotonic() + 30
+            while int(s.run("cat count").stdout) <= before:
+                self.assertLess(time.monotonic(), deadline, "the counter did not carry on")
+                time.sleep(0.05)
+            sid = s.id
+        self.assertIsNone(self.sb.session(sid).state)
+
+    def test_on_timeout_pause(self):
+        s = self.sb.create_session(template="base", idle_timeout_s=1, on_timeout="pause")
+        try:
+            s.write_file("kept.txt", "kept")
+            deadline = time.monotonic() + 30
+            while s.state == "ready":
+                self.assertLess(time.monotonic(), deadline, "the idle timeout never fired")
+                time.sleep(0.1)
+            self.assertEqual(s.state, "paused")
+            self.assertEqual(s.info()["pausedBy"], "timeout")
+            s.resume()
+            self.assertEqual(s.read_file("kept.txt"), "kept")
+        finally:
+            s.destroy()
+        with self.assertRaises(SandboxError) as cm:
+            self.sb.create_session(template="base", on_timeout="never")
+        self.assertEqual(cm.exception.status, 400)
+
     def test_bad_key(self):
         bad = Sandbox(base_url=self.daemon.base_url, api_key="sk_test_" + "0" * 32)
         with self.assertRaises(SandboxError) as cm:

@@ -435,6 +435,33 @@ export class Session {
     return this.client.json<PreviewInfo>("POST", this.path("/preview/public"), { port, public: isPublic });
   }
 
+  // Pause and resume (docs/lifecycle.md).
+
+  /** Pauses the session: its processes stop where they are and use no CPU; memory, files and
+   * background processes are kept. Its commands and file operations reject with a
+   * SandboxError 409 until resume(). Rejects with 409 while a command or transfer of it is in
+   * flight, or when it is paused already. Resolves to the session ("state": "paused"). */
+  async pause(): Promise<SessionInfo> {
+    return this.client.json<SessionInfo>("POST", this.path("/pause"));
+  }
+
+  /** Resumes a paused session: its processes carry on from where they stopped. Resolves to
+   * the session ("state": "ready"); rejects with 409 when it is not paused. */
+  async resume(): Promise<SessionInfo> {
+    return this.client.json<SessionInfo>("POST", this.path("/resume"));
+  }
+
+  /** The session as the server lists it (state, pausedAt, limits...), or undefined when
+   * there is no such session. */
+  async info(): Promise<SessionInfo | undefined> {
+    return (await this.client.sessions()).find((s) => s.id === this.id);
+  }
+
+  /** The session's state now ("ready", "paused"...), or undefined when it is gone. */
+  async state(): Promise<SessionInfo["state"] | undefined> {
+    return (await this.info())?.state;
+  }
+
   /** Destroys the session and its sandbox; false when there was no such session (a 200
    * with `destroyed: false`, or the 404 older servers answer). */
   async destroy(): Promise<boolean> {

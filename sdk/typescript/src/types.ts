@@ -94,7 +94,13 @@ export interface TemplateManifest {
 export interface SessionInfo {
   id: string;
   template: string;
-  state: "creating" | "ready" | "destroying" | "failed";
+  state: "creating" | "ready" | "destroying" | "failed" | "paused";
+  /** When it was paused (ISO 8601), while it is. */
+  pausedAt?: string;
+  /** Who paused it, while it is paused: a client, or its own timeout (onTimeout "pause"). */
+  pausedBy?: "client" | "timeout";
+  /** What its idle timeout does (CreateOptions.onTimeout). */
+  onTimeout?: "destroy" | "pause";
   createdAt: string;
   lastActivity: string;
   idleMs: number;
@@ -174,6 +180,9 @@ export interface CreateOptions {
   env?: Record<string, string>;
   /** Seconds of inactivity before the server reaps the session. */
   idleTimeout?: number;
+  /** What the idle timeout does: "destroy" (the default) or "pause" (resume() brings the
+   * session back as it was; docs/lifecycle.md). */
+  onTimeout?: "destroy" | "pause";
   /** The session's own limits (each may only stay within the server's caps). */
   resources?: { memoryBytes?: number; cpuQuotaUs?: number; diskBytes?: number; pidsMax?: number };
   /** jail: "disk" (a writable root and /workspace on a disk of diskBytes) or "tmpfs"

@@ -312,3 +312,62 @@ test("ports and previews: the URLs reach a server in the session", async () => {
   await assert.rejects(sandbox.session("no-such-session").previewUrl(8000), is(404));
   await s.destroy();
 });
+
+test("pause and resume: state visible, operations refused, processes carry on", async () => {
+  const s = await sandbox.createSession({ template: "base" });
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const count = async () => Number((await s.run("cat count 2>/dev/null || echo 0")).output.map((c) => c.data).join(""));
+  try {
+    await s.startProcess("i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; sleep 0.01; done", {
+      tag: "counter",
+    });
+    for (let i = 0; i < 300 && (await count()) === 0; i++) await sleep(50);
+    assert.equal(await s.state(), "ready");
+    const p = await s.pause();
+    assert.equal(p.state, "paused");
+    assert.match(p.pausedAt, /^\d{4}-/);
+    assert.equal(p.pausedBy, "client");
+    assert.equal(await s.state(), "paused");
+    await assert.rejects(s.run("true"), (e) => e instanceof SandboxError && e.status === 409 && /paused/.test(e.message));
+    await assert.rejects(s.pause(), (e) => e instanceof SandboxError && e.status === 409);
+    const r = await s.resume();
+    assert.equal(r.state, "ready");
+    assert.equal(r.pausedAt, undefined);
+    await assert.rejects(s.resume(), (e) => e instanceof SandboxError && e.status === 409);
+    const before = await count();
+    let now = before;
+    for (let i = 0; i < 300 && now <= before; i++) {
+      await sleep(50);
+      now = await count();
+    }
+    assert.ok(now > before, `the counter stayed at ${before}`);
+  } finally {
+    await s.destroy();
+  }
+  assert.equal(await s.state(), undefined);
+  await assert.rejects(sandbox.session("no-such-session").pause(), (e) => e instanceof SandboxError && e.status === 404);
+});
+
+test("onTimeout pause: an idle session is paused, not destroyed", async () => {
+  const s = await sandbox.createSession({ template: "base", idleTimeout: 1, onTimeout: "pause" });
+  try {
+    await s.writeFile("kept.txt", "kept");
+    let info;
+    for (let i = 0; i < 300; i++) {
+      info = await s.info();
+      if (info?.state !== "ready") break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(info.state, "paused");
+    assert.equal(info.pausedBy, "timeout");
+    assert.equal(info.onTimeout, "pause");
+    await s.resume();
+    assert.equal((await s.readFile("kept.txt")).content, "kept");
+  } finally {
+    await s.destroy();
+  }
+  await assert.rejects(
+    sandbox.createSession({ template: "base", onTimeout: "never" }),
+    (e) => e instanceof SandboxError && e.status === 400,
+  );
+});
