@@ -1,6 +1,8 @@
-/* lifecycle: POST /exec/:id/pause and POST /exec/:id/resume (docs/lifecycle.md). Each answers
- * with the session once its sandbox is frozen or running again. */
+/* lifecycle: POST /exec/:id/pause (body {"mode": "freeze"} by default, or "hibernate") and
+ * POST /exec/:id/resume (docs/lifecycle.md). Each answers with the session once its sandbox
+ * is frozen, hibernated or running again. */
 #include <errno.h>
+#include <string.h>
 
 #include "api/api.h"
 #include "session/ops.h"
@@ -15,14 +17,37 @@ static void on_done(struct session *s, const struct err *err, void *arg)
 	http_reply_json(ctx, 200, session_json(s));
 }
 
+/* "mode": "freeze" (also when absent or null) or "hibernate"; 400 otherwise. */
+static int opt_mode(struct http_ctx *ctx, json_t *body, enum session_pause_mode *ret)
+{
+	json_t *v = json_object_get(body, "mode");
+	*ret = SESSION_PAUSE_FREEZE;
+	if (!v || json_is_null(v))
+		return 0;
+	const char *m = json_string_value(v);
+	if (m && strcmp(m, "hibernate") == 0)
+		*ret = SESSION_PAUSE_HIBERNATE;
+	else if (!m || strcmp(m, "freeze") != 0) {
+		http_reply_error(ctx, 400, "\"mode\" must be \"freeze\" or \"hibernate\"");
+		return -1;
+	}
+	return 0;
+}
+
 static void pause_or_resume(struct http_ctx *ctx, bool pause)
 {
 	const char *id = api_path_session_id(ctx);
 	if (!id)
 		return;
+	json_auto_t *body = NULL;
+	if (http_body_json(ctx, &body) < 0)
+		return;
+	enum session_pause_mode mode = SESSION_PAUSE_FREEZE;
+	if (pause && opt_mode(ctx, body, &mode) < 0)
+		return;
 	struct ops_target t = api_request_target(ctx, id, NULL);
 	struct err e;
-	if (ops_pause_session(&t, pause, on_done, ctx, &e) < 0)
+	if (ops_pause_session_mode(&t, pause, mode, on_done, ctx, &e) < 0)
 		api_reply_err(ctx, &e);
 }
 

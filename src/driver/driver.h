@@ -49,6 +49,10 @@ struct sandbox_spec {
 	/* Volumes to mount (jail, disk storage only); borrowed until create returns. */
 	const struct sandbox_volume *volumes;
 	unsigned nvolumes;
+	/* Borrowed, NULL: a new sandbox. What hibernate() kept of an earlier one (claimed again by
+	 * hibernated_claim after a restart): the new sandbox runs over its disk, with its ids.
+	 * On failure it stays kept, for another try. */
+	const json_t *hibernated;
 };
 
 struct sandbox {
@@ -102,6 +106,20 @@ struct driver {
 	/* Freezes the sandbox (pause) or lets it run again: its processes keep their memory and
 	 * use no CPU meanwhile. NULL when the driver cannot. Blocking (briefly): a worker's. */
 	int (*pause)(struct sandbox *sb, bool pause, struct err *err);
+
+	/* Hibernation (docs/lifecycle.md); NULL when the driver cannot. Ends every process of
+	 * the sandbox (frozen or not) and frees all it holds but its disk, kept as a file, and
+	 * its ids; on success sb is freed and *ret_keep (owned) is what a later create needs
+	 * (sandbox_spec.hibernated): a JSON object the caller may store. On failure (a sandbox
+	 * without a disk, with volumes, a disk that cannot be kept) the sandbox is untouched.
+	 * Blocking. */
+	int (*hibernate)(struct sandbox *sb, json_t **ret_keep, struct err *err);
+	/* After a restart: takes back what a hibernated sandbox keeps (its ids), before any
+	 * sandbox is made; EBUSY/ENOENT when it cannot. Blocking, brief. */
+	int (*hibernated_claim)(const json_t *keep, struct err *err);
+	/* Frees what a hibernated sandbox keeps (its disk's file, its ids) once it will not be
+	 * resumed. Touches nothing that `keep` cannot prove is that sandbox's. Blocking. */
+	void (*hibernated_discard)(const json_t *keep);
 };
 
 /* What a driver's cleanup_stale removes of a sandbox a previous run left, done the same way

@@ -384,8 +384,8 @@ void metrics_init(void)
 			      "Bytes of the sessions' disks: used (by their filesystems) and "
 			      "allocated (their sizes)",
 			      "kind");
-	metrics_daemon.sessions_paused =
-		metrics_gauge("sessions_paused", "Sessions paused now (frozen)", NULL);
+	metrics_daemon.sessions_paused = metrics_gauge(
+		"sessions_paused", "Sessions paused now by mode (freeze, hibernate)", "mode");
 	metrics_daemon.session_pauses_total = metrics_counter(
 		"session_pauses_total",
 		"Pauses and resumes of sessions by action (pause, resume) and result (success, "

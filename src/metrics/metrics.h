@@ -68,7 +68,7 @@ struct sandbox_metrics {
 	struct metric *admission_refusals_total;    /* counter {reason} */
 	struct metric *host_memory_available_bytes; /* gauge */
 	struct metric *descriptors_free;            /* gauge */
-	struct metric *sessions_paused;             /* gauge */
+	struct metric *sessions_paused;             /* gauge {mode} */
 	struct metric *session_pauses_total;        /* counter {action, result} */
 	struct metric *session_pause_duration;      /* histogram {action} */
 };

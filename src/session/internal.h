@@ -43,6 +43,35 @@ struct session_module {
 
 extern struct session_module session_mod;
 
+/* --- session.c, for hibernate.c ------------------------------------------------------- */
+
+void session_add_waiter(struct session *s, session_ready_fn cb, void *arg);
+/* A creation job's end, on the loop (the sandbox handed to its session, or the failure). */
+void session_create_done(void *arg);
+/* A new session object, in the table, holding a unit of the owner's QUOTA_SESSIONS. */
+struct session *session_table_add(const char *owner, const char *id, struct template *t);
+
+/* --- hibernate.c ---------------------------------------------------------------------- */
+
+/* Hibernates s (session_pause_mode's checks done); cb as for session_pause. */
+void session_hibernate(struct session *s,
+		       void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);
+/* Starts the resume of a hibernated session: a new sandbox over its disk; cb as for a
+ * creation's waiter. */
+void session_wake(struct session *s, session_ready_fn cb, void *arg);
+/* A resume ended (session.c, when the new sandbox's agent answered or creating it failed):
+ * ok, the session runs over its disk and is hibernated no more; else, with `disk_lost`
+ * (the new sandbox existed, and took the disk), it is not either; without, it stays
+ * hibernated. */
+void session_wake_done(struct session *s, bool ok, bool disk_lost);
+/* A hibernated session leaves the table: its disk is freed, unless the server is stopping
+ * (then it is kept for the next start). */
+void session_hibernated_drop(struct session *s);
+/* At start: the hibernated sessions a previous run left, back in the table. */
+void session_hibernated_restore(void);
+/* The state database's record of a hibernated session. */
+int session_hibernated_store(struct session *s, struct err *err);
+
 /* --- sandbox.c ------------------------------------------------------------------------ */
 
 /* Creating one sandbox on a worker: for a session (s) or for the warm pool (pool). */

@@ -2070,6 +2070,12 @@ static void on_paused(struct session *s, const struct err *err, void *arg)
 int ops_pause_session(const struct ops_target *t, bool pause, ops_pause_fn cb, void *arg,
 		      struct err *err)
 {
+	return ops_pause_session_mode(t, pause, SESSION_PAUSE_FREEZE, cb, arg, err);
+}
+
+int ops_pause_session_mode(const struct ops_target *t, bool pause, enum session_pause_mode mode,
+			   ops_pause_fn cb, void *arg, struct err *err)
+{
 	if (check_target(t, false, err) < 0)
 		return -EINVAL;
 	struct session *s = target_session(t, err);
@@ -2080,6 +2086,6 @@ int ops_pause_session(const struct ops_target *t, bool pause, ops_pause_fn cb, v
 	p->arg = arg;
 	p->s = s;
 	session_ref(s);
-	session_pause(s, pause, on_paused, p);
+	session_pause_mode(s, pause, mode, on_paused, p);
 	return 0;
 }

@@ -286,6 +286,10 @@ struct ops_call *ops_list_ports(const struct ops_target *t, ops_done_fn done, vo
 typedef void (*ops_pause_fn)(struct session *s, const struct err *err, void *arg);
 int ops_pause_session(const struct ops_target *t, bool pause, ops_pause_fn cb, void *arg,
 		      struct err *err);
+/* ops_pause_session with a mode for a pause (session_pause_mode: frozen, or hibernated); a
+ * resume resumes either. ops_pause_session is this with SESSION_PAUSE_FREEZE. */
+int ops_pause_session_mode(const struct ops_target *t, bool pause, enum session_pause_mode mode,
+			   ops_pause_fn cb, void *arg, struct err *err);
 
 /* Creates session t->session_id (NULL: a fresh id) of the caller (never another owner's,
  * whatever any_owner says) with these options (template_name is taken from t; o may be

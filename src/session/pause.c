@@ -123,8 +123,69 @@ static void refuse(struct session *s, bool pause, const struct err *e,
 	cb(s, e, arg);
 }
 
+static void session_freeze(struct session *s, bool pause,
+			   void (*cb)(struct session *s, const struct err *err, void *arg),
+			   void *arg);
+
 void session_pause(struct session *s, bool pause,
 		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
+{
+	session_pause_mode(s, pause, SESSION_PAUSE_FREEZE, cb, arg);
+}
+
+void session_pause_mode(struct session *s, bool pause, enum session_pause_mode mode,
+			void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
+{
+	struct err e;
+	if (s->transition || s->resuming) {
+		err_set(&e, EBUSY, "session `%s` is being paused or resumed", s->id);
+		refuse(s, pause, &e, cb, arg);
+		return;
+	}
+	if (pause && s->hibernated) {
+		err_set(&e, EBUSY, "session `%s` is paused already (hibernated)", s->id);
+		refuse(s, pause, &e, cb, arg);
+		return;
+	}
+	if (!pause && s->hibernated && s->state == SESSION_PAUSED) {
+		session_wake(s, cb, arg);
+		return;
+	}
+	if (!pause || mode == SESSION_PAUSE_FREEZE) {
+		session_freeze(s, pause, cb, arg);
+		return;
+	}
+	/* Hibernation: of a running or a frozen session. */
+	if ((s->state != SESSION_READY && s->state != SESSION_PAUSED) || !s->sb)
+		err_set(&e, EBUSY, "session `%s` is %s", s->id, session_state_name(s->state));
+	else if (!s->sb->driver->hibernate)
+		err_set(&e, ENOTSUP,
+			"the %s driver cannot hibernate sessions (mode \"freeze\" "
+			"pauses them)",
+			s->sb->driver->name);
+	else if (!s->limits.disk)
+		err_set(&e, EINVAL,
+			"only a session with a disk (\"storage\": \"disk\") can be hibernated; "
+			"mode \"freeze\" pauses this one");
+	else if (s->volumes)
+		err_set(&e, EINVAL,
+			"a session with volumes cannot be hibernated; mode "
+			"\"freeze\" pauses it");
+	else if (s->running)
+		err_set(&e, EBUSY,
+			"session `%s` has %u operations in flight (commands, file transfers, "
+			"attaches, previews): hibernate it once they ended",
+			s->id, s->running);
+	else {
+		session_hibernate(s, cb, arg);
+		return;
+	}
+	refuse(s, pause, &e, cb, arg);
+}
+
+static void session_freeze(struct session *s, bool pause,
+			   void (*cb)(struct session *s, const struct err *err, void *arg),
+			   void *arg)
 {
 	struct err e;
 	if (s->transition) {

@@ -206,6 +206,8 @@ void session_unref(struct session *s)
 	free(s->sandbox_id);
 	template_unref(s->tmpl);
 	json_decref(s->env);
+	json_decref(s->kept);
+	json_decref(s->egress_spec);
 	/* After its sandbox: a destroy job holds a reference until the mounts are gone. */
 	volume_release(s->volumes);
 	json_decref(s->metadata);
@@ -276,6 +278,9 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 	struct session *s = arg;
 	if (s->state != SESSION_READY && s->state != SESSION_CREATING && s->state != SESSION_PAUSED)
 		return;
+	/* Its sandbox is being ended on purpose (hibernate.c). */
+	if (s->hibernating)
+		return;
 	err_set(&s->failure, ECONNRESET, "the sandbox of session `%s` stopped unexpectedly (%s)",
 		s->id, why->msg);
 	log_warn("session", "%s", s->failure.msg);
@@ -308,6 +313,8 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 {
 	struct session *s = arg;
 	if (s->state != SESSION_CREATING) {
+		if (s->resuming) /* destroyed meanwhile, with the sandbox that took its disk */
+			session_wake_done(s, false, true);
 		session_unref(s);
 		return;
 	}
@@ -322,6 +329,8 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 		if (e.errnum != ETIMEDOUT && e.errnum != EPROTONOSUPPORT)
 			e.errnum = EREMOTEIO;
 		err_wrap(&e, "the sandbox agent did not start");
+		if (s->resuming)
+			session_wake_done(s, false, true);
 		if (s->sb) {
 			guest_conn_free(s->conn);
 			s->conn = NULL;
@@ -334,6 +343,14 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 	}
 	s->state = SESSION_READY;
 	session_touch(s);
+	if (s->resuming) {
+		session_wake_done(s, true, false);
+		log_info("session", "session %s resumed over its kept disk (sandbox %s)", s->id,
+			 s->sandbox_id);
+		fire_waiters(s, NULL);
+		session_unref(s);
+		return;
+	}
 	session_count_creation(s->tmpl, "success");
 	metrics_observe(metrics_daemon.vsock_connection_time,
 			(double)(time_mono_ms() - s->attach_mono_ms) / 1000.0);
@@ -382,7 +399,7 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 	guest_op_set_timeout(op, session_mod.cfg->first_reply_timeout_ms, "resume");
 }
 
-static void session_create_done(void *arg)
+void session_create_done(void *arg)
 {
 	struct create_job *j = arg;
 	struct session *s = j->s;
@@ -401,15 +418,28 @@ static void session_create_done(void *arg)
 			j->err.errnum = EIO;
 		session_mod.last_create_failed = true;
 		err_copy(&session_mod.last_create_error, &j->err);
-		if (s->state == SESSION_CREATING)
+		if (s->state == SESSION_CREATING && s->resuming) {
+			/* Nothing took its disk: it stays hibernated, for another resume. */
+			session_wake_done(s, false, false);
+			s->state = SESSION_PAUSED;
+			log_warn("session", "session %s: resume failed: %s", s->id, j->err.msg);
+			fire_waiters(s, &j->err);
+		} else if (s->state == SESSION_CREATING) {
 			session_fail_creation(s, &j->err);
+		} else if (s->resuming) {
+			/* Destroyed meanwhile: its disk goes now. */
+			s->resuming = false;
+			session_hibernated_drop(s);
+		}
 	} else {
 		session_mod.last_create_failed = false;
 		log_debug("session", "sandbox %s created in %llu ms", j->sb->id,
 			  (unsigned long long)(time_mono_ms() - j->t0));
 		net_sandbox_start(j->sb->id);
 		if (s->state != SESSION_CREATING) {
-			/* Destroyed while it was being made. */
+			/* Destroyed while it was being made (with the disk it resumed over). */
+			if (s->resuming)
+				session_wake_done(s, false, true);
 			session_sandbox_destroy(j->sb, s);
 		} else {
 			int fd = TAKE_FD(j->sb->agent_fd);
@@ -434,7 +464,7 @@ struct session *session_find(const char *owner, const char *id)
 	return NULL;
 }
 
-static void add_waiter(struct session *s, session_ready_fn cb, void *arg)
+void session_add_waiter(struct session *s, session_ready_fn cb, void *arg)
 {
 	struct session_waiter *w = xcalloc(1, sizeof(*w));
 	w->cb = cb;
@@ -506,7 +536,7 @@ void session_get_or_create(const char *owner, const char *id,
 			cb(s, NULL, arg);
 			return;
 		case SESSION_CREATING:
-			add_waiter(s, cb, arg);
+			session_add_waiter(s, cb, arg);
 			return;
 		case SESSION_FAILED:
 			/* Report why once, then forget it: the next request starts afresh. */
@@ -597,6 +627,9 @@ void session_get_or_create(const char *owner, const char *id,
 		s->resources = *opts->resources;
 	s->limits = limits;
 	s->id_generated = opts && opts->id_generated;
+	s->egress_spec = opts && opts->egress && !json_is_null(opts->egress)
+				 ? json_deep_copy(opts->egress)
+				 : NULL;
 	session_preview_init(s);
 	s->volumes = claim;
 	s->next = session_mod.sessions;
@@ -606,9 +639,27 @@ void session_get_or_create(const char *owner, const char *id,
 	session_mod.nsessions++;
 	if (created)
 		*created = true;
-	add_waiter(s, cb, arg);
+	session_add_waiter(s, cb, arg);
 
 	session_start(s, t, opts, egress);
+}
+
+struct session *session_table_add(const char *owner, const char *id, struct template *t)
+{
+	struct session *s = xcalloc(1, sizeof(*s));
+	s->refs = 1; /* the table's */
+	s->id = xstrdup(id);
+	s->owner = xstrdup(owner ? owner : "");
+	s->tmpl = template_ref(t);
+	s->created_ms = time_wall_ms();
+	s->active_mono_ms = time_mono_ms();
+	s->idle_timeout_s = session_mod.cfg->idle_timeout_s;
+	s->env = json_object();
+	session_preview_init(s);
+	s->next = session_mod.sessions;
+	session_mod.sessions = s;
+	session_mod.nsessions++;
+	return s;
 }
 
 void session_destroy(struct session *s, const char *why)
@@ -637,8 +688,13 @@ void session_destroy(struct session *s, const char *why)
 			guest_conn_free(s->conn);
 		s->conn = NULL;
 	}
+	if (s->resuming && s->sb)
+		session_wake_done(s, false, true); /* its new sandbox, going now, took the disk */
 	if (s->sb && s->transition) {
 		s->destroy_pending = true; /* the pause or resume under way ends it (pause.c) */
+	} else if (s->hibernated && !s->resuming) {
+		session_hibernated_drop(s);
+		s->state = SESSION_GONE;
 	} else if (s->sb) {
 		session_sandbox_destroy(s->sb, s);
 		s->sb = NULL;
@@ -754,6 +810,17 @@ json_t *session_json(const struct session *s)
 		json_object_set_new(j, "pausedAt", iso_time(s->paused_ms));
 		json_object_set_new(j, "pausedBy",
 				    json_string(s->auto_paused ? "timeout" : "client"));
+		json_object_set_new(j, "pauseMode",
+				    json_string(s->hibernated ? "hibernate" : "freeze"));
+		/* Said in every answer: what a resume gives back differs. */
+		json_object_set_new(j, "processesKept", json_boolean(!s->hibernated));
+		if (s->hibernated)
+			json_object_set_new(
+				j, "note",
+				json_string(
+					"hibernated: every process of the session was ended and "
+					"its memory freed; its files are kept on disk, and a "
+					"resume starts it afresh over them"));
 	}
 	json_object_set_new(
 		j, "onTimeout",
@@ -807,8 +874,12 @@ static void session_timeout(struct session *s, const char *why)
 	 * ended (an idle session has none). */
 	if (s->running || s->transition)
 		return;
-	log_info("session", "session %s: %s: pausing it (onTimeout pause)", s->id, why);
-	session_pause(s, true, on_auto_paused, (void *)why);
+	/* Hibernated where it can be (no memory while paused), else frozen. */
+	bool hibernate = session_mod.drv->hibernate && s->limits.disk && !s->volumes;
+	log_info("session", "session %s: %s: %s it (onTimeout pause)", s->id, why,
+		 hibernate ? "hibernating" : "pausing");
+	session_pause_mode(s, true, hibernate ? SESSION_PAUSE_HIBERNATE : SESSION_PAUSE_FREEZE,
+			   on_auto_paused, (void *)why);
 }
 
 static void on_reap(evutil_socket_t fd, short what, void *arg)
@@ -889,8 +960,10 @@ static void on_scrape(void *arg)
 {
 	unsigned counts[SESSION_PAUSED + 1] = { 0 };
 	uint64_t disk_used = 0, disk_size = 0;
+	unsigned hibernated = 0;
 	for (struct session *s = session_mod.sessions; s; s = s->next) {
 		counts[s->state]++;
+		hibernated += s->hibernated && s->state == SESSION_PAUSED;
 		uint64_t used, size;
 		if (s->sb && s->sb->driver->disk_usage &&
 		    s->sb->driver->disk_usage(s->sb, &used, &size) == 0) {
@@ -905,7 +978,8 @@ static void on_scrape(void *arg)
 			metrics_set(metrics_daemon.active_vm_count, counts[st],
 				    session_state_name(st));
 	metrics_set(metrics_daemon.active_vm_count, (double)session_pool_size(), "pooled");
-	metrics_set(metrics_daemon.sessions_paused, counts[SESSION_PAUSED]);
+	metrics_set(metrics_daemon.sessions_paused, counts[SESSION_PAUSED] - hibernated, "freeze");
+	metrics_set(metrics_daemon.sessions_paused, hibernated, "hibernate");
 	metrics_set(metrics_daemon.exec_sessions_active, (double)session_mod.nsessions);
 	session_host_publish();
 	uint64_t vcount, vbytes;
@@ -931,6 +1005,8 @@ int session_init(struct event_base *base, const struct config *cfg, const struct
 	r = session_reload_templates(err);
 	if (r < 0)
 		return r;
+	/* Before any sandbox is made: they hold ids that no new one may take. */
+	session_hibernated_restore();
 	session_mod.reaper = event_new(base, -1, EV_PERSIST, on_reap, NULL);
 	struct timeval tv = { .tv_sec = session_mod.cfg->reaper_interval_ms / 1000,
 			      .tv_usec = (suseconds_t)(session_mod.cfg->reaper_interval_ms % 1000) *

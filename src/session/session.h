@@ -89,6 +89,12 @@ struct session {
 	uint64_t paused_ms;   /* wall clock of the last pause */
 	enum session_on_timeout on_timeout;
 	bool auto_paused; /* its last pause was its timeout's (on_timeout) */
+	/* Hibernation (hibernate.c): paused with no sandbox at all, its disk kept by the driver
+	 * (kept: the driver's record of it, also in the state database); hibernating while that
+	 * runs, resuming while a new sandbox is made over the disk (state creating). */
+	bool hibernated, hibernating, resuming;
+	json_t *kept;
+	json_t *egress_spec; /* the egress policy it asked for at creation (a copy), or NULL */
 	/* The E2B API's view (api/e2b.c): an absolute deadline (wall clock ms, 0: none) that
 	 * replaces the idle timeout, the client's metadata (object of strings) and the template
 	 * id it asked for (an alias of tmpl's name, or NULL). */
@@ -198,6 +204,21 @@ char *session_new_id(void);
  * stopped and its lifetime still runs. */
 void session_pause(struct session *s, bool pause,
 		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);
+
+/* How a session is paused (docs/lifecycle.md): frozen (its processes stop, memory kept), or
+ * hibernated (jail with a disk: its processes are ended and its sandbox freed, its disk kept
+ * on the host, so that it costs no memory; it survives a daemon restart, and a resume starts
+ * a fresh agent over the same disk). */
+enum session_pause_mode {
+	SESSION_PAUSE_FREEZE,
+	SESSION_PAUSE_HIBERNATE,
+};
+
+/* session_pause with a mode. Hibernating: a ready or frozen session with no operation in
+ * flight (EBUSY), of a driver that can (ENOTSUP, also for a session without a disk or with
+ * volumes). A resume resumes either kind. */
+void session_pause_mode(struct session *s, bool pause, enum session_pause_mode mode,
+			void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);
 
 /* Starts destroying the session; it disappears from the table at once. */
 void session_destroy(struct session *s, const char *why);

@@ -370,9 +370,39 @@ static int jail_probe(const struct config *cfg, struct err *err)
 	return trial_run(err);
 }
 
+/* SANDBOX_STATE_DIR, where hibernated sandboxes' disks are kept (set by jail_init). */
+static const char *state_dir;
+
+/* Where a hibernated sandbox's disk is kept: named by its id alone (checked), never by a
+ * path read back from anywhere. */
+static char *kept_disk_path(const char *id)
+{
+	return xasprintf("%s/disks/%s.hibernated", state_dir ? state_dir : ".", id);
+}
+
+/* The name of a running sandbox's disk that was kept once (jail_disk.path). */
+static char *live_disk_path(const char *id)
+{
+	return xasprintf("%s/disks/%s.disk", state_dir ? state_dir : ".", id);
+}
+
+/* The id and uid range a hibernated sandbox keeps, from its record (hibernate()'s). */
+static int kept_of(const json_t *keep, const char **ret_id, uint32_t *ret_base, struct err *err)
+{
+	const char *id = json_string_value(json_object_get(keep, "sandbox"));
+	json_t *base = json_object_get(keep, "uidBase");
+	if (!id || !cgroup_id_valid(id) || !json_is_integer(base) ||
+	    json_integer_value(base) <= 0 || json_integer_value(base) > UINT32_MAX)
+		return err_set(err, EINVAL, "jail: not a hibernated sandbox's record");
+	*ret_id = id;
+	*ret_base = (uint32_t)json_integer_value(base);
+	return 0;
+}
+
 static int jail_init(const struct config *cfg, struct err *err)
 {
 	int r;
+	state_dir = cfg->state_dir;
 	if ((r = host_get(err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
 	/* Said at start rather than by every session's creation. */
@@ -472,6 +502,13 @@ static int start_child(struct spawn_plan *plan, struct cgroup *cg, bool own_netn
 	return 0;
 }
 
+/* A failed creation gives its uid range back, unless it was a hibernated sandbox's. */
+static void release_ids(bool kept, uint32_t base)
+{
+	if (!kept)
+		jail_uid_release(base);
+}
+
 static int jail_create(const struct config *cfg, const struct sandbox_spec *spec,
 		       struct sandbox **ret, struct err *err)
 {
@@ -506,22 +543,38 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		.cpu_period_us = spec->limits.cpu_period_us,
 		.pids_max = spec->limits.pids_max,
 	};
+	/* A hibernated sandbox's range is still taken (hibernate, hibernated_claim): the files
+	 * of its disk carry its ids. It stays taken when this fails, for another try. */
 	uint32_t uid_base;
-	if ((r = jail_uid_alloc(&uid_base, err)) < 0)
+	const char *kept_id = NULL;
+	bool kept = spec->hibernated != NULL;
+	if (kept && !spec->limits.disk)
+		return err_set(err, EINVAL, "jail: a hibernated sandbox resumes with its disk");
+	if ((r = kept ? kept_of(spec->hibernated, &kept_id, &uid_base, err)
+		      : jail_uid_alloc(&uid_base, err)) < 0)
 		return r;
+#define RELEASE_IDS()                               \
+	do {                                        \
+		if (!kept)                          \
+			jail_uid_release(uid_base); \
+	} while (0)
 	struct cgroup *cg = NULL;
 	if ((r = cgroup_create(&host.cg, spec->id, &limits, &cg, err)) < 0) {
-		jail_uid_release(uid_base);
+		release_ids(kept, uid_base);
 		return err_wrap(err, "jail");
 	}
 
-	/* Unnamed: nothing of it outlives the sandbox or the daemon (jail_disk.c). */
-	struct jail_disk disk = { .mnt = -1 };
-	if (spec->limits.disk && (r = jail_disk_create(cfg->state_dir, spec->limits.workspace_bytes,
-						       uid_base, &disk, err)) < 0) {
+	/* Unnamed: nothing of it outlives the sandbox or the daemon (jail_disk.c), unless it
+	 * is kept by a hibernation. */
+	struct jail_disk disk = { .mnt = -1, .img = -1 };
+	_cleanup_free_ char *kept_path = kept ? kept_disk_path(kept_id) : NULL;
+	if (spec->limits.disk &&
+	    (r = kept ? jail_disk_open(kept_path, &disk, err)
+		      : jail_disk_create(cfg->state_dir, spec->limits.workspace_bytes, uid_base,
+					 &disk, err)) < 0) {
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
-		jail_uid_release(uid_base);
+		release_ids(kept, uid_base);
 		return r;
 	}
 	int vol_mnt[SANDBOX_VOLUMES_MAX];
@@ -530,7 +583,7 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		jail_disk_close(&disk);
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
-		jail_uid_release(uid_base);
+		release_ids(kept, uid_base);
 		return r;
 	}
 	int resolv_dfd = -1;
@@ -550,8 +603,21 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 		jail_resolv_remove(spec->id);
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
-		jail_uid_release(uid_base);
+		release_ids(kept, uid_base);
 		return r;
+	}
+	/* The sandbox runs over the kept disk, named after it now: removed with it (or by the
+	 * clean-up after a crash), kept again by another hibernation. */
+	if (kept) {
+		char *live = live_disk_path(spec->id);
+		if (rename(kept_path, live) == 0) {
+			disk.path = live;
+		} else {
+			log_warn("jail", "sandbox %s: rename %s: %s", spec->id, kept_path,
+				 strerror(errno));
+			free(live);
+			disk.path = TAKE_PTR(kept_path);
+		}
 	}
 
 	/* The daemon is the child's parent and reaps it only in jail_destroy: until then its pid
@@ -574,7 +640,8 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	return 0;
 }
 
-static void jail_destroy(struct sandbox *sb)
+/* Ends the sandbox and frees what it holds; with keep_ids, not its uid range (hibernate). */
+static void jail_teardown(struct sandbox *sb, bool keep_ids)
 {
 	if (!sb)
 		return;
@@ -601,7 +668,8 @@ static void jail_destroy(struct sandbox *sb)
 		/* Reaped above: no mount of the sandbox's holds them any more. */
 		close_volumes(j->volumes, j->nvolumes);
 		/* Reaped above: nothing runs with the range's uids any more. */
-		jail_uid_release(j->uid_base);
+		if (!keep_ids)
+			jail_uid_release(j->uid_base);
 		free(j);
 	}
 	json_decref(sb->record);
@@ -609,11 +677,76 @@ static void jail_destroy(struct sandbox *sb)
 	free(sb);
 }
 
+static void jail_destroy(struct sandbox *sb)
+{
+	jail_teardown(sb, false);
+}
+
+/* Hibernation: the disk is kept as a file named by the sandbox's id, then the sandbox ends as
+ * in a destroy, but for its uid range, which the files of its disk carry. */
+static int jail_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err)
+{
+	struct jail *j = sb->priv;
+	if (j->disk.mnt < 0)
+		return err_set(err, ENOTSUP,
+			       "only a session with a disk (\"storage\": \"disk\") can be "
+			       "hibernated; pause it instead (mode \"freeze\")");
+	if (j->nvolumes)
+		return err_set(err, ENOTSUP,
+			       "a session with volumes cannot be hibernated; pause it instead "
+			       "(mode \"freeze\")");
+	_cleanup_free_ char *path = kept_disk_path(sb->id);
+	int r = jail_disk_keep(&j->disk, path, err);
+	if (r < 0)
+		return r;
+	json_t *keep = json_pack("{s:s, s:I, s:I}", "sandbox", sb->id, "uidBase",
+				 (json_int_t)j->uid_base, "diskBytes", (json_int_t)j->disk.bytes);
+	jail_teardown(sb, true);
+	*ret_keep = keep;
+	return 0;
+}
+
+static int jail_hibernated_claim(const json_t *keep, struct err *err)
+{
+	const char *id;
+	uint32_t base;
+	int r = kept_of(keep, &id, &base, err);
+	if (r < 0)
+		return r;
+	_cleanup_free_ char *path = kept_disk_path(id);
+	struct stat st;
+	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+		return err_set(err, ENOENT, "jail: the kept disk %s is missing", path);
+	return jail_uid_claim(base, err);
+}
+
+static void jail_hibernated_discard(const json_t *keep)
+{
+	const char *id;
+	uint32_t base;
+	struct err e;
+	if (kept_of(keep, &id, &base, &e) < 0) {
+		log_warn("jail", "%s", e.msg);
+		return;
+	}
+	_cleanup_free_ char *path = kept_disk_path(id);
+	if (unlink(path) < 0 && errno != ENOENT)
+		log_warn("jail", "remove %s: %s", path, strerror(errno));
+	/* Nothing ran with its ids since it was hibernated. */
+	jail_uid_release(base);
+}
+
 static void jail_cleanup_stale(const struct config *cfg, const char *id, json_t *record)
 {
 	/* The jail's init: the pid namespace dies with it. */
 	const struct driver_stale stale = { .driver = "jail", .what = "process" };
 	driver_cleanup_stale(&stale, id, record);
+	/* A disk it resumed over after a hibernation has a name (jail_disk.path). */
+	if (id && cgroup_id_valid(id)) {
+		_cleanup_free_ char *live = live_disk_path(id);
+		if (unlink(live) < 0 && errno != ENOENT)
+			log_warn("jail", "remove %s: %s", live, strerror(errno));
+	}
 	/* Should a leftover have survived, its uid range must not go to a new sandbox. */
 	json_t *base = json_object_get(record, "uidBase");
 	if (json_is_integer(base) && json_integer_value(base) > 0 &&
@@ -653,4 +786,7 @@ const struct driver driver_jail = {
 	.oom_kills = jail_oom_kills,
 	.disk_usage = jail_disk_usage_of,
 	.pause = jail_pause,
+	.hibernate = jail_hibernate,
+	.hibernated_claim = jail_hibernated_claim,
+	.hibernated_discard = jail_hibernated_discard,
 };

@@ -41,6 +41,11 @@ enum {
  * of the root's overlay. */
 struct jail_disk {
 	int mnt; /* -1: none */
+	int img; /* the image, -1: none (kept to give it a name: jail_disk_keep) */
+	/* The image's name while the sandbox runs, when it has one (a disk resumed after a
+	 * hibernation: SANDBOX_STATE_DIR/disks/<id>.disk, removed with the sandbox); NULL for
+	 * an unnamed one. Owned. */
+	char *path;
 	uint64_t bytes;
 };
 
@@ -52,9 +57,17 @@ int jail_disk_create(const char *state_dir, uint64_t bytes, uint32_t uid_base,
 /* The sandbox's writable root: an overlay of `lower` (a detached mount) and the disk. Returns
  * its detached mount. */
 int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err);
+/* Gives the disk's image the name `path` (on the state directory's filesystem), so that it
+ * outlives the sandbox and the daemon (hibernation, docs/lifecycle.md). */
+int jail_disk_keep(struct jail_disk *d, const char *path, struct err *err);
+/* A disk made by jail_disk_create and kept as `path`: attached and mounted again, once no loop
+ * device holds the image any more (the previous sandbox's detaches a moment after it ended;
+ * EBUSY after a few seconds). */
+int jail_disk_open(const char *path, struct jail_disk *ret, struct err *err);
 /* The disk's used and total bytes (fstatfs: cheap). Negative errno when there is none. */
 int jail_disk_usage(const struct jail_disk *d, uint64_t *used, uint64_t *size);
-/* Closes the daemon's reference; accepts a disk without one. */
+/* Closes the daemon's reference (and removes the image's name, when it has one); accepts a
+ * disk without one. */
 void jail_disk_close(struct jail_disk *d);
 /* Attaches the image `img` read-write to a free loop device that detaches with its last
  * user (autoclear); its name in dev. Returns the device's descriptor. */
@@ -147,6 +160,9 @@ int jail_subid_check(const char *path, uint64_t lo, uint64_t hi, const char *own
 /* A free range's first uid; EAGAIN when all are taken. */
 int jail_uid_alloc(uint32_t *ret, struct err *err);
 void jail_uid_release(uint32_t base);
+/* Takes the range that begins at `base` (a hibernated sandbox's, after a restart): EBUSY when
+ * it is in use, EINVAL when no range begins there. */
+int jail_uid_claim(uint32_t base, struct err *err);
 /* After a previous run's sandbox was cleaned up: keeps its range out of use while any host
  * process still runs with one of its uids. */
 void jail_uid_reserve_if_busy(uint32_t base);

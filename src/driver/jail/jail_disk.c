@@ -21,6 +21,7 @@
  * supports sparse files and O_TMPFILE. */
 #include "driver/jail/jail.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -37,6 +38,7 @@
 
 #include "util/cleanup.h"
 #include "util/fs.h"
+#include "util/log.h"
 #include "util/spawn.h"
 
 /* How long mkfs.ext4 may take (it takes milliseconds). */
@@ -46,7 +48,14 @@ void jail_disk_close(struct jail_disk *d)
 {
 	if (d->mnt >= 0)
 		close(d->mnt);
+	if (d->img >= 0)
+		close(d->img);
+	if (d->path && unlink(d->path) < 0 && errno != ENOENT)
+		log_warn("jail", "remove %s: %s", d->path, strerror(errno));
+	free(d->path);
+	d->path = NULL;
 	d->mnt = -1;
+	d->img = -1;
 }
 
 int jail_loop_attach_rw(int img, char *dev, size_t len, struct err *err)
@@ -167,7 +176,93 @@ int jail_disk_create(const char *state_dir, uint64_t bytes, uint32_t uid_base,
 		return mnt;
 	if ((r = layout(mnt, uid_base, err)) < 0)
 		return r;
-	*ret = (struct jail_disk){ .mnt = TAKE_FD(mnt), .bytes = bytes };
+	*ret = (struct jail_disk){ .mnt = TAKE_FD(mnt), .img = TAKE_FD(img), .bytes = bytes };
+	return 0;
+}
+
+int jail_disk_keep(struct jail_disk *d, const char *path, struct err *err)
+{
+	if (d->img < 0)
+		return err_set(err, ENOENT, "jail: the sandbox has no disk");
+	/* Its blocks reach the image before it is named: nothing of it is lost with the
+	 * sandbox's page cache. */
+	if (d->mnt >= 0) {
+		/* A mount's descriptor is a path's: syncfs needs an open directory. */
+		_cleanup_close_ int dir = openat(d->mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dir < 0 || syncfs(dir) < 0)
+			return err_sys(err, errno, "jail: sync the disk");
+	}
+	/* A named image (resumed once already) is renamed: only an unnamed one (O_TMPFILE) can
+	 * be given a name through its descriptor. */
+	if (d->path) {
+		if (rename(d->path, path) < 0)
+			return err_sys(err, errno, "jail: keep the disk as %s", path);
+		free(d->path);
+		d->path = NULL;
+		return 0;
+	}
+	if (linkat(d->img, "", AT_FDCWD, path, AT_EMPTY_PATH) < 0)
+		return err_sys(err, errno, "jail: keep the disk as %s", path);
+	return 0;
+}
+
+/* Whether a loop device is attached to the file st names. */
+static bool loop_holds(const struct stat *st)
+{
+	_cleanup_closedir_ DIR *d = opendir("/sys/block");
+	if (!d)
+		return false;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "loop", 4) != 0)
+			continue;
+		char dev[300];
+		snprintf(dev, sizeof(dev), "/dev/%s", de->d_name);
+		_cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+		struct loop_info64 li;
+		if (fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &li) == 0 &&
+		    li.lo_device == (uint64_t)st->st_dev && li.lo_inode == (uint64_t)st->st_ino)
+			return true;
+	}
+	return false;
+}
+
+/* How long jail_disk_open waits for the previous sandbox's loop device to let go. */
+#define LOOP_RELEASE_TIMEOUT_MS 5000
+
+int jail_disk_open(const char *path, struct jail_disk *ret, struct err *err)
+{
+	_cleanup_close_ int img = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (img < 0)
+		return err_sys(err, errno, "jail: the kept disk %s", path);
+	struct stat st;
+	if (fstat(img, &st) < 0)
+		return err_sys(err, errno, "jail: the kept disk %s", path);
+	if (!S_ISREG(st.st_mode))
+		return err_set(err, EINVAL, "jail: the kept disk %s is not a file", path);
+	/* Two filesystems over one image would corrupt it: the old one must be gone. */
+	for (int waited = 0; loop_holds(&st); waited += 20) {
+		if (waited >= LOOP_RELEASE_TIMEOUT_MS)
+			return err_set(err, EBUSY,
+				       "jail: the kept disk %s is still attached to a loop device",
+				       path);
+		usleep(20 * 1000);
+	}
+	char dev[32];
+	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
+	if (loop < 0)
+		return loop;
+	_cleanup_close_ int mnt = jail_disk_mount(dev, err);
+	if (mnt < 0)
+		return mnt;
+	struct stat up, work;
+	if (fstatat(mnt, "upper", &up, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(up.st_mode) ||
+	    fstatat(mnt, "work", &work, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(work.st_mode))
+		return err_set(err, EINVAL, "jail: the kept disk %s has no upper/ and work/", path);
+	*ret = (struct jail_disk){ .mnt = TAKE_FD(mnt),
+				   .img = TAKE_FD(img),
+				   .path = NULL,
+				   .bytes = (uint64_t)st.st_size };
 	return 0;
 }
 

@@ -143,6 +143,21 @@ void jail_uid_release(uint32_t base)
 	pthread_mutex_unlock(&ids.lock);
 }
 
+int jail_uid_claim(uint32_t base, struct err *err)
+{
+	pthread_mutex_lock(&ids.lock);
+	long i = range_index(base);
+	int r = 0;
+	if (i < 0)
+		r = err_set(err, EINVAL, "jail: no uid range begins at %" PRIu32, base);
+	else if (ids.used[i])
+		r = err_set(err, EBUSY, "jail: the uid range at %" PRIu32 " is in use", base);
+	else
+		ids.used[i] = 1;
+	pthread_mutex_unlock(&ids.lock);
+	return r;
+}
+
 /* Whether any process on the host runs with a real uid in [lo, lo + JAIL_UID_RANGE). */
 static bool range_busy(uint32_t lo)
 {

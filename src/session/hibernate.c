@@ -1,0 +1,394 @@
+/* hibernate: a paused session that keeps no sandbox at all (session_pause_mode, lifecycle.md).
+ *
+ * The driver ends the sandbox and keeps its disk (driver.h: hibernate); the session stays in
+ * the table as paused, with the driver's record of what it kept, and so does a row of the
+ * state database's `hibernated_sessions`, so that the next start of the daemon puts it back
+ * (session_hibernated_restore). A resume makes a new sandbox over the kept disk through the
+ * same path as a creation (the session is `creating` meanwhile, and its operations wait for
+ * it); if that fails before the new sandbox exists the session stays hibernated. Destroying
+ * a hibernated session frees the kept disk, except when the daemon stops: then it is kept. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth/quota.h"
+#include "loop.h"
+#include "metrics/metrics.h"
+#include "net/net.h"
+#include "session/internal.h"
+#include "store/store.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/time.h"
+
+static const char schema[] = "CREATE TABLE IF NOT EXISTS hibernated_sessions ("
+			     "owner TEXT NOT NULL, id TEXT NOT NULL, record TEXT NOT NULL, "
+			     "PRIMARY KEY (owner, id))";
+
+static int ensure_table(sqlite3 *db, struct err *err)
+{
+	_cleanup_sqlite_free_ char *msg = NULL;
+	if (!db)
+		return err_set(err, EROFS, "store: not open");
+	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK)
+		return err_set(err, EROFS, "store: %s", msg ? msg : "cannot create a table");
+	return 0;
+}
+
+/* --- the state database's record ---------------------------------------------------- */
+
+/* What a restart needs to put the session back as it was asked for. */
+static json_t *record_of(const struct session *s)
+{
+	const struct session_resources *r = &s->resources;
+	json_t *j =
+		json_pack("{s:s, s:O, s:O, s:I, s:I, s:I, s:s, s:b, s:{s:I, s:I, s:I, s:I, s:i}}",
+			  "template", s->tmpl->name, "kept", s->kept, "env", s->env, "createdMs",
+			  (json_int_t)s->created_ms, "pausedMs", (json_int_t)s->paused_ms,
+			  "idleTimeout", (json_int_t)s->idle_timeout_s, "onTimeout",
+			  s->on_timeout == SESSION_ON_TIMEOUT_PAUSE ? "pause" : "destroy",
+			  "autoPaused", s->auto_paused, "resources", "memoryBytes",
+			  (json_int_t)r->memory_bytes, "cpuQuotaUs", (json_int_t)r->cpu_quota_us,
+			  "diskBytes", (json_int_t)r->workspace_bytes, "pidsMax",
+			  (json_int_t)r->pids_max, "storage", (int)r->storage);
+	if (s->egress_spec)
+		json_object_set(j, "egress", s->egress_spec);
+	return j;
+}
+
+int session_hibernated_store(struct session *s, struct err *err)
+{
+	sqlite3 *db = store_db();
+	int r = ensure_table(db, err);
+	if (r < 0)
+		return r;
+	json_auto_t *rec = record_of(s);
+	_cleanup_free_ char *text = json_dumps(rec, JSON_COMPACT);
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db,
+			       "INSERT OR REPLACE INTO hibernated_sessions (owner, id, record) "
+			       "VALUES (?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK)
+		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
+	sqlite3_bind_text(st, 1, s->owner, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, s->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
+	return 0;
+}
+
+static void record_delete(const char *owner, const char *id)
+{
+	sqlite3 *db = store_db();
+	struct err e;
+	if (ensure_table(db, &e) < 0)
+		return;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "DELETE FROM hibernated_sessions WHERE owner = ? AND id = ?", -1,
+			       &st, NULL) != SQLITE_OK)
+		return;
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		log_warn("session", "cannot forget hibernated session %s: %s", id,
+			 sqlite3_errmsg(db));
+}
+
+/* --- freeing what a hibernated session keeps ---------------------------------------- */
+
+struct discard_job {
+	json_t *kept;
+};
+
+static void discard_work(void *arg)
+{
+	struct discard_job *j = arg;
+	session_mod.drv->hibernated_discard(j->kept);
+}
+
+static void discard_done(void *arg)
+{
+	struct discard_job *j = arg;
+	json_decref(j->kept);
+	free(j);
+	session_mod.destroying--;
+	session_shutdown_check();
+}
+
+static void discard(json_t *kept)
+{
+	struct discard_job *j = xcalloc(1, sizeof(*j));
+	j->kept = kept;
+	session_mod.destroying++;
+	loop_submit(discard_work, discard_done, j);
+}
+
+void session_hibernated_drop(struct session *s)
+{
+	if (!s->kept)
+		return;
+	if (session_mod.shutting_down) {
+		log_info("session", "session %s stays hibernated for the next start", s->id);
+	} else {
+		record_delete(s->owner, s->id);
+		discard(s->kept);
+		s->kept = NULL;
+	}
+	s->hibernated = false;
+}
+
+/* --- hibernating -------------------------------------------------------------------- */
+
+struct hibernate_job {
+	struct session *s;
+	struct sandbox *sb;
+	char *sandbox_id;
+	json_t *kept;
+	uint64_t t0;
+	int rc;
+	struct err err;
+	void (*cb)(struct session *s, const struct err *err, void *arg);
+	void *arg;
+};
+
+static void hibernate_work(void *arg)
+{
+	struct hibernate_job *j = arg;
+	j->rc = session_mod.drv->hibernate(j->sb, &j->kept, &j->err);
+	/* As after a destroy: nothing of it may be left using its network. */
+	if (j->rc == 0)
+		net_sandbox_destroy(j->sandbox_id);
+}
+
+static void hibernate_failed(struct hibernate_job *j)
+{
+	struct session *s = j->s;
+	net_sandbox_start(j->sandbox_id);
+	if (s->destroy_pending) {
+		s->destroy_pending = false;
+		session_sandbox_destroy(s->sb, s);
+		s->sb = NULL;
+		struct err e;
+		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being hibernated",
+			s->id);
+		j->cb(s, &e, j->arg);
+		return;
+	}
+	if (s->conn && s->state == SESSION_READY)
+		guest_conn_set_liveness(s->conn, session_mod.cfg->ping_interval_ms,
+					session_mod.cfg->ping_timeout_ms);
+	log_warn("session", "session %s: hibernation failed: %s", s->id, j->err.msg);
+	j->cb(s, &j->err, j->arg);
+}
+
+static void hibernate_done(void *arg)
+{
+	struct hibernate_job *j = arg;
+	struct session *s = j->s;
+	s->transition = false;
+	s->hibernating = false;
+	session_mod.destroying--;
+	metrics_observe(metrics_daemon.session_pause_duration,
+			(double)(time_mono_ms() - j->t0) / 1000.0, "hibernate");
+	metrics_add(metrics_daemon.session_pauses_total, 1, "hibernate",
+		    j->rc < 0 ? "failure" : "success");
+	if (j->rc < 0) {
+		hibernate_failed(j);
+		goto out;
+	}
+	/* The sandbox is gone: so are its connection and its record. */
+	store_sandbox_delete(j->sandbox_id);
+	s->sb = NULL;
+	guest_conn_free(s->conn);
+	s->conn = NULL;
+	s->kept = j->kept;
+	s->hibernated = true;
+	s->paused_ms = time_wall_ms();
+	s->auto_paused = false; /* the reaper's pause says so after this */
+	struct err e;
+	if (s->destroy_pending) {
+		/* Destroyed meanwhile: a stopping server keeps it for its next start. */
+		s->destroy_pending = false;
+		if (session_mod.shutting_down && session_hibernated_store(s, &e) < 0)
+			log_warn("session", "session %s: %s", s->id, e.msg);
+		session_hibernated_drop(s);
+		s->state = SESSION_GONE;
+		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being hibernated",
+			s->id);
+		j->cb(s, &e, j->arg);
+		goto out;
+	}
+	s->state = SESSION_PAUSED;
+	if (session_hibernated_store(s, &e) < 0)
+		log_warn("session", "session %s is hibernated but will not survive a restart: %s",
+			 s->id, e.msg);
+	log_info("session", "session %s hibernated", s->id);
+	j->cb(s, NULL, j->arg);
+out:
+	session_unref(s);
+	free(j->sandbox_id);
+	free(j);
+	session_shutdown_check();
+}
+
+void session_hibernate(struct session *s,
+		       void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
+{
+	struct hibernate_job *j = xcalloc(1, sizeof(*j));
+	j->s = s;
+	session_ref(s);
+	j->sb = s->sb;
+	j->sandbox_id = xstrdup(s->sb->id);
+	j->t0 = time_mono_ms();
+	j->cb = cb;
+	j->arg = arg;
+	s->transition = true;
+	s->hibernating = true;
+	if (s->conn)
+		guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
+	net_sandbox_stop(s->sb->id); /* its resolver lives on this thread */
+	session_mod.destroying++;    /* a stop waits for it */
+	loop_submit(hibernate_work, hibernate_done, j);
+}
+
+/* --- resuming ----------------------------------------------------------------------- */
+
+void session_wake(struct session *s, session_ready_fn cb, void *arg)
+{
+	struct err e;
+	struct net_policy *egress = NULL;
+	if (s->egress_spec && net_policy_for_session(s->egress_spec, &egress, &e) < 0) {
+		cb(NULL, &e, arg);
+		return;
+	}
+	struct create_job *j = session_job_new(s->tmpl, s, NULL);
+	j->net_policy = egress;
+	j->spec.hibernated = s->kept;
+	if (session_job_record(j, s->owner, s->id, &e) < 0) {
+		session_job_free(j);
+		cb(NULL, &e, arg);
+		return;
+	}
+	s->state = SESSION_CREATING;
+	s->resuming = true;
+	session_add_waiter(s, cb, arg);
+	session_ref(s);
+	session_mod.creating++;
+	loop_submit(session_job_work, session_create_done, j);
+}
+
+void session_wake_done(struct session *s, bool ok, bool disk_lost)
+{
+	s->resuming = false;
+	metrics_add(metrics_daemon.session_pauses_total, 1, "resume", ok ? "success" : "failure");
+	if (!ok && !disk_lost)
+		return; /* still hibernated: its record and what it keeps stay */
+	/* The new sandbox took the disk (and its ids): freed with it from now on. */
+	record_delete(s->owner, s->id);
+	json_decref(s->kept);
+	s->kept = NULL;
+	s->hibernated = false;
+}
+
+/* --- at start ----------------------------------------------------------------------- */
+
+static uint64_t uint_of(const json_t *o, const char *key)
+{
+	json_int_t v = json_integer_value(json_object_get(o, key));
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+/* One record back in the table; false (with err) when it cannot be. */
+static bool restore_one(const char *owner, const char *id, json_t *rec, struct err *err)
+{
+	const char *tname = json_string_value(json_object_get(rec, "template"));
+	json_t *kept = json_object_get(rec, "kept");
+	struct template *t = tname ? template_find(&session_mod.templates, tname) : NULL;
+	if (!session_id_valid(id) || !json_is_object(kept)) {
+		err_set(err, EINVAL, "its record is not one");
+		return false;
+	}
+	if (!t) {
+		err_set(err, ENOENT, "its template `%s` is gone", tname ? tname : "?");
+		return false;
+	}
+	json_t *res = json_object_get(rec, "resources");
+	struct session_resources r = {
+		.memory_bytes = uint_of(res, "memoryBytes"),
+		.cpu_quota_us = uint_of(res, "cpuQuotaUs"),
+		.workspace_bytes = uint_of(res, "diskBytes"),
+		.pids_max = (uint32_t)uint_of(res, "pidsMax"),
+		.storage = (enum session_storage)uint_of(res, "storage"),
+	};
+	struct sandbox_limits limits;
+	if (r.storage > SESSION_STORAGE_DISK || session_limits(t, &r, &limits, err) < 0)
+		return false;
+	/* It resumes over its disk, whatever the server's storage is now. */
+	limits.disk = true;
+	if (uint_of(kept, "diskBytes"))
+		limits.workspace_bytes = uint_of(kept, "diskBytes");
+	if (session_mod.drv->hibernated_claim(kept, err) < 0)
+		return false;
+	/* It still counts as one of its owner's sessions; a lowered cap does not turn it out. */
+	struct err over;
+	if (quota_admit(owner, QUOTA_SESSIONS, &over) < 0)
+		log_warn("session", "hibernated session %s is back beyond its owner's cap: %s", id,
+			 over.msg);
+	struct session *s = session_table_add(owner, id, t);
+	s->state = SESSION_PAUSED;
+	s->hibernated = true;
+	s->kept = json_incref(kept);
+	s->resources = r;
+	s->limits = limits;
+	s->created_ms = uint_of(rec, "createdMs") ? uint_of(rec, "createdMs") : s->created_ms;
+	s->paused_ms = uint_of(rec, "pausedMs");
+	s->auto_paused = json_is_true(json_object_get(rec, "autoPaused"));
+	if (uint_of(rec, "idleTimeout"))
+		s->idle_timeout_s = (unsigned)uint_of(rec, "idleTimeout");
+	const char *ot = json_string_value(json_object_get(rec, "onTimeout"));
+	s->on_timeout = ot && strcmp(ot, "pause") == 0 ? SESSION_ON_TIMEOUT_PAUSE
+						       : SESSION_ON_TIMEOUT_DESTROY;
+	json_t *env = json_object_get(rec, "env");
+	if (json_is_object(env)) {
+		json_decref(s->env);
+		s->env = json_deep_copy(env);
+	}
+	json_t *egress = json_object_get(rec, "egress");
+	if (json_is_object(egress))
+		s->egress_spec = json_deep_copy(egress);
+	return true;
+}
+
+void session_hibernated_restore(void)
+{
+	sqlite3 *db = store_db();
+	struct err e;
+	if (!session_mod.drv->hibernate || ensure_table(db, &e) < 0)
+		return;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT owner, id, record FROM hibernated_sessions", -1, &st,
+			       NULL) != SQLITE_OK)
+		return;
+	unsigned n = 0;
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		const char *owner = (const char *)sqlite3_column_text(st, 0);
+		const char *id = (const char *)sqlite3_column_text(st, 1);
+		const char *text = (const char *)sqlite3_column_text(st, 2);
+		json_auto_t *rec = text ? json_loads(text, 0, NULL) : NULL;
+		if (!owner || !id)
+			continue;
+		if (session_find(owner, id)) {
+			log_warn("session", "hibernated session %s is recorded twice", id);
+			continue;
+		}
+		if (restore_one(owner, id, rec, &e)) {
+			n++;
+			continue;
+		}
+		/* Kept in the database: a later start (the template built again) may take it. */
+		log_warn("session", "hibernated session %s cannot be put back: %s", id, e.msg);
+	}
+	if (n)
+		log_info("session", "%u hibernated session(s) back from the previous run", n);
+}
