@@ -14,8 +14,9 @@ void cmd_ps_help(void)
 	       "while a command runs), or the server's expiry time when it gives one; RESOURCES\n"
 	       "are the session's own limits when the server reports them (- when it does not);\n"
 	       "NET is whether its sandbox has a network (the daemon's /health says why not).\n"
-	       "STATE is ready, paused (sandbox pause/resume), creating or failed; a paused\n"
-	       "session's idle clock is stopped (EXPIRES: when resumed).\n"
+	       "STATE is ready, paused (sandbox pause/resume), hibernated (sandbox pause\n"
+	       "--hibernate: its processes were ended), creating or failed; a paused session's\n"
+	       "idle clock is stopped (EXPIRES: when resumed).\n"
 	       "--json prints the server's session objects as they are.\n");
 }
 
@@ -113,10 +114,13 @@ int cmd_ps(int argc, char **argv)
 			fmt_expiry(exp, sizeof(exp), s);
 			fmt_resources(res, sizeof(res), s);
 			const char *net = json_string_value(json_object_get(s, "network"));
+			const char *state = json_string_value(json_object_get(s, "state"));
+			const char *mode = json_string_value(json_object_get(s, "pauseMode"));
+			if (mode && strcmp(mode, "hibernate") == 0)
+				state = "hibernated";
 			printf("%-32s %-12s %-8s %-7lld %-9s %-12s %-28s %-4s %s\n",
 			       json_string_value(json_object_get(s, "id")),
-			       json_string_value(json_object_get(s, "template")),
-			       json_string_value(json_object_get(s, "state")),
+			       json_string_value(json_object_get(s, "template")), state,
 			       (long long)json_integer_value(json_object_get(s, "running")), idle,
 			       exp, res, net ? net : "-",
 			       json_string_value(json_object_get(s, "createdAt")));

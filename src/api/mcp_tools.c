@@ -42,16 +42,20 @@
 	"{\"type\": \"string\", \"enum\": [\"user\", \"root\"], \"default\": \"user\", "           \
 	"\"description\": \"Who runs it: the sandbox's command user, or its own root (to install " \
 	"system packages)\"}"
-#define SESSION_SHAPE                                                                         \
-	"{\"type\": \"object\", \"properties\": {"                                            \
-	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "       \
-	"\"state\": {\"type\": \"string\", \"enum\": [\"creating\", \"ready\", "              \
-	"\"destroying\", \"gone\", \"failed\", \"paused\"]}, "                                \
-	"\"createdAt\": {\"type\": \"string\", \"description\": \"ISO 8601\"}, "              \
-	"\"idleTimeout\": {\"type\": \"integer\", \"description\": \"seconds\"}, "            \
-	"\"running\": {\"type\": \"integer\", \"description\": \"operations in flight\"}, "   \
-	"\"pausedAt\": {\"type\": \"string\", \"description\": \"ISO 8601, when paused\"}}, " \
-	"\"required\": [\"sessionId\", \"template\", \"state\", \"createdAt\", "              \
+#define SESSION_SHAPE                                                                          \
+	"{\"type\": \"object\", \"properties\": {"                                             \
+	"\"sessionId\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, "        \
+	"\"state\": {\"type\": \"string\", \"enum\": [\"creating\", \"ready\", "               \
+	"\"destroying\", \"gone\", \"failed\", \"paused\"]}, "                                 \
+	"\"createdAt\": {\"type\": \"string\", \"description\": \"ISO 8601\"}, "               \
+	"\"idleTimeout\": {\"type\": \"integer\", \"description\": \"seconds\"}, "             \
+	"\"running\": {\"type\": \"integer\", \"description\": \"operations in flight\"}, "    \
+	"\"pausedAt\": {\"type\": \"string\", \"description\": \"ISO 8601, when paused\"}, "   \
+	"\"pauseMode\": {\"type\": \"string\", \"enum\": [\"freeze\", \"hibernate\"]}, "       \
+	"\"processesKept\": {\"type\": \"boolean\", \"description\": \"whether its processes " \
+	"carry on after the resume (false: hibernated, they were ended)\"}, "                  \
+	"\"note\": {\"type\": \"string\"}}, "                                                  \
+	"\"required\": [\"sessionId\", \"template\", \"state\", \"createdAt\", "               \
 	"\"idleTimeout\", \"running\"]}"
 
 static const char in_create_session[] =
@@ -117,6 +121,15 @@ static const char out_create_session[] =
 	"\"idleTimeout\", \"running\"]}";
 
 static const char out_session[] = SESSION_SHAPE;
+static const char in_pause_session[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"mode\": {\"type\": \"string\", \"enum\": [\"freeze\", \"hibernate\"], "
+	"\"default\": \"freeze\", \"description\": \"freeze: processes stop where they are, "
+	"memory kept, they carry on after the resume. hibernate (a session with a disk): every "
+	"process is ENDED and the memory freed, only the files are kept (also across a server "
+	"restart); the resume starts the session afresh over them\"}}, "
+	"\"required\": [\"sessionId\"], \"additionalProperties\": false}";
 
 static const char in_none[] = "{\"type\": \"object\", \"additionalProperties\": false}";
 static const char out_list_templates[] =
@@ -599,8 +612,9 @@ static struct tool tools[] = {
 	{ "pause_session", "Pause a session",
 	  "Pause a session: its processes stop where they are and use no CPU, its memory, "
 	  "files and background processes are kept; its commands and file operations are "
-	  "refused until resume_session. Refused while a command or transfer of it runs.",
-	  in_session_only, out_session, false, false, false, false, t_pause_session },
+	  "refused until resume_session. Refused while a command or transfer of it runs. "
+	  "mode hibernate ends its processes and keeps only its files, using no memory.",
+	  in_pause_session, out_session, false, false, false, false, t_pause_session },
 	{ "resume_session", "Resume a session",
 	  "Resume a paused session: its processes carry on from where they stopped.",
 	  in_session_only, out_session, false, false, false, false, t_resume_session },
@@ -788,13 +802,16 @@ static json_t *session_shape(json_t *j)
 			 (json_int_t)json_integer_value(running));
 }
 
-/* session_shape() with, for a paused session, when it was paused. */
+/* session_shape() with, for a paused session, when and how it was paused. */
 static json_t *session_shape_paused(json_t *j)
 {
 	json_t *o = session_shape(j);
-	json_t *at = json_object_get(j, "pausedAt");
-	if (json_is_string(at))
-		json_object_set(o, "pausedAt", at);
+	static const char *const keys[] = { "pausedAt", "pauseMode", "processesKept", "note" };
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		json_t *v = json_object_get(j, keys[i]);
+		if (v)
+			json_object_set(o, keys[i], v);
+	}
 	return o;
 }
 
@@ -1030,7 +1047,10 @@ static void pause_or_resume(struct mcp_call *c, json_t *args, const char *versio
 	pc->c = c;
 	snprintf(pc->version, sizeof(pc->version), "%s", version);
 	struct err e;
-	if (ops_pause_session(&t, pause, paused, pc, &e) < 0) {
+	const char *m = json_string_value(json_object_get(args, "mode"));
+	enum session_pause_mode mode =
+		m && strcmp(m, "hibernate") == 0 ? SESSION_PAUSE_HIBERNATE : SESSION_PAUSE_FREEZE;
+	if (ops_pause_session_mode(&t, pause, mode, paused, pc, &e) < 0) {
 		free(pc);
 		reply_err(c, &e);
 		return;

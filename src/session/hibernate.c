@@ -35,6 +35,13 @@ static int ensure_table(sqlite3 *db, struct err *err)
 	return 0;
 }
 
+bool session_has_disk(const struct session *s)
+{
+	uint64_t used, size;
+	return s->sb && s->sb->driver->disk_usage &&
+	       s->sb->driver->disk_usage(s->sb, &used, &size) == 0;
+}
+
 /* --- the state database's record ---------------------------------------------------- */
 
 /* What a restart needs to put the session back as it was asked for. */

@@ -53,6 +53,10 @@ struct session *session_table_add(const char *owner, const char *id, struct temp
 
 /* --- hibernate.c ---------------------------------------------------------------------- */
 
+/* Whether the session's sandbox has a disk of its own (what hibernation keeps): asked of the
+ * sandbox, which may come from the warm pool. */
+bool session_has_disk(const struct session *s);
+
 /* Hibernates s (session_pause_mode's checks done); cb as for session_pause. */
 void session_hibernate(struct session *s,
 		       void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);

@@ -163,7 +163,7 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 			"the %s driver cannot hibernate sessions (mode \"freeze\" "
 			"pauses them)",
 			s->sb->driver->name);
-	else if (!s->limits.disk)
+	else if (!session_has_disk(s))
 		err_set(&e, EINVAL,
 			"only a session with a disk (\"storage\": \"disk\") can be hibernated; "
 			"mode \"freeze\" pauses this one");

@@ -875,7 +875,7 @@ static void session_timeout(struct session *s, const char *why)
 	if (s->running || s->transition)
 		return;
 	/* Hibernated where it can be (no memory while paused), else frozen. */
-	bool hibernate = session_mod.drv->hibernate && s->limits.disk && !s->volumes;
+	bool hibernate = session_mod.drv->hibernate && session_has_disk(s) && !s->volumes;
 	log_info("session", "session %s: %s: %s it (onTimeout pause)", s->id, why,
 		 hibernate ? "hibernating" : "pausing");
 	session_pause_mode(s, true, hibernate ? SESSION_PAUSE_HIBERNATE : SESSION_PAUSE_FREEZE,

@@ -381,14 +381,36 @@ class CliTest(unittest.TestCase):
         self.assertIn(b"usage: sandbox pause", self.cli("pause", check=2).stdout)
         self.cli("rm", "cp1", check=0)
 
+    def test_pause_hibernate(self):
+        if harness.driver() != "jail":
+            self.skipTest("hibernation is the jail driver's (disk storage)")
+        self.cli("create", "cp3", "--storage", "disk", check=0)
+        self.cli("exec", "cp3", "--", "sh", "-c", "echo kept > f", check=0)
+        self.cli("exec", "-d", "cp3", "--tag", "sl", "--", "sleep", "600", check=0)
+        out = self.cli("pause", "--hibernate", "cp3", check=0).stdout
+        self.assertEqual(out, b"cp3 paused (hibernated: its processes were ended, its files "
+                              b"kept)\n")
+        row = next(l for l in self.cli("ps", check=0).stdout.decode().splitlines()
+                   if l.startswith("cp3 "))
+        self.assertRegex(row, r" hibernated +0 +\d+s +when resumed ")
+        self.assertEqual(self.cli("resume", "cp3", check=0).stdout, b"cp3 ready\n")
+        self.assertEqual(self.cli("exec", "cp3", "cat", "f", check=0).stdout, b"kept\n")
+        procs = json.loads(self.cli("procs", "cp3", "--json", check=0).stdout)
+        self.assertEqual([p for p in procs if p.get("state") == "running"], [])
+        self.cli("create", "cp4", "--storage", "tmpfs", check=0)
+        p = self.cli("pause", "--hibernate", "cp4", check=1)
+        self.assertIn(b"disk", p.stderr)
+        self.cli("rm", "cp3", "cp4", check=0)
+
     def test_create_on_timeout_pause(self):
         j = json.loads(self.cli("create", "cp2", "--idle-timeout", "1", "--on-timeout", "pause",
                                 "--json", check=0).stdout)
         self.assertEqual(j["onTimeout"], "pause")
         deadline = time.monotonic() + 30
         while True:
-            s = next(x for x in json.loads(self.cli("ps", "--json", check=0).stdout)
-                     if x["id"] == "cp2")
+            s = next((x for x in json.loads(self.cli("ps", "--json", check=0).stdout)
+                      if x["id"] == "cp2"), None)
+            self.assertIsNotNone(s, self.daemon.stderr()[-3000:])
             if s["state"] != "ready":
                 break
             self.assertLess(time.monotonic(), deadline, "the idle timeout never fired")

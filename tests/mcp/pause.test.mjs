@@ -161,3 +161,45 @@ describe("onTimeout pause", () => {
     assert.equal(r.isError, true);
   });
 });
+
+describe("pause_session mode hibernate", () => {
+  let a;
+  before(async () => {
+    a = (await connect("streamable-http", KEY_A)).client;
+  });
+  after(async () => {
+    await a?.close();
+  });
+
+  it("ends the processes, keeps the files, says so; resume_session starts afresh", async () => {
+    const id = sid("hibernated");
+    structured(await a.callTool({ name: "create_session", arguments: { sessionId: id, storage: "disk" } }));
+    structured(await a.callTool({ name: "write_file", arguments: { sessionId: id, path: "kept.txt", content: "kept" } }));
+    structured(await a.callTool({ name: "start_process", arguments: { sessionId: id, command: "sleep 600", tag: "sl" } }));
+    const h = structured(await a.callTool({ name: "pause_session", arguments: { sessionId: id, mode: "hibernate" } }));
+    assert.equal(h.state, "paused");
+    assert.equal(h.pauseMode, "hibernate");
+    assert.equal(h.processesKept, false);
+    assert.match(h.note, /every process of the session was ended/);
+    const again = await a.callTool({ name: "pause_session", arguments: { sessionId: id, mode: "hibernate" } });
+    assert.equal(again.isError, true);
+    const r = structured(await a.callTool({ name: "resume_session", arguments: { sessionId: id } }));
+    assert.equal(r.state, "ready");
+    const f = structured(await a.callTool({ name: "read_file", arguments: { sessionId: id, path: "kept.txt" } }));
+    assert.equal(f.content, "kept");
+    const procs = structured(await a.callTool({ name: "list_processes", arguments: { sessionId: id } }));
+    assert.equal(procs.processes.filter((p) => p.state === "running").length, 0);
+    const bad = await a.callTool({ name: "pause_session", arguments: { sessionId: id, mode: "deep" } });
+    assert.equal(bad.isError, true);
+    structured(await a.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+  });
+
+  it("refuses a tmpfs session with the reason", async () => {
+    const id = sid("tmpfs");
+    structured(await a.callTool({ name: "create_session", arguments: { sessionId: id, storage: "tmpfs" } }));
+    const r = await a.callTool({ name: "pause_session", arguments: { sessionId: id, mode: "hibernate" } });
+    assert.equal(r.isError, true);
+    assert.match(errorText(r), /disk/);
+    structured(await a.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+  });
+});

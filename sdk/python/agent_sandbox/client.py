@@ -803,12 +803,16 @@ class Session:
 
     # pause and resume (docs/lifecycle.md)
 
-    def pause(self) -> Dict[str, Any]:
-        """Pauses the session: its processes stop where they are and use no CPU; memory,
-        files and background processes are kept. Its commands and file operations fail
-        (409) until resume(). Returns the session object ("state": "paused", "pausedAt");
-        409 while a command or transfer of it is in flight, or when it is paused already."""
-        return self.client.request("POST", self._p("/pause"))
+    def pause(self, mode: Optional[str] = None) -> Dict[str, Any]:
+        """Pauses the session. mode "freeze" (the default): its processes stop where they
+        are and use no CPU; memory, files and background processes are kept. mode
+        "hibernate" (jail, a session with a disk): every process is ENDED and its memory
+        freed, only its files are kept (across a server restart too), and resume() starts it
+        afresh over them. Its commands and file operations fail (409) until resume().
+        Returns the session object ("state": "paused", "pausedAt", "pauseMode",
+        "processesKept"); 409 while a command or transfer of it is in flight, or when it is
+        paused already; 400 for a session that cannot be hibernated."""
+        return self.client.request("POST", self._p("/pause"), {"mode": mode} if mode else None)
 
     def resume(self) -> Dict[str, Any]:
         """Resumes a paused session: its processes carry on from where they stopped.

@@ -441,6 +441,24 @@ class SdkTest(unittest.TestCase):
             sid = s.id
         self.assertIsNone(self.sb.session(sid).state)
 
+    def test_hibernate(self):
+        if harness.driver() != "jail":
+            self.skipTest("hibernation is the jail driver's (disk storage)")
+        with self.sb.create_session(template="base", storage="disk") as s:
+            s.write_file("kept.txt", "kept")
+            s.start_process("sleep 600", tag="sl")
+            j = s.pause(mode="hibernate")
+            self.assertEqual((j["state"], j["pauseMode"], j["processesKept"]),
+                             ("paused", "hibernate", False))
+            self.assertIn("every process of the session was ended", j["note"])
+            self.assertEqual(s.info()["pauseMode"], "hibernate")
+            self.assertEqual(s.resume()["state"], "ready")
+            self.assertEqual(s.read_file("kept.txt"), "kept")
+            self.assertEqual([p for p in s.processes() if p["state"] == "running"], [])
+            with self.assertRaises(SandboxError) as cm:
+                s.pause(mode="deep")
+            self.assertEqual(cm.exception.status, 400)
+
     def test_on_timeout_pause(self):
         s = self.sb.create_session(template="base", idle_timeout_s=1, on_timeout="pause")
         try:

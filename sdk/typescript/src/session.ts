@@ -437,12 +437,14 @@ export class Session {
 
   // Pause and resume (docs/lifecycle.md).
 
-  /** Pauses the session: its processes stop where they are and use no CPU; memory, files and
-   * background processes are kept. Its commands and file operations reject with a
+  /** Pauses the session. mode "freeze" (the default): its processes stop where they are and
+   * use no CPU; memory, files and background processes are kept. mode "hibernate" (jail, a
+   * session with a disk): every process is ENDED and its memory freed, only its files are
+   * kept (across a server restart too), and resume() starts it afresh over them. Its commands and file operations reject with a
    * SandboxError 409 until resume(). Rejects with 409 while a command or transfer of it is in
    * flight, or when it is paused already. Resolves to the session ("state": "paused"). */
-  async pause(): Promise<SessionInfo> {
-    return this.client.json<SessionInfo>("POST", this.path("/pause"));
+  async pause(opts: { mode?: "freeze" | "hibernate" } = {}): Promise<SessionInfo> {
+    return this.client.json<SessionInfo>("POST", this.path("/pause"), opts.mode ? { mode: opts.mode } : undefined);
   }
 
   /** Resumes a paused session: its processes carry on from where they stopped. Resolves to

@@ -99,6 +99,12 @@ export interface SessionInfo {
   pausedAt?: string;
   /** Who paused it, while it is paused: a client, or its own timeout (onTimeout "pause"). */
   pausedBy?: "client" | "timeout";
+  /** How it is paused, while it is: frozen, or hibernated (its processes were ended). */
+  pauseMode?: "freeze" | "hibernate";
+  /** While paused: whether its processes carry on after the resume. */
+  processesKept?: boolean;
+  /** While hibernated: what a resume gives back. */
+  note?: string;
   /** What its idle timeout does (CreateOptions.onTimeout). */
   onTimeout?: "destroy" | "pause";
   createdAt: string;

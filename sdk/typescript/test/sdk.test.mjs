@@ -371,3 +371,23 @@ test("onTimeout pause: an idle session is paused, not destroyed", async () => {
     (e) => e instanceof SandboxError && e.status === 400,
   );
 });
+
+test("pause({ mode: 'hibernate' }): processes ended, files kept, state says so", async () => {
+  const s = await sandbox.createSession({ template: "base", storage: "disk" });
+  try {
+    await s.writeFile("kept.txt", "kept");
+    await s.startProcess("sleep", { args: ["600"], tag: "sl" });
+    const h = await s.pause({ mode: "hibernate" });
+    assert.equal(h.state, "paused");
+    assert.equal(h.pauseMode, "hibernate");
+    assert.equal(h.processesKept, false);
+    assert.match(h.note, /every process of the session was ended/);
+    assert.equal((await s.info()).pauseMode, "hibernate");
+    assert.equal((await s.resume()).state, "ready");
+    assert.equal((await s.readFile("kept.txt")).content, "kept");
+    assert.equal((await s.processes()).filter((p) => p.state === "running").length, 0);
+    await assert.rejects(s.pause({ mode: "deep" }), (e) => e instanceof SandboxError && e.status === 400);
+  } finally {
+    await s.destroy();
+  }
+});
