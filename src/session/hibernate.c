@@ -204,7 +204,10 @@ static void hibernate_done(void *arg)
 		hibernate_failed(j);
 		goto out;
 	}
-	/* The sandbox is gone: so are its connection and its record. */
+	/* The sandbox is gone: so are its connection and its record, which the session's record
+	 * replaces in one transaction (a crash between them would lose the kept disk). */
+	sqlite3 *db = store_db();
+	bool txn = db && sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
 	store_sandbox_delete(j->sandbox_id);
 	s->sb = NULL;
 	guest_conn_free(s->conn);
@@ -219,6 +222,8 @@ static void hibernate_done(void *arg)
 		s->destroy_pending = false;
 		if (session_mod.shutting_down && session_hibernated_store(s, &e) < 0)
 			log_warn("session", "session %s: %s", s->id, e.msg);
+		if (txn)
+			sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 		session_hibernated_drop(s);
 		s->state = SESSION_GONE;
 		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being hibernated",
@@ -230,6 +235,9 @@ static void hibernate_done(void *arg)
 	if (session_hibernated_store(s, &e) < 0)
 		log_warn("session", "session %s is hibernated but will not survive a restart: %s",
 			 s->id, e.msg);
+	if (txn && sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		log_warn("session", "session %s: recording its hibernation: %s", s->id,
+			 sqlite3_errmsg(db));
 	log_info("session", "session %s hibernated", s->id);
 	j->cb(s, NULL, j->arg);
 out:

@@ -321,6 +321,43 @@ class HibernatedAcrossRestartsTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         second.stop()
 
+    def test_a_crash_during_hibernations_leaves_no_orphan_disk(self):
+        first = self.first_daemon()
+        ids = [f"hib-crash-{i}" for i in range(4)]
+        for sid in ids:
+            status, _, body = first.post("/exec", body={"id": sid})
+            self.assertEqual(status, 201, body)
+            status, _, body = first.post(f"/exec/{sid}/execute",
+                                         body={"command": f"echo {sid} > file"})
+            self.assertEqual(status, 200, body)
+        threads = [threading.Thread(target=lambda sid=sid: first.post(
+            f"/exec/{sid}/pause", body=HIBERNATE, timeout=10)) for sid in ids]
+        for t in threads:
+            t.start()
+        time.sleep(0.005)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        for t in threads:
+            t.join()
+        first.kill()
+        second = restart(first)
+        self.addCleanup(second.stop, check=False)
+        status, _, listed = second.get("/exec/")
+        back = [s["id"] for s in listed["sessions"]]
+        # Every kept disk belongs to a session that is back; each of those resumes.
+        self.assertEqual(len(kept_disks(first.state_dir)), len(back), (back, kept_disks(
+            first.state_dir)))
+        for sid in back:
+            status, _, body = second.post(f"/exec/{sid}/resume")
+            self.assertEqual(status, 200, body)
+            status, _, body = second.post(f"/exec/{sid}/execute", body={"command": "cat file"})
+            self.assertEqual(helpers_exec.joined(body["output"], "stdout"), f"{sid}\n")
+            second.delete(f"/exec/{sid}")
+        wait_until(lambda: not glob.glob(os.path.join(first.state_dir, "disks", "*.disk")), 30,
+                   0.1, "the resumed disks removed with their sessions")
+        self.assertEqual(kept_disks(first.state_dir), [])
+        second.stop()
+
     def test_a_hibernated_session_destroyed_after_a_restart_leaves_nothing(self):
         first = self.first_daemon()
         self.prepare(first, "hib-gone")

@@ -741,11 +741,16 @@ static void jail_cleanup_stale(const struct config *cfg, const char *id, json_t 
 	/* The jail's init: the pid namespace dies with it. */
 	const struct driver_stale stale = { .driver = "jail", .what = "process" };
 	driver_cleanup_stale(&stale, id, record);
-	/* A disk it resumed over after a hibernation has a name (jail_disk.path). */
+	/* A disk it resumed over after a hibernation has a name (jail_disk.path), and so has
+	 * one a hibernation under way had named: a sandbox still recorded was not hibernated
+	 * (the session layer forgets it in the same transaction that records the hibernation). */
 	if (id && cgroup_id_valid(id)) {
-		_cleanup_free_ char *live = live_disk_path(id);
-		if (unlink(live) < 0 && errno != ENOENT)
-			log_warn("jail", "remove %s: %s", live, strerror(errno));
+		char *names[] = { live_disk_path(id), kept_disk_path(id) };
+		for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+			if (unlink(names[i]) < 0 && errno != ENOENT)
+				log_warn("jail", "remove %s: %s", names[i], strerror(errno));
+			free(names[i]);
+		}
 	}
 	/* Should a leftover have survived, its uid range must not go to a new sandbox. */
 	json_t *base = json_object_get(record, "uidBase");
