@@ -249,6 +249,33 @@ class HibernateOwnershipTest(DaemonTestCase):
         self.assertEqual(status, 200, body)
 
 
+@jail_only
+class HibernatedQuotaTest(unittest.TestCase):
+    def test_a_hibernated_session_still_counts_also_after_a_restart(self):
+        env = {"SANDBOX_WARM_POOL": "0", "SANDBOX_MAX_SESSIONS": "1"}
+        first = helpers_exec.start_daemon(env)
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        status, _, body = first.post("/exec", body={"id": "counted"})
+        self.assertEqual(status, 201, body)
+        status, _, body = first.post("/exec/counted/pause", body=HIBERNATE)
+        self.assertEqual(status, 200, body)
+        status, _, body = first.post("/exec", body={"id": "second"})
+        self.assertEqual(status, 429, body)
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 0)
+        first.kill()
+        second = restart(first, env)
+        self.addCleanup(second.stop, check=False)
+        status, _, body = second.post("/exec", body={"id": "second"})
+        self.assertEqual(status, 429, body)
+        status, _, body = second.delete("/exec/counted")
+        self.assertEqual(status, 200, body)
+        wait_until(lambda: second.post("/exec", body={"id": "second"})[0] == 201, 30, 0.2,
+                   "its unit given back")
+        second.stop()
+
+
 def restart(first, env=None):
     return helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0", **(env or {}),
                                       "SANDBOX_STATE_DIR": first.state_dir,
