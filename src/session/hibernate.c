@@ -280,6 +280,11 @@ void session_wake(struct session *s, session_ready_fn cb, void *arg)
 	struct create_job *j = session_job_new(s->tmpl, s, NULL);
 	j->net_policy = egress;
 	j->spec.hibernated = s->kept;
+	/* Over its disk, of the size it has, whatever the limits said at its creation. */
+	j->spec.limits.disk = true;
+	if (json_integer_value(json_object_get(s->kept, "diskBytes")) > 0)
+		j->spec.limits.workspace_bytes =
+			(uint64_t)json_integer_value(json_object_get(s->kept, "diskBytes"));
 	if (session_job_record(j, s->owner, s->id, &e) < 0) {
 		session_job_free(j);
 		cb(NULL, &e, arg);

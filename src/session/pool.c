@@ -197,6 +197,9 @@ static void pool_refill(struct pool *p)
 		return;
 	while (pool_count(p) + p->inflight < session_mod.cfg->warm_pool && p->inflight < 1) {
 		struct create_job *j = session_job_new(t, NULL, p);
+		/* What a session that asks for nothing gets (its disk among them): the pool's
+		 * sandbox must be that. */
+		j->spec.limits = l;
 		struct err e;
 		if (session_job_record(j, NULL, NULL, &e) < 0) {
 			session_job_free(j);

@@ -228,6 +228,25 @@ class HibernateTest(DaemonTestCase):
 
 
 @jail_only
+class PooledHibernateTest(DaemonTestCase):
+    daemon_env = {**BASE_ENV, "SANDBOX_WARM_POOL": "1"}
+
+    def test_a_session_from_the_warm_pool_has_its_disk_and_hibernates(self):
+        wait_until(lambda: any(e.get("msg", "").startswith("pool") or "pool" in e.get("msg", "")
+                               for e in self.d.logs()), 30, 0.1, "the pool filling")
+        sid = self.session()
+        self.run_ok(sid, "echo kept > file")
+        info = self.listed_sessions()[sid]
+        self.assertEqual(info["storage"], "disk")
+        self.assertIn("disk", info, "a pooled sandbox without the disk its session reports")
+        status, _, body = self.d.post(f"/exec/{sid}/pause", body=HIBERNATE)
+        self.assertEqual((status, body.get("pauseMode")), (200, "hibernate"), body)
+        status, _, body = self.d.post(f"/exec/{sid}/resume")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.stdout_of(sid, "cat file"), "kept\n")
+
+
+@jail_only
 class HibernateOwnershipTest(DaemonTestCase):
     daemon_env = {**BASE_ENV, "AUTH_ENABLED": "true", "SANDBOX_WARM_POOL": "0"}
 
