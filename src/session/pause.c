@@ -1,4 +1,5 @@
-/* pause: a session's sandbox frozen and thawed (session_pause in session.h).
+/* pause: a session's sandbox frozen and thawed (session_pause in session.h), and the choice
+ * between freezing and hibernating (session_pause_mode; hibernation is hibernate.c's).
  *
  * The driver's pause runs on a worker (a freezer settling, a VMM's answer); meanwhile the
  * session is marked in transition: its operations are refused, and a destroy that comes
@@ -116,11 +117,17 @@ static void pause_done(void *arg)
 }
 
 /* A call refused before it reached the driver (the session's state, the driver). */
+static void refuse_as(struct session *s, const char *action, const struct err *e,
+		      void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
+{
+	metrics_add(metrics_daemon.session_pauses_total, 1, action, "refused");
+	cb(s, e, arg);
+}
+
 static void refuse(struct session *s, bool pause, const struct err *e,
 		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
 {
-	metrics_add(metrics_daemon.session_pauses_total, 1, action_name(pause), "refused");
-	cb(s, e, arg);
+	refuse_as(s, action_name(pause), e, cb, arg);
 }
 
 static void session_freeze(struct session *s, bool pause,
@@ -180,7 +187,7 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 		session_hibernate(s, cb, arg);
 		return;
 	}
-	refuse(s, pause, &e, cb, arg);
+	refuse_as(s, "hibernate", &e, cb, arg);
 }
 
 static void session_freeze(struct session *s, bool pause,
