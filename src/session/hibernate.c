@@ -171,6 +171,7 @@ static void hibernate_work(void *arg)
 static void hibernate_failed(struct hibernate_job *j)
 {
 	struct session *s = j->s;
+	s->sb = j->sb;
 	net_sandbox_start(j->sandbox_id);
 	if (s->destroy_pending) {
 		s->destroy_pending = false;
@@ -209,7 +210,6 @@ static void hibernate_done(void *arg)
 	sqlite3 *db = store_db();
 	bool txn = db && sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
 	store_sandbox_delete(j->sandbox_id);
-	s->sb = NULL;
 	guest_conn_free(s->conn);
 	s->conn = NULL;
 	s->kept = j->kept;
@@ -260,10 +260,13 @@ void session_hibernate(struct session *s,
 	j->arg = arg;
 	s->transition = true;
 	s->hibernating = true;
+	/* The job owns the sandbox now (the driver frees it): nothing on the loop may read it
+	 * meanwhile (the session's listing, /metrics). A failure hands it back. */
+	s->sb = NULL;
 	if (s->conn)
 		guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
-	net_sandbox_stop(s->sb->id); /* its resolver lives on this thread */
-	session_mod.destroying++;    /* a stop waits for it */
+	net_sandbox_stop(j->sandbox_id); /* its resolver lives on this thread */
+	session_mod.destroying++;        /* a stop waits for it */
 	loop_submit(hibernate_work, hibernate_done, j);
 }
 

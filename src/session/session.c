@@ -690,8 +690,9 @@ void session_destroy(struct session *s, const char *why)
 	}
 	if (s->resuming && s->sb)
 		session_wake_done(s, false, true); /* its new sandbox, going now, took the disk */
-	if (s->sb && s->transition) {
-		s->destroy_pending = true; /* the pause or resume under way ends it (pause.c) */
+	if (s->transition && (s->sb || s->hibernating)) {
+		/* The pause, resume or hibernation under way ends it (pause.c, hibernate.c). */
+		s->destroy_pending = true;
 	} else if (s->hibernated && !s->resuming) {
 		session_hibernated_drop(s);
 		s->state = SESSION_GONE;

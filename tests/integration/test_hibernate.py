@@ -165,6 +165,19 @@ class HibernateTest(DaemonTestCase):
             status, _, _ = self.d.post(f"/exec/{sid}/{action}", body=body)
             results.append((action, status))
 
+        # Listings and scrapes meanwhile read every session (a hibernating one has no
+        # sandbox to read from).
+        stop = threading.Event()
+
+        def poll():
+            while not stop.is_set():
+                self.d.get("/exec/")
+                self.d.get("/metrics")
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        self.addCleanup(poller.join)
+        self.addCleanup(stop.set)
         threads = [threading.Thread(target=call, args=("pause", HIBERNATE)) for _ in range(6)]
         for t in threads:
             t.start()
