@@ -234,6 +234,16 @@ void session_op_end(struct session *s)
 	session_touch(s);
 }
 
+/* Into the list and both indexes; its id and preview name are set and never change. */
+static void table_insert(struct session *s)
+{
+	s->next = session_mod.sessions;
+	session_mod.sessions = s;
+	htab_insert(&session_mod.ids, &s->by_id, htab_hash_str(s->id));
+	htab_insert(&session_mod.previews, &s->by_preview, htab_hash_str(s->preview_name));
+	session_mod.nsessions++;
+}
+
 static void table_remove(struct session *s)
 {
 	for (struct session **pp = &session_mod.sessions; *pp; pp = &(*pp)->next) {
@@ -632,11 +642,7 @@ void session_get_or_create(const char *owner, const char *id,
 				 : NULL;
 	session_preview_init(s);
 	s->volumes = claim;
-	s->next = session_mod.sessions;
-	session_mod.sessions = s;
-	htab_insert(&session_mod.ids, &s->by_id, htab_hash_str(s->id));
-	htab_insert(&session_mod.previews, &s->by_preview, htab_hash_str(s->preview_name));
-	session_mod.nsessions++;
+	table_insert(s);
 	if (created)
 		*created = true;
 	session_add_waiter(s, cb, arg);
@@ -656,9 +662,7 @@ struct session *session_table_add(const char *owner, const char *id, struct temp
 	s->idle_timeout_s = session_mod.cfg->idle_timeout_s;
 	s->env = json_object();
 	session_preview_init(s);
-	s->next = session_mod.sessions;
-	session_mod.sessions = s;
-	session_mod.nsessions++;
+	table_insert(s);
 	return s;
 }
 
