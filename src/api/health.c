@@ -89,8 +89,8 @@ void api_ready(struct http_ctx *ctx)
 	bool fds_ok = session_descriptor_check(&e) == 0;
 	json_object_set_new(checks, "descriptors", json_boolean(fds_ok));
 	if (!fds_ok)
-		json_array_append_new(failing, json_pack("{s:s, s:s}", "check", "descriptors",
-							 "error", e.msg));
+		json_array_append_new(
+			failing, json_pack("{s:s, s:s}", "check", "descriptors", "error", e.msg));
 	bool state_ok = store_check_writable(&e) == 0;
 	json_object_set_new(checks, "state", json_boolean(state_ok));
 	if (!state_ok)

@@ -1765,9 +1765,9 @@ int http_status_for_errno(int errnum)
 	case ENOTSUP:
 	case ENOSYS:
 		return 501;
-	case ENOMEM: /* the host is low on memory (admission) */
-	case EMFILE: /* the daemon is low on descriptors (admission) */
-	case EROFS:  /* the server cannot record what it would create */
+	case ENOMEM:    /* the host is low on memory (admission) */
+	case EMFILE:    /* the daemon is low on descriptors (admission) */
+	case EROFS:     /* the server cannot record what it would create */
 	case ESHUTDOWN: /* the server is shutting down */
 		return 503;
 	case ECANCELED:

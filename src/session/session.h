@@ -57,9 +57,9 @@ struct session_resources {
 struct session {
 	struct hlink by_id;      /* session_mod.ids: by id */
 	struct hlink by_preview; /* session_mod.previews: by preview_name */
-	char *id;         /* client-visible id */
-	char *owner;      /* API key id, "" when auth is off */
-	char *sandbox_id; /* internal id naming cgroups and dirs */
+	char *id;                /* client-visible id */
+	char *owner;             /* API key id, "" when auth is off */
+	char *sandbox_id;        /* internal id naming cgroups and dirs */
 	struct template *tmpl;
 	enum session_state state;
 	struct err failure;
