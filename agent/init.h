@@ -35,5 +35,14 @@ void init_setup(struct init_config *cfg);
  * values, it replaces the earlier configuration. Returns 0 or a negative errno (err). */
 int init_network(uint32_t addr, unsigned prefix, uint32_t gateway, uint32_t dns, struct err *err);
 
+struct agent;
+struct req_resume;
+
+/* Mounts a resume's "storage" (storage.c): the disk, as the upper layer of an overlay that
+ * becomes the root (with /workspace and /tmp on it; the agent pivots into it and reopens its
+ * workspace), then each volume at its path, made in the new root. Once per boot: again is
+ * EALREADY. Returns 0 or a negative errno (err); a failure midway leaves what was done. */
+int init_storage(struct agent *a, const struct req_resume *x, struct err *err);
+
 /* Terminates every process, syncs and powers off. Does not return. */
 void init_poweroff(void) __attribute__((noreturn));

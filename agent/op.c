@@ -145,6 +145,22 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 	struct agent *a = c->a;
 	bool clock_set = false, host_set = false, credited = false, net_set = false;
 
+	/* Storage first: the network's resolver goes into the root it makes. Without it the
+	 * sandbox is not what the host made, so its failure is the resume's. */
+	if (x->has_storage) {
+		struct err e;
+		if (!a->init) {
+			err_set(&e, ENOTSUP, "storage is mounted only by a VM's init");
+			conn_error(c, ch, &e);
+			return;
+		}
+		if (init_storage(a, x, &e) < 0) {
+			err_wrap(&e, "storage");
+			conn_error(c, ch, &e);
+			return;
+		}
+	}
+
 	/* Only a VM has a clock of its own; in a jail it would be the host's. */
 	if (x->has_time && a->init) {
 		struct timespec ts = { .tv_sec = (time_t)x->sec, .tv_nsec = (long)x->nsec };
@@ -181,6 +197,8 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 	jw_bool(&w, host_set);
 	jw_key(&w, "networkConfigured");
 	jw_bool(&w, net_set);
+	jw_key(&w, "storageMounted");
+	jw_bool(&w, x->has_storage);
 	if (x->session_id) {
 		jw_key(&w, "sessionId");
 		jw_str(&w, x->session_id);

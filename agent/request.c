@@ -263,8 +263,80 @@ static int parse_network(const struct json *n, struct req_resume *x, struct err 
 	return 0;
 }
 
+/* A drive's serial: 1 to REQ_MAX_SERIAL of [a-z0-9-]. */
+static int get_serial(const struct json *o, const char *field, bool required, const char **ret,
+		      struct err *err)
+{
+	int r = get_str(o, field, required, ret, err);
+	if (r < 0 || !*ret)
+		return r;
+	size_t n = strlen(*ret);
+	if (!n || n > REQ_MAX_SERIAL || strspn(*ret, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
+		return err_set(err, EINVAL,
+			       "field `%s` must be a drive serial (1 to %d of a-z, 0-9 and -)", field,
+			       REQ_MAX_SERIAL);
+	return 0;
+}
+
+/* An absolute path without empty, `.` or `..` components, not `/`, shorter than 1024. */
+static bool mount_path_ok(const char *p)
+{
+	size_t n = strlen(p);
+	if (n < 2 || n >= 1024 || p[0] != '/' || p[n - 1] == '/')
+		return false;
+	for (const char *c = p + 1; *c;) {
+		size_t len = strcspn(c, "/");
+		if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		c += len;
+		if (*c == '/')
+			c++;
+	}
+	return true;
+}
+
+/* "storage": {"disk": serial, "volumes": [{"serial", "path", "readOnly"}]}. */
+static int parse_storage(const struct json *s, struct req_resume *x, struct err *err)
+{
+	if (s->type != JSON_OBJECT)
+		return wrong_type("storage", "an object", s, err);
+	int r = get_serial(s, "disk", false, &x->disk_serial, err);
+	if (r < 0)
+		return r;
+	const struct json *vols = json_get(s, "volumes");
+	if (vols && vols->type != JSON_NULL) {
+		if (vols->type != JSON_ARRAY)
+			return wrong_type("storage.volumes", "an array", vols, err);
+		for (const struct json *v = vols->u.kids.first; v; v = v->next) {
+			if (x->nvolumes == REQ_MAX_VOLUMES)
+				return err_set(err, EINVAL, "field `storage.volumes` has more than %d",
+					       REQ_MAX_VOLUMES);
+			if (v->type != JSON_OBJECT)
+				return wrong_type("storage.volumes[]", "an object", v, err);
+			struct req_volume *rv = &x->volumes[x->nvolumes];
+			if ((r = get_serial(v, "serial", true, &rv->serial, err)) < 0 ||
+			    (r = get_str(v, "path", true, &rv->path, err)) < 0 ||
+			    (r = get_bool(v, "readOnly", &rv->read_only, err)) < 0)
+				return r;
+			if (!mount_path_ok(rv->path))
+				return err_set(err, EINVAL,
+					       "field `storage.volumes[].path` must be an absolute, "
+					       "normalized path other than /");
+			x->nvolumes++;
+		}
+	}
+	x->has_storage = true;
+	return 0;
+}
+
 static int parse_resume(const struct json *o, struct req_resume *x, struct err *err)
 {
+	const struct json *st = json_get(o, "storage");
+	if (st && st->type != JSON_NULL) {
+		int r = parse_storage(st, x, err);
+		if (r < 0)
+			return r;
+	}
 	const struct json *net = json_get(o, "network");
 	if (net && net->type != JSON_NULL) {
 		int r = parse_network(net, x, err);

@@ -14,6 +14,8 @@
 #include "util/err.h"
 
 #define REQ_MAX_ENTROPY           4096      /* bytes of entropy a resume may carry */
+#define REQ_MAX_VOLUMES           8         /* volumes a resume's storage may mount */
+#define REQ_MAX_SERIAL            20        /* bytes of a drive's serial (virtio-blk's) */
 #define REQ_MAX_TIMEOUT_MS        604800000 /* a week */
 #define REQ_DEFAULT_KILL_GRACE_MS 2000
 #define REQ_DEFAULT_MAX_ENTRIES   10000
@@ -105,6 +107,15 @@ struct req_resume {
 	uint32_t net_gateway;
 	uint32_t net_dns;
 	unsigned net_prefix; /* 1-32 */
+	/* "storage": what a VM mounts before anything runs (storage.c). */
+	bool has_storage;
+	const char *disk_serial; /* "disk": the serial of its disk's drive; NULL: none */
+	unsigned nvolumes;
+	struct req_volume {
+		const char *serial; /* the drive's */
+		const char *path;   /* absolute, normalized, not "/" */
+		bool read_only;
+	} volumes[REQ_MAX_VOLUMES];
 };
 
 struct req {

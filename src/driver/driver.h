@@ -21,7 +21,7 @@ struct sandbox_limits {
 	uint64_t cpu_period_us;
 	uint32_t pids_max;        /* pids cgroup limit (0: none) */
 	uint64_t workspace_bytes; /* size of the /workspace tmpfs, or of the disk (below) */
-	bool disk; /* jail: a disk of workspace_bytes under the root and /workspace (storage.md) */
+	bool disk; /* a disk of workspace_bytes under the root and /workspace (storage.md) */
 	uint32_t nofile;  /* RLIMIT_NOFILE inside the sandbox */
 	unsigned vcpus;   /* VM drivers */
 	unsigned mem_mib; /* VM drivers: guest RAM */
@@ -46,7 +46,7 @@ struct sandbox_spec {
 	/* The resolver of the sandbox's network, as a resolv.conf to mount on the template's
 	 * /etc/resolv.conf where the driver gives the sandbox its own root; NULL: none. */
 	const char *resolv_conf;
-	/* Volumes to mount (jail, disk storage only); borrowed until create returns. */
+	/* Volumes to mount (disk storage only); borrowed until create returns. */
 	const struct sandbox_volume *volumes;
 	unsigned nvolumes;
 	/* Borrowed, NULL: a new sandbox. What hibernate() kept of an earlier one (claimed again by
@@ -61,6 +61,9 @@ struct sandbox {
 	int agent_fd;   /* connected stream to the agent; the caller takes it (TAKE_FD) */
 	pid_t pid;      /* main process: the jail's init or the VMM; 0 if none */
 	json_t *record; /* what cleanup_stale needs after a daemon crash (owned) */
+	/* Fields the driver adds to the agent's first `resume` (owned; NULL: none): a VM's
+	 * storage, which its guest mounts then (qemu: "storage", guest/proto.h). */
+	json_t *resume_extra;
 	void *priv;     /* driver state */
 };
 
@@ -68,6 +71,7 @@ struct driver {
 	const char *name;      /* "jail", "qemu", "firecracker" */
 	const char *isolation; /* "container" (namespaces, shared kernel) or "vm" */
 	bool snapshots;        /* restores from a template snapshot */
+	bool disks;            /* has disk storage and volumes (docs/storage.md) */
 
 	/* Whether the driver can run on this host; err says what is missing. Blocking. */
 	int (*probe)(const struct config *cfg, struct err *err);

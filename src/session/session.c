@@ -30,10 +30,10 @@ struct session_waiter {
 
 /* --- small helpers ------------------------------------------------------------------ */
 
-/* Only the jail driver has disks (docs/storage.md). */
+/* The jail and qemu drivers have disks (docs/storage.md). */
 static bool session_storage_disk_possible(void)
 {
-	return session_mod.drv && strcmp(session_mod.drv->name, "jail") == 0;
+	return session_mod.drv && session_mod.drv->disks;
 }
 
 /* Whether a session asking for `r` (NULL: nothing) gets a disk. */
@@ -78,8 +78,8 @@ int session_resources_check(const struct session_resources *r, struct err *err)
 			       (unsigned long long)c->max_memory);
 	if (r->storage == SESSION_STORAGE_DISK && !session_storage_disk_possible())
 		return err_set(err, EINVAL,
-			       "storage \"disk\" is a mode of the jail driver; this server runs "
-			       "%s",
+			       "storage \"disk\" is a mode of the jail and qemu drivers; this "
+			       "server runs %s",
 			       session_mod.drv ? session_mod.drv->name : "no driver");
 	if (session_storage_disk(r)) {
 		if (r->workspace_bytes > c->max_disk_bytes)
@@ -399,6 +399,9 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 				    json_pack("{s:s, s:i, s:s, s:s}", "address", ni.guest_addr,
 					      "prefix", (int)ni.prefix, "gateway", ni.gateway,
 					      "dns", ni.dns));
+	/* What the driver has the guest do first (a VM's storage to mount). */
+	if (sb->resume_extra)
+		json_object_update(req, sb->resume_extra);
 	session_ref(s);
 	struct guest_op *op = guest_op_start(conn, req, &resume_cbs, s, &e);
 	json_decref(req);
@@ -594,11 +597,11 @@ void session_get_or_create(const char *owner, const char *id,
 		return;
 	}
 	bool volumes = opts && opts->volumes && opts->volumes->n;
-	if (volumes && (strcmp(session_mod.drv->name, "jail") != 0 || !limits.disk)) {
+	if (volumes && (!session_mod.drv->disks || !limits.disk)) {
 		err_set(&e, EINVAL,
-			strcmp(session_mod.drv->name, "jail") != 0
-				? "volumes are mounted by the jail driver only (this server runs "
-				  "%s)"
+			!session_mod.drv->disks
+				? "volumes are mounted by the jail and qemu drivers only (this "
+				  "server runs %s)"
 				: "volumes need disk storage (\"storage\": \"disk\")",
 			session_mod.drv->name);
 		net_policy_free(egress);

@@ -90,7 +90,7 @@ struct spawn_op {
 };
 
 /* At most this many descriptors move into a child (the report pipe included). */
-#define SPAWN_MAX_FDS 12
+#define SPAWN_MAX_FDS 24
 
 struct spawn_fd {
 	int from;  /* the parent's */

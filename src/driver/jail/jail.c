@@ -782,6 +782,7 @@ const struct driver driver_jail = {
 	.name = "jail",
 	.isolation = "container",
 	.snapshots = false,
+	.disks = true,
 	.probe = jail_probe,
 	.init = jail_init,
 	.prepare = NULL,

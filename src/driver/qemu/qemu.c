@@ -46,6 +46,7 @@
 struct qemu_sb {
 	struct qemu_vm *vm;
 	struct cgroup *cg;
+	int disk_fd; /* the disk's image (-1: none), closed once QEMU is gone */
 };
 
 static struct {
@@ -444,11 +445,12 @@ static int boot(struct qemu_vm *vm, const struct qemu_want *w, struct boot_sourc
 }
 
 static struct sandbox *sandbox_of(const struct sandbox_spec *spec, struct qemu_vm *vm,
-				  struct cgroup *cg)
+				  struct cgroup *cg, int disk_fd, json_t *storage)
 {
 	struct qemu_sb *q = xcalloc(1, sizeof(*q));
 	q->vm = vm;
 	q->cg = cg;
+	q->disk_fd = disk_fd;
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_qemu;
 	sb->id = xstrdup(spec->id);
@@ -456,6 +458,8 @@ static struct sandbox *sandbox_of(const struct sandbox_spec *spec, struct qemu_v
 	sb->pid = vm->pid;
 	sb->record = json_pack("{s:s, s:I}", "run_dir", vm->dir, "uidBase", (json_int_t)vm->uid);
 	proc_record_add(sb->record, vm->pid);
+	if (storage)
+		sb->resume_extra = json_pack("{s:o}", "storage", storage);
 	sb->priv = q;
 	return sb;
 }
@@ -475,8 +479,8 @@ static void drop_cgroup(struct cgroup *cg, const char *id)
  * to its agent; on failure neither the process nor the directory is left. t0: when the create
  * began, for the log. */
 static int vm_up(const struct qemu_host *h, const struct qemu_want *w, struct boot_source *src,
-		 const struct sandbox_spec *spec, const struct cgroup *cg, int64_t t0,
-		 struct qemu_vm **ret, struct err *err)
+		 const struct sandbox_spec *spec, const struct qemu_drives *drives,
+		 const struct cgroup *cg, int64_t t0, struct qemu_vm **ret, struct err *err)
 {
 	_cleanup_free_ char *dir = NULL;
 	int r = qemu_vm_dir(h->run_dir, spec->id, &dir, err);
@@ -493,6 +497,7 @@ static int vm_up(const struct qemu_host *h, const struct qemu_want *w, struct bo
 		.rootfs_fd = src->restore ? src->snap.rootfs_fd : src->rootfs_fd,
 		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 		.netns_path = spec->netns_path,
+		.drives = drives,
 	};
 	struct qemu_vm *vm = NULL;
 	if ((r = qemu_vm_start(&l, TAKE_PTR(dir), cg, QMP_START_TIMEOUT_MS, &vm, err)) < 0)
@@ -511,6 +516,74 @@ static int vm_up(const struct qemu_host *h, const struct qemu_want *w, struct bo
 	return 0;
 }
 
+static void drives_close(struct qemu_drives *d)
+{
+	for (unsigned i = 0; i < QEMU_DRIVES; i++) {
+		if (d->fd[i] >= 0)
+			close(TAKE_FD(d->fd[i]));
+		if (d->overlay[i] >= 0)
+			close(TAKE_FD(d->overlay[i]));
+	}
+}
+
+/* The images of the sandbox's drives: its disk (made here) and its volumes' (opened with the
+ * access they are mounted with), and what the guest is to mount, for its `resume`:
+ * {"disk": serial, "volumes": [{"serial", "path", "readOnly"}]} (*ret_storage NULL when there
+ * is nothing). */
+static int drives_open(const struct config *cfg, const struct sandbox_spec *spec,
+		       struct qemu_drives *d, json_t **ret_storage, struct err *err)
+{
+	for (unsigned i = 0; i < QEMU_DRIVES; i++)
+		d->fd[i] = d->overlay[i] = -1;
+	*ret_storage = NULL;
+	if (spec->nvolumes > QEMU_VOLUME_SLOTS)
+		return err_set(err, EINVAL, "a VM mounts at most %d volumes, not %u",
+			       QEMU_VOLUME_SLOTS, spec->nvolumes);
+	if (!spec->limits.disk && !spec->nvolumes)
+		return 0;
+	json_auto_t *storage = json_object();
+	char serial[32];
+	int r;
+	if (spec->limits.disk) {
+		if ((r = qemu_disk_create(cfg->state_dir, spec->limits.workspace_bytes, err)) < 0)
+			return r;
+		d->fd[QEMU_DRIVE_DISK] = r;
+		snprintf(serial, sizeof(serial), QEMU_DRIVE_SERIAL, QEMU_DRIVE_DISK);
+		json_object_set_new(storage, "disk", json_string(serial));
+	}
+	json_t *vols = json_array();
+	json_object_set_new(storage, "volumes", vols);
+	for (unsigned i = 0; i < spec->nvolumes; i++) {
+		const struct sandbox_volume *v = &spec->volumes[i];
+		unsigned slot = 1 + i;
+		int fd = open(v->image, (v->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			r = err_sys(err, errno, "qemu: volume image for %s", v->path);
+			if (fd >= 0)
+				close(fd);
+			return r;
+		}
+		d->fd[slot] = fd;
+		d->ro[slot] = v->read_only;
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > QEMU_SLOT_BYTES)
+			return err_set(err, EINVAL,
+				       "the volume for %s is not an image a VM can bind (a regular "
+				       "file of at most %llu bytes)",
+				       v->path, QEMU_SLOT_BYTES);
+		if (v->read_only) {
+			if ((r = qemu_overlay_create(cfg->state_dir, (uint64_t)st.st_size, err)) < 0)
+				return r;
+			d->overlay[slot] = r;
+		}
+		snprintf(serial, sizeof(serial), QEMU_DRIVE_SERIAL, slot);
+		json_array_append_new(vols, json_pack("{s:s, s:s, s:b}", "serial", serial, "path",
+						      v->path, "readOnly", v->read_only));
+	}
+	*ret_storage = json_incref(storage);
+	return 0;
+}
+
 static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec,
 		       struct sandbox **ret, struct err *err)
 {
@@ -521,10 +594,19 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		return err_set(err, EINVAL, "qemu: invalid sandbox id `%s`",
 			       spec->id ? spec->id : "");
 	const struct sandbox_limits *lim = &spec->limits;
+	/* With a disk, the guest's boot-time /workspace tmpfs is left unused: the sandbox has the
+	 * snapshot's (made with the server's size), not one of the disk's size. */
+	struct sandbox_limits def;
+	driver_default_limits(cfg, spec->tmpl, &def);
 	struct qemu_want w;
-	int r = want_for(spec->tmpl, lim->vcpus, lim->mem_mib, lim->workspace_bytes, lim->pids_max,
-			 &w, err);
+	int r = want_for(spec->tmpl, lim->vcpus, lim->mem_mib,
+			 lim->disk ? def.workspace_bytes : lim->workspace_bytes, lim->pids_max, &w,
+			 err);
 	if (r < 0)
+		return r;
+	_cleanup_(drives_close) struct qemu_drives drives;
+	json_auto_t *storage = NULL;
+	if ((r = drives_open(cfg, spec, &drives, &storage, err)) < 0)
 		return r;
 
 	int64_t t0 = time_mono_ms();
@@ -545,11 +627,12 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	if ((r = cgroup_create(&h->cg, spec->id, &cl, &cg, err)) < 0)
 		return err_wrap(err, "qemu");
 	struct qemu_vm *vm = NULL;
-	if ((r = vm_up(h, &w, &src, spec, cg, t0, &vm, err)) < 0) {
+	if ((r = vm_up(h, &w, &src, spec, &drives, cg, t0, &vm, err)) < 0) {
 		drop_cgroup(cg, spec->id);
 		return r;
 	}
-	*ret = sandbox_of(spec, vm, cg);
+	/* QEMU holds the volumes' images now; the daemon keeps the disk's, to tell its use. */
+	*ret = sandbox_of(spec, vm, cg, TAKE_FD(drives.fd[QEMU_DRIVE_DISK]), TAKE_PTR(storage));
 	return 0;
 }
 
@@ -573,9 +656,14 @@ static void qemu_destroy(struct sandbox *sb)
 		}
 		qemu_vm_free(vm);
 	}
-	if (q)
+	if (q) {
 		drop_cgroup(q->cg, sb->id);
+		/* QEMU is gone: this is the image's last reference, its blocks are freed now. */
+		if (q->disk_fd >= 0)
+			close(q->disk_fd);
+	}
 	free(q);
+	json_decref(sb->resume_extra);
 	json_decref(sb->record);
 	free(sb->id);
 	free(sb);
@@ -639,6 +727,12 @@ static uint64_t qemu_oom_kills(struct sandbox *sb)
 	return qemu_vm_guest_oom_kills(q->vm) + cgroup_oom_kills(q->cg);
 }
 
+static int qemu_disk_usage_of(struct sandbox *sb, uint64_t *used, uint64_t *size)
+{
+	struct qemu_sb *q = sb ? sb->priv : NULL;
+	return q ? qemu_disk_usage(q->disk_fd, used, size) : -ENOENT;
+}
+
 /* QMP stop and cont: the vCPUs halt (the guest's clock with them: the session layer sets it
  * again after a resume), guest RAM stays in QEMU's memory. */
 static int qemu_pause(struct sandbox *sb, bool pause, struct err *err)
@@ -651,6 +745,7 @@ const struct driver driver_qemu = {
 	.name = "qemu",
 	.isolation = "vm",
 	.snapshots = true,
+	.disks = true,
 	.probe = qemu_probe,
 	.init = qemu_init,
 	.prepare = qemu_prepare,
@@ -658,5 +753,6 @@ const struct driver driver_qemu = {
 	.destroy = qemu_destroy,
 	.cleanup_stale = qemu_cleanup_stale,
 	.oom_kills = qemu_oom_kills,
+	.disk_usage = qemu_disk_usage_of,
 	.pause = qemu_pause,
 };

@@ -25,7 +25,7 @@
 
 /* Bumped whenever the machine QEMU is asked for changes shape: a snapshot made by another
  * layout is rebuilt, never restored. */
-#define QEMU_SNAPSHOT_FORMAT 4
+#define QEMU_SNAPSHOT_FORMAT 5
 /* The TAP the NIC uses, in QEMU's network namespace (the net module's NET_TAP_NAME). */
 #define QEMU_TAP_NAME "tap0"
 /* The virtio-serial port name the agent opens when the channel is serial. */
@@ -78,6 +78,8 @@ struct qemu_launch {
 	 * memfd (qemu_snap_acquire), the snapshot build's the RAM file, read-write. */
 	int ram_fd;
 	int rootfs_fd;
+	/* Images bound to the drives (clones); NULL: every drive a placeholder. */
+	const struct qemu_drives *drives;
 	/* Set from qemu_bench_unconfined by qemu_vm_start: argv without -sandbox. */
 	bool unconfined;
 };
@@ -94,6 +96,8 @@ extern bool qemu_bench_unconfined;
 #define QEMU_FD_QMP    7
 #define QEMU_FD_AGENT  8 /* serial channel */
 #define QEMU_FD_VHOST  9 /* vsock channel: the daemon's descriptor of /dev/vhost-vsock */
+#define QEMU_FD_DRIVE0  10 /* QEMU_FD_DRIVE0 + i: drive i's image, when bound */
+#define QEMU_FD_OVERLAY0 (QEMU_FD_DRIVE0 + QEMU_DRIVES) /* + i: drive i's overlay */
 
 /* What QEMU's own seccomp filter forbids besides its default: obsolete calls, any change of
  * ids or capabilities, fork and exec, and scheduling and resource changes. */
@@ -182,6 +186,47 @@ struct qemu_want {
 int qemu_key_build(const struct qemu_host *h, const struct qemu_want *w, const json_t *meta,
 		   struct qemu_snap_key *k, struct err *err);
 void qemu_key_free(struct qemu_snap_key *k);
+
+/* --- drives (qemu_disk.c) ----------------------------------------------------------------
+ *
+ * Besides its root, every VM has the same QEMU_DRIVES virtio-blk devices, snapshot and clones
+ * alike (a restore needs the device set the snapshot was made with): drive 0, the sandbox's
+ * disk; drives 1 to QEMU_VOLUME_SLOTS, volume slots. The snapshot's are placeholders (null-co:
+ * no file, reads zeros); a clone binds each of its own to an image given as a descriptor, or
+ * leaves the placeholder. The guest's driver learnt each device's capacity when the template
+ * booted (QEMU_SLOT_BYTES); what bounds a bound drive is its image's size, which QEMU enforces
+ * (an access past its end is an I/O error) and the filesystem in it is made to. The guest's
+ * agent finds a drive by its serial (QEMU_DRIVE_SERIAL), not by its name /dev/vdX. */
+#define QEMU_VOLUME_SLOTS 4
+#define QEMU_DRIVES       (1 + QEMU_VOLUME_SLOTS)
+#define QEMU_DRIVE_DISK   0
+#define QEMU_SLOT_BYTES   (1ull << 40) /* 1 TiB: the largest disk or volume a VM can bind */
+#define QEMU_DRIVE_SERIAL "sandbox-drive%u"
+
+/* The images a clone binds to its drives: fd[i] -1 leaves drive i a placeholder; an fd is
+ * read-write unless ro[i] (QEMU needs the descriptor's access mode to match). overlay[i]
+ * (-1: none), for a read-only image: a qcow2 image of its size without a name, over which
+ * the guest sees it (qemu_overlay_create), so that its kernel may replay the journal of a
+ * volume whose writer was killed, in blocks that go with the sandbox. */
+struct qemu_drives {
+	int fd[QEMU_DRIVES];
+	bool ro[QEMU_DRIVES];
+	int overlay[QEMU_DRIVES];
+};
+
+/* An empty qcow2 image of `bytes` (version 2, 64 KiB clusters, no backing file named: QEMU
+ * is given it), an O_TMPFILE in <state_dir>/disks. Returns its descriptor (read-write). */
+int qemu_overlay_create(const char *state_dir, uint64_t bytes, struct err *err);
+
+/* Makes a sandbox's disk: a sparse ext4 image of `bytes` without a name (O_TMPFILE in
+ * <state_dir>/disks), formatted for the guest to mount (its root owned by the guest's root).
+ * Returns the image's descriptor (read-write; the caller's). Nothing stays behind when the
+ * last descriptor closes. */
+int qemu_disk_create(const char *state_dir, uint64_t bytes, struct err *err);
+
+/* Used and total bytes of a disk image as the host sees it: its size, and what of it holds
+ * data (allocated blocks). */
+int qemu_disk_usage(int fd, uint64_t *used, uint64_t *size);
 
 /* A snapshot ready to restore: its files, open. */
 struct qemu_snap {

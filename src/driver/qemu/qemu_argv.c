@@ -41,6 +41,45 @@ static void add2(struct argv *a, const char *opt, char *val)
 	add(a, val);
 }
 
+/* The disk and volume drives (qemu.h): the same devices, with the same properties, whether
+ * placeholders or bound, so that a clone's device state matches its snapshot's. A bound one
+ * reads and writes its image through the descriptor (an fd set, as the root), without
+ * QEMU's image locking: the volume rules (session/volume.c) decide who shares an image. */
+static void add_drives(struct argv *a, const struct qemu_drives *d)
+{
+	for (unsigned i = 0; i < QEMU_DRIVES; i++) {
+		unsigned set = 2 + 2 * i;
+		if (d && d->fd[i] >= 0) {
+			bool over = d->ro[i] && d->overlay[i] >= 0;
+			add2(a, "-add-fd",
+			     xasprintf("fd=%u,set=%u,opaque=drive%u", QEMU_FD_DRIVE0 + i, set, i));
+			add2(a, "-blockdev",
+			     xasprintf("driver=raw,node-name=%s%u,read-only=%s,file.driver=file,"
+				       "file.filename=/dev/fdset/%u,file.locking=off",
+				       over ? "image" : "drive", i, d->ro[i] ? "on" : "off", set));
+			if (over) {
+				add2(a, "-add-fd",
+				     xasprintf("fd=%u,set=%u,opaque=overlay%u", QEMU_FD_OVERLAY0 + i,
+					       set + 1, i));
+				add2(a, "-blockdev",
+				     xasprintf("driver=qcow2,node-name=drive%u,backing=image%u,"
+					       "file.driver=file,file.filename=/dev/fdset/%u,"
+					       "file.locking=off",
+					       i, i, set + 1));
+			}
+		} else {
+			add2(a, "-blockdev",
+			     xasprintf("driver=null-co,node-name=drive%u,size=%llu,read-zeroes=on", i,
+				       QEMU_SLOT_BYTES));
+		}
+		char serial[32];
+		snprintf(serial, sizeof(serial), QEMU_DRIVE_SERIAL, i);
+		add2(a, "-device",
+		     xasprintf("virtio-blk-device,drive=drive%u,serial=%s,write-cache=on", i,
+			       serial));
+	}
+}
+
 char **qemu_argv(const struct qemu_launch *l)
 {
 	const struct qemu_machine *m = l->m;
@@ -84,6 +123,7 @@ char **qemu_argv(const struct qemu_launch *l)
 	add2(&a, "-add-fd", xasprintf("fd=%d,set=1,opaque=rootfs", QEMU_FD_ROOTFS));
 	add2(&a, "-drive", xstrdup("id=root,file=/dev/fdset/1,format=raw,if=none,readonly=on"));
 	add2(&a, "-device", xstrdup("virtio-blk-device,drive=root"));
+	add_drives(&a, l->drives);
 	/* Entropy from the host for the guest's RNG, on top of what `resume` brings. */
 	add2(&a, "-device", xstrdup("virtio-rng-device"));
 

@@ -259,7 +259,7 @@ static char *const qemu_env[] = {
 
 /* Where the child's descriptors go before the exec: stdio, the files QEMU gets by number,
  * then those that the plan's own steps use (closed on exec). */
-enum { CHILD_FD_NETNS = QEMU_FD_VHOST + 1, CHILD_FD_EXE };
+enum { CHILD_FD_NETNS = QEMU_FD_OVERLAY0 + QEMU_DRIVES, CHILD_FD_EXE };
 
 /* What the host's /usr-merged top-level directories are, for QEMU's root: a symlink into
  * /usr is made again, a directory is bound read-only (a host that has not merged them). */
@@ -389,6 +389,10 @@ static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, cha
 	spawn_plan_fd(plan, chan[0], QEMU_FD_QMP, true);
 	spawn_plan_fd(plan, chan[1], QEMU_FD_AGENT, true);
 	spawn_plan_fd(plan, chan[2], QEMU_FD_VHOST, true);
+	for (unsigned i = 0; l->drives && i < QEMU_DRIVES; i++) {
+		spawn_plan_fd(plan, l->drives->fd[i], QEMU_FD_DRIVE0 + (int)i, true);
+		spawn_plan_fd(plan, l->drives->overlay[i], QEMU_FD_OVERLAY0 + (int)i, true);
+	}
 	spawn_plan_fd(plan, netns, CHILD_FD_NETNS, false);
 	spawn_plan_fd(plan, exe, CHILD_FD_EXE, false);
 	plan->argv = argv;

@@ -329,6 +329,61 @@ static void test_requests(void **state)
 		"`time.nsec`");
 }
 
+/* The resume's "storage": drive serials, absolute normalized mount paths, at most 8. */
+static void test_resume_storage(void **state)
+{
+	struct req r;
+	assert_int_equal(req_ok("{\"op\":\"resume\",\"storage\":{\"disk\":\"sandbox-drive0\","
+				"\"volumes\":[{\"serial\":\"sandbox-drive1\",\"path\":\"/data\","
+				"\"readOnly\":true},{\"serial\":\"sandbox-drive2\",\"path\":"
+				"\"/srv/a.b/c\"}]}}",
+				&r),
+			 0);
+	assert_true(r.u.resume.has_storage);
+	assert_string_equal(r.u.resume.disk_serial, "sandbox-drive0");
+	assert_int_equal(r.u.resume.nvolumes, 2);
+	assert_string_equal(r.u.resume.volumes[0].path, "/data");
+	assert_true(r.u.resume.volumes[0].read_only);
+	assert_string_equal(r.u.resume.volumes[1].serial, "sandbox-drive2");
+	assert_false(r.u.resume.volumes[1].read_only);
+	req_fini(&r);
+	assert_int_equal(req_ok("{\"op\":\"resume\",\"storage\":{}}", &r), 0);
+	assert_true(r.u.resume.has_storage);
+	assert_null(r.u.resume.disk_serial);
+	req_fini(&r);
+	assert_int_equal(req_ok("{\"op\":\"resume\",\"storage\":null}", &r), 0);
+	assert_false(r.u.resume.has_storage);
+	req_fini(&r);
+
+#define VOL(serial, path) \
+	"{\"op\":\"resume\",\"storage\":{\"volumes\":[{\"serial\":" serial ",\"path\":" path "}]}}"
+	req_bad("{\"op\":\"resume\",\"storage\":[]}", EINVAL, "`storage`");
+	req_bad("{\"op\":\"resume\",\"storage\":{\"disk\":\"../vda\"}}", EINVAL, "`disk`");
+	req_bad("{\"op\":\"resume\",\"storage\":{\"disk\":\"\"}}", EINVAL, "`disk`");
+	req_bad("{\"op\":\"resume\",\"storage\":{\"disk\":\"abcdefghijklmnopqrstu\"}}", EINVAL,
+		"`disk`");
+	req_bad("{\"op\":\"resume\",\"storage\":{\"volumes\":{}}}", EINVAL, "`storage.volumes`");
+	req_bad("{\"op\":\"resume\",\"storage\":{\"volumes\":[1]}}", EINVAL, "storage.volumes[]");
+	req_bad(VOL("\"v\"", "\"data\""), EINVAL, "path");
+	req_bad(VOL("\"v\"", "\"/\""), EINVAL, "path");
+	req_bad(VOL("\"v\"", "\"/a/../b\""), EINVAL, "path");
+	req_bad(VOL("\"v\"", "\"/a//b\""), EINVAL, "path");
+	req_bad(VOL("\"v\"", "\"/a/./b\""), EINVAL, "path");
+	req_bad(VOL("\"v\"", "\"/a/\""), EINVAL, "path");
+	req_bad(VOL("\"v\"", "\"/a\\u0000b\""), EINVAL, "NUL");
+	req_bad(VOL("\"V\"", "\"/a\""), EINVAL, "`serial`");
+	req_bad(VOL("1", "\"/a\""), EINVAL, "`serial`");
+	req_bad("{\"op\":\"resume\",\"storage\":{\"volumes\":[{\"path\":\"/a\"}]}}", EINVAL,
+		"`serial`");
+#undef VOL
+	char nine[1024] = "{\"op\":\"resume\",\"storage\":{\"volumes\":[";
+	for (int i = 0; i < 9; i++)
+		snprintf(nine + strlen(nine), sizeof(nine) - strlen(nine),
+			 "%s{\"serial\":\"v%d\",\"path\":\"/v%d\"}", i ? "," : "", i, i);
+	strcat(nine, "]}}");
+	req_bad(nine, EINVAL, "more than 8");
+}
+
 /* The resume's "network": dotted quads only, prefix 1-32, all four fields. */
 static void test_resume_network(void **state)
 {
@@ -406,6 +461,7 @@ int main(void)
 		cmocka_unit_test(test_strings),        cmocka_unit_test(test_structure),
 		cmocka_unit_test(test_writer),         cmocka_unit_test(test_requests),
 		cmocka_unit_test(test_resume_network),
+		cmocka_unit_test(test_resume_storage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -112,6 +112,68 @@ static void test_clone_of_a_snapshot(void **state)
 	qemu_argv_free(argv);
 }
 
+/* The virtio-blk devices, in order: what a restore matches against its snapshot. */
+static void devices_of(char **argv, char *out, size_t n)
+{
+	out[0] = '\0';
+	for (size_t i = 0; argv[i] && argv[i + 1]; i++)
+		if (strcmp(argv[i], "-device") == 0 &&
+		    strncmp(argv[i + 1], "virtio-blk-device", 17) == 0) {
+			strncat(out, argv[i + 1], n - strlen(out) - 2);
+			strcat(out, ";");
+		}
+}
+
+/* Placeholders in the snapshot, images in a clone, the same devices either way. */
+static void test_drives_are_placeholders_or_images(void **state)
+{
+	struct qemu_launch snap = { .m = &tcg_serial, .qemu_bin = "q", .name = "prep-1",
+				    .ram_fd = 10, .rootfs_fd = 11 };
+	char **a = qemu_argv(&snap);
+	char want[2048], got[2048];
+	devices_of(a, want, sizeof(want));
+	assert_string_equal(want,
+			    "virtio-blk-device,drive=root;"
+			    "virtio-blk-device,drive=drive0,serial=sandbox-drive0,write-cache=on;"
+			    "virtio-blk-device,drive=drive1,serial=sandbox-drive1,write-cache=on;"
+			    "virtio-blk-device,drive=drive2,serial=sandbox-drive2,write-cache=on;"
+			    "virtio-blk-device,drive=drive3,serial=sandbox-drive3,write-cache=on;"
+			    "virtio-blk-device,drive=drive4,serial=sandbox-drive4,write-cache=on;");
+	assert_string_equal(value_of(a, "-blockdev", NULL),
+			    "driver=null-co,node-name=drive0,size=1099511627776,read-zeroes=on");
+	assert_null(value_of(a, "-add-fd", "fd=10"));
+	qemu_argv_free(a);
+
+	struct qemu_drives d = { .fd = { 40, -1, 41, 42, -1 },
+				 .ro = { false, false, false, true, false },
+				 .overlay = { -1, -1, -1, 43, -1 } };
+	struct qemu_launch clone = snap;
+	clone.incoming = true;
+	clone.drives = &d;
+	a = qemu_argv(&clone);
+	devices_of(a, got, sizeof(got));
+	assert_string_equal(got, want);
+	/* The disk, read-write, through the descriptor at its number. */
+	assert_string_equal(value_of(a, "-add-fd", "fd=10"), "fd=10,set=2,opaque=drive0");
+	assert_string_equal(value_of(a, "-blockdev", "driver=raw,node-name=drive0"),
+			    "driver=raw,node-name=drive0,read-only=off,file.driver=file,"
+			    "file.filename=/dev/fdset/2,file.locking=off");
+	assert_string_equal(value_of(a, "-blockdev", "driver=null-co,node-name=drive1"),
+			    "driver=null-co,node-name=drive1,size=1099511627776,read-zeroes=on");
+	assert_string_equal(value_of(a, "-blockdev", "driver=raw,node-name=drive2"),
+			    "driver=raw,node-name=drive2,read-only=off,file.driver=file,"
+			    "file.filename=/dev/fdset/6,file.locking=off");
+	/* A read-only volume: its image read-only, under a qcow2 overlay of its own. */
+	assert_string_equal(value_of(a, "-blockdev", "driver=raw,node-name=image3"),
+			    "driver=raw,node-name=image3,read-only=on,file.driver=file,"
+			    "file.filename=/dev/fdset/8,file.locking=off");
+	assert_string_equal(value_of(a, "-add-fd", "fd=18"), "fd=18,set=9,opaque=overlay3");
+	assert_string_equal(value_of(a, "-blockdev", "driver=qcow2"),
+			    "driver=qcow2,node-name=drive3,backing=image3,file.driver=file,"
+			    "file.filename=/dev/fdset/9,file.locking=off");
+	qemu_argv_free(a);
+}
+
 static void test_snapshot_boot_shares_its_ram_file(void **state)
 {
 	struct qemu_launch l = {
@@ -247,6 +309,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_clone_of_a_snapshot),
+		cmocka_unit_test(test_drives_are_placeholders_or_images),
 		cmocka_unit_test(test_snapshot_boot_shares_its_ram_file),
 		cmocka_unit_test(test_cold_boot_has_anonymous_ram),
 		cmocka_unit_test(test_kvm_vsock_and_vcpus),
