@@ -36,6 +36,9 @@ struct sandbox_volume {
 	bool read_only;
 };
 #define SANDBOX_VOLUMES_MAX 8
+/* The extended attribute of a volume image a VM has had read-write: its filesystem is
+ * whatever a guest kernel wrote, and the host's kernel (the jail's mounts) does not parse it. */
+#define DRIVER_XATTR_GUEST_WRITTEN "trusted.agent-sandbox.guest-written"
 
 struct sandbox_spec {
 	struct template *tmpl; /* borrowed; the caller holds a reference until create returns */
@@ -72,6 +75,7 @@ struct driver {
 	const char *isolation; /* "container" (namespaces, shared kernel) or "vm" */
 	bool snapshots;        /* restores from a template snapshot */
 	bool disks;            /* has disk storage and volumes (docs/storage.md) */
+	unsigned max_volumes;  /* volumes a sandbox may mount (at most SANDBOX_VOLUMES_MAX) */
 
 	/* Whether the driver can run on this host; err says what is missing. Blocking. */
 	int (*probe)(const struct config *cfg, struct err *err);

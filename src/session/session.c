@@ -608,6 +608,15 @@ void session_get_or_create(const char *owner, const char *id,
 		cb(NULL, &e, arg);
 		return;
 	}
+	if (volumes && opts->volumes->n > session_mod.drv->max_volumes) {
+		err_set(&e, EINVAL,
+			"a sandbox of the %s driver mounts at most %u volumes, not %u (a VM has "
+			"that many drive slots in its template's snapshot)",
+			session_mod.drv->name, session_mod.drv->max_volumes, opts->volumes->n);
+		net_policy_free(egress);
+		cb(NULL, &e, arg);
+		return;
+	}
 	/* Last, so that nothing can fail between taking the unit and the session holding it:
 	 * the server's cap and the owner's quota, both a 429. */
 	if (quota_admit(owner, QUOTA_SESSIONS, &e) < 0) {

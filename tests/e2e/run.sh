@@ -4,7 +4,8 @@
 #      differs between drivers (tagged `driver`, see tests/integration/runner.py), with
 #      DRIVER=qemu; E2E_ALL=1 runs the whole suite instead;
 #   2. the VM-specific checks of tests/e2e/test_qemu.py (entropy and clock of restored
-#      sessions, shared pages, a killed VM, snapshot reuse and rebuild, a guest that panics).
+#      sessions, shared pages, a killed VM, snapshot reuse and rebuild, a guest that panics)
+#      and test_qemu_storage.py (disks and volumes of VMs).
 # Prints each part's output, then `N passed, N failed, N skipped` summed over both, last.
 # Exits non-zero when a test failed. Fails at once, saying why, when QEMU, the guest kernel,
 # the base template's rootfs.ext4 or the daemon is missing: `make test` installs or builds
@@ -12,7 +13,7 @@
 #
 # Environment: SANDBOXD (default build/src/sandboxd), FIRECRACKER_ARTIFACTS_DIR,
 # E2E_ONLY_VM=1 to skip the integration suite, E2E_ALL=1 to run all of it, E2E_TESTS to name
-# test_qemu tests to run (e.g. RestoreTest.test_snapshot_files).
+# tests of either file to run (e.g. RestoreTest.test_snapshot_files DiskTest).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 
@@ -64,7 +65,7 @@ if [[ ${E2E_ONLY_VM:-0} != 1 ]]; then
 	count "$log" "the integration suite"
 fi
 
-echo "== VM-specific checks (tests/e2e/test_qemu.py)"
+echo "== VM-specific checks (tests/e2e/test_qemu.py, test_qemu_storage.py)"
 read -r -a names <<<"${E2E_TESTS:-}"
 python3 -u - "${names[@]}" <<'PY' 2>&1 | tee "$log"
 import sys
@@ -73,15 +74,20 @@ import unittest
 sys.path[:0] = ["tests/e2e", "tests/integration"]
 import runner  # noqa: E402
 import test_qemu  # noqa: E402
+import test_qemu_storage  # noqa: E402
 
 loader = unittest.defaultTestLoader
+modules = [test_qemu, test_qemu_storage]
 if len(sys.argv) > 1:
-    suite = loader.loadTestsFromNames(sys.argv[1:], test_qemu)
+    # A name is looked up in the module that has its class.
+    suite = unittest.TestSuite(
+        loader.loadTestsFromName(name, m) for name in sys.argv[1:] for m in modules
+        if name.split(".")[0] in vars(m) and vars(m)[name.split(".")[0]].__module__ == m.__name__)
 else:
-    suite = loader.loadTestsFromModule(test_qemu)
+    suite = unittest.TestSuite(loader.loadTestsFromModule(m) for m in modules)
 sys.exit(runner.run(suite))
 PY
-count "$log" "test_qemu.py"
+count "$log" "test_qemu.py and test_qemu_storage.py"
 
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))

@@ -783,6 +783,7 @@ const struct driver driver_jail = {
 	.isolation = "container",
 	.snapshots = false,
 	.disks = true,
+	.max_volumes = SANDBOX_VOLUMES_MAX,
 	.probe = jail_probe,
 	.init = jail_init,
 	.prepare = NULL,

@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -566,6 +567,12 @@ static int drives_open(const struct config *cfg, const struct sandbox_spec *spec
 		}
 		d->fd[slot] = fd;
 		d->ro[slot] = v->read_only;
+		/* A guest's kernel may write anything into it from now on: the host's never
+		 * mounts it again (jail_volume.c). */
+		if (!v->read_only &&
+		    fsetxattr(fd, DRIVER_XATTR_GUEST_WRITTEN, "1", 1, 0) < 0)
+			return err_sys(err, errno,
+				       "qemu: marking the volume for %s as written by a VM", v->path);
 		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > QEMU_SLOT_BYTES)
 			return err_set(err, EINVAL,
 				       "the volume for %s is not an image a VM can bind (a regular "
@@ -746,6 +753,7 @@ const struct driver driver_qemu = {
 	.isolation = "vm",
 	.snapshots = true,
 	.disks = true,
+	.max_volumes = QEMU_VOLUME_SLOTS,
 	.probe = qemu_probe,
 	.init = qemu_init,
 	.prepare = qemu_prepare,
