@@ -534,6 +534,7 @@ static void drives_close(struct qemu_drives *d)
 static int drives_open(const struct config *cfg, const struct sandbox_spec *spec,
 		       struct qemu_drives *d, json_t **ret_storage, struct err *err)
 {
+	*d = (struct qemu_drives){ 0 };
 	for (unsigned i = 0; i < QEMU_DRIVES; i++)
 		d->fd[i] = d->overlay[i] = -1;
 	*ret_storage = NULL;
