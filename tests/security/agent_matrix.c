@@ -182,7 +182,14 @@ static void stop_agent(struct run *r)
 /* Starts op `name` with its usual request; write sends a little data and EOF. */
 static struct guest_op *start_op(struct run *r, const char *name, const struct guest_op_cbs *cbs)
 {
-	json_t *req = json_pack("{s:s}", "op", name);
+	bool storage = strcmp(name, "resume-storage") == 0;
+	json_t *req = json_pack("{s:s}", "op", storage ? "resume" : name);
+	/* A VM's first resume: the storage its agent mounts before answering. */
+	if (storage)
+		json_object_set_new(
+			req, "storage",
+			json_pack("{s:s, s:[{s:s, s:s, s:b}]}", "disk", "sandbox-drive0", "volumes",
+				  "serial", "sandbox-drive1", "path", "/data", "readOnly", 1));
 	if (strcmp(name, "exec") == 0 || strcmp(name, "spawn") == 0)
 		json_object_set_new(req, "argv", json_pack("[s]", "true"));
 	else if (strcmp(name, "attach") == 0 || strcmp(name, "signal") == 0 ||
@@ -221,7 +228,8 @@ static void run_cell(void **state)
 	/* Later contexts follow a first ping that is answered, so the fault is on the op's first
 	 * occurrence, or on the second ping. */
 	int nth = !first && strcmp(c->op, "ping") == 0 ? 2 : 1;
-	snprintf(script, sizeof(script), "%s#%d %s %s", c->op, nth, phase, c->fault);
+	const char *script_op = strcmp(c->op, "resume-storage") == 0 ? "resume" : c->op;
+	snprintf(script, sizeof(script), "%s#%d %s %s", script_op, nth, phase, c->fault);
 
 	struct run r = { .free_on_failure = first };
 	start_agent(&r, script);
@@ -233,7 +241,7 @@ static void run_cell(void **state)
 		assert_true(r.ping_ok);
 		r.ping_done = false;
 	}
-	bool control = strcmp(c->op, "resume") == 0 || strcmp(c->op, "ping") == 0;
+	bool control = strncmp(c->op, "resume", 6) == 0 || strcmp(c->op, "ping") == 0;
 	start_op(&r, c->op, control ? &control_cbs : &data_cbs);
 	/* After it, so that the op under test stays its connection's first request. */
 	json_t *hang = json_pack("{s:s}", "op", "hang");
