@@ -273,8 +273,8 @@ static int get_serial(const struct json *o, const char *field, bool required, co
 	size_t n = strlen(*ret);
 	if (!n || n > REQ_MAX_SERIAL || strspn(*ret, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
 		return err_set(err, EINVAL,
-			       "field `%s` must be a drive serial (1 to %d of a-z, 0-9 and -)", field,
-			       REQ_MAX_SERIAL);
+			       "field `%s` must be a drive serial (1 to %d of a-z, 0-9 and -)",
+			       field, REQ_MAX_SERIAL);
 	return 0;
 }
 
@@ -286,7 +286,8 @@ static bool mount_path_ok(const char *p)
 		return false;
 	for (const char *c = p + 1; *c;) {
 		size_t len = strcspn(c, "/");
-		if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+		if (len == 0 || (len == 1 && c[0] == '.') ||
+		    (len == 2 && c[0] == '.' && c[1] == '.'))
 			return false;
 		c += len;
 		if (*c == '/')
@@ -309,7 +310,8 @@ static int parse_storage(const struct json *s, struct req_resume *x, struct err 
 			return wrong_type("storage.volumes", "an array", vols, err);
 		for (const struct json *v = vols->u.kids.first; v; v = v->next) {
 			if (x->nvolumes == REQ_MAX_VOLUMES)
-				return err_set(err, EINVAL, "field `storage.volumes` has more than %d",
+				return err_set(err, EINVAL,
+					       "field `storage.volumes` has more than %d",
 					       REQ_MAX_VOLUMES);
 			if (v->type != JSON_OBJECT)
 				return wrong_type("storage.volumes[]", "an object", v, err);
@@ -319,9 +321,10 @@ static int parse_storage(const struct json *s, struct req_resume *x, struct err 
 			    (r = get_bool(v, "readOnly", &rv->read_only, err)) < 0)
 				return r;
 			if (!mount_path_ok(rv->path))
-				return err_set(err, EINVAL,
-					       "field `storage.volumes[].path` must be an absolute, "
-					       "normalized path other than /");
+				return err_set(
+					err, EINVAL,
+					"field `storage.volumes[].path` must be an absolute, "
+					"normalized path other than /");
 			x->nvolumes++;
 		}
 	}

@@ -130,10 +130,11 @@ static int mountpoint_open(const char *path, struct err *err)
 		int next = openat(dir, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (next < 0) {
 			if (errno == ELOOP || errno == ENOTDIR)
-				return err_set(err, ENOTDIR,
-					       "volume mount point %s: `%s` is not a directory of the "
-					       "template (a symbolic link or a file)",
-					       path, c);
+				return err_set(
+					err, ENOTDIR,
+					"volume mount point %s: `%s` is not a directory of the "
+					"template (a symbolic link or a file)",
+					path, c);
 			return err_sys(err, errno, "volume mount point %s", path);
 		}
 		close(dir);
@@ -174,8 +175,9 @@ int init_storage(struct agent *a, const struct req_resume *x, struct err *err)
 		return err_set(err, EALREADY, "the storage was set up already");
 	done = true; /* a half-made one is not made again */
 	if (x->nvolumes && !x->disk_serial)
-		return err_set(err, EINVAL, "volumes need the disk (their mount points are made "
-					    "in the root)");
+		return err_set(err, EINVAL,
+			       "volumes need the disk (their mount points are made "
+			       "in the root)");
 	/* The agent works on files as the command user; this is root's work. */
 	int fsuid = setfsuid(0), fsgid = setfsgid(0);
 	int r = 0;

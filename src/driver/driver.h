@@ -21,7 +21,7 @@ struct sandbox_limits {
 	uint64_t cpu_period_us;
 	uint32_t pids_max;        /* pids cgroup limit (0: none) */
 	uint64_t workspace_bytes; /* size of the /workspace tmpfs, or of the disk (below) */
-	bool disk; /* a disk of workspace_bytes under the root and /workspace (storage.md) */
+	bool disk;        /* a disk of workspace_bytes under the root and /workspace (storage.md) */
 	uint32_t nofile;  /* RLIMIT_NOFILE inside the sandbox */
 	unsigned vcpus;   /* VM drivers */
 	unsigned mem_mib; /* VM drivers: guest RAM */
@@ -67,7 +67,7 @@ struct sandbox {
 	/* Fields the driver adds to the agent's first `resume` (owned; NULL: none): a VM's
 	 * storage, which its guest mounts then (qemu: "storage", guest/proto.h). */
 	json_t *resume_extra;
-	void *priv;     /* driver state */
+	void *priv; /* driver state */
 };
 
 struct driver {

@@ -186,10 +186,10 @@ static struct guest_op *start_op(struct run *r, const char *name, const struct g
 	json_t *req = json_pack("{s:s}", "op", storage ? "resume" : name);
 	/* A VM's first resume: the storage its agent mounts before answering. */
 	if (storage)
-		json_object_set_new(
-			req, "storage",
-			json_pack("{s:s, s:[{s:s, s:s, s:b}]}", "disk", "sandbox-drive0", "volumes",
-				  "serial", "sandbox-drive1", "path", "/data", "readOnly", 1));
+		json_object_set_new(req, "storage",
+				    json_pack("{s:s, s:[{s:s, s:s, s:b}]}", "disk",
+					      "sandbox-drive0", "volumes", "serial",
+					      "sandbox-drive1", "path", "/data", "readOnly", 1));
 	if (strcmp(name, "exec") == 0 || strcmp(name, "spawn") == 0)
 		json_object_set_new(req, "argv", json_pack("[s]", "true"));
 	else if (strcmp(name, "attach") == 0 || strcmp(name, "signal") == 0 ||

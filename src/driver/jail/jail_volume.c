@@ -96,10 +96,11 @@ static int mount_image(const char *real, struct err *err)
 		return err_sys(err, errno, "jail: volume image");
 	char mark[4];
 	if (fgetxattr(img, DRIVER_XATTR_GUEST_WRITTEN, mark, sizeof(mark)) >= 0)
-		return err_set(err, EPERM,
-			       "this volume was mounted read-write in a VM: its filesystem is what "
-			       "a guest's kernel wrote, which the host's kernel does not mount "
-			       "(use it with the qemu driver, or copy its files into a new volume)");
+		return err_set(
+			err, EPERM,
+			"this volume was mounted read-write in a VM: its filesystem is what "
+			"a guest's kernel wrote, which the host's kernel does not mount "
+			"(use it with the qemu driver, or copy its files into a new volume)");
 	char dev[32];
 	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
 	if (loop < 0)

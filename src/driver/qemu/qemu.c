@@ -558,7 +558,8 @@ static int drives_open(const struct config *cfg, const struct sandbox_spec *spec
 	for (unsigned i = 0; i < spec->nvolumes; i++) {
 		const struct sandbox_volume *v = &spec->volumes[i];
 		unsigned slot = 1 + i;
-		int fd = open(v->image, (v->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+		int fd =
+			open(v->image, (v->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
 		struct stat st;
 		if (fd < 0 || fstat(fd, &st) < 0) {
 			r = err_sys(err, errno, "qemu: volume image for %s", v->path);
@@ -570,17 +571,18 @@ static int drives_open(const struct config *cfg, const struct sandbox_spec *spec
 		d->ro[slot] = v->read_only;
 		/* A guest's kernel may write anything into it from now on: the host's never
 		 * mounts it again (jail_volume.c). */
-		if (!v->read_only &&
-		    fsetxattr(fd, DRIVER_XATTR_GUEST_WRITTEN, "1", 1, 0) < 0)
+		if (!v->read_only && fsetxattr(fd, DRIVER_XATTR_GUEST_WRITTEN, "1", 1, 0) < 0)
 			return err_sys(err, errno,
-				       "qemu: marking the volume for %s as written by a VM", v->path);
+				       "qemu: marking the volume for %s as written by a VM",
+				       v->path);
 		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > QEMU_SLOT_BYTES)
 			return err_set(err, EINVAL,
 				       "the volume for %s is not an image a VM can bind (a regular "
 				       "file of at most %llu bytes)",
 				       v->path, QEMU_SLOT_BYTES);
 		if (v->read_only) {
-			if ((r = qemu_overlay_create(cfg->state_dir, (uint64_t)st.st_size, err)) < 0)
+			if ((r = qemu_overlay_create(cfg->state_dir, (uint64_t)st.st_size, err)) <
+			    0)
 				return r;
 			d->overlay[slot] = r;
 		}

@@ -89,14 +89,14 @@ struct qemu_launch {
  * capability, without -sandbox), with the same descriptors. Nothing in sandboxd sets it. */
 extern bool qemu_bench_unconfined;
 
-#define QEMU_FD_RAM    3
-#define QEMU_FD_ROOTFS 4
-#define QEMU_FD_KERNEL 5
-#define QEMU_FD_TAP    6
-#define QEMU_FD_QMP    7
-#define QEMU_FD_AGENT  8 /* serial channel */
-#define QEMU_FD_VHOST  9 /* vsock channel: the daemon's descriptor of /dev/vhost-vsock */
-#define QEMU_FD_DRIVE0  10 /* QEMU_FD_DRIVE0 + i: drive i's image, when bound */
+#define QEMU_FD_RAM      3
+#define QEMU_FD_ROOTFS   4
+#define QEMU_FD_KERNEL   5
+#define QEMU_FD_TAP      6
+#define QEMU_FD_QMP      7
+#define QEMU_FD_AGENT    8  /* serial channel */
+#define QEMU_FD_VHOST    9  /* vsock channel: the daemon's descriptor of /dev/vhost-vsock */
+#define QEMU_FD_DRIVE0   10 /* QEMU_FD_DRIVE0 + i: drive i's image, when bound */
 #define QEMU_FD_OVERLAY0 (QEMU_FD_DRIVE0 + QEMU_DRIVES) /* + i: drive i's overlay */
 
 /* What QEMU's own seccomp filter forbids besides its default: obsolete calls, any change of

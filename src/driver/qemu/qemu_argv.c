@@ -59,8 +59,8 @@ static void add_drives(struct argv *a, const struct qemu_drives *d)
 				       over ? "image" : "drive", i, d->ro[i] ? "on" : "off", set));
 			if (over) {
 				add2(a, "-add-fd",
-				     xasprintf("fd=%u,set=%u,opaque=overlay%u", QEMU_FD_OVERLAY0 + i,
-					       set + 1, i));
+				     xasprintf("fd=%u,set=%u,opaque=overlay%u",
+					       QEMU_FD_OVERLAY0 + i, set + 1, i));
 				add2(a, "-blockdev",
 				     xasprintf("driver=qcow2,node-name=drive%u,backing=image%u,"
 					       "file.driver=file,file.filename=/dev/fdset/%u,"
@@ -69,8 +69,8 @@ static void add_drives(struct argv *a, const struct qemu_drives *d)
 			}
 		} else {
 			add2(a, "-blockdev",
-			     xasprintf("driver=null-co,node-name=drive%u,size=%llu,read-zeroes=on", i,
-				       QEMU_SLOT_BYTES));
+			     xasprintf("driver=null-co,node-name=drive%u,size=%llu,read-zeroes=on",
+				       i, QEMU_SLOT_BYTES));
 		}
 		char serial[32];
 		snprintf(serial, sizeof(serial), QEMU_DRIVE_SERIAL, i);

@@ -355,8 +355,9 @@ static void test_resume_storage(void **state)
 	assert_false(r.u.resume.has_storage);
 	req_fini(&r);
 
-#define VOL(serial, path) \
-	"{\"op\":\"resume\",\"storage\":{\"volumes\":[{\"serial\":" serial ",\"path\":" path "}]}}"
+#define VOL(serial, path)                                                                          \
+	"{\"op\":\"resume\",\"storage\":{\"volumes\":[{\"serial\":" serial ",\"path\":" path "}]}" \
+											     "}"
 	req_bad("{\"op\":\"resume\",\"storage\":[]}", EINVAL, "`storage`");
 	req_bad("{\"op\":\"resume\",\"storage\":{\"disk\":\"../vda\"}}", EINVAL, "`disk`");
 	req_bad("{\"op\":\"resume\",\"storage\":{\"disk\":\"\"}}", EINVAL, "`disk`");
@@ -460,8 +461,7 @@ int main(void)
 		cmocka_unit_test(test_values),         cmocka_unit_test(test_integers),
 		cmocka_unit_test(test_strings),        cmocka_unit_test(test_structure),
 		cmocka_unit_test(test_writer),         cmocka_unit_test(test_requests),
-		cmocka_unit_test(test_resume_network),
-		cmocka_unit_test(test_resume_storage),
+		cmocka_unit_test(test_resume_network), cmocka_unit_test(test_resume_storage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

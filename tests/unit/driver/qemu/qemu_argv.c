@@ -127,8 +127,9 @@ static void devices_of(char **argv, char *out, size_t n)
 /* Placeholders in the snapshot, images in a clone, the same devices either way. */
 static void test_drives_are_placeholders_or_images(void **state)
 {
-	struct qemu_launch snap = { .m = &tcg_serial, .qemu_bin = "q", .name = "prep-1",
-				    .ram_fd = 10, .rootfs_fd = 11 };
+	struct qemu_launch snap = {
+		.m = &tcg_serial, .qemu_bin = "q", .name = "prep-1", .ram_fd = 10, .rootfs_fd = 11
+	};
 	char **a = qemu_argv(&snap);
 	char want[2048], got[2048];
 	devices_of(a, want, sizeof(want));
