@@ -131,6 +131,10 @@ struct create_job *session_job_new(struct template *t, struct session *s, struct
 	spec_fill(&j->spec, j->tmpl, j->sandbox_id);
 	if (s)
 		j->spec.limits = s->limits; /* session_limits(), at the session's creation */
+	/* A pooled sandbox gets what a session that asks for nothing gets: its disk too, made
+	 * ahead (session_limits() succeeded for it in pool_refill). */
+	else if (session_limits(t, NULL, &j->spec.limits, NULL) < 0)
+		driver_default_limits(session_mod.cfg, t, &j->spec.limits);
 	if (s && s->volumes)
 		j->spec.volumes = volume_claim_spec(s->volumes, &j->spec.nvolumes);
 	j->s = s;

@@ -125,6 +125,19 @@ class DiskTest(StorageCase):
         status, _, err = d.post("/exec/", body={"storage": "floppy"})
         self.assertEqual(status, 400, err)
 
+    def test_the_warm_pool_makes_disks_ahead(self):
+        d = self.daemon({**ENV, "SANDBOX_WARM_POOL": "1"})
+
+        def pooled():
+            return [e["msg"].split()[2] for e in d.logs()
+                    if e.get("msg", "").startswith("pooled sandbox ")]
+        wait_until(lambda: pooled(), 120, what="a pooled sandbox")
+        sid, body = self.create(d)
+        self.assertIn(sandbox_of(d, sid), pooled(), "not claimed from the pool")
+        self.assertEqual(body.get("storage"), "disk", body)
+        self.assertEqual(self.out(d, sid, "grep ' / ' /proc/mounts | cut -d' ' -f3; "
+                                  "echo x > /usr/pooled && cat /usr/pooled"), "overlay\nx\n")
+
     def test_destroy_frees_the_image_at_once(self):
         d = self.daemon(ENV)
         before = disk_fds(d.proc.pid)
