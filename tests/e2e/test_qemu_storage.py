@@ -131,7 +131,8 @@ class DiskTest(StorageCase):
         def pooled():
             return [e["msg"].split()[2] for e in d.logs()
                     if e.get("msg", "").startswith("pooled sandbox ")]
-        wait_until(lambda: pooled(), 120, what="a pooled sandbox")
+        wait_until(lambda: d.get("/health")[2].get("warmPool") == 1, 120,
+                   what="a ready pooled sandbox")
         sid, body = self.create(d)
         self.assertIn(sandbox_of(d, sid), pooled(), "not claimed from the pool")
         self.assertEqual(body.get("storage"), "disk", body)
