@@ -65,7 +65,8 @@ struct sandbox {
 	pid_t pid;      /* main process: the jail's init or the VMM; 0 if none */
 	json_t *record; /* what cleanup_stale needs after a daemon crash (owned) */
 	/* Fields the driver adds to the agent's first `resume` (owned; NULL: none): a VM's
-	 * storage, which its guest mounts then (qemu: "storage", guest/proto.h). */
+	 * storage, which its guest mounts then (qemu: "storage", guest/proto.h). The warm pool
+	 * sends them ahead, in a resume of its own, and clears them. */
 	json_t *resume_extra;
 	void *priv; /* driver state */
 };

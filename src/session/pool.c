@@ -163,7 +163,15 @@ static void pool_create_done(void *arg)
 		e->conn = session_conn_new(TAKE_FD(j->sb->agent_fd), on_pool_conn_closed, e);
 		e->next = p->entries;
 		p->entries = e;
-		json_t *req = json_pack("{s:s}", "op", "ping");
+		/* A sandbox whose driver has its agent do something first (a VM mounting its
+		 * disk) does it now, with a resume in place of the ping, so that a claim does
+		 * not wait for it; the session's resume then carries no more of it. */
+		json_t *req = json_pack("{s:s}", "op", e->sb->resume_extra ? "resume" : "ping");
+		if (e->sb->resume_extra) {
+			json_object_update(req, e->sb->resume_extra);
+			json_decref(e->sb->resume_extra);
+			e->sb->resume_extra = NULL;
+		}
 		e->ping = guest_op_start(e->conn, req, &pool_ping_cbs, e, &perr);
 		json_decref(req);
 		if (e->ping)
