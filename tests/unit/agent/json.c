@@ -357,7 +357,7 @@ static void test_resume_storage(void **state)
 
 #define VOL(serial, path)                                                                          \
 	"{\"op\":\"resume\",\"storage\":{\"volumes\":[{\"serial\":" serial ",\"path\":" path "}]}" \
-											     "}"
+	"}"
 	req_bad("{\"op\":\"resume\",\"storage\":[]}", EINVAL, "`storage`");
 	req_bad("{\"op\":\"resume\",\"storage\":{\"disk\":\"../vda\"}}", EINVAL, "`disk`");
 	req_bad("{\"op\":\"resume\",\"storage\":{\"disk\":\"\"}}", EINVAL, "`disk`");
