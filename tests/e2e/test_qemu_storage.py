@@ -182,6 +182,30 @@ class DiskTest(StorageCase):
         self.assertEqual(self.out(second, sid2, "ls /workspace"), "")
 
 
+class SystemInstallTest(StorageCase):
+    """apt-get install and a system-wide pip install, offline, by root in a VM of the python
+    template, change only its disk (the jail's test_storage.SystemInstallTest, in a VM)."""
+
+    def test_apt_get_and_pip_install_offline(self):
+        if not os.path.isfile(os.path.join(test_qemu.artifacts(), "templates", "python",
+                                           "rootfs.ext4")):
+            self.skipTest("the python template is not built (templates/build.sh python)")
+        import test_storage  # tests/integration: the package and wheel it builds
+        d = self.daemon(ENV)
+        sid, body = self.create(d, template="python")
+        self.assertEqual(body.get("storage"), "disk", body)
+        self.run_in(d, sid, test_storage.BUILD_DEB)
+        self.run_in(d, sid, test_storage.BUILD_WHEEL)
+        self.run_in(d, sid, "cd /workspace && apt-get install -y ./tiny.deb")
+        self.run_in(d, sid, "python3 -m pip install --no-index --break-system-packages "
+                    "/workspace/tinywheel-1.0-py3-none-any.whl")
+        self.assertEqual(self.out(d, sid, "tiny; cd / && python3 -c 'import tinywheel'"),
+                         "tiny-ok\nwheel-ok\n")
+        other, _ = self.create(d, template="python")
+        self.assertEqual(self.out(d, other, "dpkg -l tiny >/dev/null 2>&1 || echo none"),
+                         "none\n")
+
+
 class VolumeTest(StorageCase):
     """Volumes bound to a VM's drive slots."""
 
