@@ -338,8 +338,10 @@ static void started(int port)
 	}
 }
 
-/* Runs the event loop until the daemon stops; the signal handlers live exactly as long. */
-static void run(void)
+/* The signal handlers, before the port file says the daemon is up: a SIGTERM sent as soon as
+ * it appears must stop the daemon gracefully, not kill it (the default action). Signals that
+ * come before the loop runs wait for it. */
+static void catch_signals(void)
 {
 	D.sigterm = evsignal_new(D.base, SIGTERM, on_stop_signal, NULL);
 	D.sigint = evsignal_new(D.base, SIGINT, on_stop_signal, NULL);
@@ -347,7 +349,11 @@ static void run(void)
 	event_add(D.sigterm, NULL);
 	event_add(D.sigint, NULL);
 	event_add(D.sighup, NULL);
+}
 
+/* Runs the event loop until the daemon stops; the signal handlers live exactly as long. */
+static void run(void)
+{
 	event_base_dispatch(D.base);
 	/* The handlers go away below: a late signal must not kill the process mid-cleanup. */
 	signal(SIGTERM, SIG_IGN);
@@ -431,6 +437,7 @@ int main(int argc, char **argv)
 		goto out_http;
 	}
 	notify_init(D.base);
+	catch_signals();
 	started(port);
 
 	run();

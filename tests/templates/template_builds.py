@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import os
 import subprocess
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -135,6 +136,10 @@ class Build:
             self._lock = None
 
 
+TRANSIENT = ("Temporary failure resolving", "Failed to fetch", "Could not connect to",
+             "Connection timed out")
+
+
 def ensure(name):
     """Builds template `name` unless its build is current; returns a Build holding the
     shared lock. Raises AssertionError (with the end of the builder's output) when the build
@@ -150,10 +155,19 @@ def ensure(name):
     start = time.monotonic()
     env = dict(os.environ)
     env.pop("TEMPLATES_DIR", None)  # the bundled sources, which the key is made of
-    p = subprocess.run(["bash", BUILD_SH, name], env=env, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
+    # The archive's mirror is another host: a name that did not resolve, or a fetch that
+    # failed, is tried again twice (said in the log), anything else fails at once.
+    for attempt in range(3):
+        p = subprocess.run(["bash", BUILD_SH, name], env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=BUILD_TIMEOUT)
+        b.log = p.stdout.decode("utf-8", errors="replace")
+        if p.returncode == 0 or not any(m in b.log for m in TRANSIENT):
+            break
+        print(f"templates/build.sh {name}: the archive could not be reached, again in 10 s",
+              file=sys.stderr, flush=True)
+        time.sleep(10)
     b.seconds = time.monotonic() - start
-    b.log = p.stdout.decode("utf-8", errors="replace")
     if p.returncode != 0:
         tail = "\n".join(b.log.splitlines()[-40:])
         raise AssertionError(f"templates/build.sh {name} failed (exit status {p.returncode}):\n"
