@@ -134,7 +134,10 @@ class DiskTest(StorageCase):
         wait_until(lambda: d.get("/health")[2].get("warmPool") == 1, 120,
                    what="a ready pooled sandbox")
         sid, body = self.create(d)
-        self.assertIn(sandbox_of(d, sid), pooled(), "not claimed from the pool")
+        # What the pool said of its sandboxes, for a failure to show why none was claimed.
+        said = [e["msg"] for e in d.logs() if "pooled sandbox" in e.get("msg", "")
+                or "warm pool" in e.get("msg", "")]
+        self.assertIn(sandbox_of(d, sid), pooled(), f"not claimed from the pool: {said}")
         self.assertEqual(body.get("storage"), "disk", body)
         self.assertEqual(self.out(d, sid, "grep ' / ' /proc/mounts | cut -d' ' -f3; "
                                   "echo x > /usr/pooled && cat /usr/pooled"), "overlay\nx\n")
