@@ -12,7 +12,6 @@ import time
 import unittest
 
 import helpers_exec
-import runner
 from helpers_exec import BASE_ENV, DaemonTestCase, sandbox_of, wait_until
 
 CG = "/sys/fs/cgroup"
@@ -52,7 +51,6 @@ class HibernateTest(DaemonTestCase):
         wait_until(lambda: self.stdout_of(sid, "cat count 2>/dev/null || echo 0").strip()
                    != "0", 30, 0.05, "the counter running")
 
-    @runner.tag("driver")
     def test_processes_end_files_stay_and_a_resume_starts_afresh(self):
         sid = self.session()
         self.run_ok(sid, "echo kept > file && mkdir -p /tmp/t && echo tmp > /tmp/t/f")
