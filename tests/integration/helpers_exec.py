@@ -114,6 +114,14 @@ class DaemonTestCase(unittest.TestCase):
         self.assertEqual(status, 200, body)
         return {s["id"]: s for s in body["sessions"]}
 
+    def metrics(self):
+        """/metrics as {"name{labels}": value}."""
+        status, _, text = self.d.get("/metrics")
+        self.assertEqual(status, 200)
+        text = text.decode() if isinstance(text, bytes) else text
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines() if line and not line.startswith("#")}
+
     # commands
 
     def execute(self, sid, command, http_timeout=60, headers=None, query=None, **fields):

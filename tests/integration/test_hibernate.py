@@ -213,13 +213,6 @@ class HibernateTest(DaemonTestCase):
         self.resume(sid)
         self.assertEqual(self.stdout_of(sid, "cat file"), "kept\n")
 
-    def metrics(self):
-        status, _, text = self.d.get("/metrics")
-        self.assertEqual(status, 200)
-        text = text.decode() if isinstance(text, bytes) else text
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines() if line and not line.startswith("#")}
-
     def test_metrics(self):
         sid = self.session()
         self.run_ok(sid, "true")

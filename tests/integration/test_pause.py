@@ -154,13 +154,6 @@ class PauseTest(DaemonTestCase):
         self.assertEqual(status, 200)
 
 
-    def metrics(self):
-        status, _, text = self.d.get("/metrics")
-        self.assertEqual(status, 200)
-        text = text.decode() if isinstance(text, bytes) else text
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines() if line and not line.startswith("#")}
-
     def test_metrics_count_pauses_resumes_and_refusals(self):
         sid = self.session()
         self.run_ok(sid, "true")
