@@ -172,6 +172,21 @@ class UserNamespaceTest(JailCase):
             self.assertNotIn(host_path, info)
 
 
+    def test_the_shared_sysfs_is_read_only_even_to_root(self):
+        # Every sandbox's /sys is a clone of one sysfs (jail_userns.c): root inside may not
+        # write it, remount it writable, or change what another sandbox sees through it.
+        a, b = self.session(), self.session()
+        for command in ("echo 1 > /sys/kernel/mm/ksm/run", "mount -o remount,rw /sys",
+                        "touch /sys/x"):
+            status, _, body = self.d.post(f"/exec/{a}/execute",
+                                          {"command": command, "user": "root"})
+            self.assertEqual(status, 200, body)
+            self.assertNotEqual(body["exitCode"], 0, command)
+        self.d.post(f"/exec/{a}/execute", {"command": "umount -l /sys", "user": "root"})
+        self.assertEqual(self.ok(b, "ls /sys/class/net | wc -l").strip(), "0")
+        self.assertEqual(self.ok(b, "awk '$5 == \"/sys\"' /proc/self/mountinfo | wc -l").strip(),
+                         "1")
+
     def test_network_sysctls_of_the_command_user(self):
         # Written through the sandbox's own procfs (jail_plan.c): low ports and ping for the
         # command user, in this sandbox's network namespace; the host's stay as they were.
