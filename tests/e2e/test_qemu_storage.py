@@ -131,8 +131,15 @@ class DiskTest(StorageCase):
         def pooled():
             return [e["msg"].split()[2] for e in d.logs()
                     if e.get("msg", "").startswith("pooled sandbox ")]
-        wait_until(lambda: d.get("/health")[2].get("warmPool") == 1, 120,
-                   what="a ready pooled sandbox")
+        def base_ready():
+            # The pool fills every template's; the session below is base's, so wait for
+            # all made so far to be ready, base's among them (not just the first one).
+            made = [e["msg"] for e in d.logs()
+                    if e.get("msg", "").startswith("pooled sandbox ")
+                    and " created in " in e["msg"]]
+            return (any(" for base " in m for m in made)
+                    and d.get("/health")[2].get("warmPool") >= len(made))
+        wait_until(base_ready, 180, what="a ready pooled sandbox of base")
         sid, body = self.create(d)
         # What the pool said of its sandboxes, for a failure to show why none was claimed.
         said = [e["msg"] for e in d.logs() if "pooled sandbox" in e.get("msg", "")
