@@ -591,7 +591,7 @@ static void pause_now(struct pause_req *q)
 {
 	struct ops_target t = { .owner = q->owner, .session_id = q->sid };
 	struct err e;
-	if (ops_pause_session(&t, q->pause, on_pause_done, q, &e) < 0)
+	if (ops_pause_session_mode(&t, q->pause, SESSION_PAUSE_KEEP, on_pause_done, q, &e) < 0)
 		on_pause_done(NULL, &e, q);
 }
 

@@ -116,13 +116,16 @@ struct driver {
 	 * use no CPU meanwhile. NULL when the driver cannot. Blocking (briefly): a worker's. */
 	int (*pause)(struct sandbox *sb, bool pause, struct err *err);
 
-	/* Hibernation (docs/lifecycle.md); NULL when the driver cannot. Ends every process of
-	 * the sandbox (frozen or not) and frees all it holds but its disk, kept as a file, and
-	 * its ids; on success sb is freed and *ret_keep (owned) is what a later create needs
-	 * (sandbox_spec.hibernated): a JSON object the caller may store. On failure (a sandbox
-	 * without a disk, with volumes, a disk that cannot be kept) the sandbox is untouched.
-	 * Blocking. */
+	/* Hibernation (docs/lifecycle.md); NULL when the driver cannot. Ends the sandbox (frozen
+	 * or not) and frees all it holds but what it keeps on disk (the jail: its disk, and its
+	 * ids; a VM: all of it, RAM included, see hibernate_keeps_processes); on success sb is
+	 * freed and *ret_keep (owned) is what a later create needs (sandbox_spec.hibernated): a
+	 * JSON object the caller may store. On failure (a sandbox without a disk, with volumes, a
+	 * disk that cannot be kept) the sandbox is untouched. Blocking. */
 	int (*hibernate)(struct sandbox *sb, json_t **ret_keep, struct err *err);
+	/* Whether a hibernated sandbox's processes carry on after its resume (a VM saved whole:
+	 * qemu), or were ended (the jail keeps only the disk). */
+	bool hibernate_keeps_processes;
 	/* After a restart: takes back what a hibernated sandbox keeps (its ids), before any
 	 * sandbox is made; EBUSY/ENOENT when it cannot. Blocking, brief. */
 	int (*hibernated_claim)(const json_t *keep, struct err *err);

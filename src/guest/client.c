@@ -571,6 +571,17 @@ void guest_conn_set_liveness(struct guest_conn *c, uint64_t interval_ms, uint64_
 		live_arm(c, timeout_ms);
 }
 
+uint32_t guest_conn_next_channel(const struct guest_conn *c)
+{
+	return c->next_channel;
+}
+
+void guest_conn_set_next_channel(struct guest_conn *c, uint32_t next)
+{
+	if (next > c->next_channel)
+		c->next_channel = next;
+}
+
 bool guest_conn_alive(struct guest_conn *c)
 {
 	return c && !c->dead;

@@ -77,6 +77,12 @@ void guest_conn_set_liveness(struct guest_conn *c, uint64_t interval_ms, uint64_
 /* Whether the connection is still usable. */
 bool guest_conn_alive(struct guest_conn *c);
 
+/* The channel id the next operation gets; setting it (never lower) makes a new connection go
+ * on from an earlier one's, so that what an agent restored with a VM still had queued for
+ * the old connection is for channels not open on this one. */
+uint32_t guest_conn_next_channel(const struct guest_conn *c);
+void guest_conn_set_next_channel(struct guest_conn *c, uint32_t next);
+
 /* Number of operations in flight. */
 size_t guest_conn_ops(struct guest_conn *c);
 

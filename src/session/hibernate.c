@@ -7,7 +7,9 @@
  * same path as a creation (the session is `creating` meanwhile, and its operations wait for
  * it); if that fails before the new sandbox exists the session stays hibernated. Destroying
  * a hibernated session frees the kept disk, except when the daemon stops: then it is kept. */
+#include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +44,12 @@ bool session_has_disk(const struct session *s)
 	       s->sb->driver->disk_usage(s->sb, &used, &size) == 0;
 }
 
+bool session_can_hibernate(const struct session *s)
+{
+	return s->sb && s->sb->driver->hibernate && !s->volumes &&
+	       (s->sb->driver->hibernate_keeps_processes || session_has_disk(s));
+}
+
 /* --- the state database's record ---------------------------------------------------- */
 
 /* What a restart needs to put the session back as it was asked for. */
@@ -58,6 +66,21 @@ static json_t *record_of(const struct session *s)
 			  (json_int_t)r->memory_bytes, "cpuQuotaUs", (json_int_t)r->cpu_quota_us,
 			  "diskBytes", (json_int_t)r->workspace_bytes, "pidsMax",
 			  (json_int_t)r->pids_max, "storage", (int)r->storage);
+	if (s->next_channel)
+		json_object_set_new(j, "nextChannel", json_integer(s->next_channel));
+	/* What its clients hold: its preview name and the tokens made from its secret (the
+	 * state database is root's alone, as the keys' are), and the E2B API's view of it. */
+	char secret[2 * SESSION_SECRET_LEN + 1];
+	for (size_t i = 0; i < SESSION_SECRET_LEN; i++)
+		snprintf(secret + 2 * i, 3, "%02x", s->secret[i]);
+	json_object_set_new(j, "previewName", json_string(s->preview_name));
+	json_object_set_new(j, "secret", json_string(secret));
+	if (s->deadline_ms)
+		json_object_set_new(j, "deadlineMs", json_integer((json_int_t)s->deadline_ms));
+	if (s->metadata)
+		json_object_set(j, "metadata", s->metadata);
+	if (s->alias)
+		json_object_set_new(j, "alias", json_string(s->alias));
 	if (s->egress_spec)
 		json_object_set(j, "egress", s->egress_spec);
 	return j;
@@ -210,6 +233,10 @@ static void hibernate_done(void *arg)
 	sqlite3 *db = store_db();
 	bool txn = db && sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
 	store_sandbox_delete(j->sandbox_id);
+	/* A restored VM's agent may still send what it had queued for this connection: the
+	 * next one goes on with its channel numbers, so that none of it is taken for a reply. */
+	if (s->conn)
+		s->next_channel = guest_conn_next_channel(s->conn);
 	guest_conn_free(s->conn);
 	s->conn = NULL;
 	s->kept = j->kept;
@@ -322,6 +349,21 @@ static uint64_t uint_of(const json_t *o, const char *key)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
+/* n bytes from 2n hex digits (exactly); false for anything else. */
+static bool hex_bytes(const char *hex, uint8_t *out, size_t n)
+{
+	if (!hex || strlen(hex) != 2 * n)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		if (!isxdigit((unsigned char)hex[2 * i]) ||
+		    !isxdigit((unsigned char)hex[2 * i + 1]) || sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return false;
+		out[i] = (uint8_t)v;
+	}
+	return true;
+}
+
 /* One record back in the table; false (with err) when it cannot be. */
 static bool restore_one(const char *owner, const char *id, json_t *rec, struct err *err)
 {
@@ -358,8 +400,20 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 	if (quota_admit(owner, QUOTA_SESSIONS, &over) < 0)
 		log_warn("session", "hibernated session %s is back beyond its owner's cap: %s", id,
 			 over.msg);
-	struct session *s = session_table_add(owner, id, t);
+	uint8_t secret[SESSION_SECRET_LEN];
+	bool has_secret = hex_bytes(json_string_value(json_object_get(rec, "secret")), secret,
+				    sizeof(secret));
+	struct session *s = session_table_add_as(
+		owner, id, t, json_string_value(json_object_get(rec, "previewName")),
+		has_secret ? secret : NULL);
 	s->state = SESSION_PAUSED;
+	s->deadline_ms = uint_of(rec, "deadlineMs");
+	json_t *meta = json_object_get(rec, "metadata");
+	if (json_is_object(meta))
+		s->metadata = json_deep_copy(meta);
+	const char *alias = json_string_value(json_object_get(rec, "alias"));
+	if (alias)
+		s->alias = xstrdup(alias);
 	s->hibernated = true;
 	s->kept = json_incref(kept);
 	s->resources = r;
@@ -367,6 +421,8 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 	s->created_ms = uint_of(rec, "createdMs") ? uint_of(rec, "createdMs") : s->created_ms;
 	s->paused_ms = uint_of(rec, "pausedMs");
 	s->auto_paused = json_is_true(json_object_get(rec, "autoPaused"));
+	json_int_t next = json_integer_value(json_object_get(rec, "nextChannel"));
+	s->next_channel = next > 0 && next < UINT32_MAX / 2 ? (uint32_t)next : 0;
 	if (uint_of(rec, "idleTimeout"))
 		s->idle_timeout_s = (unsigned)uint_of(rec, "idleTimeout");
 	const char *ot = json_string_value(json_object_get(rec, "onTimeout"));

@@ -50,6 +50,12 @@ void session_add_waiter(struct session *s, session_ready_fn cb, void *arg);
 void session_create_done(void *arg);
 /* A new session object, in the table, holding a unit of the owner's QUOTA_SESSIONS. */
 struct session *session_table_add(const char *owner, const char *id, struct template *t);
+/* session_table_add for a session put back after a restart (hibernate.c): with the preview
+ * name and secret it had (the names and tokens its clients hold), when they are valid and
+ * the name is free; else new ones. */
+struct session *session_table_add_as(const char *owner, const char *id, struct template *t,
+				     const char *preview_name,
+				     const uint8_t secret[SESSION_SECRET_LEN]);
 
 /* --- hibernate.c ---------------------------------------------------------------------- */
 

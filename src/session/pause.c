@@ -158,6 +158,12 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 		session_wake(s, cb, arg);
 		return;
 	}
+	/* E2B's pause: its processes must carry on. */
+	if (pause && mode == SESSION_PAUSE_KEEP)
+		mode = s->sb && s->sb->driver->hibernate_keeps_processes &&
+				       session_can_hibernate(s) && !s->running
+			       ? SESSION_PAUSE_HIBERNATE
+			       : SESSION_PAUSE_FREEZE;
 	if (!pause || mode == SESSION_PAUSE_FREEZE) {
 		session_freeze(s, pause, cb, arg);
 		return;
@@ -170,7 +176,7 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 			"the %s driver cannot hibernate sessions (mode \"freeze\" "
 			"pauses them)",
 			s->sb->driver->name);
-	else if (!session_has_disk(s))
+	else if (!s->sb->driver->hibernate_keeps_processes && !session_has_disk(s))
 		err_set(&e, EINVAL,
 			"only a session with a disk (\"storage\": \"disk\") can be hibernated; "
 			"mode \"freeze\" pauses this one");

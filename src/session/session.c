@@ -378,6 +378,10 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 	s->attach_mono_ms = time_mono_ms();
 	s->sb = sb;
 	s->conn = conn;
+	if (s->next_channel && conn) {
+		guest_conn_set_next_channel(conn, s->next_channel);
+		s->next_channel = 0;
+	}
 	free(s->sandbox_id);
 	s->sandbox_id = xstrdup(sb->id);
 	struct err e;
@@ -662,7 +666,23 @@ void session_get_or_create(const char *owner, const char *id,
 	session_start(s, t, opts, egress);
 }
 
+static struct session *table_add(const char *owner, const char *id, struct template *t,
+				 const char *preview_name, const uint8_t *secret);
+
 struct session *session_table_add(const char *owner, const char *id, struct template *t)
+{
+	return table_add(owner, id, t, NULL, NULL);
+}
+
+struct session *session_table_add_as(const char *owner, const char *id, struct template *t,
+				     const char *preview_name,
+				     const uint8_t secret[SESSION_SECRET_LEN])
+{
+	return table_add(owner, id, t, preview_name, secret);
+}
+
+static struct session *table_add(const char *owner, const char *id, struct template *t,
+				 const char *preview_name, const uint8_t *secret)
 {
 	struct session *s = xcalloc(1, sizeof(*s));
 	s->refs = 1; /* the table's */
@@ -674,6 +694,11 @@ struct session *session_table_add(const char *owner, const char *id, struct temp
 	s->idle_timeout_s = session_mod.cfg->idle_timeout_s;
 	s->env = json_object();
 	session_preview_init(s);
+	if (preview_name && secret && session_preview_label_ok(preview_name) &&
+	    !session_find_preview(preview_name)) {
+		snprintf(s->preview_name, sizeof(s->preview_name), "%s", preview_name);
+		memcpy(s->secret, secret, SESSION_SECRET_LEN);
+	}
 	table_insert(s);
 	return s;
 }
@@ -830,14 +855,19 @@ json_t *session_json(const struct session *s)
 		json_object_set_new(j, "pauseMode",
 				    json_string(s->hibernated ? "hibernate" : "freeze"));
 		/* Said in every answer: what a resume gives back differs. */
-		json_object_set_new(j, "processesKept", json_boolean(!s->hibernated));
+		bool whole = session_mod.drv->hibernate_keeps_processes;
+		json_object_set_new(j, "processesKept", json_boolean(!s->hibernated || whole));
 		if (s->hibernated)
 			json_object_set_new(
 				j, "note",
 				json_string(
-					"hibernated: every process of the session was ended and "
-					"its memory freed; its files are kept on disk, and a "
-					"resume starts it afresh over them"));
+					whole ? "hibernated: the whole VM (its memory, processes "
+						"and files) was saved to disk and its VMM ended; "
+						"a resume restores it and its processes carry on"
+					      : "hibernated: every process of the session was "
+						"ended and its memory freed; its files are kept "
+						"on disk, and a resume starts it afresh over "
+						"them"));
 	}
 	json_object_set_new(
 		j, "onTimeout",
@@ -892,7 +922,7 @@ static void session_timeout(struct session *s, const char *why)
 	if (s->running || s->transition)
 		return;
 	/* Hibernated where it can be (no memory while paused), else frozen. */
-	bool hibernate = session_mod.drv->hibernate && session_has_disk(s) && !s->volumes;
+	bool hibernate = session_can_hibernate(s);
 	log_info("session", "session %s: %s: %s it (onTimeout pause)", s->id, why,
 		 hibernate ? "hibernating" : "pausing");
 	session_pause_mode(s, true, hibernate ? SESSION_PAUSE_HIBERNATE : SESSION_PAUSE_FREEZE,

@@ -94,7 +94,8 @@ struct session {
 	 * runs, resuming while a new sandbox is made over the disk (state creating). */
 	bool hibernated, hibernating, resuming;
 	json_t *kept;
-	json_t *egress_spec; /* the egress policy it asked for at creation (a copy), or NULL */
+	uint32_t next_channel; /* its last connection's next channel id (hibernate.c), or 0 */
+	json_t *egress_spec;   /* the egress policy it asked for at creation (a copy), or NULL */
 	/* The E2B API's view (api/e2b.c): an absolute deadline (wall clock ms, 0: none) that
 	 * replaces the idle timeout, the client's metadata (object of strings) and the template
 	 * id it asked for (an alias of tmpl's name, or NULL). */
@@ -206,13 +207,20 @@ void session_pause(struct session *s, bool pause,
 		   void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);
 
 /* How a session is paused (docs/lifecycle.md): frozen (its processes stop, memory kept), or
- * hibernated (jail with a disk: its processes are ended and its sandbox freed, its disk kept
- * on the host, so that it costs no memory; it survives a daemon restart, and a resume starts
- * a fresh agent over the same disk). */
+ * hibernated (its sandbox freed, so that it costs no memory, and kept on disk: it survives a
+ * daemon restart. qemu: the whole VM, and a resume restores it, its processes carrying on;
+ * jail with a disk: its disk only, its processes are ended, and a resume starts a fresh agent
+ * over the same disk). SESSION_PAUSE_KEEP: hibernated where the processes carry on after it
+ * (qemu), else frozen: what E2B's pause is. */
 enum session_pause_mode {
 	SESSION_PAUSE_FREEZE,
 	SESSION_PAUSE_HIBERNATE,
+	SESSION_PAUSE_KEEP,
 };
+
+/* Whether the session can be hibernated now, as far as its sandbox goes (a driver that can,
+ * a disk where the driver keeps only that, no volumes). */
+bool session_can_hibernate(const struct session *s);
 
 /* session_pause with a mode. Hibernating: a ready or frozen session with no operation in
  * flight (EBUSY), of a driver that can (ENOTSUP, also for a session without a disk or with

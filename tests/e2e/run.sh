@@ -5,7 +5,8 @@
 #      DRIVER=qemu; E2E_ALL=1 runs the whole suite instead;
 #   2. the VM-specific checks of tests/e2e/test_qemu.py (entropy and clock of restored
 #      sessions, shared pages, a killed VM, snapshot reuse and rebuild, a guest that panics)
-#      and test_qemu_storage.py (disks and volumes of VMs).
+#      , test_qemu_storage.py (disks and volumes of VMs) and test_qemu_lifecycle.py
+#      (hibernation: a VM saved whole to disk, resumed with its processes running).
 # Prints each part's output, then `N passed, N failed, N skipped` summed over both, last.
 # Exits non-zero when a test failed. Fails at once, saying why, when QEMU, the guest kernel,
 # the base template's rootfs.ext4 or the daemon is missing: `make test` installs or builds
@@ -65,7 +66,7 @@ if [[ ${E2E_ONLY_VM:-0} != 1 ]]; then
 	count "$log" "the integration suite"
 fi
 
-echo "== VM-specific checks (tests/e2e/test_qemu.py, test_qemu_storage.py)"
+echo "== VM-specific checks (tests/e2e/test_qemu.py, test_qemu_storage.py, test_qemu_lifecycle.py)"
 read -r -a names <<<"${E2E_TESTS:-}"
 python3 -u - "${names[@]}" <<'PY' 2>&1 | tee "$log"
 import sys
@@ -74,10 +75,11 @@ import unittest
 sys.path[:0] = ["tests/e2e", "tests/integration"]
 import runner  # noqa: E402
 import test_qemu  # noqa: E402
+import test_qemu_lifecycle  # noqa: E402
 import test_qemu_storage  # noqa: E402
 
 loader = unittest.defaultTestLoader
-modules = [test_qemu, test_qemu_storage]
+modules = [test_qemu, test_qemu_storage, test_qemu_lifecycle]
 if len(sys.argv) > 1:
     # A name is looked up in the module that has its class.
     suite = unittest.TestSuite(
@@ -87,7 +89,7 @@ else:
     suite = unittest.TestSuite(loader.loadTestsFromModule(m) for m in modules)
 sys.exit(runner.run(suite))
 PY
-count "$log" "test_qemu.py and test_qemu_storage.py"
+count "$log" "test_qemu.py, test_qemu_storage.py and test_qemu_lifecycle.py"
 
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))

@@ -321,12 +321,15 @@ class HibernatedAcrossRestartsTest(unittest.TestCase):
         self.assertEqual((status, body.get("exitCode")), (200, 0), body)
         status, _, body = d.post(f"/exec/{sid}/pause", body=HIBERNATE)
         self.assertEqual(status, 200, body)
+        self.preview_name = body["previewName"]
 
     def check_resumes(self, d, sid):
         status, _, listed = d.get("/exec/")
         mine = {s["id"]: s for s in listed["sessions"]}
         self.assertEqual((mine[sid]["state"], mine[sid]["pauseMode"]), ("paused", "hibernate"))
         self.assertEqual(mine[sid]["onTimeout"], "pause")
+        # The name its previews and E2B clients reach it by is its own still.
+        self.assertEqual(mine[sid]["previewName"], self.preview_name)
         status, _, body = d.post(f"/exec/{sid}/resume")
         self.assertEqual(status, 200, body)
         status, _, body = d.post(f"/exec/{sid}/execute", body={"command": "cat file; echo $WHO"})

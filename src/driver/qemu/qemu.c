@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -41,13 +42,23 @@
 #define AGENT_CONNECT_TIMEOUT_MS 10000
 #define COLD_BOOT_TIMEOUT_MS     120000
 #define RESTORE_TIMEOUT_MS       30000
+/* A hibernated VM's stream holds all its RAM. */
+#define RESUME_TIMEOUT_MS 120000
 /* How long cleanup_stale waits for a killed leftover QEMU to exit. */
 
 /* The per-driver state of a sandbox (sandbox->priv). */
 struct qemu_sb {
 	struct qemu_vm *vm;
 	struct cgroup *cg;
-	int disk_fd; /* the disk's image (-1: none), closed once QEMU is gone */
+	int disk_fd;     /* the disk's image (-1: none), closed once QEMU is gone */
+	bool disk_named; /* a resumed VM's: the image has a name (qemu_keep_take_disk) */
+	/* What a hibernation saves besides the VM (qemu_keep.c): the machine it runs as
+	 * (m.cmdline owned), the template image its guest runs on, whether it has volumes
+	 * (then it cannot be), and whether it is frozen (a failed save leaves it so). */
+	struct qemu_machine m;
+	int rootfs_fd;
+	unsigned nvolumes;
+	bool frozen;
 };
 
 static struct {
@@ -55,6 +66,7 @@ static struct {
 	bool probed;
 	bool initialised;
 	struct qemu_host h;
+	char *state_dir;   /* SANDBOX_STATE_DIR: hibernated VMs are kept in it */
 	char kvm_why[160]; /* why KVM is not used, for the log and for auto's verdict */
 } Q = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -296,6 +308,9 @@ static int init_locked(const struct config *cfg, struct err *err)
 	if (r < 0)
 		return r;
 	sweep_builds(&Q.h);
+	free(Q.state_dir);
+	Q.state_dir = xstrdup(cfg->state_dir);
+	qemu_keep_sweep(Q.state_dir);
 	Q.initialised = true;
 	return 0;
 }
@@ -374,6 +389,13 @@ struct boot_source {
 	struct qemu_snap snap;     /* restore */
 	struct qemu_snap_key cold; /* cold boot: the machine */
 	int rootfs_fd;             /* cold boot: the image */
+	/* A hibernated VM's resume (restore too): the saved VM, and its RAM's backing (the
+	 * template snapshot's when it has the size, which the stream then mostly matches, else
+	 * a memfd of its own). */
+	bool saved;
+	struct qemu_kept kept;
+	bool snap_held;
+	int ram_fd;
 };
 
 static int source_get(const struct qemu_host *h, const struct qemu_want *w,
@@ -402,7 +424,13 @@ static int source_get(const struct qemu_host *h, const struct qemu_want *w,
 
 static void source_release(struct boot_source *src)
 {
-	if (src->restore) {
+	if (src->saved) {
+		qemu_kept_close(&src->kept);
+		if (src->snap_held)
+			qemu_snap_release(&src->snap);
+		else if (src->ram_fd >= 0)
+			close(TAKE_FD(src->ram_fd));
+	} else if (src->restore) {
 		qemu_snap_release(&src->snap);
 	} else {
 		qemu_key_free(&src->cold);
@@ -414,7 +442,50 @@ static void source_release(struct boot_source *src)
 /* The machine the sandbox starts as: the snapshot's, or the cold boot's. */
 static const struct qemu_machine *source_machine(const struct boot_source *src)
 {
+	if (src->saved)
+		return &src->kept.m;
 	return src->restore ? &src->snap.key.m : &src->cold.m;
+}
+
+/* The RAM a launch maps, and the image its root is. */
+static int source_ram_fd(const struct boot_source *src)
+{
+	if (src->saved)
+		return src->snap_held ? src->snap.ram_fd : src->ram_fd;
+	return src->restore ? src->snap.ram_fd : -1;
+}
+
+static int source_rootfs_fd(const struct boot_source *src)
+{
+	if (src->saved)
+		return src->kept.rootfs_fd;
+	return src->restore ? src->snap.rootfs_fd : src->rootfs_fd;
+}
+
+/* A hibernated VM to resume: its saved files, and RAM of its size to restore into. */
+static int source_saved(const struct qemu_host *h, const struct qemu_want *w,
+			const struct sandbox_spec *spec, struct boot_source *src, struct err *err)
+{
+	*src = (struct boot_source){
+		.restore = true, .saved = true, .rootfs_fd = -1, .ram_fd = -1
+	};
+	int r = qemu_keep_open(h, Q.state_dir, spec->hibernated, spec->tmpl->rootfs_img, &src->kept,
+			       err);
+	if (r < 0)
+		return err_wrap(err, "resuming");
+	struct err why;
+	if (qemu_snap_acquire(h, w, &src->snap, &why) == 0) {
+		if (src->snap.key.m.mem_mib == src->kept.m.mem_mib) {
+			src->snap_held = true;
+			return 0;
+		}
+		qemu_snap_release(&src->snap);
+	}
+	/* Every page the stream loads is then a page of this VM's own. */
+	src->ram_fd = memfd_create("qemu-ram", MFD_CLOEXEC);
+	if (src->ram_fd < 0 || ftruncate(src->ram_fd, (off_t)src->kept.m.mem_mib << 20) < 0)
+		return err_sys(err, errno, "qemu: guest RAM for the resume");
+	return 0;
 }
 
 /* Brings a started VM to a connected agent: restores the snapshot (when there is one) and
@@ -432,7 +503,10 @@ static int boot(struct qemu_vm *vm, const struct qemu_want *w, struct boot_sourc
 	if (m->channel == QEMU_CHANNEL_SERIAL &&
 	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
 		return r;
-	if (src->restore) {
+	if (src->saved) {
+		if ((r = qemu_vm_restore(vm, src->kept.state_fd, RESUME_TIMEOUT_MS, err)) < 0)
+			return err_wrap(err, "restoring the hibernated VM");
+	} else if (src->restore) {
 		if ((r = qemu_vm_restore(vm, src->snap.state_fd, RESTORE_TIMEOUT_MS, err)) < 0) {
 			if (vm->migration_failed)
 				qemu_snap_invalidate(w, &src->snap);
@@ -446,12 +520,21 @@ static int boot(struct qemu_vm *vm, const struct qemu_want *w, struct boot_sourc
 }
 
 static struct sandbox *sandbox_of(const struct sandbox_spec *spec, struct qemu_vm *vm,
-				  struct cgroup *cg, int disk_fd, json_t *storage)
+				  struct cgroup *cg, int disk_fd, json_t *storage,
+				  const struct boot_source *src)
 {
 	struct qemu_sb *q = xcalloc(1, sizeof(*q));
 	q->vm = vm;
 	q->cg = cg;
 	q->disk_fd = disk_fd;
+	const struct qemu_machine *m = source_machine(src);
+	q->m = (struct qemu_machine){ .accel = m->accel,
+				      .channel = m->channel,
+				      .vcpus = m->vcpus,
+				      .mem_mib = m->mem_mib,
+				      .cmdline = xstrdup(m->cmdline) };
+	q->rootfs_fd = fcntl(source_rootfs_fd(src), F_DUPFD_CLOEXEC, 3);
+	q->nvolumes = spec->nvolumes;
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_qemu;
 	sb->id = xstrdup(spec->id);
@@ -494,9 +577,11 @@ static int vm_up(const struct qemu_host *h, const struct qemu_want *w, struct bo
 		.name = spec->id,
 		.mem_share = false,
 		.incoming = src->restore,
-		.ram_fd = src->restore ? src->snap.ram_fd : -1,
-		.rootfs_fd = src->restore ? src->snap.rootfs_fd : src->rootfs_fd,
-		.vsock_cid = m->channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
+		.ram_fd = source_ram_fd(src),
+		.rootfs_fd = source_rootfs_fd(src),
+		.vsock_cid = m->channel != QEMU_CHANNEL_VSOCK    ? 0
+			     : src->saved && src->kept.vsock_cid ? src->kept.vsock_cid
+								 : qemu_random_cid(),
 		.netns_path = spec->netns_path,
 		.drives = drives,
 	};
@@ -510,9 +595,11 @@ static int vm_up(const struct qemu_host *h, const struct qemu_want *w, struct bo
 	}
 	int64_t t2 = time_mono_ms();
 	log_debug("qemu", "sandbox %s: %s in %lld ms (QEMU up %lld ms, %s %lld ms)", spec->id,
-		  src->restore ? "restored" : "cold-started", (long long)(t2 - t0),
-		  (long long)(t1 - t0), src->restore ? "restore" : "agent channel",
-		  (long long)(t2 - t1));
+		  src->saved     ? "resumed"
+		  : src->restore ? "restored"
+				 : "cold-started",
+		  (long long)(t2 - t0), (long long)(t1 - t0),
+		  src->restore ? "restore" : "agent channel", (long long)(t2 - t1));
 	*ret = vm;
 	return 0;
 }
@@ -527,8 +614,9 @@ static void drives_close(struct qemu_drives *d)
 	}
 }
 
-/* The images of the sandbox's drives: its disk (made here) and its volumes' (opened with the
- * access they are mounted with), and what the guest is to mount, for its `resume`:
+/* The images of the sandbox's drives (spec NULL: none, every drive a placeholder): its disk
+ * (made here) and its volumes' (opened with the access they are mounted with), and what the
+ * guest is to mount, for its `resume`:
  * {"disk": serial, "volumes": [{"serial", "path", "readOnly"}]} (*ret_storage NULL when there
  * is nothing). */
 static int drives_open(const struct config *cfg, const struct sandbox_spec *spec,
@@ -538,6 +626,8 @@ static int drives_open(const struct config *cfg, const struct sandbox_spec *spec
 	for (unsigned i = 0; i < QEMU_DRIVES; i++)
 		d->fd[i] = d->overlay[i] = -1;
 	*ret_storage = NULL;
+	if (!spec)
+		return 0;
 	if (spec->nvolumes > QEMU_VOLUME_SLOTS)
 		return err_set(err, EINVAL, "a VM mounts at most %d volumes, not %u",
 			       QEMU_VOLUME_SLOTS, spec->nvolumes);
@@ -616,14 +706,20 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		return r;
 	_cleanup_(drives_close) struct qemu_drives drives;
 	json_auto_t *storage = NULL;
-	if ((r = drives_open(cfg, spec, &drives, &storage, err)) < 0)
+	if (spec->hibernated && spec->nvolumes)
+		return err_set(err, EINVAL, "qemu: a hibernated VM resumes without volumes");
+	/* A hibernated VM's storage is mounted already: the guest is as it was saved. */
+	if ((r = drives_open(cfg, spec->hibernated ? NULL : spec, &drives, &storage, err)) < 0)
 		return r;
 
 	int64_t t0 = time_mono_ms();
 	/* Released when the create returns: by then QEMU holds what it needs of the files. */
-	_cleanup_(source_release) struct boot_source src = { .rootfs_fd = -1 };
-	if ((r = source_get(h, &w, spec, &src, err)) < 0)
+	_cleanup_(source_release) struct boot_source src = { .rootfs_fd = -1, .ram_fd = -1 };
+	if ((r = spec->hibernated ? source_saved(h, &w, spec, &src, err)
+				  : source_get(h, &w, spec, &src, err)) < 0)
 		return r;
+	if (src.saved)
+		drives.fd[QEMU_DRIVE_DISK] = TAKE_FD(src.kept.disk_fd);
 	const struct qemu_machine *m = source_machine(&src);
 
 	/* QEMU aborts when it cannot start a thread, and a memory limit below its needs kills
@@ -641,8 +737,26 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		drop_cgroup(cg, spec->id);
 		return r;
 	}
+	/* Resumed: the new sandbox holds what it needs of the saved VM (its disk, the
+	 * template image), the rest goes. */
+	bool named = false;
+	if (src.saved) {
+		const char *old = json_string_value(json_object_get(spec->hibernated, "sandbox"));
+		struct err e;
+		_cleanup_free_ char *disk = NULL;
+		if (drives.fd[QEMU_DRIVE_DISK] >= 0) {
+			disk = qemu_keep_take_disk(Q.state_dir, old, spec->id, &e);
+			if (!disk)
+				log_warn("qemu", "sandbox %s: %s (it cannot be hibernated again)",
+					 spec->id, e.msg);
+			named = disk != NULL;
+		}
+		qemu_keep_remove(Q.state_dir, old);
+	}
 	/* QEMU holds the volumes' images now; the daemon keeps the disk's, to tell its use. */
-	*ret = sandbox_of(spec, vm, cg, TAKE_FD(drives.fd[QEMU_DRIVE_DISK]), TAKE_PTR(storage));
+	*ret = sandbox_of(spec, vm, cg, TAKE_FD(drives.fd[QEMU_DRIVE_DISK]), TAKE_PTR(storage),
+			  &src);
+	((struct qemu_sb *)(*ret)->priv)->disk_named = named;
 	return 0;
 }
 
@@ -671,6 +785,12 @@ static void qemu_destroy(struct sandbox *sb)
 		/* QEMU is gone: this is the image's last reference, its blocks are freed now. */
 		if (q->disk_fd >= 0)
 			close(q->disk_fd);
+		/* A hibernation linked it in its saved VM first, when it had one. */
+		if (q->disk_named)
+			qemu_keep_remove_live(Q.state_dir, sb->id);
+		if (q->rootfs_fd >= 0)
+			close(q->rootfs_fd);
+		free((char *)q->m.cmdline);
 	}
 	free(q);
 	json_decref(sb->resume_extra);
@@ -720,6 +840,13 @@ static void qemu_cleanup_stale(const struct config *cfg, const char *id, json_t 
 					    .arg = (void *)id,
 					    .dir = dir };
 	driver_cleanup_stale(&stale, id, record);
+	/* A sandbox still recorded was not hibernated (the session layer forgets it in the
+	 * transaction that records the hibernation): a save of it that got as far as its
+	 * rename is no one's. */
+	if (cgroup_id_valid(id)) {
+		qemu_keep_remove(cfg->state_dir, id);
+		qemu_keep_remove_live(cfg->state_dir, id);
+	}
 	/* Should the QEMU have survived, its uid must not go to a new sandbox or jail. */
 	json_t *base = json_object_get(record, "uidBase");
 	if (json_is_integer(base) && json_integer_value(base) > 0 &&
@@ -748,7 +875,65 @@ static int qemu_disk_usage_of(struct sandbox *sb, uint64_t *used, uint64_t *size
 static int qemu_pause(struct sandbox *sb, bool pause, struct err *err)
 {
 	struct qemu_sb *q = sb->priv;
-	return qemu_vm_run_state(q->vm, !pause, 5000, err);
+	int r = qemu_vm_run_state(q->vm, !pause, 5000, err);
+	if (r == 0)
+		q->frozen = pause;
+	return r;
+}
+
+/* Hibernation: the whole VM (its RAM, so its processes and its tmpfs too, and its devices)
+ * saved to disk with its disk image, QEMU ended (qemu_keep.c). A resume restores it as it
+ * was: its processes carry on. */
+static int qemu_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err)
+{
+	struct qemu_sb *q = sb->priv;
+	const struct qemu_host *h = host(err);
+	if (!h)
+		return -err->errnum;
+	if (q->nvolumes)
+		return err_set(err, ENOTSUP,
+			       "a session with volumes cannot be hibernated; pause it instead "
+			       "(mode \"freeze\")");
+	if (q->rootfs_fd < 0)
+		return err_set(err, EBADF, "qemu: the sandbox's template image is not open");
+	struct stat st;
+	uint64_t disk_bytes =
+		q->disk_fd >= 0 && fstat(q->disk_fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+	const struct qemu_keep_what what = {
+		.m = &q->m,
+		.vsock_cid = q->vm->vsock_cid,
+		.disk_fd = q->disk_fd,
+		.disk_bytes = disk_bytes,
+		.rootfs_fd = q->rootfs_fd,
+		.qemu_version = h->qemu_version,
+		.host_cpu = h->accel == QEMU_ACCEL_KVM ? h->host_cpu : "",
+	};
+	int64_t t0 = time_mono_ms();
+	int r = qemu_keep_save(q->vm, Q.state_dir, sb->id, &what, ret_keep, err);
+	if (r < 0) {
+		/* As it was: running unless it had been frozen. */
+		struct err e;
+		if (!q->frozen && qemu_vm_run_state(q->vm, true, 5000, &e) < 0)
+			log_warn("qemu", "sandbox %s: after a failed save: %s", sb->id, e.msg);
+		return r;
+	}
+	log_debug("qemu", "sandbox %s: saved in %lld ms (%lld bytes)", sb->id,
+		  (long long)(time_mono_ms() - t0),
+		  (long long)json_integer_value(json_object_get(*ret_keep, "stateBytes")));
+	/* Its disk has a name in the saved VM now: the destroy's close does not free it. */
+	qemu_destroy(sb);
+	return 0;
+}
+
+static int qemu_hibernated_claim(const json_t *keep, struct err *err)
+{
+	const struct qemu_host *h = host(err);
+	return h ? qemu_keep_check(Q.state_dir, keep, err) : -err->errnum;
+}
+
+static void qemu_hibernated_discard(const json_t *keep)
+{
+	qemu_keep_remove(Q.state_dir, json_string_value(json_object_get(keep, "sandbox")));
 }
 
 const struct driver driver_qemu = {
@@ -766,4 +951,8 @@ const struct driver driver_qemu = {
 	.oom_kills = qemu_oom_kills,
 	.disk_usage = qemu_disk_usage_of,
 	.pause = qemu_pause,
+	.hibernate = qemu_hibernate,
+	.hibernate_keeps_processes = true,
+	.hibernated_claim = qemu_hibernated_claim,
+	.hibernated_discard = qemu_hibernated_discard,
 };

@@ -5,6 +5,7 @@
  *   qemu_meta.c  a snapshot's meta.json: what it was made from, and matching it
  *   qemu_vm.c    one QEMU process: spawn, console capture, QMP, agent channel, save/restore
  *   qemu_snap.c  per-template snapshots: meta.json, validation, locking, building
+ *   qemu_keep.c  hibernated VMs: saved whole to disk, and restored
  *
  * A sandbox is a QEMU `microvm` running the project's kernel with the template's rootfs.ext4
  * as a read-only virtio-blk root; the agent is the guest's init and is reached over a named
@@ -252,6 +253,65 @@ void qemu_snap_release(struct qemu_snap *s);
  * prepare() rebuilds it instead of every clone failing the same way. Only if it is still the
  * snapshot s was opened from. */
 void qemu_snap_invalidate(const struct qemu_want *w, const struct qemu_snap *s);
+
+/* --- hibernated VMs (qemu_keep.c) -------------------------------------------------------- */
+
+#define QEMU_KEEP_DIR "qemu-saved" /* in SANDBOX_STATE_DIR */
+
+struct qemu_vm;
+
+/* What a save keeps besides QEMU's stream: the machine to start again, the disk (-1: none)
+ * and the template image the guest ran on. */
+struct qemu_keep_what {
+	const struct qemu_machine *m;
+	unsigned vsock_cid;
+	int disk_fd;
+	uint64_t disk_bytes;
+	int rootfs_fd;
+	const char *qemu_version;
+	const char *host_cpu;
+};
+
+/* Stops the VM and saves it whole (RAM and devices) with what in
+ * <state_dir>/qemu-saved/<id>/, atomically (a temporary directory renamed once synced);
+ * *ret is the record a resume needs (owned). On failure nothing is left but the VM, stopped:
+ * the caller lets it run again if it was running. */
+int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
+		   const struct qemu_keep_what *what, json_t **ret, struct err *err);
+
+/* A saved VM, open for a resume. */
+struct qemu_kept {
+	struct qemu_machine m; /* m.cmdline owned */
+	unsigned vsock_cid;
+	int state_fd;
+	int disk_fd; /* -1: it had no disk */
+	int rootfs_fd;
+};
+
+/* Opens the saved VM of `keep` (qemu_keep_save's record) after checking that this host can
+ * restore it: the same accelerator, channel, QEMU and host CPU (EXDEV otherwise), and its
+ * template image still the file it ran on (ESTALE). template_rootfs: the template's image
+ * now. Close with qemu_kept_close. */
+int qemu_keep_open(const struct qemu_host *h, const char *state_dir, const json_t *keep,
+		   const char *template_rootfs, struct qemu_kept *k, struct err *err);
+void qemu_kept_close(struct qemu_kept *k);
+
+/* Whether keep's saved VM is on disk (ENOENT when not). */
+int qemu_keep_check(const char *state_dir, const json_t *keep, struct err *err);
+
+/* Removes sandbox id's saved VM, if any (a resumed one, a discarded one). */
+void qemu_keep_remove(const char *state_dir, const char *id);
+
+/* The name a resumed VM's disk keeps while it runs: <state_dir>/qemu-saved/<id>.disk. */
+#define QEMU_KEEP_LIVE_DISK ".disk"
+/* Moves saved VM id's disk to the resumed sandbox new_id's name; returns it (owned). */
+char *qemu_keep_take_disk(const char *state_dir, const char *id, const char *new_id,
+			  struct err *err);
+/* Removes sandbox id's disk name (qemu_keep_take_disk's), if any. */
+void qemu_keep_remove_live(const char *state_dir, const char *id);
+
+/* Removes the temporary directories of saves a stopped daemon did not finish. */
+void qemu_keep_sweep(const char *state_dir);
 
 /* --- one QEMU process (qemu_vm.c) --------------------------------------------------------- */
 

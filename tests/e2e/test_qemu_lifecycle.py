@@ -1,0 +1,323 @@
+"""Hibernation of VM sandboxes (docs/lifecycle.md): `POST /exec/:id/pause {"mode":
+"hibernate"}` on the qemu driver saves the whole VM (RAM and devices) and its disk to the state
+directory and ends QEMU; a resume restores it, and its processes carry on where they were
+(a background counter keeps counting from its value), its files and its tmpfs as they were.
+Hibernated VMs survive a daemon restart, after a SIGTERM and after a kill -9; a daemon
+killed while it saves one leaves either the running session's leftovers, removed by the
+restart, or a whole saved VM that resumes, never half of one.
+
+Runs the real sandboxd with SANDBOX_DRIVER=qemu (TCG where KVM is not usable) on the base
+template. Built on test_qemu's helpers."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import harness  # noqa: E402
+import test_qemu  # noqa: E402
+from helpers_exec import joined, new_session_id, sandbox_of, wait_until  # noqa: E402
+from test_qemu import QemuCase, qemu_pids  # noqa: E402
+
+MiB = 1024 * 1024
+HIBERNATE = {"mode": "hibernate"}
+DISK = {"SANDBOX_STORAGE": "disk", "SANDBOX_DISK_BYTES": str(256 * MiB)}
+# Writes its count to a file of the disk's and to the tmpfs, every 20 ms.
+COUNTER = ("i=0; while :; do i=$((i+1)); echo $i > /workspace/c.tmp && "
+           "mv /workspace/c.tmp /workspace/count; echo $i > /dev/shm/count; sleep 0.02; done")
+
+
+def saved(state_dir):
+    """What the state directory keeps of VMs: saved ones, and resumed ones' disks."""
+    base = os.path.join(state_dir, "qemu-saved")
+    return sorted(os.listdir(base)) if os.path.isdir(base) else []
+
+
+def saved_dirs(state_dir):
+    return [n for n in saved(state_dir) if not n.endswith(".disk")]
+
+
+class HibernateCase(QemuCase):
+    def create(self, d, keep=False, **body):
+        sid = new_session_id(self._testMethodName.removeprefix("test_"))
+        status, _, resp = d.post("/exec/", body={"id": sid, **body}, timeout=180)
+        self.assertEqual(status, 201, resp)
+        if not keep:
+            self.addCleanup(d.delete, f"/exec/{sid}", timeout=60)
+        return sid
+
+    def listed(self, d):
+        status, _, body = d.get("/exec/")
+        self.assertEqual(status, 200, body)
+        return {s["id"]: s for s in body["sessions"]}
+
+    def out(self, d, sid, command):
+        status, _, body = d.post(f"/exec/{sid}/execute", body={"command": command},
+                                 timeout=300)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["exitCode"], 0, body)
+        return joined(body["output"], "stdout").strip()
+
+    def count(self, d, sid):
+        return int(self.out(d, sid, "cat /workspace/count 2>/dev/null || echo 0") or 0)
+
+    def start_counter(self, d, sid):
+        status, _, body = d.post(f"/exec/{sid}/processes",
+                                 body={"command": COUNTER, "tag": "count"}, timeout=60)
+        self.assertEqual(status, 201, body)
+        wait_until(lambda: self.count(d, sid) > 0, 60, 0.1, "the counter running")
+        return body
+
+    def hibernate(self, d, sid):
+        t0 = time.monotonic()
+        status, _, body = d.post(f"/exec/{sid}/pause", body=HIBERNATE, timeout=180)
+        self.assertEqual(status, 200, body)
+        took = time.monotonic() - t0
+        self.assertEqual((body["state"], body["pauseMode"]), ("paused", "hibernate"), body)
+        self.assertIs(body["processesKept"], True, body)
+        self.assertIn("the whole VM", body["note"])
+        return took
+
+    def resume(self, d, sid):
+        t0 = time.monotonic()
+        status, _, body = d.post(f"/exec/{sid}/resume", timeout=180)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["state"], "ready", body)
+        return time.monotonic() - t0
+
+
+class HibernateTest(HibernateCase):
+    def test_processes_carry_on_and_files_stay(self):
+        d = self.daemon(DISK)
+        sid = self.create(d)
+        self.out(d, sid, "echo kept > /workspace/file && echo tmp > /tmp/t && "
+                         "echo root > /usr/by-root")
+        self.start_counter(d, sid)
+        sandbox = sandbox_of(d, sid)
+        before = self.count(d, sid)
+        took = self.hibernate(d, sid)
+        # QEMU is gone; what is kept is a directory of the state directory.
+        wait_until(lambda: not qemu_pids(sandbox), 30, 0.1, "QEMU ended")
+        self.assertEqual(saved_dirs(d.state_dir), [sandbox])
+        kept = os.listdir(os.path.join(d.state_dir, "qemu-saved", sandbox))
+        self.assertEqual(sorted(kept), ["disk.img", "rootfs.ext4", "state.mig"])
+        mine = self.listed(d)[sid]
+        self.assertEqual((mine["state"], mine["pauseMode"], mine["processesKept"]),
+                         ("paused", "hibernate", True))
+        status, _, err = d.post(f"/exec/{sid}/execute", body={"command": "true"})
+        self.assertEqual(status, 409, err)
+        status, _, err = d.post(f"/exec/{sid}/pause", body=HIBERNATE)
+        self.assertEqual(status, 409, err)
+        resumed = self.resume(d, sid)
+        print(f"\n    qemu hibernate {took * 1000:.0f} ms, resume {resumed * 1000:.0f} ms",
+              file=sys.stderr)
+        # The same counter process, counting on from where it was.
+        after = self.count(d, sid)
+        self.assertGreaterEqual(after, before)
+        wait_until(lambda: self.count(d, sid) > after + 5, 60, 0.1, "the counter counting on")
+        status, _, procs = d.get(f"/exec/{sid}/processes")
+        self.assertEqual(status, 200, procs)
+        tagged = [p for p in procs["processes"] if p.get("tag") == "count"]
+        self.assertEqual([p["state"] for p in tagged], ["running"], procs)
+        self.assertEqual(self.out(d, sid, "cat /workspace/file /tmp/t /usr/by-root"),
+                         "kept\ntmp\nroot")
+        # A fresh clock: the guest's time is the host's again, not the pause's.
+        guest = int(self.out(d, sid, "date +%s"))
+        self.assertLess(abs(guest - time.time()), 30)
+        # The resumed sandbox holds what it needs; the saved VM is gone. Its disk has a name
+        # while it runs (the next hibernation links it), and none once it is destroyed.
+        live = saved(d.state_dir)
+        self.assertEqual(len(live), 1, live)
+        resumed_as = live[0].removesuffix(".disk")
+        self.assertNotEqual(resumed_as, sandbox)
+        self.assertEqual(live, [f"{resumed_as}.disk"])
+        # And it hibernates again.
+        self.hibernate(d, sid)
+        self.assertEqual(saved(d.state_dir), [resumed_as])
+        self.resume(d, sid)
+        self.assertGreater(self.count(d, sid), after)
+        status, _, body = d.delete(f"/exec/{sid}", timeout=60)
+        self.assertEqual(status, 200, body)
+        wait_until(lambda: saved(d.state_dir) == [], 30, 0.1, "the disk freed")
+
+    def test_on_timeout_pause_saves_an_idle_vm_whole(self):
+        d = self.daemon(DISK)
+        sid = self.create(d, idleTimeout=2, onTimeout="pause")
+        self.start_counter(d, sid)
+        # A background process is no operation in flight: the session goes idle.
+        wait_until(lambda: self.listed(d)[sid]["state"] == "paused", 60, 0.1,
+                   "the idle timeout pausing the session")
+        mine = self.listed(d)[sid]
+        self.assertEqual((mine["pausedBy"], mine["pauseMode"], mine["processesKept"]),
+                         ("timeout", "hibernate", True), mine)
+        self.assertEqual(len(saved_dirs(d.state_dir)), 1)
+        self.resume(d, sid)
+        n = self.count(d, sid)
+        wait_until(lambda: self.count(d, sid) > n + 3, 60, 0.1, "the counter counting on")
+
+    def test_a_session_without_a_disk_keeps_its_tmpfs(self):
+        d = self.daemon({"SANDBOX_STORAGE": "tmpfs"})
+        sid = self.create(d)
+        self.out(d, sid, "echo in-ram > /workspace/f")
+        sandbox = sandbox_of(d, sid)
+        self.hibernate(d, sid)
+        self.assertEqual(saved_dirs(d.state_dir), [sandbox])
+        self.assertEqual(sorted(os.listdir(os.path.join(d.state_dir, "qemu-saved", sandbox))),
+                         ["rootfs.ext4", "state.mig"])
+        self.resume(d, sid)
+        self.assertEqual(self.out(d, sid, "cat /workspace/f"), "in-ram")
+
+    def test_a_frozen_session_hibernates_and_a_destroy_frees_the_save(self):
+        d = self.daemon(DISK)
+        sid = self.create(d, keep=True)
+        self.start_counter(d, sid)
+        status, _, body = d.post(f"/exec/{sid}/pause", timeout=60)
+        self.assertEqual((status, body.get("pauseMode")), (200, "freeze"), body)
+        self.hibernate(d, sid)
+        self.assertEqual(len(saved_dirs(d.state_dir)), 1)
+        status, _, body = d.delete(f"/exec/{sid}", timeout=60)
+        self.assertEqual(status, 200, body)
+        wait_until(lambda: saved_dirs(d.state_dir) == [], 30, 0.1, "the saved VM removed")
+
+    def test_a_session_with_volumes_is_refused_and_runs_on(self):
+        d = self.daemon(DISK)
+        status, _, vol = d.post("/volumes", body={"name": "hib-vol", "sizeBytes": 32 * MiB})
+        self.assertEqual(status, 201, vol)
+        self.addCleanup(d.delete, "/volumes/hib-vol")
+        sid = self.create(d, volumes=[{"name": "hib-vol", "path": "/data"}])
+        status, _, err = d.post(f"/exec/{sid}/pause", body=HIBERNATE, timeout=60)
+        self.assertEqual(status, 400, err)
+        self.assertIn("volumes", err["error"])
+        self.assertEqual(self.out(d, sid, "echo still"), "still")
+        self.assertEqual(saved_dirs(d.state_dir), [])
+
+
+class HibernatedAcrossRestartsTest(HibernateCase):
+    def restart(self, first, how):
+        if how == "kill":
+            first.proc.send_signal(signal.SIGKILL)
+        else:
+            first.proc.send_signal(signal.SIGTERM)
+        first.proc.wait(60)
+        return self.daemon({**DISK, "SANDBOX_STATE_DIR": first.state_dir,
+                            "SANDBOX_RUN_DIR": first.run_dir})
+
+    def first(self):
+        d = harness.Daemon(env={**test_qemu.ENV, **DISK}, driver_name="qemu",
+                           start_timeout=60)
+        d.start()
+        self.addCleanup(d._cleanup, False)
+        self.addCleanup(d.kill)
+        return d
+
+    def check_across(self, how):
+        first = self.first()
+        sid = self.create(first, keep=True)
+        self.out(first, sid, "echo kept > /workspace/file")
+        self.start_counter(first, sid)
+        self.hibernate(first, sid)
+        second = self.restart(first, how)
+        self.addCleanup(second.delete, f"/exec/{sid}", timeout=60)
+        body = self.listed(second).get(sid, {})
+        self.assertEqual((body.get("state"), body.get("pauseMode"), body.get("processesKept")),
+                         ("paused", "hibernate", True), body)
+        self.resume(second, sid)
+        before = self.count(second, sid)
+        self.assertGreater(before, 0)
+        wait_until(lambda: self.count(second, sid) > before + 5, 60, 0.1,
+                   "the counter counting on after the restart")
+        self.assertEqual(self.out(second, sid, "cat /workspace/file"), "kept")
+
+    def test_sigterm_keeps_it(self):
+        self.check_across("term")
+
+    def test_kill_9_keeps_it(self):
+        self.check_across("kill")
+
+    def test_kill_9_during_the_save_leaves_no_half_saved_vm(self):
+        first = self.first()
+        sid = self.create(first, keep=True)
+        self.start_counter(first, sid)
+        sandbox = sandbox_of(first, sid)
+        # The save takes a while (all of the guest's RAM is written): kill the daemon in it.
+        def pause():
+            try:
+                first.post(f"/exec/{sid}/pause", body=HIBERNATE, timeout=60)
+            except OSError:
+                pass  # the daemon is killed under it
+
+        t = threading.Thread(target=pause, daemon=True)
+        t.start()
+        base = os.path.join(first.state_dir, "qemu-saved")
+        wait_until(lambda: os.path.isdir(base) and os.listdir(base), 60, 0.005,
+                   "the save under way")
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(30)
+        second = self.restart(first, "none")
+        self.addCleanup(second.delete, f"/exec/{sid}", timeout=60)
+        body = self.listed(second).get(sid)
+        left = saved_dirs(first.state_dir)
+        if body:
+            # The save was whole and recorded: it resumes, its counter counting on.
+            self.assertEqual(body["pauseMode"], "hibernate", body)
+            self.assertEqual(left, [sandbox])
+            self.resume(second, sid)
+            c = self.count(second, sid)
+            wait_until(lambda: self.count(second, sid) > c, 60, 0.1, "the counter")
+        else:
+            # The session died with the daemon: nothing of its save is left.
+            self.assertEqual(left, [])
+        self.assertFalse(qemu_pids(sandbox))
+
+
+
+E2B_DIR = os.path.join(HERE, "..", "e2b")
+
+
+class E2BPauseTest(HibernateCase):
+    """The stock E2B SDK: betaPause hibernates the VM (its processes kept), the daemon
+    restarts, and Sandbox.connect resumes it with its background counter counting on."""
+
+    def node(self, d, *args):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("E2B_DEBUG", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
+                            "https_proxy")}
+        env.update(E2B_API_URL=d.base_url, E2B_SANDBOX_URL=d.base_url,
+                   E2B_DOMAIN="localhost", E2B_API_KEY=d.api_key)
+        p = subprocess.run(["node", "pause-phase.mjs", *args], cwd=E2B_DIR, env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def test_beta_pause_a_restart_and_connect(self):
+        if not os.path.isfile(os.path.join(E2B_DIR, "node_modules", "e2b", "package.json")):
+            self.fail("the e2b npm package is not installed in tests/e2b (make test does it)")
+        env = {**DISK, "AUTH_ENABLED": "true", "AUTH_KEY_PREFIX": "e2b_"}
+        first = harness.Daemon(env={**test_qemu.ENV, **env}, driver_name="qemu",
+                               start_timeout=60)
+        first.start()
+        self.addCleanup(first._cleanup, False)
+        self.addCleanup(first.kill)
+        paused = self.node(first, "pause")
+        self.assertGreater(paused["count"], 0)
+        # Hibernated, not frozen: QEMU is gone, the VM is on disk.
+        self.assertEqual(len(saved_dirs(first.state_dir)), 1)
+        first.proc.send_signal(signal.SIGTERM)
+        first.proc.wait(60)
+        second = self.daemon({**env, "SANDBOX_STATE_DIR": first.state_dir,
+                              "SANDBOX_RUN_DIR": first.run_dir})
+        second.api_key = first.admin_key
+        back = self.node(second, "connect", paused["sandboxId"], str(paused["pid"]))
+        self.assertGreaterEqual(back["count"], paused["count"])
+        self.assertGreater(back["after"], back["count"])
+
+
+if __name__ == "__main__":
+    unittest.main()
