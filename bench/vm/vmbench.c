@@ -36,6 +36,7 @@
 #include "guest/proto.h"
 #include "template/template.h"
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 #define REPLY_TIMEOUT_MS 120000
@@ -199,9 +200,49 @@ static int clones(const struct driver *d, const struct config *cfg, struct sandb
 	return r;
 }
 
+/* A hibernation sample: a restored sandbox past its first execute is saved whole
+ * (hibernate(), timed: *save_ms, its stream's size *bytes), then a sandbox is made from the
+ * save and sampled as any other (create() to its first execute: *ms). */
+static int sample_hibernate(const struct driver *d, const struct config *cfg,
+			    struct sandbox_spec spec, int i, double *save_ms, double *bytes,
+			    struct times *ms, struct err *err)
+{
+	char id[48];
+	snprintf(id, sizeof(id), "bench-%d-h%d", (int)getpid(), i);
+	spec.id = id;
+	struct sandbox *sb = NULL;
+	struct times first;
+	int r = sample_keep(d, cfg, &spec, &first, &sb, err);
+	if (r < 0)
+		return r;
+	json_t *keep = NULL;
+	double t0 = now_ms();
+	if ((r = d->hibernate(sb, &keep, err)) < 0) {
+		d->destroy(sb);
+		return r;
+	}
+	*save_ms = now_ms() - t0;
+	*bytes = (double)json_integer_value(json_object_get(keep, "stateBytes"));
+	char id2[48];
+	snprintf(id2, sizeof(id2), "bench-%d-w%d", (int)getpid(), i);
+	spec.id = id2;
+	spec.hibernated = keep;
+	if ((r = sample(d, cfg, &spec, ms, err)) < 0)
+		d->hibernated_discard(keep);
+	json_decref(keep);
+	return r;
+}
+
+static void print_row(const char *label, double *v, int runs, double *p50, double *p95)
+{
+	*p50 = bench_pct(v, (size_t)runs, 50);
+	*p95 = bench_pct(v, (size_t)runs, 95);
+	printf("%-40s %9.1f %9.1f %9.1f %9.1f\n", label, *p50, *p95, v[0], v[runs - 1]);
+}
+
 /* Prepares the template, takes the samples and prints the table; 0 on success. */
 static int bench(struct config *cfg, const char *tname, int runs, const char *json_path,
-		 bool confinement, int n_clones)
+		 bool confinement, int n_clones, bool hibernate)
 {
 	struct err e = { 0 };
 	const struct driver *d = NULL;
@@ -236,6 +277,13 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 	struct times *cold_t = xcalloc((size_t)runs, sizeof(*cold_t));
 	struct times *warm_t = xcalloc((size_t)runs, sizeof(*warm_t));
 	struct times *open_t = xcalloc((size_t)runs, sizeof(*open_t));
+	struct times *hib_t = xcalloc((size_t)runs, sizeof(*hib_t));
+	double *save_ms = xcalloc((size_t)runs, sizeof(double));
+	double *save_bytes = xcalloc((size_t)runs, sizeof(double));
+	if (hibernate && (!d->hibernate || !d->hibernate_keeps_processes)) {
+		fprintf(stderr, "vmbench: --hibernate is for a driver that saves VMs whole\n");
+		hibernate = false;
+	}
 	if (confinement && strcmp(d->name, "qemu") != 0) {
 		fprintf(stderr, "vmbench: --confinement is for the qemu driver\n");
 		confinement = false;
@@ -275,10 +323,18 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 				goto out;
 			}
 		}
+		if (hibernate && sample_hibernate(d, cfg, spec, i, &save_ms[i], &save_bytes[i],
+						  &hib_t[i], &e) < 0) {
+			fprintf(stderr, "vmbench: hibernation %d: %s\n", i, e.msg);
+			goto out;
+		}
 		fprintf(stderr, "  run %2d: cold %8.1f ms   restore %8.1f ms", i + 1,
 			cold_t[i].first_exec, warm_t[i].first_exec);
 		if (confinement)
 			fprintf(stderr, "   unconfined %8.1f ms", open_t[i].first_exec);
+		if (hibernate)
+			fprintf(stderr, "   save %8.1f ms, resume %8.1f ms", save_ms[i],
+				hib_t[i].first_exec);
 		fprintf(stderr, "\n");
 	}
 
@@ -307,6 +363,21 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 		}
 	}
 	double c50 = p50[0][2], c95 = p95[0][2], r50 = p50[1][2], r95 = p95[1][2];
+	double s50 = 0, s95 = 0, h50 = 0, h95 = 0, b50 = 0, b95 = 0;
+	if (hibernate) {
+		double *v = xcalloc((size_t)runs, sizeof(double));
+		for (int i = 0; i < runs; i++)
+			v[i] = hib_t[i].first_exec;
+		print_row("hibernate: save (hibernate())", save_ms, runs, &s50, &s95);
+		print_row("hibernate: resume to first execute", v, runs, &h50, &h95);
+		for (int i = 0; i < runs; i++)
+			save_bytes[i] /= 1 << 20;
+		print_row("hibernate: saved state, MiB", save_bytes, runs, &b50, &b95);
+		free(v);
+		printf("first execute, resume from a save / restore from the template: p50 %.3f; "
+		       "/ cold: p50 %.3f; saved state p50 %.1f MiB\n",
+		       h50 / r50, h50 / c50, b50);
+	}
 	printf("first execute, restore / cold: p50 %.3f (1/%.1f), p95 %.3f (1/%.1f); "
 	       "target <= 0.25: %s\n",
 	       r50 / c50, c50 / r50, r95 / c95, c95 / r95, r50 <= c50 / 4 ? "met" : "NOT met");
@@ -338,6 +409,11 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 				      "driver", d->name, "template", tname, "runs", runs,
 				      "prepareMs", prep_ms, "coldMs", "p50", c50, "p95", c95,
 				      "restoreMs", "p50", r50, "p95", r95, "ratioP50", r50 / c50);
+		if (hibernate)
+			json_object_set_new(j, "hibernate",
+					    json_pack("{s:{s:f, s:f}, s:{s:f, s:f}, s:f}", "saveMs",
+						      "p50", s50, "p95", s95, "resumeMs", "p50",
+						      h50, "p95", h95, "stateMibP50", b50));
 		if (confinement)
 			json_object_set_new(
 				j, "unconfinedRestoreMs",
@@ -351,6 +427,9 @@ out:
 	free(cold_t);
 	free(warm_t);
 	free(open_t);
+	free(hib_t);
+	free(save_ms);
+	free(save_bytes);
 	template_unref(t);
 	return status;
 }
@@ -359,7 +438,7 @@ int main(int argc, char **argv)
 {
 	const char *driver = "qemu", *tname = "base", *json_path = NULL;
 	int runs = 20, n_clones = 0;
-	bool confinement = false;
+	bool confinement = false, hibernate = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--driver") == 0 && i + 1 < argc)
 			driver = argv[++i];
@@ -371,12 +450,14 @@ int main(int argc, char **argv)
 			json_path = argv[++i];
 		else if (strcmp(argv[i], "--confinement") == 0)
 			confinement = true;
+		else if (strcmp(argv[i], "--hibernate") == 0)
+			hibernate = true;
 		else if (strcmp(argv[i], "--clones") == 0 && i + 1 < argc)
 			n_clones = atoi(argv[++i]);
 		else {
 			fprintf(stderr,
 				"usage: %s [--driver NAME] [--template NAME] [--runs N] "
-				"[--json FILE] [--confinement] [--clones N]\n",
+				"[--json FILE] [--confinement] [--clones N] [--hibernate]\n",
 				argv[0]);
 			return 2;
 		}
@@ -399,6 +480,12 @@ int main(int argc, char **argv)
 		}
 		setenv("SANDBOX_RUN_DIR", tmp, 1);
 	}
+	/* Saves (--hibernate) go to a state directory of the run's own, unless one is set. */
+	_cleanup_free_ char *state = NULL;
+	if (own_run_dir && !getenv("SANDBOX_STATE_DIR")) {
+		state = xasprintf("%s/state", tmp);
+		setenv("SANDBOX_STATE_DIR", state, 1);
+	}
 	setenv("SANDBOX_DRIVER", driver, 1);
 
 	struct config cfg;
@@ -409,13 +496,15 @@ int main(int argc, char **argv)
 	} else {
 		/* Drivers log what they choose at info; the samples are the point here. */
 		log_set_level(LOG_WARN);
-		status = bench(&cfg, tname, runs, json_path, confinement, n_clones);
+		status = bench(&cfg, tname, runs, json_path, confinement, n_clones, hibernate);
 	}
 	config_free(&cfg);
 	if (own_run_dir) {
 		/* The drivers' directories in it are empty once every sandbox is destroyed. */
 		_cleanup_free_ char *sub = xasprintf("%s/%s", tmp, driver);
 		rmdir(sub);
+		if (state)
+			fs_rm_rf(state, NULL);
 		rmdir(tmp);
 	}
 	return status;

@@ -53,7 +53,7 @@
 	"\"pausedAt\": {\"type\": \"string\", \"description\": \"ISO 8601, when paused\"}, "   \
 	"\"pauseMode\": {\"type\": \"string\", \"enum\": [\"freeze\", \"hibernate\"]}, "       \
 	"\"processesKept\": {\"type\": \"boolean\", \"description\": \"whether its processes " \
-	"carry on after the resume (false: hibernated, they were ended)\"}, "                  \
+	"carry on after the resume (false: hibernated in a jail, they were ended)\"}, "        \
 	"\"note\": {\"type\": \"string\"}}, "                                                  \
 	"\"required\": [\"sessionId\", \"template\", \"state\", \"createdAt\", "               \
 	"\"idleTimeout\", \"running\"]}"
@@ -126,9 +126,11 @@ static const char in_pause_session[] =
 	"\"sessionId\": " SESSION_ID ", "
 	"\"mode\": {\"type\": \"string\", \"enum\": [\"freeze\", \"hibernate\"], "
 	"\"default\": \"freeze\", \"description\": \"freeze: processes stop where they are, "
-	"memory kept, they carry on after the resume. hibernate (a session with a disk): every "
-	"process is ENDED and the memory freed, only the files are kept (also across a server "
-	"restart); the resume starts the session afresh over them\"}}, "
+	"memory kept, they carry on after the resume. hibernate: the sandbox is freed and kept "
+	"on disk (also across a server restart). On a VM (qemu) the whole VM is saved, its "
+	"processes carry on after the resume; in a jail (a session with a disk) every process "
+	"is ENDED, only the files are kept, and the resume starts the session afresh over "
+	"them\"}}, "
 	"\"required\": [\"sessionId\"], \"additionalProperties\": false}";
 
 static const char in_none[] = "{\"type\": \"object\", \"additionalProperties\": false}";
@@ -613,7 +615,8 @@ static struct tool tools[] = {
 	  "Pause a session: its processes stop where they are and use no CPU, its memory, "
 	  "files and background processes are kept; its commands and file operations are "
 	  "refused until resume_session. Refused while a command or transfer of it runs. "
-	  "mode hibernate ends its processes and keeps only its files, using no memory.",
+	  "mode hibernate frees its memory and keeps it on disk: a VM whole (its processes "
+	  "carry on after the resume), a jail's files only (its processes are ended).",
 	  in_pause_session, out_session, false, false, false, false, t_pause_session },
 	{ "resume_session", "Resume a session",
 	  "Resume a paused session: its processes carry on from where they stopped.",

@@ -806,9 +806,10 @@ class Session:
     def pause(self, mode: Optional[str] = None) -> Dict[str, Any]:
         """Pauses the session. mode "freeze" (the default): its processes stop where they
         are and use no CPU; memory, files and background processes are kept. mode
-        "hibernate" (jail, a session with a disk): every process is ENDED and its memory
-        freed, only its files are kept (across a server restart too), and resume() starts it
-        afresh over them. Its commands and file operations fail (409) until resume().
+        "hibernate": its memory is freed and it is kept on disk (across a server restart
+        too): on qemu the whole VM, whose processes carry on after resume(); in a jail (a
+        session with a disk) only its files: every process is ENDED, and resume() starts it
+        afresh over them ("processesKept" says which). Its commands and file operations fail (409) until resume().
         Returns the session object ("state": "paused", "pausedAt", "pauseMode",
         "processesKept"); 409 while a command or transfer of it is in flight, or when it is
         paused already; 400 for a session that cannot be hibernated."""

@@ -84,6 +84,7 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
 	int r;
 	_cleanup_close_ int dirfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int state = -1;
+	_cleanup_close_ int basefd = -1;
 	if (dirfd < 0) {
 		r = err_sys(err, errno, "qemu: open %s", tmp);
 		goto fail;
@@ -124,7 +125,7 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
 		r = err_sys(err, errno, "qemu: rename %s to %s", tmp, final);
 		goto fail;
 	}
-	_cleanup_close_ int basefd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	basefd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (basefd < 0 || fsync(basefd) < 0)
 		log_warn("qemu", "syncing %s: %s", base, strerror(errno));
 	const struct qemu_machine *m = what->m;
