@@ -7,7 +7,7 @@
  *   POST   /sandboxes/:id/timeout    its deadline from now (204)
  *   POST   /sandboxes/:id/connect    extend its deadline, and its tokens (200; also under /v2);
  *                                    a paused one is resumed first (201)
- *   POST   /sandboxes/:id/pause      freeze it (204; 409 when it is paused already)
+ *   POST   /sandboxes/:id/pause      pause it, its processes kept (204; 409 when paused)
  *   POST   /sandboxes/:id/resume     thaw it (201, E2B's older call; 409 when it runs)
  *   GET    /sandboxes/:id/metrics    its usage samples
  *   other  /sandboxes/:id/:what      snapshots, fork...: 501
@@ -524,11 +524,11 @@ void api_e2b_timeout(struct http_ctx *ctx)
 
 /* A pause ends what E2B clients hold open in the sandbox first (their streams end with
  * `unavailable`, a download or upload is cut, a watcher's watch ends in the agent), waits
- * for those operations to be over in the agent, then freezes it (session_pause: the cgroup
- * freezer, or the VM's vCPUs stopped). Operations of other clients (REST, MCP) still in
- * flight then make it fail, with 400 and what to do: never 409, which the SDKs read as
- * "paused already". While paused, the data plane answers 502 (the SDKs: not running), the
- * deadline does not run, and connect resumes it. */
+ * for those operations to be over in the agent, then pauses it with its processes kept
+ * (SESSION_PAUSE_KEEP: a VM hibernated whole, else frozen: the cgroup freezer). Operations of other
+ * clients (REST, MCP) still in flight then make it fail, with 400 and what to do: never 409, which
+ * the SDKs read as "paused already". While paused, the data plane answers 502 (the SDKs: not
+ * running), the deadline does not run, and connect resumes it. */
 #define PAUSE_SETTLE_MS   2000
 #define PAUSE_SETTLE_STEP 10
 
