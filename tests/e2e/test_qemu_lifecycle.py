@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -196,6 +197,80 @@ class HibernateTest(HibernateCase):
         self.assertEqual(status, 400, err)
         self.assertIn("volumes", err["error"])
         self.assertEqual(self.out(d, sid, "echo still"), "still")
+        self.assertEqual(saved_dirs(d.state_dir), [])
+
+
+
+class HibernateAttackTest(HibernateCase):
+    """What goes wrong around a hibernation: no room for the save, a destroy in the middle of
+    a save or of a resume, many at once."""
+
+    def test_no_room_for_the_save_is_507_and_the_vm_runs_on(self):
+        # A state directory too small for the guest's RAM (a tmpfs of its own).
+        small = tempfile.mkdtemp(prefix="sandboxd-small-state-")
+        self.addCleanup(os.rmdir, small)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", small],
+                       check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", small])
+        d = self.daemon({"SANDBOX_STORAGE": "tmpfs", "SANDBOX_STATE_DIR": small})
+        sid = self.create(d)
+        # Guest RAM the save must hold: more than the state directory has.
+        self.out(d, sid, "head -c 40000000 /dev/urandom > /workspace/big && echo ok")
+        self.start_counter(d, sid)
+        status, _, err = d.post(f"/exec/{sid}/pause", body=HIBERNATE, timeout=180)
+        self.assertEqual(status, 507, err)
+        self.assertIn("no room", err["error"])
+        # As it was: running, its counter counting, its files there; nothing of the save left.
+        n = self.count(d, sid)
+        wait_until(lambda: self.count(d, sid) > n + 3, 60, 0.1, "the counter counting on")
+        self.assertEqual(self.out(d, sid, "wc -c < /workspace/big"), "40000000")
+        self.assertEqual(saved(small), [])
+        self.assertEqual(self.listed(d)[sid]["state"], "ready")
+
+    def test_a_destroy_during_the_save_or_the_resume_leaves_nothing(self):
+        d = self.daemon(DISK)
+        for when in ("save", "resume"):
+            sid = self.create(d, keep=True)
+            self.start_counter(d, sid)
+            sandbox = sandbox_of(d, sid)
+            if when == "resume":
+                self.hibernate(d, sid)
+            path = f"/exec/{sid}/pause" if when == "save" else f"/exec/{sid}/resume"
+            answers = []
+            t = threading.Thread(target=lambda: answers.append(
+                d.post(path, body=HIBERNATE if when == "save" else None, timeout=120)))
+            t.start()
+            time.sleep(0.05)
+            status, _, body = d.delete(f"/exec/{sid}", timeout=120)
+            self.assertEqual(status, 200, body)
+            t.join(120)
+            self.assertIn(answers[0][0], (200, 404, 409), answers)
+            wait_until(lambda: saved(d.state_dir) == [] and not qemu_pids(sandbox), 60, 0.1,
+                       f"nothing left after a destroy during the {when}")
+            self.assertNotIn(sid, self.listed(d))
+
+    def test_concurrent_hibernations_and_resumes(self):
+        d = self.daemon(DISK)
+        sids = [self.create(d) for _ in range(3)]
+        for sid in sids:
+            self.out(d, sid, f"echo {sid} > /workspace/me")
+        for phase in ("pause", "resume"):
+            answers = {}
+            threads = [threading.Thread(target=lambda sid=sid: answers.__setitem__(
+                sid, d.post(f"/exec/{sid}/{phase}",
+                            body=HIBERNATE if phase == "pause" else None, timeout=180)))
+                       for sid in sids]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(180)
+            self.assertEqual({sid: a[0] for sid, a in answers.items()},
+                             {sid: 200 for sid in sids}, answers)
+            if phase == "pause":
+                self.assertEqual(len(saved_dirs(d.state_dir)), 3)
+        # Each came back as itself.
+        for sid in sids:
+            self.assertEqual(self.out(d, sid, "cat /workspace/me"), sid)
         self.assertEqual(saved_dirs(d.state_dir), [])
 
 

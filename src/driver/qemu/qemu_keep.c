@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "util/cleanup.h"
@@ -108,7 +109,16 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
 		goto fail;
 	}
 	if ((r = qemu_vm_save(vm, state, KEEP_SAVE_TIMEOUT_MS, err)) < 0) {
-		err_wrap(err, "saving the VM");
+		/* QEMU says only that the stream failed: a full file system is the likely why,
+		 * and the truthful status is then the host's lack of room. */
+		struct statvfs vfs;
+		if (fstatvfs(dirfd, &vfs) == 0 &&
+		    (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
+			r = err_set(err, ENOSPC,
+				    "no room left in %s for the VM's save (its RAM): %s", base,
+				    err->msg);
+		else
+			err_wrap(err, "saving the VM");
 		goto fail;
 	}
 	/* The migration ended with QEMU's own flush of the disk; this makes it durable. */

@@ -92,10 +92,10 @@ static json_t *record(const struct fixture *f)
 	return json_pack("{s:s, s:s, s:{s:s, s:s, s:i, s:i, s:s, s:i}, s:s, s:s, "
 			 "s:{s:b, s:I, s:I, s:I, s:I}, s:b, s:I, s:I}",
 			 "driver", "qemu", "sandbox", ID, "machine", "accel", "tcg", "channel",
-			 "serial", "vcpus", 1, "memMib", 128, "cmdline", "console=hvc0",
-			 "vsockCid", 0, "qemuVersion", f->h.qemu_version, "hostCpu", "", "rootfs",
-			 "linked", 1, "dev", (json_int_t)st.st_dev, "ino", (json_int_t)st.st_ino,
-			 "size", (json_int_t)st.st_size, "mtimeNs", mtime, "disk", 1, "diskBytes",
+			 "serial", "vcpus", 1, "memMib", 128, "cmdline", "console=hvc0", "vsockCid",
+			 0, "qemuVersion", f->h.qemu_version, "hostCpu", "", "rootfs", "linked", 1,
+			 "dev", (json_int_t)st.st_dev, "ino", (json_int_t)st.st_ino, "size",
+			 (json_int_t)st.st_size, "mtimeNs", mtime, "disk", 1, "diskBytes",
 			 (json_int_t)6, "stateBytes", (json_int_t)4);
 }
 
@@ -136,8 +136,8 @@ static void test_records_that_are_not_a_saved_vms(void **state)
 	struct err e;
 	json_auto_t *not_object = json_string("qemu");
 	assert_int_equal(open_rec(f, not_object, &e), -EINVAL);
-	static const char *const ids[] = { "../../etc", "sb/../x", "", "..", "sb-ok/../../x",
-					   "SB-UPPER" };
+	static const char *const ids[] = { "../../etc", "sb/../x",       "",
+					   "..",        "sb-ok/../../x", "SB-UPPER" };
 	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
 		json_auto_t *rec = record(f);
 		json_object_set_new(rec, "sandbox", json_string(ids[i]));
