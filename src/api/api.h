@@ -81,6 +81,7 @@ void api_exec_forward(struct http_ctx *ctx);
 /* pause and resume (lifecycle.c) */
 void api_exec_pause(struct http_ctx *ctx);
 void api_exec_resume(struct http_ctx *ctx);
+void api_exec_fork(struct http_ctx *ctx);
 struct session;
 /* A session's preview as the API shows it: name, url and pathUrl (with "{port}"),
  * publicPorts, and with_token its token. */

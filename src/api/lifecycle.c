@@ -1,6 +1,7 @@
-/* lifecycle: POST /exec/:id/pause (body {"mode": "freeze"} by default, or "hibernate") and
- * POST /exec/:id/resume (docs/lifecycle.md). Each answers with the session once its sandbox
- * is frozen, hibernated or running again. */
+/* lifecycle: POST /exec/:id/pause (body {"mode": "freeze"} by default, or "hibernate"),
+ * POST /exec/:id/resume and POST /exec/:id/fork (body {"count": N}, 1 by default)
+ * (docs/lifecycle.md). The first two answer with the session once its sandbox is frozen,
+ * hibernated or running again; a fork with {"sessions": [...]} once every fork is ready. */
 #include <errno.h>
 #include <string.h>
 
@@ -59,4 +60,39 @@ void api_exec_pause(struct http_ctx *ctx)
 void api_exec_resume(struct http_ctx *ctx)
 {
 	pause_or_resume(ctx, false);
+}
+
+static void on_forked(json_t *forks, const struct err *err, void *arg)
+{
+	struct http_ctx *ctx = arg;
+	if (err) {
+		api_reply_err(ctx, err);
+		return;
+	}
+	http_reply_json(ctx, 201, json_pack("{s:O}", "sessions", forks));
+}
+
+void api_exec_fork(struct http_ctx *ctx)
+{
+	const char *id = api_path_session_id(ctx);
+	if (!id)
+		return;
+	json_auto_t *body = NULL;
+	if (http_body_json(ctx, &body) < 0)
+		return;
+	json_t *n = json_object_get(body, "count");
+	json_int_t count = 1;
+	if (n && !json_is_null(n)) {
+		if (!json_is_integer(n) || json_integer_value(n) < 1 ||
+		    json_integer_value(n) > OPS_FORK_MAX) {
+			http_reply_error(ctx, 400, "\"count\" must be an integer from 1 to %d",
+					 OPS_FORK_MAX);
+			return;
+		}
+		count = json_integer_value(n);
+	}
+	struct ops_target t = api_request_target(ctx, id, NULL);
+	struct err e;
+	if (ops_fork_session(&t, (unsigned)count, on_forked, ctx, &e) < 0)
+		api_reply_err(ctx, &e);
 }

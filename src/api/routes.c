@@ -50,6 +50,7 @@ const struct http_route api_routes[] = {
 	{ GET, "/exec/:id/forward/:port", api_exec_forward, "exec" },
 	{ POST, "/exec/:id/pause", api_exec_pause, "exec", SMALL_BODY },
 	{ POST, "/exec/:id/resume", api_exec_resume, "exec", SMALL_BODY },
+	{ POST, "/exec/:id/fork", api_exec_fork, "exec", SMALL_BODY },
 	{ DELETE, "/exec/:id", api_exec_delete, "exec" },
 	{ POST, "/volumes", api_volumes_create, "exec", SMALL_BODY },
 	{ GET, "/volumes", api_volumes_list, "exec" },

@@ -126,6 +126,13 @@ struct driver {
 	/* Whether a hibernated sandbox's processes carry on after its resume (a VM saved whole:
 	 * qemu), or were ended (the jail keeps only the disk). */
 	bool hibernate_keeps_processes;
+	/* Fork (docs/lifecycle.md); NULL when the driver cannot. Saves the running sandbox whole
+	 * (a VM: its RAM and devices, a copy of its disk) without ending it: it runs on (or stays
+	 * frozen). *ret_keep (owned) is a record as hibernate()'s, from which any number of new
+	 * sandboxes are made (sandbox_spec.hibernated), each from that moment with a disk of its
+	 * own; hibernated_discard frees the save once no more are to be made. On failure the
+	 * sandbox is as it was. Blocking. */
+	int (*fork_save)(struct sandbox *sb, json_t **ret_keep, struct err *err);
 	/* After a restart: takes back what a hibernated sandbox keeps (its ids), before any
 	 * sandbox is made; EBUSY/ENOENT when it cannot. Blocking, brief. */
 	int (*hibernated_claim)(const json_t *keep, struct err *err);

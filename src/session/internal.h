@@ -48,6 +48,8 @@ extern struct session_module session_mod;
 void session_add_waiter(struct session *s, session_ready_fn cb, void *arg);
 /* A creation job's end, on the loop (the sandbox handed to its session, or the failure). */
 void session_create_done(void *arg);
+/* A session whose creation failed: failed, with err, its waiters told. */
+void session_fail_creation(struct session *s, const struct err *err);
 /* A new session object, in the table, holding a unit of the owner's QUOTA_SESSIONS. */
 struct session *session_table_add(const char *owner, const char *id, struct template *t);
 /* session_table_add for a session put back after a restart (hibernate.c): with the preview

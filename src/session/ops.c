@@ -2089,3 +2089,51 @@ int ops_pause_session_mode(const struct ops_target *t, bool pause, enum session_
 	session_pause_mode(s, pause, mode, on_paused, p);
 	return 0;
 }
+
+/* --- fork ------------------------------------------------------------------------------- */
+
+struct fork_call {
+	ops_fork_fn cb;
+	void *arg;
+	struct event *ev;
+	json_t *forks;
+	struct err err;
+};
+
+static void fork_deliver(evutil_socket_t fd, short what, void *arg)
+{
+	struct fork_call *c = arg;
+	event_free(c->ev);
+	c->cb(c->forks, c->forks ? NULL : &c->err, c->arg);
+	json_decref(c->forks);
+	free(c);
+}
+
+static void on_forked(json_t *forks, const struct err *err, void *arg)
+{
+	struct fork_call *c = arg;
+	if (forks)
+		c->forks = json_incref(forks);
+	else
+		err_copy(&c->err, err);
+	/* Never before ops_fork_session returned: a refusal is answered from the loop. */
+	c->ev = defer(fork_deliver, c);
+}
+
+int ops_fork_session(const struct ops_target *t, unsigned count, ops_fork_fn cb, void *arg,
+		     struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return -EINVAL;
+	if (count < 1 || count > OPS_FORK_MAX)
+		return err_set(err, EINVAL, "\"count\" must be an integer from 1 to %d",
+			       OPS_FORK_MAX);
+	struct session *s = target_session(t, err);
+	if (!s)
+		return -err->errnum;
+	struct fork_call *c = xcalloc(1, sizeof(*c));
+	c->cb = cb;
+	c->arg = arg;
+	session_fork(s, count, on_forked, c);
+	return 0;
+}

@@ -291,6 +291,14 @@ int ops_pause_session(const struct ops_target *t, bool pause, ops_pause_fn cb, v
 int ops_pause_session_mode(const struct ops_target *t, bool pause, enum session_pause_mode mode,
 			   ops_pause_fn cb, void *arg, struct err *err);
 
+/* Forks the caller's running session into count new ones (session_fork: 1 to OPS_FORK_MAX,
+ * EINVAL otherwise); cb runs once, never before this returns, with the forks' session objects
+ * (a JSON array, borrowed) or err. */
+#define OPS_FORK_MAX 16
+typedef void (*ops_fork_fn)(json_t *forks, const struct err *err, void *arg);
+int ops_fork_session(const struct ops_target *t, unsigned count, ops_fork_fn cb, void *arg,
+		     struct err *err);
+
 /* Creates session t->session_id (NULL: a fresh id) of the caller (never another owner's,
  * whatever any_owner says) with these options (template_name is taken from t; o may be
  * NULL); EEXIST when the caller already has one by that id. */

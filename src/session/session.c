@@ -307,7 +307,7 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 	/* The connection is freed later, outside its own callback. */
 }
 
-static void session_fail_creation(struct session *s, const struct err *err)
+void session_fail_creation(struct session *s, const struct err *err)
 {
 	session_count_creation(s->tmpl, err->errnum == ECANCELED ? "cancelled" : "failure");
 	err_copy(&s->failure, err);

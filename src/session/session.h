@@ -228,6 +228,16 @@ bool session_can_hibernate(const struct session *s);
 void session_pause_mode(struct session *s, bool pause, enum session_pause_mode mode,
 			void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);
 
+/* Forks a running session (fork.c, docs/lifecycle.md): count new sessions of its owner from
+ * its current state, each with an identity of its own. cb runs once every fork is ready or
+ * failed, with a JSON array (borrowed) of the forks' session objects ({"id", "state":
+ * "failed", "error"} for one that failed), or with err when none could be made: EBUSY (not
+ * running, operations in flight), ENOTSUP (a driver that cannot), EINVAL (volumes), EAGAIN
+ * (beyond the owner's or the server's sessions), ESHUTDOWN; the driver's error otherwise.
+ * It may run before session_fork returns. */
+typedef void (*session_fork_fn)(json_t *forks, const struct err *err, void *arg);
+void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *arg);
+
 /* Starts destroying the session; it disappears from the table at once. */
 void session_destroy(struct session *s, const char *why);
 

@@ -9,6 +9,47 @@
 
 #include "util/cleanup.h"
 
+/* Data is copied in pieces of this size. */
+#define COPY_CHUNK (1u << 20)
+
+int fs_copy_data(int from, int to, uint64_t size, struct err *err)
+{
+	_cleanup_free_ char *buf = xmalloc(COPY_CHUNK);
+	off_t at = 0;
+	while ((uint64_t)at < size) {
+		off_t data = lseek(from, at, SEEK_DATA);
+		if (data < 0 && errno == ENXIO)
+			return 0; /* only a hole is left */
+		if (data < 0)
+			return err_sys(err, errno, "seeking data");
+		off_t hole = lseek(from, data, SEEK_HOLE);
+		if (hole < 0)
+			return err_sys(err, errno, "seeking a hole");
+		if ((uint64_t)hole > size)
+			hole = (off_t)size;
+		for (off_t o = data; o < hole;) {
+			size_t want =
+				(size_t)(hole - o) < COPY_CHUNK ? (size_t)(hole - o) : COPY_CHUNK;
+			ssize_t n = pread(from, buf, want, o);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return err_sys(err, n < 0 ? errno : EIO, "reading");
+			for (ssize_t w = 0; w < n;) {
+				ssize_t m = pwrite(to, buf + w, (size_t)(n - w), o + w);
+				if (m < 0 && errno == EINTR)
+					continue;
+				if (m <= 0)
+					return err_sys(err, m < 0 ? errno : EIO, "writing");
+				w += m;
+			}
+			o += n;
+		}
+		at = hole;
+	}
+	return 0;
+}
+
 int fs_mkdir_p(const char *path, mode_t mode)
 {
 	_cleanup_free_ char *p = xstrdup(path);

@@ -353,6 +353,127 @@ class HibernatedAcrossRestartsTest(HibernateCase):
 
 
 
+class ForkTest(HibernateCase):
+    """POST /exec/:id/fork: new sessions from a running VM's current state, memory included:
+    the same files and the same running processes, then each its own."""
+
+    def fork(self, d, sid, count, expect=201):
+        t0 = time.monotonic()
+        status, _, body = d.post(f"/exec/{sid}/fork", body={"count": count}, timeout=300)
+        self.assertEqual(status, expect, body)
+        if status == 201:
+            print(f"\n    qemu fork of {count}: {(time.monotonic() - t0) * 1000:.0f} ms "
+                  "to every fork ready", file=sys.stderr)
+            for f in body["sessions"]:
+                self.addCleanup(d.delete, f"/exec/{f['id']}", timeout=60)
+        return body
+
+    def test_forks_start_from_the_same_state_then_diverge(self):
+        d = self.daemon(DISK)
+        sid = self.create(d)
+        self.out(d, sid, "echo parent > /workspace/file && echo tmp > /tmp/t")
+        self.start_counter(d, sid)
+        body = self.fork(d, sid, 2)
+        forks = [f["id"] for f in body["sessions"]]
+        self.assertEqual(len(set(forks)), 2)
+        self.assertNotIn(sid, forks)
+        self.assertEqual([f["state"] for f in body["sessions"]], ["ready", "ready"], body)
+        names = {f["previewName"] for f in body["sessions"]}
+        self.assertEqual(len(names), 2)
+        # The parent runs on, its counter counting.
+        n = self.count(d, sid)
+        wait_until(lambda: self.count(d, sid) > n + 3, 60, 0.1, "the parent's counter")
+        for f in forks:
+            self.assertEqual(self.out(d, f, "cat /workspace/file /tmp/t"), "parent\ntmp")
+            # The same counter process, running on in each fork.
+            status, _, procs = d.get(f"/exec/{f}/processes")
+            self.assertEqual(status, 200, procs)
+            tagged = [p for p in procs["processes"] if p.get("tag") == "count"]
+            self.assertEqual([p["state"] for p in tagged], ["running"], procs)
+            c = self.count(d, f)
+            self.assertGreater(c, 0)
+            wait_until(lambda f=f, c=c: self.count(d, f) > c + 3, 60, 0.1,
+                       "a fork's counter counting on")
+        # Each its own from now on: files, and what /dev/urandom gives.
+        self.out(d, forks[0], "echo mine > /workspace/file")
+        self.assertEqual(self.out(d, forks[1], "cat /workspace/file"), "parent")
+        self.assertEqual(self.out(d, sid, "cat /workspace/file"), "parent")
+        rnd = [self.out(d, x, "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'")
+               for x in [sid] + forks]
+        self.assertEqual(len(set(rnd)), 3, rnd)
+        # The save is gone once the forks are made; their disks have no name.
+        self.assertEqual(saved(d.state_dir), [])
+        # A fork outlives its parent, and can be forked and hibernated in turn.
+        status, _, gone = d.delete(f"/exec/{sid}", timeout=60)
+        self.assertEqual(status, 200, gone)
+        self.assertEqual(self.out(d, forks[0], "cat /workspace/file"), "mine")
+        again = self.fork(d, forks[0], 1)["sessions"][0]["id"]
+        self.assertEqual(self.out(d, again, "cat /workspace/file"), "mine")
+        self.hibernate(d, forks[1])
+        self.resume(d, forks[1])
+        self.assertEqual(self.out(d, forks[1], "cat /workspace/file"), "parent")
+
+    def test_refusals(self):
+        d = self.daemon({**DISK, "SANDBOX_MAX_SESSIONS": "3"})
+        sid = self.create(d)
+        for bad in (0, 17, -1, "2", 1.5, True, [1]):
+            status, _, err = d.post(f"/exec/{sid}/fork", body={"count": bad})
+            self.assertEqual(status, 400, (bad, err))
+            self.assertIn("count", err["error"])
+        status, _, err = d.post("/exec/no-such-session/fork", body={"count": 1})
+        self.assertEqual(status, 404, err)
+        # Beyond the server's sessions: nothing is made, the parent runs on.
+        status, _, err = d.post(f"/exec/{sid}/fork", body={"count": 3}, timeout=120)
+        self.assertEqual(status, 429, err)
+        self.assertEqual(sorted(self.listed(d)), [sid])
+        self.assertEqual(self.out(d, sid, "echo on"), "on")
+        # A paused session is not forked.
+        status, _, body = d.post(f"/exec/{sid}/pause", timeout=60)
+        self.assertEqual(status, 200, body)
+        status, _, err = d.post(f"/exec/{sid}/fork", body={"count": 1})
+        self.assertEqual(status, 409, err)
+        status, _, body = d.post(f"/exec/{sid}/resume", timeout=60)
+        self.assertEqual(status, 200, body)
+        # Two forks fit in the three sessions.
+        self.assertEqual(len(self.fork(d, sid, 2)["sessions"]), 2)
+
+    def test_another_key_cannot_fork_yours_nor_see_the_forks(self):
+        d = self.daemon({**DISK, "AUTH_ENABLED": "true"})
+        status, _, key = d.post("/admin/keys", body={"name": "other", "scopes": ["exec"]})
+        self.assertEqual(status, 201, key)
+        sid = self.create(d)
+        status, _, err = d.post(f"/exec/{sid}/fork", body={"count": 1}, api_key=key["key"])
+        self.assertEqual(status, 404, err)
+        forks = [f["id"] for f in self.fork(d, sid, 1)["sessions"]]
+        status, _, listed = d.get("/exec/", api_key=key["key"])
+        self.assertEqual(status, 200, listed)
+        self.assertEqual([s["id"] for s in listed["sessions"]], [])
+        status, _, err = d.get(f"/exec/{forks[0]}/processes", api_key=key["key"])
+        self.assertEqual(status, 404, err)
+        self.assertEqual(sorted(self.listed(d)), sorted([sid] + forks))
+
+    def test_a_destroy_during_the_fork(self):
+        d = self.daemon(DISK)
+        sid = self.create(d, keep=True)
+        self.start_counter(d, sid)
+        sandbox = sandbox_of(d, sid)
+        answers = []
+        t = threading.Thread(target=lambda: answers.append(
+            d.post(f"/exec/{sid}/fork", body={"count": 2}, timeout=120)))
+        t.start()
+        time.sleep(0.05)
+        status, _, body = d.delete(f"/exec/{sid}", timeout=120)
+        self.assertEqual(status, 200, body)
+        t.join(120)
+        status, _, body = answers[0]
+        self.assertIn(status, (201, 404, 409), body)
+        for f in body.get("sessions", []) if status == 201 else []:
+            d.delete(f"/exec/{f['id']}", timeout=60)
+        wait_until(lambda: saved(d.state_dir) == [] and not qemu_pids(sandbox), 60, 0.1,
+                   "nothing left of the parent and its save")
+
+
+
 E2B_DIR = os.path.join(HERE, "..", "e2b")
 
 

@@ -30,6 +30,7 @@
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/random.h"
 #include "util/spawn.h"
 #include "util/time.h"
 
@@ -718,8 +719,14 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	if ((r = spec->hibernated ? source_saved(h, &w, spec, &src, err)
 				  : source_get(h, &w, spec, &src, err)) < 0)
 		return r;
-	if (src.saved)
+	if (src.saved && src.kept.fork && src.kept.disk_fd >= 0) {
+		/* Each clone of a fork has a disk of its own, a copy of the save's. */
+		if ((r = qemu_disk_clone(cfg->state_dir, src.kept.disk_fd, err)) < 0)
+			return r;
+		drives.fd[QEMU_DRIVE_DISK] = r;
+	} else if (src.saved) {
 		drives.fd[QEMU_DRIVE_DISK] = TAKE_FD(src.kept.disk_fd);
+	}
 	const struct qemu_machine *m = source_machine(&src);
 
 	/* QEMU aborts when it cannot start a thread, and a memory limit below its needs kills
@@ -740,7 +747,9 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 	/* Resumed: the new sandbox holds what it needs of the saved VM (its disk, the
 	 * template image), the rest goes. */
 	bool named = false;
-	if (src.saved) {
+	if (src.saved && src.kept.fork) {
+		/* A fork: the save stays for the next clone, which gets a copy of the disk too. */
+	} else if (src.saved) {
 		const char *old = json_string_value(json_object_get(spec->hibernated, "sandbox"));
 		struct err e;
 		_cleanup_free_ char *disk = NULL;
@@ -881,10 +890,10 @@ static int qemu_pause(struct sandbox *sb, bool pause, struct err *err)
 	return r;
 }
 
-/* Hibernation: the whole VM (its RAM, so its processes and its tmpfs too, and its devices)
- * saved to disk with its disk image, QEMU ended (qemu_keep.c). A resume restores it as it
- * was: its processes carry on. */
-static int qemu_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err)
+/* Saves the VM whole (qemu_keep.c) under `name`: for a fork, the VM then runs on (unless it
+ * was frozen) and its disk is copied; a failed save leaves it as it was either way. */
+static int save_whole(struct sandbox *sb, const char *name, bool fork, json_t **ret_keep,
+		      struct err *err)
 {
 	struct qemu_sb *q = sb->priv;
 	const struct qemu_host *h = host(err);
@@ -892,14 +901,21 @@ static int qemu_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err
 		return -err->errnum;
 	if (q->nvolumes)
 		return err_set(err, ENOTSUP,
-			       "a session with volumes cannot be hibernated; pause it instead "
-			       "(mode \"freeze\")");
+			       "a session with volumes cannot be %s; pause it instead (mode "
+			       "\"freeze\")",
+			       fork ? "forked" : "hibernated");
+	if (fork && q->m.channel == QEMU_CHANNEL_VSOCK)
+		return err_set(err, ENOTSUP,
+			       "forks of a VM need its agent on virtio-serial: with vhost-vsock "
+			       "every clone would have the same guest CID");
 	if (q->rootfs_fd < 0)
 		return err_set(err, EBADF, "qemu: the sandbox's template image is not open");
 	struct stat st;
 	uint64_t disk_bytes =
 		q->disk_fd >= 0 && fstat(q->disk_fd, &st) == 0 ? (uint64_t)st.st_size : 0;
 	const struct qemu_keep_what what = {
+		.name = name,
+		.fork = fork,
 		.m = &q->m,
 		.vsock_cid = q->vm->vsock_cid,
 		.disk_fd = q->disk_fd,
@@ -909,20 +925,39 @@ static int qemu_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err
 		.host_cpu = h->accel == QEMU_ACCEL_KVM ? h->host_cpu : "",
 	};
 	int64_t t0 = time_mono_ms();
-	int r = qemu_keep_save(q->vm, Q.state_dir, sb->id, &what, ret_keep, err);
-	if (r < 0) {
-		/* As it was: running unless it had been frozen. */
-		struct err e;
-		if (!q->frozen && qemu_vm_run_state(q->vm, true, 5000, &e) < 0)
-			log_warn("qemu", "sandbox %s: after a failed save: %s", sb->id, e.msg);
+	int r = qemu_keep_save(q->vm, Q.state_dir, &what, ret_keep, err);
+	/* As it was: running unless it had been frozen (a hibernation ends it next). */
+	struct err e;
+	if ((r < 0 || fork) && !q->frozen && qemu_vm_run_state(q->vm, true, 5000, &e) < 0)
+		log_warn("qemu", "sandbox %s: after a save: %s", sb->id, e.msg);
+	if (r < 0)
 		return r;
-	}
-	log_debug("qemu", "sandbox %s: saved in %lld ms (%lld bytes)", sb->id,
+	log_debug("qemu", "sandbox %s: saved as %s in %lld ms (%lld bytes)", sb->id, name,
 		  (long long)(time_mono_ms() - t0),
 		  (long long)json_integer_value(json_object_get(*ret_keep, "stateBytes")));
+	return 0;
+}
+
+/* Hibernation: the whole VM (its RAM, so its processes and its tmpfs too, and its devices)
+ * saved to disk with its disk image, QEMU ended. A resume restores it as it was: its
+ * processes carry on. */
+static int qemu_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err)
+{
+	int r = save_whole(sb, sb->id, false, ret_keep, err);
+	if (r < 0)
+		return r;
 	/* Its disk has a name in the saved VM now: the destroy's close does not free it. */
 	qemu_destroy(sb);
 	return 0;
+}
+
+/* A fork's save: <id>-f<random>, the VM running on. */
+static int qemu_fork_save(struct sandbox *sb, json_t **ret_keep, struct err *err)
+{
+	char hex[9];
+	random_hex(hex, 4);
+	_cleanup_free_ char *name = xasprintf("%s-f%s", sb->id, hex);
+	return save_whole(sb, name, true, ret_keep, err);
 }
 
 static int qemu_hibernated_claim(const json_t *keep, struct err *err)
@@ -953,6 +988,7 @@ const struct driver driver_qemu = {
 	.pause = qemu_pause,
 	.hibernate = qemu_hibernate,
 	.hibernate_keeps_processes = true,
+	.fork_save = qemu_fork_save,
 	.hibernated_claim = qemu_hibernated_claim,
 	.hibernated_discard = qemu_hibernated_discard,
 };

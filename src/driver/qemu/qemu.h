@@ -225,6 +225,10 @@ int qemu_overlay_create(const char *state_dir, uint64_t bytes, struct err *err);
  * last descriptor closes. */
 int qemu_disk_create(const char *state_dir, uint64_t bytes, struct err *err);
 
+/* A copy of disk image `from` (sparse, as it is), without a name as qemu_disk_create's:
+ * a fork's own disk. Returns its descriptor (read-write). */
+int qemu_disk_clone(const char *state_dir, int from, struct err *err);
+
 /* Used and total bytes of a disk image as the host sees it: its size, and what of it holds
  * data (allocated blocks). */
 int qemu_disk_usage(int fd, uint64_t *used, uint64_t *size);
@@ -263,6 +267,13 @@ struct qemu_vm;
 /* What a save keeps besides QEMU's stream: the machine to start again, the disk (-1: none)
  * and the template image the guest ran on. */
 struct qemu_keep_what {
+	/* The save's name (its directory, and "sandbox" in the record): the sandbox's id for a
+	 * hibernation, another valid id for a fork's save. */
+	const char *name;
+	/* A fork's: the VM runs on after the save, so its disk is copied (while the VM is
+	 * stopped) rather than linked, and the record says "fork": each sandbox made from it
+	 * copies the disk again and leaves the save for the next. */
+	bool fork;
 	const struct qemu_machine *m;
 	unsigned vsock_cid;
 	int disk_fd;
@@ -273,11 +284,11 @@ struct qemu_keep_what {
 };
 
 /* Stops the VM and saves it whole (RAM and devices) with what in
- * <state_dir>/qemu-saved/<id>/, atomically (a temporary directory renamed once synced);
+ * <state_dir>/qemu-saved/<what->name>/, atomically (a temporary directory renamed once synced);
  * *ret is the record a resume needs (owned). On failure nothing is left but the VM, stopped:
  * the caller lets it run again if it was running. */
-int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
-		   const struct qemu_keep_what *what, json_t **ret, struct err *err);
+int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_keep_what *what,
+		   json_t **ret, struct err *err);
 
 /* A saved VM, open for a resume. */
 struct qemu_kept {
@@ -286,6 +297,7 @@ struct qemu_kept {
 	int state_fd;
 	int disk_fd; /* -1: it had no disk */
 	int rootfs_fd;
+	bool fork; /* a fork's save (qemu_keep_what.fork) */
 };
 
 /* Opens the saved VM of `keep` (qemu_keep_save's record) after checking that this host can

@@ -83,6 +83,25 @@ int qemu_disk_create(const char *state_dir, uint64_t bytes, struct err *err)
 	return TAKE_FD(img);
 }
 
+int qemu_disk_clone(const char *state_dir, int from, struct err *err)
+{
+	struct stat st;
+	if (fstat(from, &st) < 0)
+		return err_sys(err, errno, "qemu: the disk to copy");
+	_cleanup_free_ char *dir = xasprintf("%s/disks", state_dir);
+	if (fs_mkdir_p(dir, 0700) < 0)
+		return err_sys(err, errno, "qemu: make %s", dir);
+	_cleanup_close_ int img = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (img < 0)
+		return err_sys(err, errno, "qemu: a disk image in %s", dir);
+	if (ftruncate(img, st.st_size) < 0)
+		return err_sys(err, errno, "qemu: size a copy of the disk");
+	int r = fs_copy_data(from, img, (uint64_t)st.st_size, err);
+	if (r < 0)
+		return err_wrap(err, "qemu: copying the disk");
+	return TAKE_FD(img);
+}
+
 int qemu_disk_usage(int fd, uint64_t *used, uint64_t *size)
 {
 	struct stat st;

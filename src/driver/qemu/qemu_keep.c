@@ -69,9 +69,10 @@ static int sync_fd(int fd, const char *what, struct err *err)
 	return fsync(fd) < 0 ? err_sys(err, errno, "qemu: syncing %s", what) : 0;
 }
 
-int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
-		   const struct qemu_keep_what *what, json_t **ret, struct err *err)
+int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_keep_what *what,
+		   json_t **ret, struct err *err)
 {
+	const char *id = what->name;
 	*ret = NULL;
 	if (!cgroup_id_valid(id))
 		return err_set(err, EINVAL, "qemu: invalid sandbox id");
@@ -86,6 +87,7 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
 	_cleanup_close_ int dirfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int state = -1;
 	_cleanup_close_ int basefd = -1;
+	_cleanup_close_ int copy = -1; /* a fork's copy of the disk */
 	if (dirfd < 0) {
 		r = err_sys(err, errno, "qemu: open %s", tmp);
 		goto fail;
@@ -104,7 +106,8 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
 		goto fail;
 	}
 	bool linked = link_fd(what->rootfs_fd, dirfd, KEEP_ROOTFS) == 0;
-	if (what->disk_fd >= 0 && (r = link_fd(what->disk_fd, dirfd, KEEP_DISK)) < 0) {
+	if (what->disk_fd >= 0 && !what->fork &&
+	    (r = link_fd(what->disk_fd, dirfd, KEEP_DISK)) < 0) {
 		r = err_sys(err, -r, "qemu: naming the disk image in %s", tmp);
 		goto fail;
 	}
@@ -121,10 +124,20 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
 			err_wrap(err, "saving the VM");
 		goto fail;
 	}
-	/* The migration ended with QEMU's own flush of the disk; this makes it durable. */
+	/* The migration ended with QEMU's own flush of the disk: as the VM is stopped now, a
+	 * fork's copy of it is of the same moment as its RAM. */
+	if (what->disk_fd >= 0 && what->fork) {
+		if ((r = copy = qemu_disk_clone(state_dir, what->disk_fd, err)) < 0)
+			goto fail;
+		if ((r = link_fd(copy, dirfd, KEEP_DISK)) < 0) {
+			r = err_sys(err, -r, "qemu: naming the disk's copy in %s", tmp);
+			goto fail;
+		}
+	}
 	struct stat sst;
+	int disk = copy >= 0 ? copy : what->disk_fd;
 	if ((r = sync_fd(state, "the VM's saved state", err)) < 0 ||
-	    (what->disk_fd >= 0 && (r = sync_fd(what->disk_fd, "the disk", err)) < 0) ||
+	    (disk >= 0 && (r = sync_fd(disk, "the disk", err)) < 0) ||
 	    (r = sync_fd(dirfd, "the saved VM's directory", err)) < 0)
 		goto fail;
 	if (fstat(state, &sst) < 0) {
@@ -140,14 +153,15 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const char *id,
 		log_warn("qemu", "syncing %s: %s", base, strerror(errno));
 	const struct qemu_machine *m = what->m;
 	*ret = json_pack("{s:s, s:s, s:{s:s, s:s, s:i, s:i, s:s, s:i}, s:s, s:s, s:o, s:b, s:I, "
-			 "s:I}",
+			 "s:I, s:b}",
 			 "driver", "qemu", "sandbox", id, "machine", "accel",
 			 qemu_accel_name(m->accel), "channel", qemu_channel_name(m->channel),
 			 "vcpus", (int)m->vcpus, "memMib", (int)m->mem_mib, "cmdline", m->cmdline,
 			 "vsockCid", (int)what->vsock_cid, "qemuVersion", what->qemu_version,
 			 "hostCpu", what->host_cpu ? what->host_cpu : "", "rootfs",
 			 identity_of(&rst, linked), "disk", what->disk_fd >= 0, "diskBytes",
-			 (json_int_t)what->disk_bytes, "stateBytes", (json_int_t)sst.st_size);
+			 (json_int_t)what->disk_bytes, "stateBytes", (json_int_t)sst.st_size,
+			 "fork", what->fork);
 	return 0;
 fail:
 	if (fs_rm_rf(tmp, NULL) < 0)
@@ -267,6 +281,7 @@ int qemu_keep_open(const struct qemu_host *h, const char *state_dir, const json_
 		.rootfs = template_rootfs,
 		.cmdline = xstrdup(str_of(m, "cmdline")),
 	};
+	k->fork = json_is_true(json_object_get(keep, "fork"));
 	json_int_t cid = int_of(keep, "vsockCid");
 	k->vsock_cid = cid > 2 && cid < UINT32_MAX ? (unsigned)cid : 0;
 	return 0;

@@ -43,8 +43,6 @@
 #define BUILD_BOOT_TIMEOUT_MS 120000
 #define BUILD_SAVE_TIMEOUT_MS 60000
 #define QMP_START_TIMEOUT_MS  10000
-/* Guest RAM is copied in pieces of this size (between a memfd and the snapshot's file). */
-#define RAM_COPY_CHUNK (1u << 20)
 
 /* Every valid snapshot this process has seen, by template directory: revalidated with stats
  * only (meta.json, kernel, rootfs), never by reading or hashing big files again. */
@@ -358,47 +356,6 @@ static int run_and_save(const struct qemu_host *h, const struct qemu_launch *l,
 	return r;
 }
 
-/* Copies the data of `from` (size bytes) into `to`, which is at least that large and reads
- * as zeros: the holes of `from` are skipped, so that sparse stays sparse. */
-static int ram_copy(int from, int to, uint64_t size, struct err *err)
-{
-	_cleanup_free_ char *buf = xmalloc(RAM_COPY_CHUNK);
-	off_t at = 0;
-	while ((uint64_t)at < size) {
-		off_t data = lseek(from, at, SEEK_DATA);
-		if (data < 0 && errno == ENXIO)
-			return 0; /* only a hole is left */
-		if (data < 0)
-			return err_sys(err, errno, "qemu: guest RAM: seeking data");
-		off_t hole = lseek(from, data, SEEK_HOLE);
-		if (hole < 0)
-			return err_sys(err, errno, "qemu: guest RAM: seeking a hole");
-		if ((uint64_t)hole > size)
-			hole = (off_t)size;
-		for (off_t o = data; o < hole;) {
-			size_t want = (size_t)(hole - o) < RAM_COPY_CHUNK ? (size_t)(hole - o)
-									  : RAM_COPY_CHUNK;
-			ssize_t n = pread(from, buf, want, o);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				return err_sys(err, n < 0 ? errno : EIO, "qemu: reading guest RAM");
-			for (ssize_t w = 0; w < n;) {
-				ssize_t m = pwrite(to, buf + w, (size_t)(n - w), o + w);
-				if (m < 0 && errno == EINTR)
-					continue;
-				if (m <= 0)
-					return err_sys(err, m < 0 ? errno : EIO,
-						       "qemu: writing guest RAM");
-				w += m;
-			}
-			o += n;
-		}
-		at = hole;
-	}
-	return 0;
-}
-
 /* The template snapshots' RAM as sandboxd gives it to clones: one memfd per snapshot RAM
  * file, a copy of it made once and sealed against every change (F_SEAL_WRITE, SHRINK, GROW,
  * SEAL). QEMU maps it private (copy-on-write), so clones share its pages, and neither a
@@ -426,9 +383,9 @@ static int sealed_copy(const char *tdir, int file, const struct stat *st, int *r
 	_cleanup_close_ int fd = (int)memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, st->st_size) < 0)
 		return err_sys(err, errno, "qemu: a memfd for the snapshot's RAM");
-	int r = ram_copy(file, fd, (uint64_t)st->st_size, err);
+	int r = fs_copy_data(file, fd, (uint64_t)st->st_size, err);
 	if (r < 0)
-		return r;
+		return err_wrap(err, "qemu: copying the snapshot's RAM");
 	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		return err_sys(err, errno, "qemu: sealing the snapshot's RAM");
 	*ret = TAKE_FD(fd);
@@ -542,8 +499,8 @@ static int boot_and_save(const struct qemu_host *h, const struct qemu_snap_key *
 		.vsock_cid = k->m.channel == QEMU_CHANNEL_VSOCK ? qemu_random_cid() : 0,
 	};
 	r = run_and_save(h, &l, cg, state, boot_ms, err);
-	if (r == 0)
-		r = ram_copy(mem, ram_fd, size, err);
+	if (r == 0 && (r = fs_copy_data(mem, ram_fd, size, err)) < 0)
+		err_wrap(err, "qemu: copying guest RAM into the snapshot");
 	struct err e;
 	if (cgroup_remove(cg, &e) < 0)
 		log_warn("qemu", "snapshot build %s: %s", name, e.msg);

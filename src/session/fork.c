@@ -1,0 +1,300 @@
+/* fork: new sessions from one running session's current state (session_fork, lifecycle.md).
+ *
+ * The driver saves the session's sandbox whole without ending it (driver.h: fork_save; a VM's
+ * RAM and devices, a copy of its disk) while the session is in transition (its operations
+ * refused, a destroy left to this job). Each fork is then a new session of the same owner,
+ * template, limits, environment and egress policy, whose sandbox is made from that save as a
+ * hibernated session's is at its resume (sandbox_spec.hibernated): its processes carry on
+ * from the moment of the save, and it has an identity of its own (session id, preview name
+ * and secret), fresh entropy and its own network, from the `resume` every new sandbox gets.
+ * The caller hears once every fork is ready or failed; then the save is freed. Each fork
+ * holds a unit of its owner's sessions, taken before anything is made. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth/quota.h"
+#include "loop.h"
+#include "net/net.h"
+#include "session/internal.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/time.h"
+
+struct fork_job;
+
+/* One fork: its session id, and why it failed. */
+struct fork_child {
+	struct fork_job *j;
+	char *id;
+	bool failed;
+	struct err err;
+};
+
+struct fork_job {
+	struct session *s; /* the parent (referenced) */
+	char *owner;
+	unsigned count;
+	json_t *keep; /* the save */
+	uint32_t next_channel;
+	struct fork_child *forks;
+	unsigned pending;
+	int rc;
+	struct err err;
+	uint64_t t0;
+	session_fork_fn cb;
+	void *arg;
+};
+
+static void fork_job_free(struct fork_job *j)
+{
+	for (unsigned i = 0; i < j->count; i++)
+		free(j->forks[i].id);
+	free(j->forks);
+	free(j->owner);
+	json_decref(j->keep);
+	free(j);
+}
+
+static void release_units(const char *owner, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		quota_release(owner, QUOTA_SESSIONS);
+}
+
+/* --- freeing the save once the forks are made ------------------------------------------ */
+
+static void discard_work(void *arg)
+{
+	struct fork_job *j = arg;
+	session_mod.drv->hibernated_discard(j->keep);
+}
+
+static void discard_done(void *arg)
+{
+	struct fork_job *j = arg;
+	session_mod.destroying--;
+	fork_job_free(j);
+	session_shutdown_check();
+}
+
+/* Every fork is ready or failed: the answer, then the save goes. */
+static void forks_done(struct fork_job *j)
+{
+	json_t *list = json_array();
+	unsigned ready = 0;
+	struct err first = { 0 };
+	for (unsigned i = 0; i < j->count; i++) {
+		struct fork_child *c = &j->forks[i];
+		struct session *f = session_find(j->owner, c->id);
+		if (!c->failed && f && f->state == SESSION_READY) {
+			json_array_append_new(list, session_json(f));
+			ready++;
+			continue;
+		}
+		const char *why = c->failed ? c->err.msg : "it was destroyed as it was made";
+		if (!first.errnum)
+			err_set(&first, c->failed ? c->err.errnum : ECANCELED, "%s", why);
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "id", c->id, "state",
+						      "failed", "error", why));
+	}
+	log_info("session", "session %s: %u of %u fork(s) ready in %llu ms", j->s->id, ready,
+		 j->count, (unsigned long long)(time_mono_ms() - j->t0));
+	if (ready)
+		j->cb(list, NULL, j->arg);
+	else
+		j->cb(NULL, &first, j->arg);
+	json_decref(list);
+	session_unref(j->s);
+	j->s = NULL;
+	session_mod.destroying++; /* a stop waits for the save to go */
+	loop_submit(discard_work, discard_done, j);
+}
+
+static void fork_one_less(struct fork_job *j)
+{
+	if (--j->pending == 0)
+		forks_done(j);
+}
+
+static void on_fork_ready(struct session *f, const struct err *err, void *arg)
+{
+	struct fork_child *c = arg;
+	if (err) {
+		c->failed = true;
+		err_copy(&c->err, err);
+	}
+	fork_one_less(c->j);
+}
+
+/* --- making the forks ------------------------------------------------------------------ */
+
+/* A new session like the parent, in the table, being created from the save. */
+static void start_fork(struct fork_job *j, unsigned i)
+{
+	struct session *p = j->s;
+	struct session *f = session_table_add(p->owner, j->forks[i].id, p->tmpl);
+	f->state = SESSION_CREATING;
+	f->id_generated = true;
+	f->resources = p->resources;
+	f->limits = p->limits;
+	f->idle_timeout_s = p->idle_timeout_s;
+	f->on_timeout = p->on_timeout;
+	json_decref(f->env);
+	f->env = json_deep_copy(p->env);
+	if (p->egress_spec)
+		f->egress_spec = json_deep_copy(p->egress_spec);
+	if (p->metadata)
+		f->metadata = json_deep_copy(p->metadata);
+	if (p->alias)
+		f->alias = xstrdup(p->alias);
+	f->next_channel = j->next_channel;
+	j->pending++;
+	session_add_waiter(f, on_fork_ready, &j->forks[i]);
+
+	struct err e;
+	struct net_policy *egress = NULL;
+	if (f->egress_spec && net_policy_for_session(f->egress_spec, &egress, &e) < 0) {
+		session_fail_creation(f, &e);
+		return;
+	}
+	struct create_job *cj = session_job_new(p->tmpl, f, NULL);
+	cj->net_policy = egress;
+	cj->spec.hibernated = j->keep; /* held by j until every fork's create returned */
+	if (session_job_record(cj, f->owner, f->id, &e) < 0) {
+		session_job_free(cj);
+		session_fail_creation(f, &e);
+		return;
+	}
+	session_ref(f);
+	session_mod.creating++;
+	loop_submit(session_job_work, session_create_done, cj);
+}
+
+static void fork_work(void *arg)
+{
+	struct fork_job *j = arg;
+	j->rc = session_mod.drv->fork_save(j->s->sb, &j->keep, &j->err);
+}
+
+static void liveness_on(struct session *s)
+{
+	if (s->conn && s->state == SESSION_READY)
+		guest_conn_set_liveness(s->conn, session_mod.cfg->ping_interval_ms,
+					session_mod.cfg->ping_timeout_ms);
+}
+
+static void fork_saved(void *arg)
+{
+	struct fork_job *j = arg;
+	struct session *s = j->s;
+	session_mod.creating--;
+	s->transition = false;
+	struct err e;
+	if (s->destroy_pending) {
+		/* Destroyed meanwhile: its sandbox goes now, and so does the save. */
+		s->destroy_pending = false;
+		session_sandbox_destroy(s->sb, s);
+		s->sb = NULL;
+		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being forked",
+			s->id);
+		j->rc = -ECANCELED;
+	} else {
+		liveness_on(s);
+	}
+	if (j->rc < 0) {
+		if (j->rc != -ECANCELED)
+			log_warn("session", "session %s: fork failed: %s", s->id, j->err.msg);
+		release_units(j->owner, j->count);
+		j->cb(NULL, j->rc == -ECANCELED ? &e : &j->err, j->arg);
+		if (j->keep) {
+			session_unref(s);
+			j->s = NULL;
+			session_mod.destroying++;
+			loop_submit(discard_work, discard_done, j);
+		} else {
+			session_unref(s);
+			fork_job_free(j);
+		}
+		session_shutdown_check();
+		return;
+	}
+	/* One more than the forks until all are started: one that fails at once must not end
+	 * the job before the next is made. */
+	j->pending = 1;
+	for (unsigned i = 0; i < j->count; i++)
+		start_fork(j, i);
+	fork_one_less(j);
+	session_shutdown_check();
+}
+
+void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *arg)
+{
+	struct err e;
+	if (s->state != SESSION_READY || s->transition || !s->sb || !s->conn) {
+		err_set(&e, EBUSY, "session `%s` is %s: only a running session can be forked",
+			s->id, s->transition ? "being paused or resumed" : session_state_name(s->state));
+		cb(NULL, &e, arg);
+		return;
+	}
+	if (!session_mod.drv->fork_save) {
+		err_set(&e, ENOTSUP,
+			"the %s driver cannot fork sessions (its sandboxes cannot be saved whole "
+			"while they run)",
+			session_mod.drv->name);
+		cb(NULL, &e, arg);
+		return;
+	}
+	if (s->volumes) {
+		err_set(&e, EINVAL, "a session with volumes cannot be forked");
+		cb(NULL, &e, arg);
+		return;
+	}
+	if (s->running) {
+		err_set(&e, EBUSY,
+			"session `%s` has %u operations in flight (commands, file transfers, "
+			"attaches, previews): fork it once they ended",
+			s->id, s->running);
+		cb(NULL, &e, arg);
+		return;
+	}
+	if (session_closing()) {
+		err_set(&e, ESHUTDOWN, "the server is shutting down");
+		cb(NULL, &e, arg);
+		return;
+	}
+	if (session_host_check(&e) < 0) {
+		cb(NULL, &e, arg);
+		return;
+	}
+	/* Every fork's unit first: the server's cap and the owner's, a 429 for any beyond. */
+	for (unsigned i = 0; i < count; i++) {
+		if (quota_admit(s->owner, QUOTA_SESSIONS, &e) < 0) {
+			release_units(s->owner, i);
+			e.errnum = EAGAIN;
+			err_wrap(&e, "forking %u session(s)", count);
+			cb(NULL, &e, arg);
+			return;
+		}
+	}
+	struct fork_job *j = xcalloc(1, sizeof(*j));
+	j->s = s;
+	session_ref(s);
+	j->owner = xstrdup(s->owner);
+	j->count = count;
+	j->forks = xcalloc(count, sizeof(*j->forks));
+	for (unsigned i = 0; i < count; i++) {
+		j->forks[i].j = j;
+		j->forks[i].id = session_new_id();
+	}
+	j->next_channel = guest_conn_next_channel(s->conn);
+	j->t0 = time_mono_ms();
+	j->cb = cb;
+	j->arg = arg;
+	s->transition = true;
+	/* A stopped VM answers no ping meanwhile. */
+	guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
+	session_touch(s);
+	session_mod.creating++; /* a stop waits for it */
+	loop_submit(fork_work, fork_saved, j);
+}
