@@ -136,6 +136,10 @@ struct driver {
 	/* After a restart: takes back what a hibernated sandbox keeps (its ids), before any
 	 * sandbox is made; EBUSY/ENOENT when it cannot. Blocking, brief. */
 	int (*hibernated_claim)(const json_t *keep, struct err *err);
+	/* At start, once every hibernated session's record was read (keeps: what each keeps,
+	 * also those that could not be put back), before any sandbox is made: removes what the
+	 * driver keeps for no one (a save a crash orphaned). NULL: nothing to do. Blocking. */
+	void (*hibernated_sweep)(json_t *const *keeps, size_t n);
 	/* Frees what a hibernated sandbox keeps (its disk's file, its ids) once it will not be
 	 * resumed. Touches nothing that `keep` cannot prove is that sandbox's. Blocking. */
 	void (*hibernated_discard)(const json_t *keep);

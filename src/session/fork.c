@@ -233,7 +233,8 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 	struct err e;
 	if (s->state != SESSION_READY || s->transition || !s->sb || !s->conn) {
 		err_set(&e, EBUSY, "session `%s` is %s: only a running session can be forked",
-			s->id, s->transition ? "being paused or resumed" : session_state_name(s->state));
+			s->id,
+			s->transition ? "being paused or resumed" : session_state_name(s->state));
 		cb(NULL, &e, arg);
 		return;
 	}

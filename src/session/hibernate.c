@@ -259,12 +259,18 @@ static void hibernate_done(void *arg)
 		goto out;
 	}
 	s->state = SESSION_PAUSED;
-	if (session_hibernated_store(s, &e) < 0)
+	/* Both or neither: without its own record, the sandbox's stays, and a restart removes
+	 * what the driver kept as it removes any sandbox's leftovers. */
+	if (session_hibernated_store(s, &e) < 0) {
 		log_warn("session", "session %s is hibernated but will not survive a restart: %s",
 			 s->id, e.msg);
-	if (txn && sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		if (txn)
+			sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	} else if (txn && sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
 		log_warn("session", "session %s: recording its hibernation: %s", s->id,
 			 sqlite3_errmsg(db));
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	}
 	log_info("session", "session %s hibernated", s->id);
 	j->cb(s, NULL, j->arg);
 out:
@@ -393,8 +399,13 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 	limits.disk = true;
 	if (uint_of(kept, "diskBytes"))
 		limits.workspace_bytes = uint_of(kept, "diskBytes");
-	if (session_mod.drv->hibernated_claim(kept, err) < 0)
+	if (session_mod.drv->hibernated_claim(kept, err) < 0) {
+		/* What it kept is gone for good (a resume a crash cut short took it): so is its
+		 * record. Anything else may pass (a later start). */
+		if (err->errnum == ENOENT)
+			record_delete(owner, id);
 		return false;
+	}
 	/* It still counts as one of its owner's sessions; a lowered cap does not turn it out. */
 	struct err over;
 	if (quota_admit(owner, QUOTA_SESSIONS, &over) < 0)
@@ -450,6 +461,8 @@ void session_hibernated_restore(void)
 			       NULL) != SQLITE_OK)
 		return;
 	unsigned n = 0;
+	/* What every record keeps, put back or not: the rest of the driver's is no one's. */
+	json_t *keeps = json_array();
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		const char *owner = (const char *)sqlite3_column_text(st, 0);
 		const char *id = (const char *)sqlite3_column_text(st, 1);
@@ -457,6 +470,8 @@ void session_hibernated_restore(void)
 		json_auto_t *rec = text ? json_loads(text, 0, NULL) : NULL;
 		if (!owner || !id)
 			continue;
+		if (json_is_object(json_object_get(rec, "kept")))
+			json_array_append(keeps, json_object_get(rec, "kept"));
 		if (session_find(owner, id)) {
 			log_warn("session", "hibernated session %s is recorded twice", id);
 			continue;
@@ -470,4 +485,13 @@ void session_hibernated_restore(void)
 	}
 	if (n)
 		log_info("session", "%u hibernated session(s) back from the previous run", n);
+	if (session_mod.drv->hibernated_sweep) {
+		size_t k = json_array_size(keeps);
+		json_t **v = xcalloc(k ? k : 1, sizeof(*v));
+		for (size_t i = 0; i < k; i++)
+			v[i] = json_array_get(keeps, i);
+		session_mod.drv->hibernated_sweep(v, k);
+		free(v);
+	}
+	json_decref(keeps);
 }

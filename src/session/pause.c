@@ -160,7 +160,8 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 	}
 	/* E2B's pause: its processes must carry on. */
 	if (pause && mode == SESSION_PAUSE_KEEP)
-		mode = s->sb && s->sb->driver->hibernate_keeps_processes &&
+		mode = s->state == SESSION_READY && s->sb &&
+				       s->sb->driver->hibernate_keeps_processes &&
 				       session_can_hibernate(s) && !s->running
 			       ? SESSION_PAUSE_HIBERNATE
 			       : SESSION_PAUSE_FREEZE;

@@ -11,6 +11,7 @@ template. Built on test_qemu's helpers."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ sys.path.insert(0, HERE)
 import harness  # noqa: E402
 import test_qemu  # noqa: E402
 from helpers_exec import joined, new_session_id, sandbox_of, wait_until  # noqa: E402
-from test_qemu import QemuCase, qemu_pids  # noqa: E402
+from test_qemu import PrivateTemplateCase, QemuCase, qemu_pids  # noqa: E402
 
 MiB = 1024 * 1024
 HIBERNATE = {"mode": "hibernate"}
@@ -42,7 +43,7 @@ def saved(state_dir):
 
 
 def saved_dirs(state_dir):
-    return [n for n in saved(state_dir) if not n.endswith(".disk")]
+    return [n for n in saved(state_dir) if not n.endswith((".disk", ".rootfs"))]
 
 
 class HibernateCase(QemuCase):
@@ -132,13 +133,14 @@ class HibernateTest(HibernateCase):
         # A fresh clock: the guest's time is the host's again, not the pause's.
         guest = int(self.out(d, sid, "date +%s"))
         self.assertLess(abs(guest - time.time()), 30)
-        # The resumed sandbox holds what it needs; the saved VM is gone. Its disk has a name
-        # while it runs (the next hibernation links it), and none once it is destroyed.
+        # The resumed sandbox holds what it needs; the saved VM is gone. Its disk and its
+        # template image have names while it runs (the next hibernation links them), and
+        # none once it is destroyed.
         live = saved(d.state_dir)
-        self.assertEqual(len(live), 1, live)
+        self.assertEqual(len(live), 2, live)
         resumed_as = live[0].removesuffix(".disk")
         self.assertNotEqual(resumed_as, sandbox)
-        self.assertEqual(live, [f"{resumed_as}.disk"])
+        self.assertEqual(live, [f"{resumed_as}.disk", f"{resumed_as}.rootfs"])
         # And it hibernates again.
         self.hibernate(d, sid)
         self.assertEqual(saved(d.state_dir), [resumed_as])
@@ -274,6 +276,31 @@ class HibernateAttackTest(HibernateCase):
         self.assertEqual(saved_dirs(d.state_dir), [])
 
 
+class TemplateRebuiltTest(HibernateCase, PrivateTemplateCase):
+    """A template rebuilt under a hibernated VM: the save keeps the image its guest runs on,
+    and so does the resumed VM, for its next hibernation."""
+
+    def test_hibernate_rebuild_resume_hibernate_resume(self):
+        d = self.daemon({**DISK, **self.env})
+        sid = self.create(d)
+        self.out(d, sid, "echo kept > /workspace/file")
+        self.start_counter(d, sid)
+        rootfs = os.path.join(self.tdir, "rootfs.ext4")
+        for round in range(2):
+            self.hibernate(d, sid)
+            # A rebuild: a new file of the same name (the old one's last name is ours).
+            shutil.copy2(rootfs, rootfs + ".new")
+            os.rename(rootfs + ".new", rootfs)
+            self.resume(d, sid)
+            n = self.count(d, sid)
+            wait_until(lambda: self.count(d, sid) > n + 3, 60, 0.1,
+                       f"the counter after rebuild {round + 1}")
+            self.assertEqual(self.out(d, sid, "cat /workspace/file"), "kept")
+        # A new session of the template runs on the new image.
+        other = self.create(d)
+        self.assertEqual(self.out(d, other, "echo new"), "new")
+
+
 class HibernatedAcrossRestartsTest(HibernateCase):
     def restart(self, first, how):
         if how == "kill":
@@ -298,7 +325,15 @@ class HibernatedAcrossRestartsTest(HibernateCase):
         self.out(first, sid, "echo kept > /workspace/file")
         self.start_counter(first, sid)
         self.hibernate(first, sid)
+        # What no session keeps is removed at the start: a save a crash orphaned, the name
+        # of a resumed VM's disk whose VM is gone.
+        base = os.path.join(first.state_dir, "qemu-saved")
+        kept = saved(first.state_dir)
+        os.makedirs(os.path.join(base, "sb-0rphan000000"))
+        with open(os.path.join(base, "sb-gone00000000.disk"), "w") as f:
+            f.write("no VM runs on this")
         second = self.restart(first, how)
+        self.assertEqual(saved(first.state_dir), kept)
         self.addCleanup(second.delete, f"/exec/{sid}", timeout=60)
         body = self.listed(second).get(sid, {})
         self.assertEqual((body.get("state"), body.get("pauseMode"), body.get("processesKept")),

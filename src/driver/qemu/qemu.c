@@ -51,8 +51,10 @@
 struct qemu_sb {
 	struct qemu_vm *vm;
 	struct cgroup *cg;
-	int disk_fd;     /* the disk's image (-1: none), closed once QEMU is gone */
-	bool disk_named; /* a resumed VM's: the image has a name (qemu_keep_take_disk) */
+	int disk_fd; /* the disk's image (-1: none), closed once QEMU is gone */
+	/* A resumed VM's: its disk and its template image have names (qemu_keep_consume). */
+	bool disk_named, rootfs_named;
+	char *rootfs_path; /* the template's image by its path (qemu_keep_what.rootfs_path) */
 	/* What a hibernation saves besides the VM (qemu_keep.c): the machine it runs as
 	 * (m.cmdline owned), the template image its guest runs on, whether it has volumes
 	 * (then it cannot be), and whether it is frozen (a failed save leaves it so). */
@@ -397,6 +399,7 @@ struct boot_source {
 	struct qemu_kept kept;
 	bool snap_held;
 	int ram_fd;
+	bool disk_named, rootfs_named; /* a resume took them from the save (qemu_keep_consume) */
 };
 
 static int source_get(const struct qemu_host *h, const struct qemu_want *w,
@@ -505,8 +508,17 @@ static int boot(struct qemu_vm *vm, const struct qemu_want *w, struct boot_sourc
 	    (r = qemu_vm_connect_agent(vm, connect_ms, err)) < 0)
 		return r;
 	if (src->saved) {
-		if ((r = qemu_vm_restore(vm, src->kept.state_fd, RESUME_TIMEOUT_MS, err)) < 0)
+		if ((r = qemu_vm_load(vm, src->kept.state_fd, RESUME_TIMEOUT_MS, err)) < 0)
 			return err_wrap(err, "restoring the hibernated VM");
+		/* Restored, not run yet: a resume (not a fork, whose save serves the next) takes
+		 * the save now, before the guest changes its disk. */
+		const char *old = json_string_value(json_object_get(spec->hibernated, "sandbox"));
+		if (!src->kept.fork &&
+		    (r = qemu_keep_consume(Q.state_dir, old, spec->id, &src->disk_named,
+					   &src->rootfs_named, err)) < 0)
+			return r;
+		if ((r = qemu_vm_run_state(vm, true, RESUME_TIMEOUT_MS, err)) < 0)
+			return err_wrap(err, "running the restored VM");
 	} else if (src->restore) {
 		if ((r = qemu_vm_restore(vm, src->snap.state_fd, RESTORE_TIMEOUT_MS, err)) < 0) {
 			if (vm->migration_failed)
@@ -535,6 +547,9 @@ static struct sandbox *sandbox_of(const struct sandbox_spec *spec, struct qemu_v
 				      .mem_mib = m->mem_mib,
 				      .cmdline = xstrdup(m->cmdline) };
 	q->rootfs_fd = fcntl(source_rootfs_fd(src), F_DUPFD_CLOEXEC, 3);
+	q->rootfs_path = xstrdup(spec->tmpl->rootfs_img);
+	q->disk_named = src->disk_named;
+	q->rootfs_named = src->rootfs_named;
 	q->nvolumes = spec->nvolumes;
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_qemu;
@@ -744,28 +759,9 @@ static int qemu_create(const struct config *cfg, const struct sandbox_spec *spec
 		drop_cgroup(cg, spec->id);
 		return r;
 	}
-	/* Resumed: the new sandbox holds what it needs of the saved VM (its disk, the
-	 * template image), the rest goes. */
-	bool named = false;
-	if (src.saved && src.kept.fork) {
-		/* A fork: the save stays for the next clone, which gets a copy of the disk too. */
-	} else if (src.saved) {
-		const char *old = json_string_value(json_object_get(spec->hibernated, "sandbox"));
-		struct err e;
-		_cleanup_free_ char *disk = NULL;
-		if (drives.fd[QEMU_DRIVE_DISK] >= 0) {
-			disk = qemu_keep_take_disk(Q.state_dir, old, spec->id, &e);
-			if (!disk)
-				log_warn("qemu", "sandbox %s: %s (it cannot be hibernated again)",
-					 spec->id, e.msg);
-			named = disk != NULL;
-		}
-		qemu_keep_remove(Q.state_dir, old);
-	}
 	/* QEMU holds the volumes' images now; the daemon keeps the disk's, to tell its use. */
 	*ret = sandbox_of(spec, vm, cg, TAKE_FD(drives.fd[QEMU_DRIVE_DISK]), TAKE_PTR(storage),
 			  &src);
-	((struct qemu_sb *)(*ret)->priv)->disk_named = named;
 	return 0;
 }
 
@@ -794,9 +790,10 @@ static void qemu_destroy(struct sandbox *sb)
 		/* QEMU is gone: this is the image's last reference, its blocks are freed now. */
 		if (q->disk_fd >= 0)
 			close(q->disk_fd);
-		/* A hibernation linked it in its saved VM first, when it had one. */
-		if (q->disk_named)
+		/* A hibernation linked them in its saved VM first, when it had one. */
+		if (q->disk_named || q->rootfs_named)
 			qemu_keep_remove_live(Q.state_dir, sb->id);
+		free(q->rootfs_path);
 		if (q->rootfs_fd >= 0)
 			close(q->rootfs_fd);
 		free((char *)q->m.cmdline);
@@ -915,6 +912,7 @@ static int save_whole(struct sandbox *sb, const char *name, bool fork, json_t **
 		q->disk_fd >= 0 && fstat(q->disk_fd, &st) == 0 ? (uint64_t)st.st_size : 0;
 	const struct qemu_keep_what what = {
 		.name = name,
+		.rootfs_path = q->rootfs_path,
 		.fork = fork,
 		.m = &q->m,
 		.vsock_cid = q->vm->vsock_cid,
@@ -966,6 +964,15 @@ static int qemu_hibernated_claim(const json_t *keep, struct err *err)
 	return h ? qemu_keep_check(Q.state_dir, keep, err) : -err->errnum;
 }
 
+static void qemu_hibernated_sweep(json_t *const *keeps, size_t n)
+{
+	const char **names = xcalloc(n ? n : 1, sizeof(*names));
+	for (size_t i = 0; i < n; i++)
+		names[i] = json_string_value(json_object_get(keeps[i], "sandbox"));
+	qemu_keep_sweep_orphans(Q.state_dir, names, n);
+	free(names);
+}
+
 static void qemu_hibernated_discard(const json_t *keep)
 {
 	qemu_keep_remove(Q.state_dir, json_string_value(json_object_get(keep, "sandbox")));
@@ -991,4 +998,5 @@ const struct driver driver_qemu = {
 	.fork_save = qemu_fork_save,
 	.hibernated_claim = qemu_hibernated_claim,
 	.hibernated_discard = qemu_hibernated_discard,
+	.hibernated_sweep = qemu_hibernated_sweep,
 };

@@ -270,6 +270,9 @@ struct qemu_keep_what {
 	/* The save's name (its directory, and "sandbox" in the record): the sandbox's id for a
 	 * hibernation, another valid id for a fork's save. */
 	const char *name;
+	/* The template's image by its path now: where no link can be made, it must still be the
+	 * file the VM runs on. */
+	const char *rootfs_path;
 	/* A fork's: the VM runs on after the save, so its disk is copied (while the VM is
 	 * stopped) rather than linked, and the record says "fork": each sandbox made from it
 	 * copies the disk again and leaves the save for the next. */
@@ -314,13 +317,21 @@ int qemu_keep_check(const char *state_dir, const json_t *keep, struct err *err);
 /* Removes sandbox id's saved VM, if any (a resumed one, a discarded one). */
 void qemu_keep_remove(const char *state_dir, const char *id);
 
-/* The name a resumed VM's disk keeps while it runs: <state_dir>/qemu-saved/<id>.disk. */
-#define QEMU_KEEP_LIVE_DISK ".disk"
-/* Moves saved VM id's disk to the resumed sandbox new_id's name; returns it (owned). */
-char *qemu_keep_take_disk(const char *state_dir, const char *id, const char *new_id,
-			  struct err *err);
-/* Removes sandbox id's disk name (qemu_keep_take_disk's), if any. */
+/* The names a resumed VM's disk and template image keep while it runs (the next hibernation
+ * links them): <state_dir>/qemu-saved/<id>.disk and <id>.rootfs. */
+#define QEMU_KEEP_LIVE_DISK   ".disk"
+#define QEMU_KEEP_LIVE_ROOTFS ".rootfs"
+/* A resume's commit, once the VM is restored and before it runs: saved VM id is renamed out of
+ * the way in one step (a crash from then on leaves a name the sweep removes), its disk and
+ * template image get the resumed sandbox new_id's names (*disk_named, *rootfs_named), the
+ * rest is removed. On failure the save is untouched. */
+int qemu_keep_consume(const char *state_dir, const char *id, const char *new_id, bool *disk_named,
+		      bool *rootfs_named, struct err *err);
+/* Removes sandbox id's names (qemu_keep_consume's), if any. */
 void qemu_keep_remove_live(const char *state_dir, const char *id);
+/* At start, before any sandbox runs: removes everything of qemu-saved/ that none of the n
+ * names (the saves hibernated sessions keep) is: orphaned saves, names of sandboxes gone. */
+void qemu_keep_sweep_orphans(const char *state_dir, const char *const *keep, size_t n);
 
 /* Removes the temporary directories of saves a stopped daemon did not finish. */
 void qemu_keep_sweep(const char *state_dir);
@@ -370,11 +381,15 @@ int qemu_vm_connect_agent(struct qemu_vm *vm, int timeout_ms, struct err *err);
  * state from a copy of state_fd (passed over QMP). */
 int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);
 
+/* qemu_vm_restore without the `cont`: the guest is restored and stays stopped. */
+int qemu_vm_load(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);
+
 /* Halts the guest's vCPUs (run false, QMP stop) or lets them run again (cont). */
 int qemu_vm_run_state(struct qemu_vm *vm, bool run, int timeout_ms, struct err *err);
 
 /* Stops the guest and has QEMU write its device state to a copy of state_fd (RAM stays in
- * its shared file). */
+ * its shared file; a clone's private RAM goes into the stream), at no rate limit. A save that
+ * fails or times out is cancelled: the guest stays stopped, QEMU writes no more. */
 int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err);
 
 /* Sends the guest-protocol REQUEST `request` (JSON) on channel ch of vm->agent_fd and waits

@@ -31,12 +31,15 @@
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/random.h"
 
 #define KEEP_STATE  "state.mig"
 #define KEEP_DISK   "disk.img"
 #define KEEP_ROOTFS "rootfs.ext4"
 /* Writing out all of a guest's RAM: a few seconds for a GiB on a busy host. */
 #define KEEP_SAVE_TIMEOUT_MS 120000
+/* Free space a save leaves beyond the guest's RAM: the state database and the device state. */
+#define KEEP_MARGIN_BYTES (64ull << 20)
 
 static char *keep_base(const char *state_dir)
 {
@@ -97,15 +100,41 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_
 		r = err_sys(err, errno, "qemu: create %s/%s", tmp, KEEP_STATE);
 		goto fail;
 	}
+	/* Room for the guest's RAM at least (and a fork's disk copy), checked before the VM is
+	 * stopped: a save that fills the file system fails late and leaves nothing but a
+	 * tenant's ENOSPC behind. */
+	struct statvfs vfs;
+	uint64_t need = ((uint64_t)what->m->mem_mib << 20) + KEEP_MARGIN_BYTES;
+	if (what->fork && what->disk_fd >= 0) {
+		uint64_t used = 0, size = 0;
+		if (qemu_disk_usage(what->disk_fd, &used, &size) == 0)
+			need += used;
+	}
+	if (fstatvfs(dirfd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+		r = err_set(err, ENOSPC,
+			    "no room in %s for the VM's save: it needs up to %llu MiB, %llu MiB "
+			    "are free",
+			    base, (unsigned long long)(need >> 20),
+			    (unsigned long long)(((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20));
+		goto fail;
+	}
 	/* The image the guest's page cache is of: a rebuild of the template replaces its file,
 	 * this link keeps the old one. Across file systems there is no link: the resume then
-	 * checks the template's file is still the very one. */
-	struct stat rst;
+	 * checks the template's file is still the very one, which it must be now. */
+	struct stat rst, now;
 	if (fstat(what->rootfs_fd, &rst) < 0) {
 		r = err_sys(err, errno, "qemu: the template's image");
 		goto fail;
 	}
 	bool linked = link_fd(what->rootfs_fd, dirfd, KEEP_ROOTFS) == 0;
+	if (!linked &&
+	    (rst.st_nlink == 0 || !what->rootfs_path || stat(what->rootfs_path, &now) < 0 ||
+	     now.st_ino != rst.st_ino || now.st_dev != rst.st_dev)) {
+		r = err_set(err, ESTALE,
+			    "the template image this VM runs on was replaced since it started (a "
+			    "rebuild) and cannot be kept with it: pause it with mode \"freeze\"");
+		goto fail;
+	}
 	if (what->disk_fd >= 0 && !what->fork &&
 	    (r = link_fd(what->disk_fd, dirfd, KEEP_DISK)) < 0) {
 		r = err_sys(err, -r, "qemu: naming the disk image in %s", tmp);
@@ -114,13 +143,14 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_
 	if ((r = qemu_vm_save(vm, state, KEEP_SAVE_TIMEOUT_MS, err)) < 0) {
 		/* QEMU says only that the stream failed: a full file system is the likely why,
 		 * and the truthful status is then the host's lack of room. */
-		struct statvfs vfs;
 		if (fstatvfs(dirfd, &vfs) == 0 &&
-		    (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
+		    (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20)) {
+			char why[sizeof(err->msg)];
+			snprintf(why, sizeof(why), "%s", err->msg);
 			r = err_set(err, ENOSPC,
 				    "no room left in %s for the VM's save (its RAM): %s", base,
-				    err->msg);
-		else
+				    why);
+		} else
 			err_wrap(err, "saving the VM");
 		goto fail;
 	}
@@ -303,22 +333,40 @@ int qemu_keep_check(const char *state_dir, const json_t *keep, struct err *err)
 	return 0;
 }
 
-char *qemu_keep_take_disk(const char *state_dir, const char *id, const char *new_id,
-			  struct err *err)
+int qemu_keep_consume(const char *state_dir, const char *id, const char *new_id, bool *disk_named,
+		      bool *rootfs_named, struct err *err)
 {
-	if (!id || !cgroup_id_valid(id) || !cgroup_id_valid(new_id)) {
-		err_set(err, EINVAL, "qemu: invalid sandbox id");
-		return NULL;
-	}
+	*disk_named = *rootfs_named = false;
+	if (!id || !cgroup_id_valid(id) || !cgroup_id_valid(new_id))
+		return err_set(err, EINVAL, "qemu: invalid sandbox id");
 	_cleanup_free_ char *base = keep_base(state_dir);
-	_cleanup_free_ char *from = xasprintf("%s/%s/%s", base, id, KEEP_DISK);
-	char *to = xasprintf("%s/%s" QEMU_KEEP_LIVE_DISK, base, new_id);
-	if (rename(from, to) < 0) {
-		err_sys(err, errno, "qemu: rename %s to %s", from, to);
-		free(to);
-		return NULL;
+	_cleanup_free_ char *dir = xasprintf("%s/%s", base, id);
+	char hex[13];
+	random_hex(hex, 6);
+	/* The commit: from here on the save is no one's (the sweep removes such names). */
+	_cleanup_free_ char *gone = xasprintf("%s/%s.tmp-resumed-%s", base, id, hex);
+	if (rename(dir, gone) < 0)
+		return err_sys(err, errno, "qemu: rename %s to %s", dir, gone);
+	struct {
+		const char *name, *suffix;
+		bool *named;
+	} keep[] = { { KEEP_DISK, QEMU_KEEP_LIVE_DISK, disk_named },
+		     { KEEP_ROOTFS, QEMU_KEEP_LIVE_ROOTFS, rootfs_named } };
+	for (size_t i = 0; i < ARRAY_SIZE(keep); i++) {
+		_cleanup_free_ char *from = xasprintf("%s/%s", gone, keep[i].name);
+		_cleanup_free_ char *to = xasprintf("%s/%s%s", base, new_id, keep[i].suffix);
+		if (rename(from, to) == 0)
+			*keep[i].named = true;
+		else if (errno != ENOENT)
+			log_warn("qemu",
+				 "rename %s to %s: %s (sandbox %s cannot be hibernated "
+				 "again)",
+				 from, to, strerror(errno), new_id);
 	}
-	return to;
+	struct err e;
+	if (fs_rm_rf(gone, &e) < 0)
+		log_warn("qemu", "cannot remove %s: %s", gone, e.msg);
+	return 0;
 }
 
 void qemu_keep_remove(const char *state_dir, const char *id)
@@ -337,9 +385,38 @@ void qemu_keep_remove_live(const char *state_dir, const char *id)
 	if (!id || !cgroup_id_valid(id))
 		return;
 	_cleanup_free_ char *base = keep_base(state_dir);
-	_cleanup_free_ char *path = xasprintf("%s/%s" QEMU_KEEP_LIVE_DISK, base, id);
-	if (unlink(path) < 0 && errno != ENOENT)
-		log_warn("qemu", "remove %s: %s", path, strerror(errno));
+	static const char *const suffixes[] = { QEMU_KEEP_LIVE_DISK, QEMU_KEEP_LIVE_ROOTFS };
+	for (size_t i = 0; i < ARRAY_SIZE(suffixes); i++) {
+		_cleanup_free_ char *path = xasprintf("%s/%s%s", base, id, suffixes[i]);
+		if (unlink(path) < 0 && errno != ENOENT)
+			log_warn("qemu", "remove %s: %s", path, strerror(errno));
+	}
+}
+
+/* Whether name is one of the n saves' names. */
+static bool named_in(const char *name, const char *const *names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (names[i] && strcmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
+void qemu_keep_sweep_orphans(const char *state_dir, const char *const *keep, size_t n)
+{
+	_cleanup_free_ char *base = keep_base(state_dir);
+	_cleanup_closedir_ DIR *d = opendir(base);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.' || named_in(de->d_name, keep, n))
+			continue;
+		_cleanup_free_ char *path = xasprintf("%s/%s", base, de->d_name);
+		struct err e;
+		if (fs_rm_rf(path, &e) < 0)
+			log_warn("qemu", "cannot remove %s: %s", path, e.msg);
+		else
+			log_info("qemu", "removed %s, which no hibernated session keeps", path);
+	}
 }
 
 void qemu_keep_sweep(const char *state_dir)

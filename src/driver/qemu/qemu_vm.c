@@ -834,6 +834,14 @@ static int migrate_fd(struct qemu_vm *vm, const char *cmd, int state_fd, uint64_
 
 int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
 {
+	int r = qemu_vm_load(vm, state_fd, timeout_ms, err);
+	if (r < 0)
+		return r;
+	return qemu_vm_run_state(vm, true, timeout_ms, err);
+}
+
+int qemu_vm_load(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
+{
 	uint64_t deadline = time_deadline(timeout_ms);
 	int r;
 	if ((r = ignore_shared(vm, deadline, err)) < 0)
@@ -847,7 +855,27 @@ int qemu_vm_restore(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err
 			vm->migration_failed = true;
 		return r;
 	}
-	return qmp_step(vm, "cont", NULL, deadline, NULL, err);
+	return 0;
+}
+
+/* After a save that failed or ran out of time: QEMU must not go on writing a stream no one
+ * will read (nor stop the guest when it ends). Waits briefly for the cancel to settle. */
+static void migration_cancel(struct qemu_vm *vm)
+{
+	uint64_t deadline = time_deadline(5000);
+	struct err e;
+	if (qmp_step(vm, "migrate_cancel", NULL, deadline, NULL, &e) < 0)
+		return;
+	for (;;) {
+		json_auto_t *info = NULL;
+		if (qmp_step(vm, "query-migrate", NULL, deadline, &info, &e) < 0)
+			return;
+		const char *status = json_string_value(json_object_get(info, "status"));
+		if (!status || strcmp(status, "cancelled") == 0 || strcmp(status, "failed") == 0 ||
+		    strcmp(status, "completed") == 0 || time_mono_ms() >= deadline)
+			return;
+		sleep_ms(POLL_STEP_MS);
+	}
 }
 
 int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *err)
@@ -858,9 +886,14 @@ int qemu_vm_save(struct qemu_vm *vm, int state_fd, int timeout_ms, struct err *e
 		return r;
 	if ((r = ignore_shared(vm, deadline, err)) < 0)
 		return r;
-	if ((r = migrate_fd(vm, "migrate", state_fd, deadline, err)) < 0)
+	/* To a file as fast as it goes: QEMU's default rate suits a network. */
+	json_auto_t *params = json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40);
+	if ((r = qmp_step(vm, "migrate-set-parameters", params, deadline, NULL, err)) < 0)
 		return r;
-	return migration_wait(vm, "saving the snapshot", deadline, err);
+	if ((r = migrate_fd(vm, "migrate", state_fd, deadline, err)) < 0 ||
+	    (r = migration_wait(vm, "saving the snapshot", deadline, err)) < 0)
+		migration_cancel(vm);
+	return r;
 }
 
 /* --- the agent ------------------------------------------------------------------------- */

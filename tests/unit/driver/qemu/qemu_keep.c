@@ -2,8 +2,8 @@
  * way a record or the files it names can be wrong (a record is the daemon's own, from its
  * state database, but the files under it are on a disk anyone with root may have touched):
  * another driver's record, ids that are paths, machines this host cannot run, a template image
- * changed in place, a symlink or a missing file in the saved directory. Then the names a
- * resumed VM's disk goes by, and the sweep of unfinished saves. */
+ * changed in place, a symlink or a missing file in the saved directory. Then a resume's
+ * commit, the names a resumed VM's disk and image go by, and the sweeps at start. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -243,24 +243,60 @@ static void test_files_missing_or_not_files(void **state)
 	assert_int_equal(stat(f->state, &sb), 0);
 }
 
-static void test_a_resumed_vms_disk_keeps_a_name_of_its_own(void **state)
+static void test_a_resume_takes_the_save_in_one_step(void **state)
 {
 	struct fixture *f = *state;
 	struct err e;
-	_cleanup_free_ char *name = qemu_keep_take_disk(f->state, ID, "sb-new000000000", &e);
-	assert_non_null(name);
-	_cleanup_free_ char *want =
-		xasprintf("%s/%s/sb-new000000000%s", f->state, QEMU_KEEP_DIR, QEMU_KEEP_LIVE_DISK);
-	assert_string_equal(name, want);
+	bool disk = false, rootfs = false;
+	assert_int_equal(qemu_keep_consume(f->state, ID, "sb-new000000000", &disk, &rootfs, &e), 0);
+	assert_true(disk && rootfs);
+	_cleanup_free_ char *base = xasprintf("%s/%s", f->state, QEMU_KEEP_DIR);
+	_cleanup_free_ char *live_disk =
+		xasprintf("%s/sb-new000000000%s", base, QEMU_KEEP_LIVE_DISK);
+	_cleanup_free_ char *live_rootfs =
+		xasprintf("%s/sb-new000000000%s", base, QEMU_KEEP_LIVE_ROOTFS);
 	struct stat sb;
-	assert_int_equal(stat(name, &sb), 0);
-	/* Taken: the save has none left. */
-	assert_null(qemu_keep_take_disk(f->state, ID, "sb-new000000000", &e));
-	assert_null(qemu_keep_take_disk(f->state, "../x", "sb-new000000000", &e));
-	assert_null(qemu_keep_take_disk(f->state, ID, "../../x", &e));
+	assert_int_equal(stat(live_disk, &sb), 0);
+	assert_int_equal(stat(live_rootfs, &sb), 0);
+	/* The rootfs name is the template's file still (a link). */
+	struct stat t;
+	assert_int_equal(stat(f->rootfs, &t), 0);
+	assert_int_equal(sb.st_ino, t.st_ino);
+	/* The save itself is gone, and a second take of it fails, touching nothing. */
+	assert_int_equal(stat(f->saved, &sb), -1);
+	assert_int_equal(qemu_keep_consume(f->state, ID, "sb-new000000000", &disk, &rootfs, &e),
+			 -ENOENT);
+	assert_false(disk || rootfs);
+	assert_int_equal(qemu_keep_consume(f->state, "../x", "sb-new000000000", &disk, &rootfs, &e),
+			 -EINVAL);
+	assert_int_equal(qemu_keep_consume(f->state, ID, "../../x", &disk, &rootfs, &e), -EINVAL);
 	qemu_keep_remove_live(f->state, "sb-new000000000");
-	assert_int_equal(stat(name, &sb), -1);
+	assert_int_equal(stat(live_disk, &sb), -1);
+	assert_int_equal(stat(live_rootfs, &sb), -1);
 	qemu_keep_remove_live(f->state, "sb-new000000000");
+}
+
+static void test_the_start_removes_what_no_session_keeps(void **state)
+{
+	struct fixture *f = *state;
+	_cleanup_free_ char *base = xasprintf("%s/%s", f->state, QEMU_KEEP_DIR);
+	_cleanup_free_ char *orphan = xasprintf("%s/sb-orphan0000000", base);
+	_cleanup_free_ char *fork = xasprintf("%s/%s-f0a1b2c3d", base, ID);
+	_cleanup_free_ char *live = xasprintf("%s/sb-gone00000000%s", base, QEMU_KEEP_LIVE_DISK);
+	assert_int_equal(fs_mkdir_p(orphan, 0700), 0);
+	assert_int_equal(fs_mkdir_p(fork, 0700), 0);
+	write_file(live, "a disk no VM runs on");
+	const char *keep[] = { ID, NULL };
+	qemu_keep_sweep_orphans(f->state, keep, 2);
+	struct stat sb;
+	assert_int_equal(stat(f->saved, &sb), 0);
+	assert_int_equal(stat(orphan, &sb), -1);
+	assert_int_equal(stat(fork, &sb), -1);
+	assert_int_equal(stat(live, &sb), -1);
+	/* Nothing kept: everything goes. */
+	qemu_keep_sweep_orphans(f->state, NULL, 0);
+	assert_int_equal(stat(f->saved, &sb), -1);
+	assert_int_equal(stat(base, &sb), 0);
 }
 
 static void test_the_sweep_removes_unfinished_saves_only(void **state)
@@ -293,8 +329,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_template_image_changed_in_place_is_refused,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_files_missing_or_not_files, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_a_resumed_vms_disk_keeps_a_name_of_its_own,
-						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_resume_takes_the_save_in_one_step, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_the_start_removes_what_no_session_keeps, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_the_sweep_removes_unfinished_saves_only, setup,
 						teardown),
 	};
