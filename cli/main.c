@@ -33,6 +33,7 @@ static const struct cli_command commands[] = {
 	COMMAND(ps, "list your sessions"),
 	COMMAND(pause, "pause sessions: their processes stop, all is kept until resume"),
 	COMMAND(resume, "resume paused sessions"),
+	COMMAND(fork, "fork a running session into new ones from its current state"),
 	COMMAND(procs, "list the background processes of a session"),
 	COMMAND(attach, "stream a background process's output until it ends"),
 	COMMAND(kill, "send a signal to a background process"),

@@ -133,6 +133,13 @@ static const char in_pause_session[] =
 	"them\"}}, "
 	"\"required\": [\"sessionId\"], \"additionalProperties\": false}";
 
+static const char in_fork_session[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"count\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 16, \"default\": 1, "
+	"\"description\": \"how many forks\"}}, "
+	"\"required\": [\"sessionId\"], \"additionalProperties\": false}";
+
 static const char in_none[] = "{\"type\": \"object\", \"additionalProperties\": false}";
 static const char out_list_templates[] =
 	"{\"type\": \"object\", \"properties\": {"
@@ -528,6 +535,7 @@ static void t_reset_session(struct mcp_call *c, json_t *args, const char *versio
 static void t_list_sessions(struct mcp_call *c, json_t *args, const char *version);
 static void t_pause_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_resume_session(struct mcp_call *c, json_t *args, const char *version);
+static void t_fork_session(struct mcp_call *c, json_t *args, const char *version);
 static void t_ping(struct mcp_call *c, json_t *args, const char *version);
 static void t_start_process(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_processes(struct mcp_call *c, json_t *args, const char *version);
@@ -621,6 +629,13 @@ static struct tool tools[] = {
 	{ "resume_session", "Resume a session",
 	  "Resume a paused session: its processes carry on from where they stopped.",
 	  in_session_only, out_session, false, false, false, false, t_resume_session },
+	{ "fork_session", "Fork a session",
+	  "Fork a running session into count new ones (1 to 16) from its current state, to "
+	  "try several things from one point: on a VM (qemu) its memory and running "
+	  "processes with a copy of its files, each fork with its own id, entropy and "
+	  "network; the session runs on. Answers once every fork is ready. A driver that "
+	  "cannot (the jail) says so.",
+	  in_fork_session, out_list_sessions, false, false, false, false, t_fork_session },
 	{ "list_sessions", "List sessions", "List your live sessions.", in_none, out_list_sessions,
 	  true, false, true, false, t_list_sessions },
 	{ "ping", "Ping", "Check that the sandbox server answers.", in_none, out_ping, true, false,
@@ -1070,6 +1085,54 @@ static void t_pause_session(struct mcp_call *c, json_t *args, const char *versio
 static void t_resume_session(struct mcp_call *c, json_t *args, const char *version)
 {
 	pause_or_resume(c, args, version, false);
+}
+
+static void forked(json_t *forks, const struct err *err, void *arg)
+{
+	struct pause_call *pc = arg;
+	if (pc->c && err) {
+		reply_err(pc->c, err);
+	} else if (pc->c) {
+		json_t *list = json_array();
+		size_t i;
+		json_t *v;
+		json_array_foreach (forks, i, v) {
+			json_t *o = session_shape_paused(v);
+			json_t *why = json_object_get(v, "error");
+			if (o && why)
+				json_object_set(o, "error", why);
+			if (o)
+				json_array_append_new(list, o);
+		}
+		reply_ok(pc->c,
+			 json_pack("{s:o, s:i}", "sessions", list, "count",
+				   (int)json_array_size(list)),
+			 pc->version);
+	}
+	free(pc);
+}
+
+static void t_fork_session(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	json_t *n = json_object_get(args, "count");
+	json_int_t count = n ? json_integer_value(n) : 1;
+	struct err e;
+	if (n && (!json_is_integer(n) || count < 1 || count > OPS_FORK_MAX)) {
+		err_set(&e, EINVAL, "count must be an integer from 1 to %d", OPS_FORK_MAX);
+		reply_err(c, &e);
+		return;
+	}
+	struct pause_call *pc = xcalloc(1, sizeof(*pc));
+	pc->c = c;
+	snprintf(pc->version, sizeof(pc->version), "%s", version);
+	if (ops_fork_session(&t, (unsigned)count, forked, pc, &e) < 0) {
+		free(pc);
+		reply_err(c, &e);
+		return;
+	}
+	struct mcp_tool_run run = { .cancel = pause_call_cancel, .state = pc };
+	mcp_call_set_run(c, &run);
 }
 
 static void t_reset_session(struct mcp_call *c, json_t *args, const char *version)

@@ -95,8 +95,9 @@ static void forks_done(struct fork_job *j)
 		const char *why = c->failed ? c->err.msg : "it was destroyed as it was made";
 		if (!first.errnum)
 			err_set(&first, c->failed ? c->err.errnum : ECANCELED, "%s", why);
-		json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "id", c->id, "state",
-						      "failed", "error", why));
+		json_array_append_new(list,
+				      json_pack("{s:s, s:s, s:s, s:s}", "id", c->id, "template",
+						j->s->tmpl->name, "state", "failed", "error", why));
 	}
 	log_info("session", "session %s: %u of %u fork(s) ready in %llu ms", j->s->id, ready,
 		 j->count, (unsigned long long)(time_mono_ms() - j->t0));

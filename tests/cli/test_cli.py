@@ -580,10 +580,23 @@ class CliTest(unittest.TestCase):
         self.assertEqual(self.cli("watch", "wt1").returncode, 2)
         self.cli("rm", "wt1", check=0)
 
+    def test_fork_refusals(self):
+        # The forks themselves are qemu's (tests/e2e/test_qemu_lifecycle.py).
+        self.cli("create", "fk1", check=0)
+        self.assertIn(b"usage: sandbox fork", self.cli("fork", check=2).stdout)
+        for bad in (["--count", "0"], ["--count", "17"], ["--count", "x"], ["--bogus"]):
+            self.cli("fork", "fk1", *bad, check=2)
+        if harness.driver() == "jail":
+            p = self.cli("fork", "fk1", check=1)
+            self.assertIn(b"cannot fork", p.stderr)
+        p = self.cli("fork", "no-such-session", check=1)
+        self.assertIn(b"no-such-session", p.stderr)
+        self.cli("rm", "fk1", check=0)
+
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
                     "keys", "stat", "mkdir", "mv", "procs", "attach", "kill", "watch",
-                    "shell", "pause", "resume"):
+                    "shell", "pause", "resume", "fork"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 

@@ -487,6 +487,31 @@ class ForkTest(HibernateCase):
         self.assertEqual(status, 404, err)
         self.assertEqual(sorted(self.listed(d)), sorted([sid] + forks))
 
+    def test_through_the_cli_and_the_python_sdk(self):
+        d = self.daemon(DISK)
+        sid = self.create(d)
+        self.out(d, sid, "echo parent > /workspace/file")
+        root = os.path.dirname(os.path.dirname(HERE))
+        cli = os.environ.get("SANDBOX_CLI") or os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(harness.sandboxd_path()))),
+            "cli", "sandbox")
+        env = dict(os.environ, SANDBOX_URL=d.base_url, SANDBOX_API_KEY=d.api_key or "")
+        p = subprocess.run([cli, "fork", sid, "--count", "2"], env=env, capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.strip().splitlines()
+        self.assertEqual([ln.split()[1] for ln in lines], ["ready", "ready"], p.stdout)
+        for ln in lines:
+            self.addCleanup(d.delete, f"/exec/{ln.split()[0]}", timeout=60)
+            self.assertEqual(self.out(d, ln.split()[0], "cat /workspace/file"), "parent")
+        sys.path.insert(0, os.path.join(root, "sdk", "python"))
+        from agent_sandbox import Sandbox
+        forks = Sandbox(base_url=d.base_url, api_key=d.api_key).session(sid).fork(count=1)
+        self.assertEqual(len(forks), 1)
+        self.addCleanup(d.delete, f"/exec/{forks[0].id}", timeout=60)
+        self.assertEqual(forks[0].fork_info["state"], "ready")
+        self.assertEqual(forks[0].run("cat /workspace/file").stdout, "parent\n")
+
     def test_a_destroy_during_the_fork(self):
         d = self.daemon(DISK)
         sid = self.create(d, keep=True)

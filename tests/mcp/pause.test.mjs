@@ -203,3 +203,42 @@ describe("pause_session mode hibernate", () => {
     structured(await a.callTool({ name: "reset_session", arguments: { sessionId: id } }));
   });
 });
+
+// fork_session: listed with its schema; the jail says it cannot, a bad count is refused,
+// another key's session is not found. The forks themselves are qemu's (tests/e2e).
+describe("fork_session", () => {
+  let a;
+  let b;
+  before(async () => {
+    a = (await connect("streamable-http", KEY_A)).client;
+    b = (await connect("streamable-http", KEY_B)).client;
+  });
+  after(async () => {
+    await a?.close();
+    await b?.close();
+  });
+
+  it("is listed, and refused with the reason where the driver cannot fork", async () => {
+    const { tools } = await a.listTools();
+    const t = tools.find((x) => x.name === "fork_session");
+    assert.ok(t, "fork_session");
+    assert.deepEqual(t.inputSchema.required, ["sessionId"]);
+    assert.equal(t.inputSchema.properties.count.maximum, 16);
+    assert.ok(t.outputSchema.properties.sessions);
+    const id = sid("fork");
+    structured(await a.callTool({ name: "create_session", arguments: { sessionId: id } }));
+    for (const count of [0, 17, "2"]) {
+      const bad = await a.callTool({ name: "fork_session", arguments: { sessionId: id, count } });
+      assert.equal(bad.isError, true, `count ${count}`);
+    }
+    const other = await b.callTool({ name: "fork_session", arguments: { sessionId: id } });
+    assert.equal(other.isError, true);
+    assert.match(errorText(other), /not found|no session/i);
+    const r = await a.callTool({ name: "fork_session", arguments: { sessionId: id, count: 2 } });
+    if (process.env.DRIVER === undefined || process.env.DRIVER === "jail") {
+      assert.equal(r.isError, true);
+      assert.match(errorText(r), /cannot fork/);
+    }
+    structured(await a.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+  });
+});

@@ -20,6 +20,7 @@ const TOOLS = [
   "create_volume",
   "delete_volume",
   "execute",
+  "fork_session",
   "get_preview_url",
   "list_files",
   "list_ports",

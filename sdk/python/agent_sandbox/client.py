@@ -820,6 +820,22 @@ class Session:
         Returns the session object ("state": "ready"); 409 when it is not paused."""
         return self.client.request("POST", self._p("/resume"))
 
+    def fork(self, count: int = 1) -> List["Session"]:
+        """Forks the running session into `count` new ones (1 to 16) from its current
+        state: on qemu the whole VM, its memory and running processes with a copy of its
+        disk, each fork with its own id, entropy and network; the session runs on. Returns
+        the forks once every one is ready, as Sessions (their session objects in `.fork_info`; a
+        fork that failed has "state": "failed" and "error"). SandboxError 501 on a driver
+        that cannot fork (the jail), 409 while paused or with an operation in flight, 429
+        beyond the key's or the server's sessions, 400 for a bad count."""
+        body = self.client.request("POST", self._p("/fork"), {"count": count})
+        forks = []
+        for info in body["sessions"]:
+            s = Session(self.client, info["id"], info.get("template"))
+            s.fork_info = info
+            forks.append(s)
+        return forks
+
     def info(self) -> Optional[Dict[str, Any]]:
         """The session object as the server lists it (state, pausedAt, limits...), or None
         when there is no such session."""

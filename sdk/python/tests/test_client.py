@@ -399,6 +399,21 @@ class SdkTest(unittest.TestCase):
             self.sb.session("no-such-session").preview_url(8000)
         self.assertEqual(cm.exception.status, 404)
 
+    def test_fork_refusals(self):
+        # The forks themselves are qemu's (tests/e2e/test_qemu_lifecycle.py).
+        with self.sb.create_session(template="base") as s:
+            with self.assertRaises(SandboxError) as cm:
+                s.fork(count=0)
+            self.assertEqual(cm.exception.status, 400)
+            with self.assertRaises(SandboxError) as cm:
+                s.fork()
+            self.assertEqual(cm.exception.status, 501)
+            self.assertIn("cannot fork", str(cm.exception))
+            self.assertEqual(s.state, "ready")
+        with self.assertRaises(SandboxError) as cm:
+            self.sb.session("no-such-session").fork()
+        self.assertEqual(cm.exception.status, 404)
+
     def test_pause_and_resume(self):
         with self.sb.create_session(template="base") as s:
             s.start_process("i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; "

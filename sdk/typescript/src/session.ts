@@ -455,6 +455,20 @@ export class Session {
     return this.client.json<SessionInfo>("POST", this.path("/resume"));
   }
 
+  /** Forks the running session into `count` new ones (1 by default, at most 16) from its
+   * current state: on qemu the whole VM, its memory and running processes with a copy of its
+   * disk, each fork with its own id, entropy and network; the session runs on. Resolves to the
+   * forks once every one is ready, as Sessions with their info (`fork.info`); a fork that
+   * failed has `state: "failed"` and `error`. Rejects with a SandboxError: 501 on a driver
+   * that cannot fork (the jail), 409 while the session is paused or has an operation in
+   * flight, 429 beyond the key's or the server's sessions, 400 for a bad count. */
+  async fork(opts: { count?: number } = {}): Promise<Array<{ session: Session; info: SessionInfo }>> {
+    const r = await this.client.json<{ sessions: SessionInfo[] }>("POST", this.path("/fork"), {
+      count: opts.count ?? 1,
+    });
+    return r.sessions.map((info) => ({ session: this.client.session(info.id, info.template), info }));
+  }
+
   /** The session as the server lists it (state, pausedAt, limits...), or undefined when
    * there is no such session. */
   async info(): Promise<SessionInfo | undefined> {

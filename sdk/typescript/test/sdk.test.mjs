@@ -348,6 +348,20 @@ test("pause and resume: state visible, operations refused, processes carry on", 
   await assert.rejects(sandbox.session("no-such-session").pause(), (e) => e instanceof SandboxError && e.status === 404);
 });
 
+test("fork: the jail says it cannot, a bad count is refused", async () => {
+  // The forks themselves are qemu's (tests/e2e/test_qemu_lifecycle.py).
+  const s = await sandbox.createSession({ template: "base" });
+  try {
+    assert.equal(typeof s.fork, "function");
+    await assert.rejects(s.fork({ count: 0 }), (e) => e instanceof SandboxError && e.status === 400);
+    await assert.rejects(s.fork(), (e) => e instanceof SandboxError && e.status === 501 && /cannot fork/.test(e.message));
+    assert.equal(await s.state(), "ready");
+  } finally {
+    await s.destroy();
+  }
+  await assert.rejects(sandbox.session("no-such-session").fork(), (e) => e instanceof SandboxError && e.status === 404);
+});
+
 test("onTimeout pause: an idle session is paused, not destroyed", async () => {
   const s = await sandbox.createSession({ template: "base", idleTimeout: 1, onTimeout: "pause" });
   try {
