@@ -233,6 +233,47 @@ static int sample_hibernate(const struct driver *d, const struct config *cfg,
 	return r;
 }
 
+/* A fork sample: a restored sandbox past its first execute is forked into n (fork_save,
+ * timed: *save_ms), then n sandboxes are made from the save one after the other, each to its
+ * first execute; *all_ms is from the fork's start to the last one's first execute. */
+static int sample_fork(const struct driver *d, const struct config *cfg, struct sandbox_spec spec,
+		       int i, int n, double *save_ms, double *all_ms, struct err *err)
+{
+	char id[48];
+	snprintf(id, sizeof(id), "bench-%d-p%d", (int)getpid(), i);
+	spec.id = id;
+	struct sandbox *sb = NULL;
+	struct times first;
+	int r = sample_keep(d, cfg, &spec, &first, &sb, err);
+	if (r < 0)
+		return r;
+	json_t *keep = NULL;
+	double t0 = now_ms();
+	if ((r = d->fork_save(sb, &keep, err)) < 0) {
+		d->destroy(sb);
+		return r;
+	}
+	*save_ms = now_ms() - t0;
+	struct sandbox **forks = xcalloc((size_t)n, sizeof(*forks));
+	spec.hibernated = keep;
+	for (int k = 0; k < n && r == 0; k++) {
+		char fid[48];
+		snprintf(fid, sizeof(fid), "bench-%d-p%d-%d", (int)getpid(), i, k);
+		spec.id = fid;
+		struct times t;
+		r = sample_keep(d, cfg, &spec, &t, &forks[k], err);
+	}
+	*all_ms = now_ms() - t0;
+	for (int k = 0; k < n; k++)
+		if (forks[k])
+			d->destroy(forks[k]);
+	free(forks);
+	d->hibernated_discard(keep);
+	json_decref(keep);
+	d->destroy(sb);
+	return r;
+}
+
 static void print_row(const char *label, double *v, int runs, double *p50, double *p95)
 {
 	*p50 = bench_pct(v, (size_t)runs, 50);
@@ -242,7 +283,7 @@ static void print_row(const char *label, double *v, int runs, double *p50, doubl
 
 /* Prepares the template, takes the samples and prints the table; 0 on success. */
 static int bench(struct config *cfg, const char *tname, int runs, const char *json_path,
-		 bool confinement, int n_clones, bool hibernate)
+		 bool confinement, int n_clones, bool hibernate, int n_forks)
 {
 	struct err e = { 0 };
 	const struct driver *d = NULL;
@@ -280,6 +321,12 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 	struct times *hib_t = xcalloc((size_t)runs, sizeof(*hib_t));
 	double *save_ms = xcalloc((size_t)runs, sizeof(double));
 	double *save_bytes = xcalloc((size_t)runs, sizeof(double));
+	double *fork_save = xcalloc((size_t)runs, sizeof(double));
+	double *fork_all = xcalloc((size_t)runs, sizeof(double));
+	if (n_forks && !d->fork_save) {
+		fprintf(stderr, "vmbench: --fork is for a driver that forks\n");
+		n_forks = 0;
+	}
 	if (hibernate && (!d->hibernate || !d->hibernate_keeps_processes)) {
 		fprintf(stderr, "vmbench: --hibernate is for a driver that saves VMs whole\n");
 		hibernate = false;
@@ -328,8 +375,16 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 			fprintf(stderr, "vmbench: hibernation %d: %s\n", i, e.msg);
 			goto out;
 		}
+		if (n_forks &&
+		    sample_fork(d, cfg, spec, i, n_forks, &fork_save[i], &fork_all[i], &e) < 0) {
+			fprintf(stderr, "vmbench: fork %d: %s\n", i, e.msg);
+			goto out;
+		}
 		fprintf(stderr, "  run %2d: cold %8.1f ms   restore %8.1f ms", i + 1,
 			cold_t[i].first_exec, warm_t[i].first_exec);
+		if (n_forks)
+			fprintf(stderr, "   fork of %d: save %8.1f ms, all executed %8.1f ms",
+				n_forks, fork_save[i], fork_all[i]);
 		if (confinement)
 			fprintf(stderr, "   unconfined %8.1f ms", open_t[i].first_exec);
 		if (hibernate)
@@ -364,6 +419,16 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 	}
 	double c50 = p50[0][2], c95 = p95[0][2], r50 = p50[1][2], r95 = p95[1][2];
 	double s50 = 0, s95 = 0, h50 = 0, h95 = 0, b50 = 0, b95 = 0;
+	double f50 = 0, f95 = 0, a50 = 0, a95 = 0;
+	if (n_forks) {
+		char label[64];
+		print_row("fork: save (fork_save())", fork_save, runs, &f50, &f95);
+		snprintf(label, sizeof(label), "fork: %d forks to their first execute", n_forks);
+		print_row(label, fork_all, runs, &a50, &a95);
+		printf("fork of %d to every first execute / %d restores from the template: p50 "
+		       "%.3f; per fork %.1f ms\n",
+		       n_forks, n_forks, a50 / (r50 * n_forks), a50 / n_forks);
+	}
 	if (hibernate) {
 		double *v = xcalloc((size_t)runs, sizeof(double));
 		for (int i = 0; i < runs; i++)
@@ -409,6 +474,11 @@ static int bench(struct config *cfg, const char *tname, int runs, const char *js
 				      "driver", d->name, "template", tname, "runs", runs,
 				      "prepareMs", prep_ms, "coldMs", "p50", c50, "p95", c95,
 				      "restoreMs", "p50", r50, "p95", r95, "ratioP50", r50 / c50);
+		if (n_forks)
+			json_object_set_new(j, "fork",
+					    json_pack("{s:i, s:{s:f, s:f}, s:{s:f, s:f}}", "forks",
+						      n_forks, "saveMs", "p50", f50, "p95", f95,
+						      "allExecutedMs", "p50", a50, "p95", a95));
 		if (hibernate)
 			json_object_set_new(j, "hibernate",
 					    json_pack("{s:{s:f, s:f}, s:{s:f, s:f}, s:f}", "saveMs",
@@ -430,6 +500,8 @@ out:
 	free(hib_t);
 	free(save_ms);
 	free(save_bytes);
+	free(fork_save);
+	free(fork_all);
 	template_unref(t);
 	return status;
 }
@@ -437,7 +509,7 @@ out:
 int main(int argc, char **argv)
 {
 	const char *driver = "qemu", *tname = "base", *json_path = NULL;
-	int runs = 20, n_clones = 0;
+	int runs = 20, n_clones = 0, n_forks = 0;
 	bool confinement = false, hibernate = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--driver") == 0 && i + 1 < argc)
@@ -452,15 +524,22 @@ int main(int argc, char **argv)
 			confinement = true;
 		else if (strcmp(argv[i], "--hibernate") == 0)
 			hibernate = true;
+		else if (strcmp(argv[i], "--fork") == 0 && i + 1 < argc)
+			n_forks = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--clones") == 0 && i + 1 < argc)
 			n_clones = atoi(argv[++i]);
 		else {
 			fprintf(stderr,
 				"usage: %s [--driver NAME] [--template NAME] [--runs N] "
-				"[--json FILE] [--confinement] [--clones N] [--hibernate]\n",
+				"[--json FILE] [--confinement] [--clones N] [--hibernate] [--fork "
+				"N]\n",
 				argv[0]);
 			return 2;
 		}
+	}
+	if (n_forks < 0 || n_forks > 16) {
+		fprintf(stderr, "vmbench: --fork must be between 0 and 16\n");
+		return 2;
 	}
 	if (n_clones < 0 || n_clones > 64) {
 		fprintf(stderr, "vmbench: --clones must be between 0 and 64\n");
@@ -496,7 +575,8 @@ int main(int argc, char **argv)
 	} else {
 		/* Drivers log what they choose at info; the samples are the point here. */
 		log_set_level(LOG_WARN);
-		status = bench(&cfg, tname, runs, json_path, confinement, n_clones, hibernate);
+		status = bench(&cfg, tname, runs, json_path, confinement, n_clones, hibernate,
+			       n_forks);
 	}
 	config_free(&cfg);
 	if (own_run_dir) {
