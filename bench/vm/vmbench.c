@@ -200,6 +200,34 @@ static int clones(const struct driver *d, const struct config *cfg, struct sandb
 	return r;
 }
 
+/* A restored sandbox (bench-<pid>-<tag><i>) past its first execute, saved by `save` (the
+ * driver's hibernate or fork_save; timed: *save_ms) into *keep. A fork's sandbox runs on:
+ * *ret_sb (a hibernated one is gone: ret_sb NULL). */
+static int restored_and_saved(const struct driver *d, const struct config *cfg,
+			      struct sandbox_spec spec, const char *tag, int i,
+			      int (*save)(struct sandbox *sb, json_t **keep, struct err *err),
+			      json_t **keep, double *save_ms, struct sandbox **ret_sb,
+			      struct err *err)
+{
+	char id[48];
+	snprintf(id, sizeof(id), "bench-%d-%s%d", (int)getpid(), tag, i);
+	spec.id = id;
+	struct sandbox *sb = NULL;
+	struct times first;
+	int r = sample_keep(d, cfg, &spec, &first, &sb, err);
+	if (r < 0)
+		return r;
+	double t0 = now_ms();
+	if ((r = save(sb, keep, err)) < 0) {
+		d->destroy(sb);
+		return r;
+	}
+	*save_ms = now_ms() - t0;
+	if (ret_sb)
+		*ret_sb = sb;
+	return 0;
+}
+
 /* A hibernation sample: a restored sandbox past its first execute is saved whole
  * (hibernate(), timed: *save_ms, its stream's size *bytes), then a sandbox is made from the
  * save and sampled as any other (create() to its first execute: *ms). */
@@ -207,21 +235,10 @@ static int sample_hibernate(const struct driver *d, const struct config *cfg,
 			    struct sandbox_spec spec, int i, double *save_ms, double *bytes,
 			    struct times *ms, struct err *err)
 {
-	char id[48];
-	snprintf(id, sizeof(id), "bench-%d-h%d", (int)getpid(), i);
-	spec.id = id;
-	struct sandbox *sb = NULL;
-	struct times first;
-	int r = sample_keep(d, cfg, &spec, &first, &sb, err);
+	json_t *keep = NULL;
+	int r = restored_and_saved(d, cfg, spec, "h", i, d->hibernate, &keep, save_ms, NULL, err);
 	if (r < 0)
 		return r;
-	json_t *keep = NULL;
-	double t0 = now_ms();
-	if ((r = d->hibernate(sb, &keep, err)) < 0) {
-		d->destroy(sb);
-		return r;
-	}
-	*save_ms = now_ms() - t0;
 	*bytes = (double)json_integer_value(json_object_get(keep, "stateBytes"));
 	char id2[48];
 	snprintf(id2, sizeof(id2), "bench-%d-w%d", (int)getpid(), i);
@@ -239,21 +256,12 @@ static int sample_hibernate(const struct driver *d, const struct config *cfg,
 static int sample_fork(const struct driver *d, const struct config *cfg, struct sandbox_spec spec,
 		       int i, int n, double *save_ms, double *all_ms, struct err *err)
 {
-	char id[48];
-	snprintf(id, sizeof(id), "bench-%d-p%d", (int)getpid(), i);
-	spec.id = id;
+	json_t *keep = NULL;
 	struct sandbox *sb = NULL;
-	struct times first;
-	int r = sample_keep(d, cfg, &spec, &first, &sb, err);
+	int r = restored_and_saved(d, cfg, spec, "p", i, d->fork_save, &keep, save_ms, &sb, err);
 	if (r < 0)
 		return r;
-	json_t *keep = NULL;
-	double t0 = now_ms();
-	if ((r = d->fork_save(sb, &keep, err)) < 0) {
-		d->destroy(sb);
-		return r;
-	}
-	*save_ms = now_ms() - t0;
+	double t0 = now_ms() - *save_ms;
 	struct sandbox **forks = xcalloc((size_t)n, sizeof(*forks));
 	spec.hibernated = keep;
 	for (int k = 0; k < n && r == 0; k++) {

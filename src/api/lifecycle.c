@@ -35,13 +35,20 @@ static int opt_mode(struct http_ctx *ctx, json_t *body, enum session_pause_mode 
 	return 0;
 }
 
+/* The path's session id and the request's JSON body (NULL: none); false, answered, when
+ * either is wrong. */
+static bool id_and_body(struct http_ctx *ctx, const char **id, json_t **body)
+{
+	*id = api_path_session_id(ctx);
+	*body = NULL;
+	return *id && http_body_json(ctx, body) == 0;
+}
+
 static void pause_or_resume(struct http_ctx *ctx, bool pause)
 {
-	const char *id = api_path_session_id(ctx);
-	if (!id)
-		return;
+	const char *id;
 	json_auto_t *body = NULL;
-	if (http_body_json(ctx, &body) < 0)
+	if (!id_and_body(ctx, &id, &body))
 		return;
 	enum session_pause_mode mode = SESSION_PAUSE_FREEZE;
 	if (pause && opt_mode(ctx, body, &mode) < 0)
@@ -74,11 +81,9 @@ static void on_forked(json_t *forks, const struct err *err, void *arg)
 
 void api_exec_fork(struct http_ctx *ctx)
 {
-	const char *id = api_path_session_id(ctx);
-	if (!id)
-		return;
+	const char *id;
 	json_auto_t *body = NULL;
-	if (http_body_json(ctx, &body) < 0)
+	if (!id_and_body(ctx, &id, &body))
 		return;
 	json_t *n = json_object_get(body, "count");
 	json_int_t count = 1;

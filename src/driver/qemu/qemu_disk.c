@@ -61,6 +61,18 @@ static int run_mkfs(int img, struct err *err)
 	return 0;
 }
 
+/* A new empty file without a name in <state_dir>/disks: its descriptor, or negative errno. */
+static int unnamed_image(const char *state_dir, struct err *err)
+{
+	_cleanup_free_ char *dir = xasprintf("%s/disks", state_dir);
+	if (fs_mkdir_p(dir, 0700) < 0)
+		return err_sys(err, errno, "qemu: make %s", dir);
+	int img = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (img < 0)
+		return err_sys(err, errno, "qemu: a disk image in %s", dir);
+	return img;
+}
+
 int qemu_disk_create(const char *state_dir, uint64_t bytes, struct err *err)
 {
 	if (bytes > QEMU_SLOT_BYTES)
@@ -68,12 +80,9 @@ int qemu_disk_create(const char *state_dir, uint64_t bytes, struct err *err)
 			       "a VM's disk is at most %llu bytes (its drive's capacity in the "
 			       "template's snapshot), not %llu",
 			       QEMU_SLOT_BYTES, (unsigned long long)bytes);
-	_cleanup_free_ char *dir = xasprintf("%s/disks", state_dir);
-	if (fs_mkdir_p(dir, 0700) < 0)
-		return err_sys(err, errno, "qemu: make %s", dir);
-	_cleanup_close_ int img = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	_cleanup_close_ int img = unnamed_image(state_dir, err);
 	if (img < 0)
-		return err_sys(err, errno, "qemu: a disk image in %s", dir);
+		return img;
 	if (ftruncate(img, (off_t)bytes) < 0)
 		return err_sys(err, errno, "qemu: size the disk image to %llu bytes",
 			       (unsigned long long)bytes);
@@ -88,12 +97,9 @@ int qemu_disk_clone(const char *state_dir, int from, struct err *err)
 	struct stat st;
 	if (fstat(from, &st) < 0)
 		return err_sys(err, errno, "qemu: the disk to copy");
-	_cleanup_free_ char *dir = xasprintf("%s/disks", state_dir);
-	if (fs_mkdir_p(dir, 0700) < 0)
-		return err_sys(err, errno, "qemu: make %s", dir);
-	_cleanup_close_ int img = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	_cleanup_close_ int img = unnamed_image(state_dir, err);
 	if (img < 0)
-		return err_sys(err, errno, "qemu: a disk image in %s", dir);
+		return img;
 	if (ftruncate(img, st.st_size) < 0)
 		return err_sys(err, errno, "qemu: size a copy of the disk");
 	int r = fs_copy_data(from, img, (uint64_t)st.st_size, err);

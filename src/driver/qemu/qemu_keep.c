@@ -402,38 +402,49 @@ static bool named_in(const char *name, const char *const *names, size_t n)
 	return false;
 }
 
-void qemu_keep_sweep_orphans(const char *state_dir, const char *const *keep, size_t n)
+/* Removes every entry of qemu-saved/ for which doomed(name) holds, saying why in the log. */
+static void sweep_where(const char *state_dir, bool (*doomed)(const char *name, const void *arg),
+			const void *arg, const char *why)
 {
 	_cleanup_free_ char *base = keep_base(state_dir);
 	_cleanup_closedir_ DIR *d = opendir(base);
 	struct dirent *de;
 	while (d && (de = readdir(d))) {
-		if (de->d_name[0] == '.' || named_in(de->d_name, keep, n))
+		if (de->d_name[0] == '.' || !doomed(de->d_name, arg))
 			continue;
 		_cleanup_free_ char *path = xasprintf("%s/%s", base, de->d_name);
 		struct err e;
 		if (fs_rm_rf(path, &e) < 0)
 			log_warn("qemu", "cannot remove %s: %s", path, e.msg);
 		else
-			log_info("qemu", "removed %s, which no hibernated session keeps", path);
+			log_info("qemu", "removed %s, %s", path, why);
 	}
+}
+
+struct names {
+	const char *const *v;
+	size_t n;
+};
+
+static bool unnamed(const char *name, const void *arg)
+{
+	const struct names *k = arg;
+	return !named_in(name, k->v, k->n);
+}
+
+static bool unfinished(const char *name, const void *arg)
+{
+	return strstr(name, ".tmp-") != NULL;
+}
+
+void qemu_keep_sweep_orphans(const char *state_dir, const char *const *keep, size_t n)
+{
+	const struct names k = { keep, n };
+	sweep_where(state_dir, unnamed, &k, "which no hibernated session keeps");
 }
 
 void qemu_keep_sweep(const char *state_dir)
 {
-	_cleanup_free_ char *base = keep_base(state_dir);
-	_cleanup_closedir_ DIR *d = opendir(base);
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		const char *dot = strstr(de->d_name, ".tmp-");
-		if (!dot)
-			continue;
-		_cleanup_free_ char *path = xasprintf("%s/%s", base, de->d_name);
-		struct err e;
-		if (fs_rm_rf(path, &e) < 0)
-			log_warn("qemu", "cannot remove %s: %s", path, e.msg);
-		else
-			log_info("qemu", "removed %s, a save a stopped daemon left unfinished",
-				 path);
-	}
+	sweep_where(state_dir, unfinished, NULL,
+		    "a save or resume a stopped daemon left unfinished");
 }
