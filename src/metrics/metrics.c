@@ -387,12 +387,13 @@ void metrics_init(void)
 		"sessions_paused", "Sessions paused now by mode (freeze, hibernate)", "mode");
 	metrics_daemon.session_pauses_total = metrics_counter(
 		"session_pauses_total",
-		"Pauses and resumes of sessions by action (pause, resume) and result (success, "
-		"failure, refused)",
+		"Pauses, hibernations, resumes and forks of sessions by action (pause, hibernate, "
+		"resume, fork) and result (success, failure, refused)",
 		"action,result");
 	metrics_daemon.session_pause_duration = metrics_histogram(
 		"session_pause_duration_seconds",
-		"Seconds a pause or resume took, from the call to the sandbox frozen or running",
+		"Seconds a pause, hibernation, resume or fork's save took, from the call to the "
+		"sandbox frozen, saved or running",
 		"action", vm_buckets, ARRAY_SIZE(vm_buckets));
 	metrics_daemon.guest_protocol_errors_total = metrics_counter(
 		"guest_protocol_errors_total", "Guest protocol violations by kind", "kind");

@@ -15,6 +15,7 @@
 
 #include "auth/quota.h"
 #include "loop.h"
+#include "metrics/metrics.h"
 #include "net/net.h"
 #include "session/internal.h"
 #include "util/cleanup.h"
@@ -101,6 +102,7 @@ static void forks_done(struct fork_job *j)
 	}
 	log_info("session", "session %s: %u of %u fork(s) ready in %llu ms", j->s->id, ready,
 		 j->count, (unsigned long long)(time_mono_ms() - j->t0));
+	metrics_add(metrics_daemon.session_pauses_total, 1, "fork", ready ? "success" : "failure");
 	if (ready)
 		j->cb(list, NULL, j->arg);
 	else
@@ -191,6 +193,8 @@ static void fork_saved(void *arg)
 	struct session *s = j->s;
 	session_mod.creating--;
 	s->transition = false;
+	metrics_observe(metrics_daemon.session_pause_duration,
+			(double)(time_mono_ms() - j->t0) / 1000.0, "fork");
 	struct err e;
 	if (s->destroy_pending) {
 		/* Destroyed meanwhile: its sandbox goes now, and so does the save. */
@@ -206,6 +210,7 @@ static void fork_saved(void *arg)
 	if (j->rc < 0) {
 		if (j->rc != -ECANCELED)
 			log_warn("session", "session %s: fork failed: %s", s->id, j->err.msg);
+		metrics_add(metrics_daemon.session_pauses_total, 1, "fork", "failure");
 		release_units(j->owner, j->count);
 		j->cb(NULL, j->rc == -ECANCELED ? &e : &j->err, j->arg);
 		if (j->keep) {
@@ -229,6 +234,13 @@ static void fork_saved(void *arg)
 	session_shutdown_check();
 }
 
+/* A fork turned down before anything was done. */
+static void refuse(const struct err *e, session_fork_fn cb, void *arg)
+{
+	metrics_add(metrics_daemon.session_pauses_total, 1, "fork", "refused");
+	cb(NULL, e, arg);
+}
+
 void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *arg)
 {
 	struct err e;
@@ -236,7 +248,7 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 		err_set(&e, EBUSY, "session `%s` is %s: only a running session can be forked",
 			s->id,
 			s->transition ? "being paused or resumed" : session_state_name(s->state));
-		cb(NULL, &e, arg);
+		refuse(&e, cb, arg);
 		return;
 	}
 	if (!session_mod.drv->fork_save) {
@@ -244,12 +256,12 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 			"the %s driver cannot fork sessions (its sandboxes cannot be saved whole "
 			"while they run)",
 			session_mod.drv->name);
-		cb(NULL, &e, arg);
+		refuse(&e, cb, arg);
 		return;
 	}
 	if (s->volumes) {
 		err_set(&e, EINVAL, "a session with volumes cannot be forked");
-		cb(NULL, &e, arg);
+		refuse(&e, cb, arg);
 		return;
 	}
 	if (s->running) {
@@ -257,16 +269,16 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 			"session `%s` has %u operations in flight (commands, file transfers, "
 			"attaches, previews): fork it once they ended",
 			s->id, s->running);
-		cb(NULL, &e, arg);
+		refuse(&e, cb, arg);
 		return;
 	}
 	if (session_closing()) {
 		err_set(&e, ESHUTDOWN, "the server is shutting down");
-		cb(NULL, &e, arg);
+		refuse(&e, cb, arg);
 		return;
 	}
 	if (session_host_check(&e) < 0) {
-		cb(NULL, &e, arg);
+		refuse(&e, cb, arg);
 		return;
 	}
 	/* Every fork's unit first: the server's cap and the owner's, a 429 for any beyond. */
@@ -275,7 +287,7 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 			release_units(s->owner, i);
 			e.errnum = EAGAIN;
 			err_wrap(&e, "forking %u session(s)", count);
-			cb(NULL, &e, arg);
+			refuse(&e, cb, arg);
 			return;
 		}
 	}

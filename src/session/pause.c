@@ -140,6 +140,27 @@ void session_pause(struct session *s, bool pause,
 	session_pause_mode(s, pause, SESSION_PAUSE_FREEZE, cb, arg);
 }
 
+struct keep_call {
+	void (*cb)(struct session *s, const struct err *err, void *arg);
+	void *arg;
+};
+
+/* A hibernation for SESSION_PAUSE_KEEP ended: a failure that left the session running (a
+ * save with no room) freezes it instead. */
+static void on_kept(struct session *s, const struct err *err, void *arg)
+{
+	struct keep_call *k = arg;
+	if (err && s && s->state == SESSION_READY && !s->transition && s->sb) {
+		log_info("session", "session %s: frozen instead (%s)", s->id, err->msg);
+		session_freeze(s, true, k->cb, k->arg);
+	} else {
+		k->cb(s, err, k->arg);
+	}
+	if (s)
+		session_unref(s);
+	free(k);
+}
+
 void session_pause_mode(struct session *s, bool pause, enum session_pause_mode mode,
 			void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
 {
@@ -158,13 +179,21 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 		session_wake(s, cb, arg);
 		return;
 	}
-	/* E2B's pause: its processes must carry on. */
-	if (pause && mode == SESSION_PAUSE_KEEP)
-		mode = s->state == SESSION_READY && s->sb &&
-				       s->sb->driver->hibernate_keeps_processes &&
-				       session_can_hibernate(s) && !s->running
-			       ? SESSION_PAUSE_HIBERNATE
-			       : SESSION_PAUSE_FREEZE;
+	/* E2B's pause: its processes must carry on; hibernated where that keeps them, frozen
+	 * otherwise, and frozen when the save fails (no room for it). */
+	if (pause && mode == SESSION_PAUSE_KEEP) {
+		if (s->state == SESSION_READY && s->sb &&
+		    s->sb->driver->hibernate_keeps_processes && session_can_hibernate(s) &&
+		    !s->running) {
+			struct keep_call *k = xcalloc(1, sizeof(*k));
+			k->cb = cb;
+			k->arg = arg;
+			session_ref(s);
+			session_hibernate(s, on_kept, k);
+			return;
+		}
+		mode = SESSION_PAUSE_FREEZE;
+	}
 	if (!pause || mode == SESSION_PAUSE_FREEZE) {
 		session_freeze(s, pause, cb, arg);
 		return;

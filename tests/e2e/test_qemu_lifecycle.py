@@ -229,6 +229,27 @@ class HibernateAttackTest(HibernateCase):
         self.assertEqual(saved(small), [])
         self.assertEqual(self.listed(d)[sid]["state"], "ready")
 
+    def test_e2b_pause_with_no_room_freezes_instead(self):
+        small = tempfile.mkdtemp(prefix="sandboxd-small-state-")
+        self.addCleanup(os.rmdir, small)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", small],
+                       check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", small])
+        d = self.daemon({"SANDBOX_STORAGE": "tmpfs", "SANDBOX_STATE_DIR": small})
+        status, _, sbx = d.post("/sandboxes", body={"templateID": "base"}, timeout=180)
+        self.assertEqual(status, 201, sbx)
+        sid = sbx["sandboxID"]
+        self.addCleanup(d.delete, f"/sandboxes/{sid}", timeout=60)
+        status, _, body = d.post(f"/sandboxes/{sid}/pause", timeout=180)
+        self.assertEqual(status, 204, body)
+        mine = self.listed(d)[sid]
+        self.assertEqual((mine["state"], mine["pauseMode"], mine["processesKept"]),
+                         ("paused", "freeze", True), mine)
+        self.assertEqual(saved(small), [])
+        status, _, body = d.post(f"/sandboxes/{sid}/connect", body={"timeout": 60}, timeout=60)
+        self.assertEqual(status, 201, body)
+        self.assertEqual(self.out(d, sid, "echo back"), "back")
+
     def test_a_destroy_during_the_save_or_the_resume_leaves_nothing(self):
         d = self.daemon(DISK)
         for when in ("save", "resume"):
@@ -471,6 +492,14 @@ class ForkTest(HibernateCase):
         self.assertEqual(status, 200, body)
         # Two forks fit in the three sessions.
         self.assertEqual(len(self.fork(d, sid, 2)["sessions"]), 2)
+        status, _, text = d.get("/metrics")
+        text = text.decode() if isinstance(text, bytes) else text
+        counts = {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines()
+                  if ln.startswith("session_pauses_total{action=\"fork\"")}
+        self.assertEqual(counts.get('session_pauses_total{action="fork",result="success"}'), 1,
+                         counts)
+        self.assertGreaterEqual(
+            counts.get('session_pauses_total{action="fork",result="refused"}', 0), 2, counts)
 
     def test_another_key_cannot_fork_yours_nor_see_the_forks(self):
         d = self.daemon({**DISK, "AUTH_ENABLED": "true"})
