@@ -207,13 +207,17 @@ class HibernateAttackTest(HibernateCase):
     """What goes wrong around a hibernation: no room for the save, a destroy in the middle of
     a save or of a resume, many at once."""
 
-    def test_no_room_for_the_save_is_507_and_the_vm_runs_on(self):
-        # A state directory too small for the guest's RAM (a tmpfs of its own).
+    def small_state_dir(self):
+        """A state directory too small for a guest's RAM: a tmpfs of its own, 24 MiB."""
         small = tempfile.mkdtemp(prefix="sandboxd-small-state-")
         self.addCleanup(os.rmdir, small)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", small],
                        check=True)
         self.addCleanup(subprocess.run, ["umount", "-l", small])
+        return small
+
+    def test_no_room_for_the_save_is_507_and_the_vm_runs_on(self):
+        small = self.small_state_dir()
         d = self.daemon({"SANDBOX_STORAGE": "tmpfs", "SANDBOX_STATE_DIR": small})
         sid = self.create(d)
         # Guest RAM the save must hold: more than the state directory has.
@@ -230,11 +234,7 @@ class HibernateAttackTest(HibernateCase):
         self.assertEqual(self.listed(d)[sid]["state"], "ready")
 
     def test_e2b_pause_with_no_room_freezes_instead(self):
-        small = tempfile.mkdtemp(prefix="sandboxd-small-state-")
-        self.addCleanup(os.rmdir, small)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", small],
-                       check=True)
-        self.addCleanup(subprocess.run, ["umount", "-l", small])
+        small = self.small_state_dir()
         d = self.daemon({"SANDBOX_STORAGE": "tmpfs", "SANDBOX_STATE_DIR": small})
         status, _, sbx = d.post("/sandboxes", body={"templateID": "base"}, timeout=180)
         self.assertEqual(status, 201, sbx)
