@@ -63,22 +63,6 @@ static void release_units(const char *owner, unsigned n)
 		quota_release(owner, QUOTA_SESSIONS);
 }
 
-/* --- freeing the save once the forks are made ------------------------------------------ */
-
-static void discard_work(void *arg)
-{
-	struct fork_job *j = arg;
-	session_mod.drv->hibernated_discard(j->keep);
-}
-
-static void discard_done(void *arg)
-{
-	struct fork_job *j = arg;
-	session_mod.destroying--;
-	fork_job_free(j);
-	session_shutdown_check();
-}
-
 /* Every fork is ready or failed: the answer, then the save goes. */
 static void forks_done(struct fork_job *j)
 {
@@ -109,9 +93,8 @@ static void forks_done(struct fork_job *j)
 		j->cb(NULL, &first, j->arg);
 	json_decref(list);
 	session_unref(j->s);
-	j->s = NULL;
-	session_mod.destroying++; /* a stop waits for the save to go */
-	loop_submit(discard_work, discard_done, j);
+	session_kept_discard(TAKE_PTR(j->keep));
+	fork_job_free(j);
 }
 
 static void fork_one_less(struct fork_job *j)
@@ -180,13 +163,6 @@ static void fork_work(void *arg)
 	j->rc = session_mod.drv->fork_save(j->s->sb, &j->keep, &j->err);
 }
 
-static void liveness_on(struct session *s)
-{
-	if (s->conn && s->state == SESSION_READY)
-		guest_conn_set_liveness(s->conn, session_mod.cfg->ping_interval_ms,
-					session_mod.cfg->ping_timeout_ms);
-}
-
 static void fork_saved(void *arg)
 {
 	struct fork_job *j = arg;
@@ -205,7 +181,7 @@ static void fork_saved(void *arg)
 			s->id);
 		j->rc = -ECANCELED;
 	} else {
-		liveness_on(s);
+		session_liveness_on(s);
 	}
 	if (j->rc < 0) {
 		if (j->rc != -ECANCELED)
@@ -213,15 +189,10 @@ static void fork_saved(void *arg)
 		metrics_add(metrics_daemon.session_pauses_total, 1, "fork", "failure");
 		release_units(j->owner, j->count);
 		j->cb(NULL, j->rc == -ECANCELED ? &e : &j->err, j->arg);
-		if (j->keep) {
-			session_unref(s);
-			j->s = NULL;
-			session_mod.destroying++;
-			loop_submit(discard_work, discard_done, j);
-		} else {
-			session_unref(s);
-			fork_job_free(j);
-		}
+		session_unref(s);
+		if (j->keep)
+			session_kept_discard(TAKE_PTR(j->keep));
+		fork_job_free(j);
 		session_shutdown_check();
 		return;
 	}

@@ -146,7 +146,7 @@ static void discard_done(void *arg)
 	session_shutdown_check();
 }
 
-static void discard(json_t *kept)
+void session_kept_discard(json_t *kept)
 {
 	struct discard_job *j = xcalloc(1, sizeof(*j));
 	j->kept = kept;
@@ -162,7 +162,7 @@ void session_hibernated_drop(struct session *s)
 		log_info("session", "session %s stays hibernated for the next start", s->id);
 	} else {
 		record_delete(s->owner, s->id);
-		discard(s->kept);
+		session_kept_discard(s->kept);
 		s->kept = NULL;
 	}
 	s->hibernated = false;
@@ -206,9 +206,7 @@ static void hibernate_failed(struct hibernate_job *j)
 		j->cb(s, &e, j->arg);
 		return;
 	}
-	if (s->conn && s->state == SESSION_READY)
-		guest_conn_set_liveness(s->conn, session_mod.cfg->ping_interval_ms,
-					session_mod.cfg->ping_timeout_ms);
+	session_liveness_on(s);
 	log_warn("session", "session %s: hibernation failed: %s", s->id, j->err.msg);
 	j->cb(s, &j->err, j->arg);
 }

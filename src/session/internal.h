@@ -61,6 +61,13 @@ struct session *session_table_add_as(const char *owner, const char *id, struct t
 
 /* --- hibernate.c ---------------------------------------------------------------------- */
 
+/* Frees what the driver keeps for `kept` (a hibernated session's, a fork's save) on a worker,
+ * taking the reference; a stop waits for it. */
+void session_kept_discard(json_t *kept);
+
+/* The agent's liveness pings again, for a ready session (after a pause, a save). */
+void session_liveness_on(struct session *s);
+
 /* Whether the session's sandbox has a disk of its own (what hibernation keeps): asked of the
  * sandbox, which may come from the warm pool. */
 bool session_has_disk(const struct session *s);

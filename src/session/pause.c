@@ -36,9 +36,9 @@ static void pause_work(void *arg)
 	j->rc = j->sb->driver->pause(j->sb, j->pause, &j->err);
 }
 
-static void liveness_on(struct session *s)
+void session_liveness_on(struct session *s)
 {
-	if (s->conn)
+	if (s->conn && s->state == SESSION_READY)
 		guest_conn_set_liveness(s->conn, session_mod.cfg->ping_interval_ms,
 					session_mod.cfg->ping_timeout_ms);
 }
@@ -95,7 +95,7 @@ static void pause_done(void *arg)
 		j->cb(s, &e, j->arg);
 	} else if (j->rc < 0) {
 		if (j->pause)
-			liveness_on(s);
+			session_liveness_on(s);
 		log_warn("session", "session %s: %s failed: %s", s->id,
 			 j->pause ? "pause" : "resume", j->err.msg);
 		j->cb(s, &j->err, j->arg);
@@ -105,7 +105,7 @@ static void pause_done(void *arg)
 		if (j->pause) {
 			s->paused_ms = time_wall_ms();
 		} else {
-			liveness_on(s);
+			session_liveness_on(s);
 			refresh_clock(s);
 			session_touch(s);
 		}
