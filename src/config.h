@@ -72,6 +72,10 @@ struct config {
 	uint64_t max_volume_bytes; /* SANDBOX_MAX_VOLUME_BYTES: cap of a volume's size */
 	unsigned key_max_volumes;  /* SANDBOX_KEY_MAX_VOLUMES: volumes a key may own (0: any) */
 	uint64_t key_max_volume_bytes; /* SANDBOX_KEY_MAX_VOLUME_BYTES: their sizes' sum (0: any) */
+	unsigned
+		key_max_snapshots; /* SANDBOX_KEY_MAX_SNAPSHOTS: snapshots a key may own (0: any) */
+	uint64_t key_max_snapshot_bytes; /* SANDBOX_KEY_MAX_SNAPSHOT_BYTES: their bytes (0: any) */
+	unsigned snapshot_ttl_s; /* SANDBOX_SNAPSHOT_TTL: a snapshot's default and longest life */
 	/* Caps, separate from the defaults above: no session's limits (asked for, from its
 	 * template's manifest or the default) go past them. */
 	uint64_t max_memory; /* SANDBOX_MAX_MEMORY_BYTES, default 4 GiB */

@@ -25,6 +25,7 @@
 #include "net/net.h"
 #include "notify.h"
 #include "session/session.h"
+#include "session/snapshot.h"
 #include "session/volume.h"
 #include "store/store.h"
 #include "util/cleanup.h"
@@ -457,6 +458,7 @@ out_http:
 	ui_shutdown();
 	quota_shutdown();
 	volume_shutdown();
+	snapshot_shutdown();
 out_net:
 	loop_pool_stop();
 	net_shutdown();

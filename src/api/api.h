@@ -82,6 +82,10 @@ void api_exec_forward(struct http_ctx *ctx);
 void api_exec_pause(struct http_ctx *ctx);
 void api_exec_resume(struct http_ctx *ctx);
 void api_exec_fork(struct http_ctx *ctx);
+void api_exec_snapshot(struct http_ctx *ctx);
+void api_snapshots_list(struct http_ctx *ctx);
+void api_snapshots_get(struct http_ctx *ctx);
+void api_snapshots_delete(struct http_ctx *ctx);
 struct session;
 /* A session's preview as the API shows it: name, url and pathUrl (with "{port}"),
  * publicPorts, and with_token its token. */

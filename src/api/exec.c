@@ -303,15 +303,15 @@ void api_exec_create(struct http_ctx *ctx)
 	json_auto_t *body = NULL;
 	if (http_body_json(ctx, &body) < 0)
 		return;
-	const char *id, *tmpl;
+	const char *id, *tmpl, *snapshot;
 	json_t *env;
 	unsigned idle_s;
 	enum session_on_timeout on_timeout;
 	struct session_resources res = { 0 };
 	bool has_res;
 	if (opt_string(ctx, body, "id", &id) < 0 || opt_string(ctx, body, "template", &tmpl) < 0 ||
-	    opt_env(ctx, body, &env) < 0 || opt_idle(ctx, body, &idle_s) < 0 ||
-	    opt_on_timeout(ctx, body, &on_timeout) < 0 ||
+	    opt_string(ctx, body, "snapshot", &snapshot) < 0 || opt_env(ctx, body, &env) < 0 ||
+	    opt_idle(ctx, body, &idle_s) < 0 || opt_on_timeout(ctx, body, &on_timeout) < 0 ||
 	    opt_resources(ctx, body, &res, &has_res) < 0 ||
 	    opt_storage(ctx, body, &res, &has_res) < 0)
 		return;
@@ -322,7 +322,8 @@ void api_exec_create(struct http_ctx *ctx)
 				      .env = env,
 				      .resources = has_res ? &res : NULL,
 				      .egress = json_object_get(body, "egress"),
-				      .volumes = json_object_get(body, "volumes") };
+				      .volumes = json_object_get(body, "volumes"),
+				      .snapshot = snapshot };
 	struct err e;
 	if (!ops_create_session(&t, &o, on_created, ctx, &e))
 		reply_err(ctx, &e);

@@ -1,12 +1,16 @@
 /* lifecycle: POST /exec/:id/pause (body {"mode": "freeze"} by default, or "hibernate"),
- * POST /exec/:id/resume and POST /exec/:id/fork (body {"count": N}, 1 by default)
- * (docs/lifecycle.md). The first two answer with the session once its sandbox is frozen,
- * hibernated or running again; a fork with {"sessions": [...]} once every fork is ready. */
+ * POST /exec/:id/resume, POST /exec/:id/fork (body {"count": N}, 1 by default), and the
+ * snapshots: POST /exec/:id/snapshot (body {"name", "ttlSeconds"?}), GET /snapshots,
+ * GET and DELETE /snapshots/:name (docs/lifecycle.md). The first two answer with the session
+ * once its sandbox is frozen, hibernated or running again; a fork with {"sessions": [...]}
+ * once every fork is ready; a snapshot with the snapshot once it is saved. Snapshots are the
+ * caller's own; an admin key lists and reaches every key's. */
 #include <errno.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "session/ops.h"
+#include "session/snapshot.h"
 
 static void on_done(struct session *s, const struct err *err, void *arg)
 {
@@ -100,4 +104,68 @@ void api_exec_fork(struct http_ctx *ctx)
 	struct err e;
 	if (ops_fork_session(&t, (unsigned)count, on_forked, ctx, &e) < 0)
 		api_reply_err(ctx, &e);
+}
+
+/* --- snapshots ------------------------------------------------------------------------- */
+
+static void on_snapshot(json_t *snapshot, const struct err *err, void *arg)
+{
+	struct http_ctx *ctx = arg;
+	if (err)
+		api_reply_err(ctx, err);
+	else
+		http_reply_json(ctx, 201, json_incref(snapshot));
+}
+
+void api_exec_snapshot(struct http_ctx *ctx)
+{
+	const char *id;
+	json_auto_t *body = NULL;
+	if (!id_and_body(ctx, &id, &body))
+		return;
+	json_t *name = json_object_get(body, "name"), *ttl = json_object_get(body, "ttlSeconds");
+	if (!json_is_string(name) || strlen(json_string_value(name)) != json_string_length(name)) {
+		http_reply_error(ctx, 400, "\"name\" must be a string");
+		return;
+	}
+	json_int_t ttl_s = 0;
+	if (ttl && !json_is_null(ttl)) {
+		if (!json_is_integer(ttl) || json_integer_value(ttl) < 1) {
+			http_reply_error(ctx, 400, "\"ttlSeconds\" must be a positive integer");
+			return;
+		}
+		ttl_s = json_integer_value(ttl);
+	}
+	struct ops_target t = api_request_target(ctx, id, NULL);
+	struct err e;
+	if (ops_snapshot_session(&t, json_string_value(name), (uint64_t)ttl_s, on_snapshot, ctx,
+				 &e) < 0)
+		api_reply_err(ctx, &e);
+}
+
+void api_snapshots_list(struct http_ctx *ctx)
+{
+	http_reply_json(ctx, 200,
+			json_pack("{s:o}", "snapshots",
+				  snapshot_list(api_is_admin(ctx) ? NULL : api_owner(ctx))));
+}
+
+void api_snapshots_get(struct http_ctx *ctx)
+{
+	struct err e;
+	json_t *v = snapshot_get(api_owner(ctx), http_param(ctx, 0), api_is_admin(ctx), &e);
+	if (!v)
+		api_reply_err(ctx, &e);
+	else
+		http_reply_json(ctx, 200, v);
+}
+
+void api_snapshots_delete(struct http_ctx *ctx)
+{
+	struct err e;
+	const char *name = http_param(ctx, 0);
+	if (snapshot_delete(api_owner(ctx), name, api_is_admin(ctx), &e) < 0)
+		api_reply_err(ctx, &e);
+	else
+		http_reply_json(ctx, 200, json_pack("{s:b, s:s}", "deleted", 1, "name", name));
 }

@@ -19,6 +19,7 @@
 #include "util/cleanup.h"
 #include "util/signame.h"
 #include "util/log.h"
+#include "util/time.h"
 #include "util/text.h"
 
 /* What read_file returns at most unless asked for more (an agent rarely wants more). */
@@ -795,13 +796,8 @@ static struct ops_target target(struct mcp_call *c, json_t *args)
 
 static json_t *iso_now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	struct tm tm;
-	gmtime_r(&ts.tv_sec, &tm);
-	char buf[40];
-	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, sizeof(buf) - n, ".%03ldZ", ts.tv_nsec / 1000000);
+	char buf[TIME_ISO_LEN];
+	time_iso8601(time_wall_ms(), buf);
 	return json_string(buf);
 }
 

@@ -385,16 +385,21 @@ void metrics_init(void)
 			      "kind");
 	metrics_daemon.sessions_paused = metrics_gauge(
 		"sessions_paused", "Sessions paused now by mode (freeze, hibernate)", "mode");
+	metrics_daemon.snapshots = metrics_gauge(
+		"sandbox_snapshots",
+		"Snapshots: how many (count) and what their saves hold on the host's disk (bytes)",
+		"kind");
 	metrics_daemon.session_pauses_total = metrics_counter(
 		"session_pauses_total",
-		"Pauses, hibernations, resumes and forks of sessions by action (pause, hibernate, "
-		"resume, fork) and result (success, failure, refused)",
+		"Pauses, hibernations, resumes, forks and snapshots of sessions by action (pause, "
+		"hibernate, resume, fork, snapshot) and result (success, failure, refused)",
 		"action,result");
-	metrics_daemon.session_pause_duration = metrics_histogram(
-		"session_pause_duration_seconds",
-		"Seconds a pause, hibernation, resume or fork's save took, from the call to the "
-		"sandbox frozen, saved or running",
-		"action", vm_buckets, ARRAY_SIZE(vm_buckets));
+	metrics_daemon.session_pause_duration =
+		metrics_histogram("session_pause_duration_seconds",
+				  "Seconds a pause, hibernation, resume, fork's or snapshot's save "
+				  "took, from the call "
+				  "to the sandbox frozen, saved or running",
+				  "action", vm_buckets, ARRAY_SIZE(vm_buckets));
 	metrics_daemon.guest_protocol_errors_total = metrics_counter(
 		"guest_protocol_errors_total", "Guest protocol violations by kind", "kind");
 	metrics_daemon.egress_decisions_total =

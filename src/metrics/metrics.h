@@ -48,16 +48,17 @@ struct sandbox_metrics {
 	struct metric *vsock_errors_total;    /* counter {kind} */
 	struct metric *vm_resource_config;    /* gauge {resource} */
 	struct metric
-		*vm_egress_policy_applied_total;    /* counter {dns_mode, dest_mode, bw_enabled} */
-	struct metric *http_requests_total;         /* counter {route, method, status} */
-	struct metric *http_request_duration;       /* histogram {route, method} */
-	struct metric *http_connections;            /* gauge */
-	struct metric *http_connections_closed;     /* counter {reason} */
-	struct metric *http_bodies_offloaded;       /* counter */
-	struct metric *session_creations_total;     /* counter {template, driver, result} */
-	struct metric *warm_pool_size;              /* gauge {template} */
-	struct metric *sandbox_disk_bytes;          /* gauge {kind}: used, allocated */
-	struct metric *volumes;                     /* gauge {kind}: count, bytes (their sizes) */
+		*vm_egress_policy_applied_total; /* counter {dns_mode, dest_mode, bw_enabled} */
+	struct metric *http_requests_total;      /* counter {route, method, status} */
+	struct metric *http_request_duration;    /* histogram {route, method} */
+	struct metric *http_connections;         /* gauge */
+	struct metric *http_connections_closed;  /* counter {reason} */
+	struct metric *http_bodies_offloaded;    /* counter */
+	struct metric *session_creations_total;  /* counter {template, driver, result} */
+	struct metric *warm_pool_size;           /* gauge {template} */
+	struct metric *sandbox_disk_bytes;       /* gauge {kind}: used, allocated */
+	struct metric *volumes;                  /* gauge {kind}: count, bytes (their sizes) */
+	struct metric *snapshots; /* gauge {kind}: count, bytes (what their saves hold) */
 	struct metric *guest_protocol_errors_total; /* counter {kind} */
 	struct metric *watches_active;              /* gauge */
 	struct metric *watch_events_total;          /* counter {type} */

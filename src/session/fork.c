@@ -40,8 +40,6 @@ struct fork_job {
 	uint32_t next_channel;
 	struct fork_child *forks;
 	unsigned pending;
-	int rc;
-	struct err err;
 	uint64_t t0;
 	session_fork_fn cb;
 	void *arg;
@@ -134,7 +132,9 @@ static void start_fork(struct fork_job *j, unsigned i)
 		f->metadata = json_deep_copy(p->metadata);
 	if (p->alias)
 		f->alias = xstrdup(p->alias);
-	f->next_channel = j->next_channel;
+	/* A VM restored whole goes on with its agent's channels; a jail's starts afresh. */
+	if (session_mod.drv->hibernate_keeps_processes)
+		f->next_channel = j->next_channel;
 	j->pending++;
 	session_add_waiter(f, on_fork_ready, &j->forks[i]);
 
@@ -157,52 +157,121 @@ static void start_fork(struct fork_job *j, unsigned i)
 	loop_submit(session_job_work, session_create_done, cj);
 }
 
-static void fork_work(void *arg)
+/* --- saving a running session whole (fork and snapshot) ------------------------------ */
+
+struct save_job {
+	struct session *s; /* referenced */
+	json_t *keep;
+	int rc;
+	struct err err;
+	uint64_t t0;
+	const char *action; /* the metrics' */
+	session_saved_fn cb;
+	void *arg;
+};
+
+static void save_work(void *arg)
 {
-	struct fork_job *j = arg;
+	struct save_job *j = arg;
 	j->rc = session_mod.drv->fork_save(j->s->sb, &j->keep, &j->err);
 }
 
-static void fork_saved(void *arg)
+static void save_done(void *arg)
 {
-	struct fork_job *j = arg;
+	struct save_job *j = arg;
 	struct session *s = j->s;
 	session_mod.creating--;
 	s->transition = false;
 	metrics_observe(metrics_daemon.session_pause_duration,
-			(double)(time_mono_ms() - j->t0) / 1000.0, "fork");
+			(double)(time_mono_ms() - j->t0) / 1000.0, j->action);
 	struct err e;
 	if (s->destroy_pending) {
 		/* Destroyed meanwhile: its sandbox goes now, and so does the save. */
 		s->destroy_pending = false;
 		session_sandbox_destroy(s->sb, s);
 		s->sb = NULL;
-		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being forked",
+		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being saved",
 			s->id);
 		j->rc = -ECANCELED;
+		err_copy(&j->err, &e);
 	} else {
 		session_liveness_on(s);
 	}
 	if (j->rc < 0) {
 		if (j->rc != -ECANCELED)
-			log_warn("session", "session %s: fork failed: %s", s->id, j->err.msg);
-		metrics_add(metrics_daemon.session_pauses_total, 1, "fork", "failure");
-		release_units(j->owner, j->count);
-		j->cb(NULL, j->rc == -ECANCELED ? &e : &j->err, j->arg);
-		session_unref(s);
+			log_warn("session", "session %s: %s failed: %s", s->id, j->action,
+				 j->err.msg);
 		if (j->keep)
 			session_kept_discard(TAKE_PTR(j->keep));
+	}
+	j->cb(s, j->rc < 0 ? NULL : TAKE_PTR(j->keep), j->rc < 0 ? &j->err : NULL, j->arg);
+	session_unref(s);
+	free(j);
+	session_shutdown_check();
+}
+
+int session_save_check(struct session *s, const char *what, struct err *e)
+{
+	if (s->state != SESSION_READY || s->transition || !s->sb || !s->conn)
+		return err_set(
+			e, EBUSY, "session `%s` is %s: only a running session can be %s", s->id,
+			s->transition ? "being paused or resumed" : session_state_name(s->state),
+			what);
+	if (!session_mod.drv->fork_save)
+		return err_set(e, ENOTSUP,
+			       "the %s driver cannot fork or snapshot sessions (its sandboxes "
+			       "cannot be saved while they run)",
+			       session_mod.drv->name);
+	if (s->volumes)
+		return err_set(e, EINVAL, "a session with volumes cannot be %s", what);
+	if (s->running)
+		return err_set(e, EBUSY,
+			       "session `%s` has %u operations in flight (commands, file "
+			       "transfers, attaches, previews): it can be %s once they ended",
+			       s->id, s->running, what);
+	if (session_closing())
+		return err_set(e, ESHUTDOWN, "the server is shutting down");
+	return session_host_check(e);
+}
+
+void session_save(struct session *s, const char *action, session_saved_fn cb, void *arg)
+{
+	struct save_job *j = xcalloc(1, sizeof(*j));
+	j->s = s;
+	session_ref(s);
+	j->t0 = time_mono_ms();
+	j->action = action;
+	j->cb = cb;
+	j->arg = arg;
+	s->transition = true;
+	/* A stopped VM answers no ping meanwhile. */
+	guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
+	session_touch(s);
+	session_mod.creating++; /* a stop waits for it */
+	loop_submit(save_work, save_done, j);
+}
+
+/* --- fork -------------------------------------------------------------------------------- */
+
+static void fork_saved(struct session *s, json_t *keep, const struct err *err, void *arg)
+{
+	struct fork_job *j = arg;
+	(void)s;
+	if (!keep) {
+		metrics_add(metrics_daemon.session_pauses_total, 1, "fork", "failure");
+		release_units(j->owner, j->count);
+		j->cb(NULL, err, j->arg);
+		session_unref(j->s);
 		fork_job_free(j);
-		session_shutdown_check();
 		return;
 	}
+	j->keep = keep;
 	/* One more than the forks until all are started: one that fails at once must not end
 	 * the job before the next is made. */
 	j->pending = 1;
 	for (unsigned i = 0; i < j->count; i++)
 		start_fork(j, i);
 	fork_one_less(j);
-	session_shutdown_check();
 }
 
 /* A fork turned down before anything was done. */
@@ -215,40 +284,7 @@ static void refuse(const struct err *e, session_fork_fn cb, void *arg)
 void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *arg)
 {
 	struct err e;
-	if (s->state != SESSION_READY || s->transition || !s->sb || !s->conn) {
-		err_set(&e, EBUSY, "session `%s` is %s: only a running session can be forked",
-			s->id,
-			s->transition ? "being paused or resumed" : session_state_name(s->state));
-		refuse(&e, cb, arg);
-		return;
-	}
-	if (!session_mod.drv->fork_save) {
-		err_set(&e, ENOTSUP,
-			"the %s driver cannot fork sessions (its sandboxes cannot be saved whole "
-			"while they run)",
-			session_mod.drv->name);
-		refuse(&e, cb, arg);
-		return;
-	}
-	if (s->volumes) {
-		err_set(&e, EINVAL, "a session with volumes cannot be forked");
-		refuse(&e, cb, arg);
-		return;
-	}
-	if (s->running) {
-		err_set(&e, EBUSY,
-			"session `%s` has %u operations in flight (commands, file transfers, "
-			"attaches, previews): fork it once they ended",
-			s->id, s->running);
-		refuse(&e, cb, arg);
-		return;
-	}
-	if (session_closing()) {
-		err_set(&e, ESHUTDOWN, "the server is shutting down");
-		refuse(&e, cb, arg);
-		return;
-	}
-	if (session_host_check(&e) < 0) {
+	if (session_save_check(s, "forked", &e) < 0) {
 		refuse(&e, cb, arg);
 		return;
 	}
@@ -276,10 +312,5 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 	j->t0 = time_mono_ms();
 	j->cb = cb;
 	j->arg = arg;
-	s->transition = true;
-	/* A stopped VM answers no ping meanwhile. */
-	guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
-	session_touch(s);
-	session_mod.creating++; /* a stop waits for it */
-	loop_submit(fork_work, fork_saved, j);
+	session_save(s, "fork", fork_saved, j);
 }

@@ -18,6 +18,7 @@
 #include "metrics/metrics.h"
 #include "net/net.h"
 #include "session/internal.h"
+#include "session/snapshot.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -483,6 +484,7 @@ void session_hibernated_restore(void)
 	}
 	if (n)
 		log_info("session", "%u hibernated session(s) back from the previous run", n);
+	snapshot_load(keeps);
 	if (session_mod.drv->hibernated_sweep) {
 		size_t k = json_array_size(keeps);
 		json_t **v = xcalloc(k ? k : 1, sizeof(*v));

@@ -91,6 +91,18 @@ void session_hibernated_restore(void);
 /* The state database's record of a hibernated session. */
 int session_hibernated_store(struct session *s, struct err *err);
 
+/* --- fork.c ---------------------------------------------------------------------------- */
+
+/* Whether s can be saved whole while it runs (a fork, a snapshot: `what` says which, as the
+ * error's "forked"): EBUSY (not running, operations in flight), ENOTSUP (the driver cannot),
+ * EINVAL (volumes), ESHUTDOWN, or the host's admission. */
+int session_save_check(struct session *s, const char *what, struct err *e);
+/* The save's end: keep (owned) is the driver's record of it, or NULL with err. */
+typedef void (*session_saved_fn)(struct session *s, json_t *keep, const struct err *err, void *arg);
+/* Saves s (session_save_check passed) on a worker through the driver's fork_save, s in
+ * transition meanwhile; `action` names the metrics' duration ("fork", "snapshot"). */
+void session_save(struct session *s, const char *action, session_saved_fn cb, void *arg);
+
 /* --- sandbox.c ------------------------------------------------------------------------ */
 
 /* Creating one sandbox on a worker: for a session (s) or for the warm pool (pool). */
@@ -102,6 +114,7 @@ struct create_job {
 	struct pool *pool;
 	struct sandbox *sb;
 	struct net_policy *net_policy; /* the session's egress policy; NULL: the server's */
+	struct snapshot *snapshot;     /* held while a sandbox is made from it (snapshot.h) */
 	char *netns_path;
 	struct err err;
 	int rc;

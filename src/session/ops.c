@@ -18,6 +18,7 @@
 #include "guest/proto.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
+#include "session/snapshot.h"
 #include "session/volume.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -909,6 +910,7 @@ struct ops_call {
 	json_t *env;
 	json_t *egress;               /* create: the session's own egress policy, or NULL */
 	struct volume_mounts volumes; /* create: what it mounts */
+	char *snapshot;               /* create: the snapshot it is made from, or NULL */
 	struct session_resources resources;
 	bool has_resources;
 	const struct ops_attach_cbs *acbs;  /* attach */
@@ -965,6 +967,7 @@ static void call_free(struct ops_call *c)
 	json_decref(c->env);
 	json_decref(c->egress);
 	volume_mounts_fini(&c->volumes);
+	free(c->snapshot);
 	json_decref(c->checked);
 	free(c->path);
 	free(c->data);
@@ -1454,6 +1457,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		opts.resources = c->has_resources ? &c->resources : NULL;
 		opts.egress = c->egress;
 		opts.volumes = &c->volumes;
+		opts.snapshot = c->snapshot;
 		break;
 	case CALL_WRITE:
 	case CALL_UPLOAD:
@@ -1678,6 +1682,7 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 	if (o->id_generated)
 		c->id_generated = true;
 	c->volumes = vols;
+	c->snapshot = o->snapshot ? xstrdup(o->snapshot) : NULL;
 	c->egress = o->egress && !json_is_null(o->egress) ? json_deep_copy(o->egress) : NULL;
 	c->idle_timeout_s = o->idle_timeout_s;
 	c->on_timeout = o->on_timeout;
@@ -2136,4 +2141,50 @@ int ops_fork_session(const struct ops_target *t, unsigned count, ops_fork_fn cb,
 	c->arg = arg;
 	session_fork(s, count, on_forked, c);
 	return 0;
+}
+
+/* --- snapshot --------------------------------------------------------------------------- */
+
+struct snapshot_call {
+	ops_snapshot_fn cb;
+	void *arg;
+	struct event *ev;
+	json_t *snapshot;
+	struct err err;
+};
+
+static void snapshot_deliver(evutil_socket_t fd, short what, void *arg)
+{
+	struct snapshot_call *c = arg;
+	event_free(c->ev);
+	c->cb(c->snapshot, c->snapshot ? NULL : &c->err, c->arg);
+	json_decref(c->snapshot);
+	free(c);
+}
+
+static void on_snapshot(json_t *snapshot, const struct err *err, void *arg)
+{
+	struct snapshot_call *c = arg;
+	if (snapshot)
+		c->snapshot = json_incref(snapshot);
+	else
+		err_copy(&c->err, err);
+	c->ev = defer(snapshot_deliver, c);
+}
+
+int ops_snapshot_session(const struct ops_target *t, const char *name, uint64_t ttl_s,
+			 ops_snapshot_fn cb, void *arg, struct err *err)
+{
+	if (check_target(t, false, err) < 0)
+		return -EINVAL;
+	struct session *s = target_session(t, err);
+	if (!s)
+		return -err->errnum;
+	struct snapshot_call *c = xcalloc(1, sizeof(*c));
+	c->cb = cb;
+	c->arg = arg;
+	int r = snapshot_take(s, name, ttl_s, on_snapshot, c, err);
+	if (r < 0)
+		free(c);
+	return r;
 }

@@ -248,6 +248,9 @@ struct ops_session_opts {
 	/* The caller made t->session_id up at random (never a client's choice), so that it may
 	 * serve as the session's preview name as it is (session_create_opts.id_generated). */
 	bool id_generated;
+	/* Borrowed (copied), NULL: none. The caller's snapshot to make it from (snapshot.h):
+	 * ENOENT for an unknown one, EINVAL with a template, resources or volumes of its own. */
+	const char *snapshot;
 };
 
 /* --- the sandbox's own ports ------------------------------------------------------------
@@ -298,6 +301,13 @@ int ops_pause_session_mode(const struct ops_target *t, bool pause, enum session_
 typedef void (*ops_fork_fn)(json_t *forks, const struct err *err, void *arg);
 int ops_fork_session(const struct ops_target *t, unsigned count, ops_fork_fn cb, void *arg,
 		     struct err *err);
+
+/* Snapshots the caller's running session as the caller's snapshot `name`, kept ttl_s seconds
+ * (0: the server's SANDBOX_SNAPSHOT_TTL): snapshot_take's errors; cb runs once, never before
+ * this returns, with the snapshot's object (borrowed) or err. */
+typedef void (*ops_snapshot_fn)(json_t *snapshot, const struct err *err, void *arg);
+int ops_snapshot_session(const struct ops_target *t, const char *name, uint64_t ttl_s,
+			 ops_snapshot_fn cb, void *arg, struct err *err);
 
 /* Creates session t->session_id (NULL: a fresh id) of the caller (never another owner's,
  * whatever any_owner says) with these options (template_name is taken from t; o may be

@@ -1,6 +1,7 @@
 /* session/sandbox: creating and destroying sandboxes on the worker threads, for sessions and
  * for the warm pool alike. */
 #include "session/internal.h"
+#include "session/snapshot.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -160,6 +161,8 @@ int session_job_record(struct create_job *j, const char *owner, const char *sess
 void session_job_free(struct create_job *j)
 {
 	net_policy_destroy(j->net_policy);
+	if (j->snapshot)
+		snapshot_release(j->snapshot);
 	free(j->netns_path);
 	template_unref(j->tmpl);
 	free(j->sandbox_id);

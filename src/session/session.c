@@ -1,6 +1,7 @@
 /* session: the table of sessions and their life (creating, ready, failed, destroyed), the
  * reaper, start and stop. Sandboxes are made in sandbox.c, pooled in pool.c. */
 #include "session/internal.h"
+#include "session/snapshot.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -213,6 +214,7 @@ void session_unref(struct session *s)
 	json_decref(s->metadata);
 	json_decref(s->e2b_contexts);
 	free(s->alias);
+	free(s->snapshot);
 	free(s);
 }
 
@@ -501,6 +503,28 @@ static void session_start(struct session *s, struct template *t,
 {
 	/* Pooled sandboxes have the server's limits: a session with its own goes cold. */
 	/* Volumes are mounted while the sandbox is made: one with volumes goes cold too. */
+	/* One made from a snapshot is made as a fork is, from the snapshot's save. */
+	if (s->snapshot) {
+		struct err e;
+		const struct snapshot *sn = snapshot_find(s->owner, s->snapshot, &e);
+		if (!sn) {
+			session_fail_creation(s, &e);
+			return;
+		}
+		struct create_job *j = session_job_new(t, s, NULL);
+		j->net_policy = egress;
+		j->snapshot = snapshot_hold(sn);
+		j->spec.hibernated = snapshot_keep(sn);
+		if (session_job_record(j, s->owner, s->id, &e) < 0) {
+			session_job_free(j);
+			session_fail_creation(s, &e);
+			return;
+		}
+		session_ref(s);
+		session_mod.creating++;
+		loop_submit(session_job_work, session_create_done, j);
+		return;
+	}
 	bool own_limits = (opts && opts->resources &&
 			   (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
 			    opts->resources->workspace_bytes || opts->resources->pids_max ||
@@ -576,6 +600,35 @@ void session_get_or_create(const char *owner, const char *id,
 	}
 	const char *tname = opts && opts->template_name ? opts->template_name
 							: session_mod.cfg->default_template;
+	/* From a snapshot: its template, resources, environment and egress policy. */
+	const struct snapshot *sn = NULL;
+	struct session_resources snap_res;
+	struct session_create_opts snap_opts;
+	if (opts && opts->snapshot) {
+		const struct session_resources *r = opts->resources;
+		if (opts->template_name ||
+		    (r && (r->memory_bytes || r->cpu_quota_us || r->workspace_bytes ||
+			   r->pids_max || r->storage)) ||
+		    (opts->volumes && opts->volumes->n)) {
+			err_set(&e, EINVAL,
+				"a session made from a snapshot has the snapshot's template, "
+				"resources and files: leave out \"template\", \"resources\" and "
+				"\"volumes\"");
+			cb(NULL, &e, arg);
+			return;
+		}
+		if (!(sn = snapshot_find(owner, opts->snapshot, &e))) {
+			cb(NULL, &e, arg);
+			return;
+		}
+		snapshot_resources(sn, &snap_res);
+		snap_opts = *opts;
+		snap_opts.resources = &snap_res;
+		if (!opts->egress || json_is_null(opts->egress))
+			snap_opts.egress = snapshot_egress(sn);
+		opts = &snap_opts;
+		tname = snapshot_template(sn);
+	}
 	templates_refresh();
 	struct template *t = template_find(&session_mod.templates, tname);
 	if (!t) {
@@ -592,6 +645,14 @@ void session_get_or_create(const char *owner, const char *id,
 	    session_host_check(&e) < 0) {
 		cb(NULL, &e, arg);
 		return;
+	}
+	if (sn) {
+		/* Over a copy of the snapshot's disk, of the size it has. */
+		const json_t *keep = snapshot_keep(sn);
+		limits.disk = true;
+		if (json_integer_value(json_object_get(keep, "diskBytes")) > 0)
+			limits.workspace_bytes =
+				(uint64_t)json_integer_value(json_object_get(keep, "diskBytes"));
 	}
 	/* An egress policy of its own, merged into the server's (it may only tighten it). */
 	struct net_policy *egress = NULL;
@@ -649,6 +710,15 @@ void session_get_or_create(const char *owner, const char *id,
 							 : session_mod.cfg->idle_timeout_s;
 	s->on_timeout = opts ? opts->on_timeout : SESSION_ON_TIMEOUT_DESTROY;
 	s->env = opts && json_is_object(opts->env) ? json_deep_copy(opts->env) : json_object();
+	if (sn) {
+		/* The snapshot's environment, with what the request adds over it. */
+		json_t *env = json_deep_copy(snapshot_env(sn));
+		json_object_update(env, s->env);
+		json_decref(s->env);
+		s->env = env;
+		s->snapshot = xstrdup(opts->snapshot);
+		s->next_channel = snapshot_next_channel(sn);
+	}
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
 	s->limits = limits;
@@ -792,12 +862,8 @@ size_t session_count(void)
 
 static json_t *iso_time(uint64_t ms)
 {
-	time_t secs = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&secs, &tm);
-	char buf[40];
-	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, sizeof(buf) - n, ".%03uZ", (unsigned)(ms % 1000));
+	char buf[TIME_ISO_LEN];
+	time_iso8601(ms, buf);
 	return json_string(buf);
 }
 
@@ -848,6 +914,8 @@ json_t *session_json(const struct session *s)
 	json_object_set_new(j, "lastActivity", iso_time(time_wall_ms() - idle_ms));
 	if (s->state == SESSION_FAILED)
 		json_object_set_new(j, "error", json_string(s->failure.msg));
+	if (s->snapshot)
+		json_object_set_new(j, "snapshot", json_string(s->snapshot));
 	if (s->state == SESSION_PAUSED) {
 		json_object_set_new(j, "pausedAt", iso_time(s->paused_ms));
 		json_object_set_new(j, "pausedBy",
@@ -955,6 +1023,7 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 		}
 		s = next;
 	}
+	snapshot_reap();
 }
 
 /* --- start and stop ----------------------------------------------------------------- */
@@ -1033,6 +1102,9 @@ static void on_scrape(void *arg)
 	volume_totals(&vcount, &vbytes);
 	metrics_set(metrics_daemon.volumes, (double)vcount, "count");
 	metrics_set(metrics_daemon.volumes, (double)vbytes, "bytes");
+	snapshot_totals(&vcount, &vbytes);
+	metrics_set(metrics_daemon.snapshots, (double)vcount, "count");
+	metrics_set(metrics_daemon.snapshots, (double)vbytes, "bytes");
 	session_pools_publish();
 }
 

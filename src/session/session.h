@@ -96,6 +96,7 @@ struct session {
 	json_t *kept;
 	uint32_t next_channel; /* its last connection's next channel id (hibernate.c), or 0 */
 	json_t *egress_spec;   /* the egress policy it asked for at creation (a copy), or NULL */
+	char *snapshot;        /* the snapshot it was made from (snapshot.h), or NULL */
 	/* The E2B API's view (api/e2b.c): an absolute deadline (wall clock ms, 0: none) that
 	 * replaces the idle timeout, the client's metadata (object of strings) and the template
 	 * id it asked for (an alias of tmpl's name, or NULL). */
@@ -132,6 +133,10 @@ struct session_create_opts {
 	/* Borrowed, NULL: none. The owner's volumes to mount (volume.h): jail with disk storage
 	 * only (EINVAL otherwise); ENOENT for an unknown one, EBUSY for a second writer. */
 	const struct volume_mounts *volumes;
+	/* NULL: none. The owner's snapshot to make it from (snapshot.h): its template, resources,
+	 * environment and egress policy are the session's (EINVAL with a template, resources or
+	 * volumes of its own), ENOENT for an unknown one. */
+	const char *snapshot;
 };
 
 typedef void (*session_ready_fn)(struct session *s, const struct err *err, void *arg);

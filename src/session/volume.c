@@ -122,12 +122,8 @@ static int row_exec(const char *sql, const char *a, const char *b, struct err *e
 
 static json_t *iso_time(uint64_t ms)
 {
-	time_t secs = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&secs, &tm);
-	char buf[40];
-	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, sizeof(buf) - n, ".%03uZ", (unsigned)(ms % 1000));
+	char buf[TIME_ISO_LEN];
+	time_iso8601(ms, buf);
 	return json_string(buf);
 }
 

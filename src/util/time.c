@@ -1,6 +1,7 @@
 #include "util/time.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <time.h>
 
 static uint64_t read_clock(clockid_t id, uint64_t per_sec)
@@ -41,4 +42,13 @@ int time_left_ms(uint64_t deadline)
 	if (now >= deadline)
 		return 0;
 	return deadline - now > INT_MAX ? INT_MAX : (int)(deadline - now);
+}
+
+void time_iso8601(uint64_t ms, char out[TIME_ISO_LEN])
+{
+	time_t secs = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&secs, &tm);
+	size_t n = strftime(out, TIME_ISO_LEN, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out + n, TIME_ISO_LEN - n, ".%03uZ", (unsigned)(ms % 1000));
 }

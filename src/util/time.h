@@ -1,6 +1,7 @@
 /* time: the clocks every module reads. */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* CLOCK_MONOTONIC in milliseconds, microseconds and nanoseconds: for deadlines and
@@ -16,3 +17,8 @@ uint64_t time_wall_ms(void);
  * at least 0 (it has passed), at most INT_MAX (for poll). */
 uint64_t time_deadline(uint64_t ms);
 int time_left_ms(uint64_t deadline);
+
+/* A wall-clock time in ms as ISO 8601 in UTC with milliseconds ("2026-12-02T17:35:04.123Z"),
+ * the form the API answers in. */
+#define TIME_ISO_LEN 32
+void time_iso8601(uint64_t ms, char out[TIME_ISO_LEN]);

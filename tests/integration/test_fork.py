@@ -1,24 +1,88 @@
-"""POST /exec/:id/fork on a driver that cannot save a running sandbox whole (the jail): a
-clear 501 and the session runs on; a malformed count is a 400 whatever the driver; another
-key's session is a 404. The forks themselves are tested on qemu (tests/e2e/
+"""POST /exec/:id/fork on the jail driver: a session with a disk forks into new sessions with a
+copy of its files (not its processes: a jail cannot be saved whole), each with ids of its own;
+one without a disk gets a clear 501; a malformed count is a 400 whatever the driver; another
+key's session is a 404. VM forks, memory included, are tested on qemu (tests/e2e/
 test_qemu_lifecycle.py)."""
 
+import glob
 import os
 import unittest
 
-from helpers_exec import BASE_ENV, DaemonTestCase
+from helpers_exec import BASE_ENV, DaemonTestCase, joined, wait_until
+
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; sleep 0.01; done"
+
+
+def saves(state_dir):
+    return glob.glob(os.path.join(state_dir, "disks", "*.saved"))
 
 
 @unittest.skipUnless(os.environ.get("DRIVER", "jail") == "jail",
-                     "the jail driver's refusal (qemu forks: tests/e2e)")
-class ForkRefusalTest(DaemonTestCase):
+                     "the jail driver's forks (qemu forks: tests/e2e)")
+class JailForkTest(DaemonTestCase):
     daemon_env = {**BASE_ENV, "AUTH_ENABLED": "true", "SANDBOX_WARM_POOL": "0"}
 
-    def test_the_jail_cannot_fork_and_says_so(self):
+    def fork(self, sid, count=1, expect=201):
+        status, _, body = self.d.post(f"/exec/{sid}/fork", body={"count": count}, timeout=120)
+        self.assertEqual(status, expect, body)
+        return body
+
+    def test_forks_get_the_files_not_the_processes_and_diverge(self):
         sid = self.session()
+        self.run_ok(sid, "echo kept > file && mkdir -p d && head -c 65536 /dev/urandom > d/r")
+        status, _, body = self.d.post(f"/exec/{sid}/execute",
+                                      body={"command": "echo root > /usr/by-root && "
+                                            "cp /bin/true /usr/suid && chmod 4755 /usr/suid",
+                                            "user": "root"})
+        self.assertEqual((status, body.get("exitCode")), (200, 0), body)
+        status, _, body = self.d.post(f"/exec/{sid}/processes",
+                                      body={"command": COUNTER, "tag": "count"})
+        self.assertEqual(status, 201, body)
+        wait_until(lambda: self.stdout_of(sid, "cat count 2>/dev/null || echo 0").strip() != "0",
+                   30, 0.05, "the counter running")
+        digest = self.stdout_of(sid, "sha256sum d/r")
+        forks = self.fork(sid, 2)["sessions"]
+        self.assertEqual(len(forks), 2)
+        ids = [f["id"] for f in forks]
+        for f in ids:
+            self.addCleanup(self.d.delete, f"/exec/{f}", timeout=30)
+        self.assertEqual(len(set(ids + [sid])), 3)
+        for f in forks:
+            self.assertEqual((f["state"], f["template"]), ("ready", self.listed_sessions()[sid][
+                "template"]))
+        # The save is freed once the forks are made.
+        wait_until(lambda: not saves(self.d.state_dir), 30, 0.1, "the save freed")
+        for f in ids:
+            self.assertEqual(self.stdout_of(f, "cat file /usr/by-root"), "kept\nroot\n")
+            self.assertEqual(self.stdout_of(f, "sha256sum d/r"), digest)
+            # Its files carry its own ids, as the source's did its: owners and set-id bits.
+            self.assertEqual(self.stdout_of(f, "stat -c '%u %g' file d/r"),
+                             "1000 1000\n1000 1000\n")
+            self.assertEqual(self.stdout_of(f, "stat -c '%u %a' /usr/suid /usr/by-root"),
+                             "0 4755\n0 644\n")
+            status, _, body = self.d.post(f"/exec/{f}/execute",
+                                          body={"command": "echo mine > /usr/by-root",
+                                                "user": "root"})
+            self.assertEqual((status, body.get("exitCode")), (200, 0), body)
+            # No process came along: its counter stays where the copy left it.
+            before = self.stdout_of(f, "cat count")
+            self.assertEqual(self.stdout_of(f, "sleep 0.3; cat count"), before)
+        # They diverge: what one writes, neither the other nor the source sees.
+        self.run_ok(ids[0], "echo first > file")
+        self.assertEqual(self.stdout_of(ids[1], "cat file"), "kept\n")
+        self.assertEqual(self.stdout_of(sid, "cat file /usr/by-root"), "kept\nroot\n")
+        # The source runs on: its counter counts.
+        before = int(self.stdout_of(sid, "cat count"))
+        wait_until(lambda: int(self.stdout_of(sid, "cat count")) > before, 30, 0.1,
+                   "the source's counter going on")
+
+    def test_a_session_without_a_disk_cannot_fork_and_says_so(self):
+        sid = self.session()
+        status, _, body = self.d.post("/exec", body={"id": sid, "storage": "tmpfs"})
+        self.assertEqual(status, 201, body)
         self.run_ok(sid, "echo kept > file")
         status, headers, body = self.d.post(f"/exec/{sid}/fork", body={"count": 2})
-        self.assertJsonError(status, headers, body, 501, "cannot fork")
+        self.assertJsonError(status, headers, body, 501, "disk")
         self.assertEqual(self.stdout_of(sid, "cat file"), "kept\n")
         self.assertEqual(list(self.listed_sessions()), [sid])
 
@@ -35,6 +99,27 @@ class ForkRefusalTest(DaemonTestCase):
         status, _, key = self.d.post("/admin/keys", body={"name": "other", "scopes": ["exec"]})
         self.assertEqual(status, 201, key)
         sid = self.session()
+        self.run_ok(sid, "true")
         status, headers, body = self.d.post(f"/exec/{sid}/fork", body={"count": 1},
                                             api_key=key["key"])
         self.assertJsonError(status, headers, body, 404)
+
+    def test_forks_count_against_the_owners_sessions(self):
+        status, _, key = self.d.post("/admin/keys", body={"name": "two", "scopes": ["exec"],
+                                                          "quotas": {"sessions": 2}})
+        self.assertEqual(status, 201, key)
+        status, _, body = self.d.post("/exec", body={}, api_key=key["key"])
+        self.assertEqual(status, 201, body)
+        sid = body["id"]
+        self.addCleanup(self.d.delete, f"/exec/{sid}", api_key=key["key"])
+        status, headers, body = self.d.post(f"/exec/{sid}/fork", body={"count": 2},
+                                            api_key=key["key"])
+        self.assertJsonError(status, headers, body, 429)
+        status, _, body = self.d.post(f"/exec/{sid}/fork", body={"count": 1},
+                                      api_key=key["key"], timeout=120)
+        self.assertEqual(status, 201, body)
+        fork = body["sessions"][0]["id"]
+        self.addCleanup(self.d.delete, f"/exec/{fork}", api_key=key["key"])
+        status, _, out = self.d.post(f"/exec/{fork}/execute", body={"command": "echo hi"},
+                                     api_key=key["key"])
+        self.assertEqual(joined(out["output"], "stdout"), "hi\n")

@@ -10,6 +10,7 @@
  * mounts live and die with the sandbox's mount namespace, the disk image has no name. */
 #include "driver/driver.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@
 #include "driver/proc.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/random.h"
 
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
@@ -386,8 +388,17 @@ static char *live_disk_path(const char *id)
 	return xasprintf("%s/disks/%s.disk", state_dir ? state_dir : ".", id);
 }
 
-/* The id and uid range a hibernated sandbox keeps, from its record (hibernate()'s). */
-static int kept_of(const json_t *keep, const char **ret_id, uint32_t *ret_base, struct err *err)
+/* Where a fork's save (a copy of the disk) is kept: named by the save's name alone. */
+static char *saved_disk_path(const char *name)
+{
+	return xasprintf("%s/disks/%s.saved", state_dir ? state_dir : ".", name);
+}
+
+/* The id and uid range a hibernated sandbox keeps, from its record (hibernate()'s), and
+ * whether it is a fork's save (fork_save()'s: the range is the one its files carry, still
+ * the forked sandbox's or no one's, never taken for the save). */
+static int kept_of(const json_t *keep, const char **ret_id, uint32_t *ret_base, bool *ret_fork,
+		   struct err *err)
 {
 	const char *id = json_string_value(json_object_get(keep, "sandbox"));
 	json_t *base = json_object_get(keep, "uidBase");
@@ -396,6 +407,7 @@ static int kept_of(const json_t *keep, const char **ret_id, uint32_t *ret_base, 
 		return err_set(err, EINVAL, "jail: not a hibernated sandbox's record");
 	*ret_id = id;
 	*ret_base = (uint32_t)json_integer_value(base);
+	*ret_fork = json_is_true(json_object_get(keep, "fork"));
 	return 0;
 }
 
@@ -545,19 +557,22 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	};
 	/* A hibernated sandbox's range is still taken (hibernate, hibernated_claim): the files
 	 * of its disk carry its ids. It stays taken when this fails, for another try. */
-	uint32_t uid_base;
+	/* A fork's (a clone of a save) has a range of its own, to which the files of its copy
+	 * of the disk are moved. */
+	uint32_t uid_base = 0, saved_base = 0;
 	const char *kept_id = NULL;
-	bool kept = spec->hibernated != NULL;
-	if (kept && !spec->limits.disk)
-		return err_set(err, EINVAL, "jail: a hibernated sandbox resumes with its disk");
-	if ((r = kept ? kept_of(spec->hibernated, &kept_id, &uid_base, err)
-		      : jail_uid_alloc(&uid_base, err)) < 0)
+	bool kept = false, clone = false;
+	if (spec->hibernated) {
+		if (!spec->limits.disk)
+			return err_set(err, EINVAL,
+				       "jail: a hibernated sandbox resumes with its disk");
+		if ((r = kept_of(spec->hibernated, &kept_id, &saved_base, &clone, err)) < 0)
+			return r;
+		kept = !clone;
+		uid_base = saved_base;
+	}
+	if (!kept && (r = jail_uid_alloc(&uid_base, err)) < 0)
 		return r;
-#define RELEASE_IDS()                               \
-	do {                                        \
-		if (!kept)                          \
-			jail_uid_release(uid_base); \
-	} while (0)
 	struct cgroup *cg = NULL;
 	if ((r = cgroup_create(&host.cg, spec->id, &limits, &cg, err)) < 0) {
 		release_ids(kept, uid_base);
@@ -567,11 +582,15 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	/* Unnamed: nothing of it outlives the sandbox or the daemon (jail_disk.c), unless it
 	 * is kept by a hibernation. */
 	struct jail_disk disk = { .mnt = -1, .img = -1 };
-	_cleanup_free_ char *kept_path = kept ? kept_disk_path(kept_id) : NULL;
+	_cleanup_free_ char *kept_path = kept    ? kept_disk_path(kept_id)
+					 : clone ? saved_disk_path(kept_id)
+						 : NULL;
 	if (spec->limits.disk &&
-	    (r = kept ? jail_disk_open(kept_path, &disk, err)
-		      : jail_disk_create(cfg->state_dir, spec->limits.workspace_bytes, uid_base,
-					 &disk, err)) < 0) {
+	    (r = kept    ? jail_disk_open(kept_path, &disk, err)
+		 : clone ? jail_disk_clone(cfg->state_dir, kept_path, saved_base, uid_base, &disk,
+					   err)
+			 : jail_disk_create(cfg->state_dir, spec->limits.workspace_bytes, uid_base,
+					    &disk, err)) < 0) {
 		cgroup_remove(cg, NULL);
 		cgroup_free(cg);
 		release_ids(kept, uid_base);
@@ -706,34 +725,94 @@ static int jail_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err
 	return 0;
 }
 
+/* A fork's save: a copy of the disk, named <id>-f<random>, taken while the sandbox runs on
+ * (jail_disk_save). Only the files are kept: a sandbox made from it starts its processes
+ * afresh, with a range of ids of its own. */
+static int jail_fork_save(struct sandbox *sb, json_t **ret_keep, struct err *err)
+{
+	struct jail *j = sb->priv;
+	if (j->disk.mnt < 0)
+		return err_set(err, ENOTSUP,
+			       "only a session with a disk (\"storage\": \"disk\") can be forked "
+			       "or snapshotted on the jail driver: its disk is what is kept");
+	if (j->nvolumes)
+		return err_set(err, ENOTSUP,
+			       "a session with volumes cannot be forked or snapshotted");
+	char hex[9];
+	random_hex(hex, 4);
+	_cleanup_free_ char *name = xasprintf("%s-f%s", sb->id, hex);
+	if (!cgroup_id_valid(name))
+		return err_set(err, EINVAL, "jail: sandbox id `%s` is too long to save", sb->id);
+	_cleanup_free_ char *path = saved_disk_path(name);
+	int r = jail_disk_save(&j->disk, path, err);
+	if (r < 0)
+		return r;
+	struct stat st;
+	uint64_t saved = stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+	*ret_keep = json_pack("{s:s, s:s, s:b, s:I, s:I, s:I}", "driver", "jail", "sandbox", name,
+			      "fork", 1, "uidBase", (json_int_t)j->uid_base, "diskBytes",
+			      (json_int_t)j->disk.bytes, "savedBytes", (json_int_t)saved);
+	return 0;
+}
+
 static int jail_hibernated_claim(const json_t *keep, struct err *err)
 {
 	const char *id;
 	uint32_t base;
-	int r = kept_of(keep, &id, &base, err);
+	bool fork;
+	int r = kept_of(keep, &id, &base, &fork, err);
 	if (r < 0)
 		return r;
-	_cleanup_free_ char *path = kept_disk_path(id);
+	_cleanup_free_ char *path = fork ? saved_disk_path(id) : kept_disk_path(id);
 	struct stat st;
 	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
 		return err_set(err, ENOENT, "jail: the kept disk %s is missing", path);
-	return jail_uid_claim(base, err);
+	return fork ? 0 : jail_uid_claim(base, err);
 }
 
 static void jail_hibernated_discard(const json_t *keep)
 {
 	const char *id;
 	uint32_t base;
+	bool fork;
 	struct err e;
-	if (kept_of(keep, &id, &base, &e) < 0) {
+	if (kept_of(keep, &id, &base, &fork, &e) < 0) {
 		log_warn("jail", "%s", e.msg);
 		return;
 	}
-	_cleanup_free_ char *path = kept_disk_path(id);
+	_cleanup_free_ char *path = fork ? saved_disk_path(id) : kept_disk_path(id);
 	if (unlink(path) < 0 && errno != ENOENT)
 		log_warn("jail", "remove %s: %s", path, strerror(errno));
-	/* Nothing ran with its ids since it was hibernated. */
-	jail_uid_release(base);
+	/* Nothing ran with its ids since it was hibernated (a save never held any). */
+	if (!fork)
+		jail_uid_release(base);
+}
+
+/* Removes the saves no record names (a crash between a save and its record). */
+static void jail_hibernated_sweep(json_t *const *keeps, size_t n)
+{
+	_cleanup_free_ char *dir = xasprintf("%s/disks", state_dir ? state_dir : ".");
+	_cleanup_closedir_ DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		if (len <= 6 || strcmp(de->d_name + len - 6, ".saved") != 0)
+			continue;
+		bool named = false;
+		for (size_t i = 0; i < n && !named; i++) {
+			const char *id = json_string_value(json_object_get(keeps[i], "sandbox"));
+			named = id && strlen(id) == len - 6 &&
+				strncmp(id, de->d_name, len - 6) == 0;
+		}
+		if (named)
+			continue;
+		log_info("jail", "removing %s/%s: no session or snapshot keeps it", dir,
+			 de->d_name);
+		if (unlinkat(dirfd(d), de->d_name, 0) < 0)
+			log_warn("jail", "remove %s/%s: %s", dir, de->d_name, strerror(errno));
+	}
 }
 
 static void jail_cleanup_stale(const struct config *cfg, const char *id, json_t *record)
@@ -794,6 +873,8 @@ const struct driver driver_jail = {
 	.disk_usage = jail_disk_usage_of,
 	.pause = jail_pause,
 	.hibernate = jail_hibernate,
+	.fork_save = jail_fork_save,
 	.hibernated_claim = jail_hibernated_claim,
 	.hibernated_discard = jail_hibernated_discard,
+	.hibernated_sweep = jail_hibernated_sweep,
 };

@@ -60,6 +60,14 @@ int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err);
 /* Gives the disk's image the name `path` (on the state directory's filesystem), so that it
  * outlives the sandbox and the daemon (hibernation, docs/lifecycle.md). */
 int jail_disk_keep(struct jail_disk *d, const char *path, struct err *err);
+/* Saves a copy of the disk as `path` (a fork's, docs/lifecycle.md) while the sandbox runs: its
+ * filesystem frozen meanwhile (FIFREEZE), the copy sparse, named only once complete. */
+int jail_disk_save(struct jail_disk *d, const char *path, struct err *err);
+/* A new disk (unnamed, as jail_disk_create's) with the contents of the one jail_disk_save
+ * kept as `from`, by a sandbox whose range began at from_base: its files are given the same
+ * ids of the range at uid_base. */
+int jail_disk_clone(const char *state_dir, const char *from, uint32_t from_base, uint32_t uid_base,
+		    struct jail_disk *ret, struct err *err);
 /* A disk made by jail_disk_create and kept as `path`: attached and mounted again, once no loop
  * device holds the image any more (the previous sandbox's detaches a moment after it ended;
  * EBUSY after a few seconds). */

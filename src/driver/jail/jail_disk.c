@@ -22,6 +22,7 @@
 #include "driver/jail/jail.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -40,6 +41,12 @@
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/spawn.h"
+
+/* linux/fs.h's, which clashes with sys/mount.h. */
+#ifndef FIFREEZE
+#define FIFREEZE _IOWR('X', 119, int)
+#define FITHAW   _IOWR('X', 120, int)
+#endif
 
 /* How long mkfs.ext4 may take (it takes milliseconds). */
 #define MKFS_TIMEOUT_MS 30000
@@ -203,6 +210,139 @@ int jail_disk_keep(struct jail_disk *d, const char *path, struct err *err)
 	}
 	if (linkat(d->img, "", AT_FDCWD, path, AT_EMPTY_PATH) < 0)
 		return err_sys(err, errno, "jail: keep the disk as %s", path);
+	return 0;
+}
+
+int jail_disk_save(struct jail_disk *d, const char *path, struct err *err)
+{
+	if (d->img < 0 || d->mnt < 0)
+		return err_set(err, ENOENT, "jail: the sandbox has no disk");
+	_cleanup_close_ int root = openat(d->mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return err_sys(err, errno, "jail: open the disk");
+	/* Frozen, the filesystem is whole on its image (no journal to replay) and takes no
+	 * write until it is thawed. */
+	if (ioctl(root, FIFREEZE, 0) < 0)
+		return err_sys(err, errno, "jail: freeze the disk's filesystem");
+	_cleanup_free_ char *dir = xstrdup(path);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	int r = 0;
+	_cleanup_close_ int out = open(slash ? dir : ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (out < 0)
+		r = err_sys(err, errno, "jail: a copy of the disk in %s", slash ? dir : ".");
+	else if (ftruncate(out, (off_t)d->bytes) < 0)
+		r = err_sys(err, errno, "jail: size the copy of the disk");
+	else if ((r = fs_copy_data(d->img, out, d->bytes, err)) < 0)
+		err_wrap(err, "jail: copying the disk");
+	if (ioctl(root, FITHAW, 0) < 0)
+		log_warn("jail", "thaw the disk's filesystem: %s", strerror(errno));
+	if (r < 0)
+		return r;
+	/* Named once complete and on disk: a crash leaves the whole copy or none. */
+	if (fsync(out) < 0)
+		return err_sys(err, errno, "jail: sync the copy of the disk");
+	if (linkat(out, "", AT_FDCWD, path, AT_EMPTY_PATH) < 0)
+		return err_sys(err, errno, "jail: keep the copy of the disk as %s", path);
+	return 0;
+}
+
+/* The range shift_ids moves, for its nftw callback (a worker's thread each). */
+static _Thread_local uint32_t shift_from, shift_to;
+static _Thread_local int shift_errno;
+static _Thread_local unsigned shift_seen, shift_moved;
+
+static uint32_t shifted(uint32_t id)
+{
+	return id >= shift_from && id - shift_from < JAIL_UID_RANGE ? id - shift_from + shift_to
+								    : id;
+}
+
+static int shift_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)type;
+	(void)ftw;
+	shift_seen++;
+	uid_t uid = shifted(st->st_uid);
+	gid_t gid = shifted(st->st_gid);
+	if (uid == st->st_uid && gid == st->st_gid)
+		return 0;
+	shift_moved++;
+	if (lchown(path, uid, gid) < 0) {
+		shift_errno = errno;
+		return 1;
+	}
+	/* A change of owner clears the set-id bits: they stay what they were. */
+	if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) &&
+	    chmod(path, st->st_mode & 07777) < 0) {
+		shift_errno = errno;
+		return 1;
+	}
+	return 0;
+}
+
+/* Every file of the disk owned by an id of [from, from + JAIL_UID_RANGE) is given the same id
+ * of the range at `to`; ids outside it are left. The disk is no sandbox's yet: nothing moves
+ * under the walk. */
+static int shift_ids(int mnt, uint32_t from, uint32_t to, struct err *err)
+{
+	if (from == to)
+		return 0;
+	char root[64];
+	snprintf(root, sizeof(root), "/proc/self/fd/%d/.", mnt);
+	shift_from = from;
+	shift_to = to;
+	shift_errno = 0;
+	shift_seen = shift_moved = 0;
+	/* "/.": the mount's root itself, not the descriptor's link to it. */
+	int r = nftw(root, shift_one, 16, FTW_PHYS | FTW_MOUNT);
+	log_debug("jail", "copied disk: %u of %u files given the ids of the range at %u",
+		  shift_moved, shift_seen, to);
+	if (r != 0)
+		return err_sys(err,
+			       shift_errno ? shift_errno
+			       : errno     ? errno
+					   : EIO,
+			       "jail: give the copied disk's files the sandbox's ids");
+	return 0;
+}
+
+int jail_disk_clone(const char *state_dir, const char *from, uint32_t from_base, uint32_t uid_base,
+		    struct jail_disk *ret, struct err *err)
+{
+	_cleanup_close_ int src = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (src < 0 || fstat(src, &st) < 0)
+		return err_sys(err, errno, "jail: the saved disk %s", from);
+	if (!S_ISREG(st.st_mode))
+		return err_set(err, EINVAL, "jail: the saved disk %s is not a file", from);
+	_cleanup_free_ char *dir = xasprintf("%s/disks", state_dir);
+	_cleanup_close_ int img = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (img < 0)
+		return err_sys(err, errno, "jail: a disk image in %s", dir);
+	int r;
+	if (ftruncate(img, st.st_size) < 0)
+		return err_sys(err, errno, "jail: size the disk image");
+	if ((r = fs_copy_data(src, img, (uint64_t)st.st_size, err)) < 0)
+		return err_wrap(err, "jail: copying the saved disk");
+	char dev[32];
+	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
+	if (loop < 0)
+		return loop;
+	_cleanup_close_ int mnt = jail_disk_mount(dev, err);
+	if (mnt < 0)
+		return mnt;
+	struct stat up, work;
+	if (fstatat(mnt, "upper", &up, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(up.st_mode) ||
+	    fstatat(mnt, "work", &work, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(work.st_mode))
+		return err_set(err, EINVAL, "jail: the saved disk %s has no upper/ and work/",
+			       from);
+	if ((r = shift_ids(mnt, from_base, uid_base, err)) < 0)
+		return r;
+	*ret = (struct jail_disk){ .mnt = TAKE_FD(mnt),
+				   .img = TAKE_FD(img),
+				   .bytes = (uint64_t)st.st_size };
 	return 0;
 }
 

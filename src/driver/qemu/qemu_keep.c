@@ -181,9 +181,15 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_
 	basefd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (basefd < 0 || fsync(basefd) < 0)
 		log_warn("qemu", "syncing %s: %s", base, strerror(errno));
+	/* What the save holds on the host's disk: the state, and the disk's allocated blocks
+	 * (a hibernation's disk is the sandbox's own, named; a fork's its copy). */
+	struct stat dst;
+	uint64_t saved = (uint64_t)sst.st_blocks * 512;
+	if (disk >= 0 && fstat(disk, &dst) == 0)
+		saved += (uint64_t)dst.st_blocks * 512;
 	const struct qemu_machine *m = what->m;
 	*ret = json_pack("{s:s, s:s, s:{s:s, s:s, s:i, s:i, s:s, s:i}, s:s, s:s, s:o, s:b, s:I, "
-			 "s:I, s:b}",
+			 "s:I, s:I, s:b}",
 			 "driver", "qemu", "sandbox", id, "machine", "accel",
 			 qemu_accel_name(m->accel), "channel", qemu_channel_name(m->channel),
 			 "vcpus", (int)m->vcpus, "memMib", (int)m->mem_mib, "cmdline", m->cmdline,
@@ -191,7 +197,7 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_
 			 "hostCpu", what->host_cpu ? what->host_cpu : "", "rootfs",
 			 identity_of(&rst, linked), "disk", what->disk_fd >= 0, "diskBytes",
 			 (json_int_t)what->disk_bytes, "stateBytes", (json_int_t)sst.st_size,
-			 "fork", what->fork);
+			 "savedBytes", (json_int_t)saved, "fork", what->fork);
 	return 0;
 fail:
 	if (fs_rm_rf(tmp, NULL) < 0)
