@@ -14,6 +14,7 @@
 
 #include "api/api.h"
 #include "api/mcp.h"
+#include "session/snapshot.h"
 #include "session/volume.h"
 #include "session/preview.h"
 #include "util/cleanup.h"
@@ -83,7 +84,10 @@ static const char in_create_session[] =
 	"\"readOnly\": {\"type\": \"boolean\"}}, \"required\": [\"name\", \"path\"], "
 	"\"additionalProperties\": false}, \"description\": \"Persistent volumes (create_volume) "
 	"to mount at absolute paths: read-write in one session at a time, read-only in any "
-	"number\"}}, "
+	"number\"}, "
+	"\"snapshot\": {\"type\": \"string\", \"description\": \"Start it from one of your "
+	"snapshots (snapshot_session) instead of a template: it then has the snapshot's "
+	"template, resources and files (leave out template, storage, diskBytes and volumes)\"}}, "
 	"\"additionalProperties\": false}";
 static const char in_create_volume[] =
 	"{\"type\": \"object\", \"properties\": {"
@@ -140,6 +144,26 @@ static const char in_fork_session[] =
 	"\"count\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 16, \"default\": 1, "
 	"\"description\": \"how many forks\"}}, "
 	"\"required\": [\"sessionId\"], \"additionalProperties\": false}";
+
+static const char in_snapshot_session[] =
+	"{\"type\": \"object\", \"properties\": {"
+	"\"sessionId\": " SESSION_ID ", "
+	"\"name\": {\"type\": \"string\", \"pattern\": \"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$\", "
+	"\"description\": \"the snapshot's name, unique among yours\"}, "
+	"\"ttlSeconds\": {\"type\": \"integer\", \"minimum\": 1, \"description\": \"how long "
+	"it is kept (default and most: the server's SANDBOX_SNAPSHOT_TTL)\"}}, "
+	"\"required\": [\"sessionId\", \"name\"], \"additionalProperties\": false}";
+#define SNAPSHOT_SHAPE                                                                        \
+	"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "          \
+	"\"template\": {\"type\": \"string\"}, \"driver\": {\"type\": \"string\"}, "          \
+	"\"session\": {\"type\": \"string\"}, \"sizeBytes\": {\"type\": \"integer\"}, "       \
+	"\"createdAt\": {\"type\": \"string\"}, \"expiresAt\": {\"type\": \"string\"}, "      \
+	"\"processesKept\": {\"type\": \"boolean\"}}, \"required\": [\"name\", \"template\", " \
+	"\"sizeBytes\", \"expiresAt\", \"processesKept\"]}"
+static const char out_snapshot[] = SNAPSHOT_SHAPE;
+static const char out_list_snapshots[] =
+	"{\"type\": \"object\", \"properties\": {\"snapshots\": {\"type\": \"array\", "
+	"\"items\": " SNAPSHOT_SHAPE "}}, \"required\": [\"snapshots\"]}";
 
 static const char in_none[] = "{\"type\": \"object\", \"additionalProperties\": false}";
 static const char out_list_templates[] =
@@ -543,6 +567,9 @@ static void t_list_processes(struct mcp_call *c, json_t *args, const char *versi
 static void t_read_process_output(struct mcp_call *c, json_t *args, const char *version);
 static void t_send_process_input(struct mcp_call *c, json_t *args, const char *version);
 static void t_signal_process(struct mcp_call *c, json_t *args, const char *version);
+static void t_snapshot_session(struct mcp_call *c, json_t *args, const char *version);
+static void t_list_snapshots(struct mcp_call *c, json_t *args, const char *version);
+static void t_delete_snapshot(struct mcp_call *c, json_t *args, const char *version);
 static void t_create_volume(struct mcp_call *c, json_t *args, const char *version);
 static void t_list_volumes(struct mcp_call *c, json_t *args, const char *version);
 static void t_delete_volume(struct mcp_call *c, json_t *args, const char *version);
@@ -634,9 +661,21 @@ static struct tool tools[] = {
 	  "Fork a running session into count new ones (1 to 16) from its current state, to "
 	  "try several things from one point: on a VM (qemu) its memory and running "
 	  "processes with a copy of its files, each fork with its own id, entropy and "
-	  "network; the session runs on. Answers once every fork is ready. A driver that "
-	  "cannot (the jail) says so.",
+	  "network; the session runs on. In a jail (a session with a disk) a copy of its files "
+	  "only, its processes are not forked. Answers once every fork is ready.",
 	  in_fork_session, out_list_sessions, false, false, false, false, t_fork_session },
+	{ "snapshot_session", "Snapshot a session",
+	  "Save a running session under a name of yours, to start new sessions from later "
+	  "(create_session's snapshot) as from a template: on a VM (qemu) its memory and "
+	  "running processes with its files, in a jail (a session with a disk) its files "
+	  "only. The session runs on. Kept until delete_snapshot or its ttlSeconds pass.",
+	  in_snapshot_session, out_snapshot, false, false, false, false, t_snapshot_session },
+	{ "list_snapshots", "List snapshots",
+	  "List your snapshots: their template, size and when they expire.", in_none,
+	  out_list_snapshots, true, false, true, false, t_list_snapshots },
+	{ "delete_snapshot", "Delete a snapshot",
+	  "Delete one of your snapshots and free what it holds; sessions made from it go on.",
+	  in_volume_name, out_delete_volume, false, true, true, false, t_delete_snapshot },
 	{ "list_sessions", "List sessions", "List your live sessions.", in_none, out_list_sessions,
 	  true, false, true, false, t_list_sessions },
 	{ "ping", "Ping", "Check that the sandbox server answers.", in_none, out_ping, true, false,
@@ -897,7 +936,9 @@ static void t_create_session(struct mcp_call *c, json_t *args, const char *versi
 	struct call_state *st = call_state_new(version);
 	struct ops_session_opts o = { .env = json_object_get(args, "env"),
 				      .egress = json_object_get(args, "egress"),
-				      .volumes = json_object_get(args, "volumes") };
+				      .volumes = json_object_get(args, "volumes"),
+				      .snapshot = json_string_value(
+					      json_object_get(args, "snapshot")) };
 	if (idle)
 		o.idle_timeout_s = (unsigned)json_integer_value(idle);
 	const char *on_timeout = json_string_value(json_object_get(args, "onTimeout"));
@@ -1129,6 +1170,50 @@ static void t_fork_session(struct mcp_call *c, json_t *args, const char *version
 	}
 	struct mcp_tool_run run = { .cancel = pause_call_cancel, .state = pc };
 	mcp_call_set_run(c, &run);
+}
+
+static void snapshotted(json_t *snapshot, const struct err *err, void *arg)
+{
+	struct pause_call *pc = arg;
+	if (pc->c && err)
+		reply_err(pc->c, err);
+	else if (pc->c)
+		reply_ok(pc->c, json_incref(snapshot), pc->version);
+	free(pc);
+}
+
+static void t_snapshot_session(struct mcp_call *c, json_t *args, const char *version)
+{
+	struct ops_target t = target(c, args);
+	json_t *ttl = json_object_get(args, "ttlSeconds");
+	struct pause_call *pc = xcalloc(1, sizeof(*pc));
+	pc->c = c;
+	snprintf(pc->version, sizeof(pc->version), "%s", version);
+	struct err e;
+	if (ops_snapshot_session(&t, json_string_value(json_object_get(args, "name")),
+				 json_integer_value(ttl) > 0 ? (uint64_t)json_integer_value(ttl) : 0,
+				 snapshotted, pc, &e) < 0) {
+		free(pc);
+		reply_err(c, &e);
+		return;
+	}
+	struct mcp_tool_run run = { .cancel = pause_call_cancel, .state = pc };
+	mcp_call_set_run(c, &run);
+}
+
+static void t_list_snapshots(struct mcp_call *c, json_t *args, const char *version)
+{
+	reply_ok(c, json_pack("{s:o}", "snapshots", snapshot_list(mcp_call_owner(c))), version);
+}
+
+static void t_delete_snapshot(struct mcp_call *c, json_t *args, const char *version)
+{
+	const char *name = json_string_value(json_object_get(args, "name"));
+	struct err e;
+	if (snapshot_delete(mcp_call_owner(c), name, false, &e) < 0)
+		reply_err(c, &e);
+	else
+		reply_ok(c, json_pack("{s:b, s:s}", "deleted", 1, "name", name), version);
 }
 
 static void t_reset_session(struct mcp_call *c, json_t *args, const char *version)

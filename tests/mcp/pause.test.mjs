@@ -204,9 +204,14 @@ describe("pause_session mode hibernate", () => {
   });
 });
 
-// fork_session: listed with its schema; the jail says it cannot, a bad count is refused,
-// another key's session is not found. The forks themselves are qemu's (tests/e2e).
-describe("fork_session", () => {
+// fork_session: listed with its schema; a bad count is refused, another key's session is not
+// found; in a jail a session with a disk forks into sessions with a copy of its files.
+// snapshot_session, list_snapshots, delete_snapshot and create_session's snapshot: a session
+// started from a snapshot has its files; another key sees and uses none of it. VM forks and
+// snapshots, memory included, are qemu's (tests/e2e).
+const JAIL = process.env.DRIVER === undefined || process.env.DRIVER === "jail";
+
+describe("fork_session and snapshots", () => {
   let a;
   let b;
   before(async () => {
@@ -218,7 +223,10 @@ describe("fork_session", () => {
     await b?.close();
   });
 
-  it("is listed, and refused with the reason where the driver cannot fork", async () => {
+  const run = async (client, id, command) =>
+    structured(await client.callTool({ name: "execute", arguments: { sessionId: id, command } }));
+
+  it("forks a session", async () => {
     const { tools } = await a.listTools();
     const t = tools.find((x) => x.name === "fork_session");
     assert.ok(t, "fork_session");
@@ -227,6 +235,7 @@ describe("fork_session", () => {
     assert.ok(t.outputSchema.properties.sessions);
     const id = sid("fork");
     structured(await a.callTool({ name: "create_session", arguments: { sessionId: id } }));
+    await run(a, id, "echo forked > file");
     for (const count of [0, 17, "2"]) {
       const bad = await a.callTool({ name: "fork_session", arguments: { sessionId: id, count } });
       assert.equal(bad.isError, true, `count ${count}`);
@@ -234,11 +243,60 @@ describe("fork_session", () => {
     const other = await b.callTool({ name: "fork_session", arguments: { sessionId: id } });
     assert.equal(other.isError, true);
     assert.match(errorText(other), /not found|no session/i);
-    const r = await a.callTool({ name: "fork_session", arguments: { sessionId: id, count: 2 } });
-    if (process.env.DRIVER === undefined || process.env.DRIVER === "jail") {
-      assert.equal(r.isError, true);
-      assert.match(errorText(r), /cannot fork/);
+    if (JAIL) {
+      const r = structured(await a.callTool({ name: "fork_session", arguments: { sessionId: id, count: 2 } }));
+      assert.equal(r.count, 2);
+      for (const f of r.sessions) {
+        assert.notEqual(f.sessionId, id);
+        assert.equal((await run(a, f.sessionId, "cat file")).stdout, "forked\n");
+        structured(await a.callTool({ name: "reset_session", arguments: { sessionId: f.sessionId } }));
+      }
     }
+    structured(await a.callTool({ name: "reset_session", arguments: { sessionId: id } }));
+  });
+
+  it("snapshots a session and starts sessions from it", { skip: !JAIL && "jail's files (qemu: tests/e2e)" }, async () => {
+    const { tools } = await a.listTools();
+    const t = tools.find((x) => x.name === "snapshot_session");
+    assert.ok(t, "snapshot_session");
+    assert.deepEqual(t.inputSchema.required, ["sessionId", "name"]);
+    const id = sid("snap");
+    const name = `mcp-${id}`.slice(0, 60);
+    structured(await a.callTool({ name: "create_session", arguments: { sessionId: id } }));
+    await run(a, id, "echo from-snapshot > file");
+    const bad = await a.callTool({ name: "snapshot_session", arguments: { sessionId: id, name: "-bad" } });
+    assert.equal(bad.isError, true);
+    const snap = structured(
+      await a.callTool({ name: "snapshot_session", arguments: { sessionId: id, name, ttlSeconds: 600 } }),
+    );
+    assert.equal(snap.name, name);
+    assert.equal(snap.session, id);
+    assert.equal(snap.processesKept, false);
+    const dup = await a.callTool({ name: "snapshot_session", arguments: { sessionId: id, name } });
+    assert.equal(dup.isError, true);
+    assert.match(errorText(dup), /already exists/);
+    const listed = structured(await a.callTool({ name: "list_snapshots", arguments: {} }));
+    assert.deepEqual(
+      listed.snapshots.map((s) => s.name),
+      [name],
+    );
+    assert.deepEqual(structured(await b.callTool({ name: "list_snapshots", arguments: {} })).snapshots, []);
+    const theirs = await b.callTool({ name: "create_session", arguments: { snapshot: name } });
+    assert.equal(theirs.isError, true);
+    assert.match(errorText(theirs), /not found/i);
+    const withTemplate = await a.callTool({ name: "create_session", arguments: { snapshot: name, template: "base" } });
+    assert.equal(withTemplate.isError, true);
+    const made = structured(await a.callTool({ name: "create_session", arguments: { snapshot: name } }));
+    assert.equal((await run(a, made.sessionId, "cat file")).stdout, "from-snapshot\n");
+    structured(await a.callTool({ name: "reset_session", arguments: { sessionId: made.sessionId } }));
+    const notTheirs = await b.callTool({ name: "delete_snapshot", arguments: { name } });
+    assert.equal(notTheirs.isError, true);
+    assert.deepEqual(structured(await a.callTool({ name: "delete_snapshot", arguments: { name } })), {
+      deleted: true,
+      name,
+    });
+    const gone = await a.callTool({ name: "create_session", arguments: { snapshot: name } });
+    assert.equal(gone.isError, true);
     structured(await a.callTool({ name: "reset_session", arguments: { sessionId: id } }));
   });
 });

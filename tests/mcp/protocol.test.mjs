@@ -131,7 +131,7 @@ describe("Streamable HTTP", () => {
       { jsonrpc: "2.0", id: 1, method: "tools/list", params: { cursor: "0" } },
       s.headers,
     );
-    assert.equal(first.json.result.tools.length, 28);
+    assert.equal(first.json.result.tools.length, 31);
     const bogus = await post(
       "/mcp",
       { jsonrpc: "2.0", id: 2, method: "tools/list", params: { cursor: "bogus" } },
