@@ -7,14 +7,19 @@ fault_message, as Firecracker does, when a request is invalid), records each req
 FAKE_FC_LOG, and plays the VM: when the instance starts or a snapshot is loaded and resumed,
 it starts the real sandbox agent (FAKE_FC_AGENT, with --fd) as the "guest" and serves the
 vsock socket the way Firecracker does: `CONNECT <port>\n` answered by `OK <port>\n`, then
-bytes relayed to the agent.
+bytes relayed to the agent. A snapshot's memory file holds the guest's workspace (a tar of
+it), which a load puts back: files survive a save and a load as a guest's would (its
+processes do not: the agent is started afresh).
 """
 
+import base64
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -108,6 +113,22 @@ def check_nics(cfg):
     return None
 
 
+def workspace_tar():
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        ws = host_path("/fake-guest-workspace")
+        if os.path.isdir(ws):
+            tar.add(ws, arcname=".")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def workspace_restore(data):
+    ws = host_path("/fake-guest-workspace")
+    os.makedirs(ws, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data))) as tar:
+        tar.extractall(ws, filter="tar")
+
+
 def boot_guest():
     """Starts the agent as the guest, once, and the vsock listener."""
     if STATE["agent"]:
@@ -185,9 +206,10 @@ class Handler(BaseHTTPRequestHandler):
         if m == "PUT" and p == "/snapshot/create":
             if not STATE["paused"]:
                 return self.reply(400, {"fault_message": "the VM must be paused"})
-            for key in ("snapshot_path", "mem_file_path"):
-                with open(host_path(body[key]), "w") as f:
-                    json.dump(cfg, f)
+            with open(host_path(body["snapshot_path"]), "w") as f:
+                json.dump(cfg, f)
+            with open(host_path(body["mem_file_path"]), "w") as f:
+                json.dump({"config": cfg, "workspace": workspace_tar()}, f)
             return self.reply(204)
         if m == "PUT" and p == "/snapshot/load":
             if STATE["started"]:
@@ -198,6 +220,10 @@ class Handler(BaseHTTPRequestHandler):
                     return self.reply(400, {"fault_message": f"{f}: no such file"})
             with open(host_path(body["snapshot_path"])) as f:
                 STATE["config"] = json.load(f)
+            with open(host_path(backend)) as f:
+                memory = json.load(f)
+            if "workspace" in memory:
+                workspace_restore(memory["workspace"])
             for k, d in STATE["config"].items():
                 if k.startswith("drives/") and not os.path.exists(host_path(d["path_on_host"])):
                     return self.reply(400, {"fault_message": f"{d['path_on_host']}: missing"})

@@ -12,7 +12,16 @@
  * Per template (prepare): boot once from the kernel and rootfs, wait for the agent, pause,
  * take a Full snapshot, keep it in <template>/firecracker/ with a meta.json that names what it
  * was made from; a snapshot that no longer matches (kernel, rootfs, Firecracker version,
- * machine size) is rebuilt, never used. */
+ * machine size) is rebuilt, never used.
+ *
+ * Per sandbox, saved whole (pause with mode hibernate, fork, snapshot: docs/lifecycle.md):
+ * `Paused`, then a Full snapshot into the jail, whose files are moved to
+ * SANDBOX_STATE_DIR/fc-saved/<name>/ with a link to the template's rootfs (the guest's page
+ * cache is of that very file) and meta.json, the record, written last; the directory is
+ * renamed into place once all of it is synced. A hibernation then ends the VM; a fork
+ * resumes it. A sandbox made from a save loads it, resumed, in a new jail, and a
+ * hibernation's save goes once it runs. Firecracker loads a snapshot only with the version
+ * that made it, on the same machine size: a save that does not match is refused. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +58,7 @@
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/random.h"
 #include "util/spawn.h"
 #include "util/time.h"
 
@@ -79,6 +89,8 @@ struct fc_vm {
 	struct cgroup *cg;
 	struct fc_version version;
 	char *own_netns; /* a namespace of our own with a dummy TAP (see tap_netns_create) */
+	bool frozen;     /* paused (fc_pause): a save leaves it so */
+	struct sandbox_limits limits;
 };
 
 static const struct vm_vmm_needs fc_vmm_needs = { .overhead_mib = FC_OVERHEAD_MIB,
@@ -88,6 +100,8 @@ static struct {
 	pthread_mutex_t lock;
 	struct cgroup_root cgroots;
 	bool have_cgroots;
+	char *saved_dir;          /* SANDBOX_STATE_DIR/fc-saved: saved VMs */
+	const struct config *cfg; /* for what the driver is called without it (saves) */
 } F = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void tap_netns_remove(const char *path);
@@ -123,6 +137,9 @@ static int fc_init(const struct config *cfg, struct err *err)
 	if (r < 0)
 		return err_sys(err, -r, "cannot create `%s`", cfg->fc_jail_base);
 	pthread_mutex_lock(&F.lock);
+	F.cfg = cfg;
+	free(F.saved_dir);
+	F.saved_dir = xasprintf("%s/fc-saved", cfg->state_dir);
 	if (!F.have_cgroots) {
 		r = cgroup_root_detect(CGROUP_ROOT, &F.cgroots, err);
 		if (r == 0)
@@ -730,12 +747,13 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 /* Stages the template's rootfs and snapshot in the started VM's jail, loads the snapshot and
  * connects to the agent (*ret_fd). */
 static int restore(const struct config *cfg, struct fc_vm *vm, const struct template *t,
-		   const char *vmstate, const char *memory, int *ret_fd, struct err *err)
+		   const char *rootfs, const char *vmstate, const char *memory, int *ret_fd,
+		   struct err *err)
 {
 	int r;
 	/* The drive must sit where it was at snapshot time; the snapshot files are shared. */
-	if ((r = fc_jail_stage(vm->root, t->rootfs_img, "rootfs.ext4", cfg->fc_uid, cfg->fc_gid,
-			       0400, err)) < 0 ||
+	if ((r = fc_jail_stage(vm->root, rootfs, "rootfs.ext4", cfg->fc_uid, cfg->fc_gid, 0400,
+			       err)) < 0 ||
 	    (r = fc_jail_stage(vm->root, vmstate, "vmstate", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
 		    0 ||
 	    (r = fc_jail_stage(vm->root, memory, "memory", cfg->fc_uid, cfg->fc_gid, 0400, err)) <
@@ -754,6 +772,193 @@ static int restore(const struct config *cfg, struct fc_vm *vm, const struct temp
 	return 0;
 }
 
+/* --- saved VMs ----------------------------------------------------------------------- */
+
+/* A save's directory, by a name checked like a sandbox id. */
+static char *saved_path(const char *name, const char *file)
+{
+	return file ? xasprintf("%s/%s/%s", F.saved_dir, name, file)
+		    : xasprintf("%s/%s", F.saved_dir, name);
+}
+
+static json_t *file_identity(const struct stat *st)
+{
+	return json_pack("{s:I, s:I, s:I, s:I}", "dev", (json_int_t)st->st_dev, "ino",
+			 (json_int_t)st->st_ino, "size", (json_int_t)st->st_size, "mtime",
+			 (json_int_t)st->st_mtim.tv_sec);
+}
+
+static bool same_file(const json_t *id, const struct stat *st)
+{
+	return json_integer_value(json_object_get(id, "dev")) == (json_int_t)st->st_dev &&
+	       json_integer_value(json_object_get(id, "ino")) == (json_int_t)st->st_ino &&
+	       json_integer_value(json_object_get(id, "size")) == (json_int_t)st->st_size &&
+	       json_integer_value(json_object_get(id, "mtime")) == (json_int_t)st->st_mtim.tv_sec;
+}
+
+static int sync_path(const char *path, struct err *err)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		return err_sys(err, errno, "firecracker: sync `%s`", path);
+	return 0;
+}
+
+/* Writes the save into `tmp`: a Full snapshot of the paused VM, its files moved out of the
+ * jail and synced, the rootfs linked, meta.json (*ret_keep) last. */
+static int save_files(struct fc_vm *vm, const char *tmp, const char *name, bool fork,
+		      json_t **ret_keep, struct err *err)
+{
+	int r = put(vm, "/snapshot/create",
+		    json_pack("{s:s, s:s, s:s}", "snapshot_type", "Full", "snapshot_path",
+			      "/saved-vmstate", "mem_file_path", "/saved-memory"),
+		    err);
+	if (r < 0)
+		return r;
+	static const char *const names[] = { "vmstate", "memory" };
+	struct stat st[2];
+	uint64_t saved = 0;
+	for (size_t i = 0; i < 2; i++) {
+		_cleanup_free_ char *src = xasprintf("%s/saved-%s", vm->root, names[i]);
+		_cleanup_free_ char *dst = xasprintf("%s/%s", tmp, names[i]);
+		int moved = rename(src, dst) == 0 ? 0
+			    : errno == EXDEV      ? fc_copy_file(src, dst, 0600)
+						  : -errno;
+		unlink(src);
+		if (moved < 0)
+			return err_sys(err, -moved, "firecracker: cannot keep `%s`", src);
+		if ((r = sync_path(dst, err)) < 0)
+			return r;
+		if (stat(dst, &st[i]) < 0)
+			return err_sys(err, errno, "firecracker: `%s`", dst);
+		saved += (uint64_t)st[i].st_blocks * 512;
+	}
+	/* The rootfs the guest runs on, by a link where the file systems allow (a rebuild of
+	 * the template replaces its file, the link keeps this one), else by its identity. */
+	_cleanup_free_ char *rootfs_src = xasprintf("%s/rootfs.ext4", vm->root);
+	_cleanup_free_ char *rootfs_dst = xasprintf("%s/rootfs.ext4", tmp);
+	struct stat rst;
+	if (stat(rootfs_src, &rst) < 0)
+		return err_sys(err, errno, "firecracker: the VM's rootfs");
+	bool linked = link(rootfs_src, rootfs_dst) == 0;
+	char version[48];
+	snprintf(version, sizeof(version), "%u.%u.%u", vm->version.major, vm->version.minor,
+		 vm->version.patch);
+	json_auto_t *keep = json_pack(
+		"{s:s, s:s, s:b, s:s, s:I, s:I, s:b, s:o, s:I, s:I}", "driver", "firecracker",
+		"sandbox", name, "fork", fork, "firecracker", version, "memMib",
+		(json_int_t)vm->limits.mem_mib, "vcpus", (json_int_t)vm->limits.vcpus,
+		"rootfsLinked", linked, "rootfs", file_identity(&rst), "stateBytes",
+		(json_int_t)(st[0].st_size + st[1].st_size), "savedBytes", (json_int_t)saved);
+	_cleanup_free_ char *meta = xasprintf("%s/meta.json", tmp);
+	if (json_dump_file(keep, meta, JSON_COMPACT) < 0)
+		return err_set(err, EIO, "firecracker: cannot write `%s`", meta);
+	if ((r = sync_path(meta, err)) < 0 || (r = sync_path(tmp, err)) < 0)
+		return r;
+	*ret_keep = TAKE_PTR(keep);
+	return 0;
+}
+
+/* Saves the VM whole as `name` (Paused, then save_files) in a directory renamed into place
+ * once complete. The VM stays paused on success; on failure it is as it was. */
+static int save_vm(struct sandbox *sb, const char *name, bool fork, json_t **ret_keep,
+		   struct err *err)
+{
+	struct fc_vm *vm = sb->priv;
+	if (!cgroup_id_valid(name))
+		return err_set(err, EINVAL, "firecracker: sandbox id `%s` is too long to save",
+			       sb->id);
+	int r = fs_mkdir_p(F.saved_dir, 0700);
+	if (r < 0)
+		return err_sys(err, -r, "firecracker: cannot create `%s`", F.saved_dir);
+	_cleanup_free_ char *final = saved_path(name, NULL);
+	_cleanup_free_ char *tmp = xasprintf("%s/.tmp-%s", F.saved_dir, name);
+	fs_rm_rf(tmp, NULL);
+	if (mkdir(tmp, 0700) < 0)
+		return err_sys(err, errno, "firecracker: cannot create `%s`", tmp);
+	json_t *keep = NULL;
+	if ((vm->frozen || (r = send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Paused"),
+					  err)) == 0) &&
+	    (r = save_files(vm, tmp, name, fork, &keep, err)) == 0 && rename(tmp, final) < 0)
+		r = err_sys(err, errno, "firecracker: rename `%s`", tmp);
+	if (r == 0) {
+		sync_path(F.saved_dir, NULL);
+		*ret_keep = keep;
+		return 0;
+	}
+	json_decref(keep);
+	fs_rm_rf(tmp, NULL);
+	if (!vm->frozen) {
+		struct err e;
+		if (send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Resumed"), &e) < 0)
+			log_warn("firecracker", "sandbox %s: resuming after a failed save: %s",
+				 sb->id, e.msg);
+	}
+	return r;
+}
+
+/* What a save keeps, checked: a name of ours, and its files. */
+static int saved_open(const json_t *keep, const char **ret_name, struct err *err)
+{
+	const char *name = json_string_value(json_object_get(keep, "sandbox"));
+	if (!name || !cgroup_id_valid(name) ||
+	    strcmp(json_string_value(json_object_get(keep, "driver")) ?: "", "firecracker") != 0)
+		return err_set(err, EINVAL, "firecracker: not a saved VM's record");
+	static const char *const files[] = { "vmstate", "memory", "meta.json" };
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		_cleanup_free_ char *p = saved_path(name, files[i]);
+		struct stat st;
+		if (lstat(p, &st) < 0 || !S_ISREG(st.st_mode))
+			return err_set(err, ENOENT, "firecracker: the saved VM `%s` is missing", p);
+	}
+	*ret_name = name;
+	return 0;
+}
+
+/* The save's rootfs: its link, or the template's file when it is still the very one. */
+static char *saved_rootfs(const json_t *keep, const char *name, const struct template *t,
+			  struct err *err)
+{
+	if (json_is_true(json_object_get(keep, "rootfsLinked")))
+		return saved_path(name, "rootfs.ext4");
+	struct stat st;
+	if (!t->rootfs_img || stat(t->rootfs_img, &st) < 0 ||
+	    !same_file(json_object_get(keep, "rootfs"), &st)) {
+		err_set(err, ESTALE,
+			"firecracker: the template image the saved VM ran on was replaced (a "
+			"rebuild)");
+		return NULL;
+	}
+	return xstrdup(t->rootfs_img);
+}
+
+/* Whether this server can load the save: the same Firecracker, the same machine. */
+static int saved_matches(const struct config *cfg, const json_t *keep,
+			 const struct sandbox_limits *l, struct err *err)
+{
+	struct fc_version v;
+	int r = binary_version(cfg->fc_bin, &v, err);
+	if (r < 0)
+		return r;
+	char have[32];
+	snprintf(have, sizeof(have), "%u.%u.%u", v.major, v.minor, v.patch);
+	const char *made = json_string_value(json_object_get(keep, "firecracker"));
+	if (!made || strcmp(made, have) != 0)
+		return err_set(err, ESTALE,
+			       "firecracker: the VM was saved by Firecracker %s, this is %s: a "
+			       "snapshot loads only in the version that made it",
+			       made ? made : "?", have);
+	if (json_integer_value(json_object_get(keep, "memMib")) != (json_int_t)l->mem_mib ||
+	    json_integer_value(json_object_get(keep, "vcpus")) != (json_int_t)l->vcpus)
+		return err_set(err, EINVAL,
+			       "firecracker: the VM was saved with %lld MiB and %lld vCPUs, not "
+			       "%u MiB and %u",
+			       (long long)json_integer_value(json_object_get(keep, "memMib")),
+			       (long long)json_integer_value(json_object_get(keep, "vcpus")),
+			       l->mem_mib, l->vcpus);
+	return 0;
+}
+
 static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 		     struct sandbox **ret, struct err *err)
 {
@@ -761,19 +966,41 @@ static int fc_create(const struct config *cfg, const struct sandbox_spec *spec,
 	_cleanup_free_ char *snap = xasprintf("%s/firecracker", t->dir);
 	_cleanup_free_ char *vmstate = xasprintf("%s/vmstate", snap);
 	_cleanup_free_ char *memory = xasprintf("%s/memory", snap);
-	if (access(vmstate, R_OK) < 0 || access(memory, R_OK) < 0)
+	_cleanup_free_ char *rootfs = t->rootfs_img ? xstrdup(t->rootfs_img) : NULL;
+	const char *saved = NULL;
+	int r;
+	if (spec->hibernated) {
+		if ((r = saved_open(spec->hibernated, &saved, err)) < 0 ||
+		    (r = saved_matches(cfg, spec->hibernated, &spec->limits, err)) < 0)
+			return r;
+		free(vmstate);
+		free(memory);
+		free(rootfs);
+		vmstate = saved_path(saved, "vmstate");
+		memory = saved_path(saved, "memory");
+		if (!(rootfs = saved_rootfs(spec->hibernated, saved, t, err)))
+			return -err->errnum;
+	} else if (access(vmstate, R_OK) < 0 || access(memory, R_OK) < 0) {
 		return err_set(err, ENOENT, "template %s has no firecracker snapshot", t->name);
-	if (!t->rootfs_img)
+	}
+	if (!rootfs)
 		return err_set(err, ENOENT, "template %s has no rootfs.ext4", t->name);
 
 	struct fc_vm *vm = NULL;
-	int r = vm_start_net(cfg, spec->id, &spec->limits, spec->netns_path, &vm, err);
-	if (r < 0)
+	if ((r = vm_start_net(cfg, spec->id, &spec->limits, spec->netns_path, &vm, err)) < 0)
 		return r;
+	vm->limits = spec->limits;
 	int fd = -1;
-	if ((r = restore(cfg, vm, t, vmstate, memory, &fd, err)) < 0) {
+	if ((r = restore(cfg, vm, t, rootfs, vmstate, memory, &fd, err)) < 0) {
 		vm_discard(vm, spec->id);
 		return r;
+	}
+	/* A hibernation's save is this sandbox now (its jail holds links to what it needs); a
+	 * fork's serves the next one. */
+	if (saved && !json_is_true(json_object_get(spec->hibernated, "fork"))) {
+		_cleanup_free_ char *dir = saved_path(saved, NULL);
+		if (fs_rm_rf(dir, NULL) < 0)
+			log_warn("firecracker", "sandbox %s: cannot remove `%s`", spec->id, dir);
 	}
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	sb->driver = &driver_firecracker;
@@ -812,6 +1039,81 @@ static void fc_cleanup_stale(const struct config *cfg, const char *id, json_t *r
 	tap_netns_remove(netns);
 }
 
+/* Freezes the VM's vCPUs, or lets them run again. */
+static int fc_pause(struct sandbox *sb, bool pause, struct err *err)
+{
+	struct fc_vm *vm = sb->priv;
+	int r = send_body(vm, "PATCH", "/vm",
+			  json_pack("{s:s}", "state", pause ? "Paused" : "Resumed"), err);
+	if (r == 0)
+		vm->frozen = pause;
+	return r;
+}
+
+static int fc_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err)
+{
+	int r = save_vm(sb, sb->id, false, ret_keep, err);
+	if (r == 0)
+		fc_destroy(sb);
+	return r;
+}
+
+static int fc_fork_save(struct sandbox *sb, json_t **ret_keep, struct err *err)
+{
+	char hex[9];
+	random_hex(hex, 4);
+	_cleanup_free_ char *name = xasprintf("%s-f%s", sb->id, hex);
+	struct fc_vm *vm = sb->priv;
+	int r = save_vm(sb, name, true, ret_keep, err);
+	if (r == 0 && !vm->frozen) {
+		struct err e;
+		if (send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Resumed"), &e) < 0)
+			log_warn("firecracker", "sandbox %s: resuming after its save: %s", sb->id,
+				 e.msg);
+	}
+	return r;
+}
+
+static int fc_hibernated_claim(const json_t *keep, struct err *err)
+{
+	const char *name;
+	return saved_open(keep, &name, err);
+}
+
+static void fc_hibernated_discard(const json_t *keep)
+{
+	const char *name = json_string_value(json_object_get(keep, "sandbox"));
+	if (!name || !cgroup_id_valid(name))
+		return;
+	_cleanup_free_ char *dir = saved_path(name, NULL);
+	if (fs_rm_rf(dir, NULL) < 0)
+		log_warn("firecracker", "cannot remove `%s`", dir);
+}
+
+/* Removes what no record names: a save a crash orphaned, one half made. */
+static void fc_hibernated_sweep(json_t *const *keeps, size_t n)
+{
+	_cleanup_closedir_ DIR *d = F.saved_dir ? opendir(F.saved_dir) : NULL;
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		bool named = false;
+		for (size_t i = 0; i < n && !named; i++) {
+			const char *id = json_string_value(json_object_get(keeps[i], "sandbox"));
+			named = id && strcmp(id, de->d_name) == 0;
+		}
+		if (named)
+			continue;
+		_cleanup_free_ char *p = xasprintf("%s/%s", F.saved_dir, de->d_name);
+		log_info("firecracker", "removing `%s`: no session or snapshot keeps it", p);
+		if (fs_rm_rf(p, NULL) < 0)
+			log_warn("firecracker", "cannot remove `%s`", p);
+	}
+}
+
 static uint64_t fc_oom_kills(struct sandbox *sb)
 {
 	struct fc_vm *vm = sb->priv;
@@ -829,4 +1131,11 @@ const struct driver driver_firecracker = {
 	.destroy = fc_destroy,
 	.cleanup_stale = fc_cleanup_stale,
 	.oom_kills = fc_oom_kills,
+	.pause = fc_pause,
+	.hibernate = fc_hibernate,
+	.hibernate_keeps_processes = true,
+	.fork_save = fc_fork_save,
+	.hibernated_claim = fc_hibernated_claim,
+	.hibernated_discard = fc_hibernated_discard,
+	.hibernated_sweep = fc_hibernated_sweep,
 };
