@@ -566,6 +566,82 @@ class ForkTest(HibernateCase):
 E2B_DIR = os.path.join(HERE, "..", "e2b")
 
 
+class SnapshotTest(HibernateCase):
+    """Named snapshots of a VM (POST /exec/:id/snapshot): its memory, running processes and
+    disk, kept under a name; sessions start from it as from a template, each with its
+    processes running on from the moment of the snapshot; it outlives its source session
+    and a daemon killed with SIGKILL."""
+
+    def test_sessions_start_from_a_snapshot_with_its_processes_and_it_survives(self):
+        first = harness.Daemon(env={**test_qemu.ENV, **DISK}, driver_name="qemu",
+                               start_timeout=60)
+        first.start()
+        self.addCleanup(first._cleanup, False)
+        self.addCleanup(first.kill)
+        sid = self.create(first, keep=True)
+        self.out(first, sid, "echo snapped > /workspace/file")
+        self.start_counter(first, sid)
+        t0 = time.monotonic()
+        status, _, snap = first.post(f"/exec/{sid}/snapshot", body={"name": "vm-1"},
+                                     timeout=300)
+        took = time.monotonic() - t0
+        self.assertEqual(status, 201, snap)
+        self.assertEqual((snap["driver"], snap["session"], snap["processesKept"]),
+                         ("qemu", sid, True), snap)
+        # Its RAM at least (the guest's 128 MiB, less what was never touched), and its disk.
+        self.assertGreater(snap["sizeBytes"], 4 * MiB, snap)
+        self.assertEqual(len(saved_dirs(first.state_dir)), 1)
+        # The source runs on.
+        n = self.count(first, sid)
+        wait_until(lambda: self.count(first, sid) > n + 3, 60, 0.1, "the source's counter")
+        made = []
+        for _ in range(2):
+            t1 = time.monotonic()
+            status, _, body = first.post("/exec", body={"snapshot": "vm-1"}, timeout=300)
+            self.assertEqual(status, 201, body)
+            made.append((body["id"], time.monotonic() - t1))
+            self.assertEqual(body["snapshot"], "vm-1")
+        print(f"\n    qemu snapshot: saved in {took * 1000:.0f} ms ({snap['sizeBytes']} bytes), "
+              f"sessions from it ready in {made[0][1] * 1000:.0f} and "
+              f"{made[1][1] * 1000:.0f} ms", file=sys.stderr)
+        ids = [m[0] for m in made]
+        for f in ids:
+            self.assertEqual(self.out(first, f, "cat /workspace/file"), "snapped")
+            status, _, procs = first.get(f"/exec/{f}/processes")
+            tagged = [p for p in procs["processes"] if p.get("tag") == "count"]
+            self.assertEqual([p["state"] for p in tagged], ["running"], procs)
+            c = self.count(first, f)
+            wait_until(lambda f=f, c=c: self.count(first, f) > c + 3, 60, 0.1,
+                       "a counter running on from the snapshot")
+        rnd = [self.out(first, x, "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'")
+               for x in [sid] + ids]
+        self.assertEqual(len(set(rnd)), 3, rnd)
+        self.out(first, ids[0], "echo mine > /workspace/file")
+        self.assertEqual(self.out(first, ids[1], "cat /workspace/file"), "snapped")
+        for x in [sid] + ids:
+            status, _, body = first.delete(f"/exec/{x}", timeout=60)
+            self.assertEqual(status, 200, body)
+        # The snapshot outlives its source and a SIGKILL of the daemon.
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(60)
+        second = self.daemon({**DISK, "SANDBOX_STATE_DIR": first.state_dir,
+                              "SANDBOX_RUN_DIR": first.run_dir})
+        status, _, got = second.get("/snapshots/vm-1")
+        self.assertEqual((status, got.get("sizeBytes")), (200, snap["sizeBytes"]), got)
+        status, _, body = second.post("/exec", body={"snapshot": "vm-1"}, timeout=300)
+        self.assertEqual(status, 201, body)
+        again = body["id"]
+        self.assertEqual(self.out(second, again, "cat /workspace/file"), "snapped")
+        c = self.count(second, again)
+        wait_until(lambda: self.count(second, again) > c + 3, 60, 0.1,
+                   "the counter after the restart")
+        status, _, body = second.delete(f"/exec/{again}", timeout=60)
+        self.assertEqual(status, 200, body)
+        status, _, body = second.delete("/snapshots/vm-1")
+        self.assertEqual(status, 200, body)
+        wait_until(lambda: not saved_dirs(first.state_dir), 30, 0.1, "the save freed")
+
+
 class E2BPauseTest(HibernateCase):
     """The stock E2B SDK: betaPause hibernates the VM (its processes kept), the daemon
     restarts, and Sandbox.connect resumes it with its background counter counting on."""
