@@ -17,11 +17,18 @@ outside the timed part):
 Baselines: posix_spawn + waitpid of /bin/true on the host, and writing and reading a 1 MiB
 file in a local temporary directory. Prints p50 and p99 of each and the ratios of the p50s.
 
+With --lifecycle, it also times a session's lifecycle (docs/lifecycle.md) with 4 MiB written
+to its disk, beside a cold session create in the same run: pause and resume (freeze), a
+hibernation and the resume to its first command, a fork of one session and of ten (to every
+fork's first command), a snapshot, and a session made from it (to its first command); and
+prints the snapshot's size. On the jail these keep files (a copy of the disk); on a VM
+driver, memory too.
+
 With --against OTHER (another sandboxd binary, say a build of an earlier commit), it then
 times the reads of 1 MiB (raw, base64 JSON and text JSON) against both daemons in the same
 run, alternating request by request, and prints the ratios of the p50s (this / other).
 
-Usage: python3 bench/exec/bench.py [--runs N] [--json FILE] [--against OTHER]
+Usage: python3 bench/exec/bench.py [--runs N] [--json FILE] [--against OTHER] [--lifecycle]
 Environment: DRIVER, SANDBOXD, FIRECRACKER_ARTIFACTS_DIR as for the integration tests.
 """
 
@@ -191,6 +198,50 @@ def bench_daemon_ops(client, runs):
     return out
 
 
+def bench_lifecycle(client, runs):
+    """Pause, hibernate, fork and snapshot of one session with 4 MiB on its disk."""
+    sid = "bench-life"
+    client.timed("POST", "/exec/", {"id": sid, "storage": "disk"}, expect=201)
+    client.timed("POST", f"/exec/{sid}/execute",
+                 {"command": "head -c 4194304 /dev/urandom > data"})
+    out = {k: [] for k in ("pause", "resume", "hibernate", "wake", "fork1", "fork10",
+                           "snapshot", "from_snapshot")}
+
+    def first_command(s):
+        return client.timed("POST", f"/exec/{s}/execute", {"command": "true"})[0]
+
+    for _ in range(runs):
+        out["pause"].append(client.timed("POST", f"/exec/{sid}/pause")[0])
+        out["resume"].append(client.timed("POST", f"/exec/{sid}/resume")[0])
+        out["hibernate"].append(client.timed("POST", f"/exec/{sid}/pause",
+                                             {"mode": "hibernate"})[0])
+        t, _ = client.timed("POST", f"/exec/{sid}/resume")
+        out["wake"].append(t + first_command(sid))
+    for _ in range(runs):
+        t, body = client.timed("POST", f"/exec/{sid}/fork", {"count": 1}, expect=201)
+        f = body["sessions"][0]["id"]
+        out["fork1"].append(t + first_command(f))
+        client.timed("DELETE", f"/exec/{f}")
+    for _ in range(max(1, runs // 10)):
+        t, body = client.timed("POST", f"/exec/{sid}/fork", {"count": 10}, expect=201)
+        forks = [f["id"] for f in body["sessions"]]
+        out["fork10"].append(t + sum(first_command(f) for f in forks))
+        for f in forks:
+            client.timed("DELETE", f"/exec/{f}")
+    size = 0
+    for i in range(runs):
+        t, snap = client.timed("POST", f"/exec/{sid}/snapshot", {"name": f"bench-{i}"},
+                               expect=201)
+        out["snapshot"].append(t)
+        size = snap["sizeBytes"]
+        t, body = client.timed("POST", "/exec/", {"snapshot": f"bench-{i}"}, expect=201)
+        out["from_snapshot"].append(t + first_command(body["id"]))
+        client.timed("DELETE", f"/exec/{body['id']}")
+        client.timed("DELETE", f"/snapshots/bench-{i}")
+    client.timed("DELETE", f"/exec/{sid}")
+    return out, size
+
+
 READS = (
     ("read 1 MiB (raw bytes)", "bench.bin", "", {"Accept": "application/octet-stream"}),
     ("read 1 MiB (base64 JSON)", "bench.bin", "&encoding=base64", None),
@@ -275,6 +326,8 @@ def main():
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--against", metavar="SANDBOXD",
                     help="also time the reads against this other daemon binary")
+    ap.add_argument("--lifecycle", action="store_true",
+                    help="also time pause, hibernate, fork and snapshots")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
@@ -293,8 +346,11 @@ def main():
     finally:
         warm_daemon.stop()
     cold_daemon = start_daemon(pool=0)
+    life, snap_size = None, 0
     try:
         cold = bench_create(Client(cold_daemon), runs, warm=False)
+        if args.lifecycle:
+            life, snap_size = bench_lifecycle(Client(cold_daemon), max(1, runs // 10))
     finally:
         cold_daemon.stop()
 
@@ -307,20 +363,34 @@ def main():
         ("read 1 MiB (raw bytes)", ops["read_raw"], "local read 1 MiB", local_read),
         ("read 1 MiB (base64 JSON)", ops["read_b64"], "local read 1 MiB", local_read),
     ]
+    if life:
+        rows += [
+            ("pause (freeze)", life["pause"], "session create (cold)", cold),
+            ("resume (freeze)", life["resume"], "session create (cold)", cold),
+            ("hibernate", life["hibernate"], "session create (cold)", cold),
+            ("resume hibernated + exec", life["wake"], "session create (cold)", cold),
+            ("fork 1 + exec", life["fork1"], "session create (cold)", cold),
+            ("fork 10 + exec in each", life["fork10"], "session create (cold)", cold),
+            ("snapshot", life["snapshot"], "session create (cold)", cold),
+            ("from snapshot + exec", life["from_snapshot"], "session create (cold)", cold),
+        ]
     print(f"agent-sandbox latency: driver {driver}, {runs} runs each, milliseconds")
-    print(f"{'operation':<28}{'p50':>9}{'p99':>9}   {'baseline':<19}{'p50':>8}{'p99':>8}"
+    print(f"{'operation':<28}{'p50':>9}{'p99':>9}   {'baseline':<22}{'p50':>8}{'p99':>8}"
           f"{'ratio p50':>11}")
     results = []
     for name, samples, base_name, base in rows:
         p50, p99 = percentile(samples, 50), percentile(samples, 99)
         b50, b99 = percentile(base, 50), percentile(base, 99)
         ratio = p50 / b50 if b50 else float("inf")
-        print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}   {base_name:<19}{b50:>8.3f}{b99:>8.3f}"
+        print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}   {base_name:<22}{b50:>8.3f}{b99:>8.3f}"
               f"{ratio:>10.1f}x")
         results.append({"operation": name, "p50_ms": p50, "p99_ms": p99,
                         "mean_ms": statistics.fmean(samples) / 1e6, "runs": len(samples),
                         "baseline": base_name, "baseline_p50_ms": b50, "baseline_p99_ms": b99,
                         "ratio_p50": ratio})
+    if life:
+        print(f"snapshot of a session with 4 MiB written: {snap_size} bytes; lifecycle rows: "
+              f"{len(life['pause'])} runs each ({len(life['fork10'])} of fork 10)")
     compared = []
     if args.against:
         compared = compare_reads(args.against, runs)
