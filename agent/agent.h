@@ -126,6 +126,9 @@ uint8_t *conn_reserve(struct conn *c, size_t max);
 void conn_commit(struct conn *c, uint8_t type, uint32_t ch, size_t n);
 /* Whether data frames may be produced now (the outgoing queue is not too long). */
 bool conn_may_send_data(const struct conn *c);
+/* Ends every operation of the connection without a word to the host (their processes
+ * killed, their files removed): what a previous host left open before a save of the VM. */
+void conn_drop_ops(struct conn *c);
 /* Sends ERROR {"error": msg, "code": NAME} on ch (no op involved). */
 void conn_error(struct conn *c, uint32_t ch, const struct err *e);
 
@@ -186,6 +189,8 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 int procs_poll_fill(struct agent *a, struct pollfd *pfd, int64_t *deadline_ns);
 /* Reads their output into the replay buffers, feeds their stdin, runs their timers. */
 void procs_step(struct agent *a, const struct pollfd *pfd, int n);
+/* How many background processes are running. */
+size_t procs_running(struct agent *a);
 /* Whether pid is a background process's (its exit is then recorded); called by the reaper. */
 bool procs_child_exit(struct agent *a, pid_t pid, int status);
 /* Descriptors a process may hold in the poll set. */

@@ -346,6 +346,11 @@ static void destroy_all(struct conn *c)
 	c->nops = c->active = 0;
 }
 
+void conn_drop_ops(struct conn *c)
+{
+	destroy_all(c);
+}
+
 /* Gives queued replies (a shutdown's RESULT) up to a second to reach the host. */
 static void flush_output(struct conn *c)
 {

@@ -181,6 +181,18 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 	}
 	if (x->session_id)
 		agent_log("resumed as session %s", x->session_id);
+	/* Made from a save of a running VM: what its connection had open belongs to the host it
+	 * was saved by (the host refuses a save with operations in flight, so this is what a
+	 * misbehaving or racing host left), and nothing of it may reach the new one. */
+	size_t dropped = 0;
+	if (x->restored_from) {
+		dropped = c->active;
+		conn_drop_ops(c);
+		agent_log("restored from a %s of session %s: %zu operation(s) of the previous "
+			  "connection ended, %zu background process(es) running",
+			  x->restored_from, x->restored_session ? x->restored_session : "?",
+			  dropped, procs_running(a));
+	}
 
 	struct jw w;
 	jw_init(&w);
@@ -202,6 +214,14 @@ void op_resume(struct conn *c, uint32_t ch, const struct req *r)
 	if (x->session_id) {
 		jw_key(&w, "sessionId");
 		jw_str(&w, x->session_id);
+	}
+	if (x->restored_from) {
+		jw_key(&w, "restored");
+		jw_bool(&w, true);
+		jw_key(&w, "processes");
+		jw_int(&w, (int64_t)procs_running(a));
+		jw_key(&w, "droppedOperations");
+		jw_int(&w, (int64_t)dropped);
 	}
 	jw_obj_close(&w);
 	send_result(c, ch, &w);

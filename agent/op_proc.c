@@ -223,6 +223,11 @@ static size_t count(const struct procs *t, bool ended, size_t *replay)
 	return n;
 }
 
+size_t procs_running(struct agent *a)
+{
+	return a->procs ? count(a->procs, false, NULL) : 0;
+}
+
 /* By pid, or by tag: the running one, else the newest that ended. NULL with e set. */
 static struct proc *lookup(struct agent *a, const struct req_proc_ref *ref, struct err *e)
 {

@@ -332,8 +332,34 @@ static int parse_storage(const struct json *s, struct req_resume *x, struct err 
 	return 0;
 }
 
+static int parse_restored(const struct json *v, struct req_resume *x, struct err *err)
+{
+	if (v->type != JSON_OBJECT)
+		return wrong_type("restored", "an object", v, err);
+	const char *from = NULL;
+	int r = get_str(v, "from", true, &from, err);
+	if (r < 0)
+		return r;
+	if (strcmp(from, "hibernation") != 0 && strcmp(from, "fork") != 0 &&
+	    strcmp(from, "snapshot") != 0)
+		return err_set(err, EINVAL,
+			       "field `restored.from` must be hibernation, fork or snapshot");
+	if ((r = get_str(v, "session", false, &x->restored_session, err)) < 0)
+		return r;
+	if (x->restored_session && strlen(x->restored_session) > 128)
+		return err_set(err, EINVAL, "field `restored.session` is too long");
+	x->restored_from = from;
+	return 0;
+}
+
 static int parse_resume(const struct json *o, struct req_resume *x, struct err *err)
 {
+	const struct json *rs = json_get(o, "restored");
+	if (rs && rs->type != JSON_NULL) {
+		int r = parse_restored(rs, x, err);
+		if (r < 0)
+			return r;
+	}
 	const struct json *st = json_get(o, "storage");
 	if (st && st->type != JSON_NULL) {
 		int r = parse_storage(st, x, err);

@@ -107,6 +107,10 @@ struct req_resume {
 	uint32_t net_gateway;
 	uint32_t net_dns;
 	unsigned net_prefix; /* 1-32 */
+	/* "restored": it was made from a save of a running sandbox (protocol 10): from one of
+	 * "hibernation", "fork", "snapshot"; session: the id it was saved as (NULL: absent). */
+	const char *restored_from;
+	const char *restored_session;
 	/* "storage": what a VM mounts before anything runs (storage.c). */
 	bool has_storage;
 	const char *disk_serial; /* "disk": the serial of its disk's drive; NULL: none */

@@ -153,11 +153,11 @@ static const char in_snapshot_session[] =
 	"\"ttlSeconds\": {\"type\": \"integer\", \"minimum\": 1, \"description\": \"how long "
 	"it is kept (default and most: the server's SANDBOX_SNAPSHOT_TTL)\"}}, "
 	"\"required\": [\"sessionId\", \"name\"], \"additionalProperties\": false}";
-#define SNAPSHOT_SHAPE                                                                        \
-	"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "          \
-	"\"template\": {\"type\": \"string\"}, \"driver\": {\"type\": \"string\"}, "          \
-	"\"session\": {\"type\": \"string\"}, \"sizeBytes\": {\"type\": \"integer\"}, "       \
-	"\"createdAt\": {\"type\": \"string\"}, \"expiresAt\": {\"type\": \"string\"}, "      \
+#define SNAPSHOT_SHAPE                                                                         \
+	"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "           \
+	"\"template\": {\"type\": \"string\"}, \"driver\": {\"type\": \"string\"}, "           \
+	"\"session\": {\"type\": \"string\"}, \"sizeBytes\": {\"type\": \"integer\"}, "        \
+	"\"createdAt\": {\"type\": \"string\"}, \"expiresAt\": {\"type\": \"string\"}, "       \
 	"\"processesKept\": {\"type\": \"boolean\"}}, \"required\": [\"name\", \"template\", " \
 	"\"sizeBytes\", \"expiresAt\", \"processesKept\"]}"
 static const char out_snapshot[] = SNAPSHOT_SHAPE;
@@ -1191,7 +1191,8 @@ static void t_snapshot_session(struct mcp_call *c, json_t *args, const char *ver
 	snprintf(pc->version, sizeof(pc->version), "%s", version);
 	struct err e;
 	if (ops_snapshot_session(&t, json_string_value(json_object_get(args, "name")),
-				 json_integer_value(ttl) > 0 ? (uint64_t)json_integer_value(ttl) : 0,
+				 json_integer_value(ttl) > 0 ? (uint64_t)json_integer_value(ttl)
+							     : 0,
 				 snapshotted, pc, &e) < 0) {
 		free(pc);
 		reply_err(c, &e);

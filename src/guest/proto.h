@@ -32,8 +32,12 @@
  * EVENT frames. 6: the watch operation. 7: connect (a byte stream to a port inside the
  * sandbox) and ports (those listening). 8: exec's user (spawn's too: "user": "root" runs the
  * command as the sandbox's root). 9: resume's "storage" (a VM's disk and volumes, mounted by
- * its agent before anything runs; its result says "storageMounted"). */
-#define GUEST_PROTO_VERSION  9
+ * its agent before anything runs; its result says "storageMounted"). 10: resume's "restored"
+ * ({"from": "hibernation" | "fork" | "snapshot", "session": the id it was saved as}: a VM made
+ * from a save of a running one, its processes carried on), on which the agent ends what the
+ * previous connection left open and answers "restored": true and "processes": the background
+ * processes still running. */
+#define GUEST_PROTO_VERSION  10
 #define GUEST_HDR_LEN        9
 #define GUEST_MAX_PAYLOAD    (1u << 20)   /* largest payload either side accepts */
 #define GUEST_DATA_CHUNK     (256u << 10) /* data frames are at most this big */

@@ -133,8 +133,10 @@ static void start_fork(struct fork_job *j, unsigned i)
 	if (p->alias)
 		f->alias = xstrdup(p->alias);
 	/* A VM restored whole goes on with its agent's channels; a jail's starts afresh. */
-	if (session_mod.drv->hibernate_keeps_processes)
+	if (session_mod.drv->hibernate_keeps_processes) {
 		f->next_channel = j->next_channel;
+		f->restored = session_restored_new("fork", p->id);
+	}
 	j->pending++;
 	session_add_waiter(f, on_fork_ready, &j->forks[i]);
 

@@ -327,6 +327,10 @@ void session_wake(struct session *s, session_ready_fn cb, void *arg)
 	}
 	s->state = SESSION_CREATING;
 	s->resuming = true;
+	json_decref(s->restored);
+	s->restored = session_mod.drv->hibernate_keeps_processes
+			      ? session_restored_new("hibernation", s->id)
+			      : NULL;
 	session_add_waiter(s, cb, arg);
 	session_ref(s);
 	session_mod.creating++;

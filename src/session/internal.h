@@ -59,6 +59,9 @@ struct session *session_table_add_as(const char *owner, const char *id, struct t
 				     const char *preview_name,
 				     const uint8_t secret[SESSION_SECRET_LEN]);
 
+/* session.restored for a sandbox made from a save of a running VM. */
+json_t *session_restored_new(const char *from, const char *session);
+
 /* --- hibernate.c ---------------------------------------------------------------------- */
 
 /* Frees what the driver keeps for `kept` (a hibernated session's, a fork's save) on a worker,

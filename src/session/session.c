@@ -215,6 +215,7 @@ void session_unref(struct session *s)
 	json_decref(s->e2b_contexts);
 	free(s->alias);
 	free(s->snapshot);
+	json_decref(s->restored);
 	free(s);
 }
 
@@ -355,6 +356,15 @@ static void on_resume_done(struct guest_op *op, json_t *result, const struct err
 	}
 	s->state = SESSION_READY;
 	session_touch(s);
+	if (s->restored) {
+		json_int_t n = json_integer_value(json_object_get(result, "processes"));
+		json_object_set_new(s->restored, "processes", json_integer(n > 0 ? n : 0));
+		log_info("session",
+			 "session %s: restored from a %s of session %s, %lld background "
+			 "process(es) running",
+			 s->id, json_string_value(json_object_get(s->restored, "from")),
+			 json_string_value(json_object_get(s->restored, "session")), (long long)n);
+	}
 	if (s->resuming) {
 		session_wake_done(s, true, false);
 		log_info("session", "session %s resumed over its kept disk (sandbox %s)", s->id,
@@ -408,6 +418,8 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 	/* What the driver has the guest do first (a VM's storage to mount). */
 	if (sb->resume_extra)
 		json_object_update(req, sb->resume_extra);
+	if (s->restored)
+		json_object_set(req, "restored", s->restored);
 	session_ref(s);
 	struct guest_op *op = guest_op_start(conn, req, &resume_cbs, s, &e);
 	json_decref(req);
@@ -468,6 +480,11 @@ void session_create_done(void *arg)
 	session_unref(s);
 	session_job_free(j);
 	session_shutdown_check();
+}
+
+json_t *session_restored_new(const char *from, const char *session)
+{
+	return json_pack("{s:s, s:s}", "from", from, "session", session ? session : "");
 }
 
 /* --- the table ---------------------------------------------------------------------- */
@@ -718,6 +735,8 @@ void session_get_or_create(const char *owner, const char *id,
 		s->env = env;
 		s->snapshot = xstrdup(opts->snapshot);
 		s->next_channel = snapshot_next_channel(sn);
+		if (session_mod.drv->hibernate_keeps_processes)
+			s->restored = session_restored_new("snapshot", snapshot_session(sn));
 	}
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
@@ -916,6 +935,8 @@ json_t *session_json(const struct session *s)
 		json_object_set_new(j, "error", json_string(s->failure.msg));
 	if (s->snapshot)
 		json_object_set_new(j, "snapshot", json_string(s->snapshot));
+	if (s->restored && json_object_get(s->restored, "processes"))
+		json_object_set(j, "restored", s->restored);
 	if (s->state == SESSION_PAUSED) {
 		json_object_set_new(j, "pausedAt", iso_time(s->paused_ms));
 		json_object_set_new(j, "pausedBy",

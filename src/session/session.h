@@ -97,6 +97,11 @@ struct session {
 	uint32_t next_channel; /* its last connection's next channel id (hibernate.c), or 0 */
 	json_t *egress_spec;   /* the egress policy it asked for at creation (a copy), or NULL */
 	char *snapshot;        /* the snapshot it was made from (snapshot.h), or NULL */
+	/* A sandbox made from a save of a running VM (its processes carried on): what the next
+	 * `resume` tells its agent, {"from": "hibernation" | "fork" | "snapshot", "session": the
+	 * id it was saved as} (guest protocol 10), or NULL; once its agent answered, with
+	 * "processes" (its background processes running then), in the session object. */
+	json_t *restored;
 	/* The E2B API's view (api/e2b.c): an absolute deadline (wall clock ms, 0: none) that
 	 * replaces the idle timeout, the client's metadata (object of strings) and the template
 	 * id it asked for (an alias of tmpl's name, or NULL). */

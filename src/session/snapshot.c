@@ -22,9 +22,9 @@
 struct snapshot {
 	char *owner;
 	char *name;
-	json_t *rec;  /* the row's record: template, resources, env, egress, nextChannel... */
-	json_t *keep; /* the driver's record of the save (NULL while being made) */
-	uint64_t bytes;      /* what the save holds on the host's disk (an estimate until made) */
+	json_t *rec;    /* the row's record: template, resources, env, egress, nextChannel... */
+	json_t *keep;   /* the driver's record of the save (NULL while being made) */
+	uint64_t bytes; /* what the save holds on the host's disk (an estimate until made) */
 	uint64_t created_ms; /* wall clock */
 	uint64_t expires_ms;
 	unsigned holds; /* sandboxes being made from it */
@@ -399,6 +399,11 @@ uint32_t snapshot_next_channel(const struct snapshot *sn)
 {
 	uint64_t n = uint_of(sn->rec, "nextChannel");
 	return n < UINT32_MAX / 2 ? (uint32_t)n : 0;
+}
+
+const char *snapshot_session(const struct snapshot *sn)
+{
+	return json_string_value(json_object_get(sn->rec, "session"));
 }
 
 const json_t *snapshot_keep(const struct snapshot *sn)

@@ -46,12 +46,15 @@ int snapshot_delete(const char *owner, const char *name, bool any_owner, struct 
 /* A session made from a snapshot of its owner's: the snapshot, NULL with ENOENT. */
 const struct snapshot *snapshot_find(const char *owner, const char *name, struct err *err);
 /* What a session made from it has: its template's name, resources, environment (an object),
- * egress policy (an object or NULL) and the guest's next channel (0: a new agent). */
+ * egress policy (an object or NULL), the guest's next channel (0: a new agent), and the
+ * session it was taken from. */
 const char *snapshot_template(const struct snapshot *sn);
 void snapshot_resources(const struct snapshot *sn, struct session_resources *ret);
 const json_t *snapshot_env(const struct snapshot *sn);
 const json_t *snapshot_egress(const struct snapshot *sn);
 uint32_t snapshot_next_channel(const struct snapshot *sn);
+/* The id of the session it was taken from. */
+const char *snapshot_session(const struct snapshot *sn);
 /* The driver's record of the save (sandbox_spec.hibernated), valid while it is held. */
 const json_t *snapshot_keep(const struct snapshot *sn);
 /* A hold on its save while a sandbox is made from it; given back once that is done. */

@@ -120,6 +120,9 @@ class HibernateTest(HibernateCase):
         resumed = self.resume(d, sid)
         print(f"\n    qemu hibernate {took * 1000:.0f} ms, resume {resumed * 1000:.0f} ms",
               file=sys.stderr)
+        # Its agent was told it was restored, and counted the counter running on.
+        self.assertEqual(self.listed(d)[sid]["restored"],
+                         {"from": "hibernation", "session": sid, "processes": 1})
         # The same counter process, counting on from where it was.
         after = self.count(d, sid)
         self.assertGreaterEqual(after, before)
@@ -434,6 +437,10 @@ class ForkTest(HibernateCase):
         self.assertEqual(len(set(forks)), 2)
         self.assertNotIn(sid, forks)
         self.assertEqual([f["state"] for f in body["sessions"]], ["ready", "ready"], body)
+        # Each fork's agent was told it was restored, and counted the counter running on.
+        for f in body["sessions"]:
+            self.assertEqual(f["restored"], {"from": "fork", "session": sid, "processes": 1},
+                             f)
         names = {f["previewName"] for f in body["sessions"]}
         self.assertEqual(len(names), 2)
         # The parent runs on, its counter counting.
@@ -601,6 +608,8 @@ class SnapshotTest(HibernateCase):
             self.assertEqual(status, 201, body)
             made.append((body["id"], time.monotonic() - t1))
             self.assertEqual(body["snapshot"], "vm-1")
+            self.assertEqual(body["restored"], {"from": "snapshot", "session": sid,
+                                                "processes": 1}, body)
         print(f"\n    qemu snapshot: saved in {took * 1000:.0f} ms ({snap['sizeBytes']} bytes), "
               f"sessions from it ready in {made[0][1] * 1000:.0f} and "
               f"{made[1][1] * 1000:.0f} ms", file=sys.stderr)

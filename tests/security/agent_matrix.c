@@ -183,7 +183,12 @@ static void stop_agent(struct run *r)
 static struct guest_op *start_op(struct run *r, const char *name, const struct guest_op_cbs *cbs)
 {
 	bool storage = strcmp(name, "resume-storage") == 0;
-	json_t *req = json_pack("{s:s}", "op", storage ? "resume" : name);
+	bool restored = strcmp(name, "resume-restored") == 0;
+	json_t *req = json_pack("{s:s}", "op", storage || restored ? "resume" : name);
+	/* A VM made from a save of a running one (protocol 10). */
+	if (restored)
+		json_object_set_new(req, "restored",
+				    json_pack("{s:s, s:s}", "from", "fork", "session", "parent"));
 	/* A VM's first resume: the storage its agent mounts before answering. */
 	if (storage)
 		json_object_set_new(req, "storage",
@@ -228,7 +233,7 @@ static void run_cell(void **state)
 	/* Later contexts follow a first ping that is answered, so the fault is on the op's first
 	 * occurrence, or on the second ping. */
 	int nth = !first && strcmp(c->op, "ping") == 0 ? 2 : 1;
-	const char *script_op = strcmp(c->op, "resume-storage") == 0 ? "resume" : c->op;
+	const char *script_op = strncmp(c->op, "resume-", 7) == 0 ? "resume" : c->op;
 	snprintf(script, sizeof(script), "%s#%d %s %s", script_op, nth, phase, c->fault);
 
 	struct run r = { .free_on_failure = first };

@@ -1285,6 +1285,42 @@ static void test_resume(void **state)
 	expect_error(c, 3, "EINVAL", "{\"op\":\"resume\",\"time\":{\"nsec\":1}}");
 }
 
+/* Protocol 10: a resume that says the sandbox was restored from a save ends what the
+ * previous connection left open (a command still running) and counts the background
+ * processes that carried on; a bad "restored" is refused. */
+static void test_resume_restored(void **state)
+{
+	struct client *c = *state;
+	struct reply r;
+	run(c, 1, &r, "{\"op\":\"spawn\",\"argv\":[\"sleep\",\"30\"],\"tag\":\"kept\"}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	reply_free(&r);
+	const char *left = "{\"op\":\"exec\",\"argv\":[\"sleep\",\"30\"]}";
+	client_send(c, GUEST_REQUEST, 2, left, strlen(left));
+	assert_true(client_ping(c, 3)); /* the exec has started */
+	run(c, 4, &r,
+	    "{\"op\":\"resume\",\"sessionId\":\"child\",\"restored\":{\"from\":\"fork\","
+	    "\"session\":\"parent\"}}");
+	assert_int_equal(r.type, GUEST_RESULT);
+	assert_true(json_is_true(json_object_get(r.json, "restored")));
+	assert_int_equal(reply_int(&r, "processes"), 1);
+	assert_int_equal(reply_int(&r, "droppedOperations"), 1);
+	reply_free(&r);
+	/* Nothing more of the dropped exec comes; the connection serves on. */
+	assert_true(client_ping(c, 5));
+	struct frame f;
+	assert_int_not_equal(client_next(c, 2, &f, 300), 0);
+	expect_error(c, 6, "EINVAL", "{\"op\":\"resume\",\"restored\":{\"from\":\"nap\"}}");
+	expect_error(c, 7, "EINVAL", "{\"op\":\"resume\",\"restored\":{}}");
+	expect_error(c, 8, "EINVAL", "{\"op\":\"resume\",\"restored\":\"fork\"}");
+	/* Without "restored", nothing is said of it. */
+	run(c, 9, &r, "{\"op\":\"resume\"}");
+	assert_null(json_object_get(r.json, "restored"));
+	reply_free(&r);
+	run(c, 10, &r, "{\"op\":\"signal\",\"tag\":\"kept\",\"signal\":\"KILL\"}");
+	reply_free(&r);
+}
+
 static long rss_kb(pid_t pid)
 {
 	char path[64], line[256];
@@ -1423,6 +1459,7 @@ int main(void)
 		T(test_escapes),
 		T(test_protocol_errors),
 		T(test_resume),
+		T(test_resume_restored),
 		T(test_flow_control),
 		T(test_max_ops),
 		cmocka_unit_test(test_eof_kills_children),
