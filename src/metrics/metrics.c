@@ -389,6 +389,12 @@ void metrics_init(void)
 		"sandbox_snapshots",
 		"Snapshots: how many (count) and what their saves hold on the host's disk (bytes)",
 		"kind");
+	metrics_daemon.session_saves =
+		metrics_gauge("session_saves",
+			      "Saves of running sessions (hibernations, forks, snapshots) running "
+			      "on workers now, "
+			      "and waiting for one (at most half the workers save at once)",
+			      "state");
 	metrics_daemon.session_pauses_total = metrics_counter(
 		"session_pauses_total",
 		"Pauses, hibernations, resumes, forks and snapshots of sessions by action (pause, "

@@ -58,7 +58,8 @@ struct sandbox_metrics {
 	struct metric *warm_pool_size;           /* gauge {template} */
 	struct metric *sandbox_disk_bytes;       /* gauge {kind}: used, allocated */
 	struct metric *volumes;                  /* gauge {kind}: count, bytes (their sizes) */
-	struct metric *snapshots; /* gauge {kind}: count, bytes (what their saves hold) */
+	struct metric *snapshots;     /* gauge {kind}: count, bytes (what their saves hold) */
+	struct metric *session_saves; /* gauge {state}: running, waiting (the save gate) */
 	struct metric *guest_protocol_errors_total; /* counter {kind} */
 	struct metric *watches_active;              /* gauge */
 	struct metric *watch_events_total;          /* counter {type} */

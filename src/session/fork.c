@@ -159,6 +159,127 @@ static void start_fork(struct fork_job *j, unsigned i)
 	loop_submit(session_job_work, session_create_done, cj);
 }
 
+/* --- the save gate ---------------------------------------------------------------------
+ *
+ * A save holds a worker for as long as it writes (a VM's RAM: seconds for a large one), and
+ * the workers also make every tenant's sandboxes: at most half of them save at once, the
+ * rest stay for creations. Among waiting saves, owners take turns: the next to start is the
+ * oldest of the owner whose last save started longest ago (one that never saved first), so
+ * a client that asks for many cannot hold back another's. */
+
+struct save_slot {
+	char *owner;
+	void (*work)(void *arg);
+	void (*done)(void *arg);
+	void *arg;
+	struct save_slot *next;
+};
+
+static struct {
+	struct save_slot *queue; /* waiting, oldest first */
+	unsigned nrunning;
+	uint64_t started; /* saves started so far */
+	/* When each owner with a save waiting or running last started one. */
+	struct gate_owner {
+		char *owner;
+		uint64_t last; /* 0: never */
+		unsigned held; /* its saves waiting or running */
+	} * owners;
+	size_t nowners;
+} gate;
+
+static unsigned gate_limit(void)
+{
+	unsigned w = session_mod.cfg->workers / 2;
+	return w ? w : 1;
+}
+
+static struct gate_owner *gate_owner(const char *owner)
+{
+	for (size_t i = 0; i < gate.nowners; i++)
+		if (strcmp(gate.owners[i].owner, owner) == 0)
+			return &gate.owners[i];
+	gate.owners = xrealloc(gate.owners, (gate.nowners + 1) * sizeof(*gate.owners));
+	struct gate_owner *o = &gate.owners[gate.nowners++];
+	*o = (struct gate_owner){ .owner = xstrdup(owner) };
+	return o;
+}
+
+static void gate_owner_put(const char *owner)
+{
+	struct gate_owner *o = gate_owner(owner);
+	if (--o->held)
+		return;
+	free(o->owner);
+	*o = gate.owners[--gate.nowners];
+}
+
+static void gate_work(void *arg)
+{
+	struct save_slot *slot = arg;
+	slot->work(slot->arg);
+}
+
+static void gate_dispatch(void);
+
+static void gate_done(void *arg)
+{
+	struct save_slot *slot = arg;
+	gate.nrunning--;
+	slot->done(slot->arg);
+	gate_owner_put(slot->owner);
+	free(slot->owner);
+	free(slot);
+	gate_dispatch();
+}
+
+static void gate_dispatch(void)
+{
+	while (gate.queue && gate.nrunning < gate_limit()) {
+		struct save_slot **pick = &gate.queue;
+		uint64_t best = UINT64_MAX;
+		for (struct save_slot **pp = &gate.queue; *pp; pp = &(*pp)->next) {
+			uint64_t last = gate_owner((*pp)->owner)->last;
+			if (last < best) {
+				best = last;
+				pick = pp;
+			}
+		}
+		struct save_slot *slot = *pick;
+		*pick = slot->next;
+		gate_owner(slot->owner)->last = ++gate.started;
+		gate.nrunning++;
+		loop_submit(gate_work, gate_done, slot);
+	}
+}
+
+void session_save_submit(const char *owner, void (*work)(void *arg), void (*done)(void *arg),
+			 void *arg)
+{
+	struct save_slot *slot = xcalloc(1, sizeof(*slot));
+	slot->owner = xstrdup(owner ? owner : "");
+	slot->work = work;
+	slot->done = done;
+	slot->arg = arg;
+	gate_owner(slot->owner)->held++;
+	struct save_slot **pp = &gate.queue;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = slot;
+	if (gate.nrunning >= gate_limit())
+		log_info("session", "a save of owner `%s` waits: %u of %u running", slot->owner,
+			 gate.nrunning, gate_limit());
+	gate_dispatch();
+}
+
+void session_saves(unsigned *running, unsigned *waiting)
+{
+	*running = gate.nrunning;
+	*waiting = 0;
+	for (struct save_slot *s = gate.queue; s; s = s->next)
+		(*waiting)++;
+}
+
 /* --- saving a running session whole (fork and snapshot) ------------------------------ */
 
 struct save_job {
@@ -250,7 +371,7 @@ void session_save(struct session *s, const char *action, session_saved_fn cb, vo
 	guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
 	session_touch(s);
 	session_mod.creating++; /* a stop waits for it */
-	loop_submit(save_work, save_done, j);
+	session_save_submit(s->owner, save_work, save_done, j);
 }
 
 /* --- fork -------------------------------------------------------------------------------- */

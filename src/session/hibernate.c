@@ -299,7 +299,7 @@ void session_hibernate(struct session *s,
 		guest_conn_set_liveness(s->conn, 0, session_mod.cfg->ping_timeout_ms);
 	net_sandbox_stop(j->sandbox_id); /* its resolver lives on this thread */
 	session_mod.destroying++;        /* a stop waits for it */
-	loop_submit(hibernate_work, hibernate_done, j);
+	session_save_submit(s->owner, hibernate_work, hibernate_done, j);
 }
 
 /* --- resuming ----------------------------------------------------------------------- */

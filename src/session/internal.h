@@ -96,6 +96,14 @@ int session_hibernated_store(struct session *s, struct err *err);
 
 /* --- fork.c ---------------------------------------------------------------------------- */
 
+/* Runs a save (work on a worker, then done on the loop) once the save gate lets it: at most
+ * half the workers save at once, the others stay for creations; owners take turns.
+ * Hibernations, forks and snapshots go through it. */
+void session_save_submit(const char *owner, void (*work)(void *arg), void (*done)(void *arg),
+			 void *arg);
+/* Saves running and waiting for the gate (for /metrics). */
+void session_saves(unsigned *running, unsigned *waiting);
+
 /* Whether s can be saved whole while it runs (a fork, a snapshot: `what` says which, as the
  * error's "forked"): EBUSY (not running, operations in flight), ENOTSUP (the driver cannot),
  * EINVAL (volumes), ESHUTDOWN, or the host's admission. */

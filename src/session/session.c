@@ -1123,6 +1123,10 @@ static void on_scrape(void *arg)
 	volume_totals(&vcount, &vbytes);
 	metrics_set(metrics_daemon.volumes, (double)vcount, "count");
 	metrics_set(metrics_daemon.volumes, (double)vbytes, "bytes");
+	unsigned saving, waiting;
+	session_saves(&saving, &waiting);
+	metrics_set(metrics_daemon.session_saves, saving, "running");
+	metrics_set(metrics_daemon.session_saves, waiting, "waiting");
 	snapshot_totals(&vcount, &vbytes);
 	metrics_set(metrics_daemon.snapshots, (double)vcount, "count");
 	metrics_set(metrics_daemon.snapshots, (double)vbytes, "bytes");

@@ -276,6 +276,53 @@ class SnapshotLimitsTest(SnapshotCase):
         self.assertAlmostEqual(time.mktime(expires) - time.mktime(created), 600, delta=1)
 
 
+@jail_only
+class SaveGateTest(SnapshotCase):
+    """Saves hold workers: with two (SANDBOX_WORKERS=2) one saves at a time, and the other
+    makes sessions meanwhile; owners take turns, so one that asks for many saves at once
+    holds back neither another's creations nor its saves."""
+    daemon_env = {**ENV, "SANDBOX_WORKERS": "2"}
+
+    def test_owners_take_turns_and_creations_go_on(self):
+        greedy, other = self.key("greedy"), self.key("other")
+        sids = [self.source(key=greedy) for _ in range(3)]
+        for sid in sids:
+            # Enough that each copy takes a while (the copy is synced before it is named).
+            self.out(sid, "head -c 100663296 /dev/urandom > big", key=greedy)
+        theirs = self.source(key=other)
+        done = []
+
+        def snap(sid, key, name):
+            status, _, body = self.d.post(f"/exec/{sid}/snapshot", body={"name": name},
+                                          api_key=key, timeout=300)
+            done.append((name, status))
+        threads = [threading.Thread(target=snap, args=(sid, greedy, f"g{i}"))
+                   for i, sid in enumerate(sids)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: any("waits" in e.get("msg", "") for e in self.d.logs()), 30, 0.01,
+                   "the greedy key's saves waiting")
+        late = threading.Thread(target=snap, args=(theirs, other, "o0"))
+        late.start()
+        # A creation is not held back by the saves waiting.
+        status, _, made = self.d.post("/exec", body={}, api_key=other, timeout=300)
+        self.assertEqual(status, 201, made)
+        self.addCleanup(self.d.delete, f"/exec/{made['id']}", api_key=other)
+        created_before = len(done)
+        for t in threads + [late]:
+            t.join()
+        self.assertEqual(sorted(done), [("g0", 201), ("g1", 201), ("g2", 201), ("o0", 201)])
+        self.assertLess(created_before, 3, done)
+        # The other key's save did not wait for all of the greedy key's.
+        order = [n for n, _ in done]
+        self.assertLess(order.index("o0"), 3, order)
+        for name, key in (("g0", greedy), ("g1", greedy), ("g2", greedy), ("o0", other)):
+            self.d.delete(f"/snapshots/{name}", api_key=key)
+        status, _, text = self.d.get("/metrics")
+        text = text.decode() if isinstance(text, bytes) else text
+        self.assertIn('session_saves{state="waiting"} 0', text)
+
+
 def restart(first):
     return helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0",
                                       "SANDBOX_STATE_DIR": first.state_dir,
