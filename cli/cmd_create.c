@@ -1,4 +1,5 @@
-/* sandbox create: a session made explicitly, with its own template, timeout, env, limits. */
+/* sandbox create: a session made explicitly, with its own template, timeout, env, limits, or
+ * from a snapshot. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@ void cmd_create_help(void)
 	       "                      [--memory SIZE] [--cpu-quota US] [--pids N] [--disk SIZE]\n"
 	       "                      [--storage disk|tmpfs] [--volume NAME:/PATH[:ro]]... "
 	       "[--json]\n"
-	       "                      [--on-timeout destroy|pause]\n\n"
+	       "                      [--on-timeout destroy|pause] [--snapshot NAME]\n\n"
 	       "Creates a session (its id is made up when ID is absent) and prints its id.\n"
 	       "  --template T            template; default the server's\n"
 	       "  --idle-timeout DURATION destroyed after this long without a request: seconds,\n"
@@ -31,6 +32,11 @@ void cmd_create_help(void)
 	       "1M\n"
 	       "  --storage disk|tmpfs    jail: root and /workspace on a disk, or tmpfs\n"
 	       "  --volume NAME:/PATH[:ro] mount a persistent volume (sandbox volumes create)\n"
+	       "  --snapshot NAME         start from a snapshot (sandbox snapshot): its files,\n"
+	       "                          and on qemu its processes; its template, limits and\n"
+	       "                          storage are the snapshot's (so not with --template,\n"
+	       "                          --memory, --cpu-quota, --pids, --disk, --storage,\n"
+	       "                          --volume)\n"
 	       "Limits may only lower the server's (a disk: within its cap). --json prints the "
 	       "session object.\n");
 }
@@ -66,6 +72,8 @@ static int parse_create_opts(int argc, char **argv, json_t *body)
 		json_int_t n;
 		if (strcmp(a, "--template") == 0 || strcmp(a, "-t") == 0) {
 			json_object_set_new(body, "template", json_string(v));
+		} else if (strcmp(a, "--snapshot") == 0) {
+			json_object_set_new(body, "snapshot", json_string(v));
 		} else if (strcmp(a, "--idle-timeout") == 0) {
 			int64_t secs;
 			if (keys_parse_duration(v, &secs) < 0 || secs <= 0)

@@ -101,8 +101,10 @@ void cmd_fork_help(void)
 	printf("usage: sandbox fork ID [--count N] [--json]\n\n"
 	       "Forks a running session into N new ones (1 by default, at most 16) from its\n"
 	       "current state: on qemu the whole VM, its memory and running processes with a\n"
-	       "copy of its disk, each fork with its own id, entropy and network. The session\n"
-	       "runs on. Prints each fork's id and state (--json: the session objects).\n");
+	       "copy of its disk; in a jail (a session with a disk) a copy of its files only,\n"
+	       "each fork's processes starting afresh. Each fork has its own id and network.\n"
+	       "The session runs on. Prints each fork's id and state (--json: the session\n"
+	       "objects).\n");
 }
 
 int cmd_fork(int argc, char **argv)

@@ -17,7 +17,7 @@
 
 static const struct cli_command commands[] = {
 	COMMAND(run, "run a command in a new sandbox, then destroy it"),
-	COMMAND(create, "create a session (template, idle timeout, env, resources)"),
+	COMMAND(create, "create a session (template or snapshot, idle timeout, env, resources)"),
 	COMMAND(exec, "run a command in an existing session"),
 	COMMAND(shell, "open an interactive terminal in a session"),
 	COMMAND(cp, "copy files or directories to or from a session (SESSION:PATH)"),
@@ -34,12 +34,14 @@ static const struct cli_command commands[] = {
 	COMMAND(pause, "pause sessions: their processes stop, all is kept until resume"),
 	COMMAND(resume, "resume paused sessions"),
 	COMMAND(fork, "fork a running session into new ones from its current state"),
+	COMMAND(snapshot, "keep a session's current state under a name, to start sessions from"),
 	COMMAND(procs, "list the background processes of a session"),
 	COMMAND(attach, "stream a background process's output until it ends"),
 	COMMAND(kill, "send a signal to a background process"),
 	COMMAND(rm, "destroy sessions, or remove files of them (SESSION:PATH)"),
 	COMMAND(templates, "list templates, or build one (templates build NAME)"),
 	COMMAND(volumes, "manage persistent volumes (create, ls, rm)"),
+	COMMAND(snapshots, "manage snapshots (ls, rm)"),
 	COMMAND(keys, "manage API keys (create, list, rotate, revoke, delete)"),
 	COMMAND(mcp, "serve MCP on stdin/stdout, forwarding to the daemon"),
 };

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 import unittest
+from datetime import datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -87,6 +88,103 @@ class CliTest(unittest.TestCase):
             time.sleep(0.1)
         self.assertNotIn("cli-vol", [v["name"] for v in json.loads(
             self.cli("volumes", "ls", "--json", check=0).stdout)])
+
+    def test_snapshots(self):
+        if harness.driver() != "jail":
+            self.skipTest("a jail's snapshot is its disk's files (disk storage)")
+        self.addCleanup(self.cli, "rm", "cs1", "cs2", "cs3", "cs4")
+        self.addCleanup(self.cli, "snapshots", "rm", "cli-snap", "cli-snap2")
+        data = bytes((i * 7) % 256 for i in range(256 * 400))
+        self.cli("create", "cs1", "--storage", "disk", check=0)
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "kept.bin")
+            with open(src, "wb") as f:
+                f.write(data)
+            self.cli("cp", src, "cs1:kept.bin", check=0)
+        out = self.cli("snapshot", "cs1", "cli-snap", check=0).stdout.decode()
+        self.assertRegex(out, r"^cli-snap \(files kept, until \d{4}-\d\d-\d\dT[^)]+\)\n$")
+        j = json.loads(self.cli("snapshot", "cs1", "cli-snap2", "--ttl", "1h", "--json",
+                                check=0).stdout)
+        self.assertEqual([j[k] for k in ("name", "template", "driver", "session",
+                                         "processesKept")],
+                         ["cli-snap2", "base", "jail", "cs1", False])
+        self.assertGreater(j["sizeBytes"], 0)
+        at = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))
+        self.assertAlmostEqual((at(j["expiresAt"]) - at(j["createdAt"])).total_seconds(), 3600,
+                               delta=5)
+        listed = {x["name"]: x for x in json.loads(self.cli("snapshots", "ls", "--json",
+                                                            check=0).stdout)}
+        self.assertEqual(listed["cli-snap"]["session"], "cs1")
+        self.assertEqual(listed["cli-snap2"]["expiresAt"], j["expiresAt"])
+        lines = self.cli("snapshots", check=0).stdout.decode().splitlines()
+        self.assertEqual(lines[0].split(), ["NAME", "TEMPLATE", "SESSION", "SIZE", "KEPT",
+                                            "EXPIRES"])
+        row = next(l.split() for l in lines if l.startswith("cli-snap "))
+        self.assertEqual(row[:3] + row[4:5], ["cli-snap", "base", "cs1", "files"])
+        # The source runs on; what it writes now is not in the snapshot.
+        self.cli("exec", "cs1", "--", "sh", "-c", "echo later > after.txt", check=0)
+
+        s = json.loads(self.cli("create", "cs2", "--snapshot", "cli-snap", "--json",
+                                check=0).stdout)
+        self.assertEqual((s["id"], s["template"], s["snapshot"]), ("cs2", "base", "cli-snap"))
+        self.assertEqual(self.cli("cat", "cs2", "kept.bin", check=0).stdout, data)
+        self.cli("exec", "cs2", "--", "test", "-e", "after.txt", check=1)
+        # Each session has its own copy: the source and a second session do not see the
+        # first's writes.
+        self.cli("exec", "cs2", "--", "sh", "-c", "echo changed > kept.bin && echo m > mine",
+                 check=0)
+        self.assertEqual(self.cli("cat", "cs1", "kept.bin", check=0).stdout, data)
+        self.cli("exec", "cs1", "--", "test", "-e", "mine", check=1)
+        self.assertEqual(self.cli("create", "cs3", "--snapshot", "cli-snap", check=0).stdout,
+                         b"cs3\n")
+        self.assertEqual(self.cli("cat", "cs3", "kept.bin", check=0).stdout, data)
+
+        # Refusals: the server's (status 1, its status in the message), the CLI's own (2).
+        for args, status in ((("snapshot", "cs1", "a/b"), b"400"),
+                             (("snapshot", "cs1", "x" * 64), b"400"),
+                             (("snapshot", "cs1", "cli-snap"), b"409"),
+                             (("snapshot", "no-such-session", "cli-x"), b"404"),
+                             (("create", "--snapshot", "no-such-snap"), b"404"),
+                             (("create", "--snapshot", "cli-snap", "--template", "base"), b"400"),
+                             (("create", "--snapshot", "cli-snap", "--memory", "256M"), b"400"),
+                             (("create", "--snapshot", "cli-snap", "--disk", "64M"), b"400"),
+                             (("create", "--snapshot", "cli-snap", "--storage", "disk"), b"400"),
+                             (("create", "--snapshot", "cli-snap", "--volume", "v:/data"),
+                              b"400")):
+            p = self.cli(*args, check=1)
+            self.assertIn(status, p.stderr, args)
+        self.assertIn(b"usage: sandbox snapshot", self.cli("snapshot", "cs1", check=2).stdout)
+        for bad in (["--ttl", "0"], ["--ttl", "x"], ["--ttl"], ["--bogus"], ["extra"]):
+            self.cli("snapshot", "cs1", "cli-snap3", *bad, check=2)
+        # In a jail the disk is what is kept: a session without one cannot be snapshotted.
+        self.cli("create", "cs4", "--storage", "tmpfs", check=0)
+        p = self.cli("snapshot", "cs4", "cli-snap4", check=1)
+        self.assertIn(b"501", p.stderr)
+        self.assertIn(b"disk", p.stderr)
+        self.cli("snapshots", "bogus", check=1)
+        self.assertIn(b"not a snapshot name", self.cli("snapshots", "rm", "a/b", check=1).stderr)
+
+        # Another key neither sees nor uses nor deletes it.
+        k = json.loads(self.cli("keys", "create", "cli-snap-other", "--scopes", "exec", "--json",
+                                check=0).stdout)
+        env = dict(self.env, SANDBOX_API_KEY=k["key"])
+        other = lambda *a: subprocess.run([CLI, *a], env=env, capture_output=True, timeout=60)
+        p = other("snapshots", "ls", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("cli-snap", [x["name"] for x in json.loads(p.stdout)])
+        for args in (("snapshots", "rm", "cli-snap"), ("create", "--snapshot", "cli-snap")):
+            p = other(*args)
+            self.assertEqual(p.returncode, 1, args)
+            self.assertIn(b"404", p.stderr, args)
+
+        self.cli("snapshots", "rm", "cli-snap", "cli-snap2", check=0)
+        self.assertEqual(self.cli("cat", "cs2", "mine", check=0).stdout, b"m\n")  # it goes on
+        self.assertEqual([x for x in json.loads(self.cli("snapshots", "ls", "--json",
+                                                         check=0).stdout)
+                          if x["name"] in ("cli-snap", "cli-snap2")], [])
+        self.assertIn(b"404", self.cli("snapshots", "rm", "cli-snap", check=1).stderr)
+        self.assertIn(b"404", self.cli("create", "--snapshot", "cli-snap", check=1).stderr)
+        self.cli("rm", "cs1", "cs2", "cs3", "cs4", check=0)
 
     def test_key_file(self):
         """Without --api-key or $SANDBOX_API_KEY the key comes from the per-user key file."""
@@ -581,14 +679,16 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "wt1", check=0)
 
     def test_fork_refusals(self):
-        # The forks themselves are qemu's (tests/e2e/test_qemu_lifecycle.py).
-        self.cli("create", "fk1", check=0)
+        # The forks themselves: tests/integration/test_fork.py (jail),
+        # tests/e2e/test_qemu_lifecycle.py (qemu). A jail forks only a session with a disk.
+        self.cli("create", "fk1", "--storage", "tmpfs", check=0)
         self.assertIn(b"usage: sandbox fork", self.cli("fork", check=2).stdout)
         for bad in (["--count", "0"], ["--count", "17"], ["--count", "x"], ["--bogus"]):
             self.cli("fork", "fk1", *bad, check=2)
         if harness.driver() == "jail":
             p = self.cli("fork", "fk1", check=1)
-            self.assertIn(b"cannot fork", p.stderr)
+            self.assertIn(b"501", p.stderr)
+            self.assertIn(b"disk", p.stderr)
         p = self.cli("fork", "no-such-session", check=1)
         self.assertIn(b"no-such-session", p.stderr)
         self.cli("rm", "fk1", check=0)
@@ -596,7 +696,7 @@ class CliTest(unittest.TestCase):
     def test_help_for_every_command(self):
         for cmd in ("run", "create", "exec", "cp", "ls", "cat", "ps", "rm", "templates",
                     "keys", "stat", "mkdir", "mv", "procs", "attach", "kill", "watch",
-                    "shell", "pause", "resume", "fork"):
+                    "shell", "pause", "resume", "fork", "snapshot", "snapshots"):
             p = self.cli(cmd, "--help", check=0)
             self.assertIn(b"usage: sandbox", p.stdout)
 

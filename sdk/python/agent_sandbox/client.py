@@ -426,13 +426,17 @@ class Sandbox:
                        resources: Optional[Dict[str, int]] = None,
                        storage: Optional[str] = None,
                        volumes: Optional[Sequence[Dict[str, Any]]] = None,
-                       on_timeout: Optional[str] = None) -> "Session":
+                       on_timeout: Optional[str] = None,
+                       snapshot: Optional[str] = None) -> "Session":
         """Creates a session now (POST /exec/), waits until it is ready, returns its handle.
         idle_timeout_s: seconds of inactivity before the server reaps it. resources: its own
         limits ({"memoryBytes", "cpuQuotaUs", "diskBytes", "pidsMax"}); storage: "disk" or
         "tmpfs" (jail, docs/storage.md), default the server's; volumes: persistent volumes to
         mount, [{"name": "data", "path": "/data", "readOnly": False}]; on_timeout: what the
-        idle timeout does, "destroy" (the default) or "pause" (resume() brings it back)."""
+        idle timeout does, "destroy" (the default) or "pause" (resume() brings it back);
+        snapshot: start from this snapshot (Session.snapshot), its files and on qemu its
+        processes; its template, resources and storage are the snapshot's, so template,
+        resources, storage and volumes with it are refused (400), and an unknown one is 404."""
         body: Dict[str, Any] = {}
         if template:
             body["template"] = template
@@ -450,6 +454,8 @@ class Sandbox:
             body["volumes"] = list(volumes)
         if on_timeout:
             body["onTimeout"] = on_timeout
+        if snapshot:
+            body["snapshot"] = snapshot
         j = self.request("POST", "/exec/", body)
         return Session(self, j["id"], j.get("template", template))
 
@@ -469,6 +475,21 @@ class Sandbox:
     def delete_volume(self, name: str) -> Dict[str, Any]:
         """Deletes a volume and its files (409 while a session mounts it)."""
         return self.request("DELETE", f"/volumes/{urllib.parse.quote(name, safe='')}")
+
+    # named snapshots of sessions (Session.snapshot), to start new sessions from
+
+    def snapshots(self) -> List[Dict[str, Any]]:
+        """This key's snapshots (every key's for an admin key, each with its "owner")."""
+        return self.request("GET", "/snapshots")["snapshots"]
+
+    def snapshot(self, name: str) -> Dict[str, Any]:
+        """One snapshot; SandboxError 404 when this key has none of that name."""
+        return self.request("GET", f"/snapshots/{urllib.parse.quote(name, safe='')}")
+
+    def delete_snapshot(self, name: str) -> Dict[str, Any]:
+        """Deletes a snapshot ({"deleted": True, "name"}; SandboxError 404 when there is
+        none)."""
+        return self.request("DELETE", f"/snapshots/{urllib.parse.quote(name, safe='')}")
 
     def session(self, id: Optional[str] = None, template: Optional[str] = None) -> "Session":
         """A handle on session `id` (created by the server on first use if new)."""
@@ -823,11 +844,13 @@ class Session:
     def fork(self, count: int = 1) -> List["Session"]:
         """Forks the running session into `count` new ones (1 to 16) from its current
         state: on qemu the whole VM, its memory and running processes with a copy of its
-        disk, each fork with its own id, entropy and network; the session runs on. Returns
-        the forks once every one is ready, as Sessions (their session objects in `.fork_info`; a
-        fork that failed has "state": "failed" and "error"). SandboxError 501 on a driver
-        that cannot fork (the jail), 409 while paused or with an operation in flight, 429
-        beyond the key's or the server's sessions, 400 for a bad count."""
+        disk; in a jail (a session with a disk) a copy of its files only, each fork's
+        processes starting afresh; each fork with its own id and network; the session runs
+        on. Returns the forks once every one is ready, as Sessions (their session objects in
+        `.fork_info`; a fork that failed has "state": "failed" and "error"). SandboxError 501
+        where the driver cannot save the session (a jail's session without a disk), 409
+        while paused or with an operation in flight, 429 beyond the key's or the server's
+        sessions, 400 for a bad count or a session with volumes."""
         body = self.client.request("POST", self._p("/fork"), {"count": count})
         forks = []
         for info in body["sessions"]:
@@ -835,6 +858,23 @@ class Session:
             s.fork_info = info
             forks.append(s)
         return forks
+
+    def snapshot(self, name: str, ttl_seconds: Optional[int] = None) -> Dict[str, Any]:
+        """Keeps the session's current state under `name` (1 to 63 of [A-Za-z0-9._-],
+        starting with a letter or digit), for new sessions to start from
+        (create_session(snapshot=name)): on qemu the whole VM, whose processes carry on in
+        them; in a jail (a session with a disk) only its files ("processesKept" says which).
+        The session runs on. It lasts ttl_seconds (default and most: the server's
+        SANDBOX_SNAPSHOT_TTL). Returns the snapshot (name, template, driver, session,
+        sizeBytes, createdAt, expiresAt, processesKept). SandboxError 400 for a bad name or
+        ttl or a session with volumes, 404 for an unknown session, 409 when the key has a
+        snapshot of that name or the session is paused or busy, 429 beyond the key's
+        snapshots or their bytes, 501 where the driver cannot save the session (a jail's
+        session without a disk), 507 when the server's disk has no room."""
+        body: Dict[str, Any] = {"name": name}
+        if ttl_seconds is not None:
+            body["ttlSeconds"] = ttl_seconds
+        return self.client.request("POST", self._p("/snapshot"), body)
 
     def info(self) -> Optional[Dict[str, Any]]:
         """The session object as the server lists it (state, pausedAt, limits...), or None

@@ -9,6 +9,7 @@ import time
 import threading
 import unittest
 import warnings
+from datetime import datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -406,19 +407,127 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(cm.exception.status, 404)
 
     def test_fork_refusals(self):
-        # The forks themselves are qemu's (tests/e2e/test_qemu_lifecycle.py).
-        with self.sb.create_session(template="base") as s:
+        # The forks themselves: tests/integration/test_fork.py (jail),
+        # tests/e2e/test_qemu_lifecycle.py (qemu). A jail forks only a session with a disk.
+        with self.sb.create_session(template="base", storage="tmpfs") as s:
             with self.assertRaises(SandboxError) as cm:
                 s.fork(count=0)
             self.assertEqual(cm.exception.status, 400)
             with self.assertRaises(SandboxError) as cm:
                 s.fork()
             self.assertEqual(cm.exception.status, 501)
-            self.assertIn("cannot fork", str(cm.exception))
+            self.assertIn("disk", str(cm.exception))
             self.assertEqual(s.state, "ready")
         with self.assertRaises(SandboxError) as cm:
             self.sb.session("no-such-session").fork()
         self.assertEqual(cm.exception.status, 404)
+
+    def test_snapshots(self):
+        if harness.driver() != "jail":
+            self.skipTest("a jail's snapshot is its disk's files (disk storage)")
+
+        def refused(status, call, *args, **kw):
+            with self.assertRaises(SandboxError) as cm:
+                call(*args, **kw)
+            self.assertEqual(cm.exception.status, status, (args, kw, cm.exception.message))
+
+        def fields(x):
+            return [x[k] for k in ("name", "session", "sizeBytes", "createdAt", "expiresAt")]
+
+        def lasts(x):
+            return (datetime.fromisoformat(x["expiresAt"].replace("Z", "+00:00")) -
+                    datetime.fromisoformat(x["createdAt"].replace("Z", "+00:00"))).total_seconds()
+
+        data = bytes((i * 7) % 256 for i in range(256 * 400))
+        made = []
+        src = self.sb.create_session(template="base", storage="disk")
+        try:
+            src.write_file("kept.bin", data)
+            snap = src.snapshot("sdk-py-snap")
+            self.assertEqual([snap[k] for k in ("name", "template", "driver", "session",
+                                                "processesKept")],
+                             ["sdk-py-snap", "base", "jail", src.id, False])
+            self.assertIsInstance(snap["sizeBytes"], int)
+            self.assertGreater(snap["sizeBytes"], 0)
+            # Without ttl_seconds it lasts the server's SANDBOX_SNAPSHOT_TTL (a week by default).
+            self.assertAlmostEqual(lasts(snap), 604800, delta=5)
+            self.assertEqual(fields(self.sb.snapshot("sdk-py-snap")), fields(snap))
+            listed = [x for x in self.sb.snapshots() if x["name"] == "sdk-py-snap"]
+            self.assertEqual([fields(x) for x in listed], [fields(snap)])
+            short = src.snapshot("sdk-py-short", ttl_seconds=60)
+            self.assertAlmostEqual(lasts(short), 60, delta=5)
+            self.assertEqual(self.sb.delete_snapshot("sdk-py-short"),
+                             {"deleted": True, "name": "sdk-py-short"})
+            # The source runs on; what it writes now is not in the snapshot.
+            src.write_file("after.txt", "later")
+
+            first = self.sb.create_session(snapshot="sdk-py-snap")
+            made.append(first)
+            self.assertEqual(first.template, "base")
+            info = first.info()
+            self.assertEqual((info["state"], info["template"], info["snapshot"]),
+                             ("ready", "base", "sdk-py-snap"))
+            self.assertEqual(first.read_bytes("kept.bin"), data)
+            self.assertFalse(first.exists("after.txt"))
+            # Each session has its own copy: the source and a second session do not see the
+            # first's writes.
+            first.write_file("kept.bin", "changed")
+            first.write_file("mine.txt", "mine")
+            self.assertEqual(src.read_bytes("kept.bin"), data)
+            self.assertFalse(src.exists("mine.txt"))
+            second = self.sb.create_session(snapshot="sdk-py-snap")
+            made.append(second)
+            self.assertEqual(second.read_bytes("kept.bin"), data)
+            self.assertFalse(second.exists("mine.txt"))
+
+            # Refusals.
+            for bad in ("", "-dash-first", "a/b", "sp ace", "x" * 64):
+                refused(400, src.snapshot, bad)
+            for ttl in (0, -1, 604801):
+                refused(400, src.snapshot, "sdk-py-ttl", ttl_seconds=ttl)
+            refused(409, src.snapshot, "sdk-py-snap")
+            refused(404, self.sb.session("no-such-session").snapshot, "sdk-py-x")
+            refused(404, self.sb.snapshot, "no-such-snap")
+            refused(404, self.sb.create_session, snapshot="no-such-snap")
+            for extra in ({"template": "base"}, {"resources": {"memoryBytes": 256 << 20}},
+                          {"resources": {"diskBytes": 64 << 20}}, {"storage": "disk"},
+                          {"volumes": [{"name": "v", "path": "/data"}]}):
+                refused(400, self.sb.create_session, snapshot="sdk-py-snap", **extra)
+            src.pause()
+            refused(409, src.snapshot, "sdk-py-paused")
+            src.resume()
+            # In a jail the disk is what is kept: a session without one cannot be snapshotted.
+            tmpfs = self.sb.create_session(template="base", storage="tmpfs")
+            made.append(tmpfs)
+            refused(501, tmpfs.snapshot, "sdk-py-tmpfs")
+
+            # Another key neither sees nor uses nor deletes it.
+            status, _, key = self.daemon.post("/admin/keys",
+                                              body={"name": "sdk-py-snap-other",
+                                                    "scopes": ["exec"]})
+            self.assertEqual(status, 201, key)
+            other = Sandbox(base_url=self.daemon.base_url, api_key=key["key"])
+            self.assertNotIn("sdk-py-snap", [x["name"] for x in other.snapshots()])
+            refused(404, other.snapshot, "sdk-py-snap")
+            refused(404, other.create_session, snapshot="sdk-py-snap")
+            refused(404, other.delete_snapshot, "sdk-py-snap")
+            self.assertEqual(self.sb.snapshot("sdk-py-snap")["name"], "sdk-py-snap")
+
+            self.assertEqual(self.sb.delete_snapshot("sdk-py-snap"),
+                             {"deleted": True, "name": "sdk-py-snap"})
+            self.assertEqual(first.read_file("mine.txt"), "mine")  # it goes on
+            refused(404, self.sb.snapshot, "sdk-py-snap")
+            refused(404, self.sb.delete_snapshot, "sdk-py-snap")
+            self.assertNotIn("sdk-py-snap", [x["name"] for x in self.sb.snapshots()])
+            refused(404, self.sb.create_session, snapshot="sdk-py-snap")
+        finally:
+            for s in made + [src]:
+                s.destroy()
+            for name in ("sdk-py-snap", "sdk-py-short"):
+                try:
+                    self.sb.delete_snapshot(name)
+                except SandboxError:
+                    pass
 
     def test_pause_and_resume(self):
         with self.sb.create_session(template="base") as s:

@@ -5,6 +5,7 @@ import type {
   HealthInfo,
   SandboxOptions,
   SessionInfo,
+  SnapshotInfo,
   TemplateManifest,
   VolumeInfo,
 } from "./types.js";
@@ -108,6 +109,21 @@ export class Sandbox {
   /** Deletes a volume and its files (409 while a session mounts it). */
   async deleteVolume(name: string): Promise<void> {
     await this.json<unknown>("DELETE", `/volumes/${encodeURIComponent(name)}`);
+  }
+
+  /** This key's snapshots (every key's for an admin key, each with its owner). */
+  async snapshots(): Promise<SnapshotInfo[]> {
+    return (await this.json<{ snapshots: SnapshotInfo[] }>("GET", "/snapshots")).snapshots;
+  }
+
+  /** One snapshot; a SandboxError with status 404 when this key has none of that name. */
+  async snapshot(name: string): Promise<SnapshotInfo> {
+    return this.json<SnapshotInfo>("GET", `/snapshots/${encodeURIComponent(name)}`);
+  }
+
+  /** Deletes a snapshot (a SandboxError with status 404 when there is none). */
+  async deleteSnapshot(name: string): Promise<void> {
+    await this.json<unknown>("DELETE", `/snapshots/${encodeURIComponent(name)}`);
   }
 
   async templates(): Promise<TemplateManifest[]> {

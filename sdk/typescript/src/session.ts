@@ -14,6 +14,7 @@ import type {
   StartProcessOptions,
   ReadFileResult,
   SessionInfo,
+  SnapshotInfo,
   StreamEvent,
   WatchEnd,
   WatchEvent,
@@ -457,16 +458,33 @@ export class Session {
 
   /** Forks the running session into `count` new ones (1 by default, at most 16) from its
    * current state: on qemu the whole VM, its memory and running processes with a copy of its
-   * disk, each fork with its own id, entropy and network; the session runs on. Resolves to the
-   * forks once every one is ready, as Sessions with their info (`fork.info`); a fork that
-   * failed has `state: "failed"` and `error`. Rejects with a SandboxError: 501 on a driver
-   * that cannot fork (the jail), 409 while the session is paused or has an operation in
-   * flight, 429 beyond the key's or the server's sessions, 400 for a bad count. */
+   * disk; in a jail (a session with a disk) a copy of its files only, each fork's processes
+   * starting afresh; each fork with its own id and network; the session runs on. Resolves to
+   * the forks once every one is ready, as Sessions with their info (`fork.info`); a fork that
+   * failed has `state: "failed"` and `error`. Rejects with a SandboxError: 501 where the
+   * driver cannot save the session (a jail's session without a disk), 409 while the session
+   * is paused or has an operation in flight, 429 beyond the key's or the server's sessions,
+   * 400 for a bad count or a session with volumes. */
   async fork(opts: { count?: number } = {}): Promise<Array<{ session: Session; info: SessionInfo }>> {
     const r = await this.client.json<{ sessions: SessionInfo[] }>("POST", this.path("/fork"), {
       count: opts.count ?? 1,
     });
     return r.sessions.map((info) => ({ session: this.client.session(info.id, info.template), info }));
+  }
+
+  /** Keeps the session's current state under `name` (1 to 63 of [A-Za-z0-9._-], starting
+   * with a letter or digit), for new sessions to start from (createSession({ snapshot })):
+   * on qemu the whole VM, whose processes carry on in them; in a jail (a session with a disk)
+   * only its files ("processesKept" says which). The session runs on. It lasts
+   * opts.ttlSeconds (default and most: the server's SANDBOX_SNAPSHOT_TTL). Rejects with a
+   * SandboxError: 400 for a bad name or ttl or a session with volumes, 404 for an unknown
+   * session, 409 when the key has a snapshot of that name or the session is paused or busy,
+   * 429 beyond the key's snapshots or their bytes, 501 where the driver cannot save the
+   * session (a jail's session without a disk), 507 when the server's disk has no room. */
+  async snapshot(name: string, opts: { ttlSeconds?: number } = {}): Promise<SnapshotInfo> {
+    const body: Record<string, unknown> = { name };
+    if (opts.ttlSeconds !== undefined) body.ttlSeconds = opts.ttlSeconds;
+    return this.client.json<SnapshotInfo>("POST", this.path("/snapshot"), body);
   }
 
   /** The session as the server lists it (state, pausedAt, limits...), or undefined when

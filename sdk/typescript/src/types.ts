@@ -137,6 +137,8 @@ export interface SessionInfo {
   disk?: { usedBytes: number; sizeBytes: number };
   /** The persistent volumes it mounts. */
   volumes?: VolumeMount[];
+  /** The snapshot it was made from (CreateOptions.snapshot). */
+  snapshot?: string;
 }
 
 /** A persistent volume to mount at a session's creation (docs/storage.md). */
@@ -157,6 +159,25 @@ export interface VolumeInfo {
   state: "creating" | "ready";
   createdAt: string;
   mounts: { sessionId: string; readOnly: boolean }[];
+  /** For an admin key, whose it is. */
+  owner?: string;
+}
+
+/** A named snapshot of a session (Session.snapshot), from which new sessions start
+ * (CreateOptions.snapshot). */
+export interface SnapshotInfo {
+  name: string;
+  template: string;
+  driver: "jail" | "qemu";
+  /** The session it was taken from. */
+  session: string;
+  sizeBytes: number;
+  createdAt: string;
+  /** When the server deletes it (ISO 8601). */
+  expiresAt: string;
+  /** qemu: the VM's memory is kept, so processes carry on in the sessions made from it;
+   * jail: only the files are. */
+  processesKept: boolean;
   /** For an admin key, whose it is. */
   owner?: string;
 }
@@ -196,6 +217,10 @@ export interface CreateOptions {
   storage?: "disk" | "tmpfs";
   /** Persistent volumes to mount (jail, disk storage). */
   volumes?: VolumeMount[];
+  /** Start from this snapshot (Session.snapshot): its files, and on qemu its processes. Its
+   * template, resources and storage are the snapshot's: with it, template, resources,
+   * storage and volumes are refused (400). */
+  snapshot?: string;
 }
 
 /** A background process, as the server describes it. */

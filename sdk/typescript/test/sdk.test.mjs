@@ -348,18 +348,122 @@ test("pause and resume: state visible, operations refused, processes carry on", 
   await assert.rejects(sandbox.session("no-such-session").pause(), (e) => e instanceof SandboxError && e.status === 404);
 });
 
-test("fork: the jail says it cannot, a bad count is refused", async () => {
-  // The forks themselves are qemu's (tests/e2e/test_qemu_lifecycle.py).
-  const s = await sandbox.createSession({ template: "base" });
+test("fork: a jail's session without a disk says it cannot, a bad count is refused", async () => {
+  // The forks themselves: tests/integration/test_fork.py (jail), tests/e2e/test_qemu_lifecycle.py (qemu).
+  const s = await sandbox.createSession({ template: "base", storage: "tmpfs" });
   try {
     assert.equal(typeof s.fork, "function");
     await assert.rejects(s.fork({ count: 0 }), (e) => e instanceof SandboxError && e.status === 400);
-    await assert.rejects(s.fork(), (e) => e instanceof SandboxError && e.status === 501 && /cannot fork/.test(e.message));
+    await assert.rejects(s.fork(), (e) => e instanceof SandboxError && e.status === 501 && /disk/.test(e.message));
     assert.equal(await s.state(), "ready");
   } finally {
     await s.destroy();
   }
   await assert.rejects(sandbox.session("no-such-session").fork(), (e) => e instanceof SandboxError && e.status === 404);
+});
+
+// A key of its own (scope exec), made with the admin key.
+async function otherKey(name) {
+  const res = await fetch(`${daemon.baseUrl}/admin/keys`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${daemon.apiKey}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ name, scopes: ["exec"] }),
+  });
+  assert.equal(res.status, 201);
+  return (await res.json()).key;
+}
+
+test("snapshot: a disk's files kept by name, sessions started from them, refusals, delete", async () => {
+  if ((process.env.DRIVER ?? "jail") !== "jail") return;
+  const is = (status) => (e) => e instanceof SandboxError && e.status === status;
+  const src = await sandbox.createSession({ template: "base", storage: "disk" });
+  const made = [];
+  try {
+    const bytes = new Uint8Array(256 * 400);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7) % 256;
+    await src.writeFile("kept.bin", bytes);
+    const snap = await src.snapshot("sdk-ts-snap");
+    assert.deepEqual(
+      [snap.name, snap.template, snap.driver, snap.session, snap.processesKept],
+      ["sdk-ts-snap", "base", "jail", src.id, false],
+    );
+    assert.ok(Number.isInteger(snap.sizeBytes) && snap.sizeBytes > 0, JSON.stringify(snap));
+    // Without ttlSeconds it lasts the server's SANDBOX_SNAPSHOT_TTL (a week by default).
+    const lasts = (x) => (Date.parse(x.expiresAt) - Date.parse(x.createdAt)) / 1000;
+    assert.ok(Math.abs(lasts(snap) - 604800) <= 5, JSON.stringify(snap));
+    const fields = (x) => [x.name, x.session, x.sizeBytes, x.createdAt, x.expiresAt];
+    assert.deepEqual(fields(await sandbox.snapshot("sdk-ts-snap")), fields(snap));
+    const listed = (await sandbox.snapshots()).find((x) => x.name === "sdk-ts-snap");
+    assert.deepEqual(fields(listed), fields(snap));
+    const short = await src.snapshot("sdk-ts-short", { ttlSeconds: 60 });
+    assert.ok(Math.abs(lasts(short) - 60) <= 5, JSON.stringify(short));
+    await sandbox.deleteSnapshot("sdk-ts-short");
+    // The source runs on; what it writes now is not in the snapshot.
+    await src.writeFile("after.txt", "later");
+
+    const from = await sandbox.createSession({ snapshot: "sdk-ts-snap" });
+    made.push(from);
+    const info = await from.info();
+    assert.deepEqual([info.state, info.template, info.snapshot], ["ready", "base", "sdk-ts-snap"]);
+    assert.deepEqual(await from.readBytes("kept.bin"), bytes);
+    assert.equal(await from.exists("after.txt"), false);
+    // Each session has its own copy: the source and a second session do not see the first's writes.
+    await from.writeFile("kept.bin", "changed");
+    await from.writeFile("mine.txt", "mine");
+    assert.deepEqual(await src.readBytes("kept.bin"), bytes);
+    assert.equal(await src.exists("mine.txt"), false);
+    const second = await sandbox.createSession({ snapshot: "sdk-ts-snap" });
+    made.push(second);
+    assert.deepEqual(await second.readBytes("kept.bin"), bytes);
+    assert.equal(await second.exists("mine.txt"), false);
+
+    // Refusals.
+    for (const bad of ["", "-dash-first", "a/b", "sp ace", "x".repeat(64)])
+      await assert.rejects(src.snapshot(bad), is(400), bad);
+    for (const ttlSeconds of [0, -1, 604801])
+      await assert.rejects(src.snapshot("sdk-ts-ttl", { ttlSeconds }), is(400), String(ttlSeconds));
+    await assert.rejects(src.snapshot("sdk-ts-snap"), is(409));
+    await assert.rejects(sandbox.session("no-such-session").snapshot("sdk-ts-x"), is(404));
+    await assert.rejects(sandbox.snapshot("no-such-snap"), is(404));
+    await assert.rejects(sandbox.createSession({ snapshot: "no-such-snap" }), is(404));
+    for (const extra of [
+      { template: "base" },
+      { resources: { memoryBytes: 256 << 20 } },
+      { resources: { diskBytes: 64 << 20 } },
+      { storage: "disk" },
+      { volumes: [{ name: "v", path: "/data" }] },
+    ])
+      await assert.rejects(
+        sandbox.createSession({ snapshot: "sdk-ts-snap", ...extra }),
+        is(400),
+        JSON.stringify(extra),
+      );
+    await src.pause();
+    await assert.rejects(src.snapshot("sdk-ts-paused"), is(409));
+    await src.resume();
+    // In a jail the disk is what is kept: a session without one cannot be snapshotted.
+    const tmpfs = await sandbox.createSession({ template: "base", storage: "tmpfs" });
+    made.push(tmpfs);
+    await assert.rejects(tmpfs.snapshot("sdk-ts-tmpfs"), (e) => is(501)(e) && /disk/.test(e.message));
+
+    // Another key neither sees nor uses nor deletes it.
+    const other = new Sandbox({ baseUrl: daemon.baseUrl, apiKey: await otherKey("sdk-ts-snap-other") });
+    assert.equal((await other.snapshots()).some((x) => x.name === "sdk-ts-snap"), false);
+    await assert.rejects(other.snapshot("sdk-ts-snap"), is(404));
+    await assert.rejects(other.createSession({ snapshot: "sdk-ts-snap" }), is(404));
+    await assert.rejects(other.deleteSnapshot("sdk-ts-snap"), is(404));
+    assert.equal((await sandbox.snapshot("sdk-ts-snap")).name, "sdk-ts-snap");
+
+    await sandbox.deleteSnapshot("sdk-ts-snap");
+    assert.equal((await from.readFile("mine.txt")).content, "mine"); // it goes on
+    await assert.rejects(sandbox.snapshot("sdk-ts-snap"), is(404));
+    await assert.rejects(sandbox.deleteSnapshot("sdk-ts-snap"), is(404));
+    assert.equal((await sandbox.snapshots()).some((x) => x.name === "sdk-ts-snap"), false);
+    await assert.rejects(sandbox.createSession({ snapshot: "sdk-ts-snap" }), is(404));
+  } finally {
+    for (const s of [...made, src]) await s.destroy();
+    for (const name of ["sdk-ts-snap", "sdk-ts-short"]) await sandbox.deleteSnapshot(name).catch(() => undefined);
+  }
 });
 
 test("onTimeout pause: an idle session is paused, not destroyed", async () => {
