@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -443,7 +445,8 @@ static int drop_command_caps(void)
 		       : 0;
 }
 
-/* Runs in the child after fork: only async-signal-safe calls from here on. */
+/* Runs in the child, which shares the agent's memory until it execs (spawn_child): only
+ * async-signal-safe calls from here on, nothing that allocates or writes the agent's data. */
 static void __attribute__((noreturn))
 child_main(const struct agent *a, bool as_root, int cwd_fd, int in_fd, int out_fd, int err_fd,
 	   int status_fd, bool ctty, char **argv, char **envp, char **cand)
@@ -497,6 +500,54 @@ child_main(const struct agent *a, bool as_root, int cwd_fd, int in_fd, int out_f
 	_exit(127);
 }
 
+/* What spawn_child's child needs. */
+struct child_args {
+	const struct agent *a;
+	bool as_root, ctty;
+	int cwd_fd, in_fd, out_fd, err_fd, status_fd;
+	char **argv, **envp, **cand;
+};
+
+static int child_entry(void *arg)
+{
+	const struct child_args *c = arg;
+	child_main(c->a, c->as_root, c->cwd_fd, c->in_fd, c->out_fd, c->err_fd, c->status_fd,
+		   c->ctty, c->argv, c->envp, c->cand);
+}
+
+/* The child's stack: the agent is single-threaded, and the parent waits (CLONE_VFORK) until
+ * the child has exec'd or exited, so one serves every start. */
+#define CHILD_STACK_BYTES (256u << 10)
+static char *child_stack;
+
+/* Starts the command's process the way posix_spawn does: a child sharing the agent's memory
+ * (no copy of its page tables, which a fork of the agent costs on every command) until it
+ * execs, the agent suspended meanwhile. Every signal is blocked across it, so that no
+ * handler of the agent's runs in the child before child_main resets them. */
+static pid_t spawn_child(struct child_args *args)
+{
+	if (!child_stack) {
+		child_stack = mmap(NULL, CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		if (child_stack == MAP_FAILED) {
+			child_stack = NULL;
+			pid_t pid = fork();
+			if (pid == 0)
+				child_entry(args);
+			return pid;
+		}
+	}
+	sigset_t all, old;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid_t pid = clone(child_entry, child_stack + CHILD_STACK_BYTES,
+			  CLONE_VM | CLONE_VFORK | SIGCHLD, args);
+	int saved = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	errno = saved;
+	return pid;
+}
+
 int agent_make_pipe(int p[2], bool parent_reads)
 {
 	if (pipe2(p, O_CLOEXEC) < 0)
@@ -534,14 +585,22 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 	/* The status pipe is read blocking: the child writes to it or execs right away. */
 	fcntl(st[0], F_SETFL, fcntl(st[0], F_GETFL) & ~O_NONBLOCK);
 
-	pid = fork();
+	struct child_args args = { .a = a,
+				   .as_root = rx->as_root,
+				   .ctty = ctty,
+				   .cwd_fd = cwd_fd,
+				   .in_fd = in_fd,
+				   .out_fd = out_fd,
+				   .err_fd = err_fd,
+				   .status_fd = st[1],
+				   .argv = (char **)rx->argv,
+				   .envp = envp,
+				   .cand = cand };
+	pid = spawn_child(&args);
 	if (pid < 0) {
-		err_sys(e, errno, "cannot execute `%s`: fork", rx->argv[0]);
+		err_sys(e, errno, "cannot execute `%s`: clone", rx->argv[0]);
 		goto out;
 	}
-	if (pid == 0)
-		child_main(a, rx->as_root, cwd_fd, in_fd, out_fd, err_fd, st[1], ctty,
-			   (char **)rx->argv, envp, cand);
 
 	agent_close_fd(&st[1]);
 	struct start_failure f;
