@@ -128,7 +128,8 @@ def wait_for_pool(client, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status, body = client.request("GET", "/health")
-        if status == 200 and body.get("warmPool", 0) >= 1:
+        # The pool of the template it creates from: every template has one.
+        if status == 200 and body.get("warmPools", {}).get(TEMPLATE, 0) >= 1:
             return
         time.sleep(0.002)
     raise SystemExit("the warm pool did not refill within 30 s")

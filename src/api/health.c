@@ -61,6 +61,7 @@ void api_health(struct http_ctx *ctx)
 		json_object_set_new(body, "sessions", json_integer((json_int_t)session_count()));
 		json_object_set_new(body, "warmPool",
 				    json_integer((json_int_t)session_pool_size()));
+		json_object_set_new(body, "warmPools", session_pool_sizes());
 	}
 	/* Whether sandboxes get a network, and why not: without it a DNS failure inside is the
 	 * only other clue. */

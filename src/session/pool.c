@@ -244,6 +244,18 @@ size_t session_pool_size(void)
 	return n;
 }
 
+json_t *session_pool_sizes(void)
+{
+	json_t *o = json_object();
+	for (struct pool *p = session_mod.pools; p; p = p->next) {
+		json_int_t ready = 0;
+		for (struct pool_entry *e = p->entries; e; e = e->next)
+			ready += e->ready;
+		json_object_set_new(o, p->template_name, json_integer(ready));
+	}
+	return o;
+}
+
 bool session_pool_claim(const char *template_name, struct sandbox **ret_sb,
 			struct guest_conn **ret_conn)
 {

@@ -267,6 +267,8 @@ struct session_exec *session_exec_find(struct session *s, const char *exec_id);
 void session_foreach(const char *owner, void (*fn)(struct session *s, void *arg), void *arg);
 size_t session_count(void);
 size_t session_pool_size(void);
+/* The same per template: {"base": 1, ...} (every template with a pool). */
+json_t *session_pool_sizes(void);
 json_t *session_json(const struct session *s);
 const char *session_state_name(enum session_state st);
 
