@@ -7,6 +7,7 @@ import threading
 import unittest
 
 import harness
+import helpers_exec
 from helpers_exec import TEMPLATE, DaemonTestCase, joined, parse_sse_data, until_file, wait_until
 from runner import tag
 
@@ -684,6 +685,10 @@ class HealthTest(DaemonTestCase):
         self.assertIn(body["isolation"], ("container", "vm"))
         self.assertIsInstance(body["sessions"], int)
         self.assertIsInstance(body["warmPool"], int)
+        # Per template, adding up to warmPool; the default template has a pool.
+        pools = body["warmPools"]
+        self.assertEqual(sum(pools.values()), body["warmPool"], body)
+        self.assertIn(helpers_exec.TEMPLATE, pools)
 
     def test_health_counts_sessions(self):
         before = self.d.get("/health")[2]["sessions"]

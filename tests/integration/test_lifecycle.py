@@ -17,6 +17,7 @@ import unittest
 
 import harness
 import helpers_host as host
+import helpers_exec
 from helpers_exec import BASE_ENV, DaemonTestCase, new_session_id, sandbox_of, start_daemon, wait_until
 from runner import tag
 
@@ -36,9 +37,12 @@ def footprint_of(daemon, ids, descendants=True):
     return fp
 
 
-def wait_for_warm_pool(daemon, n=1, timeout=30):
-    wait_until(lambda: daemon.get("/health", timeout=10)[2].get("warmPool", 0) >= n, timeout,
-               what=f"{n} pooled sandbox(es)")
+def wait_for_warm_pool(daemon, n=1, timeout=30, template=None):
+    """Until the pool of the template (default: the tests' default) holds n sandboxes: every
+    template has a pool, and another's does not serve a session of this one."""
+    template = template or helpers_exec.TEMPLATE
+    wait_until(lambda: daemon.get("/health", timeout=10)[2].get("warmPools", {}).get(
+        template, 0) >= n, timeout, what=f"{n} pooled sandbox(es) of {template}")
 
 
 class IdleReaperTest(DaemonTestCase):
