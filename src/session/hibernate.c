@@ -24,19 +24,12 @@
 #include "util/log.h"
 #include "util/time.h"
 
-static const char schema[] = "CREATE TABLE IF NOT EXISTS hibernated_sessions ("
-			     "owner TEXT NOT NULL, id TEXT NOT NULL, record TEXT NOT NULL, "
-			     "PRIMARY KEY (owner, id))";
-
-static int ensure_table(sqlite3 *db, struct err *err)
-{
-	_cleanup_sqlite_free_ char *msg = NULL;
-	if (!db)
-		return err_set(err, EROFS, "store: not open");
-	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK)
-		return err_set(err, EROFS, "store: %s", msg ? msg : "cannot create a table");
-	return 0;
-}
+static const struct store_records table = {
+	.table = "hibernated_sessions",
+	.key = "id",
+	.schema = "CREATE TABLE IF NOT EXISTS hibernated_sessions (owner TEXT NOT NULL, id TEXT "
+		  "NOT NULL, record TEXT NOT NULL, PRIMARY KEY (owner, id))",
+};
 
 bool session_has_disk(const struct session *s)
 {
@@ -89,41 +82,13 @@ static json_t *record_of(const struct session *s)
 
 int session_hibernated_store(struct session *s, struct err *err)
 {
-	sqlite3 *db = store_db();
-	int r = ensure_table(db, err);
-	if (r < 0)
-		return r;
 	json_auto_t *rec = record_of(s);
-	_cleanup_free_ char *text = json_dumps(rec, JSON_COMPACT);
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db,
-			       "INSERT OR REPLACE INTO hibernated_sessions (owner, id, record) "
-			       "VALUES (?, ?, ?)",
-			       -1, &st, NULL) != SQLITE_OK)
-		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
-	sqlite3_bind_text(st, 1, s->owner, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, s->id, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
-	return 0;
+	return store_records_put(&table, s->owner, s->id, rec, true, err);
 }
 
 static void record_delete(const char *owner, const char *id)
 {
-	sqlite3 *db = store_db();
-	struct err e;
-	if (ensure_table(db, &e) < 0)
-		return;
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "DELETE FROM hibernated_sessions WHERE owner = ? AND id = ?", -1,
-			       &st, NULL) != SQLITE_OK)
-		return;
-	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		log_warn("session", "cannot forget hibernated session %s: %s", id,
-			 sqlite3_errmsg(db));
+	store_records_delete(&table, owner, id);
 }
 
 /* --- freeing what a hibernated session keeps ---------------------------------------- */
@@ -453,49 +418,50 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 	return true;
 }
 
+struct restore_walk {
+	unsigned n;
+	json_t *keeps; /* what every record keeps, put back or not: the rest is no one's */
+};
+
+static void restore_row(const char *owner, const char *id, json_t *rec, void *arg)
+{
+	struct restore_walk *w = arg;
+	struct err e;
+	if (json_is_object(json_object_get(rec, "kept")))
+		json_array_append(w->keeps, json_object_get(rec, "kept"));
+	if (session_find(owner, id)) {
+		log_warn("session", "hibernated session %s is recorded twice", id);
+		return;
+	}
+	if (restore_one(owner, id, rec, &e)) {
+		w->n++;
+		return;
+	}
+	/* Kept in the database: a later start (the template built again) may take it. */
+	log_warn("session", "hibernated session %s cannot be put back: %s", id, e.msg);
+}
+
 void session_hibernated_restore(void)
 {
-	sqlite3 *db = store_db();
 	struct err e;
-	if (!session_mod.drv->hibernate || ensure_table(db, &e) < 0)
+	if (!session_mod.drv->hibernate)
 		return;
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "SELECT owner, id, record FROM hibernated_sessions", -1, &st,
-			       NULL) != SQLITE_OK)
+	struct restore_walk w = { .keeps = json_array() };
+	if (store_records_foreach(&table, restore_row, &w, &e) < 0) {
+		log_warn("session", "cannot read the hibernated sessions: %s", e.msg);
+		json_decref(w.keeps);
 		return;
-	unsigned n = 0;
-	/* What every record keeps, put back or not: the rest of the driver's is no one's. */
-	json_t *keeps = json_array();
-	while (sqlite3_step(st) == SQLITE_ROW) {
-		const char *owner = (const char *)sqlite3_column_text(st, 0);
-		const char *id = (const char *)sqlite3_column_text(st, 1);
-		const char *text = (const char *)sqlite3_column_text(st, 2);
-		json_auto_t *rec = text ? json_loads(text, 0, NULL) : NULL;
-		if (!owner || !id)
-			continue;
-		if (json_is_object(json_object_get(rec, "kept")))
-			json_array_append(keeps, json_object_get(rec, "kept"));
-		if (session_find(owner, id)) {
-			log_warn("session", "hibernated session %s is recorded twice", id);
-			continue;
-		}
-		if (restore_one(owner, id, rec, &e)) {
-			n++;
-			continue;
-		}
-		/* Kept in the database: a later start (the template built again) may take it. */
-		log_warn("session", "hibernated session %s cannot be put back: %s", id, e.msg);
 	}
-	if (n)
-		log_info("session", "%u hibernated session(s) back from the previous run", n);
-	snapshot_load(keeps);
+	if (w.n)
+		log_info("session", "%u hibernated session(s) back from the previous run", w.n);
+	snapshot_load(w.keeps);
 	if (session_mod.drv->hibernated_sweep) {
-		size_t k = json_array_size(keeps);
+		size_t k = json_array_size(w.keeps);
 		json_t **v = xcalloc(k ? k : 1, sizeof(*v));
 		for (size_t i = 0; i < k; i++)
-			v[i] = json_array_get(keeps, i);
+			v[i] = json_array_get(w.keeps, i);
 		session_mod.drv->hibernated_sweep(v, k);
 		free(v);
 	}
-	json_decref(keeps);
+	json_decref(w.keeps);
 }

@@ -35,58 +35,26 @@ struct snapshot {
 
 static struct snapshot *all;
 
-static const char schema[] = "CREATE TABLE IF NOT EXISTS snapshots ("
-			     "owner TEXT NOT NULL, name TEXT NOT NULL, record TEXT NOT NULL, "
-			     "PRIMARY KEY (owner, name))";
-
-static int ensure_table(sqlite3 *db, struct err *err)
-{
-	_cleanup_sqlite_free_ char *msg = NULL;
-	if (!db)
-		return err_set(err, EROFS, "store: not open");
-	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK)
-		return err_set(err, EROFS, "store: %s", msg ? msg : "cannot create a table");
-	return 0;
-}
+static const struct store_records table = {
+	.table = "snapshots",
+	.key = "name",
+	.schema = "CREATE TABLE IF NOT EXISTS snapshots (owner TEXT NOT NULL, name TEXT NOT NULL, "
+		  "record TEXT NOT NULL, PRIMARY KEY (owner, name))",
+};
 
 static int row_insert(const struct snapshot *sn, struct err *err)
 {
-	sqlite3 *db = store_db();
-	int r = ensure_table(db, err);
-	if (r < 0)
-		return r;
 	json_auto_t *rec = json_deep_copy(sn->rec);
 	json_object_set(rec, "kept", sn->keep);
 	json_object_set_new(rec, "bytes", json_integer((json_int_t)sn->bytes));
 	json_object_set_new(rec, "createdMs", json_integer((json_int_t)sn->created_ms));
 	json_object_set_new(rec, "expiresMs", json_integer((json_int_t)sn->expires_ms));
-	_cleanup_free_ char *text = json_dumps(rec, JSON_COMPACT);
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "INSERT INTO snapshots (owner, name, record) VALUES (?, ?, ?)",
-			       -1, &st, NULL) != SQLITE_OK)
-		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
-	sqlite3_bind_text(st, 1, sn->owner, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, sn->name, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
-	return 0;
+	return store_records_put(&table, sn->owner, sn->name, rec, false, err);
 }
 
 static void row_delete(const char *owner, const char *name)
 {
-	sqlite3 *db = store_db();
-	struct err e;
-	if (ensure_table(db, &e) < 0)
-		return;
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "DELETE FROM snapshots WHERE owner = ? AND name = ?", -1, &st,
-			       NULL) != SQLITE_OK)
-		return;
-	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		log_warn("session", "cannot forget snapshot %s: %s", name, sqlite3_errmsg(db));
+	store_records_delete(&table, owner, name);
 }
 
 static void snapshot_free(struct snapshot *sn)
@@ -437,63 +405,60 @@ static bool record_ok(const json_t *rec)
 	       json_is_object(json_object_get(rec, "env"));
 }
 
+struct load_walk {
+	json_t *keeps;
+	json_t *gone; /* [owner, name] of rows to forget */
+	unsigned n;
+};
+
+static void load_row(const char *owner, const char *name, json_t *rec, void *arg)
+{
+	struct load_walk *w = arg;
+	struct err e;
+	json_t *keep = json_object_get(rec, "kept");
+	if (!json_is_object(keep) || !record_ok(rec)) {
+		log_warn("session", "snapshot %s: its record is not one: forgotten", name);
+		json_array_append_new(w->gone, json_pack("[s, s]", owner, name));
+		return;
+	}
+	json_array_append(w->keeps, keep);
+	if (session_mod.drv->hibernated_claim(keep, &e) < 0) {
+		/* Saved by another driver, or its files are gone: a later start with that driver
+		 * may take it, unless nothing of it is left. */
+		log_warn("session", "snapshot %s cannot be used: %s", name, e.msg);
+		if (e.errnum == ENOENT)
+			json_array_append_new(w->gone, json_pack("[s, s]", owner, name));
+		return;
+	}
+	struct snapshot *sn = xcalloc(1, sizeof(*sn));
+	sn->owner = xstrdup(owner);
+	sn->name = xstrdup(name);
+	sn->keep = json_incref(keep);
+	sn->bytes = uint_of(rec, "bytes");
+	sn->created_ms = uint_of(rec, "createdMs");
+	sn->expires_ms = uint_of(rec, "expiresMs");
+	sn->ready = true;
+	sn->rec = json_deep_copy(rec);
+	json_object_del(sn->rec, "kept");
+	sn->next = all;
+	all = sn;
+	w->n++;
+}
+
 void snapshot_load(json_t *keeps)
 {
-	sqlite3 *db = store_db();
 	struct err e;
-	if (ensure_table(db, &e) < 0)
-		return;
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "SELECT owner, name, record FROM snapshots", -1, &st, NULL) !=
-	    SQLITE_OK)
-		return;
-	unsigned n = 0;
-	json_auto_t *gone = json_array();
-	while (sqlite3_step(st) == SQLITE_ROW) {
-		const char *owner = (const char *)sqlite3_column_text(st, 0);
-		const char *name = (const char *)sqlite3_column_text(st, 1);
-		const char *text = (const char *)sqlite3_column_text(st, 2);
-		json_t *rec = text ? json_loads(text, 0, NULL) : NULL;
-		json_t *keep = json_object_get(rec, "kept");
-		if (!owner || !name || !json_is_object(keep) || !record_ok(rec)) {
-			log_warn("session", "snapshot %s: its record is not one: forgotten",
-				 name ? name : "?");
-			json_decref(rec);
-			if (owner && name)
-				json_array_append_new(gone, json_pack("[s, s]", owner, name));
-			continue;
-		}
-		json_array_append(keeps, keep);
-		if (session_mod.drv->hibernated_claim(keep, &e) < 0) {
-			/* Saved by another driver, or its files are gone: a later start with that
-			 * driver may take it, unless nothing of it is left. */
-			log_warn("session", "snapshot %s cannot be used: %s", name, e.msg);
-			if (e.errnum == ENOENT)
-				json_array_append_new(gone, json_pack("[s, s]", owner, name));
-			json_decref(rec);
-			continue;
-		}
-		struct snapshot *sn = xcalloc(1, sizeof(*sn));
-		sn->owner = xstrdup(owner);
-		sn->name = xstrdup(name);
-		sn->keep = json_incref(keep);
-		sn->bytes = uint_of(rec, "bytes");
-		sn->created_ms = uint_of(rec, "createdMs");
-		sn->expires_ms = uint_of(rec, "expiresMs");
-		sn->ready = true;
-		json_object_del(rec, "kept");
-		sn->rec = rec;
-		sn->next = all;
-		all = sn;
-		n++;
-	}
+	struct load_walk w = { .keeps = keeps, .gone = json_array() };
+	if (store_records_foreach(&table, load_row, &w, &e) < 0)
+		log_warn("session", "cannot read the snapshots: %s", e.msg);
 	size_t i;
 	json_t *v;
-	json_array_foreach (gone, i, v)
+	json_array_foreach (w.gone, i, v)
 		row_delete(json_string_value(json_array_get(v, 0)),
 			   json_string_value(json_array_get(v, 1)));
-	if (n)
-		log_info("session", "%u snapshot(s) back from the previous run", n);
+	json_decref(w.gone);
+	if (w.n)
+		log_info("session", "%u snapshot(s) back from the previous run", w.n);
 }
 
 void snapshot_reap(void)

@@ -155,3 +155,75 @@ int store_check_writable(struct err *err)
 		return err_sys(err, e, "state directory `%s` is not writable", state_dir);
 	return 0;
 }
+
+/* --- records owned by a key ------------------------------------------------------------ */
+
+int store_records_ensure(const struct store_records *t, struct err *err)
+{
+	_cleanup_sqlite_free_ char *msg = NULL;
+	if (!db)
+		return err_set(err, EROFS, "store: not open");
+	if (sqlite3_exec(db, t->schema, NULL, NULL, &msg) != SQLITE_OK)
+		return err_set(err, EROFS, "store: %s", msg ? msg : "cannot create a table");
+	return 0;
+}
+
+int store_records_put(const struct store_records *t, const char *owner, const char *name,
+		      const json_t *record, bool replace, struct err *err)
+{
+	int r = store_records_ensure(t, err);
+	if (r < 0)
+		return r;
+	_cleanup_free_ char *text = json_dumps(record, JSON_COMPACT);
+	_cleanup_free_ char *sql =
+		xasprintf("INSERT%s INTO %s (owner, %s, record) VALUES (?, ?, ?)",
+			  replace ? " OR REPLACE" : "", t->table, t->key);
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (!text || sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
+	return 0;
+}
+
+void store_records_delete(const struct store_records *t, const char *owner, const char *name)
+{
+	struct err e;
+	if (store_records_ensure(t, &e) < 0)
+		return;
+	_cleanup_free_ char *sql =
+		xasprintf("DELETE FROM %s WHERE owner = ? AND %s = ?", t->table, t->key);
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		return;
+	sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		log_warn("store", "cannot delete %s `%s` from %s: %s", t->key, name, t->table,
+			 sqlite3_errmsg(db));
+}
+
+int store_records_foreach(const struct store_records *t, store_records_fn fn, void *arg,
+			  struct err *err)
+{
+	int r = store_records_ensure(t, err);
+	if (r < 0)
+		return r;
+	_cleanup_free_ char *sql = xasprintf("SELECT owner, %s, record FROM %s", t->key, t->table);
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		return err_set(err, EROFS, "store: %s", sqlite3_errmsg(db));
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		const char *owner = (const char *)sqlite3_column_text(st, 0);
+		const char *name = (const char *)sqlite3_column_text(st, 1);
+		const char *text = (const char *)sqlite3_column_text(st, 2);
+		if (!owner || !name)
+			continue;
+		json_auto_t *rec = text ? json_loads(text, 0, NULL) : NULL;
+		fn(owner, name, rec, arg);
+	}
+	return 0;
+}

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <sqlite3.h>
 
 #include "util/err.h"
@@ -39,5 +40,26 @@ int store_sandbox_delete(const char *sandbox_id);
 typedef void (*store_sandbox_fn)(const char *sandbox_id, const char *driver, json_t *record,
 				 void *arg);
 int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err);
+/* Tables of records owned by a key: `table` (a name of ours, never a client's) with columns
+ * owner, `key` (the record's name among the owner's) and record (JSON text), made from
+ * `schema` (its CREATE TABLE IF NOT EXISTS) when missing. EROFS when the store is not open
+ * or does not write. */
+struct store_records {
+	const char *table;
+	const char *key;
+	const char *schema;
+};
+int store_records_ensure(const struct store_records *t, struct err *err);
+/* Writes the owner's record `name` (replace: over one of that name; else EROFS when there
+ * is one). */
+int store_records_put(const struct store_records *t, const char *owner, const char *name,
+		      const json_t *record, bool replace, struct err *err);
+/* Deletes it; logs what it cannot. */
+void store_records_delete(const struct store_records *t, const char *owner, const char *name);
+/* Calls fn for every row (owner, name, the record parsed or NULL when it is not JSON). */
+typedef void (*store_records_fn)(const char *owner, const char *name, json_t *record, void *arg);
+int store_records_foreach(const struct store_records *t, store_records_fn fn, void *arg,
+			  struct err *err);
+
 /* Checks that the state directory accepts writes (for /ready). */
 int store_check_writable(struct err *err);

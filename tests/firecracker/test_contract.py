@@ -87,18 +87,8 @@ class FirecrackerContractTest(unittest.TestCase):
         if not os.access(AGENT_HOST, os.X_OK):
             raise AssertionError(f"no agent binary at {AGENT_HOST} (ninja -C build)")
         cls.tmp = tempfile.mkdtemp(prefix="fc-contract-")
-        cls.artifacts = os.path.join(cls.tmp, "artifacts")
+        cls.artifacts = fake_artifacts(cls.tmp)
         cls.jail_base = os.path.join(cls.tmp, "jail")
-        tdir = os.path.join(cls.artifacts, "templates", "base")
-        os.makedirs(tdir)
-        with open(os.path.join(cls.artifacts, "vmlinux"), "wb") as f:
-            f.write(b"\x7fELF fake kernel for the contract test")
-        with open(os.path.join(tdir, "rootfs.ext4"), "wb") as f:
-            f.write(b"fake ext4 image")
-        with open(os.path.join(tdir, "template.json"), "w") as f:
-            json.dump({"name": "base", "displayName": "Base", "version": "1",
-                       "description": "contract test", "tools": [],
-                       "resources": {"memSizeMib": 128, "vcpuCount": 1}}, f)
         cls.log = os.path.join(cls.tmp, "fc.log")
         cls.daemon = harness.Daemon(env={
             "SANDBOX_DRIVER": "firecracker",

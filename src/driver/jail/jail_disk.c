@@ -213,6 +213,24 @@ int jail_disk_keep(struct jail_disk *d, const char *path, struct err *err)
 	return 0;
 }
 
+/* Attaches a disk image made by jail_disk_create (kept, or a copy of one: `what` names it)
+ * and mounts it; EINVAL unless it has the disk's layout. Returns the mount's descriptor. */
+static int mount_kept(int img, const char *what, struct err *err)
+{
+	char dev[32];
+	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
+	if (loop < 0)
+		return loop;
+	_cleanup_close_ int mnt = jail_disk_mount(dev, err);
+	if (mnt < 0)
+		return mnt;
+	struct stat up, work;
+	if (fstatat(mnt, "upper", &up, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(up.st_mode) ||
+	    fstatat(mnt, "work", &work, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(work.st_mode))
+		return err_set(err, EINVAL, "jail: the disk %s has no upper/ and work/", what);
+	return TAKE_FD(mnt);
+}
+
 int jail_disk_save(struct jail_disk *d, const char *path, struct err *err)
 {
 	if (d->img < 0 || d->mnt < 0)
@@ -326,18 +344,9 @@ int jail_disk_clone(const char *state_dir, const char *from, uint32_t from_base,
 		return err_sys(err, errno, "jail: size the disk image");
 	if ((r = fs_copy_data(src, img, (uint64_t)st.st_size, err)) < 0)
 		return err_wrap(err, "jail: copying the saved disk");
-	char dev[32];
-	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
-	if (loop < 0)
-		return loop;
-	_cleanup_close_ int mnt = jail_disk_mount(dev, err);
+	_cleanup_close_ int mnt = mount_kept(img, from, err);
 	if (mnt < 0)
 		return mnt;
-	struct stat up, work;
-	if (fstatat(mnt, "upper", &up, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(up.st_mode) ||
-	    fstatat(mnt, "work", &work, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(work.st_mode))
-		return err_set(err, EINVAL, "jail: the saved disk %s has no upper/ and work/",
-			       from);
 	if ((r = shift_ids(mnt, from_base, uid_base, err)) < 0)
 		return r;
 	*ret = (struct jail_disk){ .mnt = TAKE_FD(mnt),
@@ -388,17 +397,9 @@ int jail_disk_open(const char *path, struct jail_disk *ret, struct err *err)
 				       path);
 		usleep(20 * 1000);
 	}
-	char dev[32];
-	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
-	if (loop < 0)
-		return loop;
-	_cleanup_close_ int mnt = jail_disk_mount(dev, err);
+	_cleanup_close_ int mnt = mount_kept(img, path, err);
 	if (mnt < 0)
 		return mnt;
-	struct stat up, work;
-	if (fstatat(mnt, "upper", &up, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(up.st_mode) ||
-	    fstatat(mnt, "work", &work, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(work.st_mode))
-		return err_set(err, EINVAL, "jail: the kept disk %s has no upper/ and work/", path);
 	*ret = (struct jail_disk){ .mnt = TAKE_FD(mnt),
 				   .img = TAKE_FD(img),
 				   .path = NULL,
