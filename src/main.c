@@ -1,6 +1,7 @@
 /* sandboxd: the agent-sandbox daemon. Reads its configuration from the environment, picks a
  * driver, serves the HTTP API on one event loop and cleans up everything on the way out. */
 #include <errno.h>
+#include <malloc.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <grp.h>
@@ -368,6 +369,18 @@ static void run(void)
 		event_free(D.grace_timer);
 }
 
+/* A file moves through the daemon in buffers of up to a few MiB (frames of the agent's, the
+ * HTTP output): with glibc's defaults, each of them is a fresh mmap, its pages faulted in and
+ * zeroed for every request and unmapped after (a third of a 1 MiB read's time here). Kept in
+ * the heap instead, and the heap's top kept up to a bound, they are used again. */
+#define MALLOC_MMAP_THRESHOLD (4u << 20)
+#define MALLOC_TRIM_THRESHOLD (8u << 20)
+static void malloc_tune(void)
+{
+	mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD);
+	mallopt(M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD);
+}
+
 int main(int argc, char **argv)
 {
 	int status = handle_args(argc, argv);
@@ -376,6 +389,7 @@ int main(int argc, char **argv)
 	struct err e = { 0 };
 	signal(SIGPIPE, SIG_IGN);
 	umask(022);
+	malloc_tune();
 
 	if (config_load(&D.cfg, &e) < 0) {
 		fprintf(stderr, "sandboxd: invalid configuration:\n%s\n", e.msg);
