@@ -200,12 +200,11 @@ static int clones(const struct driver *d, const struct config *cfg, struct sandb
 	return r;
 }
 
-/* A restored sandbox (bench-<pid>-<tag><i>) past its first execute, saved by `save` (the
- * driver's hibernate or fork_save; timed: *save_ms) into *keep. A fork's sandbox runs on:
- * *ret_sb (a hibernated one is gone: ret_sb NULL). */
+/* A restored sandbox (bench-<pid>-<tag><i>) past its first execute, saved (the driver's
+ * fork_save for a fork, as a fork's save, not synced; else its hibernate; timed: *save_ms)
+ * into *keep. A fork's sandbox runs on: *ret_sb (a hibernated one is gone: ret_sb NULL). */
 static int restored_and_saved(const struct driver *d, const struct config *cfg,
-			      struct sandbox_spec spec, const char *tag, int i,
-			      int (*save)(struct sandbox *sb, json_t **keep, struct err *err),
+			      struct sandbox_spec spec, const char *tag, int i, bool fork,
 			      json_t **keep, double *save_ms, struct sandbox **ret_sb,
 			      struct err *err)
 {
@@ -218,7 +217,7 @@ static int restored_and_saved(const struct driver *d, const struct config *cfg,
 	if (r < 0)
 		return r;
 	double t0 = now_ms();
-	if ((r = save(sb, keep, err)) < 0) {
+	if ((r = fork ? d->fork_save(sb, false, keep, err) : d->hibernate(sb, keep, err)) < 0) {
 		d->destroy(sb);
 		return r;
 	}
@@ -236,7 +235,7 @@ static int sample_hibernate(const struct driver *d, const struct config *cfg,
 			    struct times *ms, struct err *err)
 {
 	json_t *keep = NULL;
-	int r = restored_and_saved(d, cfg, spec, "h", i, d->hibernate, &keep, save_ms, NULL, err);
+	int r = restored_and_saved(d, cfg, spec, "h", i, false, &keep, save_ms, NULL, err);
 	if (r < 0)
 		return r;
 	*bytes = (double)json_integer_value(json_object_get(keep, "stateBytes"));
@@ -258,7 +257,7 @@ static int sample_fork(const struct driver *d, const struct config *cfg, struct 
 {
 	json_t *keep = NULL;
 	struct sandbox *sb = NULL;
-	int r = restored_and_saved(d, cfg, spec, "p", i, d->fork_save, &keep, save_ms, &sb, err);
+	int r = restored_and_saved(d, cfg, spec, "p", i, true, &keep, save_ms, &sb, err);
 	if (r < 0)
 		return r;
 	double t0 = now_ms() - *save_ms;

@@ -131,8 +131,10 @@ struct driver {
 	 * frozen). *ret_keep (owned) is a record as hibernate()'s, from which any number of new
 	 * sandboxes are made (sandbox_spec.hibernated), each from that moment with a disk of its
 	 * own; hibernated_discard frees the save once no more are to be made. On failure the
-	 * sandbox is as it was. Blocking. */
-	int (*fork_save)(struct sandbox *sb, json_t **ret_keep, struct err *err);
+	 * sandbox is as it was. durable: it must survive a crash of the host (a snapshot's,
+	 * synced before it is named); else it lives only until its forks are made (a fork's),
+	 * and a crash leaves at most a save the next start sweeps. Blocking. */
+	int (*fork_save)(struct sandbox *sb, bool durable, json_t **ret_keep, struct err *err);
 	/* After a restart: takes back what a hibernated sandbox keeps (its ids), before any
 	 * sandbox is made; EBUSY/ENOENT when it cannot. Blocking, brief. */
 	int (*hibernated_claim)(const json_t *keep, struct err *err);

@@ -289,6 +289,7 @@ struct save_job {
 	struct err err;
 	uint64_t t0;
 	const char *action; /* the metrics' */
+	bool durable;       /* driver.h: fork_save's */
 	session_saved_fn cb;
 	void *arg;
 };
@@ -296,7 +297,7 @@ struct save_job {
 static void save_work(void *arg)
 {
 	struct save_job *j = arg;
-	j->rc = session_mod.drv->fork_save(j->s->sb, &j->keep, &j->err);
+	j->rc = session_mod.drv->fork_save(j->s->sb, j->durable, &j->keep, &j->err);
 }
 
 static void save_done(void *arg)
@@ -357,13 +358,15 @@ int session_save_check(struct session *s, const char *what, struct err *e)
 	return session_host_check(e);
 }
 
-void session_save(struct session *s, const char *action, session_saved_fn cb, void *arg)
+void session_save(struct session *s, const char *action, bool durable, session_saved_fn cb,
+		  void *arg)
 {
 	struct save_job *j = xcalloc(1, sizeof(*j));
 	j->s = s;
 	session_ref(s);
 	j->t0 = time_mono_ms();
 	j->action = action;
+	j->durable = durable;
 	j->cb = cb;
 	j->arg = arg;
 	s->transition = true;
@@ -435,5 +438,6 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 	j->t0 = time_mono_ms();
 	j->cb = cb;
 	j->arg = arg;
-	session_save(s, "fork", fork_saved, j);
+	/* Its save lives until its forks are made: nothing of it need reach the disk. */
+	session_save(s, "fork", false, fork_saved, j);
 }

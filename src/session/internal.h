@@ -111,8 +111,10 @@ int session_save_check(struct session *s, const char *what, struct err *e);
 /* The save's end: keep (owned) is the driver's record of it, or NULL with err. */
 typedef void (*session_saved_fn)(struct session *s, json_t *keep, const struct err *err, void *arg);
 /* Saves s (session_save_check passed) on a worker through the driver's fork_save, s in
- * transition meanwhile; `action` names the metrics' duration ("fork", "snapshot"). */
-void session_save(struct session *s, const char *action, session_saved_fn cb, void *arg);
+ * transition meanwhile; `action` names the metrics' duration ("fork", "snapshot"); durable
+ * as fork_save's. */
+void session_save(struct session *s, const char *action, bool durable, session_saved_fn cb,
+		  void *arg);
 
 /* --- sandbox.c ------------------------------------------------------------------------ */
 

@@ -281,7 +281,7 @@ int snapshot_take(struct session *s, const char *name, uint64_t ttl_s, snapshot_
 	j->sn = sn;
 	j->done = done;
 	j->arg = arg;
-	session_save(s, "snapshot", taken, j);
+	session_save(s, "snapshot", true, taken, j);
 	return 0;
 }
 

@@ -806,7 +806,7 @@ static int sync_path(const char *path, struct err *err)
 
 /* Writes the save into `tmp`: a Full snapshot of the paused VM, its files moved out of the
  * jail and synced, the rootfs linked, meta.json (*ret_keep) last. */
-static int save_files(struct fc_vm *vm, const char *tmp, const char *name, bool fork,
+static int save_files(struct fc_vm *vm, const char *tmp, const char *name, bool fork, bool durable,
 		      json_t **ret_keep, struct err *err)
 {
 	int r = put(vm, "/snapshot/create",
@@ -827,7 +827,7 @@ static int save_files(struct fc_vm *vm, const char *tmp, const char *name, bool 
 		unlink(src);
 		if (moved < 0)
 			return err_sys(err, -moved, "firecracker: cannot keep `%s`", src);
-		if ((r = sync_path(dst, err)) < 0)
+		if (durable && (r = sync_path(dst, err)) < 0)
 			return r;
 		if (stat(dst, &st[i]) < 0)
 			return err_sys(err, errno, "firecracker: `%s`", dst);
@@ -853,7 +853,7 @@ static int save_files(struct fc_vm *vm, const char *tmp, const char *name, bool 
 	_cleanup_free_ char *meta = xasprintf("%s/meta.json", tmp);
 	if (json_dump_file(keep, meta, JSON_COMPACT) < 0)
 		return err_set(err, EIO, "firecracker: cannot write `%s`", meta);
-	if ((r = sync_path(meta, err)) < 0 || (r = sync_path(tmp, err)) < 0)
+	if (durable && ((r = sync_path(meta, err)) < 0 || (r = sync_path(tmp, err)) < 0))
 		return r;
 	*ret_keep = TAKE_PTR(keep);
 	return 0;
@@ -861,7 +861,7 @@ static int save_files(struct fc_vm *vm, const char *tmp, const char *name, bool 
 
 /* Saves the VM whole as `name` (Paused, then save_files) in a directory renamed into place
  * once complete. The VM stays paused on success; on failure it is as it was. */
-static int save_vm(struct sandbox *sb, const char *name, bool fork, json_t **ret_keep,
+static int save_vm(struct sandbox *sb, const char *name, bool fork, bool durable, json_t **ret_keep,
 		   struct err *err)
 {
 	struct fc_vm *vm = sb->priv;
@@ -879,10 +879,12 @@ static int save_vm(struct sandbox *sb, const char *name, bool fork, json_t **ret
 	json_t *keep = NULL;
 	if ((vm->frozen || (r = send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Paused"),
 					  err)) == 0) &&
-	    (r = save_files(vm, tmp, name, fork, &keep, err)) == 0 && rename(tmp, final) < 0)
+	    (r = save_files(vm, tmp, name, fork, durable, &keep, err)) == 0 &&
+	    rename(tmp, final) < 0)
 		r = err_sys(err, errno, "firecracker: rename `%s`", tmp);
 	if (r == 0) {
-		sync_path(F.saved_dir, NULL);
+		if (durable)
+			sync_path(F.saved_dir, NULL);
 		*ret_keep = keep;
 		return 0;
 	}
@@ -1052,19 +1054,19 @@ static int fc_pause(struct sandbox *sb, bool pause, struct err *err)
 
 static int fc_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err)
 {
-	int r = save_vm(sb, sb->id, false, ret_keep, err);
+	int r = save_vm(sb, sb->id, false, true, ret_keep, err);
 	if (r == 0)
 		fc_destroy(sb);
 	return r;
 }
 
-static int fc_fork_save(struct sandbox *sb, json_t **ret_keep, struct err *err)
+static int fc_fork_save(struct sandbox *sb, bool durable, json_t **ret_keep, struct err *err)
 {
 	char hex[9];
 	random_hex(hex, 4);
 	_cleanup_free_ char *name = xasprintf("%s-f%s", sb->id, hex);
 	struct fc_vm *vm = sb->priv;
-	int r = save_vm(sb, name, true, ret_keep, err);
+	int r = save_vm(sb, name, true, durable, ret_keep, err);
 	if (r == 0 && !vm->frozen) {
 		struct err e;
 		if (send_body(vm, "PATCH", "/vm", json_pack("{s:s}", "state", "Resumed"), &e) < 0)

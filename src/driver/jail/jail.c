@@ -728,7 +728,7 @@ static int jail_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err
 /* A fork's save: a copy of the disk, named <id>-f<random>, taken while the sandbox runs on
  * (jail_disk_save). Only the files are kept: a sandbox made from it starts its processes
  * afresh, with a range of ids of its own. */
-static int jail_fork_save(struct sandbox *sb, json_t **ret_keep, struct err *err)
+static int jail_fork_save(struct sandbox *sb, bool durable, json_t **ret_keep, struct err *err)
 {
 	struct jail *j = sb->priv;
 	if (j->disk.mnt < 0)
@@ -744,7 +744,7 @@ static int jail_fork_save(struct sandbox *sb, json_t **ret_keep, struct err *err
 	if (!cgroup_id_valid(name))
 		return err_set(err, EINVAL, "jail: sandbox id `%s` is too long to save", sb->id);
 	_cleanup_free_ char *path = saved_disk_path(name);
-	int r = jail_disk_save(&j->disk, path, err);
+	int r = jail_disk_save(&j->disk, path, durable, err);
 	if (r < 0)
 		return r;
 	struct stat st;

@@ -61,8 +61,9 @@ int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err);
  * outlives the sandbox and the daemon (hibernation, docs/lifecycle.md). */
 int jail_disk_keep(struct jail_disk *d, const char *path, struct err *err);
 /* Saves a copy of the disk as `path` (a fork's, docs/lifecycle.md) while the sandbox runs: its
- * filesystem frozen meanwhile (FIFREEZE), the copy sparse, named only once complete. */
-int jail_disk_save(struct jail_disk *d, const char *path, struct err *err);
+ * filesystem frozen meanwhile (FIFREEZE), the copy sparse, named only once complete (and,
+ * when durable, synced). */
+int jail_disk_save(struct jail_disk *d, const char *path, bool durable, struct err *err);
 /* A new disk (unnamed, as jail_disk_create's) with the contents of the one jail_disk_save
  * kept as `from`, by a sandbox whose range began at from_base: its files are given the same
  * ids of the range at uid_base. */

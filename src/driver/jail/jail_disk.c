@@ -231,7 +231,7 @@ static int mount_kept(int img, const char *what, struct err *err)
 	return TAKE_FD(mnt);
 }
 
-int jail_disk_save(struct jail_disk *d, const char *path, struct err *err)
+int jail_disk_save(struct jail_disk *d, const char *path, bool durable, struct err *err)
 {
 	if (d->img < 0 || d->mnt < 0)
 		return err_set(err, ENOENT, "jail: the sandbox has no disk");
@@ -259,7 +259,7 @@ int jail_disk_save(struct jail_disk *d, const char *path, struct err *err)
 	if (r < 0)
 		return r;
 	/* Named once complete and on disk: a crash leaves the whole copy or none. */
-	if (fsync(out) < 0)
+	if (durable && fsync(out) < 0)
 		return err_sys(err, errno, "jail: sync the copy of the disk");
 	if (linkat(out, "", AT_FDCWD, path, AT_EMPTY_PATH) < 0)
 		return err_sys(err, errno, "jail: keep the copy of the disk as %s", path);

@@ -889,8 +889,8 @@ static int qemu_pause(struct sandbox *sb, bool pause, struct err *err)
 
 /* Saves the VM whole (qemu_keep.c) under `name`: for a fork, the VM then runs on (unless it
  * was frozen) and its disk is copied; a failed save leaves it as it was either way. */
-static int save_whole(struct sandbox *sb, const char *name, bool fork, json_t **ret_keep,
-		      struct err *err)
+static int save_whole(struct sandbox *sb, const char *name, bool fork, bool durable,
+		      json_t **ret_keep, struct err *err)
 {
 	struct qemu_sb *q = sb->priv;
 	const struct qemu_host *h = host(err);
@@ -914,6 +914,7 @@ static int save_whole(struct sandbox *sb, const char *name, bool fork, json_t **
 		.name = name,
 		.rootfs_path = q->rootfs_path,
 		.fork = fork,
+		.durable = durable,
 		.m = &q->m,
 		.vsock_cid = q->vm->vsock_cid,
 		.disk_fd = q->disk_fd,
@@ -941,7 +942,7 @@ static int save_whole(struct sandbox *sb, const char *name, bool fork, json_t **
  * processes carry on. */
 static int qemu_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err)
 {
-	int r = save_whole(sb, sb->id, false, ret_keep, err);
+	int r = save_whole(sb, sb->id, false, true, ret_keep, err);
 	if (r < 0)
 		return r;
 	/* Its disk has a name in the saved VM now: the destroy's close does not free it. */
@@ -950,12 +951,12 @@ static int qemu_hibernate(struct sandbox *sb, json_t **ret_keep, struct err *err
 }
 
 /* A fork's save: <id>-f<random>, the VM running on. */
-static int qemu_fork_save(struct sandbox *sb, json_t **ret_keep, struct err *err)
+static int qemu_fork_save(struct sandbox *sb, bool durable, json_t **ret_keep, struct err *err)
 {
 	char hex[9];
 	random_hex(hex, 4);
 	_cleanup_free_ char *name = xasprintf("%s-f%s", sb->id, hex);
-	return save_whole(sb, name, true, ret_keep, err);
+	return save_whole(sb, name, true, durable, ret_keep, err);
 }
 
 static int qemu_hibernated_claim(const json_t *keep, struct err *err)

@@ -277,6 +277,8 @@ struct qemu_keep_what {
 	 * stopped) rather than linked, and the record says "fork": each sandbox made from it
 	 * copies the disk again and leaves the save for the next. */
 	bool fork;
+	/* Synced before it is named (a hibernation's, a snapshot's); a fork's need not be. */
+	bool durable;
 	const struct qemu_machine *m;
 	unsigned vsock_cid;
 	int disk_fd;

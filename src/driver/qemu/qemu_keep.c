@@ -166,9 +166,9 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_
 	}
 	struct stat sst;
 	int disk = copy >= 0 ? copy : what->disk_fd;
-	if ((r = sync_fd(state, "the VM's saved state", err)) < 0 ||
-	    (disk >= 0 && (r = sync_fd(disk, "the disk", err)) < 0) ||
-	    (r = sync_fd(dirfd, "the saved VM's directory", err)) < 0)
+	if (what->durable && ((r = sync_fd(state, "the VM's saved state", err)) < 0 ||
+			      (disk >= 0 && (r = sync_fd(disk, "the disk", err)) < 0) ||
+			      (r = sync_fd(dirfd, "the saved VM's directory", err)) < 0))
 		goto fail;
 	if (fstat(state, &sst) < 0) {
 		r = err_sys(err, errno, "qemu: the saved state");
@@ -178,9 +178,11 @@ int qemu_keep_save(struct qemu_vm *vm, const char *state_dir, const struct qemu_
 		r = err_sys(err, errno, "qemu: rename %s to %s", tmp, final);
 		goto fail;
 	}
-	basefd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (basefd < 0 || fsync(basefd) < 0)
-		log_warn("qemu", "syncing %s: %s", base, strerror(errno));
+	if (what->durable) {
+		basefd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (basefd < 0 || fsync(basefd) < 0)
+			log_warn("qemu", "syncing %s: %s", base, strerror(errno));
+	}
 	/* What the save holds on the host's disk: the state, and the disk's allocated blocks
 	 * (a hibernation's disk is the sandbox's own, named; a fork's its copy). */
 	struct stat dst;
