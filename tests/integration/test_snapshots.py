@@ -371,6 +371,7 @@ class SnapshotsAcrossRestartsTest(unittest.TestCase):
         second.proc.send_signal(signal.SIGKILL)
         second.proc.wait(10)
         second.kill()
+        self.addCleanup(shutil.rmtree, second.tmp, True)
         third = restart(first)
         self.addCleanup(third.stop, check=False)
         status, _, listed = third.get("/snapshots")
