@@ -21,6 +21,10 @@
 
 #include "util/cleanup.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 struct exec_op {
@@ -537,6 +541,12 @@ static pid_t spawn_child(struct child_args *args)
 			return pid;
 		}
 	}
+#if defined(__SANITIZE_ADDRESS__)
+	/* The last child left its frames' redzones poisoned in the shadow memory it shared
+	 * with the agent (it exec'd or exited without returning): clear them, or the next
+	 * child's frames at other depths trip over them. */
+	__asan_unpoison_memory_region(child_stack, CHILD_STACK_BYTES);
+#endif
 	sigset_t all, old;
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);

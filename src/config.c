@@ -185,6 +185,7 @@ static const struct var vars[] = {
 	{ "FIRECRACKER_JAIL_BASE", V_PATH, F(fc_jail_base), "/var/lib/agent-sandbox/jailer" },
 	{ "FIRECRACKER_UID", V_UINT, F(fc_uid), "997", 0, 4294967294u },
 	{ "FIRECRACKER_GID", V_UINT, F(fc_gid), "982", 0, 4294967294u },
+	{ "FIRECRACKER_KVM_CHECK", V_BOOL, F(fc_kvm_check), "true" },
 
 	{ "SANDBOX_QEMU_BIN", V_STRING, F(qemu_bin), "qemu-system-x86_64" },
 	{ "SANDBOX_QEMU_ACCEL", V_CHOICE, F(qemu_accel), "auto", 0, 0, accels },

@@ -172,6 +172,7 @@ struct config {
 	char *fc_jail_base;  /* FIRECRACKER_JAIL_BASE */
 	unsigned fc_uid;     /* FIRECRACKER_UID, default 997 */
 	unsigned fc_gid;     /* FIRECRACKER_GID, default 982 */
+	bool fc_kvm_check;   /* FIRECRACKER_KVM_CHECK, default true: probe /dev/kvm when chosen */
 
 	/* qemu */
 	char *qemu_bin;   /* SANDBOX_QEMU_BIN, default qemu-system-x86_64 */

@@ -92,6 +92,7 @@ class FirecrackerContractTest(unittest.TestCase):
         cls.log = os.path.join(cls.tmp, "fc.log")
         cls.daemon = harness.Daemon(env={
             "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_KVM_CHECK": "false",  # the fake needs no KVM
             "FIRECRACKER_BIN": os.path.join(HERE, "fake_firecracker.py"),
             "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
             "FIRECRACKER_JAIL_BASE": cls.jail_base,
@@ -292,6 +293,7 @@ class FirecrackerLifecycleTest(unittest.TestCase):
     def start(self, state_dir=None):
         env = {
             "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_KVM_CHECK": "false",  # the fake needs no KVM
             "FIRECRACKER_BIN": os.path.join(HERE, "fake_firecracker.py"),
             "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
             "FIRECRACKER_JAIL_BASE": self.jail_base,
@@ -454,6 +456,7 @@ class FirecrackerLimitsTest(unittest.TestCase):
         artifacts = empty_artifacts(tmp)
         d = harness.Daemon(env={
             "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_KVM_CHECK": "false",  # the fake needs no KVM
             "FIRECRACKER_BIN": os.path.join(HERE, "fake_firecracker.py"),
             "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
             "FIRECRACKER_JAIL_BASE": os.path.join(tmp, "j" * 90),
@@ -467,6 +470,41 @@ class FirecrackerLimitsTest(unittest.TestCase):
         st, _, body = d.post("/exec/x/execute", {"command": "true"})
         self.assertGreaterEqual(st, 500)
         self.assertIn("too long", body["error"])
+
+    def test_the_start_checks_kvm_unless_told_not_to(self):
+        """Chosen by name, the driver refuses to start without a KVM that can create a VM,
+        naming /dev/kvm; FIRECRACKER_KVM_CHECK=false (as every other test here sets it)
+        lets it start on the fake."""
+        tmp = tempfile.mkdtemp(prefix="fc-kvm-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        env = {
+            "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_BIN": os.path.join(HERE, "fake_firecracker.py"),
+            "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
+            "FIRECRACKER_JAIL_BASE": os.path.join(tmp, "j"),
+            "FIRECRACKER_ARTIFACTS_DIR": empty_artifacts(tmp),
+            "SANDBOX_WARM_POOL": "0",
+        }
+        d = harness.Daemon(env=env, driver_name="firecracker")
+        try:
+            kvm = open("/dev/kvm", "rb+")
+            kvm.close()
+            usable = True
+        except OSError:
+            usable = False
+        if usable:
+            d.start()  # a machine with KVM: the check passes (a nested KVM creates VMs too)
+            d.stop()
+        else:
+            with self.assertRaises(AssertionError) as cm:
+                d.start()
+            self.assertIn("/dev/kvm is not usable", str(cm.exception))
+        d = harness.Daemon(env=dict(env, FIRECRACKER_KVM_CHECK="false"),
+                           driver_name="firecracker")
+        d.start()
+        self.addCleanup(d.stop)
+        st, _, body = d.get("/health")
+        self.assertEqual(body["driver"], "firecracker", body)
 
 
 class HangingVersionTest(unittest.TestCase):
@@ -484,6 +522,7 @@ class HangingVersionTest(unittest.TestCase):
         os.chmod(hanging, 0o755)
         d = harness.Daemon(env={
             "SANDBOX_DRIVER": "firecracker",
+            "FIRECRACKER_KVM_CHECK": "false",  # the fake needs no KVM
             "FIRECRACKER_BIN": hanging,
             "FIRECRACKER_JAILER_BIN": os.path.join(HERE, "fake_jailer.py"),
             "FIRECRACKER_JAIL_BASE": os.path.join(tmp, "j"),

@@ -380,6 +380,24 @@ static void assert_status_line(const char *status, const char *key, const char *
 	free(line);
 }
 
+/* Whether this host's kernel serves the i386 entry point (int 0x80) at all: a kernel
+ * booted with ia32_emulation off, or built without it, kills the caller with SIGSEGV
+ * before any filter sees the call, so the jail's answer there cannot be observed. */
+static bool host_has_int80(void)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		signal(SIGSEGV, SIG_DFL); /* not the test framework's handler */
+		long ret;
+		__asm__ volatile("int $0x80" : "=a"(ret) : "a"(20L /* i386 getpid */) : "memory");
+		_exit(ret > 0 ? 0 : 1);
+	}
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 static void test_security(void **state)
 {
 	need_jail();
@@ -427,7 +445,12 @@ static void test_security(void **state)
 		{ "mknod", EPERM },
 		{ "rawsock", EPERM },
 	};
+	bool int80 = host_has_int80();
+	if (!int80)
+		print_message("keyctl32: not tried, this kernel has no i386 entry point\n");
 	for (size_t i = 0; i < ARRAY_SIZE(calls); i++) {
+		if (!int80 && strcmp(calls[i].name, "keyctl32") == 0)
+			continue;
 		int got = ask(sb, NULL, "sys %s", calls[i].name);
 		if (got != calls[i].want)
 			print_error("%s: errno %d, want %d\n", calls[i].name, got, calls[i].want);
