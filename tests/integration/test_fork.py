@@ -6,8 +6,13 @@ test_qemu_lifecycle.py)."""
 
 import glob
 import os
+import shutil
+import signal
+import threading
+import time
 import unittest
 
+import helpers_exec
 from helpers_exec import BASE_ENV, DaemonTestCase, joined, wait_until
 
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; sleep 0.01; done"
@@ -123,3 +128,57 @@ class JailForkTest(DaemonTestCase):
         status, _, out = self.d.post(f"/exec/{fork}/execute", body={"command": "echo hi"},
                                      api_key=key["key"])
         self.assertEqual(joined(out["output"], "stdout"), "hi\n")
+
+
+@unittest.skipUnless(os.environ.get("DRIVER", "jail") == "jail",
+                     "the jail driver's forks (qemu forks: tests/e2e)")
+class ForkCrashTest(unittest.TestCase):
+    def test_sigkill_in_the_middle_of_forks_leaves_nothing_behind(self):
+        """A daemon killed while sessions are being forked leaves, after its restart, no save
+        and no disk that nothing names (running jails do not outlive their daemon), and the
+        restarted daemon forks again."""
+        first = helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0"})
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        ids = [f"crash-{i}" for i in range(3)]
+        for sid in ids:
+            status, _, body = first.post("/exec", body={"id": sid})
+            self.assertEqual(status, 201, body)
+            status, _, body = first.post(f"/exec/{sid}/execute", body={
+                "command": "head -c 16777216 /dev/urandom > big"})
+            self.assertEqual(status, 200, body)
+        threads = [threading.Thread(target=lambda sid=sid: first.post(
+            f"/exec/{sid}/fork", body={"count": 3}, timeout=10)) for sid in ids]
+        for t in threads:
+            t.start()
+        # Killed once a fork's save exists: in the middle of a fork, between its save and
+        # its last copy.
+        deadline = time.monotonic() + 30
+        while not saves(first.state_dir) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        mid_fork = bool(saves(first.state_dir))
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        for t in threads:
+            t.join()
+        first.kill()
+        self.assertTrue(mid_fork, "no fork's save was ever seen")
+        second = helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0",
+                                            "SANDBOX_STATE_DIR": first.state_dir,
+                                            "SANDBOX_RUN_DIR": first.run_dir})
+        self.addCleanup(second.stop, check=False)
+        disks = os.path.join(first.state_dir, "disks")
+        wait_until(lambda: not os.listdir(disks) if os.path.isdir(disks) else True, 30, 0.1,
+                   "the crashed daemon's saves and disks removed")
+        status, _, listed = second.get("/exec/")
+        self.assertEqual(status, 200, listed)
+        self.assertEqual(listed["sessions"], [], listed)
+        status, _, body = second.post("/exec", body={"id": "after"})
+        self.assertEqual(status, 201, body)
+        status, _, body = second.post("/exec/after/fork", body={"count": 2}, timeout=120)
+        self.assertEqual(status, 201, body)
+        for s in body["sessions"]:
+            second.delete(f"/exec/{s['id']}")
+        second.delete("/exec/after")
+        wait_until(lambda: not os.listdir(disks), 30, 0.1, "every disk freed")
+        second.stop()
