@@ -188,6 +188,21 @@ struct config {
 				       code-interpreter-v1=code-interpreter, else python */
 	char *e2b_envd_version;     /* E2B_ENVD_VERSION: what create reports, default 0.5.7 */
 
+	/* many hosts on etcd (docs/cluster.md) */
+	char *cluster;                /* SANDBOX_CLUSTER: etcd endpoints; unset: one host */
+	char *node_name;              /* SANDBOX_NODE_NAME, default the host name */
+	char *node_url;               /* SANDBOX_NODE_URL: where the other nodes reach this one */
+	char *node_labels;            /* SANDBOX_NODE_LABELS: "k=v,k2=v2" */
+	char *cluster_secret_file;    /* SANDBOX_CLUSTER_SECRET_FILE: the nodes' shared secret */
+	char *cluster_prefix;         /* SANDBOX_CLUSTER_PREFIX, default /agent-sandbox/ */
+	unsigned cluster_lease_ttl_s; /* SANDBOX_CLUSTER_LEASE_TTL, default 10 */
+	unsigned cluster_timeout_ms;  /* SANDBOX_CLUSTER_TIMEOUT_MS, default 2000 */
+	char *etcd_user;              /* SANDBOX_ETCD_USER */
+	char *etcd_password_file;     /* SANDBOX_ETCD_PASSWORD_FILE */
+	char *etcd_ca;                /* SANDBOX_ETCD_CA */
+	char *etcd_cert;              /* SANDBOX_ETCD_CERT */
+	char *etcd_key;               /* SANDBOX_ETCD_KEY */
+
 	/* MCP */
 	char *mcp_allowed_origins;      /* SANDBOX_MCP_ALLOWED_ORIGINS, comma-separated */
 	unsigned mcp_session_timeout_s; /* SANDBOX_MCP_SESSION_TIMEOUT, default 1800 */

@@ -20,7 +20,7 @@ struct job {
 	struct job *next;
 };
 
-static struct {
+struct loop_pool {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct job *todo, *todo_tail;
@@ -30,7 +30,12 @@ static struct {
 	bool stopping;
 	int efd;
 	struct event *ev;
-} pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .efd = -1 };
+};
+
+/* The daemon's workers (loop_submit): creating and destroying sandboxes, large bodies. */
+static struct loop_pool pool = { .lock = PTHREAD_MUTEX_INITIALIZER,
+				 .cond = PTHREAD_COND_INITIALIZER,
+				 .efd = -1 };
 
 static void push(struct job **head, struct job **tail, struct job *j)
 {
@@ -42,38 +47,46 @@ static void push(struct job **head, struct job **tail, struct job *j)
 	*tail = j;
 }
 
-static void *worker_main(void *unused)
+/* Queues j's completion for the loop thread; p->lock held. */
+static void finish_locked(struct loop_pool *p, struct job *j)
 {
-	pthread_mutex_lock(&pool.lock);
+	push(&p->finished, &p->finished_tail, j);
+	uint64_t one = 1;
+	ssize_t w = write(p->efd, &one, sizeof(one));
+	(void)w;
+}
+
+static void *worker_main(void *arg)
+{
+	struct loop_pool *p = arg;
+	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		while (!pool.todo && !pool.stopping)
-			pthread_cond_wait(&pool.cond, &pool.lock);
-		struct job *j = pool.todo;
+		while (!p->todo && !p->stopping)
+			pthread_cond_wait(&p->cond, &p->lock);
+		struct job *j = p->todo;
 		if (!j)
 			break;
-		pool.todo = j->next;
-		if (!pool.todo)
-			pool.todo_tail = NULL;
-		pthread_mutex_unlock(&pool.lock);
+		p->todo = j->next;
+		if (!p->todo)
+			p->todo_tail = NULL;
+		pthread_mutex_unlock(&p->lock);
 
-		j->work(j->arg);
+		if (j->work)
+			j->work(j->arg);
 
-		pthread_mutex_lock(&pool.lock);
-		push(&pool.finished, &pool.finished_tail, j);
-		uint64_t one = 1;
-		ssize_t w = write(pool.efd, &one, sizeof(one));
-		(void)w;
+		pthread_mutex_lock(&p->lock);
+		finish_locked(p, j);
 	}
-	pthread_mutex_unlock(&pool.lock);
+	pthread_mutex_unlock(&p->lock);
 	return NULL;
 }
 
-static void deliver(void)
+static void deliver(struct loop_pool *p)
 {
-	pthread_mutex_lock(&pool.lock);
-	struct job *j = pool.finished;
-	pool.finished = pool.finished_tail = NULL;
-	pthread_mutex_unlock(&pool.lock);
+	pthread_mutex_lock(&p->lock);
+	struct job *j = p->finished;
+	p->finished = p->finished_tail = NULL;
+	pthread_mutex_unlock(&p->lock);
 	while (j) {
 		struct job *next = j->next;
 		if (j->done)
@@ -83,70 +96,131 @@ static void deliver(void)
 	}
 }
 
-static void on_wake(evutil_socket_t fd, short what, void *unused)
+static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t n;
 	ssize_t r = read(fd, &n, sizeof(n));
 	(void)r;
-	deliver();
+	deliver(arg);
 }
 
-int loop_pool_start(struct event_base *base, unsigned nthreads)
+static int pool_start(struct loop_pool *p, struct event_base *base, unsigned nthreads)
 {
-	pool.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (pool.efd < 0)
+	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->efd < 0)
 		return -errno;
-	pool.ev = event_new(base, pool.efd, EV_READ | EV_PERSIST, on_wake, NULL);
-	event_add(pool.ev, NULL);
-	pool.threads = xcalloc(nthreads, sizeof(pthread_t));
+	p->ev = event_new(base, p->efd, EV_READ | EV_PERSIST, on_wake, p);
+	event_add(p->ev, NULL);
+	p->threads = xcalloc(nthreads ? nthreads : 1, sizeof(pthread_t));
 	for (unsigned i = 0; i < nthreads; i++) {
-		int r = pthread_create(&pool.threads[i], NULL, worker_main, NULL);
+		int r = pthread_create(&p->threads[i], NULL, worker_main, p);
 		if (r)
 			return -r;
-		pool.nthreads++;
+		p->nthreads++;
 	}
 	return 0;
 }
 
-bool loop_pool_running(void)
+static bool pool_running(struct loop_pool *p)
 {
-	pthread_mutex_lock(&pool.lock);
-	bool running = pool.nthreads > 0 && !pool.stopping;
-	pthread_mutex_unlock(&pool.lock);
+	pthread_mutex_lock(&p->lock);
+	bool running = p->nthreads > 0 && !p->stopping;
+	pthread_mutex_unlock(&p->lock);
 	return running;
 }
 
-void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
+static void pool_submit(struct loop_pool *p, void (*work)(void *arg), void (*done)(void *arg),
+			void *arg)
 {
 	struct job *j = xcalloc(1, sizeof(*j));
 	j->work = work;
 	j->done = done;
 	j->arg = arg;
-	pthread_mutex_lock(&pool.lock);
-	push(&pool.todo, &pool.todo_tail, j);
-	pthread_cond_signal(&pool.cond);
-	pthread_mutex_unlock(&pool.lock);
+	pthread_mutex_lock(&p->lock);
+	push(&p->todo, &p->todo_tail, j);
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void pool_stop(struct loop_pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->stopping = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	deliver(p);
+	free(p->threads);
+	p->threads = NULL;
+	p->nthreads = 0;
+	if (p->ev)
+		event_free(p->ev);
+	p->ev = NULL;
+	if (p->efd >= 0)
+		close(p->efd);
+	p->efd = -1;
+	p->stopping = false;
+}
+
+int loop_pool_start(struct event_base *base, unsigned nthreads)
+{
+	return pool_start(&pool, base, nthreads);
+}
+
+bool loop_pool_running(void)
+{
+	return pool_running(&pool);
+}
+
+void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
+{
+	pool_submit(&pool, work, done, arg);
 }
 
 void loop_pool_stop(void)
 {
-	pthread_mutex_lock(&pool.lock);
-	pool.stopping = true;
-	pthread_cond_broadcast(&pool.cond);
-	pthread_mutex_unlock(&pool.lock);
-	for (unsigned i = 0; i < pool.nthreads; i++)
-		pthread_join(pool.threads[i], NULL);
-	deliver();
-	free(pool.threads);
-	pool.threads = NULL;
-	pool.nthreads = 0;
-	if (pool.ev)
-		event_free(pool.ev);
-	pool.ev = NULL;
-	if (pool.efd >= 0)
-		close(pool.efd);
-	pool.efd = -1;
-	pool.stopping = false;
+	pool_stop(&pool);
+}
+
+struct loop_pool *loop_pool_new(struct event_base *base, unsigned nthreads)
+{
+	struct loop_pool *p = xcalloc(1, sizeof(*p));
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->efd = -1;
+	if (pool_start(p, base, nthreads) < 0) {
+		loop_pool_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void loop_pool_submit(struct loop_pool *p, void (*work)(void *arg), void (*done)(void *arg),
+		      void *arg)
+{
+	pool_submit(p, work, done, arg);
+}
+
+void loop_pool_post(struct loop_pool *p, void (*done)(void *arg), void *arg)
+{
+	struct job *j = xcalloc(1, sizeof(*j));
+	j->done = done;
+	j->arg = arg;
+	pthread_mutex_lock(&p->lock);
+	finish_locked(p, j);
+	pthread_mutex_unlock(&p->lock);
+}
+
+struct loop_pool *loop_pool_free(struct loop_pool *p)
+{
+	if (!p)
+		return NULL;
+	pool_stop(p);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->cond);
+	free(p);
+	return NULL;
 }
 
 static void on_libevent_log(int severity, const char *msg)

@@ -16,6 +16,7 @@
 #include "api/api.h"
 #include "api/host.h"
 #include "auth/auth.h"
+#include "cluster/cluster.h"
 #include "config.h"
 #include "driver/driver.h"
 #include "guest/client.h"
@@ -442,6 +443,13 @@ int main(int argc, char **argv)
 		log_error("sandboxd", "%s", e.msg);
 		goto out_net;
 	}
+	/* The cluster's keys are in the key store before anyone is served. */
+	if (cluster_init(D.base, &D.cfg, drv->name, drv->isolation, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		cluster_shutdown();
+		auth_shutdown();
+		goto out_net;
+	}
 	int port = 0;
 	if (serve_http(&port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
@@ -450,6 +458,11 @@ int main(int argc, char **argv)
 	if (session_init(D.base, &D.cfg, drv, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		goto out_http;
+	}
+	if (cluster_start(port, &e) < 0) {
+		log_error("sandboxd", "%s", e.msg);
+		D.exit_code = 1;
+		on_stop_signal(SIGTERM, 0, NULL);
 	}
 	notify_init(D.base);
 	catch_signals();
@@ -466,6 +479,8 @@ int main(int argc, char **argv)
 out_http:
 	loop_pool_stop();
 	http_server_free(D.http);
+	/* After the sessions' records went (their writes run on the cluster's threads). */
+	cluster_shutdown();
 	auth_shutdown();
 	front_shutdown();
 	api_envd_shutdown();

@@ -8,8 +8,10 @@
 #include "auth/auth.h"
 #include "auth/keys.h"
 #include "auth/quota.h"
+#include "cluster/cluster.h"
 #include "store/store.h"
 #include "util/cleanup.h"
+#include "util/log.h"
 
 /* A key object with the reference's name for its prefix, "keyPrefix", beside "prefix", and
  * what the key holds now against the quotas in force for it ("usage"). */
@@ -127,6 +129,72 @@ static int opt_expiry(struct http_ctx *ctx, json_t *ex, int64_t *ret)
 	return 0;
 }
 
+/* --- a change of the key table, in a cluster ----------------------------------------- */
+
+/* A change made in the local store, waiting for etcd to hold it too: then its reply goes,
+ * else the local store is put back as it was (`before`: the row then, NULL when the key did
+ * not exist) and the client gets 503. */
+struct key_change {
+	struct http_ctx *ctx;
+	char id[40];
+	json_t *before;
+	int status;
+	json_t *reply;
+};
+
+static void on_key_published(const struct err *err, void *arg)
+{
+	struct key_change *c = arg;
+	if (err) {
+		struct err e;
+		if (c->before ? keys_row_apply(store_db(), c->before, &e) < 0
+			      : keys_delete(store_db(), c->id, &e) < 0 && e.errnum != ENOENT)
+			log_error("api", "key %s: cannot put the local store back: %s", c->id,
+				  e.msg);
+	}
+	if (!c->ctx->gone) {
+		if (err) {
+			http_add_header(c->ctx, "Retry-After", "1");
+			http_reply_error(
+				c->ctx, 503,
+				"the change was not made: the cluster's store (etcd) did not "
+				"take it (%s)",
+				err->msg);
+		} else {
+			http_reply_json(c->ctx, c->status, json_incref(c->reply));
+		}
+	}
+	http_ctx_release(c->ctx);
+	json_decref(c->before);
+	json_decref(c->reply);
+	free(c);
+}
+
+/* Replies (status, reply: stolen) once the change of key `id` is the cluster's. */
+static void commit(struct http_ctx *ctx, const char *id, json_t *before, int status, json_t *reply)
+{
+	if (!cluster_enabled()) {
+		json_decref(before);
+		http_reply_json(ctx, status, reply);
+		return;
+	}
+	struct key_change *c = xcalloc(1, sizeof(*c));
+	c->ctx = ctx;
+	snprintf(c->id, sizeof(c->id), "%s", id);
+	c->before = before;
+	c->status = status;
+	c->reply = reply;
+	http_ctx_hold(ctx);
+	cluster_publish_key(id, on_key_published, c);
+}
+
+/* The key's row before a change (NULL outside a cluster, where nothing is put back). */
+static json_t *row_before(const char *id)
+{
+	struct err e;
+	return cluster_enabled() ? keys_row_json(store_db(), id, &e) : NULL;
+}
+
 void api_admin_keys_create(struct http_ctx *ctx)
 {
 	json_auto_t *body = NULL;
@@ -162,7 +230,7 @@ void api_admin_keys_create(struct http_ctx *ctx)
 		http_reply_err(ctx, &e);
 		return;
 	}
-	http_reply_json(ctx, 201, key_with_secret(&k, secret));
+	commit(ctx, k.id, NULL, 201, key_with_secret(&k, secret));
 }
 
 static const char *key_id_param(struct http_ctx *ctx)
@@ -172,12 +240,12 @@ static const char *key_id_param(struct http_ctx *ctx)
 }
 
 /* {success, id} and the reference's "message", e.g. "Key key_... revoked". */
-static void reply_done(struct http_ctx *ctx, const char *what)
+static void reply_done(struct http_ctx *ctx, const char *what, json_t *before)
 {
 	const char *id = key_id_param(ctx);
 	_cleanup_free_ char *msg = xasprintf("Key %s %s", id, what);
-	http_reply_json(ctx, 200,
-			json_pack("{s:b, s:s, s:s}", "success", 1, "id", id, "message", msg));
+	commit(ctx, id, before, 200,
+	       json_pack("{s:b, s:s, s:s}", "success", 1, "id", id, "message", msg));
 }
 
 /* PATCH /admin/keys/:id {"quotas": {...}, "rateLimit": N}: changes what a key may do; its
@@ -205,15 +273,19 @@ void api_admin_keys_update(struct http_ctx *ctx)
 		http_reply_err(ctx, &e);
 		return;
 	}
+	json_t *before = row_before(k.id);
 	struct quota_set quotas = k.quotas;
 	int64_t rate = k.rate_limit;
 	json_t *rl = json_object_get(body, "rateLimit");
 	if (opt_quotas(ctx, json_object_get(body, "quotas"), &quotas) < 0 ||
-	    (rl && opt_rate_limit(ctx, rl, &rate) < 0))
+	    (rl && opt_rate_limit(ctx, rl, &rate) < 0)) {
+		json_decref(before);
 		return;
+	}
 	/* Both or neither. */
 	sqlite3 *db = store_db();
 	if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+		json_decref(before);
 		http_reply_error(ctx, 500, "key store: %s", sqlite3_errmsg(db));
 		return;
 	}
@@ -221,48 +293,117 @@ void api_admin_keys_update(struct http_ctx *ctx)
 	    keys_set_rate_limit(db, k.id, rate, &e) < 0 ||
 	    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
 		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+		json_decref(before);
 		http_reply_err(ctx, &e);
 		return;
 	}
 	if (keys_get(db, k.id, &k, &e) < 0) {
+		json_decref(before);
 		http_reply_err(ctx, &e);
 		return;
 	}
-	http_reply_json(ctx, 200, key_json(&k));
+	commit(ctx, k.id, before, 200, key_json(&k));
 }
 
 void api_admin_keys_revoke(struct http_ctx *ctx)
 {
 	struct err e;
+	json_t *before = row_before(key_id_param(ctx));
 	if (keys_set_enabled(store_db(), key_id_param(ctx), false, &e) < 0) {
+		json_decref(before);
 		http_reply_err(ctx, &e);
 		return;
 	}
-	reply_done(ctx, "revoked");
+	reply_done(ctx, "revoked", before);
 }
 
 void api_admin_keys_rotate(struct http_ctx *ctx)
 {
 	struct err e;
 	_cleanup_free_ char *secret = NULL;
+	json_t *before = row_before(key_id_param(ctx));
 	if (keys_rotate(store_db(), api_cfg->key_prefix, key_id_param(ctx), &secret, &e) < 0) {
+		json_decref(before);
 		http_reply_err(ctx, &e);
 		return;
 	}
 	struct key_info k;
 	if (keys_get(store_db(), key_id_param(ctx), &k, &e) < 0) {
+		json_decref(before);
 		http_reply_err(ctx, &e);
 		return;
 	}
-	http_reply_json(ctx, 200, key_with_secret(&k, secret));
+	commit(ctx, k.id, before, 200, key_with_secret(&k, secret));
 }
 
 void api_admin_keys_delete(struct http_ctx *ctx)
 {
 	struct err e;
+	json_t *before = row_before(key_id_param(ctx));
 	if (keys_delete(store_db(), key_id_param(ctx), &e) < 0) {
+		json_decref(before);
 		http_reply_err(ctx, &e);
 		return;
 	}
-	reply_done(ctx, "deleted");
+	reply_done(ctx, "deleted", before);
+}
+
+/* --- the cluster's nodes ---------------------------------------------------------------- */
+
+void api_admin_nodes_list(struct http_ctx *ctx)
+{
+	if (!cluster_enabled()) {
+		http_reply_error(
+			ctx, 404,
+			"this server is not a node of a cluster (SANDBOX_CLUSTER is not set)");
+		return;
+	}
+	http_reply_json(ctx, 200, cluster_nodes_json());
+}
+
+static void on_cordoned(const struct err *err, void *arg)
+{
+	struct http_ctx *ctx = arg;
+	if (!ctx->gone) {
+		const char *name = http_param(ctx, 0);
+		bool on = strstr(ctx->path, "/uncordon") == NULL;
+		if (err)
+			http_reply_error(
+				ctx, 503,
+				"node %s was not %scordoned: the cluster's store (etcd) did "
+				"not take it (%s)",
+				name, on ? "" : "un", err->msg);
+		else
+			http_reply_json(ctx, 200,
+					json_pack("{s:b, s:s, s:b}", "success", 1, "node", name,
+						  "cordoned", on));
+	}
+	http_ctx_release(ctx);
+}
+
+static void cordon(struct http_ctx *ctx, bool on)
+{
+	const char *name = http_param(ctx, 0);
+	if (!cluster_enabled()) {
+		http_reply_error(
+			ctx, 404,
+			"this server is not a node of a cluster (SANDBOX_CLUSTER is not set)");
+		return;
+	}
+	if (!cluster_node_find(name)) {
+		http_reply_error(ctx, 404, "no node named `%.63s` in this cluster", name);
+		return;
+	}
+	http_ctx_hold(ctx);
+	cluster_cordon(name, on, on_cordoned, ctx);
+}
+
+void api_admin_nodes_cordon(struct http_ctx *ctx)
+{
+	cordon(ctx, true);
+}
+
+void api_admin_nodes_uncordon(struct http_ctx *ctx)
+{
+	cordon(ctx, false);
 }

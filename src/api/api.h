@@ -118,6 +118,11 @@ void api_mcp(struct http_ctx *ctx);
 void api_mcp_sse(struct http_ctx *ctx);
 void api_mcp_messages(struct http_ctx *ctx);
 
+/* the cluster's nodes (admin.c, docs/cluster.md) */
+void api_admin_nodes_list(struct http_ctx *ctx);
+void api_admin_nodes_cordon(struct http_ctx *ctx);
+void api_admin_nodes_uncordon(struct http_ctx *ctx);
+
 /* the E2B-compatible control plane (e2b.c, docs/e2b.md) */
 void api_e2b_create(struct http_ctx *ctx);
 void api_e2b_list(struct http_ctx *ctx);

@@ -28,6 +28,9 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "auth/auth.h"
+#include "cluster/cluster.h"
+#include "cluster/route.h"
 #include "session/ops.h"
 #include "session/session.h"
 #include "util/cleanup.h"
@@ -322,6 +325,16 @@ void api_e2b_create(struct http_ctx *ctx)
 	const char *asked = tv ? json_string_value(tv) : "base";
 	char buf[128];
 	const char *tmpl = template_for(asked, buf, sizeof(buf));
+	/* In a cluster, the node placement chooses makes it (by the template as this node
+	 * names it, or as asked when this node has none of that name). */
+	if (cluster_enabled()) {
+		const struct auth_identity *who = auth_identity(ctx);
+		int c = cluster_route_create(ctx, api_owner(ctx), who ? who->scopes : 0, NULL,
+					     tmpl ? tmpl : asked,
+					     json_object_get(body, "nodeSelector"), false, true);
+		if (c)
+			return;
+	}
 	if (!tmpl) {
 		_cleanup_free_ char *names = template_names(session_templates());
 		api_e2b_error(ctx, 400, "template `%.64s` not found (templates: %s)", asked, names);
@@ -413,6 +426,32 @@ static int by_start(const void *a, const void *b)
 		      json_string_value(json_object_get(y, "sandboxID")));
 }
 
+struct list_page {
+	json_t *all;
+	long limit, offset;
+	bool desc;
+};
+
+static void reply_page(struct http_ctx *ctx, json_t *all, long limit, long offset, bool desc);
+
+static void on_list_parts(struct http_ctx *ctx, json_t *parts, void *arg)
+{
+	struct list_page *p = arg;
+	if (ctx) {
+		size_t i;
+		json_t *part;
+		json_array_foreach (parts, i, part) {
+			json_t *got = json_object_get(part, "body");
+			if (json_integer_value(json_object_get(part, "status")) == 200 &&
+			    json_is_array(got))
+				json_array_extend(p->all, got);
+		}
+		reply_page(ctx, p->all, p->limit, p->offset, p->desc);
+	}
+	json_decref(p->all);
+	free(p);
+}
+
 void api_e2b_list(struct http_ctx *ctx)
 {
 	json_auto_t *meta = json_object(), *all = json_array();
@@ -447,12 +486,33 @@ void api_e2b_list(struct http_ctx *ctx)
 	}
 	if (f.running || f.paused)
 		session_foreach(api_owner(ctx), collect, &f);
+	bool desc = http_query(ctx, "order") && !strcmp(http_query(ctx, "order"), "desc");
+	/* Another node's part is all of it: the node asked pages the whole. */
+	if (auth_from_peer(ctx)) {
+		http_reply_json(ctx, 200, json_incref(all));
+		return;
+	}
+	if (cluster_enabled()) {
+		struct list_page *p = xcalloc(1, sizeof(*p));
+		p->all = json_incref(all);
+		p->limit = limit;
+		p->offset = offset;
+		p->desc = desc;
+		const struct auth_identity *id = auth_identity(ctx);
+		cluster_fanout(ctx, api_owner(ctx), id ? id->scopes : 0, on_list_parts, p);
+		return;
+	}
+	reply_page(ctx, all, limit, offset, desc);
+}
+
+static void reply_page(struct http_ctx *ctx, json_t *all, long limit, long offset, bool desc)
+{
 	size_t n = json_array_size(all);
 	json_t **items = xcalloc(n ? n : 1, sizeof(*items));
 	for (size_t i = 0; i < n; i++)
 		items[i] = json_array_get(all, i);
 	qsort(items, n, sizeof(*items), by_start);
-	if (http_query(ctx, "order") && !strcmp(http_query(ctx, "order"), "desc"))
+	if (desc)
 		for (size_t i = 0; i < n / 2; i++) {
 			json_t *x = items[i];
 			items[i] = items[n - 1 - i];

@@ -13,6 +13,8 @@
 
 #include "api/api.h"
 #include "auth/auth.h"
+#include "cluster/cluster.h"
+#include "cluster/route.h"
 #include "session/ops.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -29,7 +31,9 @@
 static void reply_err(struct http_ctx *ctx, const struct err *err)
 {
 	const char *reason = session_host_reason(err->errnum);
-	if (err->errnum != EAGAIN && !reason) {
+	/* Worth trying again: a quota, the host's shortage, the cluster's store or room. */
+	if (err->errnum != EAGAIN && err->errnum != EROFS && err->errnum != EHOSTUNREACH &&
+	    !reason) {
 		http_reply_err(ctx, err);
 		return;
 	}
@@ -161,13 +165,51 @@ static json_t *with_reference_fields(json_t *j)
 	return j;
 }
 
+/* The other nodes' parts of a listing, after this node's. */
+static void on_list_parts(struct http_ctx *ctx, json_t *parts, void *arg)
+{
+	json_t *list = arg;
+	if (!ctx) {
+		json_decref(list);
+		return;
+	}
+	size_t i;
+	json_t *part;
+	json_t *missing = json_array();
+	json_array_foreach (parts, i, part) {
+		json_t *got = json_object_get(json_object_get(part, "body"), "sessions");
+		if (json_integer_value(json_object_get(part, "status")) != 200 ||
+		    !json_is_array(got)) {
+			json_array_append(missing, json_object_get(part, "node"));
+			continue;
+		}
+		json_array_extend(list, got);
+	}
+	json_t *reply =
+		json_pack("{s:o, s:i}", "sessions", list, "count", (int)json_array_size(list));
+	/* Nodes that did not answer in time: their sessions are not in this listing. */
+	if (json_array_size(missing))
+		json_object_set_new(reply, "nodesMissing", missing);
+	else
+		json_decref(missing);
+	http_reply_json(ctx, 200, reply);
+}
+
 void api_exec_list(struct http_ctx *ctx)
 {
 	struct ops_target t = request_target(ctx, NULL, NULL);
 	json_t *list = ops_list_sessions(&t);
 	size_t n = json_array_size(list);
-	for (size_t i = 0; i < n; i++)
-		with_reference_fields(json_array_get(list, i));
+	for (size_t i = 0; i < n; i++) {
+		json_t *s = with_reference_fields(json_array_get(list, i));
+		if (cluster_enabled())
+			json_object_set_new(s, "node", json_string(cluster_node_name()));
+	}
+	if (cluster_enabled() && !auth_from_peer(ctx)) {
+		const struct auth_identity *id = auth_identity(ctx);
+		cluster_fanout(ctx, api_owner(ctx), id ? id->scopes : 0, on_list_parts, list);
+		return;
+	}
 	http_reply_json(ctx, 200, json_pack("{s:o, s:i}", "sessions", list, "count", (int)n));
 }
 
@@ -315,6 +357,16 @@ void api_exec_create(struct http_ctx *ctx)
 	    opt_resources(ctx, body, &res, &has_res) < 0 ||
 	    opt_storage(ctx, body, &res, &has_res) < 0)
 		return;
+	/* In a cluster, the node placement chooses makes it. */
+	if (cluster_enabled()) {
+		const struct auth_identity *who = auth_identity(ctx);
+		json_t *vols = json_object_get(body, "volumes");
+		bool pinned = snapshot || (vols && !json_is_null(vols));
+		int c = cluster_route_create(ctx, api_owner(ctx), who ? who->scopes : 0, id, tmpl,
+					     json_object_get(body, "nodeSelector"), pinned, false);
+		if (c)
+			return;
+	}
 	/* Always the caller's own session, admin or not. */
 	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
 	struct ops_session_opts o = { .idle_timeout_s = idle_s,

@@ -20,6 +20,8 @@
 #include "api/origin.h"
 #include "auth/auth.h"
 #include "auth/quota.h"
+#include "cluster/cluster.h"
+#include "cluster/route.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 
@@ -85,8 +87,61 @@ static int route_quota(const struct http_route *r)
 	return -1;
 }
 
+/* A request another node forwarded (X-Sandbox-Peer): its signature checked, it is served
+ * here whatever the Host and Origin (the first node checked them), from the client's address
+ * that node gives, as the caller that node vouches for when it checked a key, else
+ * authenticated here (a preview's or a ticket's token). -1 when refused. */
+static int from_peer(struct http_ctx *ctx, const char *scope, const char *header, void *arg)
+{
+	char node[64], owner[64];
+	unsigned scopes;
+	bool identity;
+	struct err e;
+	if (cluster_peer_verify(header, http_method(ctx), http_target(ctx), node, sizeof(node),
+				owner, sizeof(owner), &scopes, &identity, &e) < 0) {
+		log_warn("api", "refused a request from %s: %s", http_conn_peer(ctx), e.msg);
+		return refuse(ctx, 401, e.msg);
+	}
+	const char *xff = http_header(ctx, "X-Forwarded-For");
+	if (xff && *xff && strlen(xff) < 64 && !strpbrk(xff, " ,\r\n"))
+		http_set_peer(ctx, xff);
+	int r = identity && scope ? auth_peer_vouched(ctx, scope, owner, scopes)
+				  : auth_http_check(ctx, scope, arg);
+	if (r < 0)
+		return -1;
+	struct auth_identity *id = ctx->user;
+	if (id)
+		id->from_peer = true;
+	return 0;
+}
+
+/* The caller's quota for what its route holds while it runs. */
+static int quota_for_route(struct http_ctx *ctx)
+{
+	int k = route_quota(ctx->route);
+	if (k >= 0) {
+		struct err e;
+		if (auth_hold(ctx, (enum quota_kind)k, &e) < 0) {
+			http_add_header(ctx, "Retry-After", "1");
+			http_reply_json(ctx, 429,
+					json_pack("{s:s, s:i}", "error", e.msg, "retryAfter", 1));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 {
+	if (cluster_enabled()) {
+		const char *peer = http_header(ctx, CLUSTER_PEER_HEADER);
+		if (peer)
+			return from_peer(ctx, scope, peer, arg) < 0 ? -1 : quota_for_route(ctx);
+		/* A session of another node's, named by a token the other node checks. */
+		int c = cluster_route_anonymous(ctx);
+		if (c)
+			return c < 0 ? -1 : 0;
+	}
 	/* A preview is the app's: its Host is one of the preview names (chosen by it), its
 	 * Origin and cross-site navigations are the app's business, and who may reach it is
 	 * decided by its handler (proxy.c), which knows the key or the token. */
@@ -134,15 +189,14 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 	}
 	if (auth_http_check(ctx, scope, arg) < 0)
 		return -1;
-	int k = route_quota(ctx->route);
-	if (k >= 0) {
-		struct err e;
-		if (auth_hold(ctx, (enum quota_kind)k, &e) < 0) {
-			http_add_header(ctx, "Retry-After", "1");
-			http_reply_json(ctx, 429,
-					json_pack("{s:s, s:i}", "error", e.msg, "retryAfter", 1));
-			return -1;
-		}
+	/* A session of another node's: the request goes there, with the caller checked here;
+	 * that node holds its quota. */
+	if (cluster_enabled() && scope) {
+		const struct auth_identity *id = auth_identity(ctx);
+		int c = cluster_route_owned(ctx, api_owner(ctx), id ? id->scopes : 0,
+					    api_is_admin(ctx));
+		if (c)
+			return c < 0 ? -1 : 0;
 	}
-	return 0;
+	return quota_for_route(ctx);
 }

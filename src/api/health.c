@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "cluster/cluster.h"
 #include "auth/auth.h"
 #include "auth/keys.h"
 #include "session/ops.h"
@@ -69,6 +70,13 @@ void api_health(struct http_ctx *ctx)
 	json_object_set_new(body, "network",
 			    off ? json_pack("{s:b, s:s}", "enabled", 0, "reason", off)
 				: json_pack("{s:b}", "enabled", 1));
+	/* Which node answers, and whether etcd takes its renewals: from memory, never from
+	 * etcd, so that /health answers whatever etcd does. */
+	if (cluster_enabled() && may_see_figures(ctx))
+		json_object_set_new(body, "cluster", cluster_health_json());
+	else if (cluster_enabled())
+		json_object_set_new(body, "cluster",
+				    json_pack("{s:s}", "node", cluster_node_name()));
 	http_reply_json(ctx, 200, body);
 }
 

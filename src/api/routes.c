@@ -84,6 +84,9 @@ const struct http_route api_routes[] = {
 	{ POST, "/admin/keys/:id/rotate", api_admin_keys_rotate, "admin", SMALL_BODY },
 	{ DELETE, "/admin/keys/:id", api_admin_keys_delete, "admin" },
 	{ HTTP_REQ_PATCH, "/admin/keys/:id", api_admin_keys_update, "admin", SMALL_BODY },
+	{ GET, "/admin/nodes", api_admin_nodes_list, "admin" },
+	{ POST, "/admin/nodes/:name/cordon", api_admin_nodes_cordon, "admin", SMALL_BODY },
+	{ POST, "/admin/nodes/:name/uncordon", api_admin_nodes_uncordon, "admin", SMALL_BODY },
 	/* The dashboard's static files: no key (its API calls carry one). */
 	{ GET | HTTP_REQ_HEAD, "/ui", api_ui_index, NULL },
 	{ GET | HTTP_REQ_HEAD, "/ui/:asset", api_ui_asset, NULL },

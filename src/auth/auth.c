@@ -13,6 +13,7 @@
 #include "auth/ticket.h"
 #include "auth/quota.h"
 #include "auth/ticket.h"
+#include "cluster/cluster.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -125,11 +126,19 @@ int auth_first_start(const struct config *cfg, const char *url, struct err *err)
 {
 	if (!cfg->auth_enabled)
 		return 0;
+	/* In a cluster, the node that began it makes the first key, for every node. */
+	if (cluster_enabled() && !cluster_first_key_is_ours())
+		return 0;
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
 	int r = create_first_admin_key(cfg, "admin (created at first start)", &k, &secret, err);
 	if (r <= 0)
 		return r;
+	if (cluster_enabled() && cluster_publish_key_now(k.id, err) < 0) {
+		struct err ignored;
+		keys_delete(store_db(), k.id, &ignored);
+		return err_wrap(err, "the cluster's first admin key");
+	}
 	char path[PATH_MAX];
 	keep_key_file(cfg, secret, path, sizeof(path));
 	/* Shown once. On a terminal as text that is easy to copy, with what to do with it;
@@ -192,6 +201,12 @@ const struct auth_identity *auth_identity(struct http_ctx *ctx)
 {
 	const struct auth_identity *id = ctx->user;
 	return id && id->authenticated ? id : NULL;
+}
+
+bool auth_from_peer(struct http_ctx *ctx)
+{
+	const struct auth_identity *id = ctx->user;
+	return id && id->from_peer;
 }
 
 bool auth_is_admin(struct http_ctx *ctx)
@@ -499,6 +514,27 @@ static int ticket_check(struct http_ctx *ctx, const char *scope, const char *tic
 	struct bucket *b = bucket_for(&k);
 	if (rate_limit(ctx, &k, b) < 0)
 		return -1;
+	quota_note_key(k.id, (k.scopes & KEYS_SCOPE_ADMIN) != 0, &k.quotas);
+	set_identity(ctx, k.id, k.scopes);
+	return 0;
+}
+
+int auth_peer_vouched(struct http_ctx *ctx, const char *scope, const char *key_id, unsigned scopes)
+{
+	struct key_info k;
+	struct err e;
+	/* The node that took the request checked the key itself a moment ago; this one only
+	 * checks that the key it names still stands here, and the route's scope. */
+	if (keys_get(store_db(), key_id, &k, &e) < 0 || !k.enabled ||
+	    (k.expires && k.expires <= (int64_t)time(NULL)))
+		return deny(ctx, 401, "API key revoked, expired or unknown");
+	k.scopes &= scopes;
+	if (scope && !(k.scopes & scope_bit(scope))) {
+		char msg[96];
+		snprintf(msg, sizeof(msg), "Insufficient scope: this route requires `%s`", scope);
+		refuse(ctx, 403, msg, -1);
+		return -1;
+	}
 	quota_note_key(k.id, (k.scopes & KEYS_SCOPE_ADMIN) != 0, &k.quotas);
 	set_identity(ctx, k.id, k.scopes);
 	return 0;

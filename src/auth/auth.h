@@ -17,6 +17,7 @@ struct auth_identity {
 	unsigned scopes;    /* KEYS_SCOPE_* */
 	bool authenticated; /* a valid key was given */
 	int held;           /* the quota kind + 1 the request holds (auth_hold), 0: none */
+	bool from_peer;     /* forwarded by another node of the cluster (served here, only here) */
 };
 
 /* Prepares the key table. */
@@ -43,6 +44,13 @@ void auth_flush_last_used(void);
  * valid key. Failures are throttled per address (30 a minute, then 429 for failures only). */
 int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg);
 
+/* For a request another node of the cluster forwarded, vouching for the caller (key_id, with
+ * scopes): the key must still stand here (enabled, not expired) and hold the route's scope;
+ * no secret is checked and no rate limit applied (the node that took the request did both).
+ * Replies and returns -1 otherwise. */
+int auth_peer_vouched(struct http_ctx *ctx, const char *scope, const char *key_id,
+		      unsigned scopes);
+
 /* Takes a unit of quota kind k for the caller, given back when the request ends (one per
  * request). -EAGAIN or -ENOBUFS with err set when refused (see quota_admit). */
 int auth_hold(struct http_ctx *ctx, enum quota_kind k, struct err *err);
@@ -51,6 +59,9 @@ int auth_hold(struct http_ctx *ctx, enum quota_kind k, struct err *err);
  * route without a scope called without a key). */
 const struct auth_identity *auth_identity(struct http_ctx *ctx);
 bool auth_is_admin(struct http_ctx *ctx);
+/* Whether another node of the cluster forwarded the request (front.c checked its signature):
+ * it is served here and nowhere else, and a listing gives this node's part only. */
+bool auth_from_peer(struct http_ctx *ctx);
 
 /* Constant-time string equality. */
 bool auth_secure_equal(const char *a, const char *b);

@@ -337,3 +337,136 @@ int keys_parse_duration(const char *s, int64_t *ret_seconds)
 	*ret_seconds = v * mult;
 	return 0;
 }
+
+/* --- whole rows, for a cluster's shared key table ------------------------------------ */
+
+json_t *keys_row_json(sqlite3 *db, const char *id, struct err *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db,
+			       "SELECT id, name, prefix, hash, scopes, rate_limit, created, "
+			       "expires, enabled, quotas FROM api_keys WHERE id = ?",
+			       -1, &st, NULL) != SQLITE_OK) {
+		db_error(db, err, "select");
+		return NULL;
+	}
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		if (rc == SQLITE_DONE)
+			err_set(err, ENOENT, "no key with id `%.60s`", id);
+		else
+			db_error(db, err, "select");
+		return NULL;
+	}
+	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "id",
+			 (const char *)sqlite3_column_text(st, 0), "name",
+			 (const char *)sqlite3_column_text(st, 1), "prefix",
+			 (const char *)sqlite3_column_text(st, 2), "hash",
+			 (const char *)sqlite3_column_text(st, 3), "scopes",
+			 (json_int_t)sqlite3_column_int(st, 4), "rateLimit",
+			 (json_int_t)sqlite3_column_int64(st, 5), "created",
+			 (json_int_t)sqlite3_column_int64(st, 6), "expires",
+			 (json_int_t)sqlite3_column_int64(st, 7), "enabled",
+			 sqlite3_column_int(st, 8) != 0, "quotas",
+			 (const char *)sqlite3_column_text(st, 9));
+}
+
+static bool hex64(const char *s)
+{
+	if (!s || strlen(s) != 64)
+		return false;
+	for (const char *p = s; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+static bool key_id_ok(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (n == 0 || n >= sizeof(((struct key_info *)0)->id))
+		return false;
+	for (const char *p = s; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+		      (*p >= 'A' && *p <= 'Z') || *p == '_' || *p == '-'))
+			return false;
+	return true;
+}
+
+int keys_row_apply(sqlite3 *db, const json_t *row, struct err *err)
+{
+	const char *id, *name, *prefix, *hash, *quotas;
+	json_int_t scopes, rate, created, expires;
+	int enabled;
+	json_error_t jerr;
+	if (json_unpack_ex((json_t *)row, &jerr, JSON_STRICT,
+			   "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "id", &id, "name",
+			   &name, "prefix", &prefix, "hash", &hash, "scopes", &scopes, "rateLimit",
+			   &rate, "created", &created, "expires", &expires, "enabled", &enabled,
+			   "quotas", &quotas) < 0)
+		return err_set(err, EINVAL, "a key row: %s", jerr.text);
+	if (!key_id_ok(id) || !hex64(hash) || !*name || strlen(name) > 128 || strlen(prefix) > 23 ||
+	    scopes <= 0 || scopes > 7 || rate < 0 || created < 0 || expires < 0 ||
+	    strlen(quotas) > 4096)
+		return err_set(err, EINVAL, "a key row with impossible fields (id `%.40s`)", id);
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	/* Its last use stays this store's own. A row of another id with the same hash (a key
+	 * deleted and made again elsewhere) gives way. */
+	if (sqlite3_prepare_v2(db, "DELETE FROM api_keys WHERE hash = ? AND id != ?", -1, &st,
+			       NULL) != SQLITE_OK)
+		return db_error(db, err, "replace");
+	sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		return db_error(db, err, "replace");
+	sqlite3_finalize(TAKE_PTR(st));
+	if (sqlite3_prepare_v2(
+		    db,
+		    "INSERT INTO api_keys(id, name, prefix, hash, scopes, rate_limit, created, "
+		    "expires, enabled, quotas) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO "
+		    "UPDATE SET name = excluded.name, prefix = excluded.prefix, hash = "
+		    "excluded.hash, scopes = excluded.scopes, rate_limit = excluded.rate_limit, "
+		    "created = excluded.created, expires = excluded.expires, enabled = "
+		    "excluded.enabled, quotas = excluded.quotas",
+		    -1, &st, NULL) != SQLITE_OK)
+		return db_error(db, err, "upsert");
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, prefix, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 5, (int)scopes);
+	sqlite3_bind_int64(st, 6, rate);
+	sqlite3_bind_int64(st, 7, created);
+	sqlite3_bind_int64(st, 8, expires);
+	sqlite3_bind_int(st, 9, enabled ? 1 : 0);
+	sqlite3_bind_text(st, 10, quotas, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		return db_error(db, err, "upsert");
+	return 0;
+}
+
+int keys_keep_only(sqlite3 *db, const char *const *ids, size_t n, struct err *err)
+{
+	_cleanup_sqlite_free_ char *msg = NULL;
+	if (sqlite3_exec(db,
+			 "CREATE TEMP TABLE IF NOT EXISTS keep_keys(id TEXT PRIMARY KEY);"
+			 "DELETE FROM keep_keys;",
+			 NULL, NULL, &msg) != SQLITE_OK)
+		return err_set(err, EIO, "key store: %s", msg ? msg : "?");
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "INSERT OR IGNORE INTO keep_keys(id) VALUES (?)", -1, &st,
+			       NULL) != SQLITE_OK)
+		return db_error(db, err, "keep");
+	for (size_t i = 0; i < n; i++) {
+		sqlite3_reset(st);
+		sqlite3_bind_text(st, 1, ids[i], -1, SQLITE_STATIC);
+		if (sqlite3_step(st) != SQLITE_DONE)
+			return db_error(db, err, "keep");
+	}
+	_cleanup_sqlite_free_ char *msg2 = NULL;
+	if (sqlite3_exec(db, "DELETE FROM api_keys WHERE id NOT IN (SELECT id FROM keep_keys);",
+			 NULL, NULL, &msg2) != SQLITE_OK)
+		return err_set(err, EIO, "key store: %s", msg2 ? msg2 : "?");
+	return 0;
+}

@@ -57,6 +57,15 @@ int keys_set_quotas(sqlite3 *db, const char *id, const struct quota_set *q, stru
 int keys_set_rate_limit(sqlite3 *db, const char *id, int64_t rate_limit, struct err *err);
 int keys_touch(sqlite3 *db, const char *id, int64_t when);
 json_t *keys_info_json(const struct key_info *k);
+/* A key's whole row as JSON (its hash included, its last use not: that is each store's own),
+ * for a cluster's shared key table; NULL with err set (ENOENT) when there is none. */
+json_t *keys_row_json(sqlite3 *db, const char *id, struct err *err);
+/* Writes such a row (a new key, or every field of an existing one but its last use), after
+ * checking every field; EINVAL for a malformed row. */
+int keys_row_apply(sqlite3 *db, const json_t *row, struct err *err);
+/* Deletes every key but those whose ids are listed. */
+int keys_keep_only(sqlite3 *db, const char *const *ids, size_t n, struct err *err);
+
 /* The longest lifetime a key can be given: 100 years, far from overflowing an expiry time. */
 #define KEYS_MAX_LIFETIME_S (100LL * 365 * 86400)
 /* Parses "30d", "12h", "90m", "3600s" or plain seconds, at most KEYS_MAX_LIFETIME_S. */

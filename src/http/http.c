@@ -434,6 +434,9 @@ static void ctx_free(struct http_ctx *ctx)
 	json_decref(ctx->parsed);
 	free(ctx->parse_error);
 	free(ctx->path);
+	if (ctx->route_arg_free)
+		ctx->route_arg_free(ctx->route_arg);
+	free(ctx->peer_override);
 	free(ctx);
 }
 
@@ -807,6 +810,9 @@ static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h
 	ctx->route = r;
 	if (srv->auth && srv->auth(ctx, r->scope, srv->auth_arg) < 0)
 		return refused(c, ctx, 401);
+	/* The check may have chosen another route (http_reroute): its body limit and flags
+	 * are the ones that count from here. */
+	r = ctx->route;
 	/* Past the key check: the connection is no stranger any more. */
 	conn_unlist_stranger(c);
 	uint64_t limit = r->max_body ? r->max_body : srv->cfg->max_body_bytes;
@@ -1522,7 +1528,30 @@ void http_body_framing(struct http_ctx *ctx, uint64_t *length, bool *chunked)
 
 const char *http_peer(struct http_ctx *ctx)
 {
+	if (ctx->peer_override)
+		return ctx->peer_override;
 	return ctx->conn ? ctx->conn->peer : "";
+}
+
+const char *http_conn_peer(struct http_ctx *ctx)
+{
+	return ctx->conn ? ctx->conn->peer : "";
+}
+
+void http_set_peer(struct http_ctx *ctx, const char *addr)
+{
+	free(ctx->peer_override);
+	ctx->peer_override = xstrdup(addr);
+}
+
+void http_reroute(struct http_ctx *ctx, const struct http_route *route, void *arg,
+		  void (*arg_free)(void *arg))
+{
+	if (ctx->route_arg_free)
+		ctx->route_arg_free(ctx->route_arg);
+	ctx->route = route;
+	ctx->route_arg = arg;
+	ctx->route_arg_free = arg_free;
 }
 
 bool http_from_unix_socket(struct http_ctx *ctx)
@@ -1765,10 +1794,11 @@ int http_status_for_errno(int errnum)
 	case ENOTSUP:
 	case ENOSYS:
 		return 501;
-	case ENOMEM:    /* the host is low on memory (admission) */
-	case EMFILE:    /* the daemon is low on descriptors (admission) */
-	case EROFS:     /* the server cannot record what it would create */
-	case ESHUTDOWN: /* the server is shutting down */
+	case ENOMEM:       /* the host is low on memory (admission) */
+	case EMFILE:       /* the daemon is low on descriptors (admission) */
+	case EROFS:        /* the server cannot record what it would create */
+	case ESHUTDOWN:    /* the server is shutting down */
+	case EHOSTUNREACH: /* no node of the cluster can take it */
 		return 503;
 	case ECANCELED:
 		return 409;

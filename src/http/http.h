@@ -129,6 +129,10 @@ struct http_ctx {
 	bool parsed_ready;
 	json_t *parsed;
 	struct http_parse_error *parse_error;
+	/* http_reroute(): what the route chosen at the head is given */
+	void *route_arg;
+	void (*route_arg_free)(void *arg);
+	char *peer_override; /* http_set_peer() */
 };
 
 /* Why a body parsed on a worker is not JSON: over a limit (status 400 or 413 and the
@@ -183,6 +187,16 @@ const char *http_query(struct http_ctx *ctx, const char *name);
 const char *http_header(struct http_ctx *ctx, const char *name);
 /* The peer's address as text. */
 const char *http_peer(struct http_ctx *ctx);
+/* The address of the connection itself, whatever http_set_peer said. */
+const char *http_conn_peer(struct http_ctx *ctx);
+/* The client's address as a trusted proxy (another node of the cluster) says it is: what
+ * http_peer() answers from then on (per-address limits count it). */
+void http_set_peer(struct http_ctx *ctx, const char *addr);
+/* From the auth function, at the head: the request goes to `route` instead (its flags and
+ * body limit apply), whose handler finds `arg` in ctx->route_arg; arg_free (may be NULL)
+ * frees it with the request. */
+void http_reroute(struct http_ctx *ctx, const struct http_route *route, void *arg,
+		  void (*arg_free)(void *arg));
 /* Whether the request came through the Unix socket (no name was resolved to reach it). */
 bool http_from_unix_socket(struct http_ctx *ctx);
 /* Whether the client accepts `type` (a plain substring test over Accept). */

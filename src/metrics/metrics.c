@@ -406,6 +406,29 @@ void metrics_init(void)
 				  "took, from the call "
 				  "to the sandbox frozen, saved or running",
 				  "action", vm_buckets, ARRAY_SIZE(vm_buckets));
+	metrics_daemon.cluster_nodes = metrics_gauge(
+		"cluster_nodes", "Nodes of the cluster by state (up, down, cordoned)", "state");
+	metrics_daemon.cluster_sessions = metrics_gauge(
+		"cluster_sessions", "Sessions recorded in the cluster by node", "node");
+	metrics_daemon.cluster_store_up = metrics_gauge(
+		"cluster_store_up", "1 while etcd takes this node's lease renewals, else 0", NULL);
+	metrics_daemon.cluster_etcd_requests = metrics_counter(
+		"cluster_etcd_requests_total",
+		"Requests of this node to etcd by operation and result (success, failure)",
+		"op,result");
+	metrics_daemon.cluster_watch_restarts = metrics_counter(
+		"cluster_watch_restarts_total",
+		"Restarts of this node's watch of etcd by reason (disconnected, compacted)",
+		"reason");
+	metrics_daemon.cluster_forwarded_total = metrics_counter(
+		"cluster_forwarded_total",
+		"Requests this node forwarded to the node of their session, by kind (request, "
+		"create, list) and result (success, failure, lost)",
+		"kind,result");
+	metrics_daemon.cluster_forward_duration = metrics_histogram(
+		"cluster_forward_duration_seconds",
+		"Seconds from a forwarded request's head to the other node's answer's head", "kind",
+		NULL, 0);
 	metrics_daemon.guest_protocol_errors_total = metrics_counter(
 		"guest_protocol_errors_total", "Guest protocol violations by kind", "kind");
 	metrics_daemon.egress_decisions_total =

@@ -73,6 +73,15 @@ struct sandbox_metrics {
 	struct metric *sessions_paused;             /* gauge {mode} */
 	struct metric *session_pauses_total;        /* counter {action, result} */
 	struct metric *session_pause_duration;      /* histogram {action} */
+	/* many hosts (cluster/): nodes by state, sessions by node (bounded by the nodes),
+	 * whether etcd takes this node's renewals, etcd requests, forwarded requests */
+	struct metric *cluster_nodes;            /* gauge {state}: up, down, cordoned */
+	struct metric *cluster_sessions;         /* gauge {node} */
+	struct metric *cluster_store_up;         /* gauge */
+	struct metric *cluster_etcd_requests;    /* counter {op, result} */
+	struct metric *cluster_watch_restarts;   /* counter {reason} */
+	struct metric *cluster_forwarded_total;  /* counter {kind, result} */
+	struct metric *cluster_forward_duration; /* histogram {kind} */
 };
 
 /* Every module records into these; NULL (a no-op) until metrics_init() and after

@@ -31,8 +31,12 @@ static struct {
 	unsigned admitted;   /* sandboxes admitted since */
 } fds;
 
-/* MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read. */
 static int64_t mem_available(void)
+{
+	return session_host_memory_available();
+}
+
+int64_t session_host_memory_available(void)
 {
 	_cleanup_fclose_ FILE *f = fopen("/proc/meminfo", "re");
 	if (!f)

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "auth/quota.h"
+#include "cluster/cluster.h"
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
@@ -256,6 +257,7 @@ static void table_remove(struct session *s)
 			htab_remove(&session_mod.ids, &s->by_id);
 			htab_remove(&session_mod.previews, &s->by_preview);
 			session_mod.nsessions--;
+			cluster_session_gone(s->owner, s->id);
 			quota_release(s->owner, QUOTA_SESSIONS);
 			session_unref(s);
 			return;
@@ -515,8 +517,7 @@ static void templates_refresh(void);
 
 /* Gives a new session its sandbox: a pooled one when it asks for nothing of its own, else a
  * new one, recorded before anything of it exists. */
-static void session_start(struct session *s, struct template *t,
-			  const struct session_create_opts *opts, struct net_policy *egress)
+static void session_start(struct session *s, struct template *t, struct net_policy *egress)
 {
 	/* Pooled sandboxes have the server's limits: a session with its own goes cold. */
 	/* Volumes are mounted while the sandbox is made: one with volumes goes cold too. */
@@ -542,11 +543,9 @@ static void session_start(struct session *s, struct template *t,
 		loop_submit(session_job_work, session_create_done, j);
 		return;
 	}
-	bool own_limits = (opts && opts->resources &&
-			   (opts->resources->memory_bytes || opts->resources->cpu_quota_us ||
-			    opts->resources->workspace_bytes || opts->resources->pids_max ||
-			    opts->resources->storage)) ||
-			  s->volumes;
+	bool own_limits = s->resources.memory_bytes || s->resources.cpu_quota_us ||
+			  s->resources.workspace_bytes || s->resources.pids_max ||
+			  s->resources.storage || s->volumes;
 	/* Likewise for the network: pooled sandboxes have the server's egress policy. */
 	struct sandbox *sb;
 	struct guest_conn *conn;
@@ -571,6 +570,31 @@ static void session_start(struct session *s, struct template *t,
 	loop_submit(session_job_work, session_create_done, j);
 	if (session_mod.cfg->warm_pool)
 		session_pool_refill(t->name);
+}
+
+/* A new session whose id the cluster is asked for (cluster_session_claim). */
+struct claim_call {
+	struct session *s;
+	struct template *t;
+	struct net_policy *egress;
+};
+
+static void on_claimed(const struct err *err, void *arg)
+{
+	struct claim_call *c = arg;
+	struct session *s = c->s;
+	if (s->state != SESSION_CREATING) {
+		/* Destroyed meanwhile (a DELETE, the shutdown): its record goes with it. */
+		net_policy_free(c->egress);
+	} else if (err) {
+		net_policy_free(c->egress);
+		session_fail_creation(s, err);
+	} else {
+		session_start(s, c->t, c->egress);
+	}
+	template_unref(c->t);
+	session_unref(s);
+	free(c);
 }
 
 void session_get_or_create(const char *owner, const char *id,
@@ -752,7 +776,17 @@ void session_get_or_create(const char *owner, const char *id,
 		*created = true;
 	session_add_waiter(s, cb, arg);
 
-	session_start(s, t, opts, egress);
+	if (cluster_enabled()) {
+		/* Its id is claimed in the cluster's table first: one session per id there. */
+		struct claim_call *c = xcalloc(1, sizeof(*c));
+		c->s = s;
+		c->t = template_ref(t);
+		c->egress = egress;
+		session_ref(s);
+		cluster_session_claim(s->owner, s->id, s->preview_name, t->name, on_claimed, c);
+		return;
+	}
+	session_start(s, t, egress);
 }
 
 static struct session *table_add(const char *owner, const char *id, struct template *t,
@@ -789,6 +823,8 @@ static struct session *table_add(const char *owner, const char *id, struct templ
 		memcpy(s->secret, secret, SESSION_SECRET_LEN);
 	}
 	table_insert(s);
+	/* A fork, a session put back at start: recorded in the cluster as this node's. */
+	cluster_session_put(s->owner, s->id, s->preview_name, t ? t->name : NULL);
 	return s;
 }
 

@@ -195,6 +195,8 @@ int session_limits(const struct template *t, const struct session_resources *r,
  * made, counting a refusal in admission_refusals_total. Both errors are 503 with
  * Retry-After. */
 int session_memory_check(struct err *err);
+/* MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read. */
+int64_t session_host_memory_available(void);
 int session_descriptor_check(struct err *err);
 int session_host_check(struct err *err);
 /* "memory" for ENOMEM, "descriptors" for EMFILE, else NULL: the reason of a refusal. */

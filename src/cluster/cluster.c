@@ -1,0 +1,1717 @@
+#include "cluster/cluster.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth/keys.h"
+#include "cluster/etcd.h"
+#include "loop.h"
+#include "metrics/metrics.h"
+#include "session/session.h"
+#include "store/store.h"
+#include "template/template.h"
+#include "util/cleanup.h"
+#include "util/htab.h"
+#include "util/log.h"
+#include "util/random.h"
+#include "util/time.h"
+
+#define NODE_NAME_MAX 63
+#define SECRET_MIN    32
+#define SECRET_MAX    4096
+#define PEER_SKEW_MS  60000 /* how far a peer's clock may be from ours */
+#define LABELS_MAX    32
+#define START_TRIES   5
+
+struct cnode {
+	struct hlink link;
+	struct cluster_node pub;
+	char *name, *url, *host;
+	int port;
+	json_t *info;
+	bool up, cordoned, seen;
+	uint64_t down_ms;
+	struct cnode *next;
+};
+
+struct crec {
+	struct hlink by_key, by_preview;
+	char *owner, *id, *node, *preview;
+	bool seen;
+	struct crec *prev, *next;
+};
+
+static struct {
+	bool on;
+	const struct config *cfg;
+	struct event_base *base;
+	const char *driver, *isolation;
+	char name[NODE_NAME_MAX + 1];
+	char *url;
+	char *prefix;
+	json_t *labels;
+	uint8_t secret[SECRET_MAX];
+	size_t secret_len;
+	char instance[17];
+	uint64_t started_ms;
+	struct etcd_opts eo;
+	char *etcd_password;
+	/* threads: requests in order, the lease, the watch */
+	struct loop_pool *io, *lease_pool, *watch_pool, *peers;
+	struct etcd_client *io_c, *lease_c, *watch_c;
+	atomic_bool stop;
+	atomic_bool abandon; /* stopping while etcd does not answer: queued writes are dropped */
+	/* the lease (the lease thread's while a job runs) */
+	int64_t lease;
+	bool lease_pending;
+	bool store_ok;
+	char store_why[300];
+	struct event *tick;
+	bool first_key_ours;
+	int64_t synced_rev;
+	bool watching;
+	/* tables */
+	struct htab nodes;
+	struct cnode *node_list;
+	struct htab recs, previews;
+	struct crec *rec_list;
+} C;
+
+bool cluster_enabled(void)
+{
+	return C.on;
+}
+
+const char *cluster_node_name(void)
+{
+	return C.name;
+}
+
+bool cluster_first_key_is_ours(void)
+{
+	return C.on && C.first_key_ours;
+}
+
+static void count_etcd(const char *op, int r)
+{
+	metrics_add(metrics_daemon.cluster_etcd_requests, 1, op, r < 0 ? "failure" : "success");
+}
+
+/* --- names and keys ------------------------------------------------------------------- */
+
+static bool name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > NODE_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		      c == '.'))
+			return false;
+	}
+	return true;
+}
+
+/* The owner as a key segment: "" (no authentication) is "-", which no key id is. */
+static const char *owner_seg(const char *owner)
+{
+	return owner && *owner ? owner : "-";
+}
+
+static char *rec_key(const char *owner, const char *id)
+{
+	return xasprintf("%ssessions/%s/%s", C.prefix, owner_seg(owner), id);
+}
+
+static uint64_t rec_hash(const char *owner, const char *id)
+{
+	return htab_hash_combine(htab_hash_str(owner_seg(owner)), htab_hash_str(id));
+}
+
+/* --- tables (loop thread) ------------------------------------------------------------- */
+
+static struct cnode *node_get(const char *name)
+{
+	for (struct hlink *l = htab_first(&C.nodes, htab_hash_str(name)); l; l = htab_next(l)) {
+		struct cnode *n = htab_entry(l, struct cnode, link);
+		if (!strcmp(n->name, name))
+			return n;
+	}
+	return NULL;
+}
+
+static void node_sync_pub(struct cnode *n)
+{
+	n->pub = (struct cluster_node){ .name = n->name,
+					.url = n->url ? n->url : "",
+					.host = n->host ? n->host : "",
+					.port = n->port,
+					.up = n->up,
+					.cordoned = n->cordoned,
+					.down_ms = n->down_ms,
+					.info = n->info };
+}
+
+static struct cnode *node_make(const char *name)
+{
+	struct cnode *n = node_get(name);
+	if (n)
+		return n;
+	n = xcalloc(1, sizeof(*n));
+	n->name = xstrdup(name);
+	n->next = C.node_list;
+	C.node_list = n;
+	htab_insert(&C.nodes, &n->link, htab_hash_str(name));
+	node_sync_pub(n);
+	return n;
+}
+
+/* Splits http://host:port[/] into its host and port (80 by default). */
+static int parse_url(const char *url, char **ret_host, int *ret_port)
+{
+	if (strncmp(url, "http://", 7) != 0)
+		return -1;
+	const char *h = url + 7;
+	size_t hl;
+	const char *rest;
+	if (*h == '[') {
+		const char *e = strchr(h, ']');
+		if (!e)
+			return -1;
+		hl = (size_t)(e - h - 1);
+		h++;
+		rest = e + 1;
+	} else {
+		hl = strcspn(h, ":/");
+		rest = h + hl;
+	}
+	if (!hl || hl > 253)
+		return -1;
+	long port = 80;
+	if (*rest == ':') {
+		char *end;
+		port = strtol(rest + 1, &end, 10);
+		if (port <= 0 || port > 65535 || (*end && strcmp(end, "/") != 0))
+			return -1;
+	} else if (*rest && strcmp(rest, "/") != 0) {
+		return -1;
+	}
+	*ret_host = strndup(h, hl);
+	if (!*ret_host)
+		abort();
+	*ret_port = (int)port;
+	return 0;
+}
+
+static void node_put(const char *name, const char *value, size_t len)
+{
+	json_error_t jerr;
+	json_auto_t *j = json_loadb(value, len, JSON_REJECT_DUPLICATES, &jerr);
+	const char *url = json_string_value(json_object_get(j, "url"));
+	_cleanup_free_ char *host = NULL;
+	int port;
+	if (!json_is_object(j) || !url || parse_url(url, &host, &port) < 0) {
+		log_warn("cluster", "node `%.63s`'s record is malformed: left out", name);
+		return;
+	}
+	struct cnode *n = node_make(name);
+	free(n->url);
+	n->url = xstrdup(url);
+	free(n->host);
+	n->host = TAKE_PTR(host);
+	n->port = port;
+	json_decref(n->info);
+	n->info = json_incref(j);
+	if (!n->up && strcmp(name, C.name) != 0)
+		log_info("cluster", "node %s is up at %s", name, url);
+	n->up = true;
+	n->down_ms = 0;
+	n->seen = true;
+	node_sync_pub(n);
+}
+
+static void node_gone(const char *name)
+{
+	struct cnode *n = node_get(name);
+	if (!n || !n->up)
+		return;
+	n->up = false;
+	n->down_ms = time_wall_ms();
+	log_warn("cluster", "node %s left the cluster (its lease ended)", name);
+	node_sync_pub(n);
+}
+
+static void cordon_set(const char *name, bool on)
+{
+	struct cnode *n = node_make(name);
+	n->cordoned = on;
+	node_sync_pub(n);
+}
+
+static struct crec *rec_get(const char *owner, const char *id)
+{
+	const char *o = owner_seg(owner);
+	for (struct hlink *l = htab_first(&C.recs, rec_hash(owner, id)); l; l = htab_next(l)) {
+		struct crec *r = htab_entry(l, struct crec, by_key);
+		if (!strcmp(r->owner, o) && !strcmp(r->id, id))
+			return r;
+	}
+	return NULL;
+}
+
+static void rec_free(struct crec *r)
+{
+	htab_remove(&C.recs, &r->by_key);
+	if (r->preview)
+		htab_remove(&C.previews, &r->by_preview);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		C.rec_list = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	free(r->owner);
+	free(r->id);
+	free(r->node);
+	free(r->preview);
+	free(r);
+}
+
+static bool seg_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 128)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_' || c == '.'))
+			return false;
+	}
+	return true;
+}
+
+/* "<owner>/<id>" into its two parts, each a session id's characters. */
+static bool split_rec(const char *rest, char **owner, char **id)
+{
+	const char *slash = strchr(rest, '/');
+	if (!slash || !seg_ok(rest, (size_t)(slash - rest)) ||
+	    !seg_ok(slash + 1, strlen(slash + 1)))
+		return false;
+	*owner = strndup(rest, (size_t)(slash - rest));
+	*id = xstrdup(slash + 1);
+	if (!*owner)
+		abort();
+	return true;
+}
+
+static void rec_put(const char *rest, const char *value, size_t len)
+{
+	_cleanup_free_ char *owner = NULL, *id = NULL;
+	json_error_t jerr;
+	json_auto_t *j = json_loadb(value, len, JSON_REJECT_DUPLICATES, &jerr);
+	const char *node = json_string_value(json_object_get(j, "node"));
+	const char *preview = json_string_value(json_object_get(j, "preview"));
+	if (!split_rec(rest, &owner, &id) || !node || !name_ok(node) ||
+	    (preview && !seg_ok(preview, strlen(preview)))) {
+		log_warn("cluster", "a malformed session record was left out");
+		return;
+	}
+	const char *o = strcmp(owner, "-") ? owner : "";
+	struct crec *r = rec_get(o, id);
+	if (r)
+		rec_free(r);
+	r = xcalloc(1, sizeof(*r));
+	r->owner = xstrdup(owner);
+	r->id = xstrdup(id);
+	r->node = xstrdup(node);
+	r->preview = preview && *preview ? xstrdup(preview) : NULL;
+	r->seen = true;
+	htab_insert(&C.recs, &r->by_key, rec_hash(o, id));
+	if (r->preview)
+		htab_insert(&C.previews, &r->by_preview, htab_hash_str(r->preview));
+	r->next = C.rec_list;
+	if (C.rec_list)
+		C.rec_list->prev = r;
+	C.rec_list = r;
+	node_make(node); /* a record may name a node not seen yet */
+}
+
+static void rec_del(const char *rest)
+{
+	_cleanup_free_ char *owner = NULL, *id = NULL;
+	if (!split_rec(rest, &owner, &id))
+		return;
+	struct crec *r = rec_get(strcmp(owner, "-") ? owner : "", id);
+	if (r)
+		rec_free(r);
+}
+
+static void key_put(const char *id, const char *value, size_t len)
+{
+	json_error_t jerr;
+	json_auto_t *row = json_loadb(value, len, JSON_REJECT_DUPLICATES, &jerr);
+	struct err e;
+	const char *rid = json_string_value(json_object_get(row, "id"));
+	if (!row || !rid || strcmp(rid, id) != 0) {
+		log_warn("cluster", "key record `%.40s` is malformed: left out", id);
+		return;
+	}
+	if (keys_row_apply(store_db(), row, &e) < 0)
+		log_warn("cluster", "key record `%.40s`: %s", id, e.msg);
+}
+
+static void key_del(const char *id)
+{
+	struct err e;
+	if (keys_delete(store_db(), id, &e) < 0 && e.errnum != ENOENT)
+		log_warn("cluster", "cannot delete key `%.40s`: %s", id, e.msg);
+}
+
+/* One key of the prefix, put or deleted. */
+static void apply(enum etcd_event_type t, const char *key, const char *value, size_t len)
+{
+	size_t pl = strlen(C.prefix);
+	if (strncmp(key, C.prefix, pl) != 0)
+		return;
+	const char *rest = key + pl;
+	bool put = t == ETCD_EVENT_PUT;
+	if (!strncmp(rest, "nodes/", 6) && name_ok(rest + 6)) {
+		if (put)
+			node_put(rest + 6, value, len);
+		else
+			node_gone(rest + 6);
+	} else if (!strncmp(rest, "cordon/", 7) && name_ok(rest + 7)) {
+		cordon_set(rest + 7, put);
+	} else if (!strncmp(rest, "sessions/", 9)) {
+		if (put)
+			rec_put(rest + 9, value, len);
+		else
+			rec_del(rest + 9);
+	} else if (!strncmp(rest, "keys/", 5) && seg_ok(rest + 5, strlen(rest + 5))) {
+		if (put)
+			key_put(rest + 5, value, len);
+		else
+			key_del(rest + 5);
+	}
+}
+
+/* The whole prefix as read at one revision: the tables become exactly that. */
+static void apply_all(const struct etcd_kvs *kvs)
+{
+	for (struct cnode *n = C.node_list; n; n = n->next) {
+		n->seen = false;
+		n->cordoned = false;
+	}
+	for (struct crec *r = C.rec_list; r; r = r->next)
+		r->seen = false;
+	size_t pl = strlen(C.prefix);
+	_cleanup_free_ const char **ids = xcalloc(kvs->n + 1, sizeof(*ids));
+	size_t nids = 0;
+	for (size_t i = 0; i < kvs->n; i++) {
+		const struct etcd_kv *kv = &kvs->v[i];
+		apply(ETCD_EVENT_PUT, kv->key, kv->value, kv->value_len);
+		if (!strncmp(kv->key, C.prefix, pl) && !strncmp(kv->key + pl, "keys/", 5))
+			ids[nids++] = kv->key + pl + 5;
+	}
+	for (struct cnode *n = C.node_list; n; n = n->next) {
+		if (!n->seen && n->up) {
+			n->up = false;
+			n->down_ms = time_wall_ms();
+		}
+		node_sync_pub(n);
+	}
+	for (struct crec *r = C.rec_list, *next; r; r = next) {
+		next = r->next;
+		if (!r->seen)
+			rec_free(r);
+	}
+	struct err e;
+	if (keys_keep_only(store_db(), ids, nids, &e) < 0)
+		log_warn("cluster", "cannot settle the key store: %s", e.msg);
+}
+
+/* --- jobs on the io thread ------------------------------------------------------------ */
+
+enum job_kind {
+	J_PUT,
+	J_DELETE,
+	J_CLAIM,
+	J_FORGET_MINE, /* delete a session record if it is this node's */
+	J_TAKE_OVER,   /* a record of a lost node's session: replaced by ours */
+};
+
+struct job {
+	enum job_kind kind;
+	const char *op; /* for the metric */
+	char *key, *value;
+	int64_t mod_rev;
+	int result;
+	struct err err;
+	char other_node[NODE_NAME_MAX + 1]; /* J_CLAIM: who holds the id */
+	void (*done)(const struct err *err, void *arg);
+	void *arg;
+};
+
+static void job_free(struct job *j)
+{
+	free(j->key);
+	free(j->value);
+	free(j);
+}
+
+static void io_work(void *arg)
+{
+	struct job *j = arg;
+	struct etcd_client *c = C.io_c;
+	if (atomic_load(&C.abandon)) {
+		j->result = err_set(&j->err, ECANCELED, "the node is stopping without etcd");
+		return;
+	}
+	switch (j->kind) {
+	case J_PUT:
+		j->result = etcd_put(c, j->key, j->value, strlen(j->value), 0, NULL, &j->err);
+		break;
+	case J_DELETE:
+		j->result = etcd_delete(c, j->key, false, NULL, &j->err);
+		break;
+	case J_CLAIM: {
+		bool created = false;
+		struct etcd_kv old = { 0 };
+		j->result = etcd_create(c, j->key, j->value, strlen(j->value), 0, &created, &old,
+					NULL, &j->err);
+		if (j->result == 0 && !created) {
+			json_auto_t *v = json_loadb(old.value, old.value_len, 0, NULL);
+			const char *node = json_string_value(json_object_get(v, "node"));
+			snprintf(j->other_node, sizeof(j->other_node), "%s",
+				 node && name_ok(node) ? node : "?");
+			j->mod_rev = old.mod_rev;
+			j->result = -EEXIST;
+		}
+		etcd_kv_clear(&old);
+		break;
+	}
+	case J_TAKE_OVER: {
+		bool deleted = false;
+		j->result = etcd_delete_if(c, j->key, j->mod_rev, &deleted, &j->err);
+		bool created = false;
+		if (j->result == 0)
+			j->result = etcd_create(c, j->key, j->value, strlen(j->value), 0, &created,
+						NULL, NULL, &j->err);
+		if (j->result == 0 && !created)
+			j->result = err_set(&j->err, EEXIST, "the id was taken meanwhile");
+		break;
+	}
+	case J_FORGET_MINE: {
+		struct etcd_kvs kvs = { 0 };
+		j->result = etcd_get(c, j->key, false, &kvs, &j->err);
+		if (j->result == 0 && kvs.n) {
+			json_auto_t *v = json_loadb(kvs.v[0].value, kvs.v[0].value_len, 0, NULL);
+			const char *node = json_string_value(json_object_get(v, "node"));
+			bool deleted;
+			if (node && !strcmp(node, C.name))
+				j->result = etcd_delete_if(c, j->key, kvs.v[0].mod_rev, &deleted,
+							   &j->err);
+		}
+		etcd_kvs_clear(&kvs);
+		break;
+	}
+	}
+}
+
+static void io_done(void *arg)
+{
+	struct job *j = arg;
+	count_etcd(j->op, j->result == -EEXIST ? 0 : j->result);
+	if (j->result < 0 && j->result != -EEXIST && !j->done)
+		log_warn("cluster", "%s `%s`: %s", j->op, j->key, j->err.msg);
+	if (j->done)
+		j->done(j->result < 0 ? &j->err : NULL, j->arg);
+	job_free(j);
+}
+
+static struct job *job_new(enum job_kind kind, const char *op, char *key, char *value)
+{
+	struct job *j = xcalloc(1, sizeof(*j));
+	j->kind = kind;
+	j->op = op;
+	j->key = key;
+	j->value = value;
+	return j;
+}
+
+static void submit(struct job *j)
+{
+	loop_pool_submit(C.io, io_work, io_done, j);
+}
+
+/* --- sessions ------------------------------------------------------------------------- */
+
+static char *rec_value(const char *preview, const char *template)
+{
+	json_auto_t *v =
+		json_pack("{s:s, s:I}", "node", C.name, "created", (json_int_t)time_wall_ms());
+	if (preview && *preview)
+		json_object_set_new(v, "preview", json_string(preview));
+	if (template)
+		json_object_set_new(v, "template", json_string(template));
+	return json_dumps(v, JSON_COMPACT);
+}
+
+/* What the loop knows of a record it has just written (its watch event may come later). */
+static void rec_note_ours(const char *owner, const char *id, const char *preview)
+{
+	_cleanup_free_ char *rest = xasprintf("%s/%s", owner_seg(owner), id);
+	_cleanup_free_ char *value = rec_value(preview, NULL);
+	rec_put(rest, value, strlen(value));
+}
+
+struct claim {
+	char *owner, *id, *preview;
+	void (*done)(const struct err *err, void *arg);
+	void *arg;
+};
+
+static void claim_free(struct claim *c)
+{
+	free(c->owner);
+	free(c->id);
+	free(c->preview);
+	free(c);
+}
+
+static void claim_finish(const struct err *err, void *arg)
+{
+	struct claim *c = arg;
+	if (!err)
+		rec_note_ours(c->owner, c->id, c->preview);
+	c->done(err, c->arg);
+	claim_free(c);
+}
+
+static void claim_done(const struct err *err, void *arg);
+
+static void claim_job_done(void *arg)
+{
+	struct job *j = arg;
+	struct claim *c = j->arg;
+	count_etcd("claim", j->result == -EEXIST ? 0 : j->result);
+	if (j->result == -EEXIST) {
+		const struct cnode *n = node_get(j->other_node);
+		if (!strcmp(j->other_node, C.name)) {
+			/* A record of ours that this node's start did not clear yet: the
+			 * session it named is not here any more. */
+			struct job *t =
+				job_new(J_TAKE_OVER, "claim", TAKE_PTR(j->key), TAKE_PTR(j->value));
+			t->mod_rev = j->mod_rev;
+			t->done = claim_finish;
+			t->arg = c;
+			submit(t);
+			job_free(j);
+			return;
+		}
+		if (!n || !n->up) {
+			log_info("cluster",
+				 "session %s of node %s, which is down, is replaced by a new one",
+				 c->id, j->other_node);
+			struct job *t =
+				job_new(J_TAKE_OVER, "claim", TAKE_PTR(j->key), TAKE_PTR(j->value));
+			t->mod_rev = j->mod_rev;
+			t->done = claim_finish;
+			t->arg = c;
+			submit(t);
+			job_free(j);
+			return;
+		}
+		struct err e;
+		err_set(&e, EEXIST,
+			"session `%s` exists on node `%s` (made there a moment ago): send the "
+			"request again",
+			c->id, j->other_node);
+		claim_done(&e, c);
+		job_free(j);
+		return;
+	}
+	if (j->result < 0) {
+		struct err e;
+		err_set(&e, EROFS, "the cluster cannot record the session: %s", j->err.msg);
+		claim_done(&e, c);
+	} else {
+		claim_finish(NULL, c);
+	}
+	job_free(j);
+}
+
+static void claim_done(const struct err *err, void *arg)
+{
+	struct claim *c = arg;
+	c->done(err, c->arg);
+	claim_free(c);
+}
+
+void cluster_session_claim(const char *owner, const char *id, const char *preview,
+			   const char *template, void (*done)(const struct err *err, void *arg),
+			   void *arg)
+{
+	if (!C.on || !C.io) {
+		done(NULL, arg);
+		return;
+	}
+	if (!C.store_ok) {
+		struct err e;
+		err_set(&e, EROFS,
+			"the cluster's store (etcd) is not answering this node, so no session can "
+			"be recorded: %s",
+			C.store_why);
+		count_etcd("claim", -1);
+		done(&e, arg);
+		return;
+	}
+	struct claim *c = xcalloc(1, sizeof(*c));
+	c->owner = xstrdup(owner ? owner : "");
+	c->id = xstrdup(id);
+	c->preview = preview ? xstrdup(preview) : NULL;
+	c->done = done;
+	c->arg = arg;
+	struct job *j = job_new(J_CLAIM, "claim", rec_key(owner, id), rec_value(preview, template));
+	j->arg = c;
+	loop_pool_submit(C.io, io_work, claim_job_done, j);
+}
+
+void cluster_session_put(const char *owner, const char *id, const char *preview,
+			 const char *template)
+{
+	if (!C.on || !C.io)
+		return;
+	rec_note_ours(owner, id, preview);
+	submit(job_new(J_PUT, "put", rec_key(owner, id), rec_value(preview, template)));
+}
+
+void cluster_session_gone(const char *owner, const char *id)
+{
+	if (!C.on || !C.io)
+		return;
+	struct crec *r = rec_get(owner, id);
+	if (r && !strcmp(r->node, C.name))
+		rec_free(r);
+	submit(job_new(J_FORGET_MINE, "delete", rec_key(owner, id), NULL));
+}
+
+enum cluster_where cluster_session_where(const char *owner, const char *id,
+					 const struct cluster_node **ret_node)
+{
+	*ret_node = NULL;
+	if (!C.on)
+		return CLUSTER_UNKNOWN;
+	struct crec *r = rec_get(owner, id);
+	if (!r)
+		return CLUSTER_UNKNOWN;
+	if (!strcmp(r->node, C.name))
+		return CLUSTER_LOCAL;
+	struct cnode *n = node_make(r->node);
+	*ret_node = &n->pub;
+	return n->up ? CLUSTER_REMOTE : CLUSTER_LOST;
+}
+
+enum cluster_where cluster_preview_where(const char *name, const struct cluster_node **ret_node)
+{
+	*ret_node = NULL;
+	if (!C.on || !name)
+		return CLUSTER_UNKNOWN;
+	for (struct hlink *l = htab_first(&C.previews, htab_hash_str(name)); l; l = htab_next(l)) {
+		struct crec *r = htab_entry(l, struct crec, by_preview);
+		if (strcmp(r->preview, name) != 0)
+			continue;
+		if (!strcmp(r->node, C.name))
+			return CLUSTER_LOCAL;
+		struct cnode *n = node_make(r->node);
+		*ret_node = &n->pub;
+		return n->up ? CLUSTER_REMOTE : CLUSTER_LOST;
+	}
+	return CLUSTER_UNKNOWN;
+}
+
+enum cluster_where cluster_session_where_any(const char *id, const struct cluster_node **ret_node)
+{
+	*ret_node = NULL;
+	if (!C.on || !id)
+		return CLUSTER_UNKNOWN;
+	struct cnode *remote = NULL, *gone = NULL;
+	for (struct crec *r = C.rec_list; r; r = r->next) {
+		if (strcmp(r->id, id) != 0)
+			continue;
+		if (!strcmp(r->node, C.name))
+			return CLUSTER_LOCAL;
+		struct cnode *n = node_make(r->node);
+		if (n->up && !remote)
+			remote = n;
+		else if (!n->up && !gone)
+			gone = n;
+	}
+	if (remote) {
+		*ret_node = &remote->pub;
+		return CLUSTER_REMOTE;
+	}
+	if (gone) {
+		*ret_node = &gone->pub;
+		return CLUSTER_LOST;
+	}
+	return CLUSTER_UNKNOWN;
+}
+
+struct event_base *cluster_event_base(void)
+{
+	return C.base;
+}
+
+unsigned cluster_timeout_ms(void)
+{
+	return C.cfg ? C.cfg->cluster_timeout_ms : 2000;
+}
+
+void cluster_peers_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
+{
+	loop_pool_submit(C.peers, work, done, arg);
+}
+
+const struct cluster_node *cluster_node_find(const char *name)
+{
+	struct cnode *n = C.on ? node_get(name) : NULL;
+	return n ? &n->pub : NULL;
+}
+
+void cluster_foreach_node(void (*fn)(const struct cluster_node *n, void *arg), void *arg)
+{
+	for (struct cnode *n = C.node_list; n; n = n->next)
+		fn(&n->pub, arg);
+}
+
+void cluster_foreach_remote_session(const char *owner,
+				    void (*fn)(const char *owner, const char *id,
+					       const struct cluster_node *n, void *arg),
+				    void *arg)
+{
+	const char *o = owner ? owner_seg(owner) : NULL;
+	for (struct crec *r = C.rec_list; r; r = r->next) {
+		if (o && strcmp(r->owner, o) != 0)
+			continue;
+		if (!strcmp(r->node, C.name))
+			continue;
+		struct cnode *n = node_get(r->node);
+		if (n && n->up)
+			fn(strcmp(r->owner, "-") ? r->owner : "", r->id, &n->pub, arg);
+	}
+}
+
+/* --- placement ------------------------------------------------------------------------ */
+
+static bool has_template(const json_t *info, const char *template)
+{
+	size_t i;
+	const json_t *t;
+	json_array_foreach (json_object_get(info, "templates"), i, t) {
+		if (json_is_string(t) && !strcmp(json_string_value(t), template))
+			return true;
+	}
+	return false;
+}
+
+static bool labels_match(const json_t *info, const json_t *selector)
+{
+	const json_t *labels = json_object_get(info, "labels");
+	const char *k;
+	const json_t *v;
+	json_object_foreach ((json_t *)selector, k, v) {
+		const char *have = json_string_value(json_object_get(labels, k));
+		if (!have || strcmp(have, json_string_value(v)) != 0)
+			return false;
+	}
+	return true;
+}
+
+static double load_of(const json_t *info)
+{
+	json_int_t cap = json_integer_value(json_object_get(info, "capacity"));
+	json_int_t used = json_integer_value(json_object_get(info, "sessions"));
+	return cap > 0 ? (double)used / (double)cap : 1.0;
+}
+
+const struct cluster_node *cluster_place(const char *template, const json_t *selector,
+					 struct err *err)
+{
+	if (selector && !json_is_null(selector)) {
+		if (!json_is_object(selector) || json_object_size(selector) > LABELS_MAX)
+			goto bad;
+		const char *k;
+		const json_t *v;
+		json_object_foreach ((json_t *)selector, k, v) {
+			if (!json_is_string(v) || !seg_ok(k, strlen(k)) ||
+			    strlen(json_string_value(v)) > 128)
+				goto bad;
+		}
+	} else {
+		selector = NULL;
+	}
+	struct cnode *best = NULL;
+	double best_load = 0;
+	size_t up = 0, fitting = 0;
+	for (struct cnode *n = C.node_list; n; n = n->next) {
+		if (!n->up || !n->info)
+			continue;
+		up++;
+		if (n->cordoned || !has_template(n->info, template) ||
+		    (selector && !labels_match(n->info, selector)))
+			continue;
+		fitting++;
+		json_int_t cap = json_integer_value(json_object_get(n->info, "capacity"));
+		json_int_t used = json_integer_value(json_object_get(n->info, "sessions"));
+		if (cap > 0 && used >= cap)
+			continue;
+		double load = load_of(n->info);
+		bool self = !strcmp(n->name, C.name);
+		if (!best || load < best_load - 1e-9 ||
+		    (load <= best_load + 1e-9 && self && strcmp(best->name, C.name) != 0)) {
+			best = n;
+			best_load = load;
+		}
+	}
+	if (!best) {
+		if (fitting)
+			err_set(err, EHOSTUNREACH,
+				"every node that fits this session (%zu of the %zu up) is full",
+				fitting, up);
+		else
+			err_set(err, EHOSTUNREACH,
+				"no node of the cluster (%zu up) takes sessions of template "
+				"`%s`%s: "
+				"none that is up and not cordoned has it%s",
+				up, template, selector ? " with these labels" : "",
+				selector ? " and the labels" : "");
+		return NULL;
+	}
+	return &best->pub;
+bad:
+	err_set(err, EINVAL,
+		"\"nodeSelector\" must be an object of at most %d labels, each a name of letters, "
+		"digits, '.', '_' or '-' and a string value",
+		LABELS_MAX);
+	return NULL;
+}
+
+struct cordon_call {
+	void (*done)(const struct err *err, void *arg);
+	void *arg;
+};
+
+static void cordon_done(const struct err *err, void *arg)
+{
+	struct cordon_call *c = arg;
+	c->done(err, c->arg);
+	free(c);
+}
+
+void cluster_cordon(const char *name, bool on, void (*done)(const struct err *err, void *arg),
+		    void *arg)
+{
+	char *key = xasprintf("%scordon/%s", C.prefix, name);
+	struct job *j;
+	if (on) {
+		json_auto_t *v =
+			json_pack("{s:I, s:s}", "at", (json_int_t)time_wall_ms(), "by", C.name);
+		j = job_new(J_PUT, "cordon", key, json_dumps(v, JSON_COMPACT));
+	} else {
+		j = job_new(J_DELETE, "cordon", key, NULL);
+	}
+	cordon_set(name, on); /* at once here; the watch tells the others */
+	struct cordon_call *c = xcalloc(1, sizeof(*c));
+	c->done = done;
+	c->arg = arg;
+	j->done = cordon_done;
+	j->arg = c;
+	submit(j);
+}
+
+/* --- keys ----------------------------------------------------------------------------- */
+
+static char *key_key(const char *id)
+{
+	return xasprintf("%skeys/%s", C.prefix, id);
+}
+
+int cluster_publish_key_now(const char *id, struct err *err)
+{
+	json_auto_t *row = keys_row_json(store_db(), id, err);
+	_cleanup_free_ char *key = key_key(id);
+	int r;
+	if (!row) {
+		if (err->errnum != ENOENT)
+			return -err->errnum;
+		r = etcd_delete(C.io_c, key, false, NULL, err);
+	} else {
+		_cleanup_free_ char *v = json_dumps(row, JSON_COMPACT);
+		r = etcd_put(C.io_c, key, v, strlen(v), 0, NULL, err);
+	}
+	count_etcd("key", r);
+	return r;
+}
+
+void cluster_publish_key(const char *id, void (*done)(const struct err *err, void *arg), void *arg)
+{
+	struct err e;
+	json_auto_t *row = keys_row_json(store_db(), id, &e);
+	if (!row && e.errnum != ENOENT) {
+		done(&e, arg);
+		return;
+	}
+	struct job *j = row ? job_new(J_PUT, "key", key_key(id), json_dumps(row, JSON_COMPACT))
+			    : job_new(J_DELETE, "key", key_key(id), NULL);
+	j->done = done;
+	j->arg = arg;
+	submit(j);
+}
+
+/* --- the node's own record and its lease ---------------------------------------------- */
+
+static char *node_record(void)
+{
+	json_t *templates = json_array();
+	const struct template_registry *reg = session_templates();
+	for (size_t i = 0; reg && i < reg->n; i++)
+		json_array_append_new(templates, json_string(reg->items[i]->name));
+	int64_t mem = session_host_memory_available();
+	json_auto_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:O, s:I, s:I, s:I, s:s, s:I, s:s}",
+				   "name", C.name, "url", C.url, "driver", C.driver, "isolation",
+				   C.isolation, "templates", templates, "labels", C.labels,
+				   "capacity", (json_int_t)C.cfg->max_sessions, "sessions",
+				   (json_int_t)session_count(), "memAvailable",
+				   (json_int_t)(mem > 0 ? mem : 0), "version", SANDBOX_VERSION,
+				   "startedAt", (json_int_t)C.started_ms, "instance", C.instance);
+	return json_dumps(j, JSON_COMPACT);
+}
+
+struct lease_job {
+	char *record;
+	int64_t lease; /* in: the lease to renew (0: none yet); out: the one in force */
+	bool renewed;  /* out: the record is in etcd under a live lease */
+	struct err err;
+};
+
+static void lease_work(void *arg)
+{
+	struct lease_job *l = arg;
+	struct etcd_client *c = C.lease_c;
+	_cleanup_free_ char *key = xasprintf("%snodes/%s", C.prefix, C.name);
+	int r = 0;
+	bool fresh = false;
+	if (l->lease) {
+		r = etcd_lease_keepalive(c, l->lease, NULL, &l->err);
+		count_etcd("keepalive", r);
+		if (r == -ENOENT)
+			l->lease = 0; /* expired: a new one, and the record again under it */
+		else if (r < 0)
+			return;
+	}
+	if (!l->lease) {
+		r = etcd_lease_grant(c, C.cfg->cluster_lease_ttl_s, &l->lease, &l->err);
+		count_etcd("lease", r);
+		if (r < 0)
+			return;
+		fresh = true;
+	}
+	r = etcd_put(c, key, l->record, strlen(l->record), l->lease, NULL, &l->err);
+	count_etcd("register", r);
+	if (r < 0) {
+		if (fresh) {
+			struct err ignored;
+			etcd_lease_revoke(c, l->lease, &ignored);
+			l->lease = 0;
+		}
+		return;
+	}
+	l->renewed = true;
+}
+
+static void publish_gauges(void);
+
+static void lease_done(void *arg)
+{
+	struct lease_job *l = arg;
+	C.lease_pending = false;
+	if (l->lease != C.lease && C.lease && l->lease)
+		log_warn("cluster", "this node's lease had expired: it registered again");
+	C.lease = l->lease;
+	bool was = C.store_ok;
+	C.store_ok = l->renewed;
+	if (!l->renewed) {
+		snprintf(C.store_why, sizeof(C.store_why), "%.280s", l->err.msg);
+		if (was)
+			log_warn("cluster", "etcd did not take this node's lease renewal: %s",
+				 l->err.msg);
+	} else {
+		C.store_why[0] = '\0';
+		if (!was)
+			log_info("cluster", "etcd takes this node's lease renewals again");
+	}
+	publish_gauges();
+	free(l->record);
+	free(l);
+}
+
+static void lease_kick(void)
+{
+	if (C.lease_pending || atomic_load(&C.stop))
+		return;
+	C.lease_pending = true;
+	struct lease_job *l = xcalloc(1, sizeof(*l));
+	l->record = node_record();
+	l->lease = C.lease;
+	loop_pool_submit(C.lease_pool, lease_work, lease_done, l);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	lease_kick();
+}
+
+bool cluster_store_ok(const char **why)
+{
+	if (why)
+		*why = C.store_why;
+	return !C.on || C.store_ok;
+}
+
+/* --- the watch ------------------------------------------------------------------------ */
+
+struct wevent {
+	enum etcd_event_type type;
+	char *key, *value;
+	size_t len;
+};
+
+static void wevent_done(void *arg)
+{
+	struct wevent *w = arg;
+	apply(w->type, w->key, w->value, w->len);
+	publish_gauges();
+	free(w->key);
+	free(w->value);
+	free(w);
+}
+
+static int on_event(enum etcd_event_type type, const struct etcd_kv *kv, void *arg)
+{
+	struct wevent *w = xcalloc(1, sizeof(*w));
+	w->type = type;
+	w->key = xstrdup(kv->key);
+	w->value = xmalloc(kv->value_len + 1);
+	memcpy(w->value, kv->value, kv->value_len + 1);
+	w->len = kv->value_len;
+	loop_pool_post(C.watch_pool, wevent_done, w);
+	return atomic_load(&C.stop) ? 1 : 0;
+}
+
+struct resync {
+	struct etcd_kvs kvs;
+};
+
+static void resync_done(void *arg)
+{
+	struct resync *r = arg;
+	apply_all(&r->kvs);
+	publish_gauges();
+	etcd_kvs_clear(&r->kvs);
+	free(r);
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* The watch thread's one job: watch from the revision read at start, resume after every
+ * failure from where it was, read everything again when etcd compacted that revision. */
+static void watch_work(void *arg)
+{
+	int64_t next = C.synced_rev + 1;
+	unsigned backoff = 100;
+	while (!atomic_load(&C.stop)) {
+		struct err e;
+		int64_t at = next;
+		int r = etcd_watch(C.watch_c, C.prefix, at, on_event, NULL, &next, &e);
+		if (atomic_load(&C.stop) || r == -ECANCELED)
+			break;
+		if (next > at)
+			backoff = 100;
+		if (r == -ESTALE) {
+			metrics_add(metrics_daemon.cluster_watch_restarts, 1, "compacted");
+			struct resync *s = xcalloc(1, sizeof(*s));
+			if (etcd_get(C.watch_c, C.prefix, true, &s->kvs, &e) == 0) {
+				next = s->kvs.revision + 1;
+				loop_pool_post(C.watch_pool, resync_done, s);
+				continue;
+			}
+			free(s);
+		} else {
+			metrics_add(metrics_daemon.cluster_watch_restarts, 1, "disconnected");
+		}
+		log_debug("cluster",
+			  "the watch of etcd ended (%s); it resumes from revision %" PRId64, e.msg,
+			  next);
+		for (unsigned waited = 0; waited < backoff && !atomic_load(&C.stop); waited += 50)
+			sleep_ms(50);
+		if (backoff < 2000)
+			backoff *= 2;
+	}
+}
+
+/* --- gauges, /health, /admin/nodes ---------------------------------------------------- */
+
+static void publish_gauges(void)
+{
+	double up = 0, down = 0, cordoned = 0;
+	for (struct cnode *n = C.node_list; n; n = n->next) {
+		if (n->up)
+			up++;
+		else
+			down++;
+		if (n->cordoned)
+			cordoned++;
+		size_t k = 0;
+		for (struct crec *r = C.rec_list; r; r = r->next)
+			k += !strcmp(r->node, n->name);
+		metrics_set(metrics_daemon.cluster_sessions, (double)k, n->name);
+	}
+	metrics_set(metrics_daemon.cluster_nodes, up, "up");
+	metrics_set(metrics_daemon.cluster_nodes, down, "down");
+	metrics_set(metrics_daemon.cluster_nodes, cordoned, "cordoned");
+	metrics_set(metrics_daemon.cluster_store_up, C.store_ok ? 1.0 : 0.0);
+}
+
+static json_t *iso(uint64_t ms)
+{
+	if (!ms)
+		return json_null();
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char buf[64];
+	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 (unsigned)(ms % 1000));
+	return json_string(buf);
+}
+
+static json_t *node_json(const struct cnode *n)
+{
+	size_t k = 0;
+	for (struct crec *r = C.rec_list; r; r = r->next)
+		k += !strcmp(r->node, n->name);
+	json_t *j = json_pack("{s:s, s:s, s:b, s:b, s:b, s:o, s:I}", "name", n->name, "state",
+			      n->up ? "up" : "down", "up", n->up, "cordoned", n->cordoned, "self",
+			      !strcmp(n->name, C.name), "downSince", iso(n->down_ms), "sessions",
+			      (json_int_t)k);
+	if (n->url)
+		json_object_set_new(j, "url", json_string(n->url));
+	const char *fields[] = { "driver",   "isolation", "templates", "labels",
+				 "capacity", "version",   "startedAt", "memAvailable" };
+	for (size_t i = 0; n->info && i < ARRAY_SIZE(fields); i++) {
+		json_t *v = json_object_get(n->info, fields[i]);
+		if (v)
+			json_object_set(j, fields[i], v);
+	}
+	if (n->info)
+		json_object_set(j, "load", json_object_get(n->info, "sessions"));
+	return j;
+}
+
+json_t *cluster_nodes_json(void)
+{
+	json_t *a = json_array();
+	for (struct cnode *n = C.node_list; n; n = n->next)
+		json_array_append_new(a, node_json(n));
+	return json_pack("{s:s, s:o, s:b}", "self", C.name, "nodes", a, "storeOk", C.store_ok);
+}
+
+json_t *cluster_health_json(void)
+{
+	size_t up = 0, all = 0;
+	for (struct cnode *n = C.node_list; n; n = n->next) {
+		all++;
+		up += n->up;
+	}
+	json_t *j = json_pack("{s:s, s:s, s:b, s:I, s:I}", "node", C.name, "url", C.url, "store",
+			      C.store_ok, "nodesUp", (json_int_t)up, "nodes", (json_int_t)all);
+	if (!C.store_ok)
+		json_object_set_new(j, "storeError", json_string(C.store_why));
+	return j;
+}
+
+/* --- peers ---------------------------------------------------------------------------- */
+
+static void sign(const char *node, const char *ts, const char *method, const char *target,
+		 const char *owner, unsigned scopes, char out[65])
+{
+	_cleanup_free_ char *msg =
+		xasprintf("v1\n%s\n%s\n%s\n%s\n%s\n%u", node, ts, method, target, owner, scopes);
+	uint8_t mac[32];
+	unsigned maclen = 0;
+	HMAC(EVP_sha256(), C.secret, (int)C.secret_len, (const uint8_t *)msg, strlen(msg), mac,
+	     &maclen);
+	for (unsigned i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+char *cluster_peer_sign(const char *method, const char *target, const char *owner, unsigned scopes)
+{
+	char ts[24];
+	snprintf(ts, sizeof(ts), "%" PRIu64, time_wall_ms());
+	const char *o = owner && *owner ? owner : "-";
+	char sig[65];
+	sign(C.name, ts, method, target, o, scopes, sig);
+	return xasprintf("v1 node=%s ts=%s owner=%s scopes=%u sig=%s", C.name, ts, o, scopes, sig);
+}
+
+/* The value of `name=` in a peer header, copied into out (at most cap - 1 bytes). */
+static bool field(const char *h, const char *name, char *out, size_t cap)
+{
+	size_t n = strlen(name);
+	for (const char *p = h; *p;) {
+		p += strspn(p, " ");
+		size_t len = strcspn(p, " ");
+		if (len > n && !strncmp(p, name, n) && p[n] == '=') {
+			if (len - n - 1 >= cap)
+				return false;
+			memcpy(out, p + n + 1, len - n - 1);
+			out[len - n - 1] = '\0';
+			return true;
+		}
+		p += len;
+	}
+	return false;
+}
+
+int cluster_peer_verify(const char *header, const char *method, const char *target, char *ret_node,
+			size_t node_cap, char *ret_owner, size_t owner_cap, unsigned *ret_scopes,
+			bool *ret_has_identity, struct err *err)
+{
+	if (!C.on)
+		return err_set(err, EACCES, "this server is not a node of a cluster");
+	char node[NODE_NAME_MAX + 1], ts[24], owner[64], scopes[8], sig[65];
+	if (strncmp(header, "v1 ", 3) != 0 || !field(header, "node", node, sizeof(node)) ||
+	    !field(header, "ts", ts, sizeof(ts)) || !field(header, "owner", owner, sizeof(owner)) ||
+	    !field(header, "scopes", scopes, sizeof(scopes)) ||
+	    !field(header, "sig", sig, sizeof(sig)) || !name_ok(node) || strlen(sig) != 64)
+		return err_set(err, EACCES, "a malformed " CLUSTER_PEER_HEADER " header");
+	char want[65];
+	char *end;
+	errno = 0;
+	unsigned long sc = strtoul(scopes, &end, 10);
+	if (errno || *end || sc > 7)
+		return err_set(err, EACCES, "a malformed " CLUSTER_PEER_HEADER " header");
+	sign(node, ts, method, target, owner, (unsigned)sc, want);
+	if (CRYPTO_memcmp(want, sig, 64) != 0)
+		return err_set(err, EACCES,
+			       CLUSTER_PEER_HEADER " does not carry this cluster's signature");
+	unsigned long long t = strtoull(ts, &end, 10);
+	uint64_t now = time_wall_ms();
+	if (*end || t + PEER_SKEW_MS < now || t > now + PEER_SKEW_MS)
+		return err_set(err, EACCES,
+			       CLUSTER_PEER_HEADER " is stale (the nodes' clocks differ by more "
+						   "than a minute, or it was sent again)");
+	snprintf(ret_node, node_cap, "%s", node);
+	*ret_has_identity = strcmp(owner, "-") != 0;
+	snprintf(ret_owner, owner_cap, "%s", *ret_has_identity ? owner : "");
+	*ret_scopes = (unsigned)sc;
+	return 0;
+}
+
+/* --- start and stop ------------------------------------------------------------------- */
+
+static int read_secret(const char *path, struct err *err)
+{
+	if (!path)
+		return err_set(err, EINVAL,
+			       "SANDBOX_CLUSTER needs SANDBOX_CLUSTER_SECRET_FILE: a file of at "
+			       "least %d bytes that every node shares (openssl rand -hex 32)",
+			       SECRET_MIN);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return err_sys(err, errno, "SANDBOX_CLUSTER_SECRET_FILE `%s`", path);
+	if (!S_ISREG(st.st_mode) || (st.st_mode & 0077))
+		return err_set(err, EPERM,
+			       "SANDBOX_CLUSTER_SECRET_FILE `%s` must be a regular file that only "
+			       "its owner may read (mode 0600 or 0400)",
+			       path);
+	ssize_t n = read(fd, C.secret, sizeof(C.secret));
+	if (n < 0)
+		return err_sys(err, errno, "SANDBOX_CLUSTER_SECRET_FILE `%s`", path);
+	while (n > 0 &&
+	       (C.secret[n - 1] == '\n' || C.secret[n - 1] == '\r' || C.secret[n - 1] == ' '))
+		n--;
+	if (n < SECRET_MIN)
+		return err_set(err, EINVAL,
+			       "SANDBOX_CLUSTER_SECRET_FILE `%s` holds %zd bytes: at least %d are "
+			       "needed",
+			       path, n, SECRET_MIN);
+	C.secret_len = (size_t)n;
+	return 0;
+}
+
+static int read_password(const char *path, struct err *err)
+{
+	if (!path)
+		return 0;
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	if (!f)
+		return err_sys(err, errno, "SANDBOX_ETCD_PASSWORD_FILE `%s`", path);
+	char buf[512];
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	C.etcd_password = xstrdup(buf);
+	explicit_bzero(buf, sizeof(buf));
+	return 0;
+}
+
+static int parse_labels(const char *s, struct err *err)
+{
+	C.labels = json_object();
+	_cleanup_free_ char *copy = xstrdup(s ? s : "");
+	char *save = NULL;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		tok += strspn(tok, " ");
+		if (!*tok)
+			continue;
+		char *eq = strchr(tok, '=');
+		if (!eq || !seg_ok(tok, (size_t)(eq - tok)) || strlen(eq + 1) > 128 ||
+		    !seg_ok(eq + 1, strlen(eq + 1)) || json_object_size(C.labels) == LABELS_MAX)
+			return err_set(err, EINVAL,
+				       "SANDBOX_NODE_LABELS: `%.100s` is not name=value (letters, "
+				       "digits, '.', '_', '-'; at most %d labels)",
+				       tok, LABELS_MAX);
+		*eq = '\0';
+		json_object_set_new(C.labels, tok, json_string(eq + 1));
+	}
+	return 0;
+}
+
+static int setup(const struct config *cfg, struct err *err)
+{
+	if (cfg->node_name && *cfg->node_name) {
+		if (!name_ok(cfg->node_name))
+			return err_set(err, EINVAL,
+				       "SANDBOX_NODE_NAME `%.80s`: 1 to %d of a-z, 0-9, '.', '_', "
+				       "'-'",
+				       cfg->node_name, NODE_NAME_MAX);
+		snprintf(C.name, sizeof(C.name), "%s", cfg->node_name);
+	} else {
+		char host[256] = "";
+		gethostname(host, sizeof(host) - 1);
+		for (char *p = host; *p; p++)
+			if (*p >= 'A' && *p <= 'Z')
+				*p = (char)(*p - 'A' + 'a');
+		host[strcspn(host, ".")] = '\0';
+		if (!name_ok(host))
+			return err_set(err, EINVAL,
+				       "the host name `%.80s` is not a node name: set "
+				       "SANDBOX_NODE_NAME",
+				       host);
+		snprintf(C.name, sizeof(C.name), "%s", host);
+	}
+	const char *p = cfg->cluster_prefix;
+	size_t pl = strlen(p);
+	if (pl < 2 || pl > 100 || p[0] != '/' || p[pl - 1] != '/' || strstr(p, "//"))
+		return err_set(err, EINVAL,
+			       "SANDBOX_CLUSTER_PREFIX `%.100s` must begin and end with '/'", p);
+	C.prefix = xstrdup(p);
+	int r = read_secret(cfg->cluster_secret_file, err);
+	if (r < 0)
+		return r;
+	if ((r = read_password(cfg->etcd_password_file, err)) < 0 ||
+	    (r = parse_labels(cfg->node_labels, err)) < 0)
+		return r;
+	C.eo = (struct etcd_opts){ .endpoints = cfg->cluster,
+				   .timeout_ms = cfg->cluster_timeout_ms,
+				   .user = cfg->etcd_user,
+				   .password = C.etcd_password,
+				   .ca = cfg->etcd_ca,
+				   .cert = cfg->etcd_cert,
+				   .key = cfg->etcd_key };
+	if ((r = etcd_new(&C.eo, &C.io_c, err)) < 0 || (r = etcd_new(&C.eo, &C.lease_c, err)) < 0 ||
+	    (r = etcd_new(&C.eo, &C.watch_c, err)) < 0)
+		return r;
+	etcd_set_stop(C.watch_c, &C.stop);
+	return 0;
+}
+
+struct key_ids {
+	char (*v)[40];
+	size_t n;
+};
+
+static void add_key_id(const struct key_info *k, void *arg)
+{
+	struct key_ids *x = arg;
+	x->v = xrealloc(x->v, (x->n + 1) * sizeof(*x->v));
+	snprintf(x->v[x->n++], sizeof(*x->v), "%s", k->id);
+}
+
+/* The first node of a fresh cluster publishes its keys; the others take the cluster's. */
+static int settle_keys(const struct etcd_kvs *all, struct err *err)
+{
+	_cleanup_free_ char *boot = xasprintf("%sbootstrap", C.prefix);
+	bool bootstrapped = false, keys = false;
+	size_t pl = strlen(C.prefix);
+	for (size_t i = 0; i < all->n; i++) {
+		bootstrapped |= !strcmp(all->v[i].key, boot);
+		keys |= !strncmp(all->v[i].key + pl, "keys/", 5);
+	}
+	if (bootstrapped || keys)
+		return 0;
+	json_auto_t *v = json_pack("{s:s, s:I}", "node", C.name, "at", (json_int_t)time_wall_ms());
+	_cleanup_free_ char *value = json_dumps(v, JSON_COMPACT);
+	_cleanup_free_ char *marker = xasprintf("%sbootstrap-by", C.prefix);
+	bool won = false;
+	int r = etcd_create_pair(C.io_c, boot, value, marker, value, &won, err);
+	count_etcd("bootstrap", r);
+	if (r < 0)
+		return r;
+	if (!won)
+		return 0;
+	C.first_key_ours = true;
+	/* Its own keys become the cluster's (a host that joins with keys keeps them). */
+	struct key_ids ids = { 0 };
+	r = keys_foreach(store_db(), add_key_id, &ids, err);
+	for (size_t i = 0; r == 0 && i < ids.n; i++)
+		r = cluster_publish_key_now(ids.v[i], err);
+	if (ids.n)
+		log_info("cluster",
+			 "this node began the cluster: its %zu API keys are the cluster's", ids.n);
+	free(ids.v);
+	return r;
+}
+
+int cluster_init(struct event_base *base, const struct config *cfg, const char *driver,
+		 const char *isolation, struct err *err)
+{
+	if (!cfg->cluster || !*cfg->cluster)
+		return 0;
+	C.cfg = cfg;
+	C.base = base;
+	C.driver = driver;
+	C.isolation = isolation;
+	C.started_ms = time_wall_ms();
+	random_hex(C.instance, 8);
+	int r = setup(cfg, err);
+	if (r < 0)
+		return err_wrap(err, "cluster");
+	C.on = true;
+	struct etcd_kvs all = { 0 };
+	for (int i = 0; i < START_TRIES; i++) {
+		r = etcd_get(C.io_c, C.prefix, true, &all, err);
+		count_etcd("range", r);
+		if (r == 0 || r == -EACCES || r == -EBADMSG)
+			break;
+		log_warn("cluster", "cannot read etcd yet (%s): trying again", err->msg);
+		sleep_ms(500u << i);
+	}
+	if (r < 0)
+		return err_wrap(err, "cluster: cannot read etcd at %s", cfg->cluster);
+	if ((r = settle_keys(&all, err)) < 0) {
+		etcd_kvs_clear(&all);
+		return err_wrap(err, "cluster: the API keys");
+	}
+	if (C.first_key_ours) {
+		/* Read again: the keys just published are the cluster's now. */
+		etcd_kvs_clear(&all);
+		r = etcd_get(C.io_c, C.prefix, true, &all, err);
+		if (r < 0)
+			return err_wrap(err, "cluster: cannot read etcd");
+	}
+	apply_all(&all);
+	C.synced_rev = all.revision;
+	etcd_kvs_clear(&all);
+	C.store_ok = true;
+	log_info("cluster",
+		 "node %s joined the cluster at %s (revision %" PRId64 ", %zu nodes known)", C.name,
+		 cfg->cluster, C.synced_rev, C.nodes.count);
+	return 0;
+}
+
+struct local_sessions {
+	struct htab seen;
+};
+
+struct seen_entry {
+	struct hlink link;
+	const char *owner, *id;
+};
+
+static void collect_local(struct session *s, void *arg)
+{
+	struct local_sessions *ls = arg;
+	struct seen_entry *e = xcalloc(1, sizeof(*e));
+	e->owner = s->owner;
+	e->id = s->id;
+	htab_insert(&ls->seen, &e->link, rec_hash(s->owner, s->id));
+	/* Every session held here is recorded as this node's. */
+	cluster_session_put(s->owner, s->id, s->preview_name, s->tmpl ? s->tmpl->name : NULL);
+}
+
+static bool local_has(struct local_sessions *ls, const char *owner, const char *id)
+{
+	for (struct hlink *l = htab_first(&ls->seen, rec_hash(owner, id)); l; l = htab_next(l)) {
+		struct seen_entry *e = htab_entry(l, struct seen_entry, link);
+		if (!strcmp(owner_seg(e->owner), owner_seg(owner)) && !strcmp(e->id, id))
+			return true;
+	}
+	return false;
+}
+
+int cluster_start(int port, struct err *err)
+{
+	if (!C.on)
+		return 0;
+	if (C.cfg->node_url && *C.cfg->node_url) {
+		_cleanup_free_ char *h = NULL;
+		int pt;
+		if (parse_url(C.cfg->node_url, &h, &pt) < 0)
+			return err_set(err, EINVAL,
+				       "SANDBOX_NODE_URL `%.100s` must be http://host:port",
+				       C.cfg->node_url);
+		C.url = xstrdup(C.cfg->node_url);
+	} else {
+		const char *h = C.cfg->host;
+		char host[256] = "";
+		if (!strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !*h) {
+			gethostname(host, sizeof(host) - 1);
+			h = host;
+		}
+		C.url = strchr(h, ':') ? xasprintf("http://[%s]:%d", h, port)
+				       : xasprintf("http://%s:%d", h, port);
+	}
+	C.io = loop_pool_new(C.base, 1);
+	C.lease_pool = loop_pool_new(C.base, 1);
+	C.watch_pool = loop_pool_new(C.base, 1);
+	C.peers = loop_pool_new(C.base, 2);
+	if (!C.io || !C.lease_pool || !C.watch_pool || !C.peers)
+		return err_set(err, EAGAIN, "cluster: cannot start its threads");
+	/* This node's records: of sessions it holds (hibernated ones, put back), kept and
+	 * written; of others (a crash's), removed. */
+	struct local_sessions ls = { 0 };
+	session_foreach(NULL, collect_local, &ls);
+	size_t forgotten = 0;
+	for (struct crec *r = C.rec_list, *next; r; r = next) {
+		next = r->next;
+		const char *o = strcmp(r->owner, "-") ? r->owner : "";
+		if (!strcmp(r->node, C.name) && !local_has(&ls, o, r->id)) {
+			submit(job_new(J_FORGET_MINE, "delete", rec_key(o, r->id), NULL));
+			rec_free(r);
+			forgotten++;
+		}
+	}
+	for (size_t b = 0; b < ls.seen.nbuckets; b++)
+		for (struct hlink *l = ls.seen.buckets[b], *next; l; l = next) {
+			next = l->next;
+			free(htab_entry(l, struct seen_entry, link));
+		}
+	htab_fini(&ls.seen);
+	if (forgotten)
+		log_info("cluster",
+			 "%zu records of sessions this node no longer holds were removed",
+			 forgotten);
+	/* Registered before serving other nodes: the first renewal, blocking. */
+	struct lease_job *l = xcalloc(1, sizeof(*l));
+	l->record = node_record();
+	C.lease_pending = true;
+	lease_work(l);
+	if (!l->renewed) {
+		int rr = err_set(err, EAGAIN, "cluster: cannot register node %s: %s", C.name,
+				 l->err.msg);
+		free(l->record);
+		free(l);
+		C.lease_pending = false;
+		return rr;
+	}
+	node_put(C.name, l->record, strlen(l->record)); /* the watch brings it again */
+	lease_done(l);
+	unsigned every = C.cfg->cluster_lease_ttl_s * 1000u / 3u;
+	struct timeval tv = { every / 1000, (every % 1000) * 1000 };
+	C.tick = event_new(C.base, -1, EV_PERSIST, on_tick, NULL);
+	event_add(C.tick, &tv);
+	C.watching = true;
+	loop_pool_submit(C.watch_pool, watch_work, NULL, NULL);
+	log_info("cluster", "node %s serves the cluster at %s", C.name, C.url);
+	return 0;
+}
+
+void cluster_shutdown(void)
+{
+	atomic_store(&C.stop, true);
+	/* Without etcd, each queued write would wait its timeout: the records they would
+	 * remove are this node's, cleared by its next start. */
+	if (!C.store_ok)
+		atomic_store(&C.abandon, true);
+	if (C.tick)
+		event_free(C.tick);
+	C.tick = NULL;
+	/* Whatever the io thread still has to write (the sessions' records going) is written,
+	 * then the node leaves. */
+	C.io = loop_pool_free(C.io);
+	C.lease_pool = loop_pool_free(C.lease_pool);
+	if (C.lease) {
+		struct err e;
+		int r = etcd_lease_revoke(C.io_c, C.lease, &e);
+		count_etcd("revoke", r);
+		if (r < 0)
+			log_warn("cluster", "cannot revoke this node's lease: %s", e.msg);
+		else
+			log_info("cluster", "node %s left the cluster", C.name);
+	}
+	C.watch_pool = loop_pool_free(C.watch_pool);
+	C.peers = loop_pool_free(C.peers);
+	C.io_c = etcd_free(C.io_c);
+	C.lease_c = etcd_free(C.lease_c);
+	C.watch_c = etcd_free(C.watch_c);
+	for (struct crec *r = C.rec_list, *next; r; r = next) {
+		next = r->next;
+		rec_free(r);
+	}
+	for (struct cnode *n = C.node_list, *next; n; n = next) {
+		next = n->next;
+		free(n->name);
+		free(n->url);
+		free(n->host);
+		json_decref(n->info);
+		free(n);
+	}
+	C.node_list = NULL;
+	htab_fini(&C.nodes);
+	htab_fini(&C.recs);
+	htab_fini(&C.previews);
+	json_decref(C.labels);
+	free(C.prefix);
+	free(C.url);
+	if (C.etcd_password) {
+		explicit_bzero(C.etcd_password, strlen(C.etcd_password));
+		free(C.etcd_password);
+	}
+	explicit_bzero(C.secret, sizeof(C.secret));
+	memset(&C, 0, sizeof(C));
+}

@@ -1,0 +1,683 @@
+#include "cluster/forward.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <http_parser.h>
+#include <limits.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "loop.h"
+#include "metrics/metrics.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/time.h"
+
+#define FWD_HIGH        (1u << 20) /* bytes queued toward one side past which the other waits */
+#define FWD_LOW         (256u << 10)
+#define FWD_MAX_HEADERS 100
+#define FWD_MAX_HEAD    (64u << 10)
+
+struct fwd {
+	struct http_ctx *ctx; /* NULL once the reply is out or the client is gone */
+	struct bufferevent *peer;
+	char node[64];
+	char *host;
+	int port;
+	char owner[64];
+	unsigned scopes;
+	bool identity;
+	const char *kind;
+	uint64_t start_ns;
+	bool connected;
+	bool buffered;     /* the body was read already: it goes after the head */
+	bool body_chunked; /* the body goes out chunked */
+	bool body_ended;
+	bool upgrade;
+	/* the other node's answer */
+	http_parser parser;
+	char *names[FWD_MAX_HEADERS], *values[FWD_MAX_HEADERS];
+	size_t nh, head_bytes;
+	bool in_value, head_done, message_done, failed;
+	/* after a 101: the client's connection, relayed as bytes */
+	struct bufferevent *client;
+	bool client_eof, peer_eof;
+};
+
+static void fwd_free(struct fwd *f)
+{
+	if (f->ctx) {
+		f->ctx->on_gone = NULL;
+		http_stream_on_drain(f->ctx, 0, NULL, NULL);
+	}
+	if (f->peer)
+		bufferevent_free(f->peer);
+	if (f->client)
+		bufferevent_free(f->client);
+	for (size_t i = 0; i < f->nh; i++) {
+		free(f->names[i]);
+		free(f->values[i]);
+	}
+	free(f->host);
+	free(f);
+}
+
+static void count(struct fwd *f, const char *result)
+{
+	metrics_add(metrics_daemon.cluster_forwarded_total, 1, f->kind, result);
+}
+
+/* Ends the request with an error (or cuts an answer under way) and frees f. */
+static void fwd_fail(struct fwd *f, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void fwd_fail(struct fwd *f, int status, const char *fmt, ...)
+{
+	struct http_ctx *ctx = f->ctx;
+	if (ctx) {
+		ctx->on_gone = NULL;
+		http_stream_on_drain(ctx, 0, NULL, NULL);
+		f->ctx = NULL;
+		if (f->head_done) {
+			http_stream_abort(ctx);
+		} else {
+			char msg[600];
+			va_list ap;
+			va_start(ap, fmt);
+			vsnprintf(msg, sizeof(msg), fmt, ap);
+			va_end(ap);
+			count(f, "failure");
+			log_warn("cluster", "%s", msg);
+			http_reply_error(ctx, status, "%s", msg);
+		}
+	}
+	fwd_free(f);
+}
+
+/* --- the request toward the other node ------------------------------------------------ */
+
+static bool listed_in(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *s = list; s && *s;) {
+		s += strspn(s, " \t,");
+		size_t len = strcspn(s, " \t,");
+		if (len == n && strncasecmp(s, name, n) == 0)
+			return true;
+		s += len;
+	}
+	return false;
+}
+
+static bool hop_by_hop(const char *name, const char *connection)
+{
+	static const char *const drop[] = {
+		"Connection", "Keep-Alive",     "Proxy-Connection",  "Proxy-Authorization",
+		"TE",         "Trailer",        "Transfer-Encoding", "Upgrade",
+		"Expect",     "Content-Length", CLUSTER_PEER_HEADER, "X-Forwarded-For",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
+		if (!strcasecmp(name, drop[i]))
+			return true;
+	return connection && strcasecmp(name, "Host") != 0 && listed_in(connection, name);
+}
+
+static void send_head(struct fwd *f)
+{
+	struct http_ctx *ctx = f->ctx;
+	struct evbuffer *out = bufferevent_get_output(f->peer);
+	const char *target = http_target(ctx);
+	evbuffer_add_printf(out, "%s %s HTTP/1.1\r\n", http_method(ctx), target);
+	const char *connection = http_header(ctx, "Connection");
+	size_t n = http_header_count(ctx);
+	for (size_t i = 0; i < n; i++) {
+		const char *name, *value;
+		http_header_at(ctx, i, &name, &value);
+		if (!hop_by_hop(name, connection))
+			evbuffer_add_printf(out, "%s: %s\r\n", name, value);
+	}
+	_cleanup_free_ char *sig = cluster_peer_sign(
+		http_method(ctx), target, f->identity ? f->owner : "", f->identity ? f->scopes : 0);
+	evbuffer_add_printf(out, CLUSTER_PEER_HEADER ": %s\r\nX-Forwarded-For: %s\r\n", sig,
+			    http_peer(ctx));
+	uint64_t length = 0;
+	bool chunked = false;
+	if (f->buffered) {
+		http_body(ctx, &length);
+	} else {
+		http_body_framing(ctx, &length, &chunked);
+	}
+	if (chunked) {
+		evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+		f->body_chunked = true;
+	} else if (length) {
+		evbuffer_add_printf(out, "Content-Length: %llu\r\n", (unsigned long long)length);
+	}
+	if (f->upgrade)
+		evbuffer_add_printf(out, "Connection: Upgrade\r\nUpgrade: %s\r\n",
+				    http_header(ctx, "Upgrade"));
+	else
+		evbuffer_add(out, "Connection: close\r\n", 19);
+	evbuffer_add(out, "\r\n", 2);
+	if (f->buffered) {
+		size_t len;
+		const uint8_t *body = http_body(ctx, &len);
+		if (len)
+			evbuffer_add(out, body, len);
+		f->body_ended = true;
+	}
+}
+
+static int body_data(struct http_ctx *ctx, const uint8_t *data, size_t len, void *arg)
+{
+	struct fwd *f = arg;
+	struct evbuffer *out = bufferevent_get_output(f->peer);
+	if (f->body_chunked)
+		evbuffer_add_printf(out, "%zx\r\n", len);
+	evbuffer_add(out, data, len);
+	if (f->body_chunked)
+		evbuffer_add(out, "\r\n", 2);
+	if (evbuffer_get_length(out) >= FWD_HIGH || !f->connected)
+		http_body_pause(ctx);
+	return 0;
+}
+
+static void body_end(struct http_ctx *ctx, void *arg)
+{
+	struct fwd *f = arg;
+	f->body_ended = true;
+	if (f->body_chunked)
+		evbuffer_add(bufferevent_get_output(f->peer), "0\r\n\r\n", 5);
+}
+
+static const struct http_body_ops body_ops = { .data = body_data, .end = body_end };
+
+/* --- the answer ----------------------------------------------------------------------- */
+
+static int append(char **s, const char *at, size_t len)
+{
+	size_t old = strlen(*s);
+	*s = xrealloc(*s, old + len + 1);
+	memcpy(*s + old, at, len);
+	(*s)[old + len] = '\0';
+	return 0;
+}
+
+static int on_header_field(http_parser *hp, const char *at, size_t len)
+{
+	struct fwd *f = hp->data;
+	if ((f->head_bytes += len) > FWD_MAX_HEAD)
+		return -1;
+	if (f->in_value || f->nh == 0) {
+		if (f->nh == FWD_MAX_HEADERS)
+			return -1;
+		f->names[f->nh] = xstrdup("");
+		f->values[f->nh] = xstrdup("");
+		f->nh++;
+		f->in_value = false;
+	}
+	return append(&f->names[f->nh - 1], at, len);
+}
+
+static int on_header_value(http_parser *hp, const char *at, size_t len)
+{
+	struct fwd *f = hp->data;
+	if ((f->head_bytes += len) > FWD_MAX_HEAD || f->nh == 0)
+		return -1;
+	f->in_value = true;
+	return append(&f->values[f->nh - 1], at, len);
+}
+
+static bool dropped_response_header(const char *name, const char *connection)
+{
+	static const char *const drop[] = {
+		"Connection", "Keep-Alive",   "Proxy-Connection", "Transfer-Encoding",
+		"TE",         "Trailer",      "Upgrade",          "Content-Length",
+		"Date",       "X-Request-Id",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
+		if (!strcasecmp(name, drop[i]))
+			return true;
+	return connection && listed_in(connection, name);
+}
+
+static void relay_start(struct fwd *f);
+
+static int on_headers_complete(http_parser *hp)
+{
+	struct fwd *f = hp->data;
+	struct http_ctx *ctx = f->ctx;
+	if (!ctx)
+		return -1;
+	int status = (int)hp->status_code;
+	if (status < 200 && status != 101)
+		return -1; /* interim answers are not sent on (Expect is not forwarded) */
+	const char *connection = NULL;
+	for (size_t i = 0; i < f->nh; i++)
+		if (!strcasecmp(f->names[i], "Connection"))
+			connection = f->values[i];
+	for (size_t i = 0; i < f->nh; i++)
+		if (!dropped_response_header(f->names[i], connection))
+			http_add_header(ctx, f->names[i], f->values[i]);
+	metrics_observe(metrics_daemon.cluster_forward_duration,
+			(double)(time_mono_ns() - f->start_ns) / 1e9, f->kind);
+	count(f, "success");
+	f->head_done = true;
+	if (status == 101) {
+		if (!f->upgrade)
+			return -1;
+		http_add_header(ctx, "Connection", "Upgrade");
+		for (size_t i = 0; i < f->nh; i++)
+			if (!strcasecmp(f->names[i], "Upgrade"))
+				http_add_header(ctx, "Upgrade", f->values[i]);
+		return 2; /* the rest is the relay's (http_parser stops at an upgrade) */
+	}
+	int64_t length;
+	if (status == 204 || status == 304)
+		length = HTTP_LENGTH_NONE;
+	else if (hp->flags & F_CHUNKED)
+		length = HTTP_LENGTH_CHUNKED;
+	else if (hp->content_length != ULLONG_MAX)
+		length = (int64_t)hp->content_length;
+	else
+		length = HTTP_LENGTH_CHUNKED; /* to the connection's end: re-framed */
+	http_stream_start_raw(ctx, status, length);
+	/* A HEAD's answer has no body whatever its headers say. */
+	return ctx->head_only ? 1 : 0;
+}
+
+static void on_client_drained(struct http_ctx *ctx, void *arg);
+
+static int on_body(http_parser *hp, const char *at, size_t len)
+{
+	struct fwd *f = hp->data;
+	if (!f->ctx)
+		return -1;
+	http_stream_write(f->ctx, at, len);
+	if (http_stream_pending(f->ctx) >= FWD_HIGH) {
+		bufferevent_disable(f->peer, EV_READ);
+		http_stream_on_drain(f->ctx, FWD_LOW, on_client_drained, f);
+		http_parser_pause(hp, 1);
+	}
+	return 0;
+}
+
+static int on_message_complete(http_parser *hp)
+{
+	struct fwd *f = hp->data;
+	f->message_done = true;
+	return 0;
+}
+
+static const http_parser_settings answer_settings = {
+	.on_header_field = on_header_field,
+	.on_header_value = on_header_value,
+	.on_headers_complete = on_headers_complete,
+	.on_body = on_body,
+	.on_message_complete = on_message_complete,
+};
+
+/* The answer is whole: our client's reply ends, and with it f. */
+static void fwd_complete(struct fwd *f)
+{
+	struct http_ctx *ctx = f->ctx;
+	if (ctx) {
+		ctx->on_gone = NULL;
+		http_stream_on_drain(ctx, 0, NULL, NULL);
+		f->ctx = NULL;
+		http_stream_end(ctx);
+	}
+	fwd_free(f);
+}
+
+/* Feeds what the other node sent to the parser. Returns false once f is gone. */
+static bool feed(struct fwd *f, bool eof)
+{
+	struct evbuffer *in = bufferevent_get_input(f->peer);
+	for (;;) {
+		size_t avail = evbuffer_get_length(in);
+		if (!avail && !eof)
+			return true;
+		const char *data = avail ? (const char *)evbuffer_pullup(in, -1) : NULL;
+		size_t used = http_parser_execute(&f->parser, &answer_settings, data, avail);
+		enum http_errno e = HTTP_PARSER_ERRNO(&f->parser);
+		if (e == HPE_PAUSED) {
+			evbuffer_drain(in, used);
+			return true; /* on_client_drained goes on */
+		}
+		if (f->parser.upgrade && f->head_done) {
+			evbuffer_drain(in, used);
+			relay_start(f);
+			return false;
+		}
+		if (e != HPE_OK) {
+			fwd_fail(f, 502, "node %s sent a malformed answer (%s)", f->node,
+				 http_errno_name(e));
+			return false;
+		}
+		evbuffer_drain(in, used);
+		if (f->message_done) {
+			fwd_complete(f);
+			return false;
+		}
+		if (!avail || used == 0) {
+			if (eof)
+				fwd_fail(f, 502,
+					 "node %s closed the connection before its answer "
+					 "was complete",
+					 f->node);
+			return !eof;
+		}
+	}
+}
+
+static void on_client_drained(struct http_ctx *ctx, void *arg)
+{
+	struct fwd *f = arg;
+	http_parser_pause(&f->parser, 0);
+	bufferevent_enable(f->peer, EV_READ);
+	feed(f, false);
+}
+
+static void on_peer_read(struct bufferevent *bev, void *arg)
+{
+	feed(arg, false);
+}
+
+static void on_peer_write(struct bufferevent *bev, void *arg)
+{
+	struct fwd *f = arg;
+	if (f->ctx && !f->body_ended && !f->buffered)
+		http_body_resume(f->ctx);
+}
+
+static void on_peer_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct fwd *f = arg;
+	if (what & BEV_EVENT_CONNECTED) {
+		f->connected = true;
+		bufferevent_set_timeouts(bev, NULL, NULL);
+		if (f->ctx && !f->buffered && !f->body_ended)
+			http_body_resume(f->ctx);
+		return;
+	}
+	if (!f->connected) {
+		fwd_fail(f, 502, "node %s (%s:%d) cannot be reached: %s", f->node, f->host, f->port,
+			 (what & BEV_EVENT_TIMEOUT)
+				 ? "no connection in time"
+				 : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+		return;
+	}
+	if (what & BEV_EVENT_EOF) {
+		feed(f, true);
+		return;
+	}
+	fwd_fail(f, 502, "the connection to node %s failed", f->node);
+}
+
+static void on_client_gone(struct http_ctx *ctx, void *arg)
+{
+	struct fwd *f = arg;
+	f->ctx = NULL;
+	fwd_free(f);
+}
+
+/* --- after a 101 ---------------------------------------------------------------------- */
+
+static void relay_maybe_end(struct fwd *f)
+{
+	/* Both sides ended, and what each sent is out. */
+	if (f->client_eof && f->peer_eof &&
+	    !evbuffer_get_length(bufferevent_get_output(f->client)) &&
+	    !evbuffer_get_length(bufferevent_get_output(f->peer)))
+		fwd_free(f);
+}
+
+static void relay_move(struct bufferevent *from, struct bufferevent *to)
+{
+	struct evbuffer *out = bufferevent_get_output(to);
+	evbuffer_add_buffer(out, bufferevent_get_input(from));
+	if (evbuffer_get_length(out) >= FWD_HIGH)
+		bufferevent_disable(from, EV_READ);
+}
+
+static void relay_client_read(struct bufferevent *bev, void *arg)
+{
+	struct fwd *f = arg;
+	relay_move(f->client, f->peer);
+}
+
+static void relay_peer_read(struct bufferevent *bev, void *arg)
+{
+	struct fwd *f = arg;
+	relay_move(f->peer, f->client);
+}
+
+static void relay_client_write(struct bufferevent *bev, void *arg)
+{
+	struct fwd *f = arg;
+	if (!f->peer_eof)
+		bufferevent_enable(f->peer, EV_READ);
+	else
+		relay_maybe_end(f);
+}
+
+static void relay_peer_write(struct bufferevent *bev, void *arg)
+{
+	struct fwd *f = arg;
+	if (!f->client_eof)
+		bufferevent_enable(f->client, EV_READ);
+	else
+		relay_maybe_end(f);
+}
+
+static void relay_event(struct fwd *f, bool from_client, short what)
+{
+	if (what & BEV_EVENT_ERROR) {
+		fwd_free(f);
+		return;
+	}
+	if (!(what & BEV_EVENT_EOF))
+		return;
+	struct bufferevent *other = from_client ? f->peer : f->client;
+	if (from_client)
+		f->client_eof = true;
+	else
+		f->peer_eof = true;
+	/* Half-closed: the other side is told once what was sent is out. */
+	evutil_socket_t fd = bufferevent_getfd(other);
+	if (fd >= 0 && !evbuffer_get_length(bufferevent_get_output(other)))
+		shutdown(fd, SHUT_WR);
+	if (f->client_eof && f->peer_eof)
+		fwd_free(f);
+}
+
+static void relay_client_event(struct bufferevent *bev, short what, void *arg)
+{
+	relay_event(arg, true, what);
+}
+
+static void relay_peer_event(struct bufferevent *bev, short what, void *arg)
+{
+	relay_event(arg, false, what);
+}
+
+static void relay_start(struct fwd *f)
+{
+	struct http_ctx *ctx = f->ctx;
+	ctx->on_gone = NULL;
+	http_stream_on_drain(ctx, 0, NULL, NULL);
+	f->ctx = NULL;
+	f->client = http_upgrade_raw(ctx, 101);
+	if (!f->client) {
+		fwd_free(f);
+		return;
+	}
+	bufferevent_setwatermark(f->client, EV_WRITE, FWD_LOW, 0);
+	bufferevent_setwatermark(f->peer, EV_WRITE, FWD_LOW, 0);
+	bufferevent_setcb(f->client, relay_client_read, relay_client_write, relay_client_event, f);
+	bufferevent_setcb(f->peer, relay_peer_read, relay_peer_write, relay_peer_event, f);
+	/* What each side sent past the heads goes first. */
+	relay_move(f->peer, f->client);
+	relay_move(f->client, f->peer);
+	bufferevent_enable(f->client, EV_READ | EV_WRITE);
+	bufferevent_enable(f->peer, EV_READ | EV_WRITE);
+}
+
+/* --- starting ------------------------------------------------------------------------- */
+
+struct resolve {
+	struct fwd *f;
+	struct sockaddr_storage sa;
+	socklen_t len;
+	int rc;
+	bool gone;
+};
+
+static void fwd_connect(struct fwd *f, const struct sockaddr *sa, socklen_t len)
+{
+	struct event_base *base = cluster_event_base();
+	f->peer = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+	bufferevent_setcb(f->peer, on_peer_read, on_peer_write, on_peer_event, f);
+	bufferevent_setwatermark(f->peer, EV_WRITE, FWD_LOW, 0);
+	unsigned ms = cluster_timeout_ms();
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	bufferevent_set_timeouts(f->peer, &tv, &tv);
+	bufferevent_enable(f->peer, EV_READ | EV_WRITE);
+	f->parser.data = f;
+	http_parser_init(&f->parser, HTTP_RESPONSE);
+	send_head(f);
+	if (bufferevent_socket_connect(f->peer, sa, (int)len) < 0)
+		fwd_fail(f, 502, "node %s (%s:%d) cannot be reached", f->node, f->host, f->port);
+}
+
+static void resolve_work(void *arg)
+{
+	struct resolve *r = arg;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	char port[8];
+	snprintf(port, sizeof(port), "%d", r->f->port);
+	r->rc = getaddrinfo(r->f->host, port, &hints, &res);
+	if (r->rc == 0 && res && res->ai_addrlen <= sizeof(r->sa)) {
+		memcpy(&r->sa, res->ai_addr, res->ai_addrlen);
+		r->len = res->ai_addrlen;
+	} else if (r->rc == 0) {
+		r->rc = EAI_FAIL;
+	}
+	if (res)
+		freeaddrinfo(res);
+}
+
+static void resolve_done(void *arg)
+{
+	struct resolve *r = arg;
+	struct fwd *f = r->f;
+	if (!f->ctx)
+		fwd_free(f); /* the client left meanwhile */
+	else if (r->rc)
+		fwd_fail(f, 502, "node %s's address `%s` cannot be resolved: %s", f->node, f->host,
+			 gai_strerror(r->rc));
+	else
+		fwd_connect(f, (struct sockaddr *)&r->sa, r->len);
+	free(r);
+}
+
+static void on_gone_while_resolving(struct http_ctx *ctx, void *arg)
+{
+	struct fwd *f = arg;
+	f->ctx = NULL; /* resolve_done frees it */
+}
+
+static void fwd_start(struct fwd *f)
+{
+	struct http_ctx *ctx = f->ctx;
+	f->start_ns = time_mono_ns();
+	f->upgrade = http_upgrade_requested(ctx);
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->port) };
+	struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6,
+				     .sin6_port = htons((uint16_t)f->port) };
+	if (inet_pton(AF_INET, f->host, &sin.sin_addr) == 1) {
+		ctx->on_gone = on_client_gone;
+		ctx->on_gone_arg = f;
+		fwd_connect(f, (struct sockaddr *)&sin, sizeof(sin));
+		return;
+	}
+	if (inet_pton(AF_INET6, f->host, &sin6.sin6_addr) == 1) {
+		ctx->on_gone = on_client_gone;
+		ctx->on_gone_arg = f;
+		fwd_connect(f, (struct sockaddr *)&sin6, sizeof(sin6));
+		return;
+	}
+	/* A name: resolved off the loop. */
+	ctx->on_gone = on_gone_while_resolving;
+	ctx->on_gone_arg = f;
+	struct resolve *r = xcalloc(1, sizeof(*r));
+	r->f = f;
+	loop_submit(resolve_work, resolve_done, r);
+}
+
+static struct fwd *fwd_new(struct http_ctx *ctx, const struct cluster_node *n, const char *owner,
+			   unsigned scopes, bool identity, const char *kind)
+{
+	struct fwd *f = xcalloc(1, sizeof(*f));
+	f->ctx = ctx;
+	snprintf(f->node, sizeof(f->node), "%s", n->name);
+	f->host = xstrdup(n->host);
+	f->port = n->port;
+	snprintf(f->owner, sizeof(f->owner), "%s", owner ? owner : "");
+	f->scopes = scopes;
+	f->identity = identity;
+	f->kind = kind;
+	return f;
+}
+
+static void forward_handler(struct http_ctx *ctx)
+{
+	struct fwd *f = ctx->route_arg;
+	ctx->route_arg = NULL;
+	ctx->route_arg_free = NULL;
+	f->ctx = ctx;
+	/* The body waits until the connection is up. */
+	http_body_stream(ctx, &body_ops, f);
+	if (!http_upgrade_requested(ctx))
+		http_body_pause(ctx);
+	fwd_start(f);
+}
+
+static void fwd_arg_free(void *arg)
+{
+	fwd_free(arg);
+}
+
+/* Every method, any body as large as an upload's: the other node applies its own limits. */
+const struct http_route cluster_forward_route = {
+	HTTP_REQ_GET | HTTP_REQ_POST | HTTP_REQ_PUT | HTTP_REQ_DELETE | HTTP_REQ_PATCH |
+		HTTP_REQ_HEAD | HTTP_REQ_OPTIONS,
+	"(forwarded to another node)",
+	forward_handler,
+	NULL,
+	(size_t)1 << 46,
+	HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_SELF_AUTH,
+};
+
+void cluster_forward_at_head(struct http_ctx *ctx, const struct cluster_node *n, const char *owner,
+			     unsigned scopes, bool identity, const char *kind)
+{
+	struct fwd *f = fwd_new(ctx, n, owner, scopes, identity, kind);
+	f->ctx = NULL; /* the handler takes it */
+	http_reroute(ctx, &cluster_forward_route, f, fwd_arg_free);
+}
+
+void cluster_forward_buffered(struct http_ctx *ctx, const struct cluster_node *n, const char *owner,
+			      unsigned scopes, const char *kind)
+{
+	struct fwd *f = fwd_new(ctx, n, owner, scopes, true, kind);
+	f->buffered = true;
+	fwd_start(f);
+}

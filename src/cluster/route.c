@@ -1,0 +1,366 @@
+#include "cluster/route.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/api.h"
+#include "api/host.h"
+#include "auth/auth.h"
+#include "cluster/cluster.h"
+#include "cluster/forward.h"
+#include "metrics/metrics.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+
+#define FANOUT_MAX_BODY (64u << 20)
+
+static bool session_route(const struct http_route *r)
+{
+	return r && (!strncmp(r->pattern, "/exec/:id", 9) ||
+		     !strncmp(r->pattern, "/sandboxes/:id", 14) ||
+		     !strncmp(r->pattern, "/v2/sandboxes/:id", 17));
+}
+
+static bool e2b_data_plane(const struct http_route *r)
+{
+	return r == &api_envd_route;
+}
+
+/* 410 (E2B's data plane: 502) for a session whose node is gone. */
+static int lost(struct http_ctx *ctx, const char *id, const struct cluster_node *n)
+{
+	char when[40] = "a moment ago";
+	if (n->down_ms) {
+		time_t t = (time_t)(n->down_ms / 1000);
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "at %Y-%m-%dT%H:%M:%SZ", &tm);
+	}
+	char msg[400];
+	snprintf(msg, sizeof(msg),
+		 "session `%.128s` is on node `%s`, which is not up (its lease ended %s): the "
+		 "session is lost unless that node comes back",
+		 id, n->name, n->down_ms ? when : "or it never registered");
+	metrics_add(metrics_daemon.cluster_forwarded_total, 1, "request", "lost");
+	if (e2b_data_plane(ctx->route))
+		api_e2b_error(ctx, 502, "%s", msg);
+	else if (api_e2b_route(ctx->route))
+		api_e2b_error(ctx, 410, "%s", msg);
+	else
+		http_reply_error(ctx, 410, "%s", msg);
+	return -1;
+}
+
+int cluster_route_owned(struct http_ctx *ctx, const char *owner, unsigned scopes, bool admin)
+{
+	if (!cluster_enabled() || !session_route(ctx->route) || ctx->nparams == 0)
+		return 0;
+	const char *id = http_param(ctx, 0);
+	const struct cluster_node *n = NULL;
+	enum cluster_where w = cluster_session_where(owner, id, &n);
+	if (w == CLUSTER_UNKNOWN && admin)
+		w = cluster_session_where_any(id, &n);
+	if (w == CLUSTER_REMOTE) {
+		cluster_forward_at_head(ctx, n, owner, scopes, true, "request");
+		return 1;
+	}
+	if (w == CLUSTER_LOST)
+		return lost(ctx, id, n);
+	return 0;
+}
+
+/* "/exec/<id>/ports/..." : the id. */
+static bool path_form_id(const char *path, char *out, size_t cap)
+{
+	if (strncmp(path, "/exec/", 6) != 0)
+		return false;
+	const char *s = path + 6;
+	size_t n = strcspn(s, "/");
+	if (!n || n >= cap)
+		return false;
+	memcpy(out, s, n);
+	out[n] = '\0';
+	return true;
+}
+
+int cluster_route_anonymous(struct http_ctx *ctx)
+{
+	if (!cluster_enabled() || !ctx->route)
+		return 0;
+	const struct http_route *r = ctx->route;
+	const struct cluster_node *n = NULL;
+	enum cluster_where w = CLUSTER_UNKNOWN;
+	char buf[160];
+	const char *name = NULL;
+	if (r == &api_envd_route || r == &api_preview_host_route) {
+		name = http_header(ctx, "E2b-Sandbox-Id");
+		struct preview_host ph;
+		const char *host = http_header(ctx, "Host");
+		if ((!name || r == &api_preview_host_route) && host && api_cfg->public_domain &&
+		    preview_host_parse(host, api_cfg->public_domain, &ph) == 0) {
+			snprintf(buf, sizeof(buf), "%s", ph.name);
+			name = buf;
+		}
+		if (!name)
+			return 0;
+		w = cluster_preview_where(name, &n);
+	} else if (r == &api_preview_path_route) {
+		if (!path_form_id(ctx->path, buf, sizeof(buf)))
+			return 0;
+		name = buf;
+		w = cluster_session_where_any(name, &n);
+	} else if ((r->flags & HTTP_ROUTE_TICKET) && ctx->nparams && http_query(ctx, "ticket")) {
+		name = http_param(ctx, 0);
+		w = cluster_session_where_any(name, &n);
+	} else {
+		return 0;
+	}
+	if (w == CLUSTER_REMOTE) {
+		cluster_forward_at_head(ctx, n, NULL, 0, false, "request");
+		return 1;
+	}
+	if (w == CLUSTER_LOST)
+		return lost(ctx, name, n);
+	return 0;
+}
+
+/* --- listings ------------------------------------------------------------------------- */
+
+struct part {
+	char node[64];
+	char *url;
+	char *sig;
+	struct reply {
+		char *data;
+		size_t len;
+		bool over;
+	} r;
+	long status;
+};
+
+struct fanout {
+	struct http_ctx *ctx;
+	bool gone;
+	char *target;
+	char *peer; /* the client's address */
+	struct part *parts;
+	size_t n;
+	long timeout_ms;
+	void (*done)(struct http_ctx *ctx, json_t *parts, void *arg);
+	void *arg;
+};
+
+struct collect_nodes {
+	struct fanout *f;
+	const char *method, *target, *owner;
+	unsigned scopes;
+};
+
+static void add_node(const struct cluster_node *n, void *arg)
+{
+	struct collect_nodes *c = arg;
+	if (!n->up || !strcmp(n->name, cluster_node_name()) || !n->url[0])
+		return;
+	struct fanout *f = c->f;
+	f->parts = xrealloc(f->parts, (f->n + 1) * sizeof(*f->parts));
+	struct part *p = &f->parts[f->n++];
+	*p = (struct part){ 0 };
+	snprintf(p->node, sizeof(p->node), "%s", n->name);
+	size_t ul = strlen(n->url);
+	p->url = xasprintf("%.*s%s", (int)(ul && n->url[ul - 1] == '/' ? ul - 1 : ul), n->url,
+			   c->target);
+	p->sig = cluster_peer_sign(c->method, c->target, c->owner, c->scopes);
+}
+
+static size_t collect(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct reply *r = arg;
+	size_t len = size * nmemb;
+	if (r->len + len > FANOUT_MAX_BODY) {
+		r->over = true;
+		return 0;
+	}
+	r->data = xrealloc(r->data, r->len + len + 1);
+	memcpy(r->data + r->len, data, len);
+	r->len += len;
+	r->data[r->len] = '\0';
+	return len;
+}
+
+static void fanout_work(void *arg)
+{
+	struct fanout *f = arg;
+	CURLM *m = curl_multi_init();
+	CURL **h = xcalloc(f->n ? f->n : 1, sizeof(*h));
+	struct curl_slist **hdrs = xcalloc(f->n ? f->n : 1, sizeof(*hdrs));
+	for (size_t i = 0; i < f->n; i++) {
+		struct part *p = &f->parts[i];
+		h[i] = curl_easy_init();
+		if (!h[i])
+			continue;
+		_cleanup_free_ char *s = xasprintf(CLUSTER_PEER_HEADER ": %s", p->sig);
+		_cleanup_free_ char *x = xasprintf("X-Forwarded-For: %s", f->peer);
+		hdrs[i] = curl_slist_append(hdrs[i], s);
+		hdrs[i] = curl_slist_append(hdrs[i], x);
+		hdrs[i] = curl_slist_append(hdrs[i], "Accept: application/json");
+		curl_easy_setopt(h[i], CURLOPT_URL, p->url);
+		curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdrs[i]);
+		curl_easy_setopt(h[i], CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(h[i], CURLOPT_PROTOCOLS_STR, "http");
+		curl_easy_setopt(h[i], CURLOPT_TIMEOUT_MS, f->timeout_ms);
+		curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, collect);
+		curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &p->r);
+		curl_easy_setopt(h[i], CURLOPT_PRIVATE, p);
+		curl_multi_add_handle(m, h[i]);
+	}
+	int running = 1;
+	while (running) {
+		if (curl_multi_perform(m, &running) != CURLM_OK)
+			break;
+		if (running)
+			curl_multi_poll(m, NULL, 0, 100, NULL);
+	}
+	CURLMsg *msg;
+	int left;
+	while ((msg = curl_multi_info_read(m, &left))) {
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		struct part *p;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&p);
+		if (msg->data.result == CURLE_OK && !p->r.over)
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &p->status);
+	}
+	for (size_t i = 0; i < f->n; i++) {
+		if (h[i]) {
+			curl_multi_remove_handle(m, h[i]);
+			curl_easy_cleanup(h[i]);
+		}
+		curl_slist_free_all(hdrs[i]);
+	}
+	curl_multi_cleanup(m);
+	free(h);
+	free(hdrs);
+}
+
+static void fanout_free(struct fanout *f)
+{
+	for (size_t i = 0; i < f->n; i++) {
+		free(f->parts[i].url);
+		free(f->parts[i].sig);
+		free(f->parts[i].r.data);
+	}
+	free(f->parts);
+	free(f->target);
+	free(f->peer);
+	free(f);
+}
+
+static void fanout_done(void *arg)
+{
+	struct fanout *f = arg;
+	struct http_ctx *ctx = f->ctx;
+	if (ctx)
+		ctx->on_gone = NULL;
+	if (!ctx || f->gone) {
+		f->done(NULL, NULL, f->arg);
+		if (ctx)
+			http_ctx_release(ctx);
+		fanout_free(f);
+		return;
+	}
+	json_t *parts = json_array();
+	for (size_t i = 0; i < f->n; i++) {
+		struct part *p = &f->parts[i];
+		json_t *body = NULL;
+		if (p->status && p->r.data) {
+			json_error_t jerr;
+			body = json_loadb(p->r.data, p->r.len, JSON_REJECT_DUPLICATES, &jerr);
+		}
+		metrics_add(metrics_daemon.cluster_forwarded_total, 1, "list",
+			    p->status == 200 && body ? "success" : "failure");
+		if (p->status != 200 || !body)
+			log_warn("cluster", "node %s did not give its part of a listing (HTTP %ld)",
+				 p->node, p->status);
+		json_array_append_new(parts, json_pack("{s:s, s:I, s:o}", "node", p->node, "status",
+						       (json_int_t)p->status, "body",
+						       body ? body : json_null()));
+	}
+	f->done(ctx, parts, f->arg);
+	json_decref(parts);
+	http_ctx_release(ctx);
+	fanout_free(f);
+}
+
+static void fanout_gone(struct http_ctx *ctx, void *arg)
+{
+	struct fanout *f = arg;
+	f->gone = true;
+}
+
+void cluster_fanout(struct http_ctx *ctx, const char *owner, unsigned scopes,
+		    void (*done)(struct http_ctx *ctx, json_t *parts, void *arg), void *arg)
+{
+	struct fanout *f = xcalloc(1, sizeof(*f));
+	f->ctx = ctx;
+	f->done = done;
+	f->arg = arg;
+	f->target = xstrdup(http_target(ctx));
+	f->peer = xstrdup(http_peer(ctx));
+	f->timeout_ms = cluster_timeout_ms();
+	struct collect_nodes c = { .f = f,
+				   .method = http_method(ctx),
+				   .target = f->target,
+				   .owner = owner,
+				   .scopes = scopes };
+	cluster_foreach_node(add_node, &c);
+	http_ctx_hold(ctx);
+	ctx->on_gone = fanout_gone;
+	ctx->on_gone_arg = f;
+	cluster_peers_submit(fanout_work, fanout_done, f);
+}
+
+/* --- creation ------------------------------------------------------------------------- */
+
+static int create_refused(struct http_ctx *ctx, bool e2b, const struct err *e)
+{
+	int status = http_status_for_errno(e->errnum);
+	if (status == 503)
+		http_add_header(ctx, "Retry-After", "1");
+	if (e2b)
+		api_e2b_error(ctx, status, "%s", e->msg);
+	else
+		http_reply_error(ctx, status, "%s", e->msg);
+	return -1;
+}
+
+int cluster_route_create(struct http_ctx *ctx, const char *owner, unsigned scopes, const char *id,
+			 const char *template, const json_t *selector, bool pinned, bool e2b)
+{
+	if (!cluster_enabled() || auth_from_peer(ctx))
+		return 0;
+	const struct cluster_node *n = NULL;
+	if (id) {
+		enum cluster_where w = cluster_session_where(owner, id, &n);
+		/* The session exists: its node answers for it. */
+		if (w == CLUSTER_REMOTE) {
+			cluster_forward_buffered(ctx, n, owner, scopes, "create");
+			return 1;
+		}
+		if (w == CLUSTER_LOCAL)
+			return 0;
+	}
+	/* From a snapshot, with volumes: what it needs is on this node. */
+	if (pinned)
+		return 0;
+	struct err e;
+	n = cluster_place(template ? template : api_cfg->default_template, selector, &e);
+	if (!n)
+		return create_refused(ctx, e2b, &e);
+	if (!strcmp(n->name, cluster_node_name()))
+		return 0;
+	cluster_forward_buffered(ctx, n, owner, scopes, "create");
+	return 1;
+}
