@@ -48,8 +48,7 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg);
  * scopes): the key must still stand here (enabled, not expired) and hold the route's scope;
  * no secret is checked and no rate limit applied (the node that took the request did both).
  * Replies and returns -1 otherwise. */
-int auth_peer_vouched(struct http_ctx *ctx, const char *scope, const char *key_id,
-		      unsigned scopes);
+int auth_peer_vouched(struct http_ctx *ctx, const char *scope, const char *key_id, unsigned scopes);
 
 /* Takes a unit of quota kind k for the caller, given back when the request ends (one per
  * request). -EAGAIN or -ENOBUFS with err set when refused (see quota_admit). */
