@@ -16,6 +16,7 @@
 #include "api/api.h"
 #include "api/host.h"
 #include "auth/auth.h"
+#include "auth/keys.h"
 #include "cluster/cluster.h"
 #include "config.h"
 #include "driver/driver.h"
@@ -29,6 +30,7 @@
 #include "session/session.h"
 #include "session/snapshot.h"
 #include "session/volume.h"
+#include "template/template.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -267,6 +269,87 @@ static void raise_nofile(void)
 	}
 }
 
+/* --- what the cluster needs of the layers above it ------------------------------------ */
+
+static void node_figures(json_t *record)
+{
+	json_t *names = json_array();
+	const struct template_registry *reg = session_templates();
+	for (size_t i = 0; reg && i < reg->n; i++)
+		json_array_append_new(names, json_string(reg->items[i]->name));
+	int64_t mem = session_host_memory_available();
+	json_object_set_new(record, "templates", names);
+	json_object_set_new(record, "sessions", json_integer((json_int_t)session_count()));
+	json_object_set_new(record, "memAvailable", json_integer(mem > 0 ? mem : 0));
+}
+
+struct each_session {
+	void (*fn)(const char *owner, const char *id, const char *preview, const char *template,
+		   void *arg);
+	void *arg;
+};
+
+static void each_session(struct session *s, void *arg)
+{
+	struct each_session *e = arg;
+	e->fn(s->owner, s->id, s->preview_name, s->tmpl ? s->tmpl->name : NULL, e->arg);
+}
+
+static void foreach_session(void (*fn)(const char *owner, const char *id, const char *preview,
+				       const char *template, void *arg),
+			    void *arg)
+{
+	struct each_session e = { fn, arg };
+	session_foreach(NULL, each_session, &e);
+}
+
+static json_t *key_row(const char *id, struct err *err)
+{
+	return keys_row_json(store_db(), id, err);
+}
+
+static int key_apply(const json_t *row, struct err *err)
+{
+	return keys_row_apply(store_db(), row, err);
+}
+
+static int key_delete(const char *id, struct err *err)
+{
+	return keys_delete(store_db(), id, err);
+}
+
+static int keys_keep(const char *const *ids, size_t n, struct err *err)
+{
+	return keys_keep_only(store_db(), ids, n, err);
+}
+
+struct each_key {
+	void (*fn)(const char *id, void *arg);
+	void *arg;
+};
+
+static void each_key(const struct key_info *k, void *arg)
+{
+	struct each_key *e = arg;
+	e->fn(k->id, e->arg);
+}
+
+static int key_ids(void (*fn)(const char *id, void *arg), void *arg, struct err *err)
+{
+	struct each_key e = { fn, arg };
+	return keys_foreach(store_db(), each_key, &e, err);
+}
+
+static const struct cluster_hooks cluster_hooks = {
+	.node_figures = node_figures,
+	.foreach_session = foreach_session,
+	.key_row = key_row,
+	.key_apply = key_apply,
+	.key_delete = key_delete,
+	.keys_keep_only = keys_keep,
+	.key_ids = key_ids,
+};
+
 /* The HTTP server and its listeners; *ret_port gets the TCP port. D.http is set even when a
  * listener fails, for the caller to free. */
 static int serve_http(int *ret_port, struct err *err)
@@ -318,7 +401,11 @@ static void started(int port)
 	 * not use up its only showing. Before the port file, which tells scripts it is up. */
 	char url[300];
 	snprintf(url, sizeof(url), "http://%s:%d", D.cfg.host, port);
-	if (auth_first_start(&D.cfg, url, &e) < 0) {
+	/* In a cluster, only the node that began it makes the first key, for every node. */
+	bool first_key = !cluster_enabled() || cluster_first_key_is_ours();
+	if (first_key &&
+	    auth_first_start(&D.cfg, url, cluster_enabled() ? cluster_publish_key_now : NULL, &e) <
+		    0) {
 		log_error("sandboxd", "%s", e.msg);
 		D.exit_code = 1;
 		on_stop_signal(SIGTERM, 0, NULL);
@@ -444,7 +531,7 @@ int main(int argc, char **argv)
 		goto out_net;
 	}
 	/* The cluster's keys are in the key store before anyone is served. */
-	if (cluster_init(D.base, &D.cfg, drv->name, drv->isolation, &e) < 0) {
+	if (cluster_init(D.base, &D.cfg, drv->name, drv->isolation, &cluster_hooks, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		cluster_shutdown();
 		auth_shutdown();

@@ -30,7 +30,7 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "cluster/cluster.h"
-#include "cluster/route.h"
+#include "api/cluster.h"
 #include "session/ops.h"
 #include "session/session.h"
 #include "util/cleanup.h"
@@ -329,9 +329,9 @@ void api_e2b_create(struct http_ctx *ctx)
 	 * names it, or as asked when this node has none of that name). */
 	if (cluster_enabled()) {
 		const struct auth_identity *who = auth_identity(ctx);
-		int c = cluster_route_create(ctx, api_owner(ctx), who ? who->scopes : 0, NULL,
-					     tmpl ? tmpl : asked,
-					     json_object_get(body, "nodeSelector"), false, true);
+		int c = api_cluster_route_create(
+			ctx, api_owner(ctx), who ? who->scopes : 0, NULL, tmpl ? tmpl : asked,
+			json_object_get(body, "nodeSelector"), false, true);
 		if (c)
 			return;
 	}
@@ -499,7 +499,7 @@ void api_e2b_list(struct http_ctx *ctx)
 		p->offset = offset;
 		p->desc = desc;
 		const struct auth_identity *id = auth_identity(ctx);
-		cluster_fanout(ctx, api_owner(ctx), id ? id->scopes : 0, on_list_parts, p);
+		api_cluster_fanout(ctx, api_owner(ctx), id ? id->scopes : 0, on_list_parts, p);
 		return;
 	}
 	reply_page(ctx, all, limit, offset, desc);

@@ -14,7 +14,7 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "cluster/cluster.h"
-#include "cluster/route.h"
+#include "api/cluster.h"
 #include "session/ops.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -207,7 +207,7 @@ void api_exec_list(struct http_ctx *ctx)
 	}
 	if (cluster_enabled() && !auth_from_peer(ctx)) {
 		const struct auth_identity *id = auth_identity(ctx);
-		cluster_fanout(ctx, api_owner(ctx), id ? id->scopes : 0, on_list_parts, list);
+		api_cluster_fanout(ctx, api_owner(ctx), id ? id->scopes : 0, on_list_parts, list);
 		return;
 	}
 	http_reply_json(ctx, 200, json_pack("{s:o, s:i}", "sessions", list, "count", (int)n));
@@ -362,8 +362,9 @@ void api_exec_create(struct http_ctx *ctx)
 		const struct auth_identity *who = auth_identity(ctx);
 		json_t *vols = json_object_get(body, "volumes");
 		bool pinned = snapshot || (vols && !json_is_null(vols));
-		int c = cluster_route_create(ctx, api_owner(ctx), who ? who->scopes : 0, id, tmpl,
-					     json_object_get(body, "nodeSelector"), pinned, false);
+		int c = api_cluster_route_create(ctx, api_owner(ctx), who ? who->scopes : 0, id,
+						 tmpl, json_object_get(body, "nodeSelector"),
+						 pinned, false);
 		if (c)
 			return;
 	}

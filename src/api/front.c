@@ -21,7 +21,7 @@
 #include "auth/auth.h"
 #include "auth/quota.h"
 #include "cluster/cluster.h"
-#include "cluster/route.h"
+#include "api/cluster.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 
@@ -138,7 +138,7 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 		if (peer)
 			return from_peer(ctx, scope, peer, arg) < 0 ? -1 : quota_for_route(ctx);
 		/* A session of another node's, named by a token the other node checks. */
-		int c = cluster_route_anonymous(ctx);
+		int c = api_cluster_route_anonymous(ctx);
 		if (c)
 			return c < 0 ? -1 : 0;
 	}
@@ -193,8 +193,8 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 	 * that node holds its quota. */
 	if (cluster_enabled() && scope) {
 		const struct auth_identity *id = auth_identity(ctx);
-		int c = cluster_route_owned(ctx, api_owner(ctx), id ? id->scopes : 0,
-					    api_is_admin(ctx));
+		int c = api_cluster_route_owned(ctx, api_owner(ctx), id ? id->scopes : 0,
+						api_is_admin(ctx));
 		if (c)
 			return c < 0 ? -1 : 0;
 	}

@@ -13,7 +13,6 @@
 #include "auth/ticket.h"
 #include "auth/quota.h"
 #include "auth/ticket.h"
-#include "cluster/cluster.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -122,22 +121,21 @@ static int create_first_admin_key(const struct config *cfg, const char *name, st
 	return r < 0 ? r : 1;
 }
 
-int auth_first_start(const struct config *cfg, const char *url, struct err *err)
+int auth_first_start(const struct config *cfg, const char *url,
+		     int (*publish)(const char *id, struct err *err), struct err *err)
 {
 	if (!cfg->auth_enabled)
-		return 0;
-	/* In a cluster, the node that began it makes the first key, for every node. */
-	if (cluster_enabled() && !cluster_first_key_is_ours())
 		return 0;
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
 	int r = create_first_admin_key(cfg, "admin (created at first start)", &k, &secret, err);
 	if (r <= 0)
 		return r;
-	if (cluster_enabled() && cluster_publish_key_now(k.id, err) < 0) {
+	/* Made known (a cluster's other nodes) before it is shown, or not at all. */
+	if (publish && publish(k.id, err) < 0) {
 		struct err ignored;
 		keys_delete(store_db(), k.id, &ignored);
-		return err_wrap(err, "the cluster's first admin key");
+		return err_wrap(err, "the first admin key");
 	}
 	char path[PATH_MAX];
 	keep_key_file(cfg, secret, path, sizeof(path));

@@ -16,13 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth/keys.h"
 #include "cluster/etcd.h"
 #include "loop.h"
 #include "metrics/metrics.h"
-#include "session/session.h"
-#include "store/store.h"
-#include "template/template.h"
 #include "util/cleanup.h"
 #include "util/htab.h"
 #include "util/log.h"
@@ -56,6 +52,7 @@ struct crec {
 
 static struct {
 	bool on;
+	struct cluster_hooks hooks;
 	const struct config *cfg;
 	struct event_base *base;
 	const char *driver, *isolation;
@@ -370,14 +367,14 @@ static void key_put(const char *id, const char *value, size_t len)
 		log_warn("cluster", "key record `%.40s` is malformed: left out", id);
 		return;
 	}
-	if (keys_row_apply(store_db(), row, &e) < 0)
+	if (C.hooks.key_apply(row, &e) < 0)
 		log_warn("cluster", "key record `%.40s`: %s", id, e.msg);
 }
 
 static void key_del(const char *id)
 {
 	struct err e;
-	if (keys_delete(store_db(), id, &e) < 0 && e.errnum != ENOENT)
+	if (C.hooks.key_delete(id, &e) < 0 && e.errnum != ENOENT)
 		log_warn("cluster", "cannot delete key `%.40s`: %s", id, e.msg);
 }
 
@@ -440,7 +437,7 @@ static void apply_all(const struct etcd_kvs *kvs)
 			rec_free(r);
 	}
 	struct err e;
-	if (keys_keep_only(store_db(), ids, nids, &e) < 0)
+	if (C.hooks.keys_keep_only(ids, nids, &e) < 0)
 		log_warn("cluster", "cannot settle the key store: %s", e.msg);
 }
 
@@ -953,7 +950,7 @@ static char *key_key(const char *id)
 
 int cluster_publish_key_now(const char *id, struct err *err)
 {
-	json_auto_t *row = keys_row_json(store_db(), id, err);
+	json_auto_t *row = C.hooks.key_row(id, err);
 	_cleanup_free_ char *key = key_key(id);
 	int r;
 	if (!row) {
@@ -971,7 +968,7 @@ int cluster_publish_key_now(const char *id, struct err *err)
 void cluster_publish_key(const char *id, void (*done)(const struct err *err, void *arg), void *arg)
 {
 	struct err e;
-	json_auto_t *row = keys_row_json(store_db(), id, &e);
+	json_auto_t *row = C.hooks.key_row(id, &e);
 	if (!row && e.errnum != ENOENT) {
 		done(&e, arg);
 		return;
@@ -987,18 +984,13 @@ void cluster_publish_key(const char *id, void (*done)(const struct err *err, voi
 
 static char *node_record(void)
 {
-	json_t *templates = json_array();
-	const struct template_registry *reg = session_templates();
-	for (size_t i = 0; reg && i < reg->n; i++)
-		json_array_append_new(templates, json_string(reg->items[i]->name));
-	int64_t mem = session_host_memory_available();
-	json_auto_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:O, s:I, s:I, s:I, s:s, s:I, s:s}",
-				   "name", C.name, "url", C.url, "driver", C.driver, "isolation",
-				   C.isolation, "templates", templates, "labels", C.labels,
-				   "capacity", (json_int_t)C.cfg->max_sessions, "sessions",
-				   (json_int_t)session_count(), "memAvailable",
-				   (json_int_t)(mem > 0 ? mem : 0), "version", SANDBOX_VERSION,
-				   "startedAt", (json_int_t)C.started_ms, "instance", C.instance);
+	json_auto_t *j =
+		json_pack("{s:s, s:s, s:s, s:s, s:O, s:I, s:s, s:I, s:s}", "name", C.name, "url",
+			  C.url, "driver", C.driver, "isolation", C.isolation, "labels", C.labels,
+			  "capacity", (json_int_t)C.cfg->max_sessions, "version", SANDBOX_VERSION,
+			  "startedAt", (json_int_t)C.started_ms, "instance", C.instance);
+	/* Its templates, sessions and free memory, as the sessions' layer counts them. */
+	C.hooks.node_figures(j);
 	return json_dumps(j, JSON_COMPACT);
 }
 
@@ -1465,11 +1457,11 @@ struct key_ids {
 	size_t n;
 };
 
-static void add_key_id(const struct key_info *k, void *arg)
+static void add_key_id(const char *id, void *arg)
 {
 	struct key_ids *x = arg;
 	x->v = xrealloc(x->v, (x->n + 1) * sizeof(*x->v));
-	snprintf(x->v[x->n++], sizeof(*x->v), "%s", k->id);
+	snprintf(x->v[x->n++], sizeof(*x->v), "%s", id);
 }
 
 /* The first node of a fresh cluster publishes its keys; the others take the cluster's. */
@@ -1497,7 +1489,7 @@ static int settle_keys(const struct etcd_kvs *all, struct err *err)
 	C.first_key_ours = true;
 	/* Its own keys become the cluster's (a host that joins with keys keeps them). */
 	struct key_ids ids = { 0 };
-	r = keys_foreach(store_db(), add_key_id, &ids, err);
+	r = C.hooks.key_ids(add_key_id, &ids, err);
 	for (size_t i = 0; r == 0 && i < ids.n; i++)
 		r = cluster_publish_key_now(ids.v[i], err);
 	if (ids.n)
@@ -1508,10 +1500,11 @@ static int settle_keys(const struct etcd_kvs *all, struct err *err)
 }
 
 int cluster_init(struct event_base *base, const struct config *cfg, const char *driver,
-		 const char *isolation, struct err *err)
+		 const char *isolation, const struct cluster_hooks *hooks, struct err *err)
 {
 	if (!cfg->cluster || !*cfg->cluster)
 		return 0;
+	C.hooks = *hooks;
 	C.cfg = cfg;
 	C.base = base;
 	C.driver = driver;
@@ -1560,18 +1553,19 @@ struct local_sessions {
 
 struct seen_entry {
 	struct hlink link;
-	const char *owner, *id;
+	char *owner, *id;
 };
 
-static void collect_local(struct session *s, void *arg)
+static void collect_local(const char *owner, const char *id, const char *preview,
+			  const char *template, void *arg)
 {
 	struct local_sessions *ls = arg;
 	struct seen_entry *e = xcalloc(1, sizeof(*e));
-	e->owner = s->owner;
-	e->id = s->id;
-	htab_insert(&ls->seen, &e->link, rec_hash(s->owner, s->id));
+	e->owner = xstrdup(owner);
+	e->id = xstrdup(id);
+	htab_insert(&ls->seen, &e->link, rec_hash(owner, id));
 	/* Every session held here is recorded as this node's. */
-	cluster_session_put(s->owner, s->id, s->preview_name, s->tmpl ? s->tmpl->name : NULL);
+	cluster_session_put(owner, id, preview, template);
 }
 
 static bool local_has(struct local_sessions *ls, const char *owner, const char *id)
@@ -1615,7 +1609,7 @@ int cluster_start(int port, struct err *err)
 	/* This node's records: of sessions it holds (hibernated ones, put back), kept and
 	 * written; of others (a crash's), removed. */
 	struct local_sessions ls = { 0 };
-	session_foreach(NULL, collect_local, &ls);
+	C.hooks.foreach_session(collect_local, &ls);
 	size_t forgotten = 0;
 	for (struct crec *r = C.rec_list, *next; r; r = next) {
 		next = r->next;
@@ -1629,7 +1623,10 @@ int cluster_start(int port, struct err *err)
 	for (size_t b = 0; b < ls.seen.nbuckets; b++)
 		for (struct hlink *l = ls.seen.buckets[b], *next; l; l = next) {
 			next = l->next;
-			free(htab_entry(l, struct seen_entry, link));
+			struct seen_entry *e = htab_entry(l, struct seen_entry, link);
+			free(e->owner);
+			free(e->id);
+			free(e);
 		}
 	htab_fini(&ls.seen);
 	if (forgotten)

@@ -29,6 +29,25 @@
 #include "config.h"
 #include "util/err.h"
 
+/* What the cluster needs of the layers above it (sessions, keys), given at start (main.c), so
+ * that this module includes none of them. */
+struct cluster_hooks {
+	/* Adds this node's figures to its record: "templates" (an array of names), "sessions"
+	 * (how many it holds) and "memAvailable" (bytes). */
+	void (*node_figures)(json_t *record);
+	/* Calls fn for every session this node holds. */
+	void (*foreach_session)(void (*fn)(const char *owner, const char *id, const char *preview,
+					   const char *template, void *arg),
+				void *arg);
+	/* The key table: a key's whole row (NULL with ENOENT when there is none), writing one,
+	 * deleting one, keeping only some, and every key's id. */
+	json_t *(*key_row)(const char *id, struct err *err);
+	int (*key_apply)(const json_t *row, struct err *err);
+	int (*key_delete)(const char *id, struct err *err);
+	int (*keys_keep_only)(const char *const *ids, size_t n, struct err *err);
+	int (*key_ids)(void (*fn)(const char *id, void *arg), void *arg, struct err *err);
+};
+
 /* Whether this daemon is a node of a cluster. */
 bool cluster_enabled(void);
 
@@ -37,7 +56,7 @@ bool cluster_enabled(void);
  * publishes its keys, every other takes the cluster's. Blocks, bounded by a few timeouts; a
  * node that cannot reach etcd does not start. */
 int cluster_init(struct event_base *base, const struct config *cfg, const char *driver,
-		 const char *isolation, struct err *err);
+		 const char *isolation, const struct cluster_hooks *hooks, struct err *err);
 /* Once the sessions are loaded (hibernated ones put back): removes this node's records of
  * sessions it no longer holds, records those it holds, registers the node and starts the
  * watch and the lease's renewals. */

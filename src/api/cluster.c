@@ -1,4 +1,4 @@
-#include "cluster/route.h"
+#include "api/cluster.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -54,7 +54,7 @@ static int lost(struct http_ctx *ctx, const char *id, const struct cluster_node 
 	return -1;
 }
 
-int cluster_route_owned(struct http_ctx *ctx, const char *owner, unsigned scopes, bool admin)
+int api_cluster_route_owned(struct http_ctx *ctx, const char *owner, unsigned scopes, bool admin)
 {
 	if (!cluster_enabled() || !session_route(ctx->route) || ctx->nparams == 0)
 		return 0;
@@ -86,7 +86,7 @@ static bool path_form_id(const char *path, char *out, size_t cap)
 	return true;
 }
 
-int cluster_route_anonymous(struct http_ctx *ctx)
+int api_cluster_route_anonymous(struct http_ctx *ctx)
 {
 	if (!cluster_enabled() || !ctx->route)
 		return 0;
@@ -300,8 +300,8 @@ static void fanout_gone(struct http_ctx *ctx, void *arg)
 	f->gone = true;
 }
 
-void cluster_fanout(struct http_ctx *ctx, const char *owner, unsigned scopes,
-		    void (*done)(struct http_ctx *ctx, json_t *parts, void *arg), void *arg)
+void api_cluster_fanout(struct http_ctx *ctx, const char *owner, unsigned scopes,
+			void (*done)(struct http_ctx *ctx, json_t *parts, void *arg), void *arg)
 {
 	struct fanout *f = xcalloc(1, sizeof(*f));
 	f->ctx = ctx;
@@ -336,8 +336,9 @@ static int create_refused(struct http_ctx *ctx, bool e2b, const struct err *e)
 	return -1;
 }
 
-int cluster_route_create(struct http_ctx *ctx, const char *owner, unsigned scopes, const char *id,
-			 const char *template, const json_t *selector, bool pinned, bool e2b)
+int api_cluster_route_create(struct http_ctx *ctx, const char *owner, unsigned scopes,
+			     const char *id, const char *template, const json_t *selector,
+			     bool pinned, bool e2b)
 {
 	if (!cluster_enabled() || auth_from_peer(ctx))
 		return 0;
