@@ -70,6 +70,7 @@ suites=(
 	"cli               vm    300  scripts/isolated.sh tests/integration/run.sh tests/cli"
 	"auth              vm    600  scripts/isolated.sh tests/integration/run.sh tests/auth"
 	"metrics           vm    300  scripts/isolated.sh tests/integration/run.sh tests/metrics"
+	"cluster           vm    600  scripts/isolated.sh tests/integration/run.sh tests/cluster"
 	"firecracker       vm    600  scripts/isolated.sh tests/integration/run.sh tests/firecracker"
 	"kernel            vm   2400  tests/kernel/run.sh"
 	"docs              vm    600  tests/docs/run.sh"

@@ -334,10 +334,14 @@ static void on_created(struct ops_call *c, const struct ops_result *r, const str
 		       void *arg)
 {
 	struct http_ctx *ctx = arg;
-	if (err)
+	if (err) {
 		reply_err(ctx, err);
-	else
-		http_reply_json(ctx, 201, with_reference_fields(session_json(r->session)));
+		return;
+	}
+	json_t *s = with_reference_fields(session_json(r->session));
+	if (cluster_enabled())
+		json_object_set_new(s, "node", json_string(cluster_node_name()));
+	http_reply_json(ctx, 201, s);
 }
 
 void api_exec_create(struct http_ctx *ctx)

@@ -40,6 +40,7 @@ struct cnode {
 	json_t *info;
 	bool up, cordoned, seen;
 	uint64_t down_ms;
+	size_t nrecs; /* session records naming it */
 	struct cnode *next;
 };
 
@@ -272,6 +273,9 @@ static struct crec *rec_get(const char *owner, const char *id)
 
 static void rec_free(struct crec *r)
 {
+	struct cnode *n = node_get(r->node);
+	if (n && n->nrecs)
+		n->nrecs--;
 	htab_remove(&C.recs, &r->by_key);
 	if (r->preview)
 		htab_remove(&C.previews, &r->by_preview);
@@ -344,7 +348,7 @@ static void rec_put(const char *rest, const char *value, size_t len)
 	if (C.rec_list)
 		C.rec_list->prev = r;
 	C.rec_list = r;
-	node_make(node); /* a record may name a node not seen yet */
+	node_make(node)->nrecs++; /* a record may name a node not seen yet */
 }
 
 static void rec_del(const char *rest)
@@ -839,11 +843,12 @@ static bool labels_match(const json_t *info, const json_t *selector)
 	return true;
 }
 
-static double load_of(const json_t *info)
+/* Its sessions by the records (current to the watch's last event, unlike the count in its
+ * own record, which it renews every third of its lease) over its capacity. */
+static double load_of(const struct cnode *n)
 {
-	json_int_t cap = json_integer_value(json_object_get(info, "capacity"));
-	json_int_t used = json_integer_value(json_object_get(info, "sessions"));
-	return cap > 0 ? (double)used / (double)cap : 1.0;
+	json_int_t cap = json_integer_value(json_object_get(n->info, "capacity"));
+	return cap > 0 ? (double)n->nrecs / (double)cap : 1.0;
 }
 
 const struct cluster_node *cluster_place(const char *template, const json_t *selector,
@@ -874,10 +879,9 @@ const struct cluster_node *cluster_place(const char *template, const json_t *sel
 			continue;
 		fitting++;
 		json_int_t cap = json_integer_value(json_object_get(n->info, "capacity"));
-		json_int_t used = json_integer_value(json_object_get(n->info, "sessions"));
-		if (cap > 0 && used >= cap)
+		if (cap > 0 && (json_int_t)n->nrecs >= cap)
 			continue;
-		double load = load_of(n->info);
+		double load = load_of(n);
 		bool self = !strcmp(n->name, C.name);
 		if (!best || load < best_load - 1e-9 ||
 		    (load <= best_load + 1e-9 && self && strcmp(best->name, C.name) != 0)) {
@@ -1183,10 +1187,7 @@ static void publish_gauges(void)
 			down++;
 		if (n->cordoned)
 			cordoned++;
-		size_t k = 0;
-		for (struct crec *r = C.rec_list; r; r = r->next)
-			k += !strcmp(r->node, n->name);
-		metrics_set(metrics_daemon.cluster_sessions, (double)k, n->name);
+		metrics_set(metrics_daemon.cluster_sessions, (double)n->nrecs, n->name);
 	}
 	metrics_set(metrics_daemon.cluster_nodes, up, "up");
 	metrics_set(metrics_daemon.cluster_nodes, down, "down");
@@ -1210,9 +1211,7 @@ static json_t *iso(uint64_t ms)
 
 static json_t *node_json(const struct cnode *n)
 {
-	size_t k = 0;
-	for (struct crec *r = C.rec_list; r; r = r->next)
-		k += !strcmp(r->node, n->name);
+	size_t k = n->nrecs;
 	json_t *j = json_pack("{s:s, s:s, s:b, s:b, s:b, s:o, s:I}", "name", n->name, "state",
 			      n->up ? "up" : "down", "up", n->up, "cordoned", n->cordoned, "self",
 			      !strcmp(n->name, C.name), "downSince", iso(n->down_ms), "sessions",
