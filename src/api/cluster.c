@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "api/host.h"
+#include "api/mcp.h"
 #include "auth/auth.h"
 #include "cluster/cluster.h"
 #include "cluster/forward.h"
@@ -364,4 +365,238 @@ int api_cluster_route_create(struct http_ctx *ctx, const char *owner, unsigned s
 		return 0;
 	cluster_forward_buffered(ctx, n, owner, scopes, "create");
 	return 1;
+}
+
+/* --- MCP ------------------------------------------------------------------------------ */
+
+static bool mcp_route(const struct http_route *r)
+{
+	return r && (!strncmp(r->pattern, "/mcp", 4) || !strcmp(r->pattern, "/sse") ||
+		     !strcmp(r->pattern, "/messages"));
+}
+
+/* The node an MCP session id names ("<node>~<hex>"), into out; false when it names none. */
+static bool mcp_session_node(const char *sid, char *out, size_t cap)
+{
+	const char *tilde = sid ? strchr(sid, '~') : NULL;
+	if (!tilde || (size_t)(tilde - sid) >= cap || tilde == sid)
+		return false;
+	memcpy(out, sid, (size_t)(tilde - sid));
+	out[tilde - sid] = '\0';
+	return true;
+}
+
+int api_cluster_route_mcp(struct http_ctx *ctx, const char *owner, unsigned scopes)
+{
+	if (!cluster_enabled() || !mcp_route(ctx->route))
+		return 0;
+	const char *sid = http_header(ctx, "Mcp-Session-Id");
+	if (!sid)
+		sid = http_query(ctx, "sessionId");
+	char name[64];
+	if (!mcp_session_node(sid, name, sizeof(name)) || !strcmp(name, cluster_node_name()))
+		return 0;
+	const struct cluster_node *n = cluster_node_find(name);
+	if (!n || !n->up) {
+		http_reply_json(
+			ctx, 404,
+			mcp_error(NULL, MCP_NO_SESSION,
+				  "Session not found: it lived on node `%.63s`, which is not up; "
+				  "initialize a new one",
+				  name));
+		return -1;
+	}
+	cluster_forward_at_head(ctx, n, owner, scopes, true, "request");
+	return 1;
+}
+
+struct mcp_remote {
+	struct mcp_call *c; /* NULL once cancelled */
+	char node[64];
+	char *base; /* the node's URL */
+	char *owner;
+	char *version;
+	char *call; /* the tools/call message */
+	long timeout_ms;
+	/* out */
+	json_t *result;
+	char error[400];
+};
+
+static size_t mcp_collect(char *data, size_t size, size_t nmemb, void *arg)
+{
+	return collect(data, size, nmemb, arg);
+}
+
+struct mcp_head {
+	char sid[128];
+};
+
+static size_t mcp_header(char *line, size_t size, size_t n, void *arg)
+{
+	struct mcp_head *h = arg;
+	size_t len = size * n;
+	const char *name = "Mcp-Session-Id:";
+	size_t nl = strlen(name);
+	if (len > nl && !strncasecmp(line, name, nl)) {
+		const char *v = line + nl;
+		v += strspn(v, " \t");
+		size_t vl = strcspn(v, "\r\n");
+		if (vl < sizeof(h->sid)) {
+			memcpy(h->sid, v, vl);
+			h->sid[vl] = '\0';
+		}
+	}
+	return len;
+}
+
+/* One request of the exchange with the other node's /mcp: its answer's JSON, or NULL with
+ * r->error set. */
+static json_t *mcp_request(struct mcp_remote *r, const char *method, const char *body,
+			   const char *sid, struct mcp_head *head)
+{
+	CURL *h = curl_easy_init();
+	if (!h) {
+		snprintf(r->error, sizeof(r->error), "cannot make a client");
+		return NULL;
+	}
+	_cleanup_free_ char *url = xasprintf("%s/mcp", r->base);
+	_cleanup_free_ char *sig = cluster_peer_sign(method, "/mcp", r->owner, 1);
+	_cleanup_free_ char *sh = xasprintf(CLUSTER_PEER_HEADER ": %s", sig);
+	_cleanup_free_ char *sidh = sid ? xasprintf("Mcp-Session-Id: %s", sid) : NULL;
+	struct curl_slist *hdrs = curl_slist_append(NULL, sh);
+	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+	hdrs = curl_slist_append(hdrs, "Accept: application/json");
+	if (sidh)
+		hdrs = curl_slist_append(hdrs, sidh);
+	struct reply got = { 0 };
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	if (body) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+	}
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r->timeout_ms);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mcp_collect);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &got);
+	if (head) {
+		curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, mcp_header);
+		curl_easy_setopt(h, CURLOPT_HEADERDATA, head);
+	}
+	CURLcode rc = curl_easy_perform(h);
+	long status = 0;
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(h);
+	json_t *j = NULL;
+	if (rc != CURLE_OK || got.over)
+		snprintf(r->error, sizeof(r->error), "node %s cannot be reached: %s", r->node,
+			 got.over ? "its answer is too large" : curl_easy_strerror(rc));
+	else if (got.len && !(j = json_loadb(got.data, got.len, 0, NULL)))
+		snprintf(r->error, sizeof(r->error), "node %s answered HTTP %ld, not JSON", r->node,
+			 status);
+	free(got.data);
+	return j;
+}
+
+static void mcp_remote_work(void *arg)
+{
+	struct mcp_remote *r = arg;
+	json_auto_t *init = json_pack(
+		"{s:s, s:i, s:s, s:{s:s, s:{}, s:{s:s, s:s}}}", "jsonrpc", "2.0", "id", 1, "method",
+		"initialize", "params", "protocolVersion", r->version, "capabilities", "clientInfo",
+		"name", "sandboxd (another node of the cluster)", "version", SANDBOX_VERSION);
+	_cleanup_free_ char *init_text = json_dumps(init, JSON_COMPACT);
+	struct mcp_head head = { "" };
+	json_auto_t *ok = mcp_request(r, "POST", init_text, NULL, &head);
+	if (!ok)
+		return;
+	if (!json_object_get(ok, "result") || !head.sid[0]) {
+		const char *m =
+			json_string_value(json_object_get(json_object_get(ok, "error"), "message"));
+		snprintf(r->error, sizeof(r->error), "node %s: %s", r->node,
+			 m ? m : "its MCP session could not be made");
+		return;
+	}
+	json_auto_t *answer = mcp_request(r, "POST", r->call, head.sid, NULL);
+	json_decref(mcp_request(r, "DELETE", NULL, head.sid, NULL));
+	if (!answer)
+		return;
+	json_t *result = json_object_get(answer, "result");
+	if (json_is_object(result)) {
+		r->result = json_incref(result);
+		r->error[0] = '\0';
+		return;
+	}
+	const char *m =
+		json_string_value(json_object_get(json_object_get(answer, "error"), "message"));
+	snprintf(r->error, sizeof(r->error), "node %s: %s", r->node, m ? m : "no answer");
+}
+
+static json_t *tool_error(const char *msg)
+{
+	return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", msg, "isError",
+			 1);
+}
+
+static void mcp_remote_done(void *arg)
+{
+	struct mcp_remote *r = arg;
+	metrics_add(metrics_daemon.cluster_forwarded_total, 1, "mcp",
+		    r->result ? "success" : "failure");
+	if (r->c)
+		mcp_call_reply(r->c, r->result ? json_incref(r->result) : tool_error(r->error));
+	json_decref(r->result);
+	free(r->base);
+	free(r->owner);
+	free(r->version);
+	free(r->call);
+	free(r);
+}
+
+static void mcp_remote_cancel(struct mcp_call *c, void *state)
+{
+	struct mcp_remote *r = state;
+	r->c = NULL; /* its answer, when it comes, goes nowhere */
+}
+
+bool api_cluster_mcp_call(struct mcp_call *c, const char *tool, json_t *args, const char *version)
+{
+	if (!cluster_enabled())
+		return false;
+	const char *sid = json_string_value(json_object_get(args, "sessionId"));
+	if (!sid)
+		return false;
+	const struct cluster_node *n = NULL;
+	enum cluster_where w = cluster_session_where(mcp_call_owner(c), sid, &n);
+	if (w == CLUSTER_LOST) {
+		char msg[300];
+		snprintf(msg, sizeof(msg),
+			 "session `%.128s` is on node `%s`, which is not up: the session is lost "
+			 "unless that node comes back",
+			 sid, n->name);
+		mcp_call_reply(c, tool_error(msg));
+		return true;
+	}
+	if (w != CLUSTER_REMOTE)
+		return false;
+	struct mcp_remote *r = xcalloc(1, sizeof(*r));
+	r->c = c;
+	snprintf(r->node, sizeof(r->node), "%s", n->name);
+	size_t ul = strlen(n->url);
+	r->base = xasprintf("%.*s", (int)(ul && n->url[ul - 1] == '/' ? ul - 1 : ul), n->url);
+	r->owner = xstrdup(mcp_call_owner(c));
+	r->version = xstrdup(version ? version : "2025-03-26");
+	json_auto_t *msg =
+		json_pack("{s:s, s:i, s:s, s:{s:s, s:O}}", "jsonrpc", "2.0", "id", 1, "method",
+			  "tools/call", "params", "name", tool, "arguments", args);
+	r->call = json_dumps(msg, JSON_COMPACT);
+	r->timeout_ms = cluster_timeout_ms();
+	struct mcp_tool_run run = { .cancel = mcp_remote_cancel, .state = r };
+	mcp_call_set_run(c, &run);
+	cluster_peers_submit(mcp_remote_work, mcp_remote_done, r);
+	return true;
 }

@@ -32,6 +32,17 @@ int api_cluster_route_create(struct http_ctx *ctx, const char *owner, unsigned s
 			     const char *id, const char *template, const json_t *selector,
 			     bool pinned, bool e2b);
 
+/* For an MCP route, once the key was checked: a request of an MCP session that lives on
+ * another node (its id is "<node>~...") goes there (1), one of a node that is gone is a 404
+ * of JSON-RPC's shape (-1), else 0. */
+int api_cluster_route_mcp(struct http_ctx *ctx, const char *owner, unsigned scopes);
+
+/* From tools/call: a tool whose "sessionId" names a session of another node is called there
+ * (through that node's /mcp, vouching for the caller), its answer given as this call's;
+ * true when taken (or answered: the session's node is gone). */
+struct mcp_call;
+bool api_cluster_mcp_call(struct mcp_call *c, const char *tool, json_t *args, const char *version);
+
 /* What every other live node answers to this request's method and target, asked with the
  * caller's identity (owner, scopes): done(ctx, parts, arg) on the loop with an array of
  * {"node", "status", "body"} (body: the JSON answer, or null) for each node, or NULL when the

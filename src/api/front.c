@@ -195,6 +195,8 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 		const struct auth_identity *id = auth_identity(ctx);
 		int c = api_cluster_route_owned(ctx, api_owner(ctx), id ? id->scopes : 0,
 						api_is_admin(ctx));
+		if (!c)
+			c = api_cluster_route_mcp(ctx, api_owner(ctx), id ? id->scopes : 0);
 		if (c)
 			return c < 0 ? -1 : 0;
 	}

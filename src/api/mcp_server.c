@@ -13,8 +13,10 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "api/cluster.h"
 #include "api/mcp.h"
 #include "auth/quota.h"
+#include "cluster/cluster.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/random.h"
@@ -34,7 +36,7 @@ struct mcp_call {
 };
 
 struct mcp_session {
-	char id[33];
+	char id[100]; /* in a cluster, "<node>~<hex>": any node finds the node it lives on */
 	char *owner;
 	char version[16];
 	bool initialized;  /* initialize answered */
@@ -108,10 +110,10 @@ struct mcp_session *mcp_session_new(const char *owner, struct err *err, int *ret
 		return NULL;
 	}
 	struct mcp_session *s = xcalloc(1, sizeof(*s));
-	uint8_t rnd[16];
-	random_bytes(rnd, sizeof(rnd));
-	for (size_t i = 0; i < sizeof(rnd); i++)
-		sprintf(s->id + 2 * i, "%02x", rnd[i]);
+	char hex[33];
+	random_hex(hex, 16);
+	snprintf(s->id, sizeof(s->id), "%s%s%s", cluster_enabled() ? cluster_node_name() : "",
+		 cluster_enabled() ? "~" : "", hex);
 	s->owner = xstrdup(owner ? owner : "");
 	s->quota_held = true;
 	s->refs = 1; /* the table's */
@@ -448,6 +450,9 @@ static void do_tools_call(struct mcp_session *s, struct mcp_sink *k, const struc
 	json_auto_t *empty = NULL;
 	if (!json_is_object(args))
 		args = empty = json_object();
+	/* A tool for a session of another node of the cluster is called there. */
+	if (api_cluster_mcp_call(c, c->tool, args, s->version))
+		return;
 	mcp_tool_call(c, c->tool, args, s->version);
 }
 

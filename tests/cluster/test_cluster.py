@@ -225,6 +225,48 @@ class AnyNodeServesTheWholeApiTest(ClusterCase):
         self.assertTrue({m for m, _ in mine} | {admins["id"]} <= ids, listed)
 
 
+class McpTest(ClusterCase):
+    def mcp(self, via, message, sid=None):
+        headers = {"Accept": "application/json, text/event-stream"}
+        if sid:
+            headers["Mcp-Session-Id"] = sid
+        st, h, body = self.nodes[via].post("/mcp", body=message, headers=headers)
+        return st, h, body
+
+    def test_an_mcp_session_and_its_tools_through_any_node(self):
+        self.create("a", id="mcp-target", nodeSelector={"zone": "one"})
+        st, h, body = self.mcp("b", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                     "params": {"protocolVersion": "2025-03-26",
+                                                "capabilities": {},
+                                                "clientInfo": {"name": "t", "version": "1"}}})
+        self.assertEqual(st, 200, body)
+        sid = h["Mcp-Session-Id"]
+        self.assertTrue(sid.startswith("b~"), sid)
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "execute",
+                           "arguments": {"sessionId": "mcp-target", "command": "echo via-mcp"}}}
+        # The session is a's, the MCP session b's; the request comes through c.
+        st, _, body = self.mcp("c", call, sid)
+        self.assertEqual(st, 200, body)
+        self.assertIn("via-mcp", json.dumps(body["result"]), body)
+        self.assertFalse(body["result"].get("isError"), body)
+        # A tool that makes a session makes it on the MCP session's node, where its next
+        # tools find it.
+        st, _, body = self.mcp("a", {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                     "params": {"name": "create_session",
+                                                "arguments": {"sessionId": "mcp-made"}}}, sid)
+        self.assertEqual(st, 200, body)
+        self.addCleanup(self.destroy, "mcp-made")
+        st, _, listed = self.nodes["c"].get("/exec")
+        made = next(s for s in listed["sessions"] if s["id"] == "mcp-made")
+        self.assertEqual(made["node"], "b")
+        st, _, body = self.nodes["a"].request("DELETE", "/mcp",
+                                              headers={"Mcp-Session-Id": sid})
+        self.assertIn(st, (200, 204), body)
+        st, _, body = self.mcp("b", call, sid)
+        self.assertEqual(st, 404, body)
+
+
 class PlacementTest(ClusterCase):
     node_env = {"b": {"SANDBOX_MAX_SESSIONS": "2"}}
 
