@@ -47,8 +47,9 @@ int etcd_new(const struct etcd_opts *o, struct etcd_client **ret, struct err *er
 			_cleanup_free_ char *e = strndup(p, len);
 			if (!e)
 				abort();
-			while (len && e[len - 1] == '/')
-				e[--len] = '\0';
+			size_t el = len;
+			while (el && e[el - 1] == '/')
+				e[--el] = '\0';
 			bool ok = (!strncmp(e, "http://", 7) && e[7]) ||
 				  (!strncmp(e, "https://", 8) && e[8]);
 			if (!ok || strpbrk(e, " \t\r\n?#") || c->nendpoints == MAX_ENDPOINTS) {

@@ -14,6 +14,8 @@
 #include "auth/auth.h"
 #include "auth/keys.h"
 
+#define HASH64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 static int setup(void **state)
 {
 	sqlite3 *db;
@@ -125,6 +127,73 @@ static void test_names_validated(void **state)
 		-EINVAL);
 }
 
+/* A cluster's key table moves whole rows between stores: a row taken from one store and put
+ * into another gives a key that works there, with the same id, scopes and state; its last
+ * use stays the store's own; rows with impossible fields are refused. */
+static void test_rows_move_between_stores(void **state)
+{
+	sqlite3 *db = *state, *other;
+	struct err e;
+	assert_int_equal(sqlite3_open(":memory:", &other), SQLITE_OK);
+	assert_int_equal(keys_init(other, &e), 0);
+	struct key_info k, got;
+	char *secret = NULL;
+	assert_int_equal(
+		keys_create(db, "sk_test_", "moved", KEYS_SCOPE_EXEC, 60, 0, &k, &secret, &e), 0);
+	json_t *row = keys_row_json(db, k.id, &e);
+	assert_non_null(row);
+	assert_null(json_object_get(row, "lastUsed"));
+	assert_int_equal(keys_row_apply(other, row, &e), 0);
+	assert_int_equal(keys_lookup(other, secret, &got, &e), 0);
+	assert_string_equal(got.id, k.id);
+	assert_int_equal(got.scopes, KEYS_SCOPE_EXEC);
+	assert_int_equal(got.rate_limit, 60);
+	/* Revoked in the first, the row again: revoked in the other; its last use kept. */
+	assert_int_equal(keys_touch(other, k.id, 12345), 0);
+	assert_int_equal(keys_set_enabled(db, k.id, false, &e), 0);
+	json_decref(row);
+	row = keys_row_json(db, k.id, &e);
+	assert_int_equal(keys_row_apply(other, row, &e), 0);
+	assert_int_equal(keys_get(other, k.id, &got, &e), 0);
+	assert_false(got.enabled);
+	assert_int_equal(got.last_used, 12345);
+	/* Only the listed keys are kept. */
+	const char *ids[] = { "key_none" };
+	assert_int_equal(keys_keep_only(other, ids, 1, &e), 0);
+	assert_int_equal(keys_get(other, k.id, &got, &e), -ENOENT);
+	/* Impossible rows. */
+	static const char *const bad[] = {
+		"{}",
+		"{\"id\":\"../x\",\"name\":\"n\",\"prefix\":\"p\",\"hash\":\"" HASH64
+		"\",\"scopes\":1,\"rateLimit\":0,\"created\":1,\"expires\":0,\"enabled\":true,"
+		"\"quotas\":\"\"}",
+		"{\"id\":\"key_1\",\"name\":\"n\",\"prefix\":\"p\",\"hash\":\"short\","
+		"\"scopes\":1,\"rateLimit\":0,\"created\":1,\"expires\":0,\"enabled\":true,"
+		"\"quotas\":\"\"}",
+		"{\"id\":\"key_1\",\"name\":\"n\",\"prefix\":\"p\",\"hash\":\"" HASH64
+		"\",\"scopes\":64,\"rateLimit\":0,\"created\":1,\"expires\":0,\"enabled\":true,"
+		"\"quotas\":\"\"}",
+		"{\"id\":\"key_1\",\"name\":\"n\",\"prefix\":\"p\",\"hash\":\"" HASH64
+		"\",\"scopes\":1,\"rateLimit\":-1,\"created\":1,\"expires\":0,\"enabled\":true,"
+		"\"quotas\":\"\"}",
+		"{\"id\":\"key_1\",\"name\":\"n\",\"prefix\":\"p\",\"hash\":\"" HASH64
+		"\",\"scopes\":1,\"rateLimit\":0,\"created\":1,\"expires\":0,\"enabled\":true,"
+		"\"quotas\":\"\",\"extra\":1}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		json_t *j = json_loads(bad[i], 0, NULL);
+		assert_non_null(j);
+		assert_int_equal(keys_row_apply(other, j, &e), -EINVAL);
+		json_decref(j);
+	}
+	int64_t n;
+	assert_int_equal(keys_count(other, &n), 0);
+	assert_int_equal(n, 0);
+	json_decref(row);
+	free(secret);
+	sqlite3_close(other);
+}
+
 static void test_secure_equal(void **state)
 {
 	assert_true(auth_secure_equal("abc", "abc"));
@@ -144,6 +213,7 @@ int main(void)
 		cmocka_unit_test(test_scopes_and_durations),
 		cmocka_unit_test_setup_teardown(test_names_validated, setup, teardown),
 		cmocka_unit_test(test_secure_equal),
+		cmocka_unit_test_setup_teardown(test_rows_move_between_stores, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
