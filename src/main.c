@@ -280,7 +280,9 @@ static void node_figures(json_t *record)
 	int64_t mem = session_host_memory_available();
 	json_object_set_new(record, "templates", names);
 	json_object_set_new(record, "sessions", json_integer((json_int_t)session_count()));
-	json_object_set_new(record, "memAvailable", json_integer(mem > 0 ? mem : 0));
+	/* In steps of 64 MiB: a record that changes at every renewal would be written each time. */
+	json_object_set_new(record, "memAvailable",
+			    json_integer(mem > 0 ? mem & ~(((json_int_t)64 << 20) - 1) : 0));
 }
 
 struct each_session {

@@ -74,6 +74,7 @@ static struct {
 	atomic_bool abandon; /* stopping while etcd does not answer: queued writes are dropped */
 	/* the lease (the lease thread's while a job runs) */
 	int64_t lease;
+	char *lease_last; /* the record last written (the lease thread's) */
 	bool lease_pending;
 	bool store_ok;
 	char store_why[300];
@@ -1027,6 +1028,12 @@ static void lease_work(void *arg)
 			return;
 		fresh = true;
 	}
+	/* The record is written when it changed (or under a new lease): a renewal alone makes
+	 * no revision, so an idle cluster does not grow etcd's history. */
+	if (!fresh && C.lease_last && !strcmp(C.lease_last, l->record)) {
+		l->renewed = true;
+		return;
+	}
 	r = etcd_put(c, key, l->record, strlen(l->record), l->lease, NULL, &l->err);
 	count_etcd("register", r);
 	if (r < 0) {
@@ -1037,6 +1044,8 @@ static void lease_work(void *arg)
 		}
 		return;
 	}
+	free(C.lease_last);
+	C.lease_last = xstrdup(l->record);
 	l->renewed = true;
 }
 
@@ -1704,6 +1713,7 @@ void cluster_shutdown(void)
 	json_decref(C.labels);
 	free(C.prefix);
 	free(C.url);
+	free(C.lease_last);
 	if (C.etcd_password) {
 		explicit_bzero(C.etcd_password, strlen(C.etcd_password));
 		free(C.etcd_password);

@@ -20,13 +20,14 @@ static void test_range(void **state)
 	struct etcd_kvs kvs;
 	struct err e;
 	/* key "a/b" = "hi", key "a/c" with an empty value (the gateway leaves it out). */
-	assert_int_equal(etcd_parse_range(S("{\"header\":{\"revision\":\"42\"},\"kvs\":["
-					    "{\"key\":\"YS9i\",\"value\":\"aGk=\","
-					    "\"create_revision\":\"3\",\"mod_revision\":\"7\","
-					    "\"lease\":\"99\"},"
-					    "{\"key\":\"YS9j\",\"mod_revision\":8}],\"count\":\"2\"}"),
-					  &kvs, &e),
-			 0);
+	assert_int_equal(
+		etcd_parse_range(S("{\"header\":{\"revision\":\"42\"},\"kvs\":["
+				   "{\"key\":\"YS9i\",\"value\":\"aGk=\","
+				   "\"create_revision\":\"3\",\"mod_revision\":\"7\","
+				   "\"lease\":\"99\"},"
+				   "{\"key\":\"YS9j\",\"mod_revision\":8}],\"count\":\"2\"}"),
+				 &kvs, &e),
+		0);
 	assert_int_equal(kvs.revision, 42);
 	assert_int_equal(kvs.n, 2);
 	assert_string_equal(kvs.v[0].key, "a/b");
@@ -116,12 +117,12 @@ static void test_watch_lines(void **state)
 	assert_int_equal(next, 21);
 	/* The callback may end the watch. */
 	s.stop_after = 3;
-	assert_int_equal(etcd_watch_parse_line(
-				 S("{\"result\":{\"events\":[{\"kv\":{\"key\":\"Yw==\","
-				   "\"mod_revision\":\"30\"}},{\"kv\":{\"key\":\"ZA==\","
-				   "\"mod_revision\":\"31\"}}]}}"),
-				 on_event, &s, &next, &e),
-			 1);
+	assert_int_equal(
+		etcd_watch_parse_line(S("{\"result\":{\"events\":[{\"kv\":{\"key\":\"Yw==\","
+					"\"mod_revision\":\"30\"}},{\"kv\":{\"key\":\"ZA==\","
+					"\"mod_revision\":\"31\"}}]}}"),
+				      on_event, &s, &next, &e),
+		1);
 	assert_int_equal(s.puts, 2);
 }
 
@@ -154,9 +155,9 @@ static void test_watch_errors(void **state)
 		"{\"result\":{\"compact_revision\":\"x\"}}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
-		assert_int_equal(etcd_watch_parse_line(bad[i], strlen(bad[i]), on_event, &s, &next,
-						       &e),
-				 -EBADMSG);
+		assert_int_equal(
+			etcd_watch_parse_line(bad[i], strlen(bad[i]), on_event, &s, &next, &e),
+			-EBADMSG);
 	assert_int_equal(s.puts + s.deletes, 0);
 }
 
@@ -168,8 +169,8 @@ static void test_endpoints(void **state)
 	assert_int_equal(etcd_new(&o, &c, &e), 0);
 	assert_string_equal(etcd_endpoint(c), "http://127.0.0.1:2379");
 	c = etcd_free(c);
-	static const char *const bad[] = { "", " , ", "127.0.0.1:2379", "ftp://h:1",
-					   "http://", "http://h:1?x=1" };
+	static const char *const bad[] = { "",          " , ",     "127.0.0.1:2379",
+					   "ftp://h:1", "http://", "http://h:1?x=1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		o.endpoints = bad[i];
 		assert_int_equal(etcd_new(&o, &c, &e), -EINVAL);
@@ -188,8 +189,8 @@ static void test_endpoints(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_range),	      cmocka_unit_test(test_range_malformed),
-		cmocka_unit_test(test_watch_lines),   cmocka_unit_test(test_watch_errors),
+		cmocka_unit_test(test_range),       cmocka_unit_test(test_range_malformed),
+		cmocka_unit_test(test_watch_lines), cmocka_unit_test(test_watch_errors),
 		cmocka_unit_test(test_endpoints),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
