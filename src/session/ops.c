@@ -1101,6 +1101,10 @@ static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 	}
 	c->received += len;
 	if (c->rcbs) {
+		/* A streamed read takes as long as its client takes to read it: its deadline
+		 * counts from the last progress (a piece from the agent, or the client taking a
+		 * window's worth), not from the start. */
+		guest_op_set_timeout(op, O.cfg->file_op_timeout_ms, "file operation");
 		/* The consumer returns the credit (ops_call_consumed) as its client takes them. */
 		c->rcbs->on_data(c, data, len, c->arg);
 		return;
@@ -1560,8 +1564,11 @@ struct ops_call *ops_read_stream(const struct ops_target *t, const char *path, b
 
 void ops_call_consumed(struct ops_call *c, size_t n)
 {
-	if (c->op && !c->finished)
-		guest_op_consumed(c->op, n);
+	if (!c->op || c->finished)
+		return;
+	guest_op_consumed(c->op, n);
+	if (c->kind == CALL_READ && c->rcbs)
+		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "file operation");
 }
 
 struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,

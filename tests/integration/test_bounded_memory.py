@@ -208,6 +208,34 @@ class StreamedReadsTest(DaemonTestCase):
         self.assertEqual(reply["content"], "\x01" * (8 * MiB))
 
 
+class SlowReaderTest(DaemonTestCase):
+    """A streamed read lasts as long as its client takes to read it: its deadline
+    (SANDBOX_FILE_OP_TIMEOUT_MS, short here) counts from the last progress, not from the
+    start; a client taking its time is not cut."""
+    daemon_env = {**small_quarantine_env(), "SANDBOX_FILE_OP_TIMEOUT_MS": "1500"}
+
+    def test_a_read_slower_than_the_timeout_is_whole(self):
+        sid = self.session()
+        self.run_ok(sid, f"head -c {4 * MiB} /dev/urandom > slow.bin", http_timeout=120)
+        st, _, out = self.d.post(f"/exec/{sid}/execute", body={"command": "sha256sum slow.bin"})
+        want = "".join(o["data"] for o in out["output"] if o["stream"] == "stdout").split()[0]
+        s = connect(self.d, rcvbuf=16 * KiB)
+        self.addCleanup(s.close)
+        send_get(s, f"/exec/{sid}/read?path=slow.bin", "application/octet-stream")
+        status, headers, body = read_head(s)
+        self.assertEqual(status, 200)
+        t0 = time.monotonic()
+        while len(body) < 4 * MiB:
+            chunk = s.recv(64 * KiB)
+            self.assertTrue(chunk, f"cut after {len(body)} bytes, {time.monotonic() - t0:.1f} s")
+            body += chunk
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        import hashlib
+        self.assertEqual(hashlib.sha256(body[:4 * MiB]).hexdigest(), want)
+        self.assertGreater(took, 1.5, "the client was not slower than the timeout")
+
+
 class JsonBodiesTest(DaemonTestCase):
     daemon_env = small_quarantine_env()
 
