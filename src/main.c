@@ -18,6 +18,7 @@
 #include "auth/auth.h"
 #include "auth/keys.h"
 #include "cluster/cluster.h"
+#include "cluster/forward.h"
 #include "config.h"
 #include "driver/driver.h"
 #include "guest/client.h"
@@ -567,9 +568,11 @@ int main(int argc, char **argv)
 	 * store. */
 out_http:
 	loop_pool_stop();
-	http_server_free(D.http);
-	/* After the sessions' records went (their writes run on the cluster's threads). */
+	/* Its threads' last completions run while the HTTP server is there (they answer
+	 * requests); what they still write to etcd (the sessions' records going) is written. */
 	cluster_shutdown();
+	http_server_free(D.http);
+	cluster_forward_shutdown();
 	auth_shutdown();
 	front_shutdown();
 	api_envd_shutdown();

@@ -145,24 +145,26 @@ struct key_change {
 static void on_key_published(const struct err *err, void *arg)
 {
 	struct key_change *c = arg;
-	if (err) {
+	/* Refused because another node changed the key meanwhile: the local store has the
+	 * cluster's state already. Otherwise it is put back (and the cluster's read again). */
+	if (err && err->errnum != EEXIST) {
 		struct err e;
 		if (c->before ? keys_row_apply(store_db(), c->before, &e) < 0
 			      : keys_delete(store_db(), c->id, &e) < 0 && e.errnum != ENOENT)
 			log_error("api", "key %s: cannot put the local store back: %s", c->id,
 				  e.msg);
 	}
-	if (!c->ctx->gone) {
-		if (err) {
-			http_add_header(c->ctx, "Retry-After", "1");
-			http_reply_error(
-				c->ctx, 503,
-				"the change was not made: the cluster's store (etcd) did not "
-				"take it (%s)",
-				err->msg);
-		} else {
-			http_reply_json(c->ctx, c->status, json_incref(c->reply));
-		}
+	/* Replied even to a client that left (the reply is dropped): the request must end. */
+	if (err && err->errnum == EEXIST) {
+		http_reply_error(c->ctx, 409, "the change was not made: %s", err->msg);
+	} else if (err) {
+		http_add_header(c->ctx, "Retry-After", "1");
+		http_reply_error(c->ctx, 503,
+				 "the change was not made: the cluster's store (etcd) did not take "
+				 "it (%s)",
+				 err->msg);
+	} else {
+		http_reply_json(c->ctx, c->status, json_incref(c->reply));
 	}
 	http_ctx_release(c->ctx);
 	json_decref(c->before);
@@ -364,7 +366,7 @@ void api_admin_nodes_list(struct http_ctx *ctx)
 static void on_cordoned(const struct err *err, void *arg)
 {
 	struct http_ctx *ctx = arg;
-	if (!ctx->gone) {
+	{
 		const char *name = http_param(ctx, 0);
 		bool on = strstr(ctx->path, "/uncordon") == NULL;
 		if (err)

@@ -1,6 +1,7 @@
 #include "api/cluster.h"
 
 #include <curl/curl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,10 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 
-#define FANOUT_MAX_BODY (64u << 20)
+#define FANOUT_MAX_BODY    (64u << 20)
+#define FANOUT_MAX_WAITING 32
+
+static unsigned fanouts; /* listings being gathered */
 
 static bool session_route(const struct http_route *r)
 {
@@ -73,6 +77,17 @@ int api_cluster_route_owned(struct http_ctx *ctx, const char *owner, unsigned sc
 	return 0;
 }
 
+/* The node a value "<node>~<rest>" names (a ticket, an MCP session's id), into out. */
+static bool node_prefix(const char *v, char *out, size_t cap)
+{
+	const char *tilde = v ? strchr(v, '~') : NULL;
+	if (!tilde || tilde == v || (size_t)(tilde - v) >= cap)
+		return false;
+	memcpy(out, v, (size_t)(tilde - v));
+	out[tilde - v] = '\0';
+	return true;
+}
+
 /* "/exec/<id>/ports/..." : the id. */
 static bool path_form_id(const char *path, char *out, size_t cap)
 {
@@ -112,10 +127,21 @@ int api_cluster_route_anonymous(struct http_ctx *ctx)
 		if (!path_form_id(ctx->path, buf, sizeof(buf)))
 			return 0;
 		name = buf;
-		w = cluster_session_where_any(name, &n);
+		/* A preview name (unique in the cluster) first, else a session id. */
+		w = cluster_preview_where(name, &n);
+		if (w == CLUSTER_UNKNOWN)
+			w = cluster_session_where_any(name, &n);
 	} else if ((r->flags & HTTP_ROUTE_TICKET) && ctx->nparams && http_query(ctx, "ticket")) {
+		/* The ticket names the node that issued it, where its session is. */
+		char node[64];
 		name = http_param(ctx, 0);
-		w = cluster_session_where_any(name, &n);
+		if (!node_prefix(http_query(ctx, "ticket"), node, sizeof(node)) ||
+		    !strcmp(node, cluster_node_name()))
+			return 0;
+		n = cluster_node_find(node);
+		if (!n)
+			return 0; /* not a node's: refused here as any bad ticket */
+		w = n->up ? CLUSTER_REMOTE : CLUSTER_LOST;
 	} else {
 		return 0;
 	}
@@ -140,11 +166,12 @@ struct part {
 		bool over;
 	} r;
 	long status;
+	json_t *body; /* the answer parsed (on the thread, not the loop) */
 };
 
 struct fanout {
 	struct http_ctx *ctx;
-	bool gone;
+	atomic_bool gone; /* its client left: the transfers end */
 	char *target;
 	char *peer; /* the client's address */
 	struct part *parts;
@@ -173,7 +200,7 @@ static void add_node(const struct cluster_node *n, void *arg)
 	size_t ul = strlen(n->url);
 	p->url = xasprintf("%.*s%s", (int)(ul && n->url[ul - 1] == '/' ? ul - 1 : ul), n->url,
 			   c->target);
-	p->sig = cluster_peer_sign(c->method, c->target, c->owner, c->scopes);
+	p->sig = cluster_peer_sign(n->name, c->method, c->target, c->owner, c->scopes);
 }
 
 static size_t collect(char *data, size_t size, size_t nmemb, void *arg)
@@ -218,7 +245,7 @@ static void fanout_work(void *arg)
 		curl_multi_add_handle(m, h[i]);
 	}
 	int running = 1;
-	while (running) {
+	while (running && !atomic_load(&f->gone) && !cluster_stopping()) {
 		if (curl_multi_perform(m, &running) != CURLM_OK)
 			break;
 		if (running)
@@ -244,6 +271,16 @@ static void fanout_work(void *arg)
 	curl_multi_cleanup(m);
 	free(h);
 	free(hdrs);
+	/* Parsed here: a cluster's parts can be large, and the loop serves everyone. */
+	for (size_t i = 0; i < f->n; i++) {
+		struct part *p = &f->parts[i];
+		if (p->status == 200 && p->r.data) {
+			json_error_t jerr;
+			p->body = json_loadb(p->r.data, p->r.len, JSON_REJECT_DUPLICATES, &jerr);
+		}
+		free(p->r.data);
+		p->r.data = NULL;
+	}
 }
 
 static void fanout_free(struct fanout *f)
@@ -252,6 +289,7 @@ static void fanout_free(struct fanout *f)
 		free(f->parts[i].url);
 		free(f->parts[i].sig);
 		free(f->parts[i].r.data);
+		json_decref(f->parts[i].body);
 	}
 	free(f->parts);
 	free(f->target);
@@ -263,23 +301,24 @@ static void fanout_done(void *arg)
 {
 	struct fanout *f = arg;
 	struct http_ctx *ctx = f->ctx;
+	fanouts--;
 	if (ctx)
 		ctx->on_gone = NULL;
-	if (!ctx || f->gone) {
+	if (!ctx || atomic_load(&f->gone)) {
 		f->done(NULL, NULL, f->arg);
-		if (ctx)
+		if (ctx) {
+			/* A reply nobody reads: the request ends, and is freed. */
+			http_stream_abort(ctx);
 			http_ctx_release(ctx);
+		}
 		fanout_free(f);
 		return;
 	}
 	json_t *parts = json_array();
 	for (size_t i = 0; i < f->n; i++) {
 		struct part *p = &f->parts[i];
-		json_t *body = NULL;
-		if (p->status && p->r.data) {
-			json_error_t jerr;
-			body = json_loadb(p->r.data, p->r.len, JSON_REJECT_DUPLICATES, &jerr);
-		}
+		json_t *body = p->body;
+		p->body = NULL;
 		metrics_add(metrics_daemon.cluster_forwarded_total, 1, "list",
 			    p->status == 200 && body ? "success" : "failure");
 		if (p->status != 200 || !body)
@@ -298,12 +337,23 @@ static void fanout_done(void *arg)
 static void fanout_gone(struct http_ctx *ctx, void *arg)
 {
 	struct fanout *f = arg;
-	f->gone = true;
+	atomic_store(&f->gone, true);
 }
 
 void api_cluster_fanout(struct http_ctx *ctx, const char *owner, unsigned scopes,
 			void (*done)(struct http_ctx *ctx, json_t *parts, void *arg), void *arg)
 {
+	/* Listings wait for two threads: past a bound, the next is refused, not queued. */
+	if (fanouts >= FANOUT_MAX_WAITING) {
+		http_add_header(ctx, "Retry-After", "1");
+		http_reply_error(ctx, 503,
+				 "this node gathers %u listings from the cluster already: "
+				 "try again",
+				 fanouts);
+		done(NULL, NULL, arg);
+		return;
+	}
+	fanouts++;
 	struct fanout *f = xcalloc(1, sizeof(*f));
 	f->ctx = ctx;
 	f->done = done;
@@ -375,17 +425,6 @@ static bool mcp_route(const struct http_route *r)
 		     !strcmp(r->pattern, "/messages"));
 }
 
-/* The node an MCP session id names ("<node>~<hex>"), into out; false when it names none. */
-static bool mcp_session_node(const char *sid, char *out, size_t cap)
-{
-	const char *tilde = sid ? strchr(sid, '~') : NULL;
-	if (!tilde || (size_t)(tilde - sid) >= cap || tilde == sid)
-		return false;
-	memcpy(out, sid, (size_t)(tilde - sid));
-	out[tilde - sid] = '\0';
-	return true;
-}
-
 int api_cluster_route_mcp(struct http_ctx *ctx, const char *owner, unsigned scopes)
 {
 	if (!cluster_enabled() || !mcp_route(ctx->route))
@@ -394,7 +433,7 @@ int api_cluster_route_mcp(struct http_ctx *ctx, const char *owner, unsigned scop
 	if (!sid)
 		sid = http_query(ctx, "sessionId");
 	char name[64];
-	if (!mcp_session_node(sid, name, sizeof(name)) || !strcmp(name, cluster_node_name()))
+	if (!node_prefix(sid, name, sizeof(name)) || !strcmp(name, cluster_node_name()))
 		return 0;
 	const struct cluster_node *n = cluster_node_find(name);
 	if (!n || !n->up) {
@@ -410,8 +449,11 @@ int api_cluster_route_mcp(struct http_ctx *ctx, const char *owner, unsigned scop
 	return 1;
 }
 
+static unsigned remote_calls; /* in flight, at most CLUSTER_MAX_CALLS */
+
 struct mcp_remote {
-	struct mcp_call *c; /* NULL once cancelled */
+	struct mcp_call *c;    /* NULL once cancelled */
+	atomic_bool cancelled; /* the transfer under way ends (its node sees its client go) */
 	char node[64];
 	char *base; /* the node's URL */
 	char *owner;
@@ -421,7 +463,20 @@ struct mcp_remote {
 	/* out */
 	json_t *result;
 	char error[400];
+	struct mcp_remote *next; /* in flight, for the per-key count */
 };
+
+#define MCP_REMOTE_PER_OWNER 2
+
+static struct mcp_remote *remotes;
+
+/* Ends the transfer once the call was cancelled (its client cancelled it or left) or the
+ * node stops: the other node sees its client go and ends the tool. */
+static int mcp_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	struct mcp_remote *r = arg;
+	return atomic_load(&r->cancelled) || cluster_stopping() ? 1 : 0;
+}
 
 static size_t mcp_collect(char *data, size_t size, size_t nmemb, void *arg)
 {
@@ -461,7 +516,7 @@ static json_t *mcp_request(struct mcp_remote *r, const char *method, const char 
 		return NULL;
 	}
 	_cleanup_free_ char *url = xasprintf("%s/mcp", r->base);
-	_cleanup_free_ char *sig = cluster_peer_sign(method, "/mcp", r->owner, 1);
+	_cleanup_free_ char *sig = cluster_peer_sign(r->node, method, "/mcp", r->owner, 1);
 	_cleanup_free_ char *sh = xasprintf(CLUSTER_PEER_HEADER ": %s", sig);
 	_cleanup_free_ char *sidh = sid ? xasprintf("Mcp-Session-Id: %s", sid) : NULL;
 	struct curl_slist *hdrs = curl_slist_append(NULL, sh);
@@ -480,6 +535,14 @@ static json_t *mcp_request(struct mcp_remote *r, const char *method, const char 
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r->timeout_ms);
+	/* A tool runs as long as it runs (a command): no bound on the whole, but a node that
+	 * vanishes is noticed. */
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 10L);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 5L);
+	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, mcp_progress);
+	curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mcp_collect);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &got);
 	if (head) {
@@ -545,6 +608,12 @@ static json_t *tool_error(const char *msg)
 static void mcp_remote_done(void *arg)
 {
 	struct mcp_remote *r = arg;
+	remote_calls--;
+	for (struct mcp_remote **pp = &remotes; *pp; pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
 	metrics_add(metrics_daemon.cluster_forwarded_total, 1, "mcp",
 		    r->result ? "success" : "failure");
 	if (r->c)
@@ -561,6 +630,7 @@ static void mcp_remote_cancel(struct mcp_call *c, void *state)
 {
 	struct mcp_remote *r = state;
 	r->c = NULL; /* its answer, when it comes, goes nowhere */
+	atomic_store(&r->cancelled, true);
 }
 
 bool api_cluster_mcp_call(struct mcp_call *c, const char *tool, json_t *args, const char *version)
@@ -583,6 +653,24 @@ bool api_cluster_mcp_call(struct mcp_call *c, const char *tool, json_t *args, co
 	}
 	if (w != CLUSTER_REMOTE)
 		return false;
+	/* Each key's share of the threads: no key holds them all. */
+	const char *owner = mcp_call_owner(c);
+	unsigned mine = 0;
+	for (struct mcp_remote *x = remotes; x; x = x->next)
+		mine += !strcmp(x->owner, owner);
+	if (remote_calls >= CLUSTER_MAX_CALLS || mine >= MCP_REMOTE_PER_OWNER) {
+		mcp_call_reply(
+			c,
+			tool_error(
+				mine >= MCP_REMOTE_PER_OWNER
+					? "this key has as many MCP tools running on other nodes "
+					  "of the cluster through this one as it may at once; try "
+					  "again when one ends"
+					: "too many MCP tools are running on other nodes of the "
+					  "cluster through this one at once; try again"));
+		return true;
+	}
+	remote_calls++;
 	struct mcp_remote *r = xcalloc(1, sizeof(*r));
 	r->c = c;
 	snprintf(r->node, sizeof(r->node), "%s", n->name);
@@ -595,8 +683,10 @@ bool api_cluster_mcp_call(struct mcp_call *c, const char *tool, json_t *args, co
 			  "tools/call", "params", "name", tool, "arguments", args);
 	r->call = json_dumps(msg, JSON_COMPACT);
 	r->timeout_ms = cluster_timeout_ms();
+	r->next = remotes;
+	remotes = r;
 	struct mcp_tool_run run = { .cancel = mcp_remote_cancel, .state = r };
 	mcp_call_set_run(c, &run);
-	cluster_peers_submit(mcp_remote_work, mcp_remote_done, r);
+	cluster_calls_submit(mcp_remote_work, mcp_remote_done, r);
 	return true;
 }

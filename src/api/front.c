@@ -88,9 +88,10 @@ static int route_quota(const struct http_route *r)
 }
 
 /* A request another node forwarded (X-Sandbox-Peer): its signature checked, it is served
- * here whatever the Host and Origin (the first node checked them), from the client's address
- * that node gives, as the caller that node vouches for when it checked a key, else
- * authenticated here (a preview's or a ticket's token). -1 when refused. */
+ * here whatever the Host and Origin (the node that took it checked them, as this one would
+ * have), from the client's address that node gives, as the caller that node vouches for
+ * when it checked a key, else authenticated here (a preview's or a ticket's token). -1
+ * when refused. */
 static int from_peer(struct http_ctx *ctx, const char *scope, const char *header, void *arg)
 {
 	char node[64], owner[64];
@@ -99,7 +100,7 @@ static int from_peer(struct http_ctx *ctx, const char *scope, const char *header
 	struct err e;
 	if (cluster_peer_verify(header, http_method(ctx), http_target(ctx), node, sizeof(node),
 				owner, sizeof(owner), &scopes, &identity, &e) < 0) {
-		log_warn("api", "refused a request from %s: %s", http_conn_peer(ctx), e.msg);
+		log_debug("api", "refused a request from %s: %s", http_conn_peer(ctx), e.msg);
 		return refuse(ctx, 401, e.msg);
 	}
 	const char *xff = http_header(ctx, "X-Forwarded-For");
@@ -133,24 +134,23 @@ static int quota_for_route(struct http_ctx *ctx)
 
 int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 {
-	if (cluster_enabled()) {
+	bool cluster = cluster_enabled();
+	if (cluster) {
 		const char *peer = http_header(ctx, CLUSTER_PEER_HEADER);
 		if (peer)
 			return from_peer(ctx, scope, peer, arg) < 0 ? -1 : quota_for_route(ctx);
-		/* A session of another node's, named by a token the other node checks. */
-		int c = api_cluster_route_anonymous(ctx);
-		if (c)
-			return c < 0 ? -1 : 0;
 	}
 	/* A preview is the app's: its Host is one of the preview names (chosen by it), its
 	 * Origin and cross-site navigations are the app's business, and who may reach it is
-	 * decided by its handler (proxy.c), which knows the key or the token. */
-	if (ctx->route == &api_preview_host_route)
+	 * decided by its handler (proxy.c), which knows the key or the token. So is the E2B
+	 * data plane: its callers show the sandbox's envd token (envd.c), from wherever the SDK
+	 * runs. In a cluster, a session of another node's goes there, its token checked there. */
+	if (ctx->route == &api_preview_host_route || ctx->route == &api_envd_route) {
+		int c = cluster ? api_cluster_route_anonymous(ctx) : 0;
+		if (c)
+			return c < 0 ? -1 : 0;
 		return auth_http_check(ctx, NULL, arg);
-	/* So is the E2B data plane: its callers show the sandbox's envd token (envd.c), from
-	 * wherever the SDK runs. */
-	if (ctx->route == &api_envd_route)
-		return auth_http_check(ctx, NULL, arg);
+	}
 	bool preview_path = ctx->route == &api_preview_path_route;
 	const char *host = http_header(ctx, "Host");
 	/* No name leads to the Unix socket: whatever Host its clients send is theirs to pick.
@@ -167,8 +167,12 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 			return refuse(ctx, 403, msg);
 		}
 	}
-	if (preview_path)
+	if (preview_path) {
+		int c = cluster ? api_cluster_route_anonymous(ctx) : 0;
+		if (c)
+			return c < 0 ? -1 : 0;
 		return auth_http_check(ctx, NULL, arg);
+	}
 	const char *origin = http_header(ctx, "Origin");
 	if (origin && !origin_ok(&F.policy, origin, host)) {
 		log_warn("api", "refused a request from Origin %.100s", origin);
@@ -186,6 +190,13 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 		return refuse(ctx, 403,
 			      "Forbidden: cross-site requests are not allowed (see "
 			      "SANDBOX_ALLOWED_ORIGINS)");
+	}
+	/* A terminal's ticket names the node that issued it: the request goes there, checked by
+	 * it (after the Host and Origin checks above, as on one host). */
+	if (cluster && (ctx->route->flags & HTTP_ROUTE_TICKET)) {
+		int c = api_cluster_route_anonymous(ctx);
+		if (c)
+			return c < 0 ? -1 : 0;
 	}
 	if (auth_http_check(ctx, scope, arg) < 0)
 		return -1;

@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "api/api.h"
+#include "cluster/cluster.h"
 #include "api/ws_control.h"
 #include "auth/auth.h"
 #include "auth/ticket.h"
@@ -451,7 +452,11 @@ void api_ticket_create(struct http_ctx *ctx)
 		api_reply_err(ctx, &e);
 		return;
 	}
+	/* In a cluster it names this node ("<node>~..."): any node sends its upgrade here. */
+	_cleanup_free_ char *shown = cluster_enabled()
+					     ? xasprintf("%s~%s", cluster_node_name(), ticket)
+					     : xstrdup(ticket);
 	http_reply_json(ctx, 201,
-			json_pack("{s:s, s:i, s:s}", "ticket", ticket, "expiresInMs", TICKET_TTL_MS,
+			json_pack("{s:s, s:i, s:s}", "ticket", shown, "expiresInMs", TICKET_TTL_MS,
 				  "sessionId", sid));
 }

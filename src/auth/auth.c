@@ -495,6 +495,10 @@ static int ticket_check(struct http_ctx *ctx, const char *scope, const char *tic
 	char owner[40];
 	unsigned scopes;
 	const char *sid = http_param(ctx, 0);
+	/* In a cluster a ticket begins with its node's name ("<node>~"): the rest is the ticket. */
+	const char *tilde = strchr(ticket, '~');
+	if (tilde)
+		ticket = tilde + 1;
 	if (!sid || !ticket_take(ticket, sid, owner, &scopes))
 		return deny_key(ctx, "invalid, used or expired ticket (a ticket works once, for 30 "
 				     "seconds, for the session it was issued for)");
@@ -521,6 +525,14 @@ int auth_peer_vouched(struct http_ctx *ctx, const char *scope, const char *key_i
 {
 	struct key_info k;
 	struct err e;
+	/* The deprecated single MCP token: a caller of MCP routes, where it is set here too. */
+	if (!strcmp(key_id, "mcp-token")) {
+		const char *token = A.cfg->mcp_auth_token;
+		if (!token || !*token || !ctx->route || !is_mcp_route(ctx->route->pattern))
+			return deny(ctx, 401, "MCP_AUTH_TOKEN is not accepted here");
+		set_identity(ctx, "mcp-token", KEYS_SCOPE_EXEC);
+		return 0;
+	}
 	/* The node that took the request checked the key itself a moment ago; this one only
 	 * checks that the key it names still stands here, and the route's scope. */
 	if (keys_get(store_db(), key_id, &k, &e) < 0 || !k.enabled ||

@@ -400,7 +400,8 @@ int keys_row_apply(sqlite3 *db, const json_t *row, struct err *err)
 	json_int_t scopes, rate, created, expires;
 	int enabled;
 	json_error_t jerr;
-	if (json_unpack_ex((json_t *)row, &jerr, JSON_STRICT,
+	/* Fields it does not know (a newer node's) are left aside. */
+	if (json_unpack_ex((json_t *)row, &jerr, 0,
 			   "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "id", &id, "name",
 			   &name, "prefix", &prefix, "hash", &hash, "scopes", &scopes, "rateLimit",
 			   &rate, "created", &created, "expires", &expires, "enabled", &enabled,

@@ -38,6 +38,8 @@ struct cnode {
 	char *name, *url, *host;
 	int port;
 	json_t *info;
+	struct sockaddr_storage addr; /* its URL's host, resolved off the loop */
+	socklen_t addrlen;            /* 0: it could not be resolved */
 	bool up, cordoned, seen;
 	uint64_t down_ms;
 	size_t nrecs; /* session records naming it */
@@ -45,7 +47,7 @@ struct cnode {
 };
 
 struct crec {
-	struct hlink by_key, by_preview;
+	struct hlink by_key, by_preview, by_id;
 	char *owner, *id, *node, *preview;
 	bool seen;
 	struct crec *prev, *next;
@@ -68,9 +70,10 @@ static struct {
 	struct etcd_opts eo;
 	char *etcd_password;
 	/* threads: requests in order, the lease, the watch */
-	struct loop_pool *io, *lease_pool, *watch_pool, *peers;
+	struct loop_pool *io, *lease_pool, *watch_pool, *peers, *calls;
 	struct etcd_client *io_c, *lease_c, *watch_c;
 	atomic_bool stop;
+	atomic_bool watch_restart; /* the watch ends and starts again from where it was */
 	atomic_bool abandon; /* stopping while etcd does not answer: queued writes are dropped */
 	/* the lease (the lease thread's while a job runs) */
 	int64_t lease;
@@ -85,7 +88,9 @@ static struct {
 	/* tables */
 	struct htab nodes;
 	struct cnode *node_list;
-	struct htab recs, previews;
+	struct htab recs, previews, ids;
+	struct htab keyrevs;
+	struct keyrev *keyrev_list;
 	struct crec *rec_list;
 } C;
 
@@ -162,7 +167,10 @@ static void node_sync_pub(struct cnode *n)
 					.up = n->up,
 					.cordoned = n->cordoned,
 					.down_ms = n->down_ms,
-					.info = n->info };
+					.info = n->info,
+					.addr = n->addrlen ? (const struct sockaddr *)&n->addr
+							   : NULL,
+					.addrlen = n->addrlen };
 }
 
 static struct cnode *node_make(const char *name)
@@ -216,7 +224,40 @@ static int parse_url(const char *url, char **ret_host, int *ret_port)
 	return 0;
 }
 
-static void node_put(const char *name, const char *value, size_t len)
+/* A node's address: what a URL's host resolves to. Blocks on a name: called off the loop
+ * (the watch's thread) or at start. */
+struct addr {
+	struct sockaddr_storage sa;
+	socklen_t len;
+};
+
+static void resolve(const char *host, int port, struct addr *out)
+{
+	out->len = 0;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	char p[8];
+	snprintf(p, sizeof(p), "%d", port);
+	if (getaddrinfo(host, p, &hints, &res) == 0 && res && res->ai_addrlen <= sizeof(out->sa)) {
+		memcpy(&out->sa, res->ai_addr, res->ai_addrlen);
+		out->len = res->ai_addrlen;
+	}
+	if (res)
+		freeaddrinfo(res);
+}
+
+/* The address of the node record `value` names, resolved (0 length when it cannot be). */
+static void resolve_record(const char *value, size_t len, struct addr *out)
+{
+	out->len = 0;
+	json_auto_t *j = json_loadb(value, len, 0, NULL);
+	const char *url = json_string_value(json_object_get(j, "url"));
+	_cleanup_free_ char *host = NULL;
+	int port;
+	if (url && parse_url(url, &host, &port) == 0)
+		resolve(host, port, out);
+}
+
+static void node_put(const char *name, const char *value, size_t len, const struct addr *addr)
 {
 	json_error_t jerr;
 	json_auto_t *j = json_loadb(value, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -228,6 +269,19 @@ static void node_put(const char *name, const char *value, size_t len)
 		return;
 	}
 	struct cnode *n = node_make(name);
+	struct addr here;
+	if (!addr) {
+		/* At start, before the loop runs: blocking is allowed. */
+		resolve(host, port, &here);
+		addr = &here;
+	}
+	memcpy(&n->addr, &addr->sa, sizeof(n->addr));
+	n->addrlen = addr->len;
+	if (!addr->len)
+		log_warn("cluster",
+			 "node %s's address `%.100s` cannot be resolved: requests for its "
+			 "sessions fail until it can",
+			 name, host);
 	free(n->url);
 	n->url = xstrdup(url);
 	free(n->host);
@@ -278,6 +332,7 @@ static void rec_free(struct crec *r)
 	if (n && n->nrecs)
 		n->nrecs--;
 	htab_remove(&C.recs, &r->by_key);
+	htab_remove(&C.ids, &r->by_id);
 	if (r->preview)
 		htab_remove(&C.previews, &r->by_preview);
 	if (r->prev)
@@ -343,6 +398,7 @@ static void rec_put(const char *rest, const char *value, size_t len)
 	r->preview = preview && *preview ? xstrdup(preview) : NULL;
 	r->seen = true;
 	htab_insert(&C.recs, &r->by_key, rec_hash(o, id));
+	htab_insert(&C.ids, &r->by_id, htab_hash_str(id));
 	if (r->preview)
 		htab_insert(&C.previews, &r->by_preview, htab_hash_str(r->preview));
 	r->next = C.rec_list;
@@ -362,29 +418,88 @@ static void rec_del(const char *rest)
 		rec_free(r);
 }
 
-static void key_put(const char *id, const char *value, size_t len)
+/* The etcd revision of each key's record as this node last saw it: a change of a key is
+ * written only over that revision, so that no node writes back a row another node changed
+ * meanwhile (a revocation undone by a rotation made on a stale row). */
+struct keyrev {
+	struct hlink link;
+	char id[40];
+	int64_t rev;
+	struct keyrev *next;
+};
+
+static struct keyrev *keyrev_get(const char *id)
 {
-	json_error_t jerr;
-	json_auto_t *row = json_loadb(value, len, JSON_REJECT_DUPLICATES, &jerr);
-	struct err e;
-	const char *rid = json_string_value(json_object_get(row, "id"));
-	if (!row || !rid || strcmp(rid, id) != 0) {
-		log_warn("cluster", "key record `%.40s` is malformed: left out", id);
-		return;
+	for (struct hlink *l = htab_first(&C.keyrevs, htab_hash_str(id)); l; l = htab_next(l)) {
+		struct keyrev *k = htab_entry(l, struct keyrev, link);
+		if (!strcmp(k->id, id))
+			return k;
 	}
-	if (C.hooks.key_apply(row, &e) < 0)
-		log_warn("cluster", "key record `%.40s`: %s", id, e.msg);
+	return NULL;
+}
+
+static void keyrev_set(const char *id, int64_t rev)
+{
+	struct keyrev *k = keyrev_get(id);
+	if (!k) {
+		if (strlen(id) >= sizeof(k->id))
+			return;
+		k = xcalloc(1, sizeof(*k));
+		snprintf(k->id, sizeof(k->id), "%s", id);
+		htab_insert(&C.keyrevs, &k->link, htab_hash_str(id));
+		k->next = C.keyrev_list;
+		C.keyrev_list = k;
+	}
+	k->rev = rev;
+}
+
+static void keyrev_drop(const char *id)
+{
+	struct keyrev *k = keyrev_get(id);
+	if (!k)
+		return;
+	htab_remove(&C.keyrevs, &k->link);
+	for (struct keyrev **pp = &C.keyrev_list; *pp; pp = &(*pp)->next)
+		if (*pp == k) {
+			*pp = k->next;
+			break;
+		}
+	free(k);
 }
 
 static void key_del(const char *id)
 {
 	struct err e;
+	keyrev_drop(id);
 	if (C.hooks.key_delete(id, &e) < 0 && e.errnum != ENOENT)
 		log_warn("cluster", "cannot delete key `%.40s`: %s", id, e.msg);
 }
 
-/* One key of the prefix, put or deleted. */
-static void apply(enum etcd_event_type t, const char *key, const char *value, size_t len)
+static void key_put(const char *id, const char *value, size_t len, int64_t rev)
+{
+	json_error_t jerr;
+	json_auto_t *row = json_loadb(value, len, JSON_REJECT_DUPLICATES, &jerr);
+	struct err e;
+	const char *rid = json_string_value(json_object_get(row, "id"));
+	/* A row this node cannot take is not left standing as it was (enabled, perhaps,
+	 * where the cluster revoked it): the key goes here until a row it can take comes. */
+	if (!row || !rid || strcmp(rid, id) != 0) {
+		log_warn("cluster", "key record `%.40s` is malformed: the key is removed here", id);
+		key_del(id);
+		return;
+	}
+	if (C.hooks.key_apply(row, &e) < 0) {
+		log_warn("cluster", "key record `%.40s`: %s: the key is removed here", id, e.msg);
+		key_del(id);
+		return;
+	}
+	keyrev_set(id, rev);
+}
+
+/* One key of the prefix, put or deleted (a node's record with its address resolved, or
+ * NULL at start). */
+static void apply(enum etcd_event_type t, const char *key, const char *value, size_t len,
+		  int64_t mod_rev, const struct addr *addr)
 {
 	size_t pl = strlen(C.prefix);
 	if (strncmp(key, C.prefix, pl) != 0)
@@ -393,7 +508,7 @@ static void apply(enum etcd_event_type t, const char *key, const char *value, si
 	bool put = t == ETCD_EVENT_PUT;
 	if (!strncmp(rest, "nodes/", 6) && name_ok(rest + 6)) {
 		if (put)
-			node_put(rest + 6, value, len);
+			node_put(rest + 6, value, len, addr);
 		else
 			node_gone(rest + 6);
 	} else if (!strncmp(rest, "cordon/", 7) && name_ok(rest + 7)) {
@@ -405,14 +520,15 @@ static void apply(enum etcd_event_type t, const char *key, const char *value, si
 			rec_del(rest + 9);
 	} else if (!strncmp(rest, "keys/", 5) && seg_ok(rest + 5, strlen(rest + 5))) {
 		if (put)
-			key_put(rest + 5, value, len);
+			key_put(rest + 5, value, len, mod_rev);
 		else
 			key_del(rest + 5);
 	}
 }
 
-/* The whole prefix as read at one revision: the tables become exactly that. */
-static void apply_all(const struct etcd_kvs *kvs)
+/* The whole prefix as read at one revision: the tables become exactly that (addrs: the
+ * nodes' addresses resolved, parallel to kvs, or NULL at start). */
+static void apply_all(const struct etcd_kvs *kvs, const struct addr *addrs)
 {
 	for (struct cnode *n = C.node_list; n; n = n->next) {
 		n->seen = false;
@@ -425,7 +541,8 @@ static void apply_all(const struct etcd_kvs *kvs)
 	size_t nids = 0;
 	for (size_t i = 0; i < kvs->n; i++) {
 		const struct etcd_kv *kv = &kvs->v[i];
-		apply(ETCD_EVENT_PUT, kv->key, kv->value, kv->value_len);
+		apply(ETCD_EVENT_PUT, kv->key, kv->value, kv->value_len, kv->mod_rev,
+		      addrs ? &addrs[i] : NULL);
 		if (!strncmp(kv->key, C.prefix, pl) && !strncmp(kv->key + pl, "keys/", 5))
 			ids[nids++] = kv->key + pl + 5;
 	}
@@ -454,6 +571,9 @@ enum job_kind {
 	J_CLAIM,
 	J_FORGET_MINE, /* delete a session record if it is this node's */
 	J_TAKE_OVER,   /* a record of a lost node's session: replaced by ours */
+	J_PUT_MINE,    /* a record of this node's, unless another node holds the id */
+	J_KEY,         /* a key's row (or its deletion), over the revision this node saw */
+	J_KEY_READ,    /* a key's row as etcd has it now */
 };
 
 struct job {
@@ -463,15 +583,18 @@ struct job {
 	int64_t mod_rev;
 	int result;
 	struct err err;
-	char other_node[NODE_NAME_MAX + 1]; /* J_CLAIM: who holds the id */
+	char other_node[NODE_NAME_MAX + 1]; /* J_CLAIM, J_TAKE_OVER: who holds the id */
 	void (*done)(const struct err *err, void *arg);
 	void *arg;
+	int64_t new_rev;         /* J_KEY: the revision made */
+	struct etcd_kv existing; /* J_KEY (refused), J_KEY_READ: the key's record in etcd */
 };
 
 static void job_free(struct job *j)
 {
 	free(j->key);
 	free(j->value);
+	etcd_kv_clear(&j->existing);
 	free(j);
 }
 
@@ -507,14 +630,68 @@ static void io_work(void *arg)
 		break;
 	}
 	case J_TAKE_OVER: {
-		bool deleted = false;
-		j->result = etcd_delete_if(c, j->key, j->mod_rev, &deleted, &j->err);
-		bool created = false;
-		if (j->result == 0)
-			j->result = etcd_create(c, j->key, j->value, strlen(j->value), 0, &created,
-						NULL, NULL, &j->err);
-		if (j->result == 0 && !created)
-			j->result = err_set(&j->err, EEXIST, "the id was taken meanwhile");
+		/* One transaction: the record is still the one read, and (another node's) that
+		 * node's own record is gone from etcd, its lease ended: never on this node's
+		 * view of it alone. */
+		_cleanup_free_ char *nk = xasprintf("%snodes/%s", C.prefix, j->other_node);
+		struct etcd_cmp cmps[2] = { { j->key, true, j->mod_rev }, { nk, false, 0 } };
+		bool ok = false;
+		j->result = etcd_put_if(c, j->key, j->value, strlen(j->value), cmps,
+					strcmp(j->other_node, C.name) ? 2 : 1, &ok, NULL, NULL,
+					&j->err);
+		if (j->result == 0 && !ok)
+			j->result = err_set(&j->err, EEXIST,
+					    "session `%s` is on node `%s`, which is up", j->key,
+					    j->other_node);
+		break;
+	}
+	case J_KEY: {
+		struct etcd_cmp cmp = { j->key, j->mod_rev != 0, j->mod_rev };
+		bool ok = false;
+		j->result = etcd_put_if(c, j->key, j->value, j->value ? strlen(j->value) : 0, &cmp,
+					1, &ok, &j->new_rev, &j->existing, &j->err);
+		if (j->result == 0 && !ok)
+			j->result = err_set(&j->err, EEXIST,
+					    "the key was changed on another node meanwhile; its "
+					    "state now is the cluster's: look again, then make the "
+					    "change again");
+		break;
+	}
+	case J_KEY_READ: {
+		struct etcd_kvs kvs = { 0 };
+		j->result = etcd_get(c, j->key, false, &kvs, &j->err);
+		if (j->result == 0 && kvs.n) {
+			j->existing = kvs.v[0];
+			kvs.v[0] = (struct etcd_kv){ 0 };
+		}
+		etcd_kvs_clear(&kvs);
+		break;
+	}
+	case J_PUT_MINE: {
+		/* A record made only where there is none, or where it is this node's: a node that
+		 * comes back never takes an id another node holds now. */
+		struct etcd_cmp absent = { j->key, false, 0 };
+		struct etcd_kv old = { 0 };
+		bool ok = false;
+		j->result = etcd_put_if(c, j->key, j->value, strlen(j->value), &absent, 1, &ok,
+					NULL, &old, &j->err);
+		if (j->result == 0 && !ok) {
+			json_auto_t *v = json_loadb(old.value, old.value_len, 0, NULL);
+			const char *node = json_string_value(json_object_get(v, "node"));
+			if (node && !strcmp(node, C.name)) {
+				struct etcd_cmp same = { j->key, true, old.mod_rev };
+				j->result = etcd_put_if(c, j->key, j->value, strlen(j->value),
+							&same, 1, &ok, NULL, NULL, &j->err);
+			}
+			if (j->result == 0 && !ok)
+				j->result =
+					err_set(&j->err, EEXIST,
+						"another node holds this session's id now (`%s`); "
+						"this node's copy is not reachable through the "
+						"cluster",
+						j->key);
+		}
+		etcd_kv_clear(&old);
 		break;
 	}
 	case J_FORGET_MINE: {
@@ -613,25 +790,20 @@ static void claim_job_done(void *arg)
 	count_etcd("claim", j->result == -EEXIST ? 0 : j->result);
 	if (j->result == -EEXIST) {
 		const struct cnode *n = node_get(j->other_node);
-		if (!strcmp(j->other_node, C.name)) {
-			/* A record of ours that this node's start did not clear yet: the
-			 * session it named is not here any more. */
+		/* A record of ours that this node's start did not clear yet (the session it
+		 * named is not here any more), or of a node that is not up by our tables: taken
+		 * over if etcd agrees (transaction: that node's own record is gone). */
+		if (!strcmp(j->other_node, C.name) || !n || !n->up) {
+			if (strcmp(j->other_node, C.name) != 0)
+				log_info("cluster",
+					 "session %s of node %s, which is not up, is replaced by a "
+					 "new "
+					 "one",
+					 c->id, j->other_node);
 			struct job *t =
 				job_new(J_TAKE_OVER, "claim", TAKE_PTR(j->key), TAKE_PTR(j->value));
 			t->mod_rev = j->mod_rev;
-			t->done = claim_finish;
-			t->arg = c;
-			submit(t);
-			job_free(j);
-			return;
-		}
-		if (!n || !n->up) {
-			log_info("cluster",
-				 "session %s of node %s, which is down, is replaced by a new one",
-				 c->id, j->other_node);
-			struct job *t =
-				job_new(J_TAKE_OVER, "claim", TAKE_PTR(j->key), TAKE_PTR(j->value));
-			t->mod_rev = j->mod_rev;
+			snprintf(t->other_node, sizeof(t->other_node), "%s", j->other_node);
 			t->done = claim_finish;
 			t->arg = c;
 			submit(t);
@@ -699,7 +871,7 @@ void cluster_session_put(const char *owner, const char *id, const char *preview,
 	if (!C.on || !C.io)
 		return;
 	rec_note_ours(owner, id, preview);
-	submit(job_new(J_PUT, "put", rec_key(owner, id), rec_value(preview, template)));
+	submit(job_new(J_PUT_MINE, "put", rec_key(owner, id), rec_value(preview, template)));
 }
 
 void cluster_session_gone(const char *owner, const char *id)
@@ -752,7 +924,8 @@ enum cluster_where cluster_session_where_any(const char *id, const struct cluste
 	if (!C.on || !id)
 		return CLUSTER_UNKNOWN;
 	struct cnode *remote = NULL, *gone = NULL;
-	for (struct crec *r = C.rec_list; r; r = r->next) {
+	for (struct hlink *l = htab_first(&C.ids, htab_hash_str(id)); l; l = htab_next(l)) {
+		struct crec *r = htab_entry(l, struct crec, by_id);
 		if (strcmp(r->id, id) != 0)
 			continue;
 		if (!strcmp(r->node, C.name))
@@ -784,9 +957,19 @@ unsigned cluster_timeout_ms(void)
 	return C.cfg ? C.cfg->cluster_timeout_ms : 2000;
 }
 
+bool cluster_stopping(void)
+{
+	return atomic_load(&C.stop);
+}
+
 void cluster_peers_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
 {
 	loop_pool_submit(C.peers, work, done, arg);
+}
+
+void cluster_calls_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
+{
+	loop_pool_submit(C.calls, work, done, arg);
 }
 
 const struct cluster_node *cluster_node_find(const char *name)
@@ -916,11 +1099,15 @@ bad:
 struct cordon_call {
 	void (*done)(const struct err *err, void *arg);
 	void *arg;
+	char name[NODE_NAME_MAX + 1];
+	bool was; /* before the change, put back when etcd does not take it */
 };
 
 static void cordon_done(const struct err *err, void *arg)
 {
 	struct cordon_call *c = arg;
+	if (err)
+		cordon_set(c->name, c->was);
 	c->done(err, c->arg);
 	free(c);
 }
@@ -937,13 +1124,68 @@ void cluster_cordon(const char *name, bool on, void (*done)(const struct err *er
 	} else {
 		j = job_new(J_DELETE, "cordon", key, NULL);
 	}
-	cordon_set(name, on); /* at once here; the watch tells the others */
 	struct cordon_call *c = xcalloc(1, sizeof(*c));
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	c->was = node_make(name)->cordoned;
+	cordon_set(name, on); /* at once here; the watch tells the others */
 	c->done = done;
 	c->arg = arg;
 	j->done = cordon_done;
 	j->arg = c;
 	submit(j);
+}
+
+/* --- a change of a key ----------------------------------------------------------------- */
+
+struct key_call {
+	void (*done)(const struct err *err, void *arg);
+	void *arg;
+};
+
+/* The key's row as etcd has it (an empty record: none), put into the local store. */
+static void key_take(const char *id, const struct etcd_kv *kv)
+{
+	if (kv->key && kv->key[0])
+		key_put(id, kv->value, kv->value_len, kv->mod_rev);
+	else
+		key_del(id);
+}
+
+static void key_read_done(void *arg)
+{
+	struct job *j = arg;
+	count_etcd("key", j->result);
+	if (j->result == 0)
+		key_take(j->other_node, &j->existing);
+	job_free(j);
+}
+
+static void key_job_done(void *arg)
+{
+	struct job *j = arg;
+	struct key_call *kc = j->arg;
+	const char *id = j->other_node;
+	count_etcd("key", j->result == -EEXIST ? 0 : j->result);
+	if (j->result == 0) {
+		if (j->value)
+			keyrev_set(id, j->new_rev);
+		else
+			keyrev_drop(id);
+		kc->done(NULL, kc->arg);
+	} else if (j->result == -EEXIST) {
+		/* Changed elsewhere: this node takes the cluster's state (no rollback). */
+		key_take(id, &j->existing);
+		kc->done(&j->err, kc->arg);
+	} else {
+		/* Whether etcd took it is not known (a timeout can hide a write that happened):
+		 * the caller puts its state back, then this node reads the cluster's. */
+		kc->done(&j->err, kc->arg);
+		struct job *r = job_new(J_KEY_READ, "key", TAKE_PTR(j->key), NULL);
+		snprintf(r->other_node, sizeof(r->other_node), "%s", id);
+		loop_pool_submit(C.io, io_work, key_read_done, r);
+	}
+	free(kc);
+	job_free(j);
 }
 
 /* --- keys ----------------------------------------------------------------------------- */
@@ -955,18 +1197,21 @@ static char *key_key(const char *id)
 
 int cluster_publish_key_now(const char *id, struct err *err)
 {
+	/* A client of its own: the io thread may be using its own meanwhile. */
+	struct etcd_client *c = NULL;
+	int r = etcd_new(&C.eo, &c, err);
+	if (r < 0)
+		return r;
 	json_auto_t *row = C.hooks.key_row(id, err);
 	_cleanup_free_ char *key = key_key(id);
-	int r;
 	if (!row) {
-		if (err->errnum != ENOENT)
-			return -err->errnum;
-		r = etcd_delete(C.io_c, key, false, NULL, err);
+		r = err->errnum == ENOENT ? etcd_delete(c, key, false, NULL, err) : -err->errnum;
 	} else {
 		_cleanup_free_ char *v = json_dumps(row, JSON_COMPACT);
-		r = etcd_put(C.io_c, key, v, strlen(v), 0, NULL, err);
+		r = etcd_put(c, key, v, strlen(v), 0, NULL, err);
 	}
 	count_etcd("key", r);
+	etcd_free(c);
 	return r;
 }
 
@@ -978,11 +1223,17 @@ void cluster_publish_key(const char *id, void (*done)(const struct err *err, voi
 		done(&e, arg);
 		return;
 	}
-	struct job *j = row ? job_new(J_PUT, "key", key_key(id), json_dumps(row, JSON_COMPACT))
-			    : job_new(J_DELETE, "key", key_key(id), NULL);
-	j->done = done;
-	j->arg = arg;
-	submit(j);
+	struct job *j =
+		job_new(J_KEY, "key", key_key(id), row ? json_dumps(row, JSON_COMPACT) : NULL);
+	const struct keyrev *k = keyrev_get(id);
+	j->mod_rev = k ? k->rev : 0;
+	snprintf(j->other_node, sizeof(j->other_node), "%.39s", id);
+	struct key_call *kc = xcalloc(1, sizeof(*kc));
+	kc->done = done;
+	kc->arg = arg;
+	j->done = NULL;
+	j->arg = kc;
+	loop_pool_submit(C.io, io_work, key_job_done, j);
 }
 
 /* --- the node's own record and its lease ---------------------------------------------- */
@@ -1067,8 +1318,10 @@ static void lease_done(void *arg)
 				 l->err.msg);
 	} else {
 		C.store_why[0] = '\0';
-		if (!was)
+		if (!was) {
 			log_info("cluster", "etcd takes this node's lease renewals again");
+			atomic_store(&C.watch_restart, true);
+		}
 	}
 	publish_gauges();
 	free(l->record);
@@ -1104,12 +1357,20 @@ struct wevent {
 	enum etcd_event_type type;
 	char *key, *value;
 	size_t len;
+	int64_t mod_rev;
+	struct addr addr;
 };
+
+static bool is_node_key(const char *key)
+{
+	size_t pl = strlen(C.prefix);
+	return !strncmp(key, C.prefix, pl) && !strncmp(key + pl, "nodes/", 6);
+}
 
 static void wevent_done(void *arg)
 {
 	struct wevent *w = arg;
-	apply(w->type, w->key, w->value, w->len);
+	apply(w->type, w->key, w->value, w->len, w->mod_rev, &w->addr);
 	publish_gauges();
 	free(w->key);
 	free(w->value);
@@ -1124,18 +1385,23 @@ static int on_event(enum etcd_event_type type, const struct etcd_kv *kv, void *a
 	w->value = xmalloc(kv->value_len + 1);
 	memcpy(w->value, kv->value, kv->value_len + 1);
 	w->len = kv->value_len;
+	w->mod_rev = kv->mod_rev;
+	if (type == ETCD_EVENT_PUT && is_node_key(kv->key))
+		resolve_record(kv->value, kv->value_len, &w->addr);
 	loop_pool_post(C.watch_pool, wevent_done, w);
 	return atomic_load(&C.stop) ? 1 : 0;
 }
 
 struct resync {
 	struct etcd_kvs kvs;
+	struct addr *addrs;
 };
 
 static void resync_done(void *arg)
 {
 	struct resync *r = arg;
-	apply_all(&r->kvs);
+	apply_all(&r->kvs, r->addrs);
+	free(r->addrs);
 	publish_gauges();
 	etcd_kvs_clear(&r->kvs);
 	free(r);
@@ -1158,15 +1424,29 @@ static void watch_work(void *arg)
 		struct err e;
 		int64_t at = next;
 		int r = etcd_watch(C.watch_c, C.prefix, at, on_event, NULL, &next, &e);
-		if (atomic_load(&C.stop) || r == -ECANCELED)
+		if (atomic_load(&C.stop))
 			break;
+		if (r == -ECANCELED) {
+			/* Asked to start again (the lease renewals came back after a failure: the
+			 * member it watched may have been cut from the quorum meanwhile). */
+			atomic_store(&C.watch_restart, false);
+			metrics_add(metrics_daemon.cluster_watch_restarts, 1, "disconnected");
+			continue;
+		}
 		if (next > at)
 			backoff = 100;
-		if (r == -ESTALE) {
+		if (r == -ESTALE || r == -EMSGSIZE) {
+			/* Compacted away, or one revision too large to take as a message (a
+			 * delete of thousands of records): read it all again, watch from there. */
 			metrics_add(metrics_daemon.cluster_watch_restarts, 1, "compacted");
 			struct resync *s = xcalloc(1, sizeof(*s));
 			if (etcd_get(C.watch_c, C.prefix, true, &s->kvs, &e) == 0) {
 				next = s->kvs.revision + 1;
+				s->addrs = xcalloc(s->kvs.n + 1, sizeof(*s->addrs));
+				for (size_t i = 0; i < s->kvs.n; i++)
+					if (is_node_key(s->kvs.v[i].key))
+						resolve_record(s->kvs.v[i].value,
+							       s->kvs.v[i].value_len, &s->addrs[i]);
 				loop_pool_post(C.watch_pool, resync_done, s);
 				continue;
 			}
@@ -1263,11 +1543,12 @@ json_t *cluster_health_json(void)
 
 /* --- peers ---------------------------------------------------------------------------- */
 
-static void sign(const char *node, const char *ts, const char *method, const char *target,
-		 const char *owner, unsigned scopes, char out[65])
+static void sign(const char *node, const char *dest, const char *ts, const char *nonce,
+		 const char *method, const char *target, const char *owner, unsigned scopes,
+		 char out[65])
 {
-	_cleanup_free_ char *msg =
-		xasprintf("v1\n%s\n%s\n%s\n%s\n%s\n%u", node, ts, method, target, owner, scopes);
+	_cleanup_free_ char *msg = xasprintf("v2\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n%u", node, dest, ts,
+					     nonce, method, target, owner, scopes);
 	uint8_t mac[32];
 	unsigned maclen = 0;
 	HMAC(EVP_sha256(), C.secret, (int)C.secret_len, (const uint8_t *)msg, strlen(msg), mac,
@@ -1276,14 +1557,16 @@ static void sign(const char *node, const char *ts, const char *method, const cha
 		snprintf(out + 2 * i, 3, "%02x", mac[i]);
 }
 
-char *cluster_peer_sign(const char *method, const char *target, const char *owner, unsigned scopes)
+char *cluster_peer_sign(const char *dest, const char *method, const char *target, const char *owner,
+			unsigned scopes)
 {
-	char ts[24];
+	char ts[24], nonce[33], sig[65];
 	snprintf(ts, sizeof(ts), "%" PRIu64, time_wall_ms());
+	random_hex(nonce, 16);
 	const char *o = owner && *owner ? owner : "-";
-	char sig[65];
-	sign(C.name, ts, method, target, o, scopes, sig);
-	return xasprintf("v1 node=%s ts=%s owner=%s scopes=%u sig=%s", C.name, ts, o, scopes, sig);
+	sign(C.name, dest, ts, nonce, method, target, o, scopes, sig);
+	return xasprintf("v2 node=%s dest=%s ts=%s nonce=%s owner=%s scopes=%u sig=%s", C.name,
+			 dest, ts, nonce, o, scopes, sig);
 }
 
 /* The value of `name=` in a peer header, copied into out (at most cap - 1 bytes). */
@@ -1305,17 +1588,82 @@ static bool field(const char *h, const char *name, char *out, size_t cap)
 	return false;
 }
 
+/* Nonces seen within the window a signature is good for: a header is taken once. Oldest
+ * first; when full, the oldest go (a flood of valid headers needs the secret). */
+#define SEEN_MAX (1u << 18)
+
+struct seen_nonce {
+	struct hlink link;
+	uint64_t expires_ms;
+	char nonce[33];
+	struct seen_nonce *next;
+};
+
+static struct {
+	struct htab tab;
+	struct seen_nonce *head, *tail;
+	size_t n;
+} S;
+
+static void seen_drop_head(void)
+{
+	struct seen_nonce *e = S.head;
+	S.head = e->next;
+	if (!S.head)
+		S.tail = NULL;
+	htab_remove(&S.tab, &e->link);
+	free(e);
+	S.n--;
+}
+
+/* Whether the nonce was seen before; remembers it otherwise. */
+static bool seen_before(const char *nonce)
+{
+	uint64_t now = time_mono_ms();
+	while (S.head && (S.head->expires_ms <= now || S.n >= SEEN_MAX))
+		seen_drop_head();
+	uint64_t h = htab_hash_str(nonce);
+	for (struct hlink *l = htab_first(&S.tab, h); l; l = htab_next(l))
+		if (!strcmp(htab_entry(l, struct seen_nonce, link)->nonce, nonce))
+			return true;
+	struct seen_nonce *e = xcalloc(1, sizeof(*e));
+	snprintf(e->nonce, sizeof(e->nonce), "%s", nonce);
+	e->expires_ms = now + 2 * PEER_SKEW_MS + 1000;
+	htab_insert(&S.tab, &e->link, h);
+	if (S.tail)
+		S.tail->next = e;
+	else
+		S.head = e;
+	S.tail = e;
+	S.n++;
+	return false;
+}
+
+static bool hex32(const char *s)
+{
+	if (strlen(s) != 32)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+			return false;
+	return true;
+}
+
 int cluster_peer_verify(const char *header, const char *method, const char *target, char *ret_node,
 			size_t node_cap, char *ret_owner, size_t owner_cap, unsigned *ret_scopes,
 			bool *ret_has_identity, struct err *err)
 {
 	if (!C.on)
 		return err_set(err, EACCES, "this server is not a node of a cluster");
-	char node[NODE_NAME_MAX + 1], ts[24], owner[64], scopes[8], sig[65];
-	if (strncmp(header, "v1 ", 3) != 0 || !field(header, "node", node, sizeof(node)) ||
-	    !field(header, "ts", ts, sizeof(ts)) || !field(header, "owner", owner, sizeof(owner)) ||
+	char node[NODE_NAME_MAX + 1], dest[NODE_NAME_MAX + 1], ts[24], nonce[40], owner[64],
+		scopes[8], sig[65];
+	if (strncmp(header, "v2 ", 3) != 0 || !field(header, "node", node, sizeof(node)) ||
+	    !field(header, "dest", dest, sizeof(dest)) || !field(header, "ts", ts, sizeof(ts)) ||
+	    !field(header, "nonce", nonce, sizeof(nonce)) ||
+	    !field(header, "owner", owner, sizeof(owner)) ||
 	    !field(header, "scopes", scopes, sizeof(scopes)) ||
-	    !field(header, "sig", sig, sizeof(sig)) || !name_ok(node) || strlen(sig) != 64)
+	    !field(header, "sig", sig, sizeof(sig)) || !name_ok(node) || !name_ok(dest) ||
+	    !hex32(nonce) || strlen(sig) != 64)
 		return err_set(err, EACCES, "a malformed " CLUSTER_PEER_HEADER " header");
 	char want[65];
 	char *end;
@@ -1323,16 +1671,29 @@ int cluster_peer_verify(const char *header, const char *method, const char *targ
 	unsigned long sc = strtoul(scopes, &end, 10);
 	if (errno || *end || sc > 7)
 		return err_set(err, EACCES, "a malformed " CLUSTER_PEER_HEADER " header");
-	sign(node, ts, method, target, owner, (unsigned)sc, want);
+	sign(node, dest, ts, nonce, method, target, owner, (unsigned)sc, want);
 	if (CRYPTO_memcmp(want, sig, 64) != 0)
 		return err_set(err, EACCES,
 			       CLUSTER_PEER_HEADER " does not carry this cluster's signature");
+	if (strcmp(dest, C.name) != 0)
+		return err_set(err, EACCES,
+			       CLUSTER_PEER_HEADER " was made for node `%s`, not this one", dest);
+	errno = 0;
 	unsigned long long t = strtoull(ts, &end, 10);
 	uint64_t now = time_wall_ms();
-	if (*end || t + PEER_SKEW_MS < now || t > now + PEER_SKEW_MS)
+	if (errno || *end || t + PEER_SKEW_MS < now || t > now + PEER_SKEW_MS)
 		return err_set(err, EACCES,
-			       CLUSTER_PEER_HEADER " is stale (the nodes' clocks differ by more "
-						   "than a minute, or it was sent again)");
+			       CLUSTER_PEER_HEADER
+			       " is stale (made over a minute ago, or the nodes' "
+			       "clocks differ by more than that)");
+	struct cnode *from = node_get(node);
+	if (!from || !from->up)
+		return err_set(err, EACCES,
+			       CLUSTER_PEER_HEADER
+			       " comes from `%s`, which is not a node that is up",
+			       node);
+	if (seen_before(nonce))
+		return err_set(err, EACCES, CLUSTER_PEER_HEADER " was sent before: it works once");
 	snprintf(ret_node, node_cap, "%s", node);
 	*ret_has_identity = strcmp(owner, "-") != 0;
 	snprintf(ret_owner, owner_cap, "%s", *ret_has_identity ? owner : "");
@@ -1457,6 +1818,7 @@ static int setup(const struct config *cfg, struct err *err)
 	    (r = etcd_new(&C.eo, &C.watch_c, err)) < 0)
 		return r;
 	etcd_set_stop(C.watch_c, &C.stop);
+	etcd_set_restart(C.watch_c, &C.watch_restart);
 	return 0;
 }
 
@@ -1545,7 +1907,7 @@ int cluster_init(struct event_base *base, const struct config *cfg, const char *
 		if (r < 0)
 			return err_wrap(err, "cluster: cannot read etcd");
 	}
-	apply_all(&all);
+	apply_all(&all, NULL);
 	C.synced_rev = all.revision;
 	etcd_kvs_clear(&all);
 	C.store_ok = true;
@@ -1612,7 +1974,8 @@ int cluster_start(int port, struct err *err)
 	C.lease_pool = loop_pool_new(C.base, 1);
 	C.watch_pool = loop_pool_new(C.base, 1);
 	C.peers = loop_pool_new(C.base, 2);
-	if (!C.io || !C.lease_pool || !C.watch_pool || !C.peers)
+	C.calls = loop_pool_new(C.base, CLUSTER_MAX_CALLS);
+	if (!C.io || !C.lease_pool || !C.watch_pool || !C.peers || !C.calls)
 		return err_set(err, EAGAIN, "cluster: cannot start its threads");
 	/* This node's records: of sessions it holds (hibernated ones, put back), kept and
 	 * written; of others (a crash's), removed. */
@@ -1654,7 +2017,7 @@ int cluster_start(int port, struct err *err)
 		C.lease_pending = false;
 		return rr;
 	}
-	node_put(C.name, l->record, strlen(l->record)); /* the watch brings it again */
+	node_put(C.name, l->record, strlen(l->record), NULL); /* the watch brings it again */
 	lease_done(l);
 	unsigned every = C.cfg->cluster_lease_ttl_s * 1000u / 3u;
 	struct timeval tv = { every / 1000, (every % 1000) * 1000 };
@@ -1691,6 +2054,7 @@ void cluster_shutdown(void)
 	}
 	C.watch_pool = loop_pool_free(C.watch_pool);
 	C.peers = loop_pool_free(C.peers);
+	C.calls = loop_pool_free(C.calls);
 	C.io_c = etcd_free(C.io_c);
 	C.lease_c = etcd_free(C.lease_c);
 	C.watch_c = etcd_free(C.watch_c);
@@ -1707,9 +2071,16 @@ void cluster_shutdown(void)
 		free(n);
 	}
 	C.node_list = NULL;
+	while (C.keyrev_list)
+		keyrev_drop(C.keyrev_list->id);
+	htab_fini(&C.keyrevs);
 	htab_fini(&C.nodes);
+	while (S.head)
+		seen_drop_head();
+	htab_fini(&S.tab);
 	htab_fini(&C.recs);
 	htab_fini(&C.previews);
+	htab_fini(&C.ids);
 	json_decref(C.labels);
 	free(C.prefix);
 	free(C.url);

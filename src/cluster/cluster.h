@@ -25,6 +25,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "config.h"
 #include "util/err.h"
@@ -95,8 +96,12 @@ void cluster_session_gone(const char *owner, const char *id);
 struct cluster_node {
 	const char *name;
 	const char *url;  /* http://host:port */
-	const char *host; /* numeric, or a name resolved when the record came */
+	const char *host; /* as its URL has it */
 	int port;
+	/* What the host resolved to when the record came (off the loop), NULL when it could
+	 * not be resolved. */
+	const struct sockaddr *addr;
+	unsigned addrlen;
 	bool up;            /* its lease lives */
 	bool cordoned;      /* takes no new session */
 	uint64_t down_ms;   /* wall clock when its lease was seen to end, 0 while up */
@@ -151,19 +156,29 @@ bool cluster_store_ok(const char **why);
 /* The loop, SANDBOX_CLUSTER_TIMEOUT_MS, and threads of the module's for work that talks to
  * other nodes (a listing's parts), so that none of it waits behind etcd or the workers. */
 struct event_base *cluster_event_base(void);
+/* Whether the node is stopping (callable from any thread: long transfers end). */
+bool cluster_stopping(void);
 unsigned cluster_timeout_ms(void);
 void cluster_peers_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg);
+/* Threads for calls that last as long as what they call does (an MCP tool run on another
+ * node): CLUSTER_MAX_CALLS of them, so that the caller must refuse more rather than queue
+ * them behind each other. */
+#define CLUSTER_MAX_CALLS 8
+void cluster_calls_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg);
 
 /* --- peers ------------------------------------------------------------------------------ */
 
-/* The header a node puts on what it forwards to another: its name, the time, the identity
- * it vouches for (owner "" and scopes 0: none, the receiver authenticates the caller) and an
- * HMAC-SHA256 of them and of the request's method and target under the cluster's secret. */
+/* The header a node puts on what it sends another: its name, the node it is for, the time, a
+ * nonce, the identity it vouches for (owner "" and scopes 0: none, the receiver
+ * authenticates the caller) and an HMAC-SHA256 of them and of the request's method and target
+ * under the cluster's secret. */
 #define CLUSTER_PEER_HEADER "X-Sandbox-Peer"
-char *cluster_peer_sign(const char *method, const char *target, const char *owner, unsigned scopes);
-/* Checks such a header: 0 with the sender's name and the identity it vouches for (*ret_owner
- * NULL when none), or EACCES saying why (no cluster, a bad signature, a stale time, an
- * unknown node). */
+char *cluster_peer_sign(const char *dest, const char *method, const char *target, const char *owner,
+			unsigned scopes);
+/* Checks such a header: 0 with the sender's name and the identity it vouches for
+ * (*ret_has_identity false when none), or EACCES saying why: no cluster, a bad signature,
+ * made for another node, made over a minute ago, from a node that is not up, or seen before
+ * (a header works once). */
 int cluster_peer_verify(const char *header, const char *method, const char *target, char *ret_node,
 			size_t node_cap, char *ret_owner, size_t owner_cap, unsigned *ret_scopes,
 			bool *ret_has_identity, struct err *err);

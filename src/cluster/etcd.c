@@ -21,6 +21,7 @@ struct etcd_client {
 	char *user, *password, *ca, *cert, *key;
 	char *token; /* the auth token, once authenticated */
 	const atomic_bool *stop;
+	const atomic_bool *restart;
 	CURL *h; /* kept between calls: its connection is reused */
 };
 
@@ -106,6 +107,11 @@ struct etcd_client *etcd_free(struct etcd_client *c)
 void etcd_set_stop(struct etcd_client *c, const atomic_bool *stop)
 {
 	c->stop = stop;
+}
+
+void etcd_set_restart(struct etcd_client *c, const atomic_bool *restart)
+{
+	c->restart = restart;
 }
 
 const char *etcd_endpoint(const struct etcd_client *c)
@@ -262,7 +268,7 @@ static size_t collect(char *p, size_t size, size_t n, void *arg)
 static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
 	struct etcd_client *c = arg;
-	return c->stop && atomic_load(c->stop) ? 1 : 0;
+	return (c->stop && atomic_load(c->stop)) || (c->restart && atomic_load(c->restart)) ? 1 : 0;
 }
 
 /* The handle, set up for a POST of `body` to `path` at the current endpoint. */
@@ -280,6 +286,10 @@ static CURL *prepare(struct etcd_client *c, const char *path, const char *body,
 		_cleanup_free_ char *a = xasprintf("Authorization: %s", c->token);
 		*hdrs = curl_slist_append(*hdrs, a);
 	}
+	/* A member cut off from the quorum keeps a stream open with nothing on it: etcd ends
+	 * streams of a member without a leader when they ask it to. */
+	if (stream)
+		*hdrs = curl_slist_append(*hdrs, "Grpc-Metadata-hasleader: true");
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hdrs);
 	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
@@ -569,6 +579,48 @@ int etcd_create(struct etcd_client *c, const char *key, const char *value, size_
 		return r;
 	*ret_created = ok;
 	if (ret_rev && header_revision(j, ret_rev) < 0)
+		return err_set(err, EBADMSG, "etcd: malformed transaction reply");
+	if (!ok && ret_existing) {
+		const json_t *resp = json_array_get(json_object_get(j, "responses"), 0);
+		struct etcd_kvs kvs;
+		if (parse_kvs(json_object_get(resp, "response_range"), &kvs) < 0)
+			return err_set(err, EBADMSG, "etcd: malformed transaction reply");
+		*ret_existing = (struct etcd_kv){ 0 };
+		if (kvs.n) {
+			*ret_existing = kvs.v[0];
+			kvs.v[0] = (struct etcd_kv){ 0 };
+		}
+		etcd_kvs_clear(&kvs);
+	}
+	return 0;
+}
+
+int etcd_put_if(struct etcd_client *c, const char *key, const char *value, size_t len,
+		const struct etcd_cmp *cmps, size_t ncmps, bool *ret_ok, int64_t *ret_rev,
+		struct etcd_kv *ret_existing, struct err *err)
+{
+	json_t *compare = json_array();
+	for (size_t i = 0; i < ncmps; i++) {
+		_cleanup_free_ char *k = b64(cmps[i].key, strlen(cmps[i].key));
+		char rev[24];
+		snprintf(rev, sizeof(rev), "%" PRId64, cmps[i].rev);
+		json_array_append_new(
+			compare, json_pack("{s:s, s:s, s:s, s:s}", "key", k, "result", "EQUAL",
+					   "target", cmps[i].mod ? "MOD" : "CREATE",
+					   cmps[i].mod ? "mod_revision" : "create_revision", rev));
+	}
+	_cleanup_free_ char *k = b64(key, strlen(key));
+	json_t *op = value ? json_pack("{s:o}", "request_put", put_json(key, value, len, 0))
+			   : json_pack("{s:{s:s}}", "request_delete_range", "key", k);
+	json_auto_t *req = json_pack("{s:o, s:[o], s:[{s:{s:s}}]}", "compare", compare, "success",
+				     op, "failure", "request_range", "key", k);
+	json_auto_t *j = NULL;
+	bool ok;
+	int r = txn(c, req, &ok, &j, err);
+	if (r < 0)
+		return r;
+	*ret_ok = ok;
+	if (ok && ret_rev && header_revision(j, ret_rev) < 0)
 		return err_set(err, EBADMSG, "etcd: malformed transaction reply");
 	if (!ok && ret_existing) {
 		const json_t *resp = json_array_get(json_object_get(j, "responses"), 0);

@@ -36,6 +36,9 @@ int etcd_new(const struct etcd_opts *o, struct etcd_client **ret, struct err *er
 struct etcd_client *etcd_free(struct etcd_client *c);
 /* A flag that, once true, ends a call under way (a watch) with ECANCELED. */
 void etcd_set_stop(struct etcd_client *c, const atomic_bool *stop);
+/* A flag that, once true, ends a watch under way with ECANCELED (the caller clears it and
+ * watches again). */
+void etcd_set_restart(struct etcd_client *c, const atomic_bool *restart);
 /* The endpoint the last call used (or will try first). */
 const char *etcd_endpoint(const struct etcd_client *c);
 
@@ -70,6 +73,19 @@ int etcd_delete(struct etcd_client *c, const char *key, bool prefix, int64_t *re
 int etcd_create(struct etcd_client *c, const char *key, const char *value, size_t len,
 		int64_t lease, bool *ret_created, struct etcd_kv *ret_existing, int64_t *ret_rev,
 		struct err *err);
+/* A condition of etcd_put_if: `key`'s create revision (0: it does not exist) or mod
+ * revision is `rev`. */
+struct etcd_cmp {
+	const char *key;
+	bool mod; /* compare the mod revision, else the create revision */
+	int64_t rev;
+};
+/* Puts `key` (value NULL: deletes it) only where every condition holds (one transaction):
+ * *ret_ok says whether it did, and *ret_rev (optional) the revision it made; when it did not,
+ * *ret_existing (optional) gets `key` as it is (empty when absent). */
+int etcd_put_if(struct etcd_client *c, const char *key, const char *value, size_t len,
+		const struct etcd_cmp *cmps, size_t ncmps, bool *ret_ok, int64_t *ret_rev,
+		struct etcd_kv *ret_existing, struct err *err);
 /* Deletes the key only while its mod revision is `mod_rev` (nobody changed it since). */
 int etcd_delete_if(struct etcd_client *c, const char *key, int64_t mod_rev, bool *ret_deleted,
 		   struct err *err);

@@ -7,6 +7,10 @@
 #include <event2/event.h>
 #include <http_parser.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +35,8 @@ struct fwd {
 	char node[64];
 	char *host;
 	int port;
+	struct sockaddr_storage addr;
+	socklen_t addrlen; /* 0: the node's address could not be resolved */
 	char owner[64];
 	unsigned scopes;
 	bool identity;
@@ -49,10 +55,30 @@ struct fwd {
 	/* after a 101: the client's connection, relayed as bytes */
 	struct bufferevent *client;
 	bool client_eof, peer_eof;
+	struct fwd *prev, *next; /* every forward alive (cluster_forward_shutdown) */
 };
+
+static struct fwd *live;
+static unsigned nlive;
+
+/* At most a quarter of the descriptors this process may open. */
+static unsigned max_forwards(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 4096;
+	return rl.rlim_cur / 4 > 16 ? (unsigned)(rl.rlim_cur / 4) : 16;
+}
 
 static void fwd_free(struct fwd *f)
 {
+	nlive--;
+	if (f->prev)
+		f->prev->next = f->next;
+	else if (live == f)
+		live = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
 	if (f->ctx) {
 		f->ctx->on_gone = NULL;
 		http_stream_on_drain(f->ctx, 0, NULL, NULL);
@@ -139,11 +165,18 @@ static void send_head(struct fwd *f)
 	for (size_t i = 0; i < n; i++) {
 		const char *name, *value;
 		http_header_at(ctx, i, &name, &value);
-		if (!hop_by_hop(name, connection))
-			evbuffer_add_printf(out, "%s: %s\r\n", name, value);
+		if (hop_by_hop(name, connection))
+			continue;
+		/* A caller this node vouches for needs no key there: the key does not cross the
+		 * link between the nodes. */
+		if (f->identity &&
+		    (!strcasecmp(name, "Authorization") || !strcasecmp(name, "X-API-Key")))
+			continue;
+		evbuffer_add_printf(out, "%s: %s\r\n", name, value);
 	}
-	_cleanup_free_ char *sig = cluster_peer_sign(
-		http_method(ctx), target, f->identity ? f->owner : "", f->identity ? f->scopes : 0);
+	_cleanup_free_ char *sig =
+		cluster_peer_sign(f->node, http_method(ctx), target, f->identity ? f->owner : "",
+				  f->identity ? f->scopes : 0);
 	evbuffer_add_printf(out, CLUSTER_PEER_HEADER ": %s\r\nX-Forwarded-For: %s\r\n", sig,
 			    http_peer(ctx));
 	uint64_t length = 0;
@@ -194,6 +227,8 @@ static void body_end(struct http_ctx *ctx, void *arg)
 	f->body_ended = true;
 	if (f->body_chunked)
 		evbuffer_add(bufferevent_get_output(f->peer), "0\r\n\r\n", 5);
+	/* Nothing more to hold back: reading on is what lets a client that leaves be seen. */
+	http_body_resume(ctx);
 }
 
 static const struct http_body_ops body_ops = { .data = body_data, .end = body_end };
@@ -424,8 +459,12 @@ static void on_peer_event(struct bufferevent *bev, short what, void *arg)
 static void on_client_gone(struct http_ctx *ctx, void *arg)
 {
 	struct fwd *f = arg;
+	/* Its drain callback must not run on f once f is gone; and the request must end (a
+	 * reply nobody reads) so that it is freed. */
+	http_stream_on_drain(ctx, 0, NULL, NULL);
 	f->ctx = NULL;
 	fwd_free(f);
+	http_stream_abort(ctx);
 }
 
 /* --- after a 101 ---------------------------------------------------------------------- */
@@ -459,22 +498,34 @@ static void relay_peer_read(struct bufferevent *bev, void *arg)
 	relay_move(f->peer, f->client);
 }
 
+/* One side sent its end and what it sent before is all out to the other: tell that one. */
+static void relay_half_close(struct bufferevent *to)
+{
+	evutil_socket_t fd = bufferevent_getfd(to);
+	if (fd >= 0 && !evbuffer_get_length(bufferevent_get_output(to)))
+		shutdown(fd, SHUT_WR);
+}
+
 static void relay_client_write(struct bufferevent *bev, void *arg)
 {
 	struct fwd *f = arg;
-	if (!f->peer_eof)
+	if (!f->peer_eof) {
 		bufferevent_enable(f->peer, EV_READ);
-	else
-		relay_maybe_end(f);
+		return;
+	}
+	relay_half_close(f->client);
+	relay_maybe_end(f);
 }
 
 static void relay_peer_write(struct bufferevent *bev, void *arg)
 {
 	struct fwd *f = arg;
-	if (!f->client_eof)
+	if (!f->client_eof) {
 		bufferevent_enable(f->client, EV_READ);
-	else
-		relay_maybe_end(f);
+		return;
+	}
+	relay_half_close(f->peer);
+	relay_maybe_end(f);
 }
 
 static void relay_event(struct fwd *f, bool from_client, short what)
@@ -532,94 +583,46 @@ static void relay_start(struct fwd *f)
 
 /* --- starting ------------------------------------------------------------------------- */
 
-struct resolve {
-	struct fwd *f;
-	struct sockaddr_storage sa;
-	socklen_t len;
-	int rc;
-	bool gone;
-};
-
-static void fwd_connect(struct fwd *f, const struct sockaddr *sa, socklen_t len)
+static void keepalive(struct bufferevent *bev)
 {
-	struct event_base *base = cluster_event_base();
-	f->peer = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+	/* A node that vanishes (power, partition) is noticed: no answer to these, the
+	 * connection fails. */
+	evutil_socket_t fd = bufferevent_getfd(bev);
+	int on = 1, idle = 10, intvl = 5, cnt = 3;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+/* The connection to the other node, its head queued before any byte of the body can come
+ * (the body is paused until the connection is up). */
+static void fwd_start(struct fwd *f, const struct sockaddr *sa, socklen_t len)
+{
+	struct http_ctx *ctx = f->ctx;
+	f->start_ns = time_mono_ns();
+	f->upgrade = http_upgrade_requested(ctx);
+	ctx->on_gone = on_client_gone;
+	ctx->on_gone_arg = f;
+	f->peer = bufferevent_socket_new(cluster_event_base(), -1, BEV_OPT_CLOSE_ON_FREE);
 	bufferevent_setcb(f->peer, on_peer_read, on_peer_write, on_peer_event, f);
 	bufferevent_setwatermark(f->peer, EV_WRITE, FWD_LOW, 0);
 	unsigned ms = cluster_timeout_ms();
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 	bufferevent_set_timeouts(f->peer, &tv, &tv);
-	bufferevent_enable(f->peer, EV_READ | EV_WRITE);
 	f->parser.data = f;
 	http_parser_init(&f->parser, HTTP_RESPONSE);
 	send_head(f);
-	if (bufferevent_socket_connect(f->peer, sa, (int)len) < 0)
+	if (!sa) {
+		fwd_fail(f, 502, "node %s's address `%s` could not be resolved", f->node, f->host);
+		return;
+	}
+	if (bufferevent_socket_connect(f->peer, sa, (int)len) < 0) {
 		fwd_fail(f, 502, "node %s (%s:%d) cannot be reached", f->node, f->host, f->port);
-}
-
-static void resolve_work(void *arg)
-{
-	struct resolve *r = arg;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
-	char port[8];
-	snprintf(port, sizeof(port), "%d", r->f->port);
-	r->rc = getaddrinfo(r->f->host, port, &hints, &res);
-	if (r->rc == 0 && res && res->ai_addrlen <= sizeof(r->sa)) {
-		memcpy(&r->sa, res->ai_addr, res->ai_addrlen);
-		r->len = res->ai_addrlen;
-	} else if (r->rc == 0) {
-		r->rc = EAI_FAIL;
-	}
-	if (res)
-		freeaddrinfo(res);
-}
-
-static void resolve_done(void *arg)
-{
-	struct resolve *r = arg;
-	struct fwd *f = r->f;
-	if (!f->ctx)
-		fwd_free(f); /* the client left meanwhile */
-	else if (r->rc)
-		fwd_fail(f, 502, "node %s's address `%s` cannot be resolved: %s", f->node, f->host,
-			 gai_strerror(r->rc));
-	else
-		fwd_connect(f, (struct sockaddr *)&r->sa, r->len);
-	free(r);
-}
-
-static void on_gone_while_resolving(struct http_ctx *ctx, void *arg)
-{
-	struct fwd *f = arg;
-	f->ctx = NULL; /* resolve_done frees it */
-}
-
-static void fwd_start(struct fwd *f)
-{
-	struct http_ctx *ctx = f->ctx;
-	f->start_ns = time_mono_ns();
-	f->upgrade = http_upgrade_requested(ctx);
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->port) };
-	struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6,
-				     .sin6_port = htons((uint16_t)f->port) };
-	if (inet_pton(AF_INET, f->host, &sin.sin_addr) == 1) {
-		ctx->on_gone = on_client_gone;
-		ctx->on_gone_arg = f;
-		fwd_connect(f, (struct sockaddr *)&sin, sizeof(sin));
 		return;
 	}
-	if (inet_pton(AF_INET6, f->host, &sin6.sin6_addr) == 1) {
-		ctx->on_gone = on_client_gone;
-		ctx->on_gone_arg = f;
-		fwd_connect(f, (struct sockaddr *)&sin6, sizeof(sin6));
-		return;
-	}
-	/* A name: resolved off the loop. */
-	ctx->on_gone = on_gone_while_resolving;
-	ctx->on_gone_arg = f;
-	struct resolve *r = xcalloc(1, sizeof(*r));
-	r->f = f;
-	loop_submit(resolve_work, resolve_done, r);
+	keepalive(f->peer);
+	bufferevent_enable(f->peer, EV_READ | EV_WRITE);
 }
 
 static struct fwd *fwd_new(struct http_ctx *ctx, const struct cluster_node *n, const char *owner,
@@ -627,9 +630,18 @@ static struct fwd *fwd_new(struct http_ctx *ctx, const struct cluster_node *n, c
 {
 	struct fwd *f = xcalloc(1, sizeof(*f));
 	f->ctx = ctx;
+	f->next = live;
+	if (live)
+		live->prev = f;
+	live = f;
+	nlive++;
 	snprintf(f->node, sizeof(f->node), "%s", n->name);
 	f->host = xstrdup(n->host);
 	f->port = n->port;
+	if (n->addr && n->addrlen <= sizeof(f->addr)) {
+		memcpy(&f->addr, n->addr, n->addrlen);
+		f->addrlen = n->addrlen;
+	}
 	snprintf(f->owner, sizeof(f->owner), "%s", owner ? owner : "");
 	f->scopes = scopes;
 	f->identity = identity;
@@ -643,11 +655,23 @@ static void forward_handler(struct http_ctx *ctx)
 	ctx->route_arg = NULL;
 	ctx->route_arg_free = NULL;
 	f->ctx = ctx;
-	/* The body waits until the connection is up. */
+	/* Forwards hold a descriptor each, counted by no connection cap: they have their own. */
+	if (nlive > max_forwards()) {
+		http_add_header(ctx, "Retry-After", "1");
+		fwd_fail(f, 503,
+			 "this node is forwarding %u requests to other nodes already: try "
+			 "again",
+			 nlive - 1);
+		return;
+	}
+	/* The body waits until the connection is up; the head goes first. */
 	http_body_stream(ctx, &body_ops, f);
-	if (!http_upgrade_requested(ctx))
+	uint64_t length;
+	bool chunked;
+	http_body_framing(ctx, &length, &chunked);
+	if (length || chunked)
 		http_body_pause(ctx);
-	fwd_start(f);
+	fwd_start(f, f->addrlen ? (const struct sockaddr *)&f->addr : NULL, f->addrlen);
 }
 
 static void fwd_arg_free(void *arg)
@@ -679,5 +703,15 @@ void cluster_forward_buffered(struct http_ctx *ctx, const struct cluster_node *n
 {
 	struct fwd *f = fwd_new(ctx, n, owner, scopes, true, kind);
 	f->buffered = true;
-	fwd_start(f);
+	fwd_start(f, f->addrlen ? (const struct sockaddr *)&f->addr : NULL, f->addrlen);
+}
+
+void cluster_forward_shutdown(void)
+{
+	/* What outlives the HTTP server: relays after an upgrade. Their clients are gone with
+	 * the server. */
+	while (live) {
+		live->ctx = NULL;
+		fwd_free(live);
+	}
 }

@@ -26,6 +26,10 @@ extern const struct http_route cluster_forward_route;
 void cluster_forward_at_head(struct http_ctx *ctx, const struct cluster_node *n, const char *owner,
 			     unsigned scopes, bool identity, const char *kind);
 
+/* Frees every forward still alive (relays of upgraded connections), once the HTTP server is
+ * gone. */
+void cluster_forward_shutdown(void);
+
 /* Decided by a handler whose body was read (a creation placed on another node): sends the
  * request, body included, to n and answers with what n answers. */
 void cluster_forward_buffered(struct http_ctx *ctx, const struct cluster_node *n, const char *owner,

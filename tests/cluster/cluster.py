@@ -139,9 +139,13 @@ def node(etcd, name, network=False, labels="", env=None, state_dir=None, uid_slo
     return d
 
 
-def sign(method, target, node="a", owner="-", scopes=0, ts=None, secret=SECRET):
-    """An X-Sandbox-Peer value as a node with the cluster's secret would make it."""
+def sign(method, target, dest, node="a", owner="-", scopes=0, ts=None, nonce=None,
+         secret=SECRET):
+    """An X-Sandbox-Peer value as node `node` with the cluster's secret would make it for
+    node `dest`."""
     ts = str(int(time.time() * 1000) if ts is None else ts)
-    msg = f"v1\n{node}\n{ts}\n{method}\n{target}\n{owner}\n{scopes}".encode()
-    sig = hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
-    return f"v1 node={node} ts={ts} owner={owner} scopes={scopes} sig={sig}"
+    nonce = nonce or os.urandom(16).hex()
+    msg = f"v2\n{node}\n{dest}\n{ts}\n{nonce}\n{method}\n{target}\n{owner}\n{scopes}"
+    sig = hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
+    return (f"v2 node={node} dest={dest} ts={ts} nonce={nonce} owner={owner} "
+            f"scopes={scopes} sig={sig}")

@@ -35,11 +35,14 @@ class ClusterCase(unittest.TestCase):
     def setUpClass(cls):
         cls.etcd = cluster.Etcd(3).start()
         cls.nodes = {}
+        # c is reached by a name, resolved off the loop when its record comes.
+        port = cluster.free_port()
+        named = {"PORT": str(port), "SANDBOX_NODE_URL": f"http://localhost:{port}"}
         try:
             for name in "abc":
+                env = dict(cls.node_env.get(name) or {}, **(named if name == "c" else {}))
                 cls.nodes[name] = cluster.node(cls.etcd, name, network=name == "a",
-                                               labels=cls.labels.get(name, ""),
-                                               env=cls.node_env.get(name))
+                                               labels=cls.labels.get(name, ""), env=env)
         except BaseException:
             cls.tearDownClass()
             raise
@@ -118,6 +121,31 @@ class AnyNodeServesTheWholeApiTest(ClusterCase):
         st, _, body = self.nodes["c"].get("/exec/on-a/files?path=.")
         self.assertEqual(st, 200, body)
         self.assertIn("t.txt", json.dumps(body))
+
+    def test_clients_that_leave_in_the_middle_cost_nothing(self):
+        """A forwarded download whose client reads nothing and leaves, and listings whose
+        clients leave at once: the node frees what they held (the ASan daemon's clean exit at
+        the end of the class checks it) and serves on."""
+        import socket
+        s = self.create("a", id="big", nodeSelector={"gpu": "yes"})
+        self.assertEqual(s["node"], "c")
+        st, out = self.execute("c", "big", "head -c 33554432 /dev/urandom > big.bin")
+        self.assertEqual(st, 200, out)
+        a = self.nodes["a"]
+        for path, accept in (("/exec/big/read?path=big.bin", "application/octet-stream"),
+                             ("/exec", "application/json")):
+            for _ in range(5):
+                sock = socket.create_connection((a.host, a.port))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             f"Authorization: Bearer {self.key}\r\nAccept: {accept}\r\n\r\n"
+                             .encode())
+                if "read" in path:
+                    time.sleep(0.5)  # the answer backs up: nobody reads it
+                sock.close()
+        time.sleep(1)
+        st, out = self.execute("a", "big", "echo alive")
+        self.assertEqual(joined(out["output"]), "alive\n")
 
     def test_an_ndjson_execute_streamed_through_another_node_shows_its_chunks_as_they_come(self):
         self.create("b", id="streamer", nodeSelector={"zone": "two", "gpu": "yes"})
@@ -366,55 +394,97 @@ class KeysTest(ClusterCase):
                          0o600)
 
 
-class PeerAuthenticationTest(ClusterCase):
-    def test_only_a_node_with_the_secret_may_vouch_for_a_caller(self):
-        s = self.create("b", nodeSelector={"gpu": "yes"})
-        sid = s["id"]
-        a = self.nodes["a"]
-        path = f"/exec/{sid}/execute"
-        st, _, keys = a.get("/admin/keys")
-        admin_id = keys["keys"][0]["id"]
+class WatchTest(ClusterCase):
+    def test_the_watch_moves_to_another_member_and_resumes_where_it_was(self):
+        """Every node's watch is on the first endpoint: when that member goes, each resumes
+        on another from the revision it had reached, and misses nothing made meanwhile."""
+        st, _, k = self.nodes["a"].post("/admin/keys", body={"name": "w", "scopes": ["exec"]})
+        self.assertEqual(st, 201, k)
+        self.etcd.stop_member(0)
+        # Made while the watches are moving: a key revoked, and a session recorded.
+        t0 = time.monotonic()
+        st, _, body = self.nodes["a"].post(f"/admin/keys/{k['id']}/revoke", timeout=30)
+        self.assertEqual(st, 200, body)
+        s = self.create("a", nodeSelector={"zone": "one"})
+        for via in "bc":
+            while self.nodes[via].get("/exec", api_key=k["key"])[0] != 401:
+                self.assertLess(time.monotonic() - t0, 15, f"{via} missed the revocation")
+                time.sleep(0.05)
+            while True:
+                st, out = self.execute(via, s["id"], "echo here")
+                if st == 200:
+                    break
+                self.assertLess(time.monotonic() - t0, 15, f"{via} missed the session")
+                time.sleep(0.05)
+        print(f"\n  a member gone: the other nodes saw the changes after "
+              f"{time.monotonic() - t0:.2f} s")
+        self.etcd.start_member(0)
+        st, _, m = self.nodes["b"].request("GET", "/metrics", headers={"Accept": "text/plain"})
+        self.assertIn('cluster_watch_restarts_total{reason="disconnected"}', m.decode())
 
-        def attempt(header, target=path):
-            return a.post(target, body={"command": "true"}, api_key="",
+
+class PeerAuthenticationTest(ClusterCase):
+    def test_only_a_node_with_the_secret_may_vouch_for_a_caller_once(self):
+        s = self.create("b", nodeSelector={"gpu": "yes"})
+        sid, holder_name = s["id"], s["node"]
+        holder = self.nodes[holder_name]
+        other_name = next(n for n in "abc" if n != holder_name)
+        other = self.nodes[other_name]
+        path = f"/exec/{sid}/execute"
+        st, _, keys = holder.get("/admin/keys")
+        admin_id = keys["keys"][0]["id"]
+        sender = next(n for n in "abc" if n != holder_name)
+
+        def attempt(d, header, target=path, body=None):
+            return d.post(target, body=body or {"command": "true"}, api_key="",
                           headers={"X-Sandbox-Peer": header})
 
+        def signed(dest=holder_name, **kw):
+            kw.setdefault("owner", admin_id)
+            kw.setdefault("scopes", 7)
+            kw.setdefault("node", sender)
+            return cluster.sign("POST", kw.pop("target", path), dest, **kw)
+
         # No key, a signature made with another secret: refused, as a forgery.
-        st, _, body = attempt(cluster.sign("POST", path, owner=admin_id, scopes=7,
-                                           secret="x" * 64))
+        st, _, body = attempt(holder, signed(secret="x" * 64))
         self.assertEqual(st, 401, body)
         self.assertIn("signature", body["error"])
-        # The right secret, but a minute and more ago: a replay.
-        old = int(time.time() * 1000) - 120_000
-        st, _, body = attempt(cluster.sign("POST", path, owner=admin_id, scopes=7, ts=old))
+        # The right secret, but a minute and more ago.
+        st, _, body = attempt(holder, signed(ts=int(time.time() * 1000) - 120_000))
         self.assertEqual(st, 401, body)
         self.assertIn("stale", body["error"])
-        # Signed for another target.
-        st, _, body = attempt(cluster.sign("POST", "/exec/other/execute", owner=admin_id,
-                                           scopes=7))
+        # Signed for another target, or for another node.
+        st, _, body = attempt(holder, signed(target="/exec/other/execute"))
         self.assertEqual(st, 401, body)
-        for bad in ("v1", "garbage", "v1 node=../x ts=1 owner=- scopes=0 sig=" + "0" * 64,
-                    "v1 node=a ts=1 owner=- scopes=99 sig=" + "0" * 64):
-            self.assertEqual(attempt(bad)[0], 401, bad)
-        # Signed with the secret: a vouched caller, served where it lands (no second hop: a
-        # node that does not hold the session does not send it on; it would make one of
-        # that id, which the cluster's table refuses while the other node holds it).
-        other = next(n for n in "abc" if n != s["node"])
-        st, _, body = self.nodes[other].post(path, body={"command": "true"}, api_key="",
-                                             headers={"X-Sandbox-Peer": cluster.sign(
-                                                 "POST", path, owner=admin_id, scopes=7)})
-        self.assertEqual(st, 409, body)
-        self.assertIn(f"exists on node `{s['node']}`", body["error"])
-        holder = self.nodes[s["node"]]
-        st, _, body = holder.post(path, body={"command": "echo vouched"}, api_key="",
-                                           headers={"X-Sandbox-Peer": cluster.sign(
-                                               "POST", path, owner=admin_id, scopes=7)})
+        st, _, body = attempt(holder, signed(dest=other_name))
+        self.assertEqual(st, 401, body)
+        self.assertIn("made for node", body["error"])
+        # From a name that is no node of the cluster.
+        st, _, body = attempt(holder, signed(node="stranger"))
+        self.assertEqual(st, 401, body)
+        for bad in ("v1", "garbage", "v2 node=../x dest=a ts=1 nonce=" + "0" * 32 +
+                    " owner=- scopes=0 sig=" + "0" * 64,
+                    "v2 node=a dest=a ts=1 nonce=xyz owner=- scopes=0 sig=" + "0" * 64,
+                    "v2 node=a dest=a ts=1 nonce=" + "0" * 32 + " owner=- scopes=99 sig=" +
+                    "0" * 64):
+            self.assertEqual(attempt(holder, bad)[0], 401, bad)
+        # Signed with the secret for the node that holds the session: a vouched caller. The
+        # same header again (a replay of what crossed the link) is refused: it works once.
+        header = signed()
+        st, _, body = attempt(holder, header, body={"command": "echo vouched"})
         self.assertEqual(st, 200, body)
         self.assertEqual(joined(body["output"]), "vouched\n")
+        st, _, body = attempt(holder, header, body={"command": "echo again"})
+        self.assertEqual(st, 401, body)
+        self.assertIn("sent before", body["error"])
+        # Served where it lands (no second hop): a node that does not hold the session does
+        # not send it on; it would make one of that id, which the cluster's table refuses
+        # while the other node holds it.
+        st, _, body = attempt(other, signed(dest=other_name, node=holder_name))
+        self.assertEqual(st, 409, body)
+        self.assertIn(f"node `{holder_name}`", body["error"])
         # A vouched identity is checked against the key table: a key that is gone is 401.
-        st, _, body = holder.post(path, body={"command": "true"}, api_key="",
-                                  headers={"X-Sandbox-Peer": cluster.sign(
-                                      "POST", path, owner="key_0000", scopes=7)})
+        st, _, body = attempt(holder, signed(owner="key_0000"))
         self.assertEqual(st, 401, body)
 
 

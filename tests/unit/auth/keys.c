@@ -177,8 +177,8 @@ static void test_rows_move_between_stores(void **state)
 		"\",\"scopes\":1,\"rateLimit\":-1,\"created\":1,\"expires\":0,\"enabled\":true,"
 		"\"quotas\":\"\"}",
 		"{\"id\":\"key_1\",\"name\":\"n\",\"prefix\":\"p\",\"hash\":\"" HASH64
-		"\",\"scopes\":1,\"rateLimit\":0,\"created\":1,\"expires\":0,\"enabled\":true,"
-		"\"quotas\":\"\",\"extra\":1}",
+		"\",\"scopes\":1,\"rateLimit\":0,\"created\":1,\"expires\":0,\"enabled\":\"yes\","
+		"\"quotas\":\"\"}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		json_t *j = json_loads(bad[i], 0, NULL);
