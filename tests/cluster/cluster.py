@@ -135,7 +135,11 @@ def node(etcd, name, network=False, labels="", env=None, state_dir=None, uid_slo
     d = harness.Daemon(env=e, driver_name="jail")
     d.secret_dir = tmp
     d.name = name
-    d.start()
+    try:
+        d.start()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return d
 
 

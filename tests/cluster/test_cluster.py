@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 import unittest
@@ -605,6 +606,65 @@ class EtcdFailureTest(ClusterCase):
         self.assertIn('cluster_nodes{state="up"} 3', text)
         self.assertIn("cluster_store_up 1", text)
         self.assertIn('cluster_forwarded_total{kind="request",result="success"}', text)
+
+
+class EtcdAuthenticationTest(unittest.TestCase):
+    """etcd with authentication on: a node with its user and password file works; one with a
+    wrong password does not start, and says why."""
+
+    def setUp(self):
+        import base64
+        import urllib.request
+        self.etcd = cluster.Etcd(1).start()
+        self.addCleanup(self.etcd.stop)
+        url = self.etcd.endpoints
+
+        def call(path, body, token=None):
+            req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                         method="POST")
+            if token:
+                req.add_header("Authorization", token)
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.loads(r.read())
+
+        prefix = base64.b64encode(b"/agent-sandbox/").decode()
+        end = base64.b64encode(b"/agent-sandbox0").decode()
+        call("/v3/auth/user/add", {"name": "root", "password": "rootpw"})
+        call("/v3/auth/role/add", {"name": "root"})
+        call("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        call("/v3/auth/role/add", {"name": "sandboxd"})
+        call("/v3/auth/role/grant", {"name": "sandboxd", "perm": {
+            "permType": "READWRITE", "key": prefix, "range_end": end}})
+        call("/v3/auth/user/add", {"name": "sandboxd", "password": "s3cret"})
+        call("/v3/auth/user/grant", {"user": "sandboxd", "role": "sandboxd"})
+        call("/v3/auth/enable", {})
+        self.tmp = tempfile.mkdtemp(prefix="etcd-auth-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def password_file(self, text):
+        path = os.path.join(self.tmp, "pw-" + text)
+        with open(path, "w") as f:
+            f.write(text + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def test_a_node_authenticates_to_etcd(self):
+        d = cluster.node(self.etcd, "a", env={
+            "SANDBOX_ETCD_USER": "sandboxd",
+            "SANDBOX_ETCD_PASSWORD_FILE": self.password_file("s3cret")})
+        self.addCleanup(shutil.rmtree, d.secret_dir, True)
+        self.addCleanup(d.stop, check=False)
+        self.assertTrue(d.admin_key)
+        st, _, s = d.post("/exec", body={})
+        self.assertEqual(st, 201, s)
+        st, _, body = d.delete(f"/exec/{s['id']}")
+        self.assertEqual(st, 200, body)
+        d.stop()
+        with self.assertRaises(AssertionError) as cm:
+            cluster.node(self.etcd, "b", env={
+                "SANDBOX_ETCD_USER": "sandboxd",
+                "SANDBOX_ETCD_PASSWORD_FILE": self.password_file("wrong")})
+        self.assertIn("authentication failed", str(cm.exception))
 
 
 if __name__ == "__main__":
