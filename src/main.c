@@ -123,6 +123,8 @@ static void on_scrape_http(void *arg)
 		    "evicted");
 	metrics_add(metrics_daemon.http_connections_closed,
 		    (double)(st.header_timeouts - last.header_timeouts), "timeout");
+	metrics_add(metrics_daemon.http_connections_closed,
+		    (double)(st.send_stalls - last.send_stalls), "stalled");
 	metrics_add(metrics_daemon.http_bodies_offloaded, (double)(st.offloaded - last.offloaded));
 	last = st;
 }

@@ -18,6 +18,7 @@
 #include "http/http.h"
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -97,6 +98,12 @@ struct http_conn {
 	struct h1 h1;
 	struct http_ctx *ctx; /* the request under way */
 	struct event *timer;
+	/* The send guard: while anything of a reply waits to reach the client, the client
+	 * must take some of it within a body timeout (conn_stall_check). */
+	struct event *stall;
+	struct evbuffer_cb_entry *out_cb;
+	uint64_t sent;       /* bytes handed to the socket since the connection began */
+	uint64_t stall_mark; /* bytes the client had taken at the guard's last look */
 	enum conn_state state;
 	bool listed_waiting;
 	bool fresh;         /* no request has completed on it yet */
@@ -501,8 +508,12 @@ static void conn_free(struct http_conn *c)
 	srv->stats.connections--;
 	if (c->timer)
 		event_free(c->timer);
-	if (c->bev)
+	if (c->stall)
+		event_free(c->stall);
+	if (c->bev) {
+		evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
 		bufferevent_free(c->bev);
+	}
 	h1_free(&c->h1);
 	free(c);
 }
@@ -982,6 +993,59 @@ static void conn_process(struct http_conn *c)
 		conn_free(c);
 }
 
+/* --- the send guard --------------------------------------------------------------------- */
+
+/* Bytes the client has taken: handed to the socket less what the kernel still holds for it
+ * (unsent or unacknowledged; for a Unix socket, unread). The kernel's buffers can hold
+ * megabytes, and a writable event comes only when half of them are free: counting what
+ * leaves the daemon alone would call a slow but steady reader stalled. */
+static uint64_t conn_taken(struct http_conn *c)
+{
+	int queued = 0;
+	if (ioctl(bufferevent_getfd(c->bev), SIOCOUTQ, &queued) < 0 || queued < 0)
+		queued = 0;
+	return c->sent - (uint64_t)queued;
+}
+
+static void stall_arm(struct http_conn *c)
+{
+	struct timeval tv = { .tv_sec = c->srv->body_ms / 1000,
+			      .tv_usec = (suseconds_t)(c->srv->body_ms % 1000) * 1000 };
+	evtimer_add(c->stall, &tv);
+}
+
+static void conn_stall_check(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn *c = arg;
+	if (!c->bev)
+		return;
+	uint64_t taken = conn_taken(c);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 && taken == c->sent)
+		return; /* all out and read: the guard waits for the next reply */
+	if (taken != c->stall_mark) {
+		c->stall_mark = taken;
+		stall_arm(c);
+		return;
+	}
+	c->srv->stats.send_stalls++;
+	log_info("http", "%s took nothing of a reply for %u ms: connection closed", c->peer,
+		 c->srv->body_ms);
+	conn_close(c);
+}
+
+/* Runs as the output buffer changes: counts what leaves, and (re)starts the guard when
+ * something is queued after nothing was (a guard armed long before, over a connection that
+ * was idle since, would otherwise judge a reply only just begun). */
+static void on_output_change(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct http_conn *c = arg;
+	c->sent += info->n_deleted;
+	if (info->n_added && c->bev && (info->orig_size == 0 || !evtimer_pending(c->stall, NULL))) {
+		c->stall_mark = conn_taken(c);
+		stall_arm(c);
+	}
+}
+
 static void on_read(struct bufferevent *bev, void *arg)
 {
 	conn_process(arg);
@@ -1234,6 +1298,8 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 	c->is_unix = is_unix;
 	h1_init(&c->h1, &h1_cb, c, srv->cfg->max_body_bytes);
 	c->timer = evtimer_new(srv->base, on_timer, c);
+	c->stall = evtimer_new(srv->base, conn_stall_check, c);
+	c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), on_output_change, c);
 	TAILQ_INSERT_TAIL(&srv->conns, c, all);
 	srv->stats.connections++;
 	srv->stats.accepted++;
@@ -1963,6 +2029,8 @@ struct bufferevent *http_upgrade_raw(struct http_ctx *ctx, int status)
 	/* The connection leaves the layer: its bufferevent goes to the caller, with its
 	 * watermarks and callbacks reset. */
 	struct bufferevent *bev = c->bev;
+	evbuffer_remove_cb_entry(bufferevent_get_output(bev), c->out_cb);
+	evtimer_del(c->stall);
 	c->bev = NULL;
 	c->ctx = NULL;
 	ctx->conn = NULL;

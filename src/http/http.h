@@ -169,6 +169,7 @@ struct http_stats {
 	uint64_t refused;         /* closed at accept: over a cap with nothing to evict */
 	uint64_t evicted;         /* closed to make room: had not completed a request's head */
 	uint64_t header_timeouts; /* closed for a head (or body) not sent in time */
+	uint64_t send_stalls;     /* closed for taking nothing of a reply for a body timeout */
 	uint64_t accept_pauses;   /* accepting paused for want of descriptors */
 	uint64_t offloaded;       /* JSON bodies parsed on the worker pool */
 	unsigned max_connections; /* the caps in force */

@@ -358,7 +358,7 @@ void metrics_init(void)
 		metrics_counter("http_connections_closed_total",
 				"Client connections the server closed early: refused at a cap, "
 				"evicted to make room, "
-				"or too slow to send a request",
+				"too slow to send a request, or taking nothing of a reply",
 				"reason");
 	metrics_daemon.http_bodies_offloaded = metrics_counter(
 		"http_json_bodies_offloaded_total",

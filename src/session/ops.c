@@ -1101,10 +1101,11 @@ static void call_on_data(struct guest_op *op, uint8_t type, const uint8_t *data,
 	}
 	c->received += len;
 	if (c->rcbs) {
-		/* A streamed read takes as long as its client takes to read it: its deadline
-		 * counts from the last progress (a piece from the agent, or the client taking a
-		 * window's worth), not from the start. */
-		guest_op_set_timeout(op, O.cfg->file_op_timeout_ms, "file operation");
+		/* A streamed read takes as long as its client takes to read it. The agent is
+		 * not waited for while the consumer holds what it sent (a client slower than
+		 * the deadline is the HTTP layer's to judge, by its own progress): the deadline
+		 * runs again once credit goes back (ops_call_consumed). */
+		guest_op_clear_timeout(op);
 		/* The consumer returns the credit (ops_call_consumed) as its client takes them. */
 		c->rcbs->on_data(c, data, len, c->arg);
 		return;
@@ -1567,7 +1568,7 @@ void ops_call_consumed(struct ops_call *c, size_t n)
 	if (!c->op || c->finished)
 		return;
 	guest_op_consumed(c->op, n);
-	if (c->kind == CALL_READ && c->rcbs)
+	if (c->kind == CALL_READ && c->rcbs) /* the agent has credit: it owes the rest */
 		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "file operation");
 }
 

@@ -209,10 +209,35 @@ class StreamedReadsTest(DaemonTestCase):
 
 
 class SlowReaderTest(DaemonTestCase):
-    """A streamed read lasts as long as its client takes to read it: its deadline
-    (SANDBOX_FILE_OP_TIMEOUT_MS, short here) counts from the last progress, not from the
-    start; a client taking its time is not cut."""
-    daemon_env = {**small_quarantine_env(), "SANDBOX_FILE_OP_TIMEOUT_MS": "1500"}
+    """A streamed read lasts as long as its client takes to read it: the sandbox's deadline
+    (SANDBOX_FILE_OP_TIMEOUT_MS, short here) does not run while the daemon waits for the
+    client, and a client that takes a little of the reply in every body timeout
+    (SANDBOX_BODY_TIMEOUT_MS, short here too) is not cut, however long it takes in all,
+    whatever the kernel's buffers hold; a client that takes nothing for a body timeout is."""
+    daemon_env = {**small_quarantine_env(), "SANDBOX_FILE_OP_TIMEOUT_MS": "1500",
+                  "SANDBOX_BODY_TIMEOUT_MS": "1500"}
+
+    def test_a_client_that_takes_nothing_is_cut_and_the_read_ends(self):
+        sid = self.session()
+        self.run_ok(sid, f"head -c {32 * MiB} /dev/zero > still.bin", http_timeout=120)
+        s = connect(self.d, rcvbuf=16 * KiB)
+        self.addCleanup(s.close)
+        send_get(s, f"/exec/{sid}/read?path=still.bin", "application/octet-stream")
+        status, headers, body = read_head(s)
+        self.assertEqual(status, 200)
+        self.assertEqual(int(headers["content-length"]), 32 * MiB)
+        # Nothing more is read: the daemon closes the connection and ends the read.
+        wait_until(lambda: any("took nothing of a reply" in e.get("msg", "")
+                               for e in self.d.logs()), 30, what="the stalled client cut")
+        wait_until(lambda: self.listed_sessions()[sid]["running"] == 0, 30,
+                   what="the read to end")
+        self.assertEqual(self.metrics().get('http_connections_closed_total{reason="stalled"}'), 1)
+        body = read_to_close(s, body)
+        self.assertLess(len(body), 32 * MiB)
+        # The session is as it was.
+        st, _, out = self.d.post(f"/exec/{sid}/execute", body={"command": "stat -c %s still.bin"})
+        self.assertEqual(st, 200)
+        self.assertEqual(out["exitCode"], 0)
 
     def test_a_read_slower_than_the_timeout_is_whole(self):
         sid = self.session()
