@@ -188,20 +188,6 @@ static bool ieq(const char *a, const char *b)
 	return strcasecmp(a, b) == 0;
 }
 
-/* Whether `name` is listed in a Connection header's value (a hop-by-hop header). */
-static bool listed_in(const char *list, const char *name)
-{
-	size_t n = strlen(name);
-	for (const char *s = list; s && *s;) {
-		s += strspn(s, " \t,");
-		size_t len = strcspn(s, " \t,");
-		if (len == n && strncasecmp(s, name, n) == 0)
-			return true;
-		s += len;
-	}
-	return false;
-}
-
 static bool dropped_request_header(const char *name, const char *connection)
 {
 	static const char *const drop[] = {
@@ -231,7 +217,7 @@ static bool dropped_request_header(const char *name, const char *connection)
 		if (ieq(name, drop[i]))
 			return true;
 	/* A client names hop-by-hop headers in Connection, but not the app's Host. */
-	return connection && !ieq(name, "Host") && listed_in(connection, name);
+	return connection && !ieq(name, "Host") && token_listed(connection, name);
 }
 
 /* A Cookie header's value without the token's cookie ("" when nothing else is left). */
@@ -434,7 +420,7 @@ static bool dropped_response_header(const char *name, const char *connection)
 	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
 		if (ieq(name, drop[i]))
 			return true;
-	return connection && listed_in(connection, name);
+	return connection && token_listed(connection, name);
 }
 
 /* Location, path form: an absolute path (or a URL of the app's own host) gets the prefix. */

@@ -22,6 +22,7 @@
 #include "metrics/metrics.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/text.h"
 #include "util/time.h"
 
 #define FWD_HIGH        (1u << 20) /* bytes queued toward one side past which the other waits */
@@ -128,19 +129,6 @@ static void fwd_fail(struct fwd *f, int status, const char *fmt, ...)
 
 /* --- the request toward the other node ------------------------------------------------ */
 
-static bool listed_in(const char *list, const char *name)
-{
-	size_t n = strlen(name);
-	for (const char *s = list; s && *s;) {
-		s += strspn(s, " \t,");
-		size_t len = strcspn(s, " \t,");
-		if (len == n && strncasecmp(s, name, n) == 0)
-			return true;
-		s += len;
-	}
-	return false;
-}
-
 static bool hop_by_hop(const char *name, const char *connection)
 {
 	static const char *const drop[] = {
@@ -151,7 +139,7 @@ static bool hop_by_hop(const char *name, const char *connection)
 	for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
 		if (!strcasecmp(name, drop[i]))
 			return true;
-	return connection && strcasecmp(name, "Host") != 0 && listed_in(connection, name);
+	return connection && strcasecmp(name, "Host") != 0 && token_listed(connection, name);
 }
 
 static void send_head(struct fwd *f)
@@ -279,7 +267,7 @@ static bool dropped_response_header(const char *name, const char *connection)
 	for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
 		if (!strcasecmp(name, drop[i]))
 			return true;
-	return connection && listed_in(connection, name);
+	return connection && token_listed(connection, name);
 }
 
 static void relay_start(struct fwd *f);

@@ -1,6 +1,7 @@
 #include "util/text.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include "util/cleanup.h"
 
@@ -224,4 +225,17 @@ int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen)
 	*ret = TAKE_PTR(out);
 	*retlen = o;
 	return 0;
+}
+
+bool token_listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *s = list; s && *s;) {
+		s += strspn(s, " \t,");
+		size_t len = strcspn(s, " \t,");
+		if (len == n && strncasecmp(s, name, n) == 0)
+			return true;
+		s += len;
+	}
+	return false;
 }

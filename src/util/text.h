@@ -33,3 +33,7 @@ char *base64_encode(const uint8_t *buf, size_t len, size_t *outlen);
 /* Strict decode: padding required when the length is not a multiple of 4, no stray
  * characters (whitespace is skipped). Returns -1 on bad input. */
 int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen);
+
+/* Whether `name` is one of the tokens of a list such as a Connection header's value
+ * (separated by commas and blanks), compared without case. */
+bool token_listed(const char *list, const char *name);

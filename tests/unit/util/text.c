@@ -152,6 +152,17 @@ static void test_sha256_vectors(void **state)
 			    "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
 }
 
+static void test_token_listed(void **state)
+{
+	assert_true(token_listed("keep-alive, Upgrade", "upgrade"));
+	assert_true(token_listed(" \tclose", "Close"));
+	assert_true(token_listed("a,,b", "b"));
+	assert_false(token_listed("Upgraded", "Upgrade")); /* a whole token, not a prefix */
+	assert_false(token_listed("x-upgrade", "upgrade"));
+	assert_false(token_listed("", "close"));
+	assert_false(token_listed(NULL, "close"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -162,6 +173,7 @@ int main(void)
 		cmocka_unit_test(test_base64_round_trip_all_bytes),
 		cmocka_unit_test(test_base64_known_and_bad),
 		cmocka_unit_test(test_sha256_vectors),
+		cmocka_unit_test(test_token_listed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
