@@ -1563,6 +1563,7 @@ static void dl_head(struct ops_call *c, uint64_t size, bool text, void *arg)
 {
 	struct download *d = arg;
 	d->started = true;
+	http_stream_guard(d->ctx);
 	/* An empty file stays plain: the SDK reads Content-Length: 0 as the empty file. */
 	if (d->gzip && size > 0 &&
 	    deflateInit2(&d->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,

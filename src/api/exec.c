@@ -867,6 +867,7 @@ static void read_on_head(struct ops_call *c, uint64_t size, bool text, void *arg
 		return;
 	}
 	rr->started = true;
+	http_stream_guard(rr->ctx);
 	if (rr->raw) {
 		http_stream_start_sized(rr->ctx, 200, "application/octet-stream", size);
 		return;

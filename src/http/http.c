@@ -98,8 +98,8 @@ struct http_conn {
 	struct h1 h1;
 	struct http_ctx *ctx; /* the request under way */
 	struct event *timer;
-	/* The send guard: while anything of a reply waits to reach the client, the client
-	 * must take some of it within a body timeout (conn_stall_check). */
+	/* The send guard (http_stream_guard): while anything of a guarded reply waits to
+	 * reach the client, the client must take some of it within a body timeout. */
 	struct event *stall;
 	struct evbuffer_cb_entry *out_cb;
 	uint64_t sent;       /* bytes handed to the socket since the connection began */
@@ -1017,8 +1017,8 @@ static void stall_arm(struct http_conn *c)
 static void conn_stall_check(evutil_socket_t fd, short what, void *arg)
 {
 	struct http_conn *c = arg;
-	if (!c->bev)
-		return;
+	if (!c->bev || !c->ctx || !c->ctx->send_guard)
+		return; /* the guarded reply is over */
 	uint64_t taken = conn_taken(c);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 && taken == c->sent)
 		return; /* all out and read: the guard waits for the next reply */
@@ -1040,7 +1040,8 @@ static void on_output_change(struct evbuffer *buf, const struct evbuffer_cb_info
 {
 	struct http_conn *c = arg;
 	c->sent += info->n_deleted;
-	if (info->n_added && c->bev && (info->orig_size == 0 || !evtimer_pending(c->stall, NULL))) {
+	if (info->n_added && c->bev && c->ctx && c->ctx->send_guard &&
+	    (info->orig_size == 0 || !evtimer_pending(c->stall, NULL))) {
 		c->stall_mark = conn_taken(c);
 		stall_arm(c);
 	}
@@ -1943,6 +1944,11 @@ void http_stream_write(struct http_ctx *ctx, const void *data, size_t len)
 	evbuffer_add(out, data, len);
 	if (ctx->chunked)
 		evbuffer_add(out, "\r\n", 2);
+}
+
+void http_stream_guard(struct http_ctx *ctx)
+{
+	ctx->send_guard = true;
 }
 
 size_t http_stream_pending(struct http_ctx *ctx)

@@ -118,6 +118,7 @@ struct http_ctx {
 	struct evbuffer *headers; /* reply headers added so far, as "Name: value\r\n" lines */
 	bool head_only;           /* HEAD: the reply's body is not sent */
 	bool chunked;             /* the stream under way is chunked (else ends at close) */
+	bool send_guard;          /* http_stream_guard() */
 	/* http_stream_on_drain() */
 	void (*drain_fn)(struct http_ctx *ctx, void *arg);
 	void *drain_arg;
@@ -258,6 +259,11 @@ void http_stream_start_sized(struct http_ctx *ctx, int status, const char *conte
 /* Ends a stream that failed after its head went out: the reply is cut short (no last chunk;
  * the connection closes after what is queued), so the client cannot take it for complete. */
 void http_stream_abort(struct http_ctx *ctx);
+/* Puts the reply under the send guard: a client that takes none of what waits for it for
+ * SANDBOX_BODY_TIMEOUT_MS has its connection closed (on_gone runs). For replies whose
+ * producer holds something while it waits (a file read's sandbox operation); an event
+ * stream, whose slow client gets an overflow instead, is not guarded. */
+void http_stream_guard(struct http_ctx *ctx);
 
 /* Calls fn once, from the loop, when fewer than `below` bytes wait to go out to the client
  * (at once if that is so already), or when the client is gone: a producer paused at its

@@ -5,6 +5,7 @@ line), changes files with commands, and reads events until the one it waits for,
 bounded number of events and the stream's read timeout."""
 
 import json
+import time
 import socket
 import urllib.parse
 
@@ -334,3 +335,25 @@ class WatchQuotaTest(DaemonTestCase):
         open_[0].close()
         wait_until(lambda: WatchStream(self.d, sid, ".", timeoutMs="1").status == 200, 30,
                    what="a watch to be admitted again")
+
+
+class PausedWatchClientTest(DaemonTestCase):
+    """A watch's client may stop reading for longer than SANDBOX_BODY_TIMEOUT_MS (short here):
+    it gets an overflow, not a cut connection. Only replies whose producer holds something
+    while it waits (file reads) are under the send guard."""
+    daemon_env = {"SANDBOX_BODY_TIMEOUT_MS": "1000"}
+
+    def test_a_watch_outlives_a_client_that_paused_past_the_body_timeout(self):
+        sid = self.session()
+        self.run_ok(sid, "true")  # the workspace is there
+        w = WatchStream(self.d, sid, ".", rcvbuf=4096)
+        self.addCleanup(w.close)
+        self.assertEqual(w.status, 200)
+        first = next(w.events())
+        self.assertEqual(first.get("type"), "ready", first)
+        n = 20000
+        self.run_ok(sid, f"i=0; while [ $i -lt {n} ]; do echo >> a; echo >> b; "
+                         f"i=$((i+1)); done", http_timeout=600)
+        time.sleep(4)  # nothing read for four body timeouts, with events waiting
+        self.run_ok(sid, "touch after")
+        w.until(lambda e: e.get("path") == "after" and e["type"] != "overflow", limit=4 * n)
