@@ -562,6 +562,23 @@ static int txn(struct etcd_client *c, json_t *req, bool *ret_ok, json_t **ret, s
 	return 0;
 }
 
+/* The key a failed transaction's range (its first failure response) found, in *out: empty
+ * when there was none. */
+static int failed_txn_existing(const json_t *j, struct etcd_kv *out, struct err *err)
+{
+	const json_t *resp = json_array_get(json_object_get(j, "responses"), 0);
+	struct etcd_kvs kvs;
+	if (parse_kvs(json_object_get(resp, "response_range"), &kvs) < 0)
+		return err_set(err, EBADMSG, "etcd: malformed transaction reply");
+	*out = (struct etcd_kv){ 0 };
+	if (kvs.n) {
+		*out = kvs.v[0];
+		kvs.v[0] = (struct etcd_kv){ 0 };
+	}
+	etcd_kvs_clear(&kvs);
+	return 0;
+}
+
 int etcd_create(struct etcd_client *c, const char *key, const char *value, size_t len,
 		int64_t lease, bool *ret_created, struct etcd_kv *ret_existing, int64_t *ret_rev,
 		struct err *err)
@@ -580,19 +597,7 @@ int etcd_create(struct etcd_client *c, const char *key, const char *value, size_
 	*ret_created = ok;
 	if (ret_rev && header_revision(j, ret_rev) < 0)
 		return err_set(err, EBADMSG, "etcd: malformed transaction reply");
-	if (!ok && ret_existing) {
-		const json_t *resp = json_array_get(json_object_get(j, "responses"), 0);
-		struct etcd_kvs kvs;
-		if (parse_kvs(json_object_get(resp, "response_range"), &kvs) < 0)
-			return err_set(err, EBADMSG, "etcd: malformed transaction reply");
-		*ret_existing = (struct etcd_kv){ 0 };
-		if (kvs.n) {
-			*ret_existing = kvs.v[0];
-			kvs.v[0] = (struct etcd_kv){ 0 };
-		}
-		etcd_kvs_clear(&kvs);
-	}
-	return 0;
+	return ok || !ret_existing ? 0 : failed_txn_existing(j, ret_existing, err);
 }
 
 int etcd_put_if(struct etcd_client *c, const char *key, const char *value, size_t len,
@@ -622,19 +627,7 @@ int etcd_put_if(struct etcd_client *c, const char *key, const char *value, size_
 	*ret_ok = ok;
 	if (ok && ret_rev && header_revision(j, ret_rev) < 0)
 		return err_set(err, EBADMSG, "etcd: malformed transaction reply");
-	if (!ok && ret_existing) {
-		const json_t *resp = json_array_get(json_object_get(j, "responses"), 0);
-		struct etcd_kvs kvs;
-		if (parse_kvs(json_object_get(resp, "response_range"), &kvs) < 0)
-			return err_set(err, EBADMSG, "etcd: malformed transaction reply");
-		*ret_existing = (struct etcd_kv){ 0 };
-		if (kvs.n) {
-			*ret_existing = kvs.v[0];
-			kvs.v[0] = (struct etcd_kv){ 0 };
-		}
-		etcd_kvs_clear(&kvs);
-	}
-	return 0;
+	return ok || !ret_existing ? 0 : failed_txn_existing(j, ret_existing, err);
 }
 
 int etcd_delete_if(struct etcd_client *c, const char *key, int64_t mod_rev, bool *ret_deleted,
