@@ -133,8 +133,16 @@ def node(etcd, name, network=False, labels="", env=None, state_dir=None, uid_slo
         e["SANDBOX_RUN_DIR"] = os.path.join(os.path.dirname(state_dir), "run")
     e.update(env or {})
     d = harness.Daemon(env=e, driver_name="jail")
-    d.secret_dir = tmp
     d.name = name
+    # The secret's directory goes with the node: a node replaced by a restart leaves nothing.
+    def removing(end):
+        def end_and_remove(*args, **kwargs):
+            try:
+                return end(*args, **kwargs)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return end_and_remove
+    d.stop, d.kill = removing(d.stop), removing(d.kill)
     try:
         d.start()
     except BaseException:
