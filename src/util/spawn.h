@@ -48,6 +48,7 @@ enum spawn_op_kind {
 	SOP_MOUNT,        /* mount(src, dst, fstype, flags, data) */
 	SOP_MKDIR,        /* mkdir(dst, arg); an existing directory is fine */
 	SOP_RMDIR,        /* rmdir(dst) */
+	SOP_CHOWN,        /* chown dst (not following a symlink) to uid arg, gid flags */
 	SOP_MKNOD,        /* mknod(dst, arg, dev) */
 	SOP_SYMLINK,      /* symlink(src, dst) */
 	SOP_CHDIR,        /* chdir(dst), or fchdir(fd) when dst is NULL */
@@ -68,6 +69,8 @@ enum spawn_op_kind {
 			* fd, as numbers arg, arg + 1, ... */
 	SOP_FSMOUNT,   /* a detached mount of a new fstype (fsopen, fsmount with attributes
 			* flags) as descriptor number arg */
+	SOP_OPEN_TREE, /* a detached copy of the mount at dst (with those below it when flags
+			* has AT_RECURSIVE) as descriptor number arg */
 	SOP_MOVE_MOUNT, /* attach the detached mount fd at dst (move_mount) */
 	SOP_TAP_OPEN,   /* attach to (or create) TAP src as descriptor number arg, kept across
 			 * the exec: IFF_TAP | IFF_NO_PI | flags */

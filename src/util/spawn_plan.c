@@ -434,6 +434,16 @@ static int recv_fds(int fd, int to, unsigned n)
 	return r;
 }
 
+/* Gives descriptor m the number `to` (close-on-exec). */
+static int fd_to(int m, int to)
+{
+	if (m == to)
+		return 0;
+	int r = dup3(m, to, O_CLOEXEC) < 0 ? -errno : 0;
+	close(m);
+	return r;
+}
+
 /* A new filesystem instance, mounted nowhere yet: created while the child still has the
  * privilege its kind needs (see SOP_FSMOUNT), attached later with SOP_MOVE_MOUNT. */
 static int fs_mount(const char *fstype, unsigned attr, int to)
@@ -448,11 +458,18 @@ static int fs_mount(const char *fstype, unsigned attr, int to)
 	close(fs);
 	if (r < 0)
 		return r;
-	if (m != to) {
-		r = dup3(m, to, O_CLOEXEC) < 0 ? -errno : 0;
-		close(m);
-	}
-	return r;
+	return fd_to(m, to);
+}
+
+/* A detached copy of the mount at path (and of the mounts below it when flags has
+ * AT_RECURSIVE), attached later with SOP_MOVE_MOUNT. */
+static int tree_clone(const char *path, unsigned flags, int to)
+{
+	int m = (int)syscall(SYS_open_tree, AT_FDCWD, path,
+			     OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (flags & AT_RECURSIVE));
+	if (m < 0)
+		return -errno;
+	return fd_to(m, to);
 }
 
 static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
@@ -513,6 +530,10 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 	case SOP_RMDIR:
 		r = rmdir(op->dst);
 		break;
+	case SOP_CHOWN:
+		r = fchownat(AT_FDCWD, op->dst, (uid_t)op->arg, (gid_t)op->flags,
+			     AT_SYMLINK_NOFOLLOW);
+		break;
 	case SOP_MKNOD:
 		r = mknod(op->dst, (mode_t)op->arg, op->dev);
 		break;
@@ -567,6 +588,8 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 	case SOP_KEEP_CAPS:
 		r = prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
 		break;
+	case SOP_OPEN_TREE:
+		return tree_clone(op->dst, (unsigned)op->flags, (int)op->arg);
 	case SOP_MOVE_MOUNT:
 		r = (int)syscall(SYS_move_mount, op->fd, "", AT_FDCWD, op->dst,
 				 MOVE_MOUNT_F_EMPTY_PATH);

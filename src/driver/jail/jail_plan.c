@@ -101,26 +101,65 @@ static void add_masks(struct spawn_plan *p)
  * its mounts are nodev), so the host's own nodes are bound onto empty files. */
 static const char *const devices[] = { "null", "zero", "full", "random", "urandom", "tty" };
 
-/* The sandbox's /dev, on the rootfs (the working directory) before the pivot, while the
- * host's nodes are in view. */
-static void add_dev(struct spawn_plan *p)
+/* The sandbox's scratch tmpfs: /dev, /run and (with tmpfs storage) /tmp are directories of
+ * one tmpfs, each attached alone. One superblock where there were three: every superblock
+ * registers a shrinker that every memory cgroup of the host keeps a slot for
+ * (docs/operations.md, "Density"). They share its size, the sum of their bounds. */
+struct scratch {
+	bool tmp;                   /* /tmp is one of its directories (tmpfs storage) */
+	int fd_tmp, fd_run, fd_dev; /* the detached directories, before they are attached */
+};
+
+/* Made on the rootfs (the working directory) before the pivot, while the host's device
+ * nodes are in view: the tmpfs is mounted on dev, its directories are cloned as detached
+ * mounts, then it goes and its dev/ takes its place. */
+static void add_scratch(struct spawn_plan *p, const struct scratch *sc, uint64_t tmp_bytes)
 {
-	const char *dev = "dev";
-	/* /dev/shm is a directory of it (SHM_BYTES more): one tmpfs, one superblock less per
-	 * sandbox. nodev costs nothing: the nodes are bind mounts of the host's, with their
-	 * own flags. */
-	add_mount(p, "tmpfs", dev, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_STRICTATIME,
-		  spawn_plan_str(p, "mode=755,size=%llu", DEV_BYTES + SHM_BYTES), false,
-		  "mount tmpfs on /dev");
+	/* The modes below are exact (the plan sets its umask again before the exec). */
+	add_path(p, SOP_UMASK, NULL, 0, "umask 0");
+	/* nodev costs nothing: the nodes are bind mounts of the host's, with their own flags;
+	 * /dev alone is noexec (below). */
+	unsigned long long bytes = DEV_BYTES + SHM_BYTES + RUN_BYTES + (sc->tmp ? tmp_bytes : 0);
+	add_mount(p, "tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_STRICTATIME,
+		  spawn_plan_str(p, "mode=755,size=%llu", bytes), false,
+		  "mount the scratch tmpfs on /dev");
+	add_path(p, SOP_MKDIR, "dev/dev", 0755, "mkdir the scratch's dev");
+	add_path(p, SOP_MKDIR, "dev/run", 0755, "mkdir the scratch's run");
+	struct spawn_op *op = spawn_plan_add(p, SOP_CHOWN, "chown the scratch's run");
+	op->dst = "dev/run";
+	op->arg = JAIL_COMMAND_UID;
+	op->flags = JAIL_COMMAND_UID;
+	if (sc->tmp)
+		add_path(p, SOP_MKDIR, "dev/tmp", 01777, "mkdir the scratch's tmp");
 	for (size_t i = 0; i < ARRAY_SIZE(devices); i++) {
-		const char *node = spawn_plan_str(p, "%s/%s", dev, devices[i]);
-		struct spawn_op *op = spawn_plan_add(
-			p, SOP_MKNOD, spawn_plan_str(p, "create /dev/%s", devices[i]));
+		const char *node = spawn_plan_str(p, "dev/dev/%s", devices[i]);
+		op = spawn_plan_add(p, SOP_MKNOD, spawn_plan_str(p, "create /dev/%s", devices[i]));
 		op->dst = node;
 		op->arg = S_IFREG | 0666;
 		add_mount(p, spawn_plan_str(p, "/dev/%s", devices[i]), node, NULL, MS_BIND, NULL,
 			  false, spawn_plan_str(p, "bind /dev/%s", devices[i]));
 	}
+	op = spawn_plan_add(p, SOP_OPEN_TREE, "clone the scratch's run");
+	op->dst = "dev/run";
+	op->arg = sc->fd_run;
+	if (sc->tmp) {
+		op = spawn_plan_add(p, SOP_OPEN_TREE, "clone the scratch's tmp");
+		op->dst = "dev/tmp";
+		op->arg = sc->fd_tmp;
+	}
+	op = spawn_plan_add(p, SOP_OPEN_TREE, "clone the scratch's dev with its nodes");
+	op->dst = "dev/dev";
+	op->arg = sc->fd_dev;
+	op->flags = AT_RECURSIVE;
+	op = spawn_plan_add(p, SOP_UMOUNT, "detach the scratch's root");
+	op->dst = "dev";
+	op->flags = MNT_DETACH;
+	op = spawn_plan_add(p, SOP_MOVE_MOUNT, "attach the scratch's dev on /dev");
+	op->fd = sc->fd_dev;
+	op->dst = "dev";
+	add_mount(p, NULL, "dev", NULL,
+		  MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_STRICTATIME, NULL,
+		  false, "remount /dev noexec");
 }
 
 /* The rest of /dev, after the pivot. */
@@ -130,9 +169,7 @@ static void add_dev_rest(struct spawn_plan *p)
 	add_mount(p, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 		  "newinstance,ptmxmode=0666,mode=0620,gid=5", false, "mount devpts on /dev/pts");
 	add_symlink(p, "pts/ptmx", "/dev/ptmx");
-	/* The modes below are exact (the plan sets its umask before the exec). */
-	add_path(p, SOP_UMASK, NULL, 0, "umask 0");
-	/* A directory of /dev's tmpfs, which has room for it (DEV_TMPFS_OPTS). */
+	/* A directory of /dev, which has room for it (SHM_BYTES). */
 	add_path(p, SOP_MKDIR, "/dev/shm", 01777, "mkdir /dev/shm");
 	add_path(p, SOP_MKDIR, "/dev/mqueue", 0755, "mkdir /dev/mqueue");
 	add_mount(p, "mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL,
@@ -209,7 +246,12 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 		op->fd = JAIL_FD_RESOLV;
 		op->dst = "etc/resolv.conf";
 	}
-	add_dev(p);
+	/* Descriptor numbers past the volumes'. */
+	struct scratch sc = { .tmp = !disk,
+			      .fd_tmp = JAIL_FD_VOLUME + (int)nvol,
+			      .fd_run = JAIL_FD_VOLUME + (int)nvol + 1,
+			      .fd_dev = JAIL_FD_VOLUME + (int)nvol + 2 };
+	add_scratch(p, &sc, workspace_bytes);
 	/* pivot_root(".", ".") needs no directory for the old root, which a read-only rootfs
 	 * could not provide; the old root is then stacked on "." and detached at once. */
 	spawn_plan_add(p, SOP_PIVOT_ROOT, "pivot_root");
@@ -228,22 +270,24 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 	op->fd = JAIL_FD_SYS;
 	op->dst = "/sys";
 
-	/* /tmp gets the workspace's bound: the memory cgroup, which tmpfs pages are charged to,
-	 * bounds the sum of both. The places commands write to belong to the command user. */
+	/* /workspace gets the sandbox's workspace limit, which `df` shows; /tmp has the same
+	 * room in the scratch. The memory cgroup, which tmpfs pages are charged to, bounds the
+	 * sum. The places commands write to belong to the command user. */
 	const char *size = spawn_plan_str(p, "size=%llu", (unsigned long long)workspace_bytes);
 	const char *owner = spawn_plan_str(p, "uid=%u,gid=%u", JAIL_COMMAND_UID, JAIL_COMMAND_UID);
 	/* With a disk, both are directories of the overlay's upper layer (jail_disk.c). */
 	if (!disk) {
-		add_mount(p, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-			  spawn_plan_str(p, "mode=1777,%s", size), false, "mount tmpfs on /tmp");
+		op = spawn_plan_add(p, SOP_MOVE_MOUNT, "attach the scratch's tmp on /tmp");
+		op->fd = sc.fd_tmp;
+		op->dst = "/tmp";
 		add_mount(p, "tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV,
 			  spawn_plan_str(p, "mode=0755,%s,%s", owner, size), false,
 			  "mount tmpfs on /workspace");
 	}
 	/* Sockets and pid files, as in the VM drivers' guests. */
-	add_mount(p, "tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV,
-		  spawn_plan_str(p, "mode=0755,%s,size=%llu", owner, RUN_BYTES), false,
-		  "mount tmpfs on /run");
+	op = spawn_plan_add(p, SOP_MOVE_MOUNT, "attach the scratch's run on /run");
+	op->fd = sc.fd_run;
+	op->dst = "/run";
 
 	/* Volumes last, over the directories the parent made for them in the root (they cannot
 	 * be below the mounts above: volume_path_check). */

@@ -325,6 +325,31 @@ static void test_filesystem(void **state)
 			 0);
 	assert_string_equal(out, "x\ny\n");
 	free(out);
+	/* /dev, /tmp and /run are directories of one tmpfs (one superblock, hence one shrinker,
+	 * where there were three), each with its own mount flags: /dev alone is noexec. */
+	assert_int_equal(run(sb, &out, "stat -c %d /dev /tmp /run /dev/shm | sort -u | wc -l"), 0);
+	assert_string_equal(out, "1\n");
+	free(out);
+	assert_int_equal(run(sb, &out, "stat -c '%a %u' /run"), 0);
+	assert_string_equal(out, "755 1000\n");
+	free(out);
+	assert_int_equal(
+		run(sb, &out,
+		    "awk '$5 == \"/dev\" || $5 == \"/tmp\" || $5 == \"/run\" "
+		    "{ print $5, ($6 ~ /noexec/) }' /proc/self/mountinfo | sort | tr '\\n' ' '"),
+		0);
+	assert_string_equal(out, "/dev 1 /run 0 /tmp 0 ");
+	free(out);
+	/* Superblocks of its own (every device id among its mounts but the shared sysfs, the
+	 * rootfs and the host's device nodes): procfs, the scratch tmpfs, devpts, mqueue and
+	 * /workspace. */
+	assert_int_equal(run(sb, &out,
+			     "awk '{ for (i = 7; $i != \"-\"; i++); t = $(i + 1) } "
+			     "t != \"sysfs\" && t != \"devtmpfs\" && $5 != \"/\" { print $3 }' "
+			     "/proc/self/mountinfo | sort -u | wc -l"),
+			 0);
+	assert_string_equal(out, "5\n");
+	free(out);
 
 	/* A minimal /dev. */
 	assert_int_equal(run(sb, &out, "ls /dev | tr '\\n' ' '"), 0);
