@@ -342,6 +342,15 @@ static bool token_expired(const char *msg)
 
 static int authenticate(struct etcd_client *c, struct err *err);
 
+bool etcd_try_another_member(long status, const char *msg)
+{
+	/* No leader (a lost quorum): another member may have one. A member going away: its
+	 * gateway still answers while the connection to its own server closes (HTTP 408,
+	 * "the client connection is closing"; or "transport is closing"). */
+	return status == 503 || strstr(msg, "no leader") || strstr(msg, "unavailable") ||
+	       strstr(msg, "connection is closing") || strstr(msg, "transport is closing");
+}
+
 /* POSTs `body` to `path`, trying each endpoint once; *ret gets the parsed reply. */
 static int call(struct etcd_client *c, const char *path, const char *body, json_t **ret,
 		struct err *err)
@@ -410,10 +419,7 @@ static int call(struct etcd_client *c, const char *path, const char *body, json_
 				}
 				return err_set(err, EACCES, "etcd %s: %s", path, msg);
 			}
-			/* No leader (a lost quorum), or a member going away: another member may
-			 * answer. */
-			if (status == 503 || strstr(msg, "no leader") ||
-			    strstr(msg, "unavailable")) {
+			if (etcd_try_another_member(status, msg)) {
 				snprintf(last, sizeof(last), "%s: %s", c->endpoints[c->current],
 					 msg);
 				c->current = (c->current + 1) % c->nendpoints;

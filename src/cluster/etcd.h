@@ -55,6 +55,10 @@ struct etcd_kvs {
 	int64_t revision; /* the store's revision when read */
 };
 
+/* Whether an error answer (HTTP status, the gateway's message) is one another member may
+ * not give: no leader, or a member going away. A call then tries the next endpoint. */
+bool etcd_try_another_member(long status, const char *msg);
+
 void etcd_kv_clear(struct etcd_kv *kv);
 void etcd_kvs_clear(struct etcd_kvs *kvs);
 

@@ -148,6 +148,11 @@ if [[ -z $p || -z $f ]]; then
 	p=${p:-0} f=$((${f:-0} + 1))
 fi
 passed=$((passed + p)) failed=$((failed + f + ${c:-0}))
+# What the daemon said around a failure (its directory goes when the suite ends).
+if ((f + ${c:-0} > 0)); then
+	echo "e2b: the daemon's log, last 60 lines:"
+	tail -n 60 "$work/sandboxd.log"
+fi
 
 kill -TERM "$daemon_pid"
 if ! wait_for 60 gone; then

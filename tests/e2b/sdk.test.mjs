@@ -346,7 +346,9 @@ describe("pause and resume", () => {
     assert.equal(typeof sbx.pause, "function", "this SDK has pause()");
     await sbx.files.write("/home/user/kept.txt", "kept");
     const h = await sbx.commands.run(
-      "i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.1; done",
+      // Replaced whole each time: a read that met the file half rewritten would fail (the
+      // daemon never hands out a file that changed while it was read) or find it empty.
+      "i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; sleep 0.1; done",
       { background: true, timeoutMs: 0 },
     );
     await until(async () => Number(await sbx.files.read("count").catch(() => "0")) > 3, "the counter");

@@ -126,6 +126,21 @@ static void test_watch_lines(void **state)
 	assert_int_equal(s.puts, 2);
 }
 
+static void test_another_member(void **state)
+{
+	(void)state;
+	/* A member stopping answers through its gateway while its own connection closes. */
+	assert_true(etcd_try_another_member(408, "grpc: the client connection is closing"));
+	assert_true(etcd_try_another_member(503, "etcdserver: request timed out"));
+	assert_true(etcd_try_another_member(500, "etcdserver: no leader"));
+	assert_true(etcd_try_another_member(500, "rpc error: transport is closing"));
+	/* What every member would answer the same. */
+	assert_false(etcd_try_another_member(400, "etcdserver: mvcc: required revision has been "
+						  "compacted"));
+	assert_false(etcd_try_another_member(400, "etcdserver: requested lease not found"));
+	assert_false(etcd_try_another_member(403, "etcdserver: permission denied"));
+}
+
 static void test_watch_errors(void **state)
 {
 	struct seen s = { 0 };
@@ -189,9 +204,9 @@ static void test_endpoints(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_range),       cmocka_unit_test(test_range_malformed),
-		cmocka_unit_test(test_watch_lines), cmocka_unit_test(test_watch_errors),
-		cmocka_unit_test(test_endpoints),
+		cmocka_unit_test(test_range),          cmocka_unit_test(test_range_malformed),
+		cmocka_unit_test(test_watch_lines),    cmocka_unit_test(test_watch_errors),
+		cmocka_unit_test(test_another_member), cmocka_unit_test(test_endpoints),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
