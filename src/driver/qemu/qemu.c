@@ -92,23 +92,39 @@ static char *qemu_version(const char *bin, struct err *err)
 	return xstrdup(out);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* A TSC reading and its time: of several tries, the one whose bracketing clock reads are
+ * closest, so that a preemption between them cannot skew it. */
+static void tsc_point(uint64_t *ret_tsc, double *ret_ns)
+{
+	double best = -1;
+	for (int i = 0; i < 16; i++) {
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+		uint64_t t = __builtin_ia32_rdtsc();
+		clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+		double na = (double)a.tv_sec * 1e9 + (double)a.tv_nsec;
+		double nb = (double)b.tv_sec * 1e9 + (double)b.tv_nsec;
+		if (best < 0 || nb - na < best) {
+			best = nb - na;
+			*ret_tsc = t;
+			*ret_ns = (na + nb) * 0.5;
+		}
+	}
+}
+#endif
+
 /* The host's TSC rate in kHz: a TCG guest's TSC is the host's. 0 where there is none. */
 static unsigned measure_tsc_khz(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	struct timespec a, b, c, d;
-	clock_gettime(CLOCK_MONOTONIC_RAW, &a);
-	uint64_t t0 = __builtin_ia32_rdtsc();
-	clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+	uint64_t t0, t1;
+	double m0, m1;
+	tsc_point(&t0, &m0);
 	struct timespec nap = { 0, 50 * 1000000L };
 	while (nanosleep(&nap, &nap) < 0 && errno == EINTR)
 		;
-	clock_gettime(CLOCK_MONOTONIC_RAW, &c);
-	uint64_t t1 = __builtin_ia32_rdtsc();
-	clock_gettime(CLOCK_MONOTONIC_RAW, &d);
-	/* Each TSC read is bracketed by clock reads; the midpoints are its time. */
-	double m0 = (a.tv_sec + b.tv_sec) * 0.5e9 + (a.tv_nsec + b.tv_nsec) * 0.5;
-	double m1 = (c.tv_sec + d.tv_sec) * 0.5e9 + (c.tv_nsec + d.tv_nsec) * 0.5;
+	tsc_point(&t1, &m1);
 	if (m1 <= m0 || t1 <= t0)
 		return 0;
 	return (unsigned)((double)(t1 - t0) / (m1 - m0) * 1e6 + 0.5);

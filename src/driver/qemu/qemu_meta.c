@@ -99,7 +99,8 @@ int qemu_meta_match(const json_t *meta, const struct qemu_snap_key *want, struct
 		return err_set(why, ESTALE, "its guest allows %lld tasks, sandboxes get %u",
 			       (long long)tasks, want->tasks_max);
 	if (tsc != (json_int_t)want->tsc_khz)
-		return err_set(why, ESTALE, "the host's TSC rate changed");
+		return err_set(why, ESTALE, "the host's TSC rate changed (%lld kHz, now %u kHz)",
+			       (long long)tsc, want->tsc_khz);
 	/* Anything else on the command line (a new option of this server, say). */
 	if (strcmp(cmdline, m->cmdline) != 0)
 		return err_set(why, ESTALE, "the guest kernel command line changed");
