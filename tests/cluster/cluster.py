@@ -141,12 +141,19 @@ def node(etcd, name, network=False, labels="", env=None, state_dir=None, uid_slo
                 return end(*args, **kwargs)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+                # A node restarted over an earlier node's state lives in that node's
+                # directory, which the earlier node's end left (or kept, after a kill).
+                if state_dir:
+                    shutil.rmtree(os.path.dirname(state_dir), ignore_errors=True)
         return end_and_remove
     d.stop, d.kill = removing(d.stop), removing(d.kill)
     try:
         d.start()
     except BaseException:
+        # The failure carries the daemon's log; its directory would only be left behind.
         shutil.rmtree(tmp, ignore_errors=True)
+        if d.tmp:
+            shutil.rmtree(d.tmp, ignore_errors=True)
         raise
     return d
 
