@@ -35,6 +35,7 @@
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/spawn.h"
 #include "util/time.h"
 
 /* How often a stopping daemon looks whether its in-flight requests have finished. */
@@ -109,6 +110,18 @@ static void on_http_done(const char *method, const char *route, int status, doub
 }
 
 /* The connection layer's counts, into /metrics at each scrape. */
+static void on_scrape_spawns(void *arg)
+{
+	(void)arg;
+	static uint64_t last_via, last_direct;
+	uint64_t via, direct;
+	spawner_counts(&via, &direct);
+	metrics_add(metrics_daemon.spawns, (double)(via - last_via), "spawner");
+	metrics_add(metrics_daemon.spawns, (double)(direct - last_direct), "daemon");
+	last_via = via;
+	last_direct = direct;
+}
+
 static void on_scrape_http(void *arg)
 {
 	static struct http_stats last;
@@ -359,7 +372,6 @@ static const struct cluster_hooks cluster_hooks = {
  * listener fails, for the caller to free. */
 static int serve_http(int *ret_port, struct err *err)
 {
-	raise_nofile();
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
 	front_init(&D.cfg);
 	ui_init(&D.cfg);
@@ -496,10 +508,19 @@ int main(int argc, char **argv)
 			D.cfg.public_domain);
 		return 2;
 	}
+	/* Before any thread: the spawner is a fork of the daemon as it is now (its children
+	 * inherit the descriptor limit raised here). Without it, children are cloned by the
+	 * daemon's threads, as they were before it. */
+	raise_nofile();
+	if (spawner_start(&e) < 0)
+		log_warn("sandboxd", "%s; children are cloned by the daemon itself", e.msg);
+	else
+		log_debug("sandboxd", "spawner started (pid %d)", (int)spawner_pid());
 	loop_log_libevent();
 	evthread_use_pthreads();
 	metrics_init();
 	metrics_process_init();
+	metrics_on_scrape(on_scrape_spawns, NULL);
 	publish_config(&D.cfg);
 	guest_set_violation_hook(on_guest_violation);
 	/* A step that fails undoes the ones before it (see the end): a daemon that cannot start
@@ -592,6 +613,7 @@ out_workers:
 	loop_pool_stop();
 	event_base_free(D.base);
 out_config:
+	spawner_stop();
 	config_free(&D.cfg);
 	metrics_reset();
 	return rc;

@@ -360,6 +360,11 @@ void metrics_init(void)
 				"evicted to make room, "
 				"too slow to send a request, or taking nothing of a reply",
 				"reason");
+	metrics_daemon.spawns = metrics_counter(
+		"process_spawns_total",
+		"Children started (sandboxes' first processes, VMMs, helper programs), by the "
+		"spawner or, without one, by the daemon itself",
+		"via");
 	metrics_daemon.http_bodies_offloaded = metrics_counter(
 		"http_json_bodies_offloaded_total",
 		"JSON request bodies over a megabyte, parsed on the worker pool", NULL);

@@ -54,6 +54,7 @@ struct sandbox_metrics {
 	struct metric *http_connections;         /* gauge */
 	struct metric *http_connections_closed;  /* counter {reason} */
 	struct metric *http_bodies_offloaded;    /* counter */
+	struct metric *spawns;                   /* counter {via}: spawner, daemon */
 	struct metric *session_creations_total;  /* counter {template, driver, result} */
 	struct metric *warm_pool_size;           /* gauge {template} */
 	struct metric *sandbox_disk_bytes;       /* gauge {kind}: used, allocated */

@@ -166,6 +166,47 @@ struct spawn_child {
 int spawn_start(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, struct spawn_child *c,
 		struct err *err);
 
+/* Clones the child that runs `plan` (the clone3 of spawn_start, with its fallbacks for older
+ * kernels), from the calling process, whose signals must all be blocked. Returns the child's
+ * pid (the child never returns) or a negative errno; *pidfd is -1 without one. */
+long spawn_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, int *pidfd,
+		 bool *placed);
+
+/* --- the spawner ----------------------------------------------------------------------
+ *
+ * A clone copies its parent: its page tables, and its descriptor table, which the child then
+ * closes. The daemon grows with its sessions (a descriptor each, its heap), so every new
+ * sandbox would cost more than the last, and each copy-on-write fault the daemon takes after
+ * a clone flushes the TLB of every CPU its threads run on. The spawner is a process forked
+ * from the daemon before its first thread starts, single-threaded and small for good: it
+ * clones every plan's child on the daemon's behalf, with CLONE_PARENT, so that the child is
+ * the daemon's (the daemon reaps it, waits on its pidfd, and SOP_PARENT_DEATH names it).
+ *
+ * The plan travels in one message over a SOCK_SEQPACKET socket: the structs as they are (the
+ * spawner is a fork of the same program), each pointer replaced by an offset into the
+ * message, and the plan's descriptors, the report pipe's write end and the cgroup's descriptor
+ * with it (SCM_RIGHTS). The reply carries the pid and the pidfd. One request at a time. */
+
+/* Forks the spawner; call it before any thread starts. Returns 0 or a negative errno; without
+ * it, or once it is gone, spawn_start clones from the caller as before. */
+int spawner_start(struct err *err);
+
+/* Ends the spawner and waits for it. */
+void spawner_stop(void);
+
+/* spawn_start's way to its child: false when there is no spawner (never started, gone, or the
+ * plan does not fit its message), and the caller clones the child itself. Otherwise *pid is the
+ * child's pid, or a negative errno (the spawner died with the request in its hands, and the
+ * child may or may not have started: cloning again could start two). */
+bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long *pid, int *pidfd,
+		   bool *placed);
+
+/* The spawner's pid; 0 when there is none. */
+pid_t spawner_pid(void);
+
+/* Children started through the spawner, and by the daemon's own threads. */
+void spawner_counts(uint64_t *via_spawner, uint64_t *direct);
+
 /* Waits up to timeout_ms for the child's verdict: 0 when it reached its exec (or exit), the
  * failing step's error, ETIMEDOUT, or ECHILD when it was killed during setup. Closes the
  * report pipe. */

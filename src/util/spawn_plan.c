@@ -617,6 +617,41 @@ void spawn_plan_run(const struct spawn_plan *p)
 
 /* --- the parent's side ------------------------------------------------------------------ */
 
+long spawn_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, int *pidfd,
+		 bool *placed)
+{
+	*pidfd = -1;
+	struct clone_args_v2 args = {
+		.flags = flags | CLONE_PIDFD | (cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0),
+		.pidfd = (uint64_t)(uintptr_t)pidfd,
+		/* With CLONE_PARENT the child's exit signal is its cloner's own (SIGCHLD, as a
+		 * fork's), and clone3 takes none. */
+		.exit_signal = flags & CLONE_PARENT ? 0 : SIGCHLD,
+		.cgroup = cgroup_fd >= 0 ? (uint64_t)cgroup_fd : 0,
+	};
+	*placed = cgroup_fd >= 0;
+	long pid = syscall(SYS_clone3, &args, sizeof(args));
+	if (pid < 0 && *placed && (errno == E2BIG || errno == EINVAL)) {
+		/* Before Linux 5.7: no CLONE_INTO_CGROUP; the caller moves the child instead. */
+		*placed = false;
+		args.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
+		args.cgroup = 0;
+		pid = syscall(SYS_clone3, &args, sizeof(args));
+	}
+	if (pid < 0 && errno == ENOSYS) {
+		/* Before Linux 5.3, or under a seccomp profile that hides clone3: a pidfd after
+		 * the fact (where the kernel has them), as this pid cannot be reused before it
+		 * is reaped. */
+		*placed = false;
+		pid = syscall(SYS_clone, (unsigned long)flags | SIGCHLD, NULL, NULL, NULL, NULL);
+		if (pid > 0)
+			*pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	}
+	if (pid == 0)
+		spawn_plan_run(plan);
+	return pid < 0 ? -errno : pid;
+}
+
 int spawn_start(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, struct spawn_child *c,
 		struct err *err)
 {
@@ -626,45 +661,22 @@ int spawn_start(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, struct s
 	plan->report_fd = rep[1];
 	plan->parent = getpid();
 
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-
 	int pidfd = -1;
-	struct clone_args_v2 args = {
-		.flags = flags | CLONE_PIDFD | (cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0),
-		.pidfd = (uint64_t)(uintptr_t)&pidfd,
-		.exit_signal = SIGCHLD,
-		.cgroup = cgroup_fd >= 0 ? (uint64_t)cgroup_fd : 0,
-	};
-	bool placed = cgroup_fd >= 0;
-	long pid = syscall(SYS_clone3, &args, sizeof(args));
-	if (pid < 0 && placed && (errno == E2BIG || errno == EINVAL)) {
-		/* Before Linux 5.7: no CLONE_INTO_CGROUP; the caller moves the child instead. */
-		placed = false;
-		args.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
-		args.cgroup = 0;
-		pid = syscall(SYS_clone3, &args, sizeof(args));
+	bool placed = false;
+	long pid;
+	if (!spawner_clone(plan, flags, cgroup_fd, &pid, &pidfd, &placed)) {
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		pid = spawn_clone(plan, flags, cgroup_fd, &pidfd, &placed);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
-	if (pid < 0 && errno == ENOSYS) {
-		/* Before Linux 5.3, or under a seccomp profile that hides clone3: a pidfd after
-		 * the fact (where the kernel has them), as this pid cannot be reused before it
-		 * is reaped. */
-		placed = false;
-		pid = syscall(SYS_clone, (unsigned long)flags | SIGCHLD, NULL, NULL, NULL, NULL);
-		if (pid > 0)
-			pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-	}
-	if (pid == 0)
-		spawn_plan_run(plan);
-	int e = errno;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	/* The child's end: held by the child alone from now on. */
 	close(rep[1]);
 	plan->report_fd = -1;
 	if (pid < 0) {
 		close(rep[0]);
-		return err_sys(err, e, "%s: clone", plan->name);
+		return err_sys(err, (int)-pid, "%s: clone", plan->name);
 	}
 	*c = (struct spawn_child){
 		.pid = (pid_t)pid, .pidfd = pidfd, .report = rep[0], .placed = placed

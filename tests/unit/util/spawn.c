@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -374,6 +375,138 @@ static void test_tap_as_a_descriptor(void **state)
 	spawn_plan_free(&plan);
 }
 
+/* --- the spawner (run after the tests above ran once without it, and once with it) --- */
+
+static uint64_t via_spawner(void)
+{
+	uint64_t via, direct;
+	spawner_counts(&via, &direct);
+	return via;
+}
+
+/* A child cloned by the spawner is the caller's: its parent is us, we reap it through its
+ * pidfd, and its failing step's report reaches us. */
+static void test_spawner_child_is_ours(void **state)
+{
+	assert_true(spawner_pid() > 0);
+	uint64_t before = via_spawner();
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	int r, status;
+	_cleanup_free_ char *got = exec_output(&plan, 0, "echo $PPID", &r, &status);
+	assert_int_equal(r, 0);
+	assert_int_equal(status, 0);
+	char want[32];
+	snprintf(want, sizeof(want), "%d\n", (int)getpid());
+	assert_string_equal(got, want);
+	assert_int_equal(via_spawner(), before + 1);
+	spawn_plan_free(&plan);
+}
+
+/* The point of the spawner: a child starts as a copy of the spawner, not of its caller, so a
+ * caller holding thousands of descriptors does not hand each child a table that size. The
+ * kernel never shrinks a table, so FDSize after the exec still shows what the clone copied. */
+static void test_spawner_child_has_a_small_table(void **state)
+{
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < 4096)
+		skip();
+	rl.rlim_cur = rl.rlim_max;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	int high = dup2(0, 4000);
+	assert_int_equal(high, 4000);
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	int r, status;
+	_cleanup_free_ char *got =
+		exec_output(&plan, 0, "exec sed -n 's/^FDSize:[[:space:]]*//p' /proc/self/status", &r,
+			    &status);
+	close(high);
+	assert_int_equal(r, 0);
+	assert_int_equal(status, 0);
+	assert_true(atoi(got) > 0);
+	assert_true(atoi(got) < 4000);
+	spawn_plan_free(&plan);
+}
+
+/* A plan too large for one message is cloned by the caller, and works the same. */
+static void test_spawner_large_plan(void **state)
+{
+	uint64_t via, d0, via2, direct;
+	spawner_counts(&via, &d0);
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	for (int i = 0; i < 4000; i++) {
+		struct spawn_op *op = spawn_plan_add(&plan, SOP_UMASK, "umask");
+		op->arg = 022;
+	}
+	int r, status;
+	_cleanup_free_ char *got = exec_output(&plan, 0, "echo big", &r, &status);
+	assert_int_equal(r, 0);
+	assert_string_equal(got, "big\n");
+	spawner_counts(&via2, &direct);
+	assert_int_equal(via2, via);
+	assert_int_equal(direct, d0 + 1);
+	spawn_plan_free(&plan);
+}
+
+/* A spawner killed between requests: the next child is cloned by the caller, nothing fails,
+ * and the spawner is reaped (no zombie left). */
+static void test_spawner_lost(void **state)
+{
+	pid_t sp = spawner_pid();
+	assert_true(sp > 0);
+	assert_int_equal(kill(sp, SIGKILL), 0);
+	/* Until it is dead: a request sent before would be in its hands when it dies. */
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)sp);
+	for (int i = 0; i < 1000; i++) {
+		char buf[256] = "";
+		FILE *f = fopen(path, "r");
+		if (f) {
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = '\0';
+			fclose(f);
+		}
+		char *p = strrchr(buf, ')');
+		if (!p || p[2] == 'Z')
+			break;
+		usleep(10000);
+	}
+	uint64_t via0, d0, via1, d1;
+	spawner_counts(&via0, &d0);
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	int r, status;
+	_cleanup_free_ char *got = exec_output(&plan, 0, "echo $PPID", &r, &status);
+	assert_int_equal(r, 0);
+	char want[32];
+	snprintf(want, sizeof(want), "%d\n", (int)getpid());
+	assert_string_equal(got, want);
+	spawner_counts(&via1, &d1);
+	assert_int_equal(via1, via0);
+	assert_int_equal(d1, d0 + 1);
+	assert_int_equal(spawner_pid(), 0);
+	/* Reaped: no such process any more. */
+	assert_int_equal(kill(sp, 0), -1);
+	assert_int_equal(errno, ESRCH);
+	spawner_stop();
+	spawn_plan_free(&plan);
+}
+
+static int start_spawner(void **state)
+{
+	struct err e = { 0 };
+	return spawner_start(&e);
+}
+
+static int stop_spawner(void **state)
+{
+	spawner_stop();
+	return 0;
+}
+
 int main(void)
 {
 	/* A child's end of file on a pipe must not kill the test. */
@@ -390,5 +523,16 @@ int main(void)
 		cmocka_unit_test(test_parent_death_in_a_pid_namespace),
 		cmocka_unit_test(test_tap_as_a_descriptor),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	const struct CMUnitTest spawner_tests[] = {
+		cmocka_unit_test(test_spawner_child_is_ours),
+		cmocka_unit_test(test_spawner_child_has_a_small_table),
+		cmocka_unit_test(test_spawner_large_plan),
+		cmocka_unit_test(test_spawner_lost),
+	};
+	/* Every test once as a daemon without a spawner clones, once through the spawner. */
+	int failed = cmocka_run_group_tests_name("direct", tests, NULL, NULL);
+	failed += cmocka_run_group_tests_name("spawner", tests, start_spawner, stop_spawner);
+	failed += cmocka_run_group_tests_name("spawner only", spawner_tests, start_spawner,
+					      stop_spawner);
+	return failed;
 }

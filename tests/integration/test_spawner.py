@@ -1,0 +1,122 @@
+"""The spawner: the small process, forked by the daemon before its threads, that clones every
+sandbox's first process (and every VMM and helper program) so that a creation does not copy
+the daemon's page tables and descriptor table. The children stay the daemon's; when the
+spawner is killed, the daemon clones them itself and nothing fails; it goes with the
+daemon."""
+
+import os
+import signal
+import time
+import unittest
+
+import harness
+from helpers_exec import joined
+from test_admission import metric
+
+
+def stat_of(pid):
+    """(comm, state, ppid) of a process, or None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    rest = text[text.rindex(")") + 2:].split()
+    return comm, rest[0], int(rest[1])
+
+
+def children(pid):
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = stat_of(int(name))
+            if st and st[2] == pid:
+                out.append((int(name), st[0]))
+    return out
+
+
+def spawner_of(d):
+    found = [p for p, comm in children(d.proc.pid) if comm == "sandboxd-spawn"]
+    return found[0] if found else None
+
+
+def gone(pid):
+    st = stat_of(pid)
+    return st is None
+
+
+class SpawnerTest(unittest.TestCase):
+    def start(self, stop=True):
+        d = harness.Daemon(env={"SANDBOX_WARM_POOL": "0", "SANDBOX_NETWORK": "off",
+                                "AUTH_ENABLED": "false", "SANDBOX_DEFAULT_TEMPLATE": "base"})
+        d.start()
+        if stop:
+            self.addCleanup(d.stop)
+        return d
+
+    def create(self, d, sid):
+        status, _, body = d.post("/exec/", body={"id": sid}, timeout=60)
+        self.assertEqual(status, 201, body)
+        status, _, body = d.post(f"/exec/{sid}/execute", body={"command": "echo $((6*7))"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body.get("exitCode"), 0, body)
+        self.assertEqual(joined(body["output"], "stdout"), "42\n", body)
+
+    def spawns(self, d, via):
+        return metric(d, "process_spawns_total", f'via="{via}"') or 0
+
+    def test_children_come_from_the_spawner_and_are_the_daemons(self):
+        d = self.start()
+        sp = spawner_of(d)
+        self.assertIsNotNone(sp, f"no sandboxd-spawn child of {d.proc.pid}: "
+                                 f"{children(d.proc.pid)}")
+        before = self.spawns(d, "spawner")
+        kids_before = {p for p, _ in children(d.proc.pid)}
+        self.create(d, "sp-1")
+        self.assertGreaterEqual(self.spawns(d, "spawner"), before + 1)
+        self.assertEqual(self.spawns(d, "daemon"), 0)
+        # The jail's first process is the daemon's child, not the spawner's.
+        new = [p for p, _ in children(d.proc.pid) if p not in kids_before]
+        self.assertTrue(new, "the sandbox's first process is not a child of the daemon")
+        self.assertEqual(children(sp), [], "the spawner has children of its own")
+        # Destroyed, it is reaped by the daemon: no zombie of it left.
+        status, _, body = d.delete("/exec/sp-1")
+        self.assertIn(status, (200, 204), body)
+        harness.wait_until(lambda: all(gone(p) for p in new), what="the sandbox's process reaped")
+
+    def test_a_killed_spawner_costs_nothing(self):
+        d = self.start()
+        sp = spawner_of(d)
+        self.assertIsNotNone(sp)
+        os.kill(sp, signal.SIGKILL)
+        harness.wait_until(lambda: (stat_of(sp) or ("", "Z"))[1] in "ZX",
+                           what="the spawner dead")
+        # The next creation is cloned by the daemon itself, and works.
+        self.create(d, "sp-2")
+        self.assertGreaterEqual(self.spawns(d, "daemon"), 1)
+        # The spawner was reaped, and the daemon said why it clones by itself.
+        harness.wait_until(lambda: gone(sp), what="the spawner reaped")
+        self.assertIn("the spawner", d.stderr())
+        self.create(d, "sp-3")
+        status, _, body = d.get("/ready")
+        self.assertEqual(status, 200, body)
+
+    def test_it_goes_with_the_daemon(self):
+        d = self.start()
+        sp = spawner_of(d)
+        self.assertIsNotNone(sp)
+        d.stop()
+        harness.wait_until(lambda: gone(sp), what="the spawner gone after a stop")
+        # Killed outright, the daemon takes it along (PR_SET_PDEATHSIG).
+        d2 = self.start(stop=False)
+        self.addCleanup(d2.kill)
+        sp2 = spawner_of(d2)
+        self.assertIsNotNone(sp2)
+        d2.kill()
+        harness.wait_until(lambda: gone(sp2), what="the spawner gone with a killed daemon")
+        d2._cleanup(keep=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
