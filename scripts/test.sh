@@ -74,7 +74,7 @@ suites=(
 	"firecracker       vm    600  scripts/isolated.sh tests/integration/run.sh tests/firecracker"
 	"kernel            vm   2400  tests/kernel/run.sh"
 	"docs              vm    600  tests/docs/run.sh"
-	"deb               vm    600  scripts/test-deb.sh --build build-deb"
+	"deb               vm   1500  scripts/test-deb.sh --build build-deb"
 	"e2e               vm   1800  scripts/isolated.sh tests/e2e/run.sh"
 	"net-vm            vm    900  tests/net/run.sh QemuVm"
 )

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -485,8 +486,14 @@ __attribute__((noreturn)) static void spawner_main(int sock, pid_t daemon)
 	prctl(PR_SET_NAME, "sandboxd-spawn", 0, 0, 0);
 	if (sock != 3 && (dup3(sock, 3, O_CLOEXEC) < 0 || close(sock) < 0))
 		_exit(1);
-	if (syscall(SYS_close_range, 4U, ~0U, 0) < 0)
-		_exit(1);
+	if (syscall(SYS_close_range, 4U, ~0U, 0) < 0) {
+		/* Kernels before 5.9. */
+		struct rlimit rl;
+		if (errno != ENOSYS || getrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(1);
+		for (rlim_t fd = 4; fd < rl.rlim_cur; fd++)
+			close((int)fd);
+	}
 	serve(3);
 }
 
