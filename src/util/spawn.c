@@ -34,8 +34,8 @@ char *spawn_find_binary(const char *bin)
 	return NULL;
 }
 
-/* The plan of a helper program: it dies with the thread that started it, reads /dev/null,
- * writes into `out`, and runs argv with a plain PATH. */
+/* The plan of a helper program: it dies with its parent thread (SOP_PARENT_DEATH), reads
+ * /dev/null, writes into `out`, and runs argv with a plain PATH. */
 static void helper_plan(struct spawn_plan *plan, char *const argv[], int devnull, int out)
 {
 	static char *const env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };

@@ -35,7 +35,9 @@ int spawn_run_bounded(char *const argv[], int timeout_ms, char *out, size_t cap)
 
 enum spawn_op_kind {
 	SOP_SIGNALS,      /* default dispositions, empty signal mask */
-	SOP_PARENT_DEATH, /* SIGKILL when the thread that started it exits; fail if it has */
+	SOP_PARENT_DEATH, /* SIGKILL when its parent thread exits (the daemon's main thread, the
+			   * spawner's parent; without a spawner, the thread that started it);
+			   * fail if it has */
 	SOP_WAIT_BYTE,    /* read one byte from fd (the parent's go-ahead); EOF fails ECANCELED */
 	SOP_WRITE,        /* open dst (below fd when it is not -1) write-only and write src (a
 			   * cgroup's procs file: "0") */
@@ -123,6 +125,8 @@ struct spawn_plan {
 
 	pid_t parent;  /* set by spawn_start, for SOP_PARENT_DEATH */
 	int report_fd; /* the write end, set by spawn_start (the child's, until exec) */
+	int gate_fd;   /* the spawner's: the child goes on once a byte arrives there, and ends
+			* at once on end of file; -1: none */
 };
 
 /* What the child writes to the report pipe when a step fails. */
@@ -169,8 +173,7 @@ int spawn_start(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, struct s
 /* Clones the child that runs `plan` (the clone3 of spawn_start, with its fallbacks for older
  * kernels), from the calling process, whose signals must all be blocked. Returns the child's
  * pid (the child never returns) or a negative errno; *pidfd is -1 without one. */
-long spawn_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, int *pidfd,
-		 bool *placed);
+long spawn_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, int *pidfd, bool *placed);
 
 /* --- the spawner ----------------------------------------------------------------------
  *
@@ -185,7 +188,13 @@ long spawn_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, int *pi
  * The plan travels in one message over a SOCK_SEQPACKET socket: the structs as they are (the
  * spawner is a fork of the same program), each pointer replaced by an offset into the
  * message, and the plan's descriptors, the report pipe's write end and the cgroup's descriptor
- * with it (SCM_RIGHTS). The reply carries the pid and the pidfd. One request at a time. */
+ * with it (SCM_RIGHTS). The reply carries the pid and the pidfd. One request at a time.
+ *
+ * A child cloned by the spawner waits at a gate (a pipe) until the daemon has its pid, so that
+ * a spawner that dies or hangs with a request in its hands can never leave a child running
+ * that nobody knows: the daemon closes the gate, any such child ends before its first step,
+ * and the daemon clones the child itself. A spawner lost that way is replaced at a later
+ * request, at most once per SPAWNER_RESTART_MS. */
 
 /* Forks the spawner; call it before any thread starts. Returns 0 or a negative errno; without
  * it, or once it is gone, spawn_start clones from the caller as before. */
@@ -194,10 +203,9 @@ int spawner_start(struct err *err);
 /* Ends the spawner and waits for it. */
 void spawner_stop(void);
 
-/* spawn_start's way to its child: false when there is no spawner (never started, gone, or the
- * plan does not fit its message), and the caller clones the child itself. Otherwise *pid is the
- * child's pid, or a negative errno (the spawner died with the request in its hands, and the
- * child may or may not have started: cloning again could start two). */
+/* spawn_start's way to its child: false when the spawner cannot clone it (there is none, it
+ * is gone or hung, the plan does not fit its message), and the caller clones the child
+ * itself. Otherwise *pid is the child's pid or a negative errno. */
 bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long *pid, int *pidfd,
 		   bool *placed);
 

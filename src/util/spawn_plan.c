@@ -68,6 +68,7 @@ void spawn_plan_init(struct spawn_plan *p, const char *name)
 	p->name = name;
 	p->report_to = -1;
 	p->report_fd = -1;
+	p->gate_fd = -1;
 }
 
 void spawn_plan_free(struct spawn_plan *p)
@@ -600,6 +601,18 @@ static int run_op(const struct spawn_plan *p, const struct spawn_op *op)
 
 void spawn_plan_run(const struct spawn_plan *p)
 {
+	if (p->gate_fd >= 0) {
+		/* Cloned by the spawner: on only once the daemon knows this child. */
+		char c;
+		ssize_t n;
+		do
+			n = read(p->gate_fd, &c, 1);
+		while (n < 0 && errno == EINTR);
+		if (n != 1)
+			_exit(127);
+		/* The daemon's name (p->name, set by the spawner), not the spawner's. */
+		prctl(PR_SET_NAME, p->name, 0, 0, 0);
+	}
 	report_fd = p->report_fd;
 	int r = arrange_fds(p);
 	if (r < 0)
@@ -617,8 +630,7 @@ void spawn_plan_run(const struct spawn_plan *p)
 
 /* --- the parent's side ------------------------------------------------------------------ */
 
-long spawn_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, int *pidfd,
-		 bool *placed)
+long spawn_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, int *pidfd, bool *placed)
 {
 	*pidfd = -1;
 	struct clone_args_v2 args = {

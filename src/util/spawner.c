@@ -20,6 +20,7 @@
 
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/time.h"
 
 #ifndef CLONE_PARENT
 #define CLONE_PARENT 0x00008000
@@ -30,8 +31,10 @@
 #define SPAWNER_MAX_MSG (128u << 10)
 /* How long a request may take before the spawner is taken for hung. */
 #define SPAWNER_TIMEOUT_MS 10000
-/* The descriptors of one request: the plan's, the report pipe, the cgroup. */
-#define SPAWNER_MAX_FDS (SPAWN_MAX_FDS + 2)
+/* A lost spawner is replaced at a request at least this long after. */
+#define SPAWNER_RESTART_MS 5000
+/* The descriptors of one request: the plan's, the report pipe, the gate, the cgroup. */
+#define SPAWNER_MAX_FDS (SPAWN_MAX_FDS + 3)
 #define SPAWNER_MAGIC   0x6e776173u
 
 struct request {
@@ -43,7 +46,7 @@ struct request {
 	int32_t report_to;
 	uint32_t cap_last;
 	uint32_t n_ops;
-	uint32_t n_fds; /* the plan's; the report pipe and the cgroup follow them */
+	uint32_t n_fds; /* the plan's; the report pipe, the gate and the cgroup follow them */
 	uint32_t has_cgroup;
 	uint32_t seccomp_len; /* instructions; with has_seccomp */
 	uint32_t has_seccomp;
@@ -59,10 +62,13 @@ struct reply {
 
 static struct {
 	pthread_mutex_t lock;
-	int sock; /* -1: no spawner */
-	pid_t pid;
+	int sock;         /* -1: no spawner */
+	pid_t pid;        /* the spawner's while it is there, or a lost one's not yet reaped */
+	uint64_t lost_at; /* when it was lost (time_mono_ms); 0: never started */
 	_Atomic uint64_t via, direct;
 } S = { .lock = PTHREAD_MUTEX_INITIALIZER, .sock = -1 };
+
+static int start_locked(struct err *err);
 
 /* --- the request (the daemon) ----------------------------------------------------------- */
 
@@ -174,16 +180,48 @@ static unsigned char *encode(const struct spawn_plan *p, uint64_t flags, bool cg
 	return buf;
 }
 
-/* The spawner is gone or hung: from now on the daemon clones by itself. Called locked. */
+/* Reaps a lost spawner if it is gone; true when there is none left to reap. Locked. */
+static bool reap_lost(void)
+{
+	if (S.pid <= 0)
+		return true;
+	pid_t r;
+	do
+		r = waitpid(S.pid, NULL, WNOHANG);
+	while (r < 0 && errno == EINTR);
+	if (r == 0)
+		return false;
+	S.pid = 0;
+	return true;
+}
+
+/* The spawner is gone or hung: until it is replaced, the daemon clones by itself. It is not
+ * waited for here: one stuck in the kernel would hold every spawn behind the lock. Locked. */
 static void lost(const char *why)
 {
-	log_warn("spawn", "the spawner (pid %d) %s; children are cloned by the daemon from now on",
+	log_warn("spawn",
+		 "the spawner (pid %d) %s; children are cloned by the daemon until it is replaced",
 		 (int)S.pid, why);
 	close(TAKE_FD(S.sock));
 	kill(S.pid, SIGKILL);
-	while (waitpid(S.pid, NULL, 0) < 0 && errno == EINTR)
-		;
-	S.pid = 0;
+	S.lost_at = time_mono_ms();
+	reap_lost();
+}
+
+/* A lost spawner's replacement, once it is reaped and SPAWNER_RESTART_MS have passed since.
+ * Locked. */
+static void maybe_restart(void)
+{
+	if (S.sock >= 0 || !S.lost_at || time_mono_ms() - S.lost_at < SPAWNER_RESTART_MS ||
+	    !reap_lost())
+		return;
+	struct err e = { 0 };
+	if (start_locked(&e) < 0) {
+		log_warn("spawn", "%s", e.msg);
+		S.lost_at = time_mono_ms();
+		return;
+	}
+	log_info("spawn", "a new spawner (pid %d) replaces the one lost", (int)S.pid);
 }
 
 static int send_request(const unsigned char *msg, size_t len, const int *fds, size_t nfd)
@@ -218,9 +256,10 @@ static int recv_reply(struct reply *rep, int *pidfd)
 {
 	*pidfd = -1;
 	struct pollfd pfd = { .fd = S.sock, .events = POLLIN };
+	uint64_t deadline = time_deadline(SPAWNER_TIMEOUT_MS);
 	int r;
 	do
-		r = poll(&pfd, 1, SPAWNER_TIMEOUT_MS);
+		r = poll(&pfd, 1, time_left_ms(deadline));
 	while (r < 0 && errno == EINTR);
 	if (r < 0)
 		return -errno;
@@ -259,9 +298,13 @@ bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long 
 		   bool *placed)
 {
 	pthread_mutex_lock(&S.lock);
+	maybe_restart();
 	size_t len = 0;
 	_cleanup_free_ unsigned char *msg =
 		S.sock >= 0 ? encode(plan, flags, cgroup_fd >= 0, &len) : NULL;
+	_cleanup_close_pair_ int gate[2] = { -1, -1 };
+	if (msg && pipe2(gate, O_CLOEXEC) < 0)
+		msg = (free(msg), NULL);
 	if (!msg) {
 		pthread_mutex_unlock(&S.lock);
 		atomic_fetch_add(&S.direct, 1);
@@ -272,27 +315,37 @@ bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long 
 	for (size_t i = 0; i < plan->n_fds; i++)
 		fds[nfd++] = plan->fds[i].from;
 	fds[nfd++] = plan->report_fd;
+	fds[nfd++] = gate[0];
 	if (cgroup_fd >= 0)
 		fds[nfd++] = cgroup_fd;
 
 	int r = send_request(msg, len, fds, nfd);
+	if (r == -EPIPE || r == -ECONNRESET)
+		lost("is gone");
+	struct reply rep;
+	if (r == 0) {
+		r = recv_reply(&rep, pidfd);
+		if (r < 0)
+			lost(r == -ETIMEDOUT ? "did not answer" : "died during a request");
+	}
 	if (r < 0) {
-		/* Nothing was handed over: the daemon can clone the child itself. */
-		lost(r == -EPIPE || r == -ECONNRESET ? "is gone" : "refused a request");
+		/* Not cloned, or cloned and held at the gate, which closes below: the child ends
+		 * before its first step. Either way the daemon clones it itself. */
 		pthread_mutex_unlock(&S.lock);
 		atomic_fetch_add(&S.direct, 1);
 		return false;
 	}
-	struct reply rep;
-	r = recv_reply(&rep, pidfd);
-	if (r < 0) {
-		lost(r == -ETIMEDOUT ? "did not answer" : "died during a request");
-		*pid = -EIO;
-	} else {
-		*pid = rep.pid;
-		*placed = rep.placed != 0;
-		atomic_fetch_add(&S.via, 1);
+	if (rep.pid > 0) {
+		/* The child knows no one but the daemon from here on. */
+		static const char go = 1;
+		ssize_t w;
+		do
+			w = write(gate[1], &go, 1);
+		while (w < 0 && errno == EINTR);
 	}
+	*pid = rep.pid;
+	*placed = rep.placed != 0;
+	atomic_fetch_add(&S.via, 1);
 	pthread_mutex_unlock(&S.lock);
 	return true;
 }
@@ -320,6 +373,7 @@ void spawner_counts(uint64_t *via_spawner, uint64_t *direct)
  */
 
 static unsigned char inbox[SPAWNER_MAX_MSG] __attribute__((aligned(16)));
+static char daemon_name[16];
 
 /* Turns an offset back into a pointer to a NUL-terminated string inside the message. */
 static int fix_str(const char **s, size_t size)
@@ -357,7 +411,7 @@ static int decode(size_t size, const int *fds, size_t nfd, struct spawn_plan *p,
 {
 	const struct request *rq = (const struct request *)(void *)inbox;
 	if (size < sizeof(*rq) || rq->magic != SPAWNER_MAGIC || rq->size != size ||
-	    rq->n_fds >= SPAWN_MAX_FDS || nfd != rq->n_fds + 1 + (rq->has_cgroup ? 1 : 0))
+	    rq->n_fds >= SPAWN_MAX_FDS || nfd != rq->n_fds + 2 + (rq->has_cgroup ? 1 : 0))
 		return -EPROTO;
 	if (rq->ops_off % 8 || rq->ops_off > size ||
 	    (size - rq->ops_off) / sizeof(struct spawn_op) < rq->n_ops)
@@ -368,7 +422,7 @@ static int decode(size_t size, const int *fds, size_t nfd, struct spawn_plan *p,
 		return -EPROTO;
 
 	memset(p, 0, sizeof(*p));
-	p->name = "spawner";
+	p->name = daemon_name; /* what the child calls itself once past the gate */
 	p->ops = (struct spawn_op *)(void *)(inbox + rq->ops_off);
 	p->n = p->cap = rq->n_ops;
 	for (size_t i = 0; i < p->n; i++) {
@@ -394,8 +448,9 @@ static int decode(size_t size, const int *fds, size_t nfd, struct spawn_plan *p,
 			return -EPROTO;
 	}
 	p->report_fd = fds[p->n_fds];
+	p->gate_fd = fds[p->n_fds + 1];
 	p->report_to = rq->report_to;
-	*cgroup_fd = rq->has_cgroup ? fds[p->n_fds + 1] : -1;
+	*cgroup_fd = rq->has_cgroup ? fds[p->n_fds + 2] : -1;
 	p->parent = rq->parent;
 	*flags = rq->flags;
 	p->caps_keep = rq->caps_keep;
@@ -470,6 +525,8 @@ __attribute__((noreturn)) static void serve(int sock)
 		reply(sock, pid, placed, pidfd);
 		if (pidfd >= 0)
 			close(pidfd);
+		/* Nothing of one plan stays in the next child's memory. */
+		memset(inbox, 0, (size_t)n);
 	}
 }
 
@@ -483,6 +540,8 @@ __attribute__((noreturn)) static void spawner_main(int sock, pid_t daemon)
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon)
 		_exit(0);
+	if (prctl(PR_GET_NAME, daemon_name, 0, 0, 0) < 0)
+		memcpy(daemon_name, "sandboxd", sizeof("sandboxd"));
 	prctl(PR_SET_NAME, "sandboxd-spawn", 0, 0, 0);
 	if (sock != 3 && (dup3(sock, 3, O_CLOEXEC) < 0 || close(sock) < 0))
 		_exit(1);
@@ -491,24 +550,23 @@ __attribute__((noreturn)) static void spawner_main(int sock, pid_t daemon)
 		struct rlimit rl;
 		if (errno != ENOSYS || getrlimit(RLIMIT_NOFILE, &rl) < 0)
 			_exit(1);
-		for (rlim_t fd = 4; fd < rl.rlim_cur; fd++)
+		/* The daemon has a few dozen open this early. */
+		for (rlim_t fd = 4; fd < rl.rlim_cur && fd < 65536; fd++)
 			close((int)fd);
 	}
 	serve(3);
 }
 
-int spawner_start(struct err *err)
+/* Forks a spawner. Locked. */
+static int start_locked(struct err *err)
 {
-	pthread_mutex_lock(&S.lock);
-	if (S.sock >= 0) {
-		pthread_mutex_unlock(&S.lock);
-		return 0;
-	}
 	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-		pthread_mutex_unlock(&S.lock);
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return err_sys(err, errno, "spawner: socketpair");
-	}
+	/* Room for the largest message whatever net.core.wmem_default says. */
+	int size = 2 * SPAWNER_MAX_MSG;
+	if (setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof(size)) < 0)
+		setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
 	pid_t daemon = getpid();
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -519,24 +577,32 @@ int spawner_start(struct err *err)
 	close(sv[1]);
 	if (pid < 0) {
 		close(sv[0]);
-		pthread_mutex_unlock(&S.lock);
 		return err_sys(err, e, "spawner: fork");
 	}
 	S.sock = sv[0];
 	S.pid = pid;
-	pthread_mutex_unlock(&S.lock);
 	return 0;
+}
+
+int spawner_start(struct err *err)
+{
+	pthread_mutex_lock(&S.lock);
+	int r = S.sock >= 0 ? 0 : start_locked(err);
+	pthread_mutex_unlock(&S.lock);
+	return r;
 }
 
 void spawner_stop(void)
 {
 	pthread_mutex_lock(&S.lock);
 	if (S.sock >= 0) {
-		/* End of file on its socket ends it. */
 		close(TAKE_FD(S.sock));
+		kill(S.pid, SIGKILL);
+	}
+	if (S.pid > 0)
 		while (waitpid(S.pid, NULL, 0) < 0 && errno == EINTR)
 			;
-		S.pid = 0;
-	}
+	S.pid = 0;
+	S.lost_at = 0;
 	pthread_mutex_unlock(&S.lock);
 }

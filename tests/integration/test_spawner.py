@@ -1,8 +1,8 @@
 """The spawner: the small process, forked by the daemon before its threads, that clones every
 sandbox's first process (and every VMM and helper program) so that a creation does not copy
 the daemon's page tables and descriptor table. The children stay the daemon's; when the
-spawner is killed, the daemon clones them itself and nothing fails; it goes with the
-daemon."""
+spawner is killed, the daemon clones them itself and nothing fails, until a new spawner
+replaces it; it goes with the daemon."""
 
 import os
 import signal
@@ -37,13 +37,29 @@ def children(pid):
 
 
 def spawner_of(d):
+    """The daemon's spawner: its child of that name (a child the spawner has just cloned
+    has the name too, until it passes its gate: the oldest is the spawner)."""
     found = [p for p, comm in children(d.proc.pid) if comm == "sandboxd-spawn"]
-    return found[0] if found else None
+    return min(found, key=start_time) if found else None
+
+
+def start_time(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def gone(pid):
     st = stat_of(pid)
     return st is None
+
+
+def dead(pid):
+    """Gone, or a zombie (a parent other than the daemon may take its time to reap it)."""
+    st = stat_of(pid)
+    return st is None or st[1] in "ZX"
 
 
 class SpawnerTest(unittest.TestCase):
@@ -97,8 +113,16 @@ class SpawnerTest(unittest.TestCase):
         self.assertGreaterEqual(self.spawns(d, "daemon"), 1)
         # The spawner was reaped, and the daemon said why it clones by itself.
         harness.wait_until(lambda: gone(sp), what="the spawner reaped")
-        self.assertIn("the spawner", d.stderr())
+        self.assertIn(f"the spawner (pid {sp}) is gone", d.stderr())
+        # Some seconds later a creation finds a new spawner in its place.
+        time.sleep(5.5)
+        via = self.spawns(d, "spawner")
         self.create(d, "sp-3")
+        self.assertGreaterEqual(self.spawns(d, "spawner"), via + 1)
+        sp2 = spawner_of(d)
+        self.assertIsNotNone(sp2)
+        self.assertNotEqual(sp2, sp)
+        self.assertIn(f"a new spawner (pid {sp2}) replaces", d.stderr())
         status, _, body = d.get("/ready")
         self.assertEqual(status, 200, body)
 
@@ -114,7 +138,7 @@ class SpawnerTest(unittest.TestCase):
         sp2 = spawner_of(d2)
         self.assertIsNotNone(sp2)
         d2.kill()
-        harness.wait_until(lambda: gone(sp2), what="the spawner gone with a killed daemon")
+        harness.wait_until(lambda: dead(sp2), what="the spawner gone with a killed daemon")
         d2._cleanup(keep=False)
 
 

@@ -419,9 +419,8 @@ static void test_spawner_child_has_a_small_table(void **state)
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "test");
 	int r, status;
-	_cleanup_free_ char *got =
-		exec_output(&plan, 0, "exec sed -n 's/^FDSize:[[:space:]]*//p' /proc/self/status", &r,
-			    &status);
+	_cleanup_free_ char *got = exec_output(
+		&plan, 0, "exec sed -n 's/^FDSize:[[:space:]]*//p' /proc/self/status", &r, &status);
 	close(high);
 	assert_int_equal(r, 0);
 	assert_int_equal(status, 0);
@@ -491,8 +490,80 @@ static void test_spawner_lost(void **state)
 	/* Reaped: no such process any more. */
 	assert_int_equal(kill(sp, 0), -1);
 	assert_int_equal(errno, ESRCH);
-	spawner_stop();
 	spawn_plan_free(&plan);
+
+	/* Replaced at a request some seconds later. */
+	sleep(6);
+	spawn_plan_init(&plan, "test");
+	free(exec_output(&plan, 0, "true", &r, &status));
+	assert_int_equal(r, 0);
+	assert_true(spawner_pid() > 0);
+	assert_true(spawner_pid() != sp);
+	spawner_counts(&via0, &d0);
+	assert_int_equal(via0, via1 + 1);
+	assert_int_equal(d0, d1);
+	spawn_plan_free(&plan);
+}
+
+/* A spawner that does not answer (stopped) is given up after its timeout: the child is
+ * cloned by the caller, and the stopped spawner is killed and reaped. */
+static void test_spawner_hung(void **state)
+{
+	pid_t sp = spawner_pid();
+	assert_true(sp > 0);
+	assert_int_equal(kill(sp, SIGSTOP), 0);
+	uint64_t via0, d0, via1, d1;
+	spawner_counts(&via0, &d0);
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	int r, status;
+	_cleanup_free_ char *got = exec_output(&plan, 0, "echo $PPID", &r, &status);
+	assert_int_equal(r, 0);
+	char want[32];
+	snprintf(want, sizeof(want), "%d\n", (int)getpid());
+	assert_string_equal(got, want);
+	spawner_counts(&via1, &d1);
+	assert_int_equal(via1, via0);
+	assert_int_equal(d1, d0 + 1);
+	assert_int_equal(spawner_pid(), 0);
+	spawn_plan_free(&plan);
+	/* Killed; reaped by the stop at the latest. */
+	spawner_stop();
+	assert_int_equal(kill(sp, 0), -1);
+	assert_int_equal(errno, ESRCH);
+}
+
+/* The gate of a child the spawner clones: a byte lets it go on; end of file ends it before its
+ * first step (a spawner lost mid-request leaves nothing running). */
+static void test_gate(void **state)
+{
+	_cleanup_free_ char *dir = xstrdup("/tmp/spawn-gate-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	_cleanup_free_ char *path = xasprintf("%s/stepped", dir);
+	for (int open_it = 0; open_it < 2; open_it++) {
+		int gate[2];
+		assert_int_equal(pipe2(gate, O_CLOEXEC), 0);
+		struct spawn_plan plan;
+		spawn_plan_init(&plan, "test");
+		plan.gate_fd = gate[0];
+		struct spawn_op *op = spawn_plan_add(&plan, SOP_MKDIR, "mkdir");
+		op->dst = path;
+		op->arg = 0700;
+		spawn_plan_add(&plan, SOP_EXIT, "exit");
+		if (open_it)
+			assert_int_equal(write(gate[1], "", 1), 1);
+		close(gate[1]);
+		struct err e = { 0 };
+		int status;
+		run(&plan, &status, &e);
+		close(gate[0]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), open_it ? 0 : 127);
+		assert_int_equal(access(path, F_OK) == 0, open_it);
+		spawn_plan_free(&plan);
+	}
+	rmdir(path);
+	rmdir(dir);
 }
 
 static int start_spawner(void **state)
@@ -504,6 +575,30 @@ static int start_spawner(void **state)
 static int stop_spawner(void **state)
 {
 	spawner_stop();
+	return 0;
+}
+
+/* The group of every test through the spawner: none of its children may have been cloned by
+ * the caller. */
+static uint64_t group_direct;
+
+static int start_spawner_group(void **state)
+{
+	uint64_t via;
+	spawner_counts(&via, &group_direct);
+	return start_spawner(state);
+}
+
+static int stop_spawner_group(void **state)
+{
+	uint64_t via, direct;
+	spawner_counts(&via, &direct);
+	spawner_stop();
+	if (direct != group_direct || via == 0) {
+		fprintf(stderr, "the spawner group: %llu through the spawner, %llu direct\n",
+			(unsigned long long)via, (unsigned long long)(direct - group_direct));
+		return -1;
+	}
 	return 0;
 }
 
@@ -523,15 +618,22 @@ int main(void)
 		cmocka_unit_test(test_parent_death_in_a_pid_namespace),
 		cmocka_unit_test(test_tap_as_a_descriptor),
 	};
+	/* The spawner puts a gate of its own on every child it clones: this one is the caller's. */
+	const struct CMUnitTest direct_tests[] = {
+		cmocka_unit_test(test_gate),
+	};
 	const struct CMUnitTest spawner_tests[] = {
 		cmocka_unit_test(test_spawner_child_is_ours),
 		cmocka_unit_test(test_spawner_child_has_a_small_table),
 		cmocka_unit_test(test_spawner_large_plan),
 		cmocka_unit_test(test_spawner_lost),
+		cmocka_unit_test_setup(test_spawner_hung, start_spawner),
 	};
 	/* Every test once as a daemon without a spawner clones, once through the spawner. */
 	int failed = cmocka_run_group_tests_name("direct", tests, NULL, NULL);
-	failed += cmocka_run_group_tests_name("spawner", tests, start_spawner, stop_spawner);
+	failed += cmocka_run_group_tests_name("direct only", direct_tests, NULL, NULL);
+	failed += cmocka_run_group_tests_name("spawner", tests, start_spawner_group,
+					      stop_spawner_group);
 	failed += cmocka_run_group_tests_name("spawner only", spawner_tests, start_spawner,
 					      stop_spawner);
 	return failed;
