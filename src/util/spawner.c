@@ -224,7 +224,9 @@ static void maybe_restart(void)
 	log_info("spawn", "a new spawner (pid %d) replaces the one lost", (int)S.pid);
 }
 
-static int send_request(const unsigned char *msg, size_t len, const int *fds, size_t nfd)
+/* One message with nfd descriptors attached (SCM_RIGHTS); 0 or a negative errno. Used on
+ * both sides: it neither allocates nor locks. */
+static int send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfd)
 {
 	struct iovec iov = { .iov_base = (void *)(uintptr_t)msg, .iov_len = len };
 	union {
@@ -244,11 +246,46 @@ static int send_request(const unsigned char *msg, size_t len, const int *fds, si
 	}
 	ssize_t n;
 	do
-		n = sendmsg(S.sock, &mh, MSG_NOSIGNAL);
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
 	return n == (ssize_t)len ? 0 : -EPROTO;
+}
+
+/* One message into buf, and the descriptors that came with it (at most max; *mflags has
+ * MSG_CTRUNC when there were more). Returns its length, 0 at end of file, or a negative
+ * errno. Used on both sides, like send_fds. */
+static ssize_t recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *nfd,
+			int *mflags)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(SPAWNER_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = u.buf,
+		.msg_controllen = CMSG_SPACE(max * sizeof(int)),
+	};
+	ssize_t n;
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	*nfd = 0;
+	if (n < 0)
+		return -errno;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len >= CMSG_LEN(0)) {
+		*nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		*nfd = *nfd > max ? max : *nfd;
+		memcpy(fds, CMSG_DATA(cm), *nfd * sizeof(int));
+	}
+	*mflags = mh.msg_flags;
+	return n;
 }
 
 /* The reply and the pidfd that may come with it; 0, or a negative errno when there is none. */
@@ -265,27 +302,13 @@ static int recv_reply(struct reply *rep, int *pidfd)
 		return -errno;
 	if (r == 0)
 		return -ETIMEDOUT;
-	struct iovec iov = { .iov_base = rep, .iov_len = sizeof(*rep) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = u.buf,
-		.msg_controllen = sizeof(u.buf),
-	};
-	ssize_t n;
-	do
-		n = recvmsg(S.sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+	size_t nfd;
+	int mflags;
+	ssize_t n = recv_fds(S.sock, rep, sizeof(*rep), pidfd, 1, &nfd, &mflags);
 	if (n < 0)
-		return -errno;
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-	    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-		memcpy(pidfd, CMSG_DATA(cm), sizeof(int));
+		return (int)n;
+	if (!nfd)
+		*pidfd = -1;
 	if (n != (ssize_t)sizeof(*rep)) {
 		if (*pidfd >= 0)
 			close(TAKE_FD(*pidfd));
@@ -319,7 +342,7 @@ bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long 
 	if (cgroup_fd >= 0)
 		fds[nfd++] = cgroup_fd;
 
-	int r = send_request(msg, len, fds, nfd);
+	int r = send_fds(S.sock, msg, len, fds, nfd);
 	if (r == -EPIPE || r == -ECONNRESET)
 		lost("is gone");
 	struct reply rep;
@@ -461,54 +484,21 @@ static int decode(size_t size, const int *fds, size_t nfd, struct spawn_plan *p,
 static void reply(int sock, long pid, bool placed, int pidfd)
 {
 	struct reply rep = { .pid = (int32_t)pid, .placed = placed };
-	struct iovec iov = { .iov_base = &rep, .iov_len = sizeof(rep) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof(u));
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (pidfd >= 0) {
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &pidfd, sizeof(int));
-	}
-	while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR)
-		;
+	/* A daemon gone meanwhile: the next receive ends the spawner. */
+	send_fds(sock, &rep, sizeof(rep), &pidfd, pidfd >= 0 ? 1 : 0);
 }
 
 /* Serves requests until the daemon closes its end. */
 __attribute__((noreturn)) static void serve(int sock)
 {
 	for (;;) {
-		struct iovec iov = { .iov_base = inbox, .iov_len = sizeof(inbox) };
-		union {
-			char buf[CMSG_SPACE(SPAWNER_MAX_FDS * sizeof(int))];
-			struct cmsghdr align;
-		} u;
-		struct msghdr mh = {
-			.msg_iov = &iov,
-			.msg_iovlen = 1,
-			.msg_control = u.buf,
-			.msg_controllen = sizeof(u.buf),
-		};
-		ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-		if (n < 0 && errno == EINTR)
-			continue;
+		int fds[SPAWNER_MAX_FDS];
+		size_t nfd;
+		int mflags;
+		ssize_t n =
+			recv_fds(sock, inbox, sizeof(inbox), fds, SPAWNER_MAX_FDS, &nfd, &mflags);
 		if (n <= 0)
 			_exit(0);
-		int fds[SPAWNER_MAX_FDS];
-		size_t nfd = 0;
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len >= CMSG_LEN(0)) {
-			nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			memcpy(fds, CMSG_DATA(cm), nfd * sizeof(int));
-		}
 
 		struct spawn_plan plan;
 		struct sock_fprog prog;
@@ -517,7 +507,7 @@ __attribute__((noreturn)) static void serve(int sock)
 		bool placed = false;
 		long pid = -EPROTO;
 		/* CLONE_PARENT: the child is the daemon's. */
-		if (!(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+		if (!(mflags & (MSG_TRUNC | MSG_CTRUNC)) &&
 		    decode((size_t)n, fds, nfd, &plan, &prog, &flags, &cgroup_fd) == 0)
 			pid = spawn_clone(&plan, flags | CLONE_PARENT, cgroup_fd, &pidfd, &placed);
 		for (size_t i = 0; i < nfd; i++)

@@ -450,6 +450,27 @@ static void test_spawner_large_plan(void **state)
 	spawn_plan_free(&plan);
 }
 
+/* Runs `echo $PPID` and checks that the caller cloned it itself (the spawner being lost) and
+ * that it is the caller's child all the same. */
+static void expect_cloned_directly(void)
+{
+	uint64_t via0, d0, via1, d1;
+	spawner_counts(&via0, &d0);
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	int r, status;
+	_cleanup_free_ char *got = exec_output(&plan, 0, "echo $PPID", &r, &status);
+	assert_int_equal(r, 0);
+	char want[32];
+	snprintf(want, sizeof(want), "%d\n", (int)getpid());
+	assert_string_equal(got, want);
+	spawner_counts(&via1, &d1);
+	assert_int_equal(via1, via0);
+	assert_int_equal(d1, d0 + 1);
+	assert_int_equal(spawner_pid(), 0);
+	spawn_plan_free(&plan);
+}
+
 /* A spawner killed between requests: the next child is cloned by the caller, nothing fails,
  * and the spawner is reaped (no zombie left). */
 static void test_spawner_lost(void **state)
@@ -473,35 +494,25 @@ static void test_spawner_lost(void **state)
 			break;
 		usleep(10000);
 	}
+	expect_cloned_directly();
+	/* Reaped: no such process any more. */
+	assert_int_equal(kill(sp, 0), -1);
+	assert_int_equal(errno, ESRCH);
+
+	/* Replaced at a request some seconds later. */
+	sleep(6);
 	uint64_t via0, d0, via1, d1;
 	spawner_counts(&via0, &d0);
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "test");
 	int r, status;
-	_cleanup_free_ char *got = exec_output(&plan, 0, "echo $PPID", &r, &status);
-	assert_int_equal(r, 0);
-	char want[32];
-	snprintf(want, sizeof(want), "%d\n", (int)getpid());
-	assert_string_equal(got, want);
-	spawner_counts(&via1, &d1);
-	assert_int_equal(via1, via0);
-	assert_int_equal(d1, d0 + 1);
-	assert_int_equal(spawner_pid(), 0);
-	/* Reaped: no such process any more. */
-	assert_int_equal(kill(sp, 0), -1);
-	assert_int_equal(errno, ESRCH);
-	spawn_plan_free(&plan);
-
-	/* Replaced at a request some seconds later. */
-	sleep(6);
-	spawn_plan_init(&plan, "test");
 	free(exec_output(&plan, 0, "true", &r, &status));
 	assert_int_equal(r, 0);
 	assert_true(spawner_pid() > 0);
 	assert_true(spawner_pid() != sp);
-	spawner_counts(&via0, &d0);
-	assert_int_equal(via0, via1 + 1);
-	assert_int_equal(d0, d1);
+	spawner_counts(&via1, &d1);
+	assert_int_equal(via1, via0 + 1);
+	assert_int_equal(d1, d0);
 	spawn_plan_free(&plan);
 }
 
@@ -512,21 +523,7 @@ static void test_spawner_hung(void **state)
 	pid_t sp = spawner_pid();
 	assert_true(sp > 0);
 	assert_int_equal(kill(sp, SIGSTOP), 0);
-	uint64_t via0, d0, via1, d1;
-	spawner_counts(&via0, &d0);
-	struct spawn_plan plan;
-	spawn_plan_init(&plan, "test");
-	int r, status;
-	_cleanup_free_ char *got = exec_output(&plan, 0, "echo $PPID", &r, &status);
-	assert_int_equal(r, 0);
-	char want[32];
-	snprintf(want, sizeof(want), "%d\n", (int)getpid());
-	assert_string_equal(got, want);
-	spawner_counts(&via1, &d1);
-	assert_int_equal(via1, via0);
-	assert_int_equal(d1, d0 + 1);
-	assert_int_equal(spawner_pid(), 0);
-	spawn_plan_free(&plan);
+	expect_cloned_directly();
 	/* Killed; reaped by the stop at the latest. */
 	spawner_stop();
 	assert_int_equal(kill(sp, 0), -1);
