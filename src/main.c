@@ -109,7 +109,7 @@ static void on_http_done(const char *method, const char *route, int status, doub
 	metrics_observe(metrics_daemon.http_request_duration, seconds, route, method);
 }
 
-/* The connection layer's counts, into /metrics at each scrape. */
+/* The children started by the spawner and by the daemon, into /metrics at each scrape. */
 static void on_scrape_spawns(void *arg)
 {
 	(void)arg;
@@ -122,6 +122,7 @@ static void on_scrape_spawns(void *arg)
 	last_direct = direct;
 }
 
+/* The connection layer's counts, into /metrics at each scrape. */
 static void on_scrape_http(void *arg)
 {
 	static struct http_stats last;

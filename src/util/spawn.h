@@ -170,6 +170,17 @@ struct spawn_child {
 int spawn_start(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, struct spawn_child *c,
 		struct err *err);
 
+/* The most descriptors one message of this module carries: a plan's, the report pipe, the
+ * spawner's gate, a cgroup. */
+#define SPAWN_MSG_MAX_FDS (SPAWN_MAX_FDS + 3)
+
+/* Receives one message into buf and the descriptors that came with it (at most max, no more
+ * than SPAWN_MSG_MAX_FDS; *mflags has MSG_CTRUNC when there were more), close-on-exec.
+ * Returns its length, 0 at end of file, or a negative errno. Neither allocates nor locks:
+ * a child's SOP_RECV_FD and the spawner use it. */
+ssize_t spawn_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *nfd,
+		       int *mflags);
+
 /* Clones the child that runs `plan` (the clone3 of spawn_start, with its fallbacks for older
  * kernels), from the calling process, whose signals must all be blocked. Returns the child's
  * pid (the child never returns) or a negative errno; *pidfd is -1 without one. */

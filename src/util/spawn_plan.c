@@ -380,37 +380,55 @@ static int send_byte(int fd)
 /* At most this many descriptors arrive with one SOP_RECV_FD. */
 #define RECV_FDS_MAX 8
 
+ssize_t spawn_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *nfd,
+		       int *mflags)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(SPAWN_MSG_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	max = max > SPAWN_MSG_MAX_FDS ? SPAWN_MSG_MAX_FDS : max;
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = u.buf,
+		.msg_controllen = CMSG_SPACE(max * sizeof(int)),
+	};
+	ssize_t n;
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	*nfd = 0;
+	if (n < 0)
+		return -errno;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len >= CMSG_LEN(0)) {
+		*nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		*nfd = *nfd > max ? max : *nfd;
+		memcpy(fds, CMSG_DATA(cm), *nfd * sizeof(int));
+	}
+	*mflags = mh.msg_flags;
+	return n;
+}
+
 /* One byte with n descriptors attached; they end up as numbers to, to + 1, ... */
 static int recv_fds(int fd, int to, unsigned n)
 {
 	if (n < 1 || n > RECV_FDS_MAX)
 		return -EINVAL;
 	char b;
-	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
-	union {
-		char buf[CMSG_SPACE(RECV_FDS_MAX * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = u.buf,
-		.msg_controllen = CMSG_SPACE(n * sizeof(int)),
-	};
-	ssize_t k;
-	do
-		k = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-	while (k < 0 && errno == EINTR);
+	int got[RECV_FDS_MAX];
+	size_t nfd;
+	int mflags;
+	ssize_t k = spawn_recv_fds(fd, &b, 1, got, n, &nfd, &mflags);
 	if (k < 0)
-		return -errno;
+		return (int)k;
 	if (k == 0)
 		return -ECANCELED;
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-	    cm->cmsg_len != CMSG_LEN(n * sizeof(int)) || (mh.msg_flags & MSG_CTRUNC))
+	if (nfd != n || (mflags & MSG_CTRUNC))
 		return -EPROTO;
-	int got[RECV_FDS_MAX];
-	memcpy(got, CMSG_DATA(cm), n * sizeof(int));
 	int r = 0;
 	/* One received into the target range but not at its own place is moved above it first,
 	 * so that putting another in place cannot close it. */

@@ -27,15 +27,13 @@
 #endif
 
 /* The largest plan that goes through the spawner (a jail's is about 20 KiB); a larger one is
- * cloned by the daemon. Fits the socket's default send buffer. */
+ * cloned by the daemon. The socket's send buffer is set to hold it (start_locked). */
 #define SPAWNER_MAX_MSG (128u << 10)
 /* How long a request may take before the spawner is taken for hung. */
 #define SPAWNER_TIMEOUT_MS 10000
 /* A lost spawner is replaced at a request at least this long after. */
 #define SPAWNER_RESTART_MS 5000
-/* The descriptors of one request: the plan's, the report pipe, the gate, the cgroup. */
-#define SPAWNER_MAX_FDS (SPAWN_MAX_FDS + 3)
-#define SPAWNER_MAGIC   0x6e776173u
+#define SPAWNER_MAGIC      0x6e776173u
 
 struct request {
 	uint32_t magic;
@@ -225,12 +223,12 @@ static void maybe_restart(void)
 }
 
 /* One message with nfd descriptors attached (SCM_RIGHTS); 0 or a negative errno. Used on
- * both sides: it neither allocates nor locks. */
+ * both sides, like spawn_recv_fds: it neither allocates nor locks. */
 static int send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfd)
 {
 	struct iovec iov = { .iov_base = (void *)(uintptr_t)msg, .iov_len = len };
 	union {
-		char buf[CMSG_SPACE(SPAWNER_MAX_FDS * sizeof(int))];
+		char buf[CMSG_SPACE(SPAWN_MSG_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	memset(&u, 0, sizeof(u));
@@ -253,41 +251,6 @@ static int send_fds(int sock, const void *msg, size_t len, const int *fds, size_
 	return n == (ssize_t)len ? 0 : -EPROTO;
 }
 
-/* One message into buf, and the descriptors that came with it (at most max; *mflags has
- * MSG_CTRUNC when there were more). Returns its length, 0 at end of file, or a negative
- * errno. Used on both sides, like send_fds. */
-static ssize_t recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *nfd,
-			int *mflags)
-{
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	union {
-		char buf[CMSG_SPACE(SPAWNER_MAX_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = u.buf,
-		.msg_controllen = CMSG_SPACE(max * sizeof(int)),
-	};
-	ssize_t n;
-	do
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	*nfd = 0;
-	if (n < 0)
-		return -errno;
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-	    cm->cmsg_len >= CMSG_LEN(0)) {
-		*nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		*nfd = *nfd > max ? max : *nfd;
-		memcpy(fds, CMSG_DATA(cm), *nfd * sizeof(int));
-	}
-	*mflags = mh.msg_flags;
-	return n;
-}
-
 /* The reply and the pidfd that may come with it; 0, or a negative errno when there is none. */
 static int recv_reply(struct reply *rep, int *pidfd)
 {
@@ -304,7 +267,7 @@ static int recv_reply(struct reply *rep, int *pidfd)
 		return -ETIMEDOUT;
 	size_t nfd;
 	int mflags;
-	ssize_t n = recv_fds(S.sock, rep, sizeof(*rep), pidfd, 1, &nfd, &mflags);
+	ssize_t n = spawn_recv_fds(S.sock, rep, sizeof(*rep), pidfd, 1, &nfd, &mflags);
 	if (n < 0)
 		return (int)n;
 	if (!nfd)
@@ -333,7 +296,7 @@ bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long 
 		atomic_fetch_add(&S.direct, 1);
 		return false;
 	}
-	int fds[SPAWNER_MAX_FDS];
+	int fds[SPAWN_MSG_MAX_FDS];
 	size_t nfd = 0;
 	for (size_t i = 0; i < plan->n_fds; i++)
 		fds[nfd++] = plan->fds[i].from;
@@ -492,11 +455,11 @@ static void reply(int sock, long pid, bool placed, int pidfd)
 __attribute__((noreturn)) static void serve(int sock)
 {
 	for (;;) {
-		int fds[SPAWNER_MAX_FDS];
+		int fds[SPAWN_MSG_MAX_FDS];
 		size_t nfd;
 		int mflags;
-		ssize_t n =
-			recv_fds(sock, inbox, sizeof(inbox), fds, SPAWNER_MAX_FDS, &nfd, &mflags);
+		ssize_t n = spawn_recv_fds(sock, inbox, sizeof(inbox), fds, SPAWN_MSG_MAX_FDS, &nfd,
+					   &mflags);
 		if (n <= 0)
 			_exit(0);
 
