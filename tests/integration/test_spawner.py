@@ -96,6 +96,13 @@ class SpawnerTest(unittest.TestCase):
         new = [p for p, _ in children(d.proc.pid) if p not in kids_before]
         self.assertTrue(new, "the sandbox's first process is not a child of the daemon")
         self.assertEqual(children(sp), [], "the spawner has children of its own")
+        # Nothing of the spawner reaches the sandbox: its socket is in none of the sandbox's
+        # first process's descriptors.
+        sock = os.readlink(f"/proc/{sp}/fd/3")
+        self.assertTrue(sock.startswith("socket:"), sock)
+        for pid in new:
+            held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            self.assertNotIn(sock, held, f"process {pid} holds the spawner's socket")
         # Destroyed, it is reaped by the daemon: no zombie of it left.
         status, _, body = d.delete("/exec/sp-1")
         self.assertIn(status, (200, 204), body)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -429,6 +430,75 @@ static void test_spawner_child_has_a_small_table(void **state)
 	spawn_plan_free(&plan);
 }
 
+/* Eight threads starting children at once through the spawner: each gets its own child,
+ * with its own output, and none is cloned by the caller. */
+#define CONCURRENT_THREADS 8
+#define CONCURRENT_EACH    10
+
+/* One child of a thread: its output is `want`. No cmocka assertion here (they may only fail
+ * on the test's own thread). */
+static bool spawn_one(const char *cmd, const char *want)
+{
+	int out[2];
+	if (pipe2(out, O_CLOEXEC) < 0)
+		return false;
+	struct spawn_plan plan;
+	spawn_plan_init(&plan, "test");
+	spawn_plan_fd(&plan, out[1], 1, true);
+	char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
+	char *envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+	plan.argv = argv;
+	plan.envp = envp;
+	spawn_plan_add(&plan, SOP_EXEC, "exec")->src = argv[0];
+	struct err e = { 0 };
+	struct spawn_child c;
+	bool ok = spawn_start(&plan, 0, -1, &c, &e) == 0;
+	if (ok) {
+		ok = spawn_wait(&plan, &c, 10000, &e) == 0;
+		ok = spawn_reap(c.pid, c.pidfd) == 0 && ok;
+		spawn_child_close(&c);
+	}
+	close(out[1]);
+	char *got = read_all(out[0]);
+	close(out[0]);
+	ok = ok && strcmp(got, want) == 0;
+	free(got);
+	spawn_plan_free(&plan);
+	return ok;
+}
+
+static void *spawn_many(void *arg)
+{
+	long id = (long)arg;
+	for (int i = 0; i < CONCURRENT_EACH; i++) {
+		char cmd[64], want[64];
+		snprintf(cmd, sizeof(cmd), "echo %ld-%d $PPID", id, i);
+		snprintf(want, sizeof(want), "%ld-%d %d\n", id, i, (int)getpid());
+		if (!spawn_one(cmd, want))
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void test_spawner_concurrent(void **state)
+{
+	uint64_t via0, d0, via1, d1;
+	spawner_counts(&via0, &d0);
+	pthread_t t[CONCURRENT_THREADS];
+	for (long i = 0; i < CONCURRENT_THREADS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, spawn_many, (void *)i), 0);
+	int bad = 0;
+	for (int i = 0; i < CONCURRENT_THREADS; i++) {
+		void *ret;
+		assert_int_equal(pthread_join(t[i], &ret), 0);
+		bad += ret != NULL;
+	}
+	assert_int_equal(bad, 0);
+	spawner_counts(&via1, &d1);
+	assert_int_equal(via1 - via0, CONCURRENT_THREADS * CONCURRENT_EACH);
+	assert_int_equal(d1, d0);
+}
+
 /* A plan too large for one message is cloned by the caller, and works the same. */
 static void test_spawner_large_plan(void **state)
 {
@@ -622,6 +692,7 @@ int main(void)
 	const struct CMUnitTest spawner_tests[] = {
 		cmocka_unit_test(test_spawner_child_is_ours),
 		cmocka_unit_test(test_spawner_child_has_a_small_table),
+		cmocka_unit_test(test_spawner_concurrent),
 		cmocka_unit_test(test_spawner_large_plan),
 		cmocka_unit_test(test_spawner_lost),
 		cmocka_unit_test_setup(test_spawner_hung, start_spawner),
