@@ -982,37 +982,41 @@ static void read_on_data(struct ops_call *c, const uint8_t *data, size_t len, vo
 	read_pace(rr);
 }
 
-/* A small file's reply, as a buffered read has always had it. */
+/* A small file's reply, as a buffered read has always had it, built in the buffer that goes
+ * out: a megabyte crosses the daemon's memory once as bytes and once encoded. */
 static void reply_whole(struct read_req *rr, const struct ops_result *r)
 {
-	size_t len = evbuffer_get_length(rr->whole);
-	const uint8_t *data = len ? evbuffer_pullup(rr->whole, -1) : (const uint8_t *)"";
 	if (rr->raw) {
-		http_reply_bytes(rr->ctx, 200, "application/octet-stream", data, len);
+		http_reply_buffer(rr->ctx, 200, "application/octet-stream", rr->whole);
 		return;
 	}
+	size_t len = evbuffer_get_length(rr->whole);
+	const uint8_t *data = len ? evbuffer_pullup(rr->whole, -1) : (const uint8_t *)"";
 	/* The reply ops_read_json() describes, written directly: jansson would check and
 	 * escape the contents a byte at a time, twice. */
 	bool b64 = rr->base64 || !utf8_valid(data, len) || memchr(data, 0, len);
 	json_auto_t *jpath = json_string(rr->path);
 	_cleanup_free_ char *path = json_dumps(jpath, JSON_ENCODE_ANY);
-	_cleanup_free_ char *tail =
-		xasprintf("\",\"encoding\":\"%s\",\"size\":%zu}", b64 ? "base64" : "utf8", len);
-	size_t hl = strlen(path) + 24, tl = strlen(tail);
-	size_t cap = hl + (b64 ? 4 * ((len + 2) / 3) : 6 * len) + tl + 1;
-	_cleanup_free_ char *out = xmalloc(cap);
-	size_t o = (size_t)snprintf(out, cap, "{\"path\":%s,\"content\":\"", path);
-	if (b64) {
-		size_t m;
-		_cleanup_free_ char *enc = base64_encode(data, len, &m);
-		memcpy(out + o, enc, m);
-		o += m;
-	} else {
-		o += escape_into(out + o, data, len);
+	struct evbuffer *out = evbuffer_new();
+	evbuffer_add_printf(out, "{\"path\":%s,\"content\":\"", path);
+	size_t cap = b64 ? BASE64_LEN(len) : 6 * len;
+	struct evbuffer_iovec v;
+	if (cap && evbuffer_reserve_space(out, (ev_ssize_t)cap, &v, 1) != 1) {
+		evbuffer_free(out);
+		http_reply_error(rr->ctx, 500, "out of memory for the reply of `%s`", rr->path);
+		return;
 	}
-	memcpy(out + o, tail, tl);
-	o += tl;
-	http_reply_bytes(rr->ctx, 200, "application/json", out, o);
+	if (cap) {
+		v.iov_len = b64 ? base64_encode_into(v.iov_base, data, len)
+				: escape_into(v.iov_base, data, len);
+		evbuffer_commit_space(out, &v, 1);
+	}
+	evbuffer_add_printf(out, "\",\"encoding\":\"%s\",\"size\":%zu}", b64 ? "base64" : "utf8",
+			    len);
+	/* The bytes are not needed any more: their memory goes before the reply's is sent. */
+	evbuffer_drain(rr->whole, len);
+	http_reply_buffer(rr->ctx, 200, "application/json", out);
+	evbuffer_free(out);
 }
 
 static void read_on_done(struct ops_call *c, const struct ops_result *r, const struct err *err,

@@ -40,6 +40,7 @@
 #include "metrics/metrics.h"
 #include "session/ops.h"
 #include "session/preview.h"
+#include "util/bev.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -769,6 +770,8 @@ static void relay_read(struct bufferevent *bev, void *arg)
 {
 	struct proxy *p = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
+	if (p->call)
+		bev_fill(bev, OPS_UPLOAD_HIGH);
 	size_t n = evbuffer_get_length(in);
 	if (!n || !p->call)
 		return;

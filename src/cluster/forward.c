@@ -20,6 +20,7 @@
 
 #include "loop.h"
 #include "metrics/metrics.h"
+#include "util/bev.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -410,6 +411,7 @@ static void on_client_drained(struct http_ctx *ctx, void *arg)
 
 static void on_peer_read(struct bufferevent *bev, void *arg)
 {
+	bev_fill(bev, BEV_FILL_MAX);
 	feed(arg, false);
 }
 
@@ -469,6 +471,7 @@ static void relay_maybe_end(struct fwd *f)
 static void relay_move(struct bufferevent *from, struct bufferevent *to)
 {
 	struct evbuffer *out = bufferevent_get_output(to);
+	bev_fill(from, BEV_FILL_MAX);
 	evbuffer_add_buffer(out, bufferevent_get_input(from));
 	if (evbuffer_get_length(out) >= FWD_HIGH)
 		bufferevent_disable(from, EV_READ);
@@ -593,6 +596,7 @@ static void fwd_start(struct fwd *f, const struct sockaddr *sa, socklen_t len)
 	ctx->on_gone = on_client_gone;
 	ctx->on_gone_arg = f;
 	f->peer = bufferevent_socket_new(cluster_event_base(), -1, BEV_OPT_CLOSE_ON_FREE);
+	bev_large_writes(f->peer);
 	bufferevent_setcb(f->peer, on_peer_read, on_peer_write, on_peer_event, f);
 	bufferevent_setwatermark(f->peer, EV_WRITE, FWD_LOW, 0);
 	unsigned ms = cluster_timeout_ms();

@@ -7,6 +7,7 @@
 
 #include "guest/event.h"
 #include "guest/proto.h"
+#include "util/bev.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 
@@ -407,6 +408,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 {
 	struct guest_conn *c = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
+	bev_fill(bev, BEV_FILL_MAX);
 	conn_enter(c);
 	while (!c->dead) {
 		size_t avail = evbuffer_get_length(in);
@@ -467,6 +469,7 @@ struct guest_conn *guest_conn_new(struct event_base *base, int fd, guest_close_f
 	/* Never hold more than a few frames of unread input: the agent's credit bounds the
 	 * rest, and reading stops while a consumer is slow. */
 	bufferevent_setwatermark(c->bev, EV_READ, 0, 4 * (GUEST_MAX_PAYLOAD + GUEST_HDR_LEN));
+	bev_large_writes(c->bev);
 	bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	return c;

@@ -44,6 +44,7 @@
 #include "http/h1.h"
 #include "http/internal.h"
 #include "loop.h"
+#include "util/bev.h"
 #include "util/cleanup.h"
 #include "util/jsonlimit.h"
 #include "util/jsonload.h"
@@ -1049,6 +1050,7 @@ static void on_output_change(struct evbuffer *buf, const struct evbuffer_cb_info
 
 static void on_read(struct bufferevent *bev, void *arg)
 {
+	bev_fill(bev, BEV_FILL_MAX);
 	conn_process(arg);
 }
 
@@ -1310,6 +1312,7 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 		c->addr->n++;
 	}
 	conn_set_waiting(c, true);
+	bev_large_writes(bev);
 	bufferevent_setcb(bev, on_read, on_write, on_event, c);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	conn_arm(c, srv->header_ms);
@@ -1778,8 +1781,9 @@ static void send_head(struct http_ctx *ctx, int status, const char *content_type
 	evbuffer_add(out, "\r\n", 2);
 }
 
-void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type, const void *data,
-		      size_t len)
+/* A whole reply: its body either bytes to copy or an evbuffer to move. */
+static void reply_at_once(struct http_ctx *ctx, int status, const char *content_type,
+			  const void *data, size_t len, struct evbuffer *body)
 {
 	if (ctx->replied)
 		return;
@@ -1791,13 +1795,29 @@ void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type
 		if (c->state == C_HEAD || c->state == C_BODY)
 			c->answered = true;
 		send_head(ctx, status, content_type, (ssize_t)len);
-		if (!ctx->head_only)
-			bufferevent_write(c->bev, data, len);
+		if (!ctx->head_only) {
+			if (body)
+				evbuffer_add_buffer(bufferevent_get_output(c->bev), body);
+			else
+				bufferevent_write(c->bev, data, len);
+		}
 		ctx->holds++;
 		conn_reply_done(c);
 		ctx->holds--;
 	}
 	ctx_maybe_free(ctx);
+}
+
+void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type, const void *data,
+		      size_t len)
+{
+	reply_at_once(ctx, status, content_type, data, len, NULL);
+}
+
+void http_reply_buffer(struct http_ctx *ctx, int status, const char *content_type,
+		       struct evbuffer *body)
+{
+	reply_at_once(ctx, status, content_type, NULL, evbuffer_get_length(body), body);
 }
 
 void http_reply_json(struct http_ctx *ctx, int status, json_t *body)

@@ -243,6 +243,10 @@ void http_reply_err(struct http_ctx *ctx, const struct err *err);
 int http_status_for_errno(int errnum);
 void http_reply_bytes(struct http_ctx *ctx, int status, const char *content_type, const void *data,
 		      size_t len);
+/* The same with the body's bytes moved out of an evbuffer, not copied (it is left empty; the
+ * caller still frees it). */
+void http_reply_buffer(struct http_ctx *ctx, int status, const char *content_type,
+		       struct evbuffer *body);
 void http_add_header(struct http_ctx *ctx, const char *name, const char *value);
 
 /* Streaming: start a chunked reply, send chunks, end it. Writes are dropped once the client

@@ -11,6 +11,7 @@
 
 #include "http/http.h"
 #include "http/internal.h"
+#include "util/bev.h"
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/random.h"
@@ -156,6 +157,7 @@ static bool ws_pump(struct http_ws *ws)
 static void ws_on_read(struct bufferevent *bev, void *arg)
 {
 	struct http_ws *ws = arg;
+	bev_fill(bev, BEV_FILL_MAX);
 	ws->busy++;
 	int r = wslay_event_recv(ws->wctx);
 	ws->busy--;

@@ -129,8 +129,16 @@ static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 
 char *base64_encode(const uint8_t *buf, size_t len, size_t *outlen)
 {
-	size_t n = 4 * ((len + 2) / 3);
-	char *out = xmalloc(n + 1);
+	char *out = xmalloc(BASE64_LEN(len) + 1);
+	size_t o = base64_encode_into(out, buf, len);
+	out[o] = '\0';
+	if (outlen)
+		*outlen = o;
+	return out;
+}
+
+size_t base64_encode_into(char *out, const uint8_t *buf, size_t len)
+{
 	size_t o = 0, i = 0;
 	for (; i + 2 < len; i += 3) {
 		uint32_t v = (uint32_t)buf[i] << 16 | (uint32_t)buf[i + 1] << 8 | buf[i + 2];
@@ -146,10 +154,7 @@ char *base64_encode(const uint8_t *buf, size_t len, size_t *outlen)
 		out[o++] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
 		out[o++] = '=';
 	}
-	out[o] = '\0';
-	if (outlen)
-		*outlen = o;
-	return out;
+	return o;
 }
 
 /* Decoding table: 0-63 for the alphabet (standard and URL-safe), 64 for padding and

@@ -30,6 +30,10 @@ char *utf8_sanitize(const uint8_t *buf, size_t len, size_t *outlen);
 
 /* Base64 (RFC 4648, with padding). Encode returns a NUL-terminated string. */
 char *base64_encode(const uint8_t *buf, size_t len, size_t *outlen);
+/* The length of len bytes in base64, and the encoding written to out (that many chars,
+ * no NUL); returns the length. */
+#define BASE64_LEN(len) (4 * (((size_t)(len) + 2) / 3))
+size_t base64_encode_into(char *out, const uint8_t *buf, size_t len);
 /* Strict decode: padding required when the length is not a multiple of 4, no stray
  * characters (whitespace is skipped). Returns -1 on bad input. */
 int base64_decode(const char *in, size_t inlen, uint8_t **ret, size_t *retlen);

@@ -343,10 +343,10 @@ E = 10000
 
 
 def formula_bound(idle_bytes):
-    """docs/operations.md: M_idle + C x (1.1 MiB + max(3.5 B + 200 B x E, 8 O, 6 W + H)); no
+    """docs/operations.md: M_idle + C x (1.3 MiB + max(3.5 B + 200 B x E, 8 O, 6 W + H)); no
     MCP calls and one session here (its share is in the idle figure)."""
     per_request = max(3.5 * B + 200 * E, 8 * O, 6 * W + H)
-    return idle_bytes + C * (1.1 * MiB + per_request)
+    return idle_bytes + C * (1.3 * MiB + per_request)
 
 
 class WorstCaseMemoryTest(DaemonTestCase):

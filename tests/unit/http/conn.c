@@ -46,7 +46,8 @@ static struct {
 	atomic_int handled;
 	atomic_long body_bytes; /* a streamed body's bytes, as the handler got them */
 	atomic_int body_pieces;
-	atomic_int drains; /* drain callbacks */
+	atomic_long buffer_left; /* what h_buffer's evbuffer held after its reply */
+	atomic_int drains;       /* drain callbacks */
 	atomic_int ws_messages;
 	atomic_int ws_closed;
 	atomic_int ws_close_code;
@@ -61,6 +62,21 @@ static void h_echo(struct http_ctx *ctx)
 	const uint8_t *b = http_body(ctx, &len);
 	atomic_fetch_add(&P.handled, 1);
 	http_reply_bytes(ctx, 200, "application/octet-stream", b, len);
+}
+
+/* GET /buffer/:n: n bytes of a pattern, moved to the reply from an evbuffer. */
+static void h_buffer(struct http_ctx *ctx)
+{
+	size_t n = strtoul(http_param(ctx, 0), NULL, 10);
+	struct evbuffer *b = evbuffer_new();
+	for (size_t i = 0; i < n; i++) {
+		char c = (char)('a' + i % 26);
+		evbuffer_add(b, &c, 1);
+	}
+	http_reply_buffer(ctx, 200, "text/plain", b);
+	/* Moved, not copied: nothing is left in it (but for a HEAD, which sends no body). */
+	atomic_store(&P.buffer_left, (long)evbuffer_get_length(b));
+	evbuffer_free(b);
 }
 
 static void h_hello(struct http_ctx *ctx)
@@ -249,6 +265,7 @@ static const struct http_route routes[] = {
 	{ HTTP_REQ_GET | HTTP_REQ_HEAD, "/open/:name", h_hello, NULL },
 	{ HTTP_REQ_POST, "/upload", h_upload, "exec", 64u << 20, HTTP_ROUTE_STREAM_BODY },
 	{ HTTP_REQ_GET, "/flood", h_flood, NULL },
+	{ HTTP_REQ_GET | HTTP_REQ_HEAD, "/buffer/:n", h_buffer, NULL },
 	{ HTTP_REQ_GET, "/raw", h_raw, NULL },
 	{ HTTP_REQ_GET, "/ws", h_ws, NULL },
 };
@@ -743,6 +760,7 @@ static void test_streamed_body_with_pauses(void **state)
 		 "Content-Length: %zu\r\n\r\n",
 		 total);
 	send_text(fd, head);
+	atomic_store(&P.body_pieces, 0);
 	char *buf = malloc(total);
 	uint32_t sum = 0;
 	for (size_t i = 0; i < total; i++) {
@@ -759,6 +777,38 @@ static void test_streamed_body_with_pauses(void **state)
 	free(resp);
 	close(fd);
 	assert_true(atomic_load(&P.body_pieces) > 1);
+	/* Read in large pieces (bev_fill), not libevent's 4096 bytes at a time: 768 of them. */
+	assert_true(atomic_load(&P.body_pieces) <= (int)(total / (16u << 10)));
+}
+
+static void test_reply_moved_from_a_buffer(void **state)
+{
+	struct server *s = *state;
+	int fd = dial(s->port);
+	atomic_store(&P.buffer_left, -1);
+	send_text(fd, "GET /buffer/100000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+	char *resp = read_all(fd);
+	close(fd);
+	assert_non_null(strstr(resp, "Content-Length: 100000\r\n"));
+	char *body = strstr(resp, "\r\n\r\n");
+	assert_non_null(body);
+	body += 4;
+	assert_int_equal(strlen(body), 100000);
+	for (size_t i = 0; i < 100000; i++)
+		assert_int_equal(body[i], 'a' + i % 26);
+	free(resp);
+	/* Moved, not copied: nothing was left in the handler's buffer. */
+	assert_int_equal(atomic_load(&P.buffer_left), 0);
+
+	/* A HEAD has the length and no body; the buffer keeps what was not sent. */
+	fd = dial(s->port);
+	send_text(fd, "HEAD /buffer/7 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+	resp = read_all(fd);
+	close(fd);
+	assert_non_null(strstr(resp, "Content-Length: 7\r\n"));
+	assert_string_equal(strstr(resp, "\r\n\r\n"), "\r\n\r\n");
+	assert_int_equal(atomic_load(&P.buffer_left), 7);
+	free(resp);
 }
 
 /* A client that leaves while its body is still being streamed: the handler hears of it. */
@@ -1036,6 +1086,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_global_cap, setup_global, teardown),
 		cmocka_unit_test_setup_teardown(test_streamed_body_with_pauses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reply_moved_from_a_buffer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_streamed_body_client_leaves, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drain_callback, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_routing, setup, teardown),

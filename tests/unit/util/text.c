@@ -103,6 +103,13 @@ static void test_base64_round_trip_all_bytes(void **state)
 		assert_int_equal(base64_decode(enc, elen, &dec, &dlen), 0);
 		assert_int_equal(dlen, len);
 		assert_memory_equal(dec, all, len);
+		/* Into a buffer: the same characters, BASE64_LEN of them, nothing after. */
+		char into[BASE64_LEN(256) + 1];
+		memset(into, '#', sizeof(into));
+		assert_int_equal(base64_encode_into(into, all, len), elen);
+		assert_int_equal(BASE64_LEN(len), elen);
+		assert_memory_equal(into, enc, elen);
+		assert_int_equal(into[elen], '#');
 		free(dec);
 		free(enc);
 	}
