@@ -389,6 +389,7 @@ def main():
                         "mean_ms": statistics.fmean(samples) / 1e6, "runs": len(samples),
                         "baseline": base_name, "baseline_p50_ms": b50, "baseline_p99_ms": b99,
                         "ratio_p50": ratio})
+    targets = check_targets({r["operation"]: r for r in results})
     if life:
         print(f"snapshot of a session with 4 MiB written: {snap_size} bytes; lifecycle rows: "
               f"{len(life['pause'])} runs each ({len(life['fork10'])} of fork 10)")
@@ -398,8 +399,40 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"driver": driver, "runs": runs, "results": results,
-                       "against": compared}, f, indent=2)
+                       "targets": targets, "against": compared}, f, indent=2)
             f.write("\n")
+
+
+# The targets of the data path (docs/operations.md#performance): an absolute p50 in
+# milliseconds, or a ratio of p50s to the row's baseline measured in the same run.
+TARGETS = (
+    ("session create (warm pool)", "p50", 5.0),
+    ("execute `true`", "ratio", 1.2),
+    ("write 1 MiB (raw PUT)", "p50", 2.0),
+    ("read 1 MiB (raw bytes)", "p50", 2.0),
+    ("write 1 MiB (base64 JSON)", "p50", 8.0),
+    ("read 1 MiB (base64 JSON)", "p50", 8.0),
+)
+
+
+def check_targets(by_name):
+    """Prints each target beside what was measured; returns them as a list."""
+    out = []
+    print()
+    for name, kind, limit in TARGETS:
+        r = by_name[name]
+        if kind == "ratio":
+            have, text = r["ratio_p50"], f"p50 {r['ratio_p50']:.2f}x {r['baseline']}"
+            want = f"<= {limit}x"
+        else:
+            have, text = r["p50_ms"], f"p50 {r['p50_ms']:.3f} ms"
+            want = f"<= {limit} ms"
+        met = have <= limit
+        print(f"target {name}: {text}, {want}: {'met' if met else 'NOT met'}")
+        out.append({"operation": name, "kind": kind, "limit": limit, "value": have,
+                    "met": met})
+    print(f"targets met: {sum(t['met'] for t in out)} of {len(out)}")
+    return out
 
 
 def compare_reads(other_binary, runs):
