@@ -20,7 +20,14 @@ struct arena_block {
 struct json_doc {
 	struct arena_block *blocks;
 	struct json *root;
+	size_t first_cap; /* the first block's size, from the text's */
 };
+
+/* The arena's blocks: the first sized to the text (a request of a hundred bytes needs a few
+ * hundred: a block of 64 KiB would be mapped and unmapped by the allocator around every
+ * request, its pages faulted in each time), the next ones larger. */
+#define ARENA_FIRST_MIN 1024
+#define ARENA_BLOCK     65536
 
 struct parser {
 	const unsigned char *p;
@@ -36,7 +43,9 @@ static void *arena_alloc(struct json_doc *doc, size_t n)
 	n = (n + 15) & ~(size_t)15;
 	struct arena_block *b = doc->blocks;
 	if (!b || b->cap - b->used < n) {
-		size_t cap = n > 65536 ? n : 65536;
+		size_t cap = b ? ARENA_BLOCK : doc->first_cap;
+		if (cap < n)
+			cap = n;
 		b = xmalloc(sizeof(*b) + cap);
 		b->cap = cap;
 		b->used = 0;
@@ -432,6 +441,9 @@ int json_parse(const char *buf, size_t len, struct json_doc **ret, struct err *e
 		return err_set(err, EMSGSIZE, "JSON text too large (%zu bytes, at most %u)", len,
 			       JSON_MAX_INPUT);
 	struct json_doc *doc = xcalloc(1, sizeof(*doc));
+	doc->first_cap = len < ARENA_BLOCK / 8 ? 8 * len : ARENA_BLOCK;
+	if (doc->first_cap < ARENA_FIRST_MIN)
+		doc->first_cap = ARENA_FIRST_MIN;
 	struct parser ps = {
 		.p = (const unsigned char *)buf,
 		.end = (const unsigned char *)buf + len,

@@ -208,6 +208,30 @@ static void test_structure(void **state)
 	assert_int_equal(json_root(d)->u.kids.n, keys);
 	json_doc_free(d);
 	free(obj);
+
+	/* Short texts whose values outgrow the first, small arena block (sized to the text):
+	 * every value and string survives into the next blocks. */
+	for (size_t count = 1; count <= 2000; count = count * 3 + 1) {
+		char *arr = malloc(count * 8 + 2);
+		size_t a = 0;
+		arr[a++] = '[';
+		for (size_t i = 0; i < count; i++)
+			a += (size_t)sprintf(arr + a, "%s\"%zu\"", i ? "," : "", i % 10);
+		arr[a++] = ']';
+		d = parse_ok(arr, a);
+		const struct json *root = json_root(d);
+		assert_int_equal(root->u.kids.n, count);
+		size_t i = 0;
+		for (const struct json *v = root->u.kids.first; v; v = v->next, i++) {
+			char want[4];
+			snprintf(want, sizeof(want), "%zu", i % 10);
+			assert_int_equal(v->type, JSON_STRING);
+			assert_string_equal(v->u.str.s, want);
+		}
+		assert_int_equal(i, count);
+		json_doc_free(d);
+		free(arr);
+	}
 }
 
 static void test_writer(void **state)
