@@ -24,6 +24,8 @@ struct loop_pool {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct job *todo, *todo_tail;
+	struct job *later, *later_tail; /* background jobs (loop_submit_background) */
+	unsigned later_running;
 	struct job *finished, *finished_tail;
 	pthread_t *threads;
 	unsigned nthreads;
@@ -56,25 +58,62 @@ static void finish_locked(struct loop_pool *p, struct job *j)
 	(void)w;
 }
 
+static struct job *pop(struct job **head, struct job **tail)
+{
+	struct job *j = *head;
+	*head = j->next;
+	if (!*head)
+		*tail = NULL;
+	return j;
+}
+
+/* How many background jobs may run at once: all workers but one, so that a flood of them
+ * (a client destroying thousands of sessions) never holds up other work. When stopping,
+ * what is left runs on every worker. */
+static bool later_may_run(const struct loop_pool *p)
+{
+	unsigned cap = p->nthreads > 1 ? p->nthreads - 1 : 1;
+	return p->later && (p->stopping || p->later_running < cap);
+}
+
+/* The next job for a free worker, or NULL; p->lock held. Background work takes a worker
+ * first only when none of it runs, so that it progresses however much other work waits;
+ * otherwise other work goes first. */
+static struct job *next_job(struct loop_pool *p, bool *background)
+{
+	*background = later_may_run(p) && (!p->todo || p->later_running == 0);
+	if (*background)
+		return pop(&p->later, &p->later_tail);
+	if (p->todo)
+		return pop(&p->todo, &p->todo_tail);
+	return NULL;
+}
+
 static void *worker_main(void *arg)
 {
 	struct loop_pool *p = arg;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		while (!p->todo && !p->stopping)
+		bool background;
+		struct job *j;
+		while (!(j = next_job(p, &background)) && !p->stopping)
 			pthread_cond_wait(&p->cond, &p->lock);
-		struct job *j = p->todo;
 		if (!j)
 			break;
-		p->todo = j->next;
-		if (!p->todo)
-			p->todo_tail = NULL;
+		if (background)
+			p->later_running++;
 		pthread_mutex_unlock(&p->lock);
 
 		if (j->work)
 			j->work(j->arg);
 
 		pthread_mutex_lock(&p->lock);
+		if (background) {
+			p->later_running--;
+			/* A worker waiting only because of the cap may take the next one. */
+			if (p->later)
+				pthread_cond_broadcast(&p->cond);
+		}
 		finish_locked(p, j);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -130,14 +169,17 @@ static bool pool_running(struct loop_pool *p)
 }
 
 static void pool_submit(struct loop_pool *p, void (*work)(void *arg), void (*done)(void *arg),
-			void *arg)
+			void *arg, bool background)
 {
 	struct job *j = xcalloc(1, sizeof(*j));
 	j->work = work;
 	j->done = done;
 	j->arg = arg;
 	pthread_mutex_lock(&p->lock);
-	push(&p->todo, &p->todo_tail, j);
+	if (background)
+		push(&p->later, &p->later_tail, j);
+	else
+		push(&p->todo, &p->todo_tail, j);
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -175,7 +217,12 @@ bool loop_pool_running(void)
 
 void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
 {
-	pool_submit(&pool, work, done, arg);
+	pool_submit(&pool, work, done, arg, false);
+}
+
+void loop_submit_background(void (*work)(void *arg), void (*done)(void *arg), void *arg)
+{
+	pool_submit(&pool, work, done, arg, true);
 }
 
 void loop_pool_stop(void)
@@ -199,7 +246,7 @@ struct loop_pool *loop_pool_new(struct event_base *base, unsigned nthreads)
 void loop_pool_submit(struct loop_pool *p, void (*work)(void *arg), void (*done)(void *arg),
 		      void *arg)
 {
-	pool_submit(p, work, done, arg);
+	pool_submit(p, work, done, arg, false);
 }
 
 void loop_pool_post(struct loop_pool *p, void (*done)(void *arg), void *arg)

@@ -14,6 +14,10 @@ int loop_pool_start(struct event_base *base, unsigned nthreads);
 
 /* Runs work(arg) on a worker, then done(arg) on the loop thread (done may be NULL). */
 void loop_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg);
+/* The same for work that may wait (tearing sandboxes down): it runs in submission order on
+ * all workers but one, and takes a worker ahead of other work only when none of it runs, so
+ * that thousands of such jobs never hold up the rest (a session's creation) behind them. */
+void loop_submit_background(void (*work)(void *arg), void (*done)(void *arg), void *arg);
 
 /* Whether workers are running to take work (not before loop_pool_start, nor once stopping). */
 bool loop_pool_running(void);

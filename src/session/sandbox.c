@@ -81,7 +81,9 @@ void session_sandbox_destroy(struct sandbox *sb, struct session *s)
 	if (s)
 		session_ref(s);
 	session_mod.destroying++;
-	loop_submit(destroy_work, destroy_done, j);
+	/* Behind other work, not ahead of it: a client destroying thousands of sessions must
+	 * not hold up another's creation for the time they take. */
+	loop_submit_background(destroy_work, destroy_done, j);
 }
 
 /* --- creating sandboxes ------------------------------------------------------------- */
