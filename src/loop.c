@@ -26,6 +26,7 @@ struct loop_pool {
 	struct job *todo, *todo_tail;
 	struct job *later, *later_tail; /* background jobs (loop_submit_background) */
 	unsigned later_running;
+	bool later_last; /* the last job taken was background work */
 	struct job *finished, *finished_tail;
 	pthread_t *threads;
 	unsigned nthreads;
@@ -76,12 +77,14 @@ static bool later_may_run(const struct loop_pool *p)
 	return p->later && (p->stopping || p->later_running < cap);
 }
 
-/* The next job for a free worker, or NULL; p->lock held. Background work takes a worker
- * first only when none of it runs, so that it progresses however much other work waits;
- * otherwise other work goes first. */
+/* The next job for a free worker, or NULL; p->lock held. Background work goes ahead of
+ * other work only when none of it runs and the last job taken was not background work, so
+ * that each progresses however much of the other waits (with one worker, they alternate). */
 static struct job *next_job(struct loop_pool *p, bool *background)
 {
-	*background = later_may_run(p) && (!p->todo || p->later_running == 0);
+	*background = later_may_run(p) && (!p->todo || (p->later_running == 0 && !p->later_last));
+	if (*background || p->todo)
+		p->later_last = *background;
 	if (*background)
 		return pop(&p->later, &p->later_tail);
 	if (p->todo)

@@ -879,6 +879,29 @@ static void read_on_head(struct ops_call *c, uint64_t size, bool text, void *arg
 	http_stream_write(rr->ctx, head, strlen(head));
 }
 
+/* A character's two-character escape in a JSON string, or NULL: another control character
+ * takes six (\u00XX), anything else itself. */
+static const char *short_escape(uint8_t ch)
+{
+	switch (ch) {
+	case '"':
+		return "\\\"";
+	case '\\':
+		return "\\\\";
+	case '\b':
+		return "\\b";
+	case '\f':
+		return "\\f";
+	case '\n':
+		return "\\n";
+	case '\r':
+		return "\\r";
+	case '\t':
+		return "\\t";
+	}
+	return NULL;
+}
+
 /* Writes bytes as the inside of a JSON string, as jansson would: they are valid UTF-8
  * without NUL (ops checked), so only quotes, backslashes and control characters change. */
 static size_t escape_into(char *out, const uint8_t *p, size_t n)
@@ -887,30 +910,7 @@ static size_t escape_into(char *out, const uint8_t *p, size_t n)
 	static const char hex[] = "0123456789abcdef";
 	for (size_t i = 0; i < n; i++) {
 		uint8_t ch = p[i];
-		const char *esc = NULL;
-		switch (ch) {
-		case '"':
-			esc = "\\\"";
-			break;
-		case '\\':
-			esc = "\\\\";
-			break;
-		case '\b':
-			esc = "\\b";
-			break;
-		case '\f':
-			esc = "\\f";
-			break;
-		case '\n':
-			esc = "\\n";
-			break;
-		case '\r':
-			esc = "\\r";
-			break;
-		case '\t':
-			esc = "\\t";
-			break;
-		}
+		const char *esc = short_escape(ch);
 		if (esc) {
 			out[o++] = esc[0];
 			out[o++] = esc[1];
@@ -923,6 +923,15 @@ static size_t escape_into(char *out, const uint8_t *p, size_t n)
 			out[o++] = (char)ch;
 		}
 	}
+	return o;
+}
+
+/* How long escape_into() makes n bytes. */
+static size_t escaped_len(const uint8_t *p, size_t n)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++)
+		o += short_escape(p[i]) ? 2 : p[i] < 0x20 ? 6 : 1;
 	return o;
 }
 
@@ -999,7 +1008,8 @@ static void reply_whole(struct read_req *rr, const struct ops_result *r)
 	_cleanup_free_ char *path = json_dumps(jpath, JSON_ENCODE_ANY);
 	struct evbuffer *out = evbuffer_new();
 	evbuffer_add_printf(out, "{\"path\":%s,\"content\":\"", path);
-	size_t cap = b64 ? BASE64_LEN(len) : 6 * len;
+	/* Exactly what the content takes: the reply's buffer is held until the client has it. */
+	size_t cap = b64 ? BASE64_LEN(len) : escaped_len(data, len);
 	struct evbuffer_iovec v;
 	if (cap && evbuffer_reserve_space(out, (ev_ssize_t)cap, &v, 1) != 1) {
 		evbuffer_free(out);

@@ -327,7 +327,9 @@ void metrics_init(void)
 		metrics_gauge("preview_connections", "Connections to sessions' ports open", NULL);
 	metrics_daemon.admission_refusals_total = metrics_counter(
 		"admission_refusals_total",
-		"Sessions refused because the host was short of memory or descriptors", "reason");
+		"Sessions refused because the host was short of memory or descriptors, or the "
+		"server's cap was held by sandboxes still being torn down",
+		"reason");
 	metrics_daemon.host_memory_available_bytes = metrics_gauge(
 		"host_memory_available_bytes", "The host's MemAvailable at the last scrape", NULL);
 	metrics_daemon.descriptors_free = metrics_gauge(

@@ -115,6 +115,25 @@ int session_descriptor_check(struct err *err)
 		       open, limit, reserve);
 }
 
+/* Sandboxes still being torn down hold what live ones hold (processes, memory, an address
+ * of the network pool) until their teardown ends, and teardown runs behind creation
+ * (loop_submit_background): so they count against SANDBOX_MAX_SESSIONS, beyond one per
+ * worker (a session destroyed and made again at once), or a client that creates and
+ * destroys in a loop could keep any number of them alive. */
+static int teardown_check(struct err *err)
+{
+	const struct config *cfg = session_mod.cfg;
+	if (!cfg->max_sessions)
+		return 0;
+	uint64_t held = (uint64_t)session_mod.nsessions + session_mod.destroying;
+	if (held < (uint64_t)cfg->max_sessions + cfg->workers)
+		return 0;
+	return err_set(err, EAGAIN,
+		       "The server is at its limit of %u sessions (SANDBOX_MAX_SESSIONS) with the "
+		       "%u sandboxes it is still tearing down; try again shortly",
+		       cfg->max_sessions, session_mod.destroying);
+}
+
 int session_host_check(struct err *err)
 {
 	int r = session_memory_check(err);
@@ -123,6 +142,10 @@ int session_host_check(struct err *err)
 	if (r < 0) {
 		metrics_add(metrics_daemon.admission_refusals_total, 1,
 			    r == -ENOMEM ? "memory" : "descriptors");
+		return r;
+	}
+	if ((r = teardown_check(err)) < 0) {
+		metrics_add(metrics_daemon.admission_refusals_total, 1, "teardown");
 		return r;
 	}
 	fds.admitted++;

@@ -68,6 +68,23 @@ class FilesTest(DaemonTestCase):
         self.assertEqual(body["size"], len(data))
 
     @tag("driver")
+    def test_text_with_every_escape_reads_back_whole_and_streamed(self):
+        # The reply is built directly (escaped into a buffer sized to the escaped text): every
+        # kind of escape, around a character JSON keeps as it is, in a file answered whole and
+        # in one streamed past a megabyte.
+        sid = self.session()
+        unit = "q\"b\\n\nt\tr\rb\bf\fc\x01\x1f del\x7f é€😀 "
+        for name, repeat in (("small.txt", 1), ("large.txt", 1 + (1 << 20) // len(unit))):
+            text = unit * repeat
+            self.write_ok(sid, name, base64.b64encode(text.encode()).decode(),
+                          encoding="base64")
+            status, _, body = self.read(sid, name)
+            self.assertEqual(status, 200, str(body)[:300])
+            self.assertEqual(body["encoding"], "utf8")
+            self.assertEqual(body["size"], len(text.encode()))
+            self.assertEqual(body["content"], text)
+
+    @tag("driver")
     def test_text_round_trip(self):
         sid = self.session()
         text = "héllo €😀\nline two\n"

@@ -46,8 +46,9 @@
 /* When neither the sandbox's limits nor the configuration give one. */
 #define DEFAULT_WORKSPACE_BYTES (512ULL << 20)
 #define DEFAULT_NOFILE          1024
-/* Each end's send buffer on the socket between the daemon and the agent. */
-#define JAIL_SOCKET_BUFFER (512 << 10)
+/* Each end's send buffer on the socket between the daemon and the agent, as asked: the
+ * kernel doubles it (for its own overhead), so each end holds up to 512 KiB. */
+#define JAIL_SOCKET_BUFFER (256 << 10)
 
 /* The directories the template's rootfs must have for the sandbox's mounts. */
 static const char *const mountpoints[] = { "proc", "dev", "sys", "tmp", "run", "workspace" };
@@ -549,10 +550,11 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	_cleanup_close_pair_ int sv[2] = { -1, -1 };
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		return err_sys(err, errno, "jail: socketpair");
-	/* Room for a file's data in flight both ways (the kernel's default is about 208 KiB):
-	 * a megabyte read from the sandbox then takes two writes of the agent, not eight with
-	 * a wait for the daemon between each. An agent that writes without credit can hold
-	 * this much of the host's memory in the socket, no more. */
+	/* Room for a file's data in flight both ways (the kernel's default is about 208 KiB, this
+	 * 512 KiB): a megabyte read from the sandbox then takes two writes of the agent, not
+	 * eight with a wait for the daemon between each. An agent that stops reading leaves up
+	 * to that much of what the daemon sent (within its credit) in the kernel, charged to no
+	 * cgroup: docs/operations.md#memory counts it. */
 	int sockbuf = JAIL_SOCKET_BUFFER;
 	for (int i = 0; i < 2; i++)
 		(void)setsockopt(sv[i], SOL_SOCKET, SO_SNDBUFFORCE, &sockbuf, sizeof(sockbuf));

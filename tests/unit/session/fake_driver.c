@@ -27,7 +27,7 @@ static struct {
 	char *agent, *fake_agent, *dir;
 	int fail_errnum;
 	char *script;
-	bool hold;
+	bool hold, hold_destroy;
 	struct fake_counts counts;
 	pid_t last_pid;
 	struct sandbox_limits last_limits;
@@ -48,6 +48,7 @@ void fake_driver_plan(const struct fake_plan *plan)
 	free(F.script);
 	F.script = plan->script ? xstrdup(plan->script) : NULL;
 	F.hold = plan->hold;
+	F.hold_destroy = plan->hold_destroy;
 	pthread_mutex_unlock(&F.lock);
 }
 
@@ -55,6 +56,7 @@ void fake_driver_release(void)
 {
 	pthread_mutex_lock(&F.lock);
 	F.hold = false;
+	F.hold_destroy = false;
 	pthread_cond_broadcast(&F.released);
 	pthread_mutex_unlock(&F.lock);
 }
@@ -191,6 +193,12 @@ static int fake_create(const struct config *cfg, const struct sandbox_spec *spec
 static void fake_destroy(struct sandbox *sb)
 {
 	struct fake_sandbox *fs = sb->priv;
+	pthread_mutex_lock(&F.lock);
+	F.counts.destroys_held++;
+	while (F.hold_destroy)
+		pthread_cond_wait(&F.released, &F.lock);
+	F.counts.destroys_held--;
+	pthread_mutex_unlock(&F.lock);
 	/* The real agent kills its commands on SIGTERM before it leaves. */
 	kill(fs->pid, SIGTERM);
 	waitpid(fs->pid, NULL, 0);

@@ -2,7 +2,8 @@
  * hands back the near end: the real sandbox-agent (in a workspace directory of its own) or,
  * when the test gives a script, the misbehaving fake agent of tests/security. It can also
  * fail, or hold every create() until the test lets it go on, so that a test can look at a
- * session while it is being created. destroy() ends the agent and waits for it.
+ * session while it is being created. destroy() ends the agent and waits for it; it too can
+ * be held.
  *
  * create() and destroy() run on the session layer's workers; everything else is for the
  * loop thread (the test). The counters are read under the driver's lock. */
@@ -19,13 +20,15 @@ struct fake_plan {
 	int fail_errnum;    /* create() fails with this errno; 0: it succeeds */
 	const char *script; /* the fake agent with this script (copied); NULL: the real agent */
 	bool hold;          /* create() waits until fake_driver_release() */
+	bool hold_destroy;  /* destroy() waits until fake_driver_release() */
 };
 
 struct fake_counts {
-	unsigned calls;     /* create() entered */
-	unsigned held;      /* create() calls waiting for fake_driver_release() now */
-	unsigned created;   /* sandboxes handed out */
-	unsigned destroyed; /* sandboxes destroyed */
+	unsigned calls;         /* create() entered */
+	unsigned held;          /* create() calls waiting for fake_driver_release() now */
+	unsigned created;       /* sandboxes handed out */
+	unsigned destroyed;     /* sandboxes destroyed */
+	unsigned destroys_held; /* destroy() calls waiting for fake_driver_release() now */
 };
 
 extern const struct driver fake_driver;

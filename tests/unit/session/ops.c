@@ -984,6 +984,51 @@ static void test_detach_while_the_session_is_created(void **state)
 	assert_int_equal(session_find("", "detach-creating")->execs_total, 0);
 }
 
+static bool destroys_held(const void *arg)
+{
+	return counts().destroys_held == *(const unsigned *)arg;
+}
+
+/* Sandboxes still being torn down count against the server's cap (beyond one per worker):
+ * creating and destroying in a loop cannot keep any number of them alive while their
+ * teardown runs behind the creations. */
+static void test_teardowns_count_against_the_cap(void **state)
+{
+	unsigned max = T.cfg.max_sessions;
+	T.cfg.max_sessions = 2; /* with 2 workers: 4 sandboxes held at most */
+	struct fake_plan plan = { .hold_destroy = true };
+	fake_driver_plan(&plan);
+	for (unsigned i = 0; i < 4; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "churn-%u", i);
+		struct ops_target t = target("", id);
+		struct call_rec *c = call_rec_new();
+		create_run(c, &t, NULL);
+		assert_true(c->ok);
+		struct err e;
+		assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+	}
+	/* The first teardown is held in the driver, the others wait behind it (teardown takes
+	 * at most all workers but one, here one). */
+	unsigned one = 1;
+	loop_until(destroys_held, &one, "a teardown held");
+	/* No session is alive, 4 sandboxes are: the quota would let one more in, the cap with
+	 * its teardowns does not. */
+	assert_int_equal(session_count(), 0);
+	struct ops_target t = target("", "churn-next");
+	struct call_rec *c = call_rec_new();
+	create_run(c, &t, NULL);
+	expect_call_error(c, EAGAIN);
+	assert_non_null(strstr(c->err.msg, "the 4 sandboxes it is still tearing down"));
+
+	fake_driver_release();
+	wait_settled();
+	c = call_rec_new();
+	create_run(c, &t, NULL);
+	assert_true(c->ok);
+	T.cfg.max_sessions = max;
+}
+
 static void test_detach_from_the_output_callback(void **state)
 {
 	struct ops_target t = target("", "detach-output");
@@ -2046,6 +2091,7 @@ int main(int argc, char **argv)
 		T_(test_detach_while_running_cancels_without_callbacks),
 		T_(test_detach_before_the_start_does_nothing),
 		T_(test_detach_while_the_session_is_created),
+		T_(test_teardowns_count_against_the_cap),
 		T_(test_detach_from_the_output_callback),
 		T_(test_a_command_times_out),
 		T_(test_a_running_command_keeps_its_session_alive),
