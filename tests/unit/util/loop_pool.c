@@ -24,6 +24,15 @@ static bool gate_open;
 static atomic_int running, most_running, started_bg, done_bg, done_fg;
 static int order[64], norder; /* background jobs' start order */
 
+/* Waits until the test opens the gate. */
+static void wait_gate(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	while (!gate_open)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+}
+
 static void bg_work(void *arg)
 {
 	int now = atomic_fetch_add(&running, 1) + 1;
@@ -34,9 +43,8 @@ static void bg_work(void *arg)
 	if (norder < 64)
 		order[norder++] = (int)(intptr_t)arg;
 	atomic_fetch_add(&started_bg, 1);
-	while (!gate_open)
-		pthread_cond_wait(&gate_cond, &gate_lock);
 	pthread_mutex_unlock(&gate_lock);
+	wait_gate();
 	atomic_fetch_sub(&running, 1);
 }
 
@@ -103,74 +111,51 @@ static void test_background_never_holds_up_other_work(void **state)
 	event_base_free(base);
 }
 
-static atomic_int fg_ran, fg_ran_when_bg_started;
+/* One worker, held by the first of n jobs of one kind; then one job of the other kind. */
+static atomic_int held_ran, held_ran_when_other_started;
 
-static void fg_count_work(void *arg)
+static void held_work(void *arg)
 {
-	atomic_fetch_add(&fg_ran, 1);
-	pthread_mutex_lock(&gate_lock);
-	while (!gate_open)
-		pthread_cond_wait(&gate_cond, &gate_lock);
-	pthread_mutex_unlock(&gate_lock);
+	atomic_fetch_add(&held_ran, 1);
+	wait_gate();
 }
 
-static void bg_mark_work(void *arg)
+static void mark_work(void *arg)
 {
-	atomic_store(&fg_ran_when_bg_started, atomic_load(&fg_ran));
+	atomic_store(&held_ran_when_other_started, atomic_load(&held_ran));
+}
+
+/* How many of the n held jobs had run when the other one started. */
+static int one_worker_run(bool held_background, int n)
+{
+	struct event_base *base = event_base_new();
+	gate_open = false;
+	atomic_store(&held_ran, 0);
+	assert_int_equal(loop_pool_start(base, 1), 0);
+	for (int i = 0; i < n; i++)
+		(held_background ? loop_submit_background : loop_submit)(held_work, NULL, NULL);
+	while (atomic_load(&held_ran) < 1)
+		usleep(1000);
+	(held_background ? loop_submit : loop_submit_background)(mark_work, NULL, NULL);
+	open_gate();
+	loop_pool_stop();
+	assert_int_equal(atomic_load(&held_ran), n);
+	event_base_free(base);
+	return atomic_load(&held_ran_when_other_started);
 }
 
 static void test_background_progresses_behind_other_work(void **state)
 {
 	/* Other work queued ahead does not starve background work: the next free worker takes
 	 * it while none of it runs. One worker, held by the first of 100 other jobs. */
-	struct event_base *base = event_base_new();
-	gate_open = false;
-	assert_int_equal(loop_pool_start(base, 1), 0);
-	for (int i = 0; i < 100; i++)
-		loop_submit(fg_count_work, NULL, NULL);
-	while (atomic_load(&fg_ran) < 1)
-		usleep(1000);
-	loop_submit_background(bg_mark_work, NULL, NULL);
-	open_gate();
-	loop_pool_stop();
-	assert_int_equal(atomic_load(&fg_ran), 100);
-	assert_int_equal(atomic_load(&fg_ran_when_bg_started), 1);
-	event_base_free(base);
-}
-
-static atomic_int bg_ran, bg_ran_when_fg_started;
-
-static void bg_count_work(void *arg)
-{
-	atomic_fetch_add(&bg_ran, 1);
-	pthread_mutex_lock(&gate_lock);
-	while (!gate_open)
-		pthread_cond_wait(&gate_cond, &gate_lock);
-	pthread_mutex_unlock(&gate_lock);
-}
-
-static void fg_mark_work(void *arg)
-{
-	atomic_store(&bg_ran_when_fg_started, atomic_load(&bg_ran));
+	assert_int_equal(one_worker_run(false, 100), 1);
 }
 
 static void test_one_worker_alternates(void **state)
 {
 	/* With a single worker, background work does not go first until it is all done: the
 	 * two kinds alternate. The worker is held by the first of 50 background jobs. */
-	struct event_base *base = event_base_new();
-	gate_open = false;
-	assert_int_equal(loop_pool_start(base, 1), 0);
-	for (int i = 0; i < 50; i++)
-		loop_submit_background(bg_count_work, NULL, NULL);
-	while (atomic_load(&bg_ran) < 1)
-		usleep(1000);
-	loop_submit(fg_mark_work, NULL, NULL);
-	open_gate();
-	loop_pool_stop();
-	assert_int_equal(atomic_load(&bg_ran), 50);
-	assert_true(atomic_load(&bg_ran_when_fg_started) <= 2);
-	event_base_free(base);
+	assert_true(one_worker_run(true, 50) <= 2);
 }
 
 int main(void)
