@@ -12,6 +12,11 @@ At each checkpoint (default 100, 1,000, 4,000, 8,000 sessions alive) it prints:
                    beside it
   daemon RSS, fds  the daemon's resident set and open descriptors
   execute p50/p99  `true` in 200 sessions picked at random among those alive
+  spawn p50/p99    the baseline: posix_spawn + waitpid of /bin/true on the host, once after
+                   each execute (interleaved), so that both see the host as it is then
+  others' CPU      CPU time taken during the last batch by processes that are neither the
+                   daemon's (its sandboxes included) nor the benchmark's, in percent of one
+                   CPU, and the busiest of them
 
 It stops early, and says so, when MemAvailable would fall below --reserve (default: the larger
 of 2 GiB and 10% of the machine), or when the daemon refuses a session (its admission
@@ -20,8 +25,14 @@ watermark, whose reason is printed), so that it can never take the machine down.
 Then, with the sessions of the checkpoints destroyed: sessions created per second by 8
 concurrent clients, and executes per second across 100 sessions by 8 concurrent clients.
 
+--baseline measures the machine without agent-sandbox: instead of sessions it makes bare
+holders, each one sleeping process in new user, mount, pid, network, ipc, uts and cgroup
+namespaces with its own memory cgroup and one tmpfs mounted, and prints the same table (the
+spawn baseline in place of the execute). What the kernel and the host's other processes charge
+for that many namespaces shows there, beside what the sessions cost.
+
 Usage: python3 bench/density/density.py [--sessions 100,1000,4000,8000] [--storage tmpfs|disk]
-                                        [--driver jail|qemu] [--slabs]
+                                        [--driver jail|qemu] [--slabs] [--baseline]
 Environment: SANDBOXD, FIRECRACKER_ARTIFACTS_DIR as for the integration tests (jail driver).
 """
 
@@ -30,6 +41,7 @@ import json
 import math
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -81,15 +93,107 @@ def proc_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def host_spawn():
+    """One posix_spawn + waitpid of /bin/true on the host, in milliseconds: the baseline."""
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn("/bin/true", ["true"], os.environ)
+    os.waitpid(pid, 0)
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
 def execute_sample(client, ids, n=200):
-    samples = []
+    """Milliseconds of `execute true` in n sessions picked at random, and of the spawn
+    baseline taken right after each."""
+    ex, sp = [], []
     for sid in random.sample(ids, min(n, len(ids))):
         t0 = time.perf_counter_ns()
         status, body = client.request("POST", f"/exec/{sid}/execute", {"command": "true"})
-        samples.append((time.perf_counter_ns() - t0) / 1e6)
+        ex.append((time.perf_counter_ns() - t0) / 1e6)
         if status != 200 or body.get("exitCode") != 0:
             raise SystemExit(f"execute in {sid}: {status} {str(body)[:200]}")
-    return percentile(samples, 50), percentile(samples, 99)
+        sp.append(host_spawn())
+    return ex, sp
+
+
+def proc_table():
+    """{pid: (ppid, comm, user + system CPU in clock ticks, start time)} of every process on
+    the host."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                line = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        lp, rp = line.index("("), line.rindex(")")
+        rest = line[rp + 2:].split()  # from the state (field 3) on
+        out[int(name)] = (int(rest[1]), line[lp + 1:rp], int(rest[11]) + int(rest[12]),
+                          int(rest[19]))
+    return out
+
+
+def others_cpu(before, after, ours, seconds):
+    """CPU taken between two proc_table()s by the processes outside the trees rooted at the
+    pids `ours`, in percent of one CPU, and the busiest of them ("comm (pid) N%")."""
+    def mine(pid):
+        for _ in range(64):
+            if pid in ours:
+                return True
+            if pid <= 1 or pid not in after:
+                return False
+            pid = after[pid][0]
+        return False
+
+    hz = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for pid, (_, _, ticks, start) in after.items():
+        if mine(pid):
+            continue
+        was = before.get(pid)  # the same process if it started at the same time
+        d = ticks - was[2] if was and was[3] == start else ticks
+        if d > 0:
+            used[pid] = d
+    pct = sum(used.values()) / hz / seconds * 100
+    if not used:
+        return pct, "-"
+    top = max(used, key=used.get)
+    return pct, f"{after[top][1]} ({top}) {used[top] / hz / seconds * 100:.0f}%"
+
+
+class Holders:
+    """--baseline: bare holders of what a jail's kernel side is made of, made by
+    bench-density-holders (bench/density/holders.c, built with the daemon): one process each
+    in new user, mount, pid, network, ipc, uts and cgroup namespaces, in a memory cgroup of
+    its own, with procfs, two tmpfs and devpts mounted."""
+
+    def __init__(self):
+        v1 = os.path.isdir("/sys/fs/cgroup/memory")
+        base = "/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup"
+        self.dir = os.path.join(base, f"density-baseline-{os.getpid()}")
+        os.mkdir(self.dir)
+        if not v1:
+            with open(os.path.join(self.dir, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory")
+        build = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
+        tool = os.path.join(build, "bench", "bench-density-holders")
+        if not os.access(tool, os.X_OK):
+            os.rmdir(self.dir)
+            raise SystemExit(f"{tool} not found: build first (ninja -C build)")
+        self.proc = subprocess.Popen([tool, self.dir], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def create(self):
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        return None if line == "ok\n" else (line.strip() or "the holders' tool exited")
+
+    def destroy(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+        os.rmdir(self.dir)
 
 
 def start_daemon(storage, max_sessions, driver="jail"):
@@ -149,6 +253,8 @@ def main():
     ap.add_argument("--driver", default="jail", choices=["jail", "qemu"],
                     help="qemu: idle VMs restored from the template's snapshot (use small "
                          "--sessions, e.g. 5,10,20)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="bare namespace holders instead of sessions (no daemon)")
     ap.add_argument("--reserve", type=int, default=0, help="bytes of MemAvailable to keep")
     ap.add_argument("--concurrency-seconds", type=float, default=10,
                     help="length of each concurrent run; 0: none")
@@ -160,56 +266,95 @@ def main():
     total = meminfo()["MemTotal"]
     reserve = args.reserve or max(2 << 30, total // 10)
 
-    # Room for the concurrent creations too (a few thousand at most in their seconds).
-    d = start_daemon(args.storage, min(max(checkpoints) + 4096, 30000), args.driver)
-    results = {"storage": args.storage, "checkpoints": []}
+    d = holders = c = None
+    if args.baseline:
+        holders = Holders()
+        ours = {os.getpid(), holders.proc.pid}
+    else:
+        # Room for the concurrent creations too (a few thousand at most in their seconds).
+        d = start_daemon(args.storage, min(max(checkpoints) + 4096, 30000), args.driver)
+        ours = {os.getpid(), d.proc.pid}
+    results = {"storage": args.storage, "baseline": args.baseline, "checkpoints": []}
     try:
-        pid = d.proc.pid
-        c = Client(d)
+        pid = d.proc.pid if d else os.getpid()
+        c = Client(d) if d else None
         m0 = meminfo()
         s0 = slabs() if args.slabs else None
         rss0 = proc_rss(pid)
         ids = []
         times = []  # time of each creation, for the rate of the last batch
         stopped = None
-        print(f"# density: {args.driver}, base template, networking off, "
-              f"storage {args.storage if args.driver == 'jail' else 'the guest tmpfs'}; "
-              f"MemTotal {total / 2**30:.1f} GiB, reserve {reserve / 2**30:.1f} GiB; "
-              f"daemon at start: RSS {rss0 / MiB:.1f} MiB, {proc_fds(pid)} fds")
+        if d:
+            print(f"# density: {args.driver}, base template, networking off, "
+                  f"storage {args.storage if args.driver == 'jail' else 'the guest tmpfs'}; "
+                  f"MemTotal {total / 2**30:.1f} GiB, reserve {reserve / 2**30:.1f} GiB; "
+                  f"daemon at start: RSS {rss0 / MiB:.1f} MiB, {proc_fds(pid)} fds")
+        else:
+            print(f"# density baseline: bare namespace holders, no daemon; MemTotal "
+                  f"{total / 2**30:.1f} GiB, reserve {reserve / 2**30:.1f} GiB; "
+                  f"the RSS and fds columns are the benchmark's own")
         print(f"{'sessions':>9} {'creates/s':>10} {'MiB/session':>12} {'SUnreclaim/s':>13} "
-              f"{'daemon RSS':>11} {'fds':>6} {'exec p50':>9} {'exec p99':>9}")
+              f"{'daemon RSS':>11} {'fds':>6} {'exec p50':>9} {'exec p99':>9} "
+              f"{'spawn p50':>10} {'spawn p99':>10}  others' CPU (busiest)")
         first_rate = None
+        prev = 0
         for cp in checkpoints:
+            # Others' CPU over the batch the rate is taken from.
+            mark = max(prev, cp - 500)
+            before, t_before = None, 0.0
             while len(ids) < cp:
+                if len(ids) == mark and before is None:
+                    before, t_before = proc_table(), time.monotonic()
                 if meminfo()["MemAvailable"] < reserve:
                     stopped = f"MemAvailable below the reserve at {len(ids)} sessions"
                     break
                 sid = f"d{len(ids)}"
                 t0 = time.monotonic()
-                status, body = c.request("POST", "/exec/", {"id": sid})
-                if status != 201:
-                    stopped = f"the daemon refused session {len(ids) + 1}: {status} {body}"
-                    break
-                ids.append(body.get("sessionId") or body.get("id") or sid)
+                if holders:
+                    err = holders.create()
+                    if err:
+                        stopped = err
+                        break
+                    ids.append(sid)
+                else:
+                    status, body = c.request("POST", "/exec/", {"id": sid})
+                    if status != 201:
+                        stopped = f"the daemon refused session {len(ids) + 1}: {status} {body}"
+                        break
+                    ids.append(body.get("sessionId") or body.get("id") or sid)
                 times.append(time.monotonic() - t0)
             if not ids:
                 break
+            prev = len(ids)
             batch = times[-500:]
             rate = len(batch) / sum(batch)
             if first_rate is None:
                 first_rate = len(times[:500]) / sum(times[:500])
+            others, busiest = 0.0, "-"
+            if before is not None:
+                others, busiest = others_cpu(before, proc_table(), ours,
+                                             time.monotonic() - t_before)
             m = meminfo()
             n = len(ids)
             per = (m0["MemAvailable"] - m["MemAvailable"]) / n
             sun = (m["SUnreclaim"] - m0["SUnreclaim"]) / n
-            p50, p99 = execute_sample(c, ids)
+            if c:
+                ex, sp = execute_sample(c, ids)
+            else:
+                ex, sp = [], [host_spawn() for _ in range(200)]
+            p50 = percentile(ex, 50) if ex else None
+            p99 = percentile(ex, 99) if ex else None
+            s50, s99 = percentile(sp, 50), percentile(sp, 99)
             rss, fds = proc_rss(pid), proc_fds(pid)
             row = {"sessions": n, "createsPerSecond": rate, "bytesPerSession": per,
                    "sunreclaimPerSession": sun, "daemonRss": rss, "daemonFds": fds,
-                   "executeP50Ms": p50, "executeP99Ms": p99}
+                   "executeP50Ms": p50, "executeP99Ms": p99, "spawnP50Ms": s50,
+                   "spawnP99Ms": s99, "othersCpuPercent": others, "othersBusiest": busiest}
             results["checkpoints"].append(row)
+            fmt = lambda v: f"{v:>8.2f}m" if v is not None else f"{'-':>9}"  # noqa: E731
             print(f"{n:>9} {rate:>10.0f} {per / MiB:>12.2f} {sun / 1024:>11.0f}Ki "
-                  f"{rss / MiB:>9.1f}Mi {fds:>6} {p50:>8.2f}m {p99:>8.2f}m", flush=True)
+                  f"{rss / MiB:>9.1f}Mi {fds:>6} {fmt(p50)} {fmt(p99)} "
+                  f"{s50:>9.2f}m {s99:>9.2f}m  {others:.0f}% ({busiest})", flush=True)
             if s0 is not None:
                 s1 = slabs()
                 grew = sorted(((s1.get(k, 0) - s0.get(k, 0), k) for k in s1), reverse=True)
@@ -233,11 +378,15 @@ def main():
                   f"(last/first {last / first:.2f})")
             results["firstLastRatio"] = last / first
         t0 = time.monotonic()
+        if holders:
+            holders.destroy()
+            holders = None
+            print(f"# removed {len(ids)} holders in {time.monotonic() - t0:.1f} s")
+            return
         for sid in ids:
             c.request("DELETE", f"/exec/{sid}")
         if ids:
             print(f"# destroyed {len(ids)} sessions at {len(ids) / (time.monotonic() - t0):.0f}/s")
-
         if args.concurrency_seconds <= 0:
             return
         clients = [Client(d) for _ in range(8)]
@@ -277,7 +426,10 @@ def main():
         for sid in hundred:
             c.request("DELETE", f"/exec/{sid}")
     finally:
-        d.stop(check=False)
+        if holders:
+            holders.destroy()
+        if d:
+            d.stop(check=False)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)
