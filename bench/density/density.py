@@ -11,7 +11,9 @@ At each checkpoint (default 100, 1,000, 4,000, 8,000 sessions alive) it prints:
                    separated; the slab's unreclaimable part (SUnreclaim) per session is shown
                    beside it
   daemon RSS, fds  the daemon's resident set and open descriptors
-  execute p50/p99  `true` in 200 sessions picked at random among those alive
+  execute p50/p99  `true` in 200 sessions picked at random among those alive, idle until then
+  again p50/p99    a second `true` right after each of those, in the same session: the
+                   execute's own path, with the agent warm
   spawn p50/p99    the baseline: posix_spawn + waitpid of /bin/true on the host, once after
                    each execute (interleaved), so that both see the host as it is then
   others' CPU      CPU time taken during the last batch by processes that are neither the
@@ -102,17 +104,20 @@ def host_spawn():
 
 
 def execute_sample(client, ids, n=200):
-    """Milliseconds of `execute true` in n sessions picked at random, and of the spawn
-    baseline taken right after each."""
-    ex, sp = [], []
+    """Milliseconds of `execute true` in n sessions picked at random, of a second execute
+    right after it in the same session, and of the spawn baseline taken after those two. The
+    first wakes an agent idle since it was made; the second finds it warm, which separates
+    the cost of the execute's path from that of waking one process among thousands."""
+    ex, again, sp = [], [], []
     for sid in random.sample(ids, min(n, len(ids))):
-        t0 = time.perf_counter_ns()
-        status, body = client.request("POST", f"/exec/{sid}/execute", {"command": "true"})
-        ex.append((time.perf_counter_ns() - t0) / 1e6)
-        if status != 200 or body.get("exitCode") != 0:
-            raise SystemExit(f"execute in {sid}: {status} {str(body)[:200]}")
+        for out in (ex, again):
+            t0 = time.perf_counter_ns()
+            status, body = client.request("POST", f"/exec/{sid}/execute", {"command": "true"})
+            out.append((time.perf_counter_ns() - t0) / 1e6)
+            if status != 200 or body.get("exitCode") != 0:
+                raise SystemExit(f"execute in {sid}: {status} {str(body)[:200]}")
         sp.append(host_spawn())
-    return ex, sp
+    return ex, again, sp
 
 
 def proc_table():
@@ -295,6 +300,7 @@ def main():
                   f"the RSS and fds columns are the benchmark's own")
         print(f"{'sessions':>9} {'creates/s':>10} {'MiB/session':>12} {'SUnreclaim/s':>13} "
               f"{'daemon RSS':>11} {'fds':>6} {'exec p50':>9} {'exec p99':>9} "
+              f"{'again p50':>9} {'again p99':>9} "
               f"{'spawn p50':>10} {'spawn p99':>10}  others' CPU (busiest)")
         first_rate = None
         prev = 0
@@ -339,21 +345,24 @@ def main():
             per = (m0["MemAvailable"] - m["MemAvailable"]) / n
             sun = (m["SUnreclaim"] - m0["SUnreclaim"]) / n
             if c:
-                ex, sp = execute_sample(c, ids)
+                ex, again, sp = execute_sample(c, ids)
             else:
-                ex, sp = [], [host_spawn() for _ in range(200)]
+                ex, again, sp = [], [], [host_spawn() for _ in range(200)]
             p50 = percentile(ex, 50) if ex else None
             p99 = percentile(ex, 99) if ex else None
+            a50 = percentile(again, 50) if again else None
+            a99 = percentile(again, 99) if again else None
             s50, s99 = percentile(sp, 50), percentile(sp, 99)
             rss, fds = proc_rss(pid), proc_fds(pid)
             row = {"sessions": n, "createsPerSecond": rate, "bytesPerSession": per,
                    "sunreclaimPerSession": sun, "daemonRss": rss, "daemonFds": fds,
-                   "executeP50Ms": p50, "executeP99Ms": p99, "spawnP50Ms": s50,
+                   "executeP50Ms": p50, "executeP99Ms": p99, "executeAgainP50Ms": a50,
+                   "executeAgainP99Ms": a99, "spawnP50Ms": s50,
                    "spawnP99Ms": s99, "othersCpuPercent": others, "othersBusiest": busiest}
             results["checkpoints"].append(row)
             fmt = lambda v: f"{v:>8.2f}m" if v is not None else f"{'-':>9}"  # noqa: E731
             print(f"{n:>9} {rate:>10.0f} {per / MiB:>12.2f} {sun / 1024:>11.0f}Ki "
-                  f"{rss / MiB:>9.1f}Mi {fds:>6} {fmt(p50)} {fmt(p99)} "
+                  f"{rss / MiB:>9.1f}Mi {fds:>6} {fmt(p50)} {fmt(p99)} {fmt(a50)} {fmt(a99)} "
                   f"{s50:>9.2f}m {s99:>9.2f}m  {others:.0f}% ({busiest})", flush=True)
             if s0 is not None:
                 s1 = slabs()
