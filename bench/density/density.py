@@ -29,7 +29,9 @@ concurrent clients, and executes per second across 100 sessions by 8 concurrent 
 
 --baseline measures the machine without agent-sandbox: instead of sessions it makes bare
 holders, each one sleeping process in new user, mount, pid, network, ipc, uts and cgroup
-namespaces with its own memory cgroup and one tmpfs mounted, and prints the same table (the
+namespaces, in memory, cpu and pids cgroups of its own with a sandbox's CPU quota and pids
+limit, pivoted into a tmpfs root with procfs, a tmpfs /tmp and devpts mounted (five
+superblocks with the ipc namespace's mqueue, as a jail has), and prints the same table (the
 spawn baseline in place of the execute). What the kernel and the host's other processes charge
 for that many namespaces shows there, beside what the sessions cost.
 
@@ -170,23 +172,27 @@ def others_cpu(before, after, ours, seconds):
 class Holders:
     """--baseline: bare holders of what a jail's kernel side is made of, made by
     bench-density-holders (bench/density/holders.c, built with the daemon): one process each
-    in new user, mount, pid, network, ipc, uts and cgroup namespaces, in a memory cgroup of
-    its own, with procfs, two tmpfs and devpts mounted."""
+    in new user, mount, pid, network, ipc, uts and cgroup namespaces, in memory, cpu and pids
+    cgroups of its own with a sandbox's CPU quota and pids limit, pivoted into a tmpfs root,
+    with procfs, a tmpfs /tmp and devpts mounted."""
 
     def __init__(self):
-        v1 = os.path.isdir("/sys/fs/cgroup/memory")
-        base = "/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup"
-        self.dir = os.path.join(base, f"density-baseline-{os.getpid()}")
-        os.mkdir(self.dir)
-        if not v1:
-            with open(os.path.join(self.dir, "cgroup.subtree_control"), "w") as f:
-                f.write("+memory")
+        name = f"density-baseline-{os.getpid()}"
+        if os.path.isdir("/sys/fs/cgroup/memory"):  # v1: one hierarchy per controller
+            self.dirs = [f"/sys/fs/cgroup/{c}/{name}" for c in ("memory", "cpu", "pids")]
+        else:
+            self.dirs = [f"/sys/fs/cgroup/{name}"]
+        for d in self.dirs:
+            os.mkdir(d)
+        if len(self.dirs) == 1:
+            with open(os.path.join(self.dirs[0], "cgroup.subtree_control"), "w") as f:
+                f.write("+memory +cpu +pids")
         build = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
         tool = os.path.join(build, "bench", "bench-density-holders")
         if not os.access(tool, os.X_OK):
-            os.rmdir(self.dir)
+            self.remove_dirs()
             raise SystemExit(f"{tool} not found: build first (ninja -C build)")
-        self.proc = subprocess.Popen([tool, self.dir], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([tool] + self.dirs, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def create(self):
@@ -195,10 +201,14 @@ class Holders:
         line = self.proc.stdout.readline()
         return None if line == "ok\n" else (line.strip() or "the holders' tool exited")
 
+    def remove_dirs(self):
+        for d in self.dirs:
+            os.rmdir(d)
+
     def destroy(self):
         self.proc.stdin.close()
         self.proc.wait()
-        os.rmdir(self.dir)
+        self.remove_dirs()
 
 
 def start_daemon(storage, max_sessions, driver="jail"):

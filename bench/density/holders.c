@@ -1,13 +1,15 @@
 /* bench/density --baseline: holders of what a jail's kernel side is made of, without
  * agent-sandbox, to measure what the kernel and the host charge for that many of them.
  *
- * Usage: bench-density-holders CGROUP-DIR
+ * Usage: bench-density-holders CGROUP-DIR...
  * Each line read on stdin makes one holder and answers "ok" or "error: ..." on stdout. A
  * holder is one process in new user (root mapped to root), mount, pid (it is its init),
- * network, ipc, uts and cgroup namespaces, in a memory cgroup of its own (CGROUP-DIR/hN, a
- * directory of a v1 memory hierarchy or of a v2 one with the memory controller enabled),
- * with procfs, two tmpfs and a devpts instance mounted: with the ipc namespace's mqueue,
- * five superblocks, as a jail with tmpfs storage has. At end of input the holders are killed,
+ * network, ipc, uts and cgroup namespaces, placed in a cgroup of its own below each
+ * CGROUP-DIR (DIR/hN: the memory, cpu and pids hierarchies of cgroup v1, or one directory of
+ * v2 with those controllers enabled) with the limits a sandbox gets where the files exist (a
+ * CPU quota of half a CPU, a pids limit). It pivots into a tmpfs root of its own and mounts
+ * procfs, a tmpfs on /tmp and a devpts instance: with the ipc namespace's mqueue, five
+ * superblocks, as a jail with tmpfs storage has. At end of input the holders are killed,
  * reaped and their cgroups removed; they also die with this process (parent-death signal). */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,21 +43,32 @@ static int write_file(const char *path, const char *text)
 	return e;
 }
 
+/* procfs is mounted before the pivot: in a user namespace the kernel allows a new one only
+ * while a full procfs is in view (the jail mounts its own the same way, beforehand). */
+static int holder_setup(void)
+{
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("none", "/mnt", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") < 0 ||
+	    mkdir("/mnt/proc", 0555) < 0 || mkdir("/mnt/tmp", 01777) < 0 ||
+	    mkdir("/mnt/dev", 0755) < 0 || mkdir("/mnt/dev/pts", 0755) < 0 ||
+	    mount("proc", "/mnt/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+	    chdir("/mnt") < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+	    umount2(".", MNT_DETACH) < 0 || chdir("/") < 0 ||
+	    mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m") < 0 ||
+	    mount("none", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance") < 0)
+		return errno;
+	return 0;
+}
+
 static int holder_main(void *arg)
 {
 	const struct holder_args *h = arg;
-	int err = 0;
 	char byte;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (read(h->go, &byte, 1) != 1)
 		_exit(1);
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
-	    mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m") < 0 ||
-	    mount("none", "/mnt", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m") < 0 ||
-	    mount("none", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance") < 0)
-		err = errno;
+	int err = holder_setup();
 	if (write(h->ready, &err, sizeof(err)) != sizeof(err) || err)
 		_exit(1);
 	close(h->ready);
@@ -62,21 +76,67 @@ static int holder_main(void *arg)
 		pause();
 }
 
-static int make_holder(const char *dir, unsigned i, pid_t *out)
+/* Writes `text` to DIR/hN/name if that file exists (the controller is there). */
+static int write_limit(const char *dir, unsigned i, const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/h%u/%s", dir, i, name);
+	if (access(path, F_OK) < 0)
+		return 0;
+	return write_file(path, text);
+}
+
+/* Makes DIR/hN below each directory, with a sandbox's limits where they apply. */
+static int make_cgroups(char **dirs, int ndirs, unsigned i)
+{
+	char path[512];
+	for (int k = 0; k < ndirs; k++) {
+		snprintf(path, sizeof(path), "%s/h%u", dirs[k], i);
+		if (mkdir(path, 0755) < 0)
+			return -errno;
+		int e = write_limit(dirs[k], i, "cpu.cfs_quota_us", "50000");
+		if (!e)
+			e = write_limit(dirs[k], i, "cpu.max", "50000 100000");
+		if (!e)
+			e = write_limit(dirs[k], i, "pids.max", "1024");
+		if (e)
+			return e;
+	}
+	return 0;
+}
+
+static void remove_cgroups(char **dirs, int ndirs, unsigned i)
+{
+	char path[512];
+	for (int k = 0; k < ndirs; k++) {
+		snprintf(path, sizeof(path), "%s/h%u", dirs[k], i);
+		/* The kernel finishes a cgroup's last exit asynchronously: retry a moment. */
+		for (int t = 0; t < 200 && rmdir(path) < 0 && errno == EBUSY; t++)
+			usleep(10000);
+	}
+}
+
+static int make_holder(char **dirs, int ndirs, unsigned i, pid_t *out)
 {
 	static char stack[STACK_BYTES];
 	char path[512], text[64];
 	int go[2], ready[2];
 
-	snprintf(path, sizeof(path), "%s/h%u", dir, i);
-	if (mkdir(path, 0755) < 0)
-		return -errno;
-	if (pipe2(go, O_CLOEXEC) < 0)
-		return -errno;
+	int e = make_cgroups(dirs, ndirs, i);
+	if (e) {
+		remove_cgroups(dirs, ndirs, i);
+		return e;
+	}
+	if (pipe2(go, O_CLOEXEC) < 0) {
+		e = -errno;
+		remove_cgroups(dirs, ndirs, i);
+		return e;
+	}
 	if (pipe2(ready, O_CLOEXEC) < 0) {
-		int e = -errno;
+		e = -errno;
 		close(go[0]);
 		close(go[1]);
+		remove_cgroups(dirs, ndirs, i);
 		return e;
 	}
 	struct holder_args h = { .go = go[0], .ready = ready[1] };
@@ -84,28 +144,26 @@ static int make_holder(const char *dir, unsigned i, pid_t *out)
 			  CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
 				  CLONE_NEWUTS | CLONE_NEWCGROUP | SIGCHLD,
 			  &h);
-	int e = pid < 0 ? -errno : 0;
+	e = pid < 0 ? -errno : 0;
 	close(go[0]);
 	close(ready[1]);
 	if (e) {
-		snprintf(path, sizeof(path), "%s/h%u", dir, i);
-		rmdir(path);
+		remove_cgroups(dirs, ndirs, i);
 	} else {
 		*out = pid;
-		snprintf(text, sizeof(text), "%d", (int)pid);
-		char map[64];
 		snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
-		snprintf(map, sizeof(map), "0 0 1");
-		e = write_file(path, map);
+		e = write_file(path, "0 0 1");
 		snprintf(path, sizeof(path), "/proc/%d/setgroups", (int)pid);
 		if (!e)
 			e = write_file(path, "deny");
 		snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
 		if (!e)
-			e = write_file(path, map);
-		snprintf(path, sizeof(path), "%s/h%u/cgroup.procs", dir, i);
-		if (!e)
+			e = write_file(path, "0 0 1");
+		snprintf(text, sizeof(text), "%d", (int)pid);
+		for (int k = 0; k < ndirs && !e; k++) {
+			snprintf(path, sizeof(path), "%s/h%u/cgroup.procs", dirs[k], i);
 			e = write_file(path, text);
+		}
 		if (!e && write(go[1], "g", 1) != 1)
 			e = -errno;
 		int err = 0;
@@ -121,11 +179,12 @@ static int make_holder(const char *dir, unsigned i, pid_t *out)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s CGROUP-DIR\n", argv[0]);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s CGROUP-DIR...\n", argv[0]);
 		return 2;
 	}
-	const char *dir = argv[1];
+	char **dirs = argv + 1;
+	int ndirs = argc - 1;
 	size_t cap = 1024, n = 0;
 	pid_t *pids = malloc(cap * sizeof(*pids));
 	char line[64];
@@ -144,7 +203,7 @@ int main(int argc, char **argv)
 			cap *= 2;
 		}
 		pid_t pid = -1;
-		int e = make_holder(dir, (unsigned)n, &pid);
+		int e = make_holder(dirs, ndirs, (unsigned)n, &pid);
 		if (pid > 0)
 			pids[n++] = pid;
 		if (e)
@@ -156,13 +215,8 @@ int main(int argc, char **argv)
 		kill(pids[i], SIGKILL);
 	for (size_t i = 0; i < n; i++)
 		waitpid(pids[i], NULL, 0);
-	/* The kernel finishes a cgroup's last exit asynchronously: retry a moment. */
-	for (size_t i = 0; i < n; i++) {
-		char path[512];
-		snprintf(path, sizeof(path), "%s/h%zu", dir, i);
-		for (int k = 0; k < 200 && rmdir(path) < 0 && errno == EBUSY; k++)
-			usleep(10000);
-	}
+	for (size_t i = 0; i < n; i++)
+		remove_cgroups(dirs, ndirs, (unsigned)i);
 	free(pids);
 	return 0;
 }
