@@ -401,11 +401,36 @@ def main():
             holders.destroy()
             holders = None
             print(f"# removed {len(ids)} holders in {time.monotonic() - t0:.1f} s")
+            # What the kernel still does for the dead ones, seen by new ones made right after.
+            holders = Holders()
+            took = []
+            for _ in range(10):
+                t1 = time.monotonic()
+                err = holders.create()
+                if err:
+                    raise SystemExit(f"holder after the removal: {err}")
+                took.append(time.monotonic() - t1)
+            print(f"# then 10 holders made one after another in {sum(took):.1f} s "
+                  f"(the first in {took[0]:.2f} s)")
+            results["holdersAfterRemovalSeconds"] = took
             return
         for sid in ids:
             c.request("DELETE", f"/exec/{sid}")
         if ids:
             print(f"# destroyed {len(ids)} sessions at {len(ids) / (time.monotonic() - t0):.0f}/s")
+            # Their teardown goes on in the background: what it leaves a creation now.
+            took = []
+            for i in range(10):
+                t1 = time.monotonic()
+                status, body = c.request("POST", "/exec/", {"id": f"after{i}"})
+                if status != 201:
+                    raise SystemExit(f"create after the destruction: {status} {body}")
+                took.append(time.monotonic() - t1)
+            print(f"# then 10 sessions made one after another in {sum(took):.1f} s "
+                  f"(the first in {took[0]:.2f} s)")
+            results["createsAfterDestructionSeconds"] = took
+            for i in range(10):
+                c.request("DELETE", f"/exec/after{i}")
         if args.concurrency_seconds <= 0:
             return
         clients = [Client(d) for _ in range(8)]
