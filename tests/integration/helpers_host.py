@@ -147,11 +147,18 @@ def namespace_holders(namespaces, own_ids=()):
                 if others:
                     continue
                 holders.append(f"process {pid} is in {ns}")
-    inodes = {re.sub(r"^\w+:\[(\d+)\]$", r"\1", ns) for ns in namespaces}
+    # A network namespace's name ("as-" and the sandbox id's random part) says whose it is.
+    own_names = {"as-" + (i[3:] if i.startswith("sb-") else i) for i in own}
     for line in mountinfo():
         parts = line.split()
-        if " - nsfs " in line and any(f"[{i}]" in parts[3] for i in inodes):
-            holders.append(f"mount {parts[4]} holds {parts[3]}")
+        # The kind too: every kind of namespace draws its inode number from one pool, so a
+        # number of ours that was freed can come back as another kind's.
+        if " - nsfs " not in line or parts[3] not in namespaces:
+            continue
+        name = os.path.basename(parts[4])
+        if name.startswith("as-") and name not in own_names and cgroup_dirs("sb-" + name[3:]):
+            continue  # a sandbox alive now made it, under a number freed by ours
+        holders.append(f"mount {parts[4]} holds {parts[3]}")
     return holders
 
 
@@ -170,11 +177,14 @@ def mounts_mentioning(words):
 
 
 def netns_entries(words):
-    """Named network namespaces (/run/netns) whose names contain any of words."""
+    """Named network namespaces (/run/netns) whose names contain any of words; a sandbox id
+    ("sb-" and its random part) also matches its namespace's name ("as-" and that part)."""
     try:
         names = os.listdir("/run/netns")
     except OSError:
         return []
+    words = [w for w in words if w]
+    words += ["as-" + w[3:] for w in words if w.startswith("sb-")]
     return [n for n in names if any(w in n for w in words)]
 
 
