@@ -135,18 +135,24 @@ def node(etcd, name, network=False, labels="", env=None, state_dir=None, uid_slo
     d = harness.Daemon(env=e, driver_name="jail")
     d.name = name
     # The secret's directory goes with the node: a node replaced by a restart leaves nothing.
-    def removing(end):
+    def removing(end, killed):
         def end_and_remove(*args, **kwargs):
             try:
                 return end(*args, **kwargs)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-                # A node restarted over an earlier node's state lives in that node's
-                # directory, which the earlier node's end left (or kept, after a kill).
-                if state_dir:
+                if killed:
+                    # Its state stays for a restart to take over (and remove at its end). A
+                    # node that was itself restarted over an earlier node's state keeps that
+                    # in the earlier node's directory: its own holds only its logs.
+                    if d.tmp and os.path.dirname(d.state_dir) != d.tmp:
+                        shutil.rmtree(d.tmp, ignore_errors=True)
+                elif state_dir:
+                    # A node restarted over an earlier node's state lives in that node's
+                    # directory, which the earlier node's end left.
                     shutil.rmtree(os.path.dirname(state_dir), ignore_errors=True)
         return end_and_remove
-    d.stop, d.kill = removing(d.stop), removing(d.kill)
+    d.stop, d.kill = removing(d.stop, False), removing(d.kill, True)
     try:
         d.start()
     except BaseException:

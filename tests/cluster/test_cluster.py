@@ -19,6 +19,8 @@ import urllib.parse
 
 import cluster
 import harness
+import helpers_host as host
+from helpers_exec import sandbox_of
 from wsclient import HandshakeError, WebSocket
 
 
@@ -500,6 +502,8 @@ class NodeFailureTest(ClusterCase):
         on_a = self.create("b", id="survivor", nodeSelector={"zone": "one"})["id"]
         c = self.nodes["c"]
         c_state = c.state_dir
+        doomed = sandbox_of(c, on_c)
+        self.assertTrue(doomed and host.cgroup_dirs(doomed), f"no cgroup for {on_c}: {doomed}")
         c.proc.send_signal(signal.SIGKILL)
         c.proc.wait(10)
         c.kill()
@@ -535,6 +539,8 @@ class NodeFailureTest(ClusterCase):
                 break
             time.sleep(0.1)
         self.assertEqual(st, 404, body)
+        # Its sandbox went with the restart (also when this node was itself a restart's).
+        self.assertEqual(host.cgroup_dirs(doomed), [], "the killed node's sandbox survived")
 
     def test_a_rolling_restart_loses_no_session_but_the_restarted_nodes(self):
         keep = {}

@@ -252,6 +252,10 @@ class Daemon:
             else:
                 env[name] = str(value)
         self.env = env
+        # The directories the daemon uses: a restart over an earlier daemon's state names
+        # them in its env, and a restart of that one must find them here.
+        self.state_dir = env.get("SANDBOX_STATE_DIR", self.state_dir)
+        self.run_dir = env.get("SANDBOX_RUN_DIR", self.run_dir)
 
         with open(self.stderr_path, "wb") as err, open(self.stdout_path, "wb") as out:
             self.proc = subprocess.Popen(
