@@ -63,6 +63,7 @@ static const char *const accels[] = { "auto", "kvm", "tcg", NULL };
 static const char *const modes[] = { "none", "allow", "deny", NULL };
 static const char *const network_modes[] = { "auto", "on", "off", NULL };
 static const char *const storage_modes[] = { "disk", "tmpfs", NULL };
+static const char *const cgroup_modes[] = { "auto", "delegated", "root", NULL };
 
 #define F(field) offsetof(struct config, field)
 
@@ -83,6 +84,8 @@ static const struct var vars[] = {
 	{ "SANDBOX_UI_DIR", V_PATH, F(ui_dir), NULL },       /* default: see ui_dir_default */
 
 	{ "SANDBOX_DRIVER", V_CHOICE, F(driver), "auto", 0, 0, drivers },
+	{ "SANDBOX_KERNEL_FALLBACKS", V_STRING, F(kernel_fallbacks), NULL },
+	{ "SANDBOX_CGROUP", V_CHOICE, F(cgroup), "auto", 0, 0, cgroup_modes },
 	{ "SANDBOX_DEFAULT_TEMPLATE", V_NAME, F(default_template), "node" },
 	{ "SANDBOX_WARM_POOL", V_UINT, F(warm_pool), "2", 0, 256 },
 	{ "SANDBOX_MAX_SESSIONS", V_UINT, F(max_sessions), "64", 1, 65536 },

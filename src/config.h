@@ -33,6 +33,11 @@ struct config {
 
 	/* sandboxes */
 	char *driver;              /* SANDBOX_DRIVER: auto|jail|qemu|firecracker */
+	char *cgroup;              /* SANDBOX_CGROUP: auto|delegated|root, where a cgroup v2
+				      host's sandboxes go (docs/hosts.md) */
+	char *kernel_fallbacks;    /* SANDBOX_KERNEL_FALLBACKS: kernel features to treat as
+				      missing, so that their fallbacks run on a kernel that has
+				      them (docs/hosts.md): `mount-clone` */
 	char *default_template;    /* SANDBOX_DEFAULT_TEMPLATE, default node */
 	unsigned warm_pool;        /* SANDBOX_WARM_POOL, default 2 per template */
 	unsigned max_sessions;     /* SANDBOX_MAX_SESSIONS, default 64 */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -114,7 +115,68 @@ static void root_init(struct cgroup_root *r, const char *path, enum cgroup_versi
 	memset(r, 0, sizeof(*r));
 	r->version = v;
 	r->path = xstrdup(path);
+	r->rel = xstrdup("");
 	r->plain = plain;
+}
+
+static enum cgroup_delegation delegation = CGROUP_DELEGATION_AUTO;
+
+void cgroup_configure(enum cgroup_delegation d)
+{
+	delegation = d;
+}
+
+/* The daemon's own cgroup in the v2 hierarchy ("0::/system.slice/x.service"), without the
+ * leaf it moved itself into; NULL when it cannot be read. */
+static char *own_cgroup(void)
+{
+	_cleanup_free_ char *buf = NULL;
+	if (cg_read("/proc/self/cgroup", NULL, &buf, NULL) < 0)
+		return NULL;
+	char *line = strstr(buf, "0::");
+	if (!line || (line != buf && line[-1] != '\n'))
+		return NULL;
+	line += 3;
+	line[strcspn(line, "\n")] = '\0';
+	if (line[0] != '/' || strstr(line, "/../") || strstr(line, "/./"))
+		return NULL;
+	size_t n = strlen(line), leaf = strlen("/" CGROUP_DAEMON_LEAF);
+	if (n > leaf && strcmp(line + n - leaf, "/" CGROUP_DAEMON_LEAF) == 0)
+		line[n - leaf] = '\0';
+	return xstrdup(line);
+}
+
+/* Whether systemd delegated `dir`: it sets trusted.delegate (user.delegate for a user's
+ * manager) to "1" on the cgroup of a unit with Delegate=yes (systemd 251 and later). */
+static bool marked_delegated(const char *dir)
+{
+	static const char *const names[] = { "trusted.delegate", "user.delegate" };
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		char v[8];
+		ssize_t n = getxattr(dir, names[i], v, sizeof(v));
+		if (n == 1 && v[0] == '1')
+			return true;
+	}
+	return false;
+}
+
+/* A v2 root becomes the daemon's own cgroup when that is delegated (or said to be). */
+static void choose_delegation(struct cgroup_root *r)
+{
+	if (delegation == CGROUP_DELEGATION_OFF)
+		return;
+	_cleanup_free_ char *own = own_cgroup();
+	if (!own)
+		return;
+	bool top = strcmp(own, "/") == 0;
+	_cleanup_free_ char *dir = top ? xstrdup(r->path) : xasprintf("%s%s", r->path, own);
+	if (delegation == CGROUP_DELEGATION_AUTO && (top || !marked_delegated(dir)))
+		return;
+	free(r->path);
+	free(r->rel);
+	r->path = TAKE_PTR(dir);
+	r->rel = top ? xstrdup("") : TAKE_PTR(own);
+	r->delegated = true;
 }
 
 int cgroup_root_detect(const char *path, struct cgroup_root *ret, struct err *err)
@@ -126,6 +188,7 @@ int cgroup_root_detect(const char *path, struct cgroup_root *ret, struct err *er
 	struct cgroup_root r;
 	if (st.f_type == CGROUP2_SUPER_MAGIC) {
 		root_init(&r, path, CGROUP_V2, false);
+		choose_delegation(&r);
 		*ret = r;
 		return 0;
 	}
@@ -173,11 +236,29 @@ void cgroup_root_plain(const char *path, enum cgroup_version version, struct cgr
 	}
 }
 
+void cgroup_root_plain_delegated(const char *path, struct cgroup_root *ret)
+{
+	root_init(ret, path, CGROUP_V2, true);
+	ret->delegated = true;
+}
+
+char *cgroup_root_describe(const struct cgroup_root *root)
+{
+	if (root->version == CGROUP_V1)
+		return xasprintf("v1 (%s/{memory,cpu,pids}/" CGROUP_PARENT ")", root->path);
+	if (root->delegated)
+		return xasprintf("v2, delegated: %s/" CGROUP_PARENT
+				 " (sandboxd in %s/" CGROUP_DAEMON_LEAF ")",
+				 root->path, root->path);
+	return xasprintf("v2: %s/" CGROUP_PARENT, root->path);
+}
+
 void cgroup_root_free(struct cgroup_root *root)
 {
 	if (!root)
 		return;
 	free(root->path);
+	free(root->rel);
 	for (unsigned i = 0; i < CGROUP_V1_MAX; i++)
 		free(root->ctl_dir[i]);
 	free(root->freezer_dir);
@@ -234,6 +315,45 @@ static int enable_controllers(const struct cgroup_root *root, const char *dir, s
 	return 0;
 }
 
+/* Delegated: every process of the daemon's own cgroup (the daemon, its spawner, anything
+ * else of the unit's) into the leaf, which a cgroup must be empty of before it may enable
+ * controllers for its children. Repeated while a process forks meanwhile, a bounded time. */
+static int move_into_leaf(const struct cgroup_root *root, struct err *err)
+{
+	_cleanup_free_ char *leaf = xasprintf("%s/" CGROUP_DAEMON_LEAF, root->path);
+	int r = mkdir_parent(leaf, err);
+	if (r < 0)
+		return r;
+	for (int round = 0; round < 16; round++) {
+		_cleanup_free_ char *procs = NULL;
+		if ((r = cg_read(root->path, "cgroup.procs", &procs, err)) < 0)
+			return r;
+		if (root->plain) {
+			/* A plain tree's list is a file: moved whole, then emptied. */
+			if ((r = cg_write(true, leaf, "cgroup.procs", procs, err)) < 0 ||
+			    (r = cg_write(true, root->path, "cgroup.procs", "", err)) < 0)
+				return r;
+			return 0;
+		}
+		if (!*procs)
+			return 0;
+		char *save = NULL;
+		for (char *pid = strtok_r(procs, "\n", &save); pid;
+		     pid = strtok_r(NULL, "\n", &save)) {
+			struct err e;
+			/* Gone meanwhile: nothing to move. */
+			if (cg_write(false, leaf, "cgroup.procs", pid, &e) < 0 && e.errnum != ESRCH)
+				return err_set(err, e.errnum,
+					       "cgroup: cannot move process %s into `%s`: %s", pid,
+					       leaf, e.msg);
+		}
+	}
+	return err_set(err, EBUSY,
+		       "cgroup: `%s` still has processes after 16 rounds of moving "
+		       "them into its leaf",
+		       root->path);
+}
+
 int cgroup_init(const struct cgroup_root *root, struct err *err)
 {
 	int r;
@@ -251,7 +371,10 @@ int cgroup_init(const struct cgroup_root *root, struct err *err)
 		return 0;
 	}
 
-	/* A v2 controller reaches agent-sandbox/<id> only when every ancestor enables it. */
+	if (root->delegated && (r = move_into_leaf(root, err)) < 0)
+		return r;
+	/* A v2 controller reaches agent-sandbox/<id> only when every ancestor enables it (a
+	 * delegated cgroup's ancestors are systemd's, which enabled what it delegated). */
 	if ((r = enable_controllers(root, root->path, err)) < 0)
 		return r;
 	_cleanup_free_ char *parent = xasprintf("%s/" CGROUP_PARENT, root->path);

@@ -1,9 +1,18 @@
 /* cgroup: one control group per sandbox, under a parent of our own named `agent-sandbox`.
  *
- * v2 (unified): <root>/agent-sandbox/<id>, with memory, cpu and pids enabled in the
- * subtree_control of the root and of agent-sandbox. v1: <root>/<controller>/agent-sandbox/<id>
- * for the memory, cpu and pids hierarchies (cpuacct comes along where it is co-mounted with
- * cpu). Nothing outside agent-sandbox is ever created, written or removed.
+ * The manager is chosen once at start (cgroup_configure, then cgroup_root_detect):
+ *   - delegated v2: a systemd service with Delegate=yes (systemd marks the service's cgroup
+ *     with the xattr trusted.delegate): <own>/agent-sandbox/<id>, where <own> is the daemon's
+ *     own cgroup; the daemon moves itself (and any process of its own) into the leaf
+ *     <own>/daemon first, since a cgroup that hands controllers to its children may hold no
+ *     process. Nothing outside <own> is ever written.
+ *   - plain v2 (started by hand, or a unit without delegation): <root>/agent-sandbox/<id>,
+ *     with memory, cpu and pids enabled in the subtree_control of the root and of
+ *     agent-sandbox.
+ *   - v1: <root>/<controller>/agent-sandbox/<id> for the memory, cpu and pids hierarchies
+ *     (cpuacct comes along where it is co-mounted with cpu).
+ * Nothing outside agent-sandbox (and, delegated, the daemon's leaf) is ever created, written
+ * or removed.
  *
  * The hierarchy root is a parameter so that the logic can be tested against a plain
  * directory tree (see cgroup_root_plain). Library code: nothing here logs. */
@@ -16,6 +25,8 @@
 #include "util/err.h"
 
 #define CGROUP_PARENT "agent-sandbox"
+/* Delegated: the leaf of the daemon's own cgroup that the daemon moves itself into. */
+#define CGROUP_DAEMON_LEAF "daemon"
 /* Where the cgroup hierarchies are mounted. */
 #define CGROUP_ROOT "/sys/fs/cgroup"
 
@@ -26,9 +37,23 @@
 
 enum cgroup_version { CGROUP_V1 = 1, CGROUP_V2 = 2 };
 
+/* SANDBOX_CGROUP: where a v2 host's sandboxes go. */
+enum cgroup_delegation {
+	CGROUP_DELEGATION_AUTO, /* below the daemon's own cgroup when systemd delegated it */
+	CGROUP_DELEGATION_ON,   /* below the daemon's own cgroup, whatever it is marked */
+	CGROUP_DELEGATION_OFF,  /* below the hierarchy's root */
+};
+
+/* Sets how cgroup_root_detect chooses, for the whole process; before any other call. */
+void cgroup_configure(enum cgroup_delegation d);
+
 struct cgroup_root {
 	enum cgroup_version version;
-	char *path;                   /* /sys/fs/cgroup, or a test directory */
+	char *path;                   /* /sys/fs/cgroup, or a test directory; delegated: the
+				       * daemon's own cgroup below it */
+	bool delegated;               /* v2: path is the daemon's own, delegated cgroup */
+	char *rel;                    /* path relative to the hierarchy's root: "" or
+				       * "/system.slice/x.service" */
 	bool plain;                   /* a plain directory tree: control files are created on
 				       * first write, and removed before rmdir (tests) */
 	unsigned n_ctl;               /* v1: distinct controller hierarchies */
@@ -63,14 +88,20 @@ int cgroup_root_detect(const char *path, struct cgroup_root *ret, struct err *er
 /* Describes a plain directory tree at `path` as a hierarchy of `version` (tests). For v1 the
  * controller directories are <path>/memory, <path>/cpu and <path>/pids. */
 void cgroup_root_plain(const char *path, enum cgroup_version version, struct cgroup_root *ret);
+/* A plain tree at `path` as the daemon's own delegated v2 cgroup (tests). */
+void cgroup_root_plain_delegated(const char *path, struct cgroup_root *ret);
+
+/* What the manager is, for the log: "v1", "v2 at /sys/fs/cgroup" or "v2 delegated at ...". */
+char *cgroup_root_describe(const struct cgroup_root *root);
 
 void cgroup_root_free(struct cgroup_root *root);
 
 /* Checks that the memory, cpu and pids controllers are available. */
 int cgroup_check(const struct cgroup_root *root, struct err *err);
 
-/* Creates the agent-sandbox parent(s) and, on v2, enables the controllers for its children.
- * Idempotent. */
+/* Creates the agent-sandbox parent(s) and, on v2, enables the controllers for its children;
+ * delegated, first moves every process of the daemon's own cgroup into its leaf
+ * CGROUP_DAEMON_LEAF. Idempotent. */
 int cgroup_init(const struct cgroup_root *root, struct err *err);
 
 /* The cgroup of sandbox `id` (paths only, nothing is created): for cleanup of a previous run.

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "driver/cgroup.h"
 #include "util/log.h"
 
 /* The drivers in the order `auto` tries them. */
@@ -31,6 +32,11 @@ static void append_reason(char *buf, size_t cap, const char *driver, const char 
 
 int driver_select(const struct config *cfg, const struct driver **ret, struct err *err)
 {
+	/* Every driver, and stale clean-up, place sandboxes where the one manager says. */
+	const char *cg = cfg->cgroup ? cfg->cgroup : "auto";
+	cgroup_configure(strcmp(cg, "delegated") == 0 ? CGROUP_DELEGATION_ON
+			 : strcmp(cg, "root") == 0    ? CGROUP_DELEGATION_OFF
+						      : CGROUP_DELEGATION_AUTO);
 	if (strcmp(cfg->driver, "auto") != 0) {
 		const struct driver *d = driver_find(cfg->driver);
 		if (!d)

@@ -115,7 +115,8 @@ static struct {
 	struct cgroup_root cg;
 	struct sock_fprog seccomp;
 	unsigned cap_last;
-	int sysfs; /* jail_blank_sysfs */
+	int sysfs;         /* jail_blank_sysfs */
+	bool force_keeper; /* SANDBOX_KERNEL_FALLBACKS=mount-clone */
 } host = { .lock = PTHREAD_MUTEX_INITIALIZER, .sysfs = -1 };
 
 static unsigned read_cap_last(void)
@@ -134,13 +135,31 @@ static int host_setup(struct err *err)
 	_cleanup_(cgroup_root_free) struct cgroup_root cg = { 0 };
 	int r;
 	if ((r = cgroup_root_detect(CGROUP_ROOT, &cg, err)) < 0 ||
-	    (r = jail_seccomp_build(&host.seccomp, err)) < 0)
+	    (r = jail_seccomp_build(&host.seccomp, err)) < 0 ||
+	    (r = jail_keep_init(host.force_keeper, err)) < 0)
 		return r;
 	if (host.sysfs < 0 && (host.sysfs = jail_blank_sysfs(err)) < 0)
 		return host.sysfs;
 	host.cg = TAKE_STRUCT(cg);
 	host.cap_last = read_cap_last();
 	host.ready = true;
+	return 0;
+}
+
+/* SANDBOX_KERNEL_FALLBACKS: which of the features with a fallback to treat as missing. */
+static int fallbacks_parse(const char *list, struct err *err)
+{
+	_cleanup_free_ char *copy = xstrdup(list ? list : "");
+	char *save = NULL;
+	for (char *w = strtok_r(copy, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+		if (strcmp(w, "mount-clone") == 0)
+			continue;
+		return err_set(err, EINVAL,
+			       "SANDBOX_KERNEL_FALLBACKS: `%.64s` is not a kernel feature with a "
+			       "fallback (known: mount-clone)",
+			       w);
+	}
+	host.force_keeper = list && strstr(list, "mount-clone");
 	return 0;
 }
 
@@ -359,13 +378,61 @@ static int trial_run(struct err *err)
 	return r;
 }
 
+/* The first line of a file of /proc/sys, or "" when it does not exist. */
+static void read_sysctl(const char *path, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	if (f && fgets(buf, (int)len, f))
+		buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* Host policies that forbid what the jail does: each sandbox's first process makes its user
+ * namespace as an unprivileged uid of its range. Said by name, with the fix, rather than as
+ * the trial's EPERM. */
+static int check_userns_policy(struct err *err)
+{
+	char v[64];
+	read_sysctl("/proc/sys/user/max_user_namespaces", v, sizeof(v));
+	if (strcmp(v, "0") == 0)
+		return err_set(err, EPERM,
+			       "jail: user namespaces are disabled (user.max_user_namespaces = 0): "
+			       "set it to a number above SANDBOX_MAX_SESSIONS (sysctl -w "
+			       "user.max_user_namespaces=65536)");
+	/* Debian's and older Ubuntu's switch for unprivileged user namespaces. */
+	read_sysctl("/proc/sys/kernel/unprivileged_userns_clone", v, sizeof(v));
+	if (strcmp(v, "0") == 0)
+		return err_set(err, EPERM,
+			       "jail: unprivileged user namespaces are disabled "
+			       "(kernel.unprivileged_userns_clone = 0), and each sandbox makes its "
+			       "own as an unprivileged uid: sysctl -w "
+			       "kernel.unprivileged_userns_clone=1");
+	/* Ubuntu 23.10 and later: only processes whose AppArmor profile allows it. */
+	read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", v, sizeof(v));
+	if (strcmp(v, "1") == 0) {
+		char label[256];
+		read_sysctl("/proc/self/attr/current", label, sizeof(label));
+		if (strncmp(label, "unconfined", 10) == 0)
+			return err_set(
+				err, EPERM,
+				"jail: AppArmor restricts unprivileged user namespaces "
+				"(kernel.apparmor_restrict_unprivileged_userns = 1) and sandboxd "
+				"runs unconfined: give it a profile that allows `userns,` "
+				"(docs/hosts.md), or sysctl -w "
+				"kernel.apparmor_restrict_unprivileged_userns=0");
+	}
+	return 0;
+}
+
 static int jail_probe(const struct config *cfg, struct err *err)
 {
 	int r;
 	if (geteuid() != 0)
 		return err_set(err, EPERM,
 			       "jail: sandboxd must run as root to create namespaces and cgroups");
-	if ((r = check_agent(cfg, err)) < 0)
+	if ((r = check_agent(cfg, err)) < 0 ||
+	    (r = fallbacks_parse(cfg->kernel_fallbacks, err)) < 0 ||
+	    (r = check_userns_policy(err)) < 0)
 		return r;
 	if ((r = host_get(err)) < 0)
 		return r;
@@ -417,8 +484,15 @@ static int jail_init(const struct config *cfg, struct err *err)
 {
 	int r;
 	state_dir = cfg->state_dir;
-	if ((r = host_get(err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
+	if ((r = fallbacks_parse(cfg->kernel_fallbacks, err)) < 0 || (r = host_get(err)) < 0 ||
+	    (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
+	_cleanup_free_ char *cg = cgroup_root_describe(&host.cg);
+	log_info("jail", "cgroups %s", cg);
+	log_info("jail", "detached mounts are cloned %s",
+		 jail_keep_mode() == JAIL_KEEP_DIRECT
+			 ? "directly (open_tree of a detached mount: Linux 6.15)"
+			 : "in the mount keeper's namespace (the fallback before Linux 6.15)");
 	/* Said at start rather than by every session's creation. */
 	_cleanup_free_ char *mkfs = spawn_find_binary("mkfs.ext4");
 	if (!mkfs && (!cfg->storage || strcmp(cfg->storage, "disk") == 0))

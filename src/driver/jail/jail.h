@@ -134,6 +134,36 @@ void jail_plan_net_sysctls(struct spawn_plan *p);
  * state), which every sandbox gets a clone of as its /sys. Returns its descriptor. */
 int jail_blank_sysfs(struct err *err);
 
+/* The detached mounts sandboxes are cloned from (jail_keep.c). jail_keep_init decides, once,
+ * whether this kernel clones a detached mount itself (6.15 and later) or the clones are made
+ * on a thread of a private mount namespace where the kept mounts are attached. */
+enum jail_keep_mode {
+	JAIL_KEEP_DIRECT, /* open_tree clones detached mounts */
+	JAIL_KEEP_THREAD, /* kept mounts attached in the keeper thread's namespace */
+};
+/* force_thread: the keeper even where the kernel would not need it (tests of the fallback). */
+int jail_keep_init(bool force_thread, struct err *err);
+enum jail_keep_mode jail_keep_mode(void);
+/* Takes a detached mount (fsmount's; consumed, even on failure) and returns the handle its
+ * clones are made from, which stands for it in every use a mount's descriptor has (openat,
+ * fstatat, /proc/self/fd paths). */
+int jail_keep(int mnt, struct err *err);
+/* A detached clone of `path` below a kept mount, or below AT_FDCWD (a path of the daemon's
+ * own mount namespace): "" for its root; flags: AT_RECURSIVE or 0. A negative errno on
+ * failure. */
+int jail_keep_clone(int kept, const char *path, unsigned flags);
+/* Closes a handle of jail_keep, and detaches its mount where the keeper holds it. */
+void jail_keep_release(int kept);
+/* Runs fn(arg) on the keeper's thread, where there is one, else on this one; returns what it
+ * returned. For what must see mounts in the caller's namespace on older kernels (overlayfs
+ * clones its layers, and before 6.15 only mounts of the caller's namespace). */
+int jail_keep_call(int (*fn)(void *arg), void *arg);
+/* Only within jail_keep_call's fn, in JAIL_KEEP_THREAD mode: attaches the detached mount `mnt`
+ * (still the caller's) at a new place of the keeper's namespace, whose path it writes to path;
+ * jail_keep_detach(path) detaches it again (the descriptor stays usable). */
+int jail_keep_attach(int mnt, char *path, size_t len, struct err *err);
+void jail_keep_detach(const char *path);
+
 /* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
  * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it a
  * read-only clone of the rootfs (`root_path` below `root_dfd`, or root_dfd itself when the

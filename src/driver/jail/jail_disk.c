@@ -407,26 +407,61 @@ int jail_disk_open(const char *path, struct jail_disk *ret, struct err *err)
 	return 0;
 }
 
+struct overlay_args {
+	int lower, upper; /* the lower layer's mount, the disk's */
+	struct err *err;
+};
+
+/* Made where the layers are in the caller's mount namespace, as overlayfs wants them before
+ * Linux 6.15 (it clones each, with clone_private_mount): on the keeper's thread, each attached
+ * there for as long as it takes. The descriptors stay usable after they are detached again. */
+static int make_overlay(void *arg)
+{
+	struct overlay_args *a = arg;
+	char lower[64], disk[64], upper[80], work[80];
+	bool attach = jail_keep_mode() == JAIL_KEEP_THREAD;
+	int r = 0;
+	if (attach) {
+		if ((r = jail_keep_attach(a->lower, lower, sizeof(lower), a->err)) < 0)
+			return r;
+		if ((r = jail_keep_attach(a->upper, disk, sizeof(disk), a->err)) < 0) {
+			jail_keep_detach(lower);
+			return r;
+		}
+	} else {
+		snprintf(lower, sizeof(lower), "/proc/self/fd/%d", a->lower);
+		snprintf(disk, sizeof(disk), "/proc/self/fd/%d", a->upper);
+	}
+	snprintf(upper, sizeof(upper), "%s/upper", disk);
+	snprintf(work, sizeof(work), "%s/work", disk);
+	int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+	if (fs < 0) {
+		r = err_sys(a->err, errno, "jail: fsopen overlay");
+	} else if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "sandbox", 0) < 0 ||
+		   syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir", lower, 0) < 0 ||
+		   syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir", upper, 0) < 0 ||
+		   syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir", work, 0) < 0 ||
+		   syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+		r = err_sys(a->err, errno, "jail: overlay of the template and the disk");
+	} else {
+		r = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+				 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+		if (r < 0)
+			r = err_sys(a->err, errno, "jail: mount the overlay");
+	}
+	if (fs >= 0)
+		close(fs);
+	if (attach) {
+		jail_keep_detach(disk);
+		jail_keep_detach(lower);
+	}
+	return r;
+}
+
 int jail_disk_overlay(const struct jail_disk *d, int lower, struct err *err)
 {
-	_cleanup_close_ int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
-	if (fs < 0)
-		return err_sys(err, errno, "jail: fsopen overlay");
-	char lowerdir[64], upper[64], work[64];
-	snprintf(lowerdir, sizeof(lowerdir), "/proc/self/fd/%d", lower);
-	snprintf(upper, sizeof(upper), "/proc/self/fd/%d/upper", d->mnt);
-	snprintf(work, sizeof(work), "/proc/self/fd/%d/work", d->mnt);
-	if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "sandbox", 0) < 0 ||
-	    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir", lowerdir, 0) < 0 ||
-	    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir", upper, 0) < 0 ||
-	    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir", work, 0) < 0 ||
-	    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-		return err_sys(err, errno, "jail: overlay of the template and the disk");
-	int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
-			       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-	if (mnt < 0)
-		return err_sys(err, errno, "jail: mount the overlay");
-	return mnt;
+	struct overlay_args a = { .lower = lower, .upper = d->mnt, .err = err };
+	return jail_keep_call(make_overlay, &a);
 }
 
 int jail_disk_usage(const struct jail_disk *d, uint64_t *used, uint64_t *size)

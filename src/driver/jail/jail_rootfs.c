@@ -123,7 +123,7 @@ int jail_rootfs_image(const char *path, int *ret, struct err *err)
 			goto out;
 		}
 		/* Rebuilt: sandboxes made from the old one keep their own clones. */
-		close(im->mnt);
+		jail_keep_release(im->mnt);
 		free(im->path);
 		*im = roots.img[--roots.n];
 		break;
@@ -133,6 +133,8 @@ int jail_rootfs_image(const char *path, int *ret, struct err *err)
 		goto out;
 	}
 	int mnt = mount_image(path, img, err);
+	if (mnt >= 0)
+		mnt = jail_keep(mnt, err);
 	if (mnt < 0) {
 		r = mnt;
 		goto out;
@@ -164,7 +166,8 @@ static int resolv_fs(struct err *err)
 			       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
 	if (mnt < 0)
 		return err_sys(err, errno, "jail: tmpfs for resolv.conf");
-	return roots.resolv = mnt;
+	mnt = jail_keep(mnt, err);
+	return mnt < 0 ? mnt : (roots.resolv = mnt);
 }
 
 static int copy_file(int from, int dir, const char *name, struct err *err)

@@ -96,7 +96,7 @@ int jail_blank_sysfs(struct err *err)
 	if (r < 0)
 		return err_sys(err, -r,
 			       "jail: the sandboxes' sysfs (of an empty network namespace)");
-	return r;
+	return jail_keep(r, err);
 }
 
 /* Waits for the child's byte on agent_fd; a failure reported meanwhile is the error. */
@@ -143,12 +143,15 @@ static int write_map(const struct spawn_plan *plan, pid_t pid, const char *file,
 static int detached_tree(const struct spawn_plan *plan, int dfd, const char *path, int userns,
 			 struct err *err)
 {
-	unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (*path ? 0 : AT_EMPTY_PATH);
-	_cleanup_close_ int fd = (int)syscall(SYS_open_tree, dfd, path, flags);
+	_cleanup_close_ int fd = jail_keep_clone(dfd, path, 0);
 	if (fd < 0)
-		return err_sys(err, errno, "%s: open_tree `%s`", plan->name, path);
+		return err_sys(err, -fd, "%s: open_tree `%s`", plan->name, path);
+	/* Private: a clone of a shared mount (a template's directory on a host whose init is
+	 * systemd, which makes every mount shared) would join its peer group, and the mounts
+	 * the sandbox makes on it would propagate to the host, the host's to the sandbox. */
 	struct mount_attr attr = {
 		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+		.propagation = MS_PRIVATE,
 	};
 	if (userns >= 0) {
 		attr.attr_set |= MOUNT_ATTR_IDMAP;
@@ -232,10 +235,8 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 	if (r >= 0)
 		r = send_fds(plan, agent_fd, fds, resolv ? 2 : 1, err);
 	if (r >= 0) {
-		_cleanup_close_ int sys =
-			(int)syscall(SYS_open_tree, sysfs, "",
-				     OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
-		r = sys < 0 ? err_sys(err, errno, "%s: clone the sysfs", plan->name)
+		_cleanup_close_ int sys = jail_keep_clone(sysfs, "", 0);
+		r = sys < 0 ? err_sys(err, -sys, "%s: clone the sysfs", plan->name)
 			    : send_fds(plan, agent_fd, &sys, 1, err);
 	}
 	if (r >= 0 && nvol)

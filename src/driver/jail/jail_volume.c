@@ -124,6 +124,8 @@ int jail_volume_open(const char *image, int *ret, struct err *err)
 		v->refs++;
 	} else {
 		int mnt = mount_image(real, err);
+		if (mnt >= 0)
+			mnt = jail_keep(mnt, err);
 		if (mnt < 0) {
 			r = mnt;
 		} else {
@@ -153,7 +155,7 @@ void jail_volume_close(const char *image)
 			continue;
 		if (--v->refs == 0) {
 			*pp = v->next;
-			close(v->mnt);
+			jail_keep_release(v->mnt);
 			free(v->image);
 			free(v);
 		}
@@ -164,13 +166,13 @@ void jail_volume_close(const char *image)
 
 int jail_volume_clone(int mnt, int userns, bool read_only, struct err *err)
 {
-	_cleanup_close_ int fd = (int)syscall(SYS_open_tree, mnt, "",
-					      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	_cleanup_close_ int fd = jail_keep_clone(mnt, "", 0);
 	if (fd < 0)
-		return err_sys(err, errno, "jail: clone the volume's mount");
+		return err_sys(err, -fd, "jail: clone the volume's mount");
 	struct mount_attr attr = {
 		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
 			    (read_only ? MOUNT_ATTR_RDONLY : 0),
+		.propagation = MS_PRIVATE, /* never a peer of anything of the host's */
 		.userns_fd = (uint64_t)userns,
 	};
 	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)

@@ -180,6 +180,39 @@ static void test_v2(void **state)
 	rm_tree(tmp);
 }
 
+/* Delegated: the daemon's own cgroup empties into its leaf before it hands controllers on;
+ * sandboxes go below it, nothing is written above it. */
+static void test_v2_delegated(void **state)
+{
+	char *tmp = make_tmp();
+	struct cgroup_root root;
+	cgroup_root_plain_delegated(tmp, &root);
+	struct err err = { 0 };
+	put(tmp, "cgroup.procs", "100\n200\n");
+	assert_int_equal(cgroup_init(&root, &err), 0);
+	_cleanup_free_ char *leaf = xasprintf("%s/" CGROUP_DAEMON_LEAF, tmp);
+	assert_file(leaf, "cgroup.procs", "100\n200\n");
+	assert_file(tmp, "cgroup.procs", "");
+	assert_file(tmp, "cgroup.subtree_control", "+memory +cpu +pids");
+	_cleanup_free_ char *parent = xasprintf("%s/" CGROUP_PARENT, tmp);
+	assert_file(parent, "cgroup.subtree_control", "+memory +cpu +pids");
+	assert_int_equal(cgroup_init(&root, &err), 0);
+
+	struct cgroup *cg = NULL;
+	assert_int_equal(cgroup_create(&root, "s1", &limits, &cg, &err), 0);
+	_cleanup_free_ char *dir = xasprintf("%s/s1", parent);
+	assert_string_equal(cg->dir[0], dir);
+	assert_file(dir, "memory.max", "67108864");
+	assert_int_equal(cgroup_remove(cg, &err), 0);
+	assert_false(exists(dir));
+	cgroup_free(cg);
+
+	_cleanup_free_ char *what = cgroup_root_describe(&root);
+	assert_non_null(strstr(what, "delegated"));
+	cgroup_root_free(&root);
+	rm_tree(tmp);
+}
+
 static void test_v2_missing_parent(void **state)
 {
 	char *tmp = make_tmp();
@@ -296,8 +329,17 @@ static void test_detect(void **state)
 		fail_msg("no cgroup hierarchy here: %s", err.msg);
 	assert_true(root.version == CGROUP_V1 || root.version == CGROUP_V2);
 	assert_false(root.plain);
-	print_message("this host: cgroup v%d\n", root.version);
+	_cleanup_free_ char *what = cgroup_root_describe(&root);
+	print_message("this host: cgroup %s\n", what);
 	cgroup_root_free(&root);
+
+	/* Told not to delegate, a v2 host's sandboxes go below its root. */
+	cgroup_configure(CGROUP_DELEGATION_OFF);
+	assert_int_equal(cgroup_root_detect("/sys/fs/cgroup", &root, &err), 0);
+	assert_false(root.delegated);
+	assert_string_equal(root.path, "/sys/fs/cgroup");
+	cgroup_root_free(&root);
+	cgroup_configure(CGROUP_DELEGATION_AUTO);
 }
 
 /* Whether every directory of cgroup `arg` holds two processes. */
@@ -376,13 +418,10 @@ static void test_real(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_id_valid),
-		cmocka_unit_test(test_v2),
-		cmocka_unit_test(test_v2_missing_parent),
-		cmocka_unit_test(test_v1),
-		cmocka_unit_test(test_v1_comount),
-		cmocka_unit_test(test_detect),
-		cmocka_unit_test(test_real),
+		cmocka_unit_test(test_id_valid),     cmocka_unit_test(test_v2),
+		cmocka_unit_test(test_v2_delegated), cmocka_unit_test(test_v2_missing_parent),
+		cmocka_unit_test(test_v1),           cmocka_unit_test(test_v1_comount),
+		cmocka_unit_test(test_detect),       cmocka_unit_test(test_real),
 	};
 	return cmocka_run_group_tests_name("driver/cgroup", tests, NULL, NULL);
 }
