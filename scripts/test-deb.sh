@@ -110,6 +110,11 @@ inside() {
 	[[ $mode == 660 && $group == agent-sandbox ]] ||
 		die "the socket is $mode, group $group (want 660, agent-sandbox)"
 	ok "sandboxd serves; its socket is 0660 root:agent-sandbox"
+	# With agent-sandbox-vm, the qemu driver finds QEMU and the packaged kernel: on a host
+	# without a usable KVM (this one), auto passes it over for that reason alone.
+	grep -q 'driver qemu not usable: no usable KVM\|driver qemu selected' "$root/var/lib/agent-sandbox/sandboxd.log" ||
+		die "the qemu driver did not find QEMU and the packaged kernel: $(grep -m1 'driver qemu' "$root/var/lib/agent-sandbox/sandboxd.log")"
+	ok "the qemu driver finds QEMU and the packaged kernel: $(grep -m1 -o 'driver qemu [^"]*' "$root/var/lib/agent-sandbox/sandboxd.log" | cut -c1-100)"
 	# The dashboard: installed by the package, served by the daemon from there.
 	[[ -f $root/usr/share/agent-sandbox/ui/index.html && -f $root/usr/share/agent-sandbox/ui/app.js ]] ||
 		die "the package holds no dashboard in /usr/share/agent-sandbox/ui"
@@ -226,7 +231,8 @@ mmdebstrap --quiet --variant=apt --include=systemd,bash-completion,man-db bookwo
 
 log "installing the packages (postinst: account, uid ranges, admin key, base template)"
 mkdir -p "$root/tmp/debs"
-cp "$debs"/agent-sandbox_*.deb "$debs"/agent-sandbox-cli_*.deb "$root/tmp/debs/"
+cp "$debs"/agent-sandbox_*.deb "$debs"/agent-sandbox-cli_*.deb "$debs"/agent-sandbox-vm_*.deb \
+	"$root/tmp/debs/"
 # In a mount namespace of its own: /proc, /dev and /sys for the postinst, gone afterwards.
 # shellcheck disable=SC2016 # the inner shell expands
 unshare --mount --propagation private -- bash -euo pipefail -c '
@@ -237,6 +243,9 @@ unshare --mount --propagation private -- bash -euo pipefail -c '
 	# mmdebstrap leaves neither package lists nor a resolver configuration behind.
 	cp /etc/resolv.conf "$root/etc/resolv.conf"
 	chroot "$root" apt-get update -q
+	# What the README'\''s install of the two packages brings, recommends included.
+	chroot "$root" sh -c "apt-get install -s /tmp/debs/agent-sandbox_*.deb \
+		/tmp/debs/agent-sandbox-cli_*.deb" | grep "^Inst " >"$root/tmp/lean.txt"
 	chroot "$root" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 		--no-install-recommends /tmp/debs/*.deb"
 ' _ "$root" >"$root/tmp/apt.log" 2>&1 || {
@@ -244,6 +253,16 @@ unshare --mount --propagation private -- bash -euo pipefail -c '
 	die "apt-get install failed"
 }
 grep '^agent-sandbox:' "$root/tmp/apt.log" | sed 's/^/    | /' >&2
+# The main package is lean: the jail's needs, not QEMU's graphical stack (which came with a
+# recommended qemu-system-x86: 381 packages, 1 GB).
+lean=$(wc -l <"$root/tmp/lean.txt")
+grep -q '^Inst qemu' "$root/tmp/lean.txt" && die "installing agent-sandbox brings QEMU: $(grep '^Inst qemu' "$root/tmp/lean.txt" | head -n 3)"
+((lean <= 80)) || die "installing agent-sandbox and agent-sandbox-cli brings $lean packages (at most 80): $(cut -d' ' -f2 "$root/tmp/lean.txt" | paste -sd ' ')"
+ok "agent-sandbox and agent-sandbox-cli with their recommends bring $lean packages, no QEMU"
+[[ $(head -c 4 "$root/usr/lib/agent-sandbox/vmlinux" | od -An -c | tr -d ' ') == '177ELF' ]] ||
+	die "agent-sandbox-vm holds no guest kernel at /usr/lib/agent-sandbox/vmlinux"
+# shellcheck disable=SC2016 # dpkg-query's format
+ok "agent-sandbox-vm installs the guest kernel and QEMU ($(chroot "$root" dpkg-query -W -f='${Version}' qemu-system-x86))"
 grep -q 'sk_test_' "$root/tmp/apt.log" && die "the installation printed a key"
 
 # What postinst must have left.

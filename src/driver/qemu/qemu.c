@@ -232,12 +232,19 @@ static int probe_host(const struct config *cfg, struct qemu_host *h, struct err 
 			       cfg->qemu_bin);
 	if (!(h->qemu_version = qemu_version(h->qemu_bin, err)))
 		return -err->errnum;
+	/* One built in the artifacts directory (make kernel) comes first, then the packaged one
+	 * (agent-sandbox-vm). */
 	h->kernel = xasprintf("%s/vmlinux", cfg->artifacts_dir);
 	struct stat st;
+	if (stat(h->kernel, &st) < 0 && errno == ENOENT && stat(VMLINUX_INSTALLED, &st) == 0) {
+		free(h->kernel);
+		h->kernel = xstrdup(VMLINUX_INSTALLED);
+	}
 	if (stat(h->kernel, &st) < 0 || !S_ISREG(st.st_mode))
 		return err_set(err, ENOENT,
-			       "no guest kernel at `%s` (build it with guest/kernel/build.sh)",
-			       h->kernel);
+			       "no guest kernel at `%s` or `%s` (install the package "
+			       "agent-sandbox-vm, or build it with guest/kernel/build.sh)",
+			       h->kernel, VMLINUX_INSTALLED);
 	if ((r = cgroup_root_detect(CGROUP_ROOT, &h->cg, err)) < 0 ||
 	    (r = cgroup_check(&h->cg, err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
