@@ -22,6 +22,9 @@
 
 #include "util/cleanup.h"
 
+/* How long a MOVED_FROM read alone waits for its MOVED_TO (see watch_step). */
+#define MOVE_GRACE_NS (50LL * 1000 * 1000)
+
 /* Events waiting for the host's credit; once this few are left free the descriptor is not
  * read (a read of WATCH_READ_BUF bytes holds at most WATCH_READ_BUF / 16 events). */
 #define WATCH_QUEUE_MAX 4096
@@ -65,6 +68,7 @@ struct watch_op {
 	bool root_gone;
 	/* a MOVED_FROM waiting for its MOVED_TO */
 	bool move_pending;
+	int64_t move_deadline; /* a lone MOVED_FROM is settled as a move out of the tree then */
 	uint32_t move_cookie;
 	char *move_from;
 	bool move_dir;
@@ -445,6 +449,7 @@ static void handle_event(struct watch_op *x, const struct inotify_event *ev)
 		emit(x, REQ_WATCH_REMOVE, path, isdir, NULL);
 	} else if (ev->mask & IN_MOVED_FROM) {
 		x->move_pending = true;
+		x->move_deadline = 0;
 		x->move_cookie = ev->cookie;
 		x->move_from = path;
 		x->move_dir = isdir;
@@ -513,6 +518,8 @@ static int watch_poll_fill(struct op *op, struct pollfd *pfd, int64_t *deadline)
 		*deadline = agent_now_ns();
 		return 0;
 	}
+	if (x->move_pending && x->move_deadline && x->move_deadline < *deadline)
+		*deadline = x->move_deadline;
 	if (!queue_has_room(x) || x->root_gone)
 		return 0;
 	pfd[0] = (struct pollfd){ .fd = x->ifd, .events = POLLIN };
@@ -531,11 +538,18 @@ static void watch_step(struct op *op, const struct pollfd *pfd, int n)
 				break;
 			}
 		}
-		/* Nothing more to read: a MOVED_FROM left alone has no MOVED_TO coming. */
-		if (drained)
-			settle_move(x);
+		/* Nothing more to read. The kernel queues a rename's MOVED_FROM and MOVED_TO one
+		 * after the other, not at once: a read may come between them (seen on a slow
+		 * machine). A MOVED_FROM left alone waits MOVE_GRACE_NS for its MOVED_TO; past
+		 * that, nothing is coming and the file left the tree. */
+		if (drained && x->move_pending && !x->move_deadline)
+			x->move_deadline = agent_now_ns() + MOVE_GRACE_NS;
 		q_settle_loss(x);
 	}
+	if (x->move_pending && x->move_deadline && agent_now_ns() >= x->move_deadline)
+		settle_move(x);
+	if (!x->move_pending)
+		x->move_deadline = 0;
 	q_send(x);
 	if (x->failed) {
 		q_clear(x);

@@ -53,8 +53,9 @@ static void cleanup_stale(void)
 		if (have_nl && net_nl_link_del(&nl, de->d_name, &e) < 0 && e.errnum != ENODEV)
 			log_warn("net", "%s", e.msg);
 		_cleanup_free_ char *ns = xasprintf("%s/%s", NET_NETNS_DIR, de->d_name);
-		umount2(ns, MNT_DETACH);
-		unlink(ns);
+		net_netns_unmount(de->d_name);
+		if (unlink(ns) < 0 && errno != ENOENT)
+			log_warn("net", "removing %s: %s", ns, strerror(errno));
 		_cleanup_free_ char *dir = xasprintf("%s/%s", NET_STATE_DIR, de->d_name);
 		_cleanup_free_ char *conf = xasprintf("%s/resolv.conf", dir);
 		unlink(conf);
@@ -140,6 +141,7 @@ static int setup(struct err *err)
 		return err_sys(err, errno, "cannot open the root network namespace");
 	if ((r = netns_dir_setup(err)) < 0)
 		return r;
+	net_mod.netns_dir_fd = open(NET_NETNS_DIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	cleanup_stale();
 	if ((r = net_host_addrs_get(&net_mod.host_addrs, &net_mod.n_host, err)) < 0 ||
 	    (r = check_pool(err)) < 0)
@@ -214,6 +216,9 @@ static void undo(void)
 	if (net_mod.root_ns_fd >= 0)
 		close(net_mod.root_ns_fd);
 	net_mod.root_ns_fd = -1;
+	if (net_mod.netns_dir_fd >= 0)
+		close(net_mod.netns_dir_fd);
+	net_mod.netns_dir_fd = -1;
 	if (net_mod.lock_fd >= 0)
 		close(net_mod.lock_fd);
 	net_mod.lock_fd = -1;

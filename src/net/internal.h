@@ -62,6 +62,7 @@ struct net_module {
 	size_t count;
 	struct dying_link *dying; /* host links whose namespace is going away */
 	int root_ns_fd;
+	int netns_dir_fd; /* NET_NETNS_DIR as this daemon made it shared (O_PATH), or -1 */
 	int lock_fd;
 	bool table_made;
 	bool set_ip_forward;
@@ -84,6 +85,9 @@ struct dying_link {
 
 /* net.c, for host.c */
 void net_ip_text(uint32_t addr, char out[INET_ADDRSTRLEN]);
+/* Unmounts every mount on NET_NETNS_DIR/<name>, through each mount of the directory; 0, or
+ * -1 with errno when none could be and something other than "not mounted" was wrong. */
+int net_netns_unmount(const char *name);
 int net_sysctl_write(const char *path, const char *value, struct err *err);
 int net_sysctl_read(const char *path, char *buf, size_t len);
 int net_chain_get(const struct net_policy *p, bool permanent, struct chain **ret, struct err *err);

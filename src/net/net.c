@@ -33,6 +33,7 @@ struct net_module net_mod = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.nft_lock = PTHREAD_MUTEX_INITIALIZER,
 	.root_ns_fd = -1,
+	.netns_dir_fd = -1,
 	.lock_fd = -1,
 };
 
@@ -472,6 +473,37 @@ void net_reap_dying(struct net_nl *nl, bool all)
 	}
 }
 
+int net_netns_unmount(const char *name)
+{
+	/* Every mount on it, through each mount of the directory: `ip netns add` on the host
+	 * binds /run/netns onto itself and makes it shared, which under systemd propagates into
+	 * the daemon's namespace over the directory the daemon made shared; a namespace's mount
+	 * is then on both, and the lower one, covered, is reached only through the directory's
+	 * descriptor taken at start. */
+	char paths[2][PATH_MAX];
+	snprintf(paths[0], sizeof(paths[0]), "%s/%s", NET_NETNS_DIR, name);
+	unsigned n = 1;
+	if (net_mod.netns_dir_fd >= 0)
+		snprintf(paths[n++], sizeof(paths[1]), "/proc/self/fd/%d/%s", net_mod.netns_dir_fd,
+			 name);
+	int done = 0, e = 0;
+	for (unsigned i = 0; i < n; i++)
+		for (int k = 0; k < 8; k++) {
+			if (umount2(paths[i], MNT_DETACH) == 0) {
+				done++;
+				continue;
+			}
+			if (errno != EINVAL && errno != ENOENT)
+				e = errno;
+			break;
+		}
+	if (!done && e) {
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
 /* Removes what exists of s's network; every step tolerates what is already gone. */
 static void teardown(struct net_sandbox *s)
 {
@@ -486,7 +518,7 @@ static void teardown(struct net_sandbox *s)
 		close(s->tcp_fd);
 	s->udp_fd = s->tcp_fd = -1;
 	if (s->made_ns_path) {
-		if (umount2(s->netns_path, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
+		if (net_netns_unmount(s->name) < 0)
 			log_warn("net", "unmounting %s: %s", s->netns_path, strerror(errno));
 		if (unlink(s->netns_path) < 0 && errno != ENOENT)
 			log_warn("net", "removing %s: %s", s->netns_path, strerror(errno));
