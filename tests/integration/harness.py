@@ -22,6 +22,9 @@ Environment read here:
   FIRECRACKER_ARTIFACTS_DIR  passed through (default /var/lib/agent-sandbox/artifacts)
   LOG_LEVEL                  passed through (default debug)
   SANDBOXD_START_TIMEOUT     seconds to wait for the port file (default 30)
+  SANDBOXD_SCOPE             1: each daemon runs in a transient systemd scope with
+                             Delegate=yes (systemd-run --scope), as under the packaged unit;
+                             on a host whose init is systemd (the host lane)
 """
 
 import atexit
@@ -258,8 +261,12 @@ class Daemon:
         self.run_dir = env.get("SANDBOX_RUN_DIR", self.run_dir)
 
         with open(self.stderr_path, "wb") as err, open(self.stdout_path, "wb") as out:
+            # systemd-run --scope execs the daemon itself: the same process, in a delegated
+            # cgroup of its own.
+            scope = (["systemd-run", "--scope", "--quiet", "--collect", "-p", "Delegate=yes",
+                      "--"] if os.environ.get("SANDBOXD_SCOPE") == "1" else [])
             self.proc = subprocess.Popen(
-                [self.binary, *self.args],
+                [*scope, self.binary, *self.args],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -27,11 +27,14 @@ def sandbox_ids(log_text):
 
 
 def cgroup_parents():
-    """The agent-sandbox directories of every mounted hierarchy (v1: one per controller)."""
+    """The agent-sandbox directories of every mounted hierarchy (v1: one per controller), and
+    on cgroup v2 those below a daemon's own delegated cgroup (a unit or a scope of a systemd
+    slice: docs/hosts.md#cgroups)."""
     found = glob.glob(os.path.join(CGROUP_ROOT, "*", CGROUP_PARENT))
     v2 = os.path.join(CGROUP_ROOT, CGROUP_PARENT)
     if os.path.isdir(v2):
         found.append(v2)
+    found += glob.glob(os.path.join(CGROUP_ROOT, "*.slice", "*", CGROUP_PARENT))
     return sorted(p for p in found if os.path.isdir(p))
 
 

@@ -6,20 +6,17 @@ import os
 import time
 import unittest
 
+import helpers_host as host
 import runner
 from helpers_exec import BASE_ENV, DaemonTestCase, sandbox_of, wait_until
 
-CG = "/sys/fs/cgroup"
 
 
 def cgroup_procs(sandbox):
-    for d in (f"{CG}/memory/agent-sandbox/{sandbox}", f"{CG}/agent-sandbox/{sandbox}"):
-        try:
-            with open(f"{d}/cgroup.procs") as f:
-                return [int(x) for x in f.read().split()]
-        except FileNotFoundError:
-            continue
-    raise AssertionError(f"no cgroup for sandbox {sandbox}")
+    dirs = host.cgroup_dirs(sandbox)
+    if not dirs:
+        raise AssertionError(f"no cgroup for sandbox {sandbox}")
+    return sorted(host.cgroup_pids(dirs))
 
 
 def cpu_ticks(sandbox):
@@ -118,8 +115,7 @@ class PauseTest(DaemonTestCase):
         self.pause(sid)
         status, _, body = self.d.delete(f"/exec/{sid}")
         self.assertEqual(status, 200, body)
-        wait_until(lambda: not any(os.path.exists(f"{CG}/{c}/agent-sandbox/{sandbox}")
-                                   for c in ("memory", "pids", "freezer", "")), 30, 0.1,
+        wait_until(lambda: not host.cgroup_dirs(sandbox), 30, 0.1,
                    "the cgroup removed")
 
     def test_concurrent_pauses_resumes_and_a_destroy_in_the_middle(self):
@@ -147,8 +143,7 @@ class PauseTest(DaemonTestCase):
         status, _, body = self.d.delete(f"/exec/{sid}")
         t.join()
         self.assertEqual(status, 200, body)
-        wait_until(lambda: not any(os.path.exists(f"{CG}/{c}/agent-sandbox/{sandbox}")
-                                   for c in ("memory", "pids", "freezer", "")), 30, 0.1,
+        wait_until(lambda: not host.cgroup_dirs(sandbox), 30, 0.1,
                    "the cgroup removed")
         status, _, _ = self.d.get("/health")
         self.assertEqual(status, 200)
@@ -244,8 +239,7 @@ class PausedAtShutdownTest(unittest.TestCase):
             self.assertEqual(status, 200, body)
         finally:
             d.stop()  # checks a clean exit within its timeout
-        self.assertFalse(any(os.path.exists(f"{CG}/{c}/agent-sandbox/{sandbox}")
-                             for c in ("memory", "pids", "freezer", "")))
+        self.assertFalse(host.cgroup_dirs(sandbox))
 
 
 class PausedAtCrashTest(unittest.TestCase):
