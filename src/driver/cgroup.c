@@ -429,6 +429,39 @@ int cgroup_open(const struct cgroup_root *root, const char *id, struct cgroup **
 	return 0;
 }
 
+int cgroup_open_path(const struct cgroup_root *root, const char *id, const char *dir,
+		     struct cgroup **ret, struct err *err)
+{
+	if (!cgroup_id_valid(id))
+		return err_set(err, EINVAL, "cgroup: invalid sandbox id `%s`", id ? id : "");
+	if (root->version != CGROUP_V2)
+		return err_set(err, EINVAL, "cgroup: a recorded directory on v1");
+	_cleanup_free_ char *suffix = xasprintf("/" CGROUP_PARENT "/%s", id);
+	size_t n = dir ? strlen(dir) : 0, m = strlen(suffix);
+	bool ok = n > m && n < PATH_MAX &&
+		  strncmp(dir, CGROUP_ROOT "/", strlen(CGROUP_ROOT) + 1) == 0 &&
+		  strcmp(dir + n - m, suffix) == 0 && !strstr(dir, "/../") && !strstr(dir, "/./") &&
+		  !strstr(dir, "//");
+	if (!ok)
+		return err_set(err, EINVAL, "cgroup: `%.200s` is not a cgroup of sandbox %s",
+			       dir ? dir : "", id);
+	struct cgroup *cg = cgroup_new(root, id);
+	free(cg->dir[0]);
+	free(cg->procs[0]);
+	free(cg->oom_file);
+	free(cg->freezer);
+	cg->dir[0] = xstrdup(dir);
+	cg->procs[0] = xasprintf("%s/cgroup.procs", dir);
+	cg->oom_file = xasprintf("%s/memory.events", dir);
+	cg->freezer = xstrdup(dir);
+	for (unsigned i = 0; i < CGROUP_V1_MAX; i++) {
+		free(cg->ctl[i]);
+		cg->ctl[i] = xstrdup(dir);
+	}
+	*ret = cg;
+	return 0;
+}
+
 void cgroup_free(struct cgroup *cg)
 {
 	if (!cg)

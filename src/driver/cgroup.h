@@ -109,6 +109,13 @@ int cgroup_init(const struct cgroup_root *root, struct err *err);
 int cgroup_open(const struct cgroup_root *root, const char *id, struct cgroup **ret,
 		struct err *err);
 
+/* The v2 cgroup of sandbox `id` at `dir`, a directory an earlier daemon recorded (it may
+ * have had another delegated cgroup: a transient scope of its own). `dir` must be below
+ * CGROUP_ROOT and end in /agent-sandbox/<id>, with no `.` or `..` component; EINVAL
+ * otherwise, and on v1 (whose directories do not move). */
+int cgroup_open_path(const struct cgroup_root *root, const char *id, const char *dir,
+		     struct cgroup **ret, struct err *err);
+
 /* Creates the cgroup of sandbox `id` and applies the limits. Fails with EEXIST when it already
  * exists (a leftover is never reused). On failure nothing is left. */
 int cgroup_create(const struct cgroup_root *root, const char *id,

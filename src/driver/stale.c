@@ -2,6 +2,8 @@
  * (driver.h, struct driver_stale). */
 #include "driver/driver.h"
 
+#include <string.h>
+
 #include "driver/cgroup.h"
 #include "driver/proc.h"
 #include "util/fs.h"
@@ -29,6 +31,19 @@ void driver_cleanup_stale(const struct driver_stale *s, const char *id, json_t *
 	struct cgroup *cg = NULL;
 	if (cgroup_open(&root, id, &cg, &e) < 0 || cgroup_remove(cg, &e) < 0)
 		log_warn(s->driver, "sandbox %s: %s", id, e.msg);
+	/* A v2 cgroup the record names elsewhere: its daemon had another delegated cgroup (a
+	 * transient scope of its own, which a restart does not get back). */
+	json_t *dirs = json_object_get(record, "cgroups"), *dir;
+	size_t i;
+	json_array_foreach (dirs, i, dir) {
+		const char *path = json_string_value(dir);
+		if (root.version != CGROUP_V2 || !path || (cg && strcmp(path, cg->dir[0]) == 0))
+			continue;
+		struct cgroup *old = NULL;
+		if (cgroup_open_path(&root, id, path, &old, &e) < 0 || cgroup_remove(old, &e) < 0)
+			log_warn(s->driver, "sandbox %s: %s", id, e.msg);
+		cgroup_free(old);
+	}
 	cgroup_free(cg);
 	cgroup_root_free(&root);
 }

@@ -207,6 +207,28 @@ static void test_v2_delegated(void **state)
 	assert_false(exists(dir));
 	cgroup_free(cg);
 
+	/* A directory an earlier daemon recorded (another scope of its own): only a sandbox
+	 * cgroup of that id below the hierarchy is taken. */
+	static const char *const bad[] = {
+		"/etc/passwd",
+		"/sys/fs/cgroup/x/../" CGROUP_PARENT "/s1",
+		"/sys/fs/cgroup/x/./" CGROUP_PARENT "/s1",
+		"/sys/fs/cgroup//" CGROUP_PARENT "/s1",
+		"/sys/fs/cgroup/system.slice/a.scope/" CGROUP_PARENT "/s2",
+		"/sys/fs/cgroupx/" CGROUP_PARENT "/s1",
+		"relative/" CGROUP_PARENT "/s1",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct cgroup *no = NULL;
+		assert_int_equal(cgroup_open_path(&root, "s1", bad[i], &no, &err), -EINVAL);
+		assert_null(no);
+	}
+	const char *old = "/sys/fs/cgroup/system.slice/a.scope/" CGROUP_PARENT "/s1";
+	assert_int_equal(cgroup_open_path(&root, "s1", old, &cg, &err), 0);
+	assert_string_equal(cg->dir[0], old);
+	assert_string_equal(cg->freezer, old);
+	cgroup_free(cg);
+
 	_cleanup_free_ char *what = cgroup_root_describe(&root);
 	assert_non_null(strstr(what, "delegated"));
 	cgroup_root_free(&root);
