@@ -35,6 +35,8 @@
 #   BUILD, ASAN_BUILD, FUZZ_BUILD   build directories (build, build-asan, build-fuzz)
 #   TEST_LOG_DIR          where each suite's full output is kept (build/test-logs)
 #   TEST_BUDGET_SECONDS   time for the whole run (4800, under CI's 90 minutes)
+#   TEST_RUN_LIMIT_SECONDS  a run that takes longer fails (3600: a fresh machine's run must
+#                         stay within an hour)
 #   TEST_BUDGET_SCALE     multiplies every suite's budget (1; e.g. 2 on a slow machine)
 #   TEST_SUITES           only these suites (names separated by spaces or commas), e.g.
 #                         TEST_SUITES="unit integration" make test; build always runs
@@ -49,6 +51,7 @@ asan_build=${ASAN_BUILD:-build-asan}
 fuzz_build=${FUZZ_BUILD:-build-fuzz}
 log_dir=${TEST_LOG_DIR:-build/test-logs}
 budget=${TEST_BUDGET_SECONDS:-4800}
+run_limit=${TEST_RUN_LIMIT_SECONDS:-3600}
 scale=${TEST_BUDGET_SCALE:-1}
 
 # The suites: "name lane budget-seconds [VAR=value...] script [arguments]", in the order
@@ -75,6 +78,7 @@ suites=(
 	"kernel            vm   2400  tests/kernel/run.sh"
 	"docs              vm    600  tests/docs/run.sh"
 	"deb               vm   1500  scripts/test-deb.sh --build build-deb"
+	"host              vm    900  tests/host/run.sh build-deb"
 	"e2e               vm   1800  scripts/isolated.sh tests/e2e/run.sh"
 	"net-vm            vm    900  tests/net/run.sh QemuVm"
 )
@@ -92,6 +96,7 @@ print_lock=$log_dir/.print-lock
 : >"$skips"
 start=$SECONDS
 kernel_pid=
+host_image_pid=
 
 # say TEXT...: prints a block whole, even with both lanes printing.
 say() {
@@ -215,6 +220,16 @@ needs_kernel() {
 	chosen kernel || chosen e2e || chosen net-vm
 }
 
+# The host lane's Debian 12 system (tests/host/image.sh, about 5 minutes from Debian's archive
+# when not cached) is built meanwhile too, at the lowest priority; suite `host` waits for it
+# (the image cache's lock).
+start_host_image() {
+	chosen host || return 0
+	setsid nice -n 19 tests/host/image.sh >"$log_dir/host-image.log" 2>&1 </dev/null &
+	host_image_pid=$!
+	say "host: the Debian 12 system, built or taken from its cache in the background (log: $log_dir/host-image.log)"
+}
+
 start_kernel_build() {
 	needs_kernel || return 0
 	setsid nice -n 19 guest/kernel/build.sh >"$log_dir/kernel-build.log" 2>&1 </dev/null &
@@ -224,9 +239,12 @@ start_kernel_build() {
 
 # shellcheck disable=SC2317 # run by the EXIT trap
 stop_kernel_build() {
-	if [[ -n $kernel_pid ]] && kill -0 "$kernel_pid" 2>/dev/null; then
-		kill -TERM -- "-$kernel_pid" 2>/dev/null
-	fi
+	local pid
+	for pid in "$kernel_pid" "$host_image_pid"; do
+		if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+			kill -TERM -- "-$pid" 2>/dev/null
+		fi
+	done
 }
 
 suite_build() {
@@ -318,6 +336,7 @@ main() {
 	local summary main_pid vm_pid lanes_start
 	trap stop_kernel_build EXIT
 	start_kernel_build
+	start_host_image
 	suite_build
 	suite_format
 
@@ -343,6 +362,10 @@ main() {
 	read -r passed failed skipped < <(awk -F'\t' '{ p += $5; f += $6; s += $7 }
 		END { print p + 0, f + 0, s + 0 }' "$results")
 	echo "time: $((SECONDS - start))s"
+	if ((SECONDS - start > run_limit)); then
+		echo "FAILED: the run took $((SECONDS - start))s, over its limit of ${run_limit}s (TEST_RUN_LIMIT_SECONDS)"
+		failed=$((failed + 1))
+	fi
 	summary="$passed passed, $failed failed"
 	((skipped > 0)) && summary+=", $skipped skipped"
 	echo "$summary"
