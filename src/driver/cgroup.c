@@ -28,6 +28,9 @@
 static const char *const controllers[CGROUP_V1_MAX] = { "memory", "cpu", "pids" };
 enum { CTL_MEMORY, CTL_CPU, CTL_PIDS };
 
+/* The inode of the initial cgroup namespace (the kernel's PROC_CGROUP_INIT_INO). */
+#define CGROUP_NS_INIT_INO 0xEFFFFFFBU
+
 /* How long cgroup_remove waits for killed processes to leave before giving up. */
 #define REMOVE_WAIT_MS 2000
 
@@ -138,7 +141,10 @@ static char *own_cgroup(void)
 		return NULL;
 	line += 3;
 	line[strcspn(line, "\n")] = '\0';
-	if (line[0] != '/' || strstr(line, "/../") || strstr(line, "/./"))
+	size_t len = strlen(line);
+	if (line[0] != '/' || strstr(line, "/../") || strstr(line, "/./") ||
+	    (len >= 3 && strcmp(line + len - 3, "/..") == 0) ||
+	    (len >= 2 && strcmp(line + len - 2, "/.") == 0))
 		return NULL;
 	size_t n = strlen(line), leaf = strlen("/" CGROUP_DAEMON_LEAF);
 	if (n > leaf && strcmp(line + n - leaf, "/" CGROUP_DAEMON_LEAF) == 0)
@@ -169,6 +175,11 @@ static void choose_delegation(struct cgroup_root *r)
 	if (!own)
 		return;
 	bool top = strcmp(own, "/") == 0;
+	/* The top of the initial cgroup namespace is the host's root cgroup: its processes are
+	 * the host's, never to be moved into a leaf of ours. */
+	struct stat ns;
+	if (top && (stat("/proc/self/ns/cgroup", &ns) < 0 || ns.st_ino == CGROUP_NS_INIT_INO))
+		return;
 	_cleanup_free_ char *dir = top ? xstrdup(r->path) : xasprintf("%s%s", r->path, own);
 	if (delegation == CGROUP_DELEGATION_AUTO && (top || !marked_delegated(dir)))
 		return;
@@ -342,7 +353,8 @@ static int move_into_leaf(const struct cgroup_root *root, struct err *err)
 		     pid = strtok_r(NULL, "\n", &save)) {
 			struct err e;
 			/* Gone meanwhile: nothing to move. */
-			if (cg_write(false, leaf, "cgroup.procs", pid, &e) < 0 && e.errnum != ESRCH)
+			if (cg_write(false, leaf, "cgroup.procs", pid, &e) < 0 &&
+			    e.errnum != ESRCH && e.errnum != EINVAL)
 				return err_set(err, e.errnum,
 					       "cgroup: cannot move process %s into `%s`: %s", pid,
 					       leaf, e.msg);

@@ -189,13 +189,15 @@ static int check_agent(const struct config *cfg, struct err *err)
 /* Where a sandbox's / is cloned from, and the host directory it is attached over before
  * the pivot (any directory would do; this one the child reaches as host root). */
 struct root_src {
-	int dfd;          /* the image's detached mount (borrowed), or AT_FDCWD */
+	int dfd;          /* the image's kept mount (owned: a duplicate), or AT_FDCWD */
 	const char *path; /* below dfd: "" for the image, else the rootfs directory */
 	char *attach;     /* owned */
 };
 
 static void root_src_fini(struct root_src *r)
 {
+	if (r->dfd >= 0)
+		close(r->dfd);
 	free(r->attach);
 }
 
@@ -220,7 +222,12 @@ static int choose_root(const struct template *t, struct root_src *ret, struct er
 	int mnt = -1;
 	struct err why;
 	if (t->rootfs_img && jail_rootfs_image(t->rootfs_img, &mnt, &why) == 0 &&
-	    image_usable(mnt)) {
+	    !image_usable(mnt)) {
+		close(mnt);
+		mnt = -1;
+		err_set(&why, ENOTDIR, "a mount point of the jail is not a directory in it");
+	}
+	if (mnt >= 0) {
 		ret->dfd = mnt;
 		ret->path = "";
 		ret->attach = t->rootfs_dir ? xstrdup(t->rootfs_dir) : xstrdup(t->rootfs_img);

@@ -181,7 +181,8 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 		    struct err *err);
 
 /* A detached read-only mount of the ext4 image at `path` (a template's rootfs.ext4), mounted
- * on first use and kept for the daemon's life: *ret is borrowed. */
+ * on first use and kept for the daemon's life (jail_keep): *ret is a duplicate of its handle,
+ * the caller's to close. */
 int jail_rootfs_image(const char *path, int *ret, struct err *err);
 /* Copies host_path into the daemon's detached tmpfs as a file named `id`; *ret_dir is that
  * tmpfs (borrowed). */

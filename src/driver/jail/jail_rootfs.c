@@ -119,7 +119,12 @@ int jail_rootfs_image(const char *path, int *ret, struct err *err)
 		if (strcmp(im->path, path) != 0)
 			continue;
 		if (same_file(im, path, &st)) {
-			*ret = im->mnt;
+			/* A duplicate: a rebuild may release the kept one while a sandbox is being
+			 * made from it, and its number be reused by another kept mount meanwhile.
+			 */
+			*ret = fcntl(im->mnt, F_DUPFD_CLOEXEC, 3);
+			if (*ret < 0)
+				r = err_sys(err, errno, "jail: template image `%s`", path);
 			goto out;
 		}
 		/* Rebuilt: sandboxes made from the old one keep their own clones. */
@@ -146,7 +151,9 @@ int jail_rootfs_image(const char *path, int *ret, struct err *err)
 		.mtime = st.st_mtim,
 		.mnt = mnt,
 	};
-	*ret = mnt;
+	*ret = fcntl(mnt, F_DUPFD_CLOEXEC, 3);
+	if (*ret < 0)
+		r = err_sys(err, errno, "jail: template image `%s`", path);
 out:
 	pthread_mutex_unlock(&roots.lock);
 	return r;
