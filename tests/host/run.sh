@@ -66,16 +66,24 @@ trap cleanup EXIT
 mkdir -p "$run/lane/debs"
 cp "$debs"/agent-sandbox_*.deb "$debs"/agent-sandbox-cli_*.deb "$run/lane/debs/"
 install -m 0755 "${HOST_LANE_INSIDE:-$repo/tests/host/inside.sh}" "$run/lane/inside.sh"
-# The integration tests (their harness and the tests inside.sh names).
-mkdir -p "$run/lane/integration"
+# The integration tests (their harness and the tests inside.sh names), the jail's security
+# tests, and the python template they use, built here (suite build), never in the VM.
+mkdir -p "$run/lane/integration" "$run/lane/security" "$run/lane/templates/python"
 cp "$repo"/tests/integration/*.py "$run/lane/integration/"
+cp "$repo/tests/security/test_jail.py" "$run/lane/security/"
+python=${FIRECRACKER_ARTIFACTS_DIR:-/var/lib/agent-sandbox/artifacts}/templates/python
+[[ -f $python/template.json && -f $python/rootfs.ext4 ]] ||
+	die "the python template is not built in $python (scripts/ensure-templates.py python)"
+cp "$python/template.json" "$run/lane/templates/python/"
+cp --sparse=always "$python/rootfs.ext4" "$run/lane/templates/python/"
 # The unit tests of the cgroup manager and the jail, run there against cgroup v2 and 6.1.
 mkdir -p "$run/lane/unit"
 for t in test-driver-cgroup test-driver-jail test-driver-jail-keep fake-agent; do
 	cp "$build/tests/unit/driver/$t" "$run/lane/unit/" ||
 		die "no $build/tests/unit/driver/$t (make build first)"
 done
-mkfs.ext4 -q -F -L lane -d "$run/lane" "$run/lane.img" 256M || die "mkfs.ext4 of the lane disk failed"
+size=$(($(du -sm "$run/lane" | cut -f1) + 256))
+mkfs.ext4 -q -F -L lane -d "$run/lane" "$run/lane.img" "${size}M" || die "mkfs.ext4 of the lane disk failed"
 
 log "booting Debian 12 under QEMU ($accel, $mem, 2 CPUs); console: $run/console.log"
 t1=$SECONDS
