@@ -107,6 +107,19 @@ static void test_id_valid(void **state)
 	cgroup_root_free(&root);
 }
 
+/* cgroup_init on a v2 tree at `tmp`, twice: the controllers enabled at the root and in
+ * agent-sandbox. Returns agent-sandbox's path. */
+static char *init_twice(const struct cgroup_root *root, const char *tmp)
+{
+	struct err err = { 0 };
+	assert_int_equal(cgroup_init(root, &err), 0);
+	assert_file(tmp, "cgroup.subtree_control", "+memory +cpu +pids");
+	char *parent = xasprintf("%s/" CGROUP_PARENT, tmp);
+	assert_file(parent, "cgroup.subtree_control", "+memory +cpu +pids");
+	assert_int_equal(cgroup_init(root, &err), 0);
+	return parent;
+}
+
 static void test_v2(void **state)
 {
 	char *tmp = make_tmp();
@@ -122,11 +135,7 @@ static void test_v2(void **state)
 	assert_int_equal(cgroup_check(&root, &err), 0);
 
 	/* init enables them at the root and in agent-sandbox; twice is fine. */
-	assert_int_equal(cgroup_init(&root, &err), 0);
-	assert_file(tmp, "cgroup.subtree_control", "+memory +cpu +pids");
-	_cleanup_free_ char *parent = xasprintf("%s/" CGROUP_PARENT, tmp);
-	assert_file(parent, "cgroup.subtree_control", "+memory +cpu +pids");
-	assert_int_equal(cgroup_init(&root, &err), 0);
+	_cleanup_free_ char *parent = init_twice(&root, tmp);
 
 	struct cgroup *cg = NULL;
 	assert_int_equal(cgroup_create(&root, "s1", &limits, &cg, &err), 0);
@@ -193,10 +202,7 @@ static void test_v2_delegated(void **state)
 	_cleanup_free_ char *leaf = xasprintf("%s/" CGROUP_DAEMON_LEAF, tmp);
 	assert_file(leaf, "cgroup.procs", "100\n200\n");
 	assert_file(tmp, "cgroup.procs", "");
-	assert_file(tmp, "cgroup.subtree_control", "+memory +cpu +pids");
-	_cleanup_free_ char *parent = xasprintf("%s/" CGROUP_PARENT, tmp);
-	assert_file(parent, "cgroup.subtree_control", "+memory +cpu +pids");
-	assert_int_equal(cgroup_init(&root, &err), 0);
+	_cleanup_free_ char *parent = init_twice(&root, tmp);
 
 	struct cgroup *cg = NULL;
 	assert_int_equal(cgroup_create(&root, "s1", &limits, &cg, &err), 0);
