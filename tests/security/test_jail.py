@@ -36,7 +36,10 @@ libc = ctypes.CDLL(None, use_errno=True)
 
 
 def have_template(name):
-    return os.path.isdir(os.path.join(artifacts_dir(), "templates", name, "rootfs"))
+    """Whether the template is built for the jail: its image, or its rootfs directory."""
+    d = os.path.join(artifacts_dir(), "templates", name)
+    return os.path.isfile(os.path.join(d, "template.json")) and (
+        os.path.isfile(os.path.join(d, "rootfs.ext4")) or os.path.isdir(os.path.join(d, "rootfs")))
 
 
 class JailCase(unittest.TestCase):
