@@ -87,8 +87,7 @@ mkfs.ext4 -q -F -L lane -d "$run/lane" "$run/lane.img" "${size}M" || die "mkfs.e
 
 log "booting Debian 12 under QEMU ($accel, $mem, 2 CPUs); console: $run/console.log"
 t1=$SECONDS
-# Under TCG a plain x86-64 CPU: QEMU 7.2 emulates AVX2 wrongly enough that glibc's string
-# functions (chosen by CPU feature) crash busybox's wget with -cpu max.
+# Under TCG a plain x86-64 CPU, which QEMU emulates completely; the host's own under KVM.
 cpu=qemu64
 [[ $accel == kvm ]] && cpu=host
 timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 -accel "$accel" -M q35 -cpu "$cpu" -smp 2 \
