@@ -281,10 +281,12 @@ class CommandUserTest(DaemonTestCase):
 class DiskCrashTest(unittest.TestCase):
     """kill -9 while sandboxes with disks are being made leaves no image nor loop device."""
 
+    extra_env = {}  # a subclass's settings for both daemons
+
     def test_kill_during_creation_leaves_no_disk(self):
         if harness.driver() != "jail":
             self.skipTest("disks are a mode of the jail driver")
-        env = {"SANDBOX_WARM_POOL": "2", "SANDBOX_DEFAULT_TEMPLATE": "base"}
+        env = {"SANDBOX_WARM_POOL": "2", "SANDBOX_DEFAULT_TEMPLATE": "base", **self.extra_env}
         first = start_daemon(env)
         # Run last: its directory goes once both daemons are done with it.
         self.addCleanup(first._cleanup, False)
