@@ -25,6 +25,7 @@
 #include "net/pool.h"
 #include "net/resolver.h"
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/sha256.h"
 #include "util/time.h"
@@ -67,15 +68,7 @@ int net_sysctl_write(const char *path, const char *value, struct err *err)
 
 int net_sysctl_read(const char *path, char *buf, size_t len)
 {
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = read(fd, buf, len - 1);
-	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
-	buf[strcspn(buf, "\n")] = '\0';
-	return 0;
+	return fs_read_line(path, buf, len);
 }
 
 /* The link and namespace name of a sandbox: "as-" and the id's random part when it fits an

@@ -105,3 +105,17 @@ int fs_rm_rf(const char *path, struct err *err)
 {
 	return rmtree_at(AT_FDCWD, path, 0, err);
 }
+
+int fs_read_line(const char *path, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, len - 1);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	return 0;
+}

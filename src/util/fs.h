@@ -10,6 +10,10 @@
  * Returns 0 or negative errno. */
 int fs_mkdir_p(const char *path, mode_t mode);
 
+/* The first line of the file at `path`, without its newline, into buf (NUL-terminated, cut
+ * to len - 1 bytes): 0, or a negative errno. For /proc and /sys files. */
+int fs_read_line(const char *path, char *buf, size_t len);
+
 /* Removes a file or a directory tree without following symlinks or entering another file
  * system mounted below it (EBUSY for that part); a missing path is fine. Returns 0 or
  * negative errno, with the first failure in err. */

@@ -34,6 +34,7 @@
 #include "driver/jail/jail.h"
 #include "driver/proc.h"
 #include "util/cleanup.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/random.h"
 
@@ -385,29 +386,20 @@ static int trial_run(struct err *err)
 	return r;
 }
 
-/* The first line of a file of /proc/sys, or "" when it does not exist. */
-static void read_sysctl(const char *path, char *buf, size_t len)
-{
-	buf[0] = '\0';
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
-	if (f && fgets(buf, (int)len, f))
-		buf[strcspn(buf, "\n")] = '\0';
-}
-
 /* Host policies that forbid what the jail does: each sandbox's first process makes its user
  * namespace as an unprivileged uid of its range. Said by name, with the fix, rather than as
  * the trial's EPERM. */
 static int check_userns_policy(struct err *err)
 {
 	char v[64];
-	read_sysctl("/proc/sys/user/max_user_namespaces", v, sizeof(v));
+	fs_read_line("/proc/sys/user/max_user_namespaces", v, sizeof(v));
 	if (strcmp(v, "0") == 0)
 		return err_set(err, EPERM,
 			       "jail: user namespaces are disabled (user.max_user_namespaces = 0): "
 			       "set it to a number above SANDBOX_MAX_SESSIONS (sysctl -w "
 			       "user.max_user_namespaces=65536)");
 	/* Debian's and older Ubuntu's switch for unprivileged user namespaces. */
-	read_sysctl("/proc/sys/kernel/unprivileged_userns_clone", v, sizeof(v));
+	fs_read_line("/proc/sys/kernel/unprivileged_userns_clone", v, sizeof(v));
 	if (strcmp(v, "0") == 0)
 		return err_set(err, EPERM,
 			       "jail: unprivileged user namespaces are disabled "
@@ -415,10 +407,10 @@ static int check_userns_policy(struct err *err)
 			       "own as an unprivileged uid: sysctl -w "
 			       "kernel.unprivileged_userns_clone=1");
 	/* Ubuntu 23.10 and later: only processes whose AppArmor profile allows it. */
-	read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", v, sizeof(v));
+	fs_read_line("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", v, sizeof(v));
 	if (strcmp(v, "1") == 0) {
 		char label[256];
-		read_sysctl("/proc/self/attr/current", label, sizeof(label));
+		fs_read_line("/proc/self/attr/current", label, sizeof(label));
 		if (strncmp(label, "unconfined", 10) == 0)
 			return err_set(
 				err, EPERM,
