@@ -228,7 +228,7 @@ static json_t *sandbox_json(const struct session *s)
 {
 	char envd[SESSION_TOKEN_LEN + 1], traffic[SESSION_TOKEN_LEN + 1];
 	session_token(s, SESSION_TOKEN_ENVD, envd);
-	session_token(s, SESSION_TOKEN_TRAFFIC, traffic);
+	session_token(s, SESSION_TOKEN_E2B_TRAFFIC, traffic);
 	/* "localhost": a client that forgot E2B_SANDBOX_URL fails on its own machine instead
 	 * of sending the token to E2B's cloud. */
 	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "templateID", template_id(s),

@@ -2259,15 +2259,21 @@ static const char *sandbox_name(struct http_ctx *ctx, char *buf, size_t cap, uns
 	return NULL;
 }
 
-/* Port 49999: the code interpreter. /execute carries the envd token, the context routes only
- * the traffic token: either one admits. */
+/* Port 49999: the code interpreter. Running code (/execute) takes the envd token, which the
+ * SDK sends there; the context routes carry only E2B's traffic token, which admits them and
+ * nothing that runs code. A preview token (the one shared with an app's visitors) admits
+ * neither. */
 static void interp_request(struct http_ctx *ctx, struct session *s, const char *route)
 {
 	const char *tok = http_header(ctx, "X-Access-Token");
 	const char *traffic = http_header(ctx, "E2B-Traffic-Access-Token");
-	if (!(tok && session_token_check(s, SESSION_TOKEN_ENVD, tok)) &&
-	    !(traffic && session_token_check(s, SESSION_TOKEN_TRAFFIC, traffic))) {
-		api_e2b_error(ctx, 401, "X-Access-Token or E2B-Traffic-Access-Token is required");
+	bool envd = tok && session_token_check(s, SESSION_TOKEN_ENVD, tok);
+	bool contexts = !strncmp(route, "/contexts", 9) && (!route[9] || route[9] == '/');
+	if (!envd && !(contexts && traffic &&
+		       session_token_check(s, SESSION_TOKEN_E2B_TRAFFIC, traffic))) {
+		api_e2b_error(ctx, 401,
+			      contexts ? "X-Access-Token or E2B-Traffic-Access-Token is required"
+				       : "X-Access-Token is required to run code");
 		return;
 	}
 	struct envd_req *q = xcalloc(1, sizeof(*q));

@@ -906,6 +906,13 @@ bool api_preview_request(struct http_ctx *ctx, const char *host)
 	return parse_path_form(ctx->path, id, sizeof(id), &port, &rest);
 }
 
+/* A token that opens the session's HTTP ports: the preview token or E2B's traffic token. */
+static bool port_token(const struct session *s, const char *given)
+{
+	return session_token_check(s, SESSION_TOKEN_TRAFFIC, given) ||
+	       session_token_check(s, SESSION_TOKEN_E2B_TRAFFIC, given);
+}
+
 /* Whether the request carries the session's traffic token: as a header, in any of its
  * sandbox_token cookies (an app may have set one of its own beside ours), or as the query
  * parameter (*from_query: then only there). *carries: it named one at all. */
@@ -920,7 +927,7 @@ static bool token_ok(struct http_ctx *ctx, const char *query, const struct sessi
 		if (!h)
 			continue;
 		*carries = true;
-		if (session_token_check(s, SESSION_TOKEN_TRAFFIC, h))
+		if (port_token(s, h))
 			return true;
 	}
 	size_t n = http_header_count(ctx);
@@ -942,7 +949,7 @@ static bool token_ok(struct http_ctx *ctx, const char *query, const struct sessi
 				if (len - cl - 1 < sizeof(v)) {
 					memcpy(v, c + cl + 1, len - cl - 1);
 					v[len - cl - 1] = '\0';
-					if (session_token_check(s, SESSION_TOKEN_TRAFFIC, v))
+					if (port_token(s, v))
 						return true;
 				}
 			}
@@ -951,7 +958,7 @@ static bool token_ok(struct http_ctx *ctx, const char *query, const struct sessi
 	}
 	if (query_value(query, PROXY_COOKIE, tok, SESSION_TOKEN_LEN + 2)) {
 		*carries = true;
-		if (session_token_check(s, SESSION_TOKEN_TRAFFIC, tok)) {
+		if (port_token(s, tok)) {
 			*from_query = true;
 			return true;
 		}

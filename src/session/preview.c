@@ -50,7 +50,15 @@ void session_preview_init(struct session *s)
 
 static const char *view_label(enum session_token_view v)
 {
-	return v == SESSION_TOKEN_ENVD ? "envd" : "traffic";
+	switch (v) {
+	case SESSION_TOKEN_ENVD:
+		return "envd";
+	case SESSION_TOKEN_E2B_TRAFFIC:
+		return "e2b-traffic";
+	case SESSION_TOKEN_TRAFFIC:
+		break;
+	}
+	return "traffic";
 }
 
 void session_token(const struct session *s, enum session_token_view v,
@@ -62,7 +70,7 @@ void session_token(const struct session *s, enum session_token_view v,
 	HMAC(EVP_sha256(), s->secret, (int)sizeof(s->secret), (const uint8_t *)label, strlen(label),
 	     mac, &len);
 	static const char hex[] = "0123456789abcdef";
-	memcpy(out, v == SESSION_TOKEN_ENVD ? "ea_" : "pt_", 3);
+	memcpy(out, v == SESSION_TOKEN_ENVD ? "ea_" : v == SESSION_TOKEN_E2B_TRAFFIC ? "ta_" : "pt_", 3);
 	for (size_t i = 0; i < 20; i++) {
 		out[3 + 2 * i] = hex[mac[i] >> 4];
 		out[4 + 2 * i] = hex[mac[i] & 15];

@@ -27,8 +27,11 @@ struct session;
 #define SESSION_PUBLIC_PORTS_MAX 32
 
 enum session_token_view {
-	SESSION_TOKEN_TRAFFIC, /* previews: "pt_..." */
-	SESSION_TOKEN_ENVD,    /* the E2B data plane: "ea_..." */
+	SESSION_TOKEN_TRAFFIC, /* previews: "pt_...", the session's HTTP ports and nothing else */
+	SESSION_TOKEN_ENVD,    /* the E2B data plane: "ea_...", runs commands and code */
+	/* E2B's trafficAccessToken: "ta_...", the HTTP ports and the code interpreter's context
+	 * routes (which carry nothing else), never code */
+	SESSION_TOKEN_E2B_TRAFFIC,
 };
 
 /* Whether name is a lowercase DNS label of 1 to SESSION_PREVIEW_NAME_MAX characters (a-z,

@@ -91,6 +91,38 @@ describe("code interpreter", () => {
     });
     assert.equal(r.status, 401);
   });
+
+  test("each token means one thing: only the envd token runs code", async () => {
+    const U = process.env.E2B_TEST_URL;
+    const call = (path, method, token, body) =>
+      fetch(`${U}${path}`, {
+        method,
+        headers: { "E2b-Sandbox-Id": ci.sandboxId, "E2b-Sandbox-Port": "49999", "Content-Type": "application/json", ...token },
+        body,
+      });
+    // The preview token the REST API hands out for sharing the sandbox's app.
+    const r = await fetch(`${U}/exec/${ci.sandboxId}/preview`, { headers: { "X-API-Key": process.env.E2B_API_KEY } });
+    assert.equal(r.status, 200);
+    const preview = (await r.json()).token;
+    assert.match(preview, /^pt_/);
+    assert.notEqual(preview, ci.trafficAccessToken);
+    const code = JSON.stringify({ code: "import os; os.getuid()" });
+    for (const tok of [
+      { "E2B-Traffic-Access-Token": preview },
+      { "X-Access-Token": preview },
+      { "E2B-Traffic-Access-Token": ci.trafficAccessToken },
+      { "X-Access-Token": ci.trafficAccessToken },
+    ]) {
+      assert.equal((await call("/execute", "POST", tok, code)).status, 401, JSON.stringify(tok));
+      assert.equal((await call("/contexts", "POST", tok, JSON.stringify({ language: "python" }))).status,
+        "E2B-Traffic-Access-Token" in tok && tok["E2B-Traffic-Access-Token"] === ci.trafficAccessToken ? 200 : 401,
+        JSON.stringify(tok));
+    }
+    assert.equal((await call("/contexts", "GET", { "E2B-Traffic-Access-Token": preview })).status, 401);
+    const ok = await call("/execute", "POST", { "X-Access-Token": ci.envdAccessToken }, code);
+    assert.equal(ok.status, 200);
+    await ok.text();
+  });
 });
 
 const noCI = !process.env.E2B_TEST_CI_TEMPLATE && "the code-interpreter template is not built (run.sh says why)";
