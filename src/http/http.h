@@ -321,7 +321,8 @@ struct http_ws *http_ws_accept(struct http_ctx *ctx, const char *protocol,
 			       const struct http_ws_ops *ops, void *arg, size_t max_message);
 /* Queues a message; dropped once the connection is closing. */
 void http_ws_send(struct http_ws *ws, bool binary, const void *data, size_t len);
-/* Bytes queued toward the client. */
+/* Bytes queued toward the client, each queued message counted with its bookkeeping (so that
+ * many empty control frames weigh like their memory). */
 size_t http_ws_pending(struct http_ws *ws);
 /* Starts the closing handshake; `closed` follows. */
 void http_ws_close(struct http_ws *ws, uint16_t code, const char *reason);

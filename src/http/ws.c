@@ -23,6 +23,10 @@
 #define WS_READ_STOP (4 * WS_HIGH_WATER)
 /* Bytes read from the socket and not yet taken by wslay, at most. */
 #define WS_READ_BUFFER (256 * 1024)
+/* What one queued message costs beyond its payload (wslay's record of it, the allocator's
+ * share): an empty pong counts this much, so that pings the peer never lets us answer stop
+ * the reading like any other unread reply. */
+#define WS_MSG_COST 256
 /* How long a closing handshake may take before the connection is dropped. */
 #define WS_CLOSE_MS 5000
 
@@ -326,7 +330,8 @@ size_t http_ws_pending(struct http_ws *ws)
 	if (!ws->bev)
 		return 0;
 	return evbuffer_get_length(bufferevent_get_output(ws->bev)) +
-	       wslay_event_get_queued_msg_length(ws->wctx);
+	       wslay_event_get_queued_msg_length(ws->wctx) +
+	       wslay_event_get_queued_msg_count(ws->wctx) * WS_MSG_COST;
 }
 
 void http_ws_close(struct http_ws *ws, uint16_t code, const char *reason)

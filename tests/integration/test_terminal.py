@@ -245,3 +245,38 @@ class TicketTest(DaemonTestCase):
         t = Term(self.d, f"/exec/{sid}/processes/1/ws?ticket={tk}")
         # The other key's view: no such session (its own, new one has no process 1).
         self.assertEqual(t.until_closed(), 4404)
+
+
+class PingFloodTest(DaemonTestCase):
+    """A client that sends empty pings and never reads their pongs: the daemon stops reading
+    it once its answers are unsent, so its memory stays where it was."""
+    daemon_env = {**BASE_ENV, **small_quarantine_env()}
+
+    def test_empty_pings_never_read_do_not_grow_the_daemon(self):
+        import os
+        import socket
+        from test_bounded_memory import peak_rss_kib, rss_kib
+        sid = self.session()
+        t = Term(self.d, f"/exec/{sid}/terminal?command=sh")
+        t.pump_until(lambda: t.event("started"), "started")
+        sock = t.ws.sock
+        # Read nothing from here on: a small window, full at once.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(0.5)
+        before = rss_kib(self.d.proc.pid)
+        frame = bytes([0x89, 0x80]) + os.urandom(4)
+        burst = frame * 4096
+        sent = 0
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            try:
+                sent += sock.send(burst)
+            except (TimeoutError, socket.timeout):
+                continue
+        grown = peak_rss_kib(self.d.proc.pid) - before
+        # 8 s of pings were hundreds of MiB of queued pongs before reading stopped at the
+        # connection's bound; now the daemon holds a few MiB for this connection at most.
+        self.assertLess(grown, 64 * 1024, f"sent {sent // 6} pings, daemon grew {grown} KiB")
+        sock.close()
+        self.run_ok(sid, "true")
+
