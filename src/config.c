@@ -156,6 +156,7 @@ static const struct var vars[] = {
 	  1048576 },
 	{ "SANDBOX_HEADER_TIMEOUT_MS", V_UINT, F(http_header_timeout_ms), "10000", 100, 3600000 },
 	{ "SANDBOX_BODY_TIMEOUT_MS", V_UINT, F(http_body_timeout_ms), "60000", 100, 3600000 },
+	{ "SANDBOX_BODY_MIN_RATE", V_UINT, F(http_body_min_rate), "1024", 0, 1073741824 },
 	{ "SANDBOX_KEEPALIVE_TIMEOUT_MS", V_UINT, F(http_keepalive_timeout_ms), "60000", 100,
 	  3600000 },
 	{ "SANDBOX_ALLOWED_HOSTS", V_STRING, F(allowed_hosts), "" },

@@ -126,6 +126,9 @@ struct config {
 	unsigned http_header_timeout_ms;
 	/* SANDBOX_BODY_TIMEOUT_MS: the longest pause within a request's body, default 60000 */
 	unsigned http_body_timeout_ms;
+	/* SANDBOX_BODY_MIN_RATE: bytes a second a request's body must average, after a first
+	   SANDBOX_BODY_TIMEOUT_MS, for as long as the daemon reads it; default 1024, 0 for none */
+	unsigned http_body_min_rate;
 	/* SANDBOX_KEEPALIVE_TIMEOUT_MS: an idle kept-alive connection is closed after, default
 	   60000 */
 	unsigned http_keepalive_timeout_ms;

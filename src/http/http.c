@@ -103,7 +103,10 @@ struct http_conn {
 	 * reach the client, the client must take some of it within a body timeout. */
 	struct event *stall;
 	struct evbuffer_cb_entry *out_cb;
-	uint64_t sent;       /* bytes handed to the socket since the connection began */
+	uint64_t sent; /* bytes handed to the socket since the connection began */
+	/* The body's total deadline (see body_arm): when it began, what of it arrived, how long
+	 * the daemon paused its reading. */
+	uint64_t body_start_ns, body_bytes, body_paused_ns, pause_start_ns;
 	uint64_t stall_mark; /* bytes the client had taken at the guard's last look */
 	enum conn_state state;
 	bool listed_waiting;
@@ -161,6 +164,7 @@ struct http_server {
 	struct addr_entry *addrs[ADDR_BUCKETS];
 	unsigned max_conns, max_per_addr;
 	unsigned header_ms, keepalive_ms, body_ms;
+	unsigned body_min_rate; /* bytes a second, 0: none */
 	struct http_stats stats;
 	char date[40];
 	time_t date_at;
@@ -495,6 +499,27 @@ static void conn_arm(struct http_conn *c, unsigned ms)
 	evtimer_add(c->timer, &tv);
 }
 
+/* A body's deadlines: no pause longer than the body timeout, and the whole of it by its start
+ * plus the body timeout plus a second for each body_min_rate bytes that arrived (the time the
+ * daemon itself held the reading paused does not count). A client that trickles a byte now
+ * and then re-arms the first but never the second. */
+static void body_arm(struct http_conn *c)
+{
+	struct http_server *srv = c->srv;
+	uint64_t ms = srv->body_ms;
+	if (srv->body_min_rate) {
+		uint64_t r = srv->body_min_rate;
+		uint64_t earned = c->body_bytes / r * 1000 + c->body_bytes % r * 1000 / r;
+		uint64_t deadline = c->body_start_ns / 1000000 + c->body_paused_ns / 1000000 +
+				    srv->body_ms + earned;
+		uint64_t now = time_mono_ns() / 1000000;
+		uint64_t left = deadline > now ? deadline - now : 0;
+		if (left < ms)
+			ms = left;
+	}
+	conn_arm(c, (unsigned)ms);
+}
+
 static void conn_free(struct http_conn *c)
 {
 	struct http_server *srv = c->srv;
@@ -800,6 +825,16 @@ static int refused(struct http_conn *c, struct http_ctx *ctx, int fallback)
 	return ctx->status ? ctx->status : fallback;
 }
 
+/* Whether a request of this method to r may carry a body: a route that streams its body takes
+ * one with any method (a preview hands it on); others with the methods that carry one. A GET
+ * to /health has no use for a body, and one sent slowly would hold the connection. */
+static bool takes_body(const struct http_route *r, int method)
+{
+	if (r->flags & HTTP_ROUTE_STREAM_BODY)
+		return true;
+	return method & (HTTP_REQ_POST | HTTP_REQ_PUT | HTTP_REQ_PATCH);
+}
+
 /* The checks at the head (see on_head); ctx is held meanwhile. */
 static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h1_head *head)
 {
@@ -825,8 +860,15 @@ static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h
 	/* The check may have chosen another route (http_reroute): its body limit and flags
 	 * are the ones that count from here. */
 	r = ctx->route;
-	/* Past the key check: the connection is no stranger any more. */
-	conn_unlist_stranger(c);
+	if (has_body && !takes_body(r, ctx->method)) {
+		http_reply_error(ctx, 413, "%s %s takes no request body", http_method(ctx),
+				 r->pattern);
+		return refused(c, ctx, 413);
+	}
+	/* Past a key check (or a route that checks its own callers): the connection is no
+	 * stranger any more. A route anyone may call leaves it one. */
+	if (r->scope || (r->flags & HTTP_ROUTE_SELF_AUTH))
+		conn_unlist_stranger(c);
 	uint64_t limit = r->max_body ? r->max_body : srv->cfg->max_body_bytes;
 	/* A route anyone may call takes no large body from anyone. */
 	if (!r->scope && !(r->flags & HTTP_ROUTE_SELF_AUTH) && limit > HTTP_ANON_MAX_BODY)
@@ -838,8 +880,12 @@ static int head_checks(struct http_conn *c, struct http_ctx *ctx, const struct h
 				 (unsigned long long)limit);
 		return refused(c, ctx, 413);
 	}
-	if (has_body)
-		conn_arm(c, srv->body_ms);
+	if (has_body) {
+		c->body_start_ns = time_mono_ns();
+		c->body_bytes = 0;
+		c->body_paused_ns = 0;
+		body_arm(c);
+	}
 	if (r->flags & HTTP_ROUTE_STREAM_BODY) {
 		ctx->dispatched = true;
 		r->fn(ctx);
@@ -871,7 +917,8 @@ static int on_body(const char *data, size_t len, void *arg)
 	struct http_ctx *ctx = c->ctx;
 	if (!ctx)
 		return 400;
-	conn_arm(c, c->srv->body_ms);
+	c->body_bytes += len;
+	body_arm(c);
 	if (ctx->body) {
 		evbuffer_add(ctx->body, data, len);
 		return 0;
@@ -1392,6 +1439,7 @@ struct http_server *http_server_new(struct event_base *base, const struct config
 							   : DEFAULT_KEEPALIVE_TIMEOUT_MS;
 	srv->body_ms =
 		cfg->http_body_timeout_ms ? cfg->http_body_timeout_ms : DEFAULT_BODY_TIMEOUT_MS;
+	srv->body_min_rate = cfg->http_body_min_rate;
 	srv->stats.max_connections = srv->max_conns;
 	srv->stats.max_per_address = srv->max_per_addr;
 	return srv;
@@ -1721,6 +1769,7 @@ void http_body_pause(struct http_ctx *ctx)
 	if (!c || c->body_paused)
 		return;
 	c->body_paused = true;
+	c->pause_start_ns = time_mono_ns();
 	evtimer_del(c->timer); /* the client is not the slow one now */
 	bufferevent_disable(c->bev, EV_READ);
 }
@@ -1731,8 +1780,9 @@ void http_body_resume(struct http_ctx *ctx)
 	if (!c || !c->body_paused)
 		return;
 	c->body_paused = false;
+	c->body_paused_ns += time_mono_ns() - c->pause_start_ns;
 	if (c->state == C_BODY)
-		conn_arm(c, c->srv->body_ms);
+		body_arm(c);
 	bufferevent_enable(c->bev, EV_READ);
 	/* What was read before the pause is fed from the loop, not from the caller's frame. */
 	bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);

@@ -132,6 +132,43 @@ class HeaderDeadlineTest(DaemonTestCase):
         self.assertEqual(status, 200, body)
 
 
+class SlowBodyTest(DaemonTestCase):
+    """A body sent slowly holds its connection no longer than its deadline, and a route that
+    takes no body (anyone's /health) refuses one at the head."""
+    daemon_env = {**BASE_ENV, "SANDBOX_BODY_TIMEOUT_MS": "1000", "SANDBOX_BODY_MIN_RATE": "100"}
+
+    def test_keyless_routes_take_no_body(self):
+        for path in ("/health", "/ready", "/ui/app.js"):
+            s = socket.create_connection((self.d.host, self.d.port), timeout=10)
+            self.addCleanup(s.close)
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n"
+                      "Content-Length: 65536\r\n\r\nx".encode())
+            resp = read_response(s, 10)
+            self.assertTrue(resp.startswith(b"HTTP/1.1 413"), resp[:300])
+            self.assertIn(b"takes no request body", resp)
+
+    def test_a_trickled_body_is_cut_at_its_deadline(self):
+        s = socket.create_connection((self.d.host, self.d.port), timeout=10)
+        self.addCleanup(s.close)
+        s.sendall(f"POST /exec HTTP/1.1\r\nHost: localhost\r\n"
+                  f"Authorization: Bearer {self.d.api_key}\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode())
+        start = time.monotonic()
+        s.settimeout(0.5)
+        resp = b""
+        # A byte every half second: each within the 1 s body timeout, far below 100 B/s.
+        while time.monotonic() - start < 20 and not resp:
+            try:
+                s.sendall(b" ")
+                resp = s.recv(4096)
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        self.assertTrue(resp.startswith(b"HTTP/1.1 408"), resp[:300])
+        self.assertLess(time.monotonic() - start, 10)
+
+
 class SlowClientsTest(unittest.TestCase):
     """1,100 slow clients from one address at a 1,024-descriptor limit: the daemon sheds the
     oldest of them, and a new authorised request from the same address is answered within a

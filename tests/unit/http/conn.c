@@ -310,6 +310,13 @@ static int setup_tight(void **state)
 	return 0;
 }
 
+/* A short body timeout and a minimum body rate of 1000 bytes a second. */
+static int setup_rate(void **state)
+{
+	start(state, (struct config){ .http_body_timeout_ms = 300, .http_body_min_rate = 1000 });
+	return 0;
+}
+
 /* Small caps, the default deadlines. */
 static int setup_caps(void **state)
 {
@@ -693,6 +700,83 @@ static void test_deadlines(void **state)
 	assert_true(closed_by_server(fd));
 	close(fd);
 	assert_int_equal(atomic_load(&P.handled), 1);
+}
+
+/* A body on a route that takes none is refused at the head, with or without a key: a GET
+ * that anyone may make cannot hold its connection with a body sent slowly. */
+static void test_body_on_a_route_that_takes_none(void **state)
+{
+	struct server *s = *state;
+	int fd = dial(s->port);
+	send_text(fd, "GET /open/x HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\na");
+	char *resp = read_all(fd);
+	assert_non_null(strstr(resp, "HTTP/1.1 413"));
+	assert_non_null(strstr(resp, "takes no request body"));
+	free(resp);
+	close(fd);
+	fd = dial(s->port);
+	send_text(fd, "GET /open/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+		      "1\r\na\r\n");
+	resp = read_all(fd);
+	assert_non_null(strstr(resp, "HTTP/1.1 413"));
+	free(resp);
+	close(fd);
+	assert_int_equal(atomic_load(&P.handled), 0);
+}
+
+/* A body trickled in, a byte at a time each well within the body timeout, still has to be
+ * whole by its deadline: the body timeout plus a second for each 1000 bytes. */
+static void test_a_trickled_body_meets_its_total_deadline(void **state)
+{
+	struct server *s = *state;
+	int fd = dial(s->port);
+	send_text(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+		      "Content-Length: 1000\r\n\r\n");
+	bool refused = false;
+	/* 50 bytes, one each 100 ms: 5 s, where the deadline is about 0.35 s. */
+	for (int i = 0; i < 50 && !refused; i++) {
+		if (write(fd, "x", 1) != 1)
+			break;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		refused = poll(&p, 1, 100) == 1;
+	}
+	assert_true(refused);
+	char *resp = read_all(fd);
+	assert_non_null(strstr(resp, "HTTP/1.1 408"));
+	free(resp);
+	close(fd);
+	assert_int_equal(atomic_load(&P.handled), 0);
+
+	/* A body as fast as the rate asks, paused no longer than the timeout, is whole. */
+	fd = dial(s->port);
+	send_text(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+		      "Content-Length: 4000\r\nConnection: close\r\n\r\n");
+	char chunk[400];
+	memset(chunk, 'y', sizeof(chunk));
+	for (int i = 0; i < 10; i++) {
+		send_all(fd, chunk, sizeof(chunk));
+		usleep(100 * 1000);
+	}
+	resp = read_all(fd);
+	assert_non_null(strstr(resp, "HTTP/1.1 200"));
+	free(resp);
+	close(fd);
+}
+
+/* Connections that made only requests anyone may make stay strangers: at the per-address cap
+ * (4 here) the oldest of them, idle between requests, makes room. */
+static void test_keyless_requests_stay_strangers(void **state)
+{
+	struct server *s = *state;
+	int fds[5];
+	for (int i = 0; i < 5; i++) {
+		fds[i] = dial(s->port);
+		send_text(fds[i], "GET /open/k HTTP/1.1\r\nHost: x\r\n\r\n");
+		free(read_until(fds[i], "\"k\"", NULL));
+	}
+	assert_true(closed_by_server(fds[0]));
+	for (int i = 0; i < 5; i++)
+		close(fds[i]);
 }
 
 /* At the per-address cap (4 here), a new connection closes the oldest one from that address
@@ -1082,6 +1166,12 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_http10_and_head, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_deadlines, setup_tight, teardown),
+		cmocka_unit_test_setup_teardown(test_body_on_a_route_that_takes_none, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_a_trickled_body_meets_its_total_deadline,
+						setup_rate, teardown),
+		cmocka_unit_test_setup_teardown(test_keyless_requests_stay_strangers, setup_caps,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_per_address_cap_evicts_the_oldest, setup_caps,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_global_cap, setup_global, teardown),
