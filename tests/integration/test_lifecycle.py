@@ -303,6 +303,37 @@ class CrashRecoveryTest(unittest.TestCase):
             self.assertTrue(os.path.isdir(path), f"the daemon's shutdown removed {path}")
 
 
+class DaemonDeathTest(unittest.TestCase):
+    @tag("driver")
+    def test_sandboxes_end_with_a_daemon_killed_by_sigkill(self):
+        """The documented stop policy: sessions live no longer than their daemon, even one
+        killed with SIGKILL (a VM's QEMU as well as a jail's processes), without waiting for
+        the next start."""
+        d = start_daemon({"SANDBOX_WARM_POOL": "0"})
+        self.addCleanup(d.kill)
+        self.addCleanup(shutil.rmtree, d.tmp, True)
+        sid = new_session_id("death")
+        status, _, body = d.post(f"/exec/{sid}/execute",
+                                 body={"command": "sleep 300 > /dev/null 2>&1 &"})
+        self.assertEqual(status, 200, body)
+        ids = sandboxes_of(d)
+        fp = footprint_of(d, ids)
+        self.assertTrue(fp.procs, "no process recorded for the sandbox")
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+        deadline = time.monotonic() + 20
+        while host.alive(fp.procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [f"{pid} ({host._comm(pid)})" for pid in sorted(host.alive(fp.procs))]
+        self.assertEqual(left, [], "processes outlived the daemon killed with SIGKILL")
+        # What is left on the host (cgroups, records) is the next start's to remove.
+        second = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_STATE_DIR": d.state_dir,
+                               "SANDBOX_RUN_DIR": d.run_dir})
+        self.addCleanup(second.stop, check=False)
+        self.assertEqual(host.wait_all_gone(fp, ids, words=[d.tmp], timeout=15), [])
+        second.stop()
+
+
 class CreationCrashTest(unittest.TestCase):
     """kill -9 while sandboxes are being made (by requests and by the warm pool): every
     sandbox the daemon began is recorded before it exists, so the restart removes it."""

@@ -434,6 +434,9 @@ static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, cha
 	op->flags = uid;
 	if (l->m->accel == QEMU_ACCEL_KVM)
 		op->dev = kvm_gid();
+	/* The uid change cleared the parent-death signal (prctl(2)): asked for again, or QEMU
+	 * would outlive a daemon killed with SIGKILL. */
+	spawn_plan_add(plan, SOP_PARENT_DEATH, "die with the daemon (again: as its uid)");
 	spawn_plan_add(plan, SOP_CAPS, "drop every capability");
 	spawn_plan_add(plan, SOP_NO_NEW_PRIVS, "no_new_privs");
 	op = spawn_plan_add(plan, SOP_EXEC, "exec");
