@@ -490,6 +490,12 @@ void cgroup_free(struct cgroup *cg)
 	free(cg);
 }
 
+uint64_t cgroup_tcp_limit(uint64_t memory_bytes)
+{
+	uint64_t q = memory_bytes / 4;
+	return q < CGROUP_TCP_MIN ? CGROUP_TCP_MIN : q;
+}
+
 static int apply_limits(const struct cgroup *cg, const struct cgroup_limits *l, struct err *err)
 {
 	bool plain = cg->plain;
@@ -514,6 +520,17 @@ static int apply_limits(const struct cgroup *cg, const struct cgroup_limits *l, 
 			if (cg_has(plain, d, "memory.memsw.limit_in_bytes") &&
 			    (r = cg_write(plain, d, "memory.memsw.limit_in_bytes", val, err)) < 0)
 				return r;
+			/* v1 counts socket buffers apart from the memory above, and only once a
+			 * limit is written: without it a sandbox's connections take what the
+			 * host-wide tcp_mem allows, which every socket on the host shares. (v2
+			 * charges them to memory.max.) */
+			if (cg_has(plain, d, "memory.kmem.tcp.limit_in_bytes")) {
+				snprintf(val, sizeof(val), "%" PRIu64,
+					 cgroup_tcp_limit(l->memory_bytes));
+				if ((r = cg_write(plain, d, "memory.kmem.tcp.limit_in_bytes", val,
+						  err)) < 0)
+					return r;
+			}
 		}
 	}
 

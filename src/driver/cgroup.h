@@ -116,6 +116,13 @@ int cgroup_open(const struct cgroup_root *root, const char *id, struct cgroup **
 int cgroup_open_path(const struct cgroup_root *root, const char *id, const char *dir,
 		     struct cgroup **ret, struct err *err);
 
+/* The smallest limit of a v1 sandbox's TCP buffers. */
+#define CGROUP_TCP_MIN (16ull << 20)
+/* On cgroup v1, the limit of a sandbox's TCP buffers (memory.kmem.tcp.limit_in_bytes), which
+ * v1 counts apart from its memory: a quarter of its memory limit, at least CGROUP_TCP_MIN. On
+ * v2 they are part of memory.max. */
+uint64_t cgroup_tcp_limit(uint64_t memory_bytes);
+
 /* Creates the cgroup of sandbox `id` and applies the limits. Fails with EEXIST when it already
  * exists (a leftover is never reused). On failure nothing is left. */
 int cgroup_create(const struct cgroup_root *root, const char *id,

@@ -31,6 +31,7 @@ import harness  # noqa: E402
 from helpers_exec import BASE_ENV, artifacts_dir, wait_until  # noqa: E402
 
 PYTHON = "python"
+MiB = 1024 * 1024
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -359,6 +360,54 @@ except OSError as e:
 
     def test_pipe_buffer_pages(self):
         self.check("pipe")
+
+
+class TcpMemoryTest(JailCase):
+    """A sandbox's TCP buffers count against its memory: on cgroup v2 inside memory.max, on
+    v1 against a limit of their own (a quarter of the memory limit), without which they would
+    take what the host-wide tcp_mem allows."""
+
+    FILL = """
+import socket, time
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(128)
+port = srv.getsockname()[1]
+conns = []
+for i in range(60):
+    c = socket.create_connection(("127.0.0.1", port))
+    a, _ = srv.accept()
+    c.setblocking(False)
+    conns.append((c, a))
+chunk = b"x" * 65536
+total, idle, end = 0, 0, time.monotonic() + 30
+while idle < 3 and time.monotonic() < end:
+    before = total
+    for c, _ in conns:
+        while True:
+            try:
+                total += c.send(chunk)
+            except (BlockingIOError, OSError):
+                break
+    idle = idle + 1 if total == before else 0
+    time.sleep(0.2)
+print(total)
+"""
+
+    def test_socket_buffers_stay_within_the_memory_limit(self):
+        limit = 96 * MiB
+        status, _, body = self.d.post("/exec/", {"template": PYTHON,
+                                                 "resources": {"memoryBytes": limit}})
+        self.assertEqual(status, 201, body)
+        sid = body["id"]
+        self.addCleanup(self.d.delete, f"/exec/{sid}")
+        queued = int(self.py(sid, self.FILL, timeout_ms=120000).strip())
+        # 60 loopback connections whose readers never read hold up to tcp_wmem + tcp_rmem
+        # each (some 10 MiB): hundreds of MiB when nothing charges them to the sandbox.
+        self.assertGreater(queued, 0)
+        self.assertLess(queued, limit, f"{queued >> 20} MiB queued in the sandbox's sockets "
+                        f"with a memory limit of {limit >> 20} MiB")
+        self.alive(sid)
 
 
 class UidRangeConfigTest(unittest.TestCase):
