@@ -13,9 +13,14 @@ attacker binds its socket to its own loopback source address before connecting:
             one keep-alive connection allows
   readers   a key whose clients ask for a large file and never read the answer (a small
             receive buffer); when the daemon closes one, it asks again
+  pings     a key's terminal WebSockets that send empty pings as fast as they can and never
+            read a pong
+  trickle   keyless clients that send GET /health with a large Content-Length and then a body
+            byte now and then; when the daemon closes one, it connects again
 """
 
 import asyncio
+import base64
 import ctypes
 import json
 import os
@@ -279,6 +284,77 @@ class Attack:
             finally:
                 s.close()
 
+    # empty pings, pongs never read
+
+    async def ping_client(self, addr, sid):
+        key = base64.b64encode(os.urandom(16)).decode()
+        head = (f"GET /exec/{sid}/terminal?command=sh HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {self.cfg['ping_key']}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+        burst = (bytes([0x89, 0x80]) + os.urandom(4)) * 2048
+        while not self.stopped():
+            s = await self.connect(addr, "ping", rcvbuf=4096)
+            if s is None:
+                await self.nap(1)
+                continue
+            try:
+                await self.loop.sock_sendall(s, head)
+                got = await asyncio.wait_for(self.loop.sock_recv(s, 4096), 10)
+                status = status_of(got)
+                self.c.add(f"ping_upgrade_{status}")
+                if status != 101:
+                    await self.nap(1)
+                    continue
+                self.c.add("ping_open")
+                try:
+                    while not self.stopped():
+                        # Sends block (the daemon stops reading): wait, never read.
+                        try:
+                            await asyncio.wait_for(self.loop.sock_sendall(s, burst), 1)
+                            self.c.add("ping_sent", len(burst) // 6)
+                        except asyncio.TimeoutError:
+                            self.c.add("ping_blocked")
+                finally:
+                    self.c.add("ping_open", -1)
+            except (OSError, asyncio.TimeoutError):
+                self.c.add("ping_cut_off")
+            finally:
+                s.close()
+
+    # keyless trickled bodies
+
+    async def trickle_client(self, addr, start_delay):
+        if await self.nap(start_delay):
+            return
+        interval = self.cfg["trickle_interval"]
+        head = (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 65536\r\n\r\n")
+        while not self.stopped():
+            s = await self.connect(addr, "trickle")
+            if s is None:
+                await self.nap(interval)
+                continue
+            self.c.add("trickle_connects")
+            try:
+                await self.loop.sock_sendall(s, head)
+                while not self.stopped():
+                    try:
+                        got = s.recv(4096)
+                        status = status_of(got)
+                        self.c.add(f"trickle_closed_{status}" if status
+                                   else "trickle_closed_eof")
+                        break
+                    except BlockingIOError:
+                        pass
+                    s.send(b"a")
+                    self.c.add("trickle_bytes")
+                    if await self.nap(interval):
+                        break
+            except OSError:
+                self.c.add("trickle_closed_reset")
+            finally:
+                s.close()
+
     async def report(self):
         while True:
             snapshot = dict(self.c)
@@ -305,6 +381,13 @@ class Attack:
             tasks.append(self.quota_client(f"127.0.{cfg['quota_net']}.1"))
         for i, sid in enumerate(cfg["reader_sessions"]):
             tasks.append(self.reader_client(f"127.0.{cfg['reader_net']}.{1 + i % 254}", sid))
+        for i in range(cfg["pings"]):
+            tasks.append(self.ping_client(f"127.0.{cfg['ping_net']}.{1 + i % 254}",
+                                          cfg["ping_session"]))
+        per = max(1, cfg["slow_per_address"])
+        for i in range(cfg["trickles"]):
+            addr = f"127.0.{cfg['trickle_net'] + i // per // 254}.{1 + (i // per) % 254}"
+            tasks.append(self.trickle_client(addr, ramp * i / max(1, cfg["trickles"])))
         reporter = asyncio.ensure_future(self.report())
         await asyncio.gather(*tasks)
         await reporter
@@ -313,7 +396,8 @@ class Attack:
 def main():
     die_with_parent()
     cfg = json.load(sys.stdin)
-    need = cfg["slow"] + 2 * cfg["bodies"] + 2 * len(cfg["reader_sessions"]) + 64
+    need = (cfg["slow"] + 2 * cfg["bodies"] + 2 * len(cfg["reader_sessions"]) +
+            2 * cfg["pings"] + cfg["trickles"] + 64)
     cfg["nofile"] = raise_nofile(need)
     if cfg["nofile"] < need:
         sys.exit(f"attack: {need} descriptors needed, the limit is {cfg['nofile']}")

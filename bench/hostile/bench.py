@@ -13,7 +13,9 @@ from 127.0.0.2) timing POST /exec/:id/execute {"command": "true"}, twice:
            (127.0.1.x); keyless clients posting large bodies to a route that needs a key, over
            and over (127.0.2.x); a second key creating sessions until it is refused and then
            asking again as fast as it can (127.0.3.1); a third key's readers asking for a
-           large file and never reading the answer (127.0.4.x)
+           large file and never reading the answer (127.0.4.x); a fourth key's terminal
+           WebSockets sending empty pings and never reading a pong (127.0.5.x); keyless
+           clients trickling a body to GET /health (127.0.6.x and up)
 
 and prints p50/p99 of both phases, the daemon's VmRSS (idle, highest seen) and VmHWM, their
 ratios, and the targets beside them. Exits 1 if the honest client got any error (a status
@@ -46,7 +48,7 @@ HONEST_ADDR = "127.0.0.2"
 SETUP_ADDR = "127.0.0.3"
 TARGET_RSS_MIB = 64  # the daemon's RSS under attack, above idle
 TARGET_P99_RATIO = 3  # the honest p99 under attack, over the quiet one
-ATTACKS = {"slow", "bodies", "quota", "readers"}
+ATTACKS = {"slow", "bodies", "quota", "readers", "pings", "trickle"}
 
 
 class Interrupted(Exception):
@@ -264,7 +266,9 @@ def wait_for_attack(attackers, args, nreaders, timeout):
         if (c.get("slow_open", 0) >= 0.9 * args.slow
                 and c.get("reader_requests", 0) >= nreaders
                 and ("quota_refused_after" in c or not args.quota)
-                and c.get("body_requests", 0) >= args.bodies):
+                and c.get("body_requests", 0) >= args.bodies
+                and c.get("ping_upgrade_101", 0) >= args.pings
+                and c.get("trickle_connects", 0) >= 0.9 * args.trickles):
             return True
         time.sleep(0.2)
     return False
@@ -277,6 +281,9 @@ def start_daemon(args, max_sessions):
         "SANDBOX_DEFAULT_TEMPLATE": args.template,
         "SANDBOX_WARM_POOL": "0",
         "SANDBOX_MAX_SESSIONS": str(max_sessions),
+        # The readers' key holds a session per reader: the global cap, not the default
+        # quota per key, is what refuses the attacker at its quota.
+        "SANDBOX_KEY_MAX_SESSIONS": str(max_sessions),
     }
     for item in args.daemon_env:
         name, sep, value = item.partition("=")
@@ -304,9 +311,9 @@ def mib(n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--attacks", default="slow,bodies,quota,readers",
-                    help="which attackers run, comma-separated (all four: "
-                    "slow,bodies,quota,readers)")
+    ap.add_argument("--attacks", default="slow,bodies,quota,readers,pings,trickle",
+                    help="which attackers run, comma-separated (all six: "
+                    "slow,bodies,quota,readers,pings,trickle)")
     ap.add_argument("--runs", type=int, default=300, help="honest executes per phase (300)")
     ap.add_argument("--duration", type=float, default=30,
                     help="seconds over which each phase's runs are spread (30), so that they "
@@ -333,6 +340,12 @@ def main():
                     "refuses the second key")
     ap.add_argument("--readers", type=int, default=8, help="readers that never read (8)")
     ap.add_argument("--read-mib", type=int, default=48, help="the file they ask for, MiB (48)")
+    ap.add_argument("--pings", type=int, default=4,
+                    help="terminal WebSockets flooding empty pings (4)")
+    ap.add_argument("--trickles", type=int, default=1000,
+                    help="keyless clients trickling a body to GET /health (1000)")
+    ap.add_argument("--trickle-interval", type=float, default=5.0,
+                    help="seconds between a trickling client's bytes (5)")
     ap.add_argument("--settle", type=float, default=3.0,
                     help="seconds between the attack being in place and the honest runs (3)")
     ap.add_argument("--ramp", type=float, default=3.0,
@@ -356,6 +369,8 @@ def main():
     args.bodies = args.bodies if "bodies" in attacks else 0
     args.readers = args.readers if "readers" in attacks else 0
     args.quota = "quota" in attacks
+    args.pings = args.pings if "pings" in attacks else 0
+    args.trickles = args.trickles if "trickle" in attacks else 0
     if args.slow_per_address < 1 or -(-args.slow // args.slow_per_address) > 254:
         ap.error("the slow clients need at most 254 addresses (127.0.1.1-254)")
     if args.bodies > 254 or args.readers > 254:
@@ -409,7 +424,8 @@ def cleanup():
 
 def run(args):
     max_sessions = args.max_sessions or (
-        1 + args.readers + (args.attacker_sessions if args.quota else 0))
+        1 + args.readers + (1 if args.pings else 0) +
+        (args.attacker_sessions if args.quota else 0))
     daemon = start_daemon(args, max_sessions)
     pid = daemon.proc.pid
     admin = Client(daemon, daemon.admin_key, SETUP_ADDR, 60)
@@ -419,6 +435,7 @@ def run(args):
     honest_key = make_key(admin, "honest")
     quota_key = make_key(admin, "at-quota")
     reader_key = make_key(admin, "readers")
+    ping_key = make_key(admin, "pings")
 
     # The honest session, and the readers' sessions with their large file, made before the
     # idle figure is taken (the file is written in the sandbox, not through the daemon).
@@ -441,6 +458,11 @@ def run(args):
             raise SystemExit(f"hostile: writing the file of {sid}: {reply}")
         reader_sessions.append(sid)
     setup.close()
+    if args.pings:
+        pinger = Client(daemon, ping_key, SETUP_ADDR, 120)
+        STATE["clients"].append(pinger)
+        must(*pinger.request("POST", "/exec", {"id": "pings"}), 201, "create session pings")
+        pinger.close()
     admin.close()
 
     # Warm up, then the idle figure.
@@ -481,6 +503,9 @@ def run(args):
         "quota_sessions": args.attacker_sessions, "quota_net": 3,
         "reader_key": reader_key, "reader_sessions": reader_sessions,
         "read_path": read_path, "reader_net": 4,
+        "pings": args.pings, "ping_key": ping_key, "ping_session": "pings", "ping_net": 5,
+        "trickles": args.trickles, "trickle_interval": args.trickle_interval,
+        "trickle_net": 6,
     }
     attack_t0 = time.monotonic()
     attackers = Attackers(cfg)
@@ -530,9 +555,10 @@ def run(args):
     above = attack_peak - idle["VmRSS"]
     rate = {k: (during.get(k, 0) - before.get(k, 0)) / elapsed
             for k in ("slow_bytes", "slow_connects", "body_requests", "body_bytes_sent",
-                      "quota_status_429", "reader_requests")}
+                      "quota_status_429", "reader_requests", "ping_sent", "trickle_connects")}
     statuses = {k: v for k, v in final.items()
                 if k.startswith(("slow_closed", "body_status", "quota_status", "body_no",
+                                 "ping_upgrade", "ping_cut", "trickle_closed",
                                  "reader_closed", "quota_conn", "reader_send",
                                  "slow_connect_failed", "body_connect_failed",
                                  "reader_requests", "quota_created"))}
@@ -553,6 +579,11 @@ def run(args):
         parts.append(f"1 key at its quota ({args.attacker_sessions} sessions)")
     if args.readers:
         parts.append(f"{args.readers} readers of {args.read_mib} MiB that never read")
+    if args.pings:
+        parts.append(f"{args.pings} terminal WebSockets flooding empty pings")
+    if args.trickles:
+        parts.append(f"{args.trickles} keyless bodies to GET /health, a byte every "
+                     f"{args.trickle_interval:g} s")
     print("attack: " + (", ".join(parts) or "none"))
     seen = []
     if args.slow:
@@ -566,6 +597,11 @@ def run(args):
     if args.readers:
         seen.append(f"{during.get('reader_open', 0)} readers waiting, "
                     f"{rate['reader_requests']:.1f} new reader requests/s")
+    if args.pings:
+        seen.append(f"{during.get('ping_open', 0)} ping floods open, "
+                    f"{rate['ping_sent']:.0f} pings/s sent")
+    if args.trickles:
+        seen.append(f"{rate['trickle_connects']:.0f} trickling connects/s")
     print(f"attack in place after {ramp_s:.1f} s{'' if in_place else ' (not fully: timed out)'}"
           f"; the {len(attack)} honest runs under attack took {elapsed:.1f} s; during them: "
           + ("; ".join(seen) or "nothing"))
