@@ -120,6 +120,8 @@ static const struct var vars[] = {
 	{ "SANDBOX_STORAGE", V_CHOICE, F(storage), "disk", 0, 0, storage_modes },
 	{ "SANDBOX_DISK_BYTES", V_U64, F(disk_bytes), "1073741824", MiB, 16 * TiB },
 	{ "SANDBOX_MAX_DISK_BYTES", V_U64, F(max_disk_bytes), "17179869184", MiB, 16 * TiB },
+	{ "SANDBOX_DISK_OVERCOMMIT", V_STRING, F(disk_overcommit), "4" },
+	{ "SANDBOX_DISK_RESERVE_BYTES", V_U64, F(disk_reserve_bytes), "1073741824", 0, 16 * TiB },
 	{ "SANDBOX_MAX_VOLUME_BYTES", V_U64, F(max_volume_bytes), "17179869184", 8 * MiB,
 	  16 * TiB },
 	{ "SANDBOX_KEY_MAX_VOLUMES", V_UINT, F(key_max_volumes), "16", 0, 65536 },
@@ -574,6 +576,21 @@ int config_load(struct config *cfg, struct err *err)
 		problem_add(&p, "SANDBOX_DISK_BYTES: %llu is above SANDBOX_MAX_DISK_BYTES (%llu)",
 			    (unsigned long long)cfg->disk_bytes,
 			    (unsigned long long)cfg->max_disk_bytes);
+	{
+		char *end = NULL;
+		const char *oc = cfg->disk_overcommit ? cfg->disk_overcommit : "4";
+		errno = 0;
+		double ratio = strtod(oc, &end);
+		if (errno || end == oc || *end || !(ratio >= 1.0 && ratio <= 1000.0))
+			problem_add(
+				&p,
+				"SANDBOX_DISK_OVERCOMMIT: `%s` is not a number from 1 to 1000 "
+				"(the ratio of the disk bytes promised to the state filesystem's "
+				"free room)",
+				oc);
+		else
+			cfg->disk_overcommit_ratio = ratio;
+	}
 
 	if (!p.count)
 		return 0;

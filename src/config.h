@@ -71,11 +71,19 @@ struct config {
 	uint64_t disk_limit;   /* VM_DISK_LIMIT_BYTES, default 512 MiB (workspace size) */
 	unsigned pids_max;     /* SANDBOX_PIDS_MAX, default 256 */
 	/* jail: where a sandbox's writable files live (docs/storage.md) */
-	char *storage;             /* SANDBOX_STORAGE: disk|tmpfs, default disk */
-	uint64_t disk_bytes;       /* SANDBOX_DISK_BYTES: a sandbox's disk, default 1 GiB */
-	uint64_t max_disk_bytes;   /* SANDBOX_MAX_DISK_BYTES: cap of any sandbox's disk, 16 GiB */
-	uint64_t max_volume_bytes; /* SANDBOX_MAX_VOLUME_BYTES: cap of a volume's size */
-	unsigned key_max_volumes;  /* SANDBOX_KEY_MAX_VOLUMES: volumes a key may own (0: any) */
+	char *storage;           /* SANDBOX_STORAGE: disk|tmpfs, default disk */
+	uint64_t disk_bytes;     /* SANDBOX_DISK_BYTES: a sandbox's disk, default 1 GiB */
+	uint64_t max_disk_bytes; /* SANDBOX_MAX_DISK_BYTES: cap of any sandbox's disk, 16 GiB */
+	/* SANDBOX_DISK_OVERCOMMIT: disk bytes promised per byte of the state filesystem's free
+	   room, from 1 (every disk's size allocated when it is made) to 1000, default 4; parsed
+	   into disk_overcommit_ratio */
+	char *disk_overcommit;
+	double disk_overcommit_ratio;
+	/* SANDBOX_DISK_RESERVE_BYTES: free space of the state filesystem no disk may take,
+	   default 1 GiB */
+	uint64_t disk_reserve_bytes;
+	uint64_t max_volume_bytes;     /* SANDBOX_MAX_VOLUME_BYTES: cap of a volume's size */
+	unsigned key_max_volumes;      /* SANDBOX_KEY_MAX_VOLUMES: volumes a key may own (0: any) */
 	uint64_t key_max_volume_bytes; /* SANDBOX_KEY_MAX_VOLUME_BYTES: their sizes' sum (0: any) */
 	unsigned
 		key_max_snapshots; /* SANDBOX_KEY_MAX_SNAPSHOTS: snapshots a key may own (0: any) */

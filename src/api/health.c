@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "driver/room.h"
 #include "cluster/cluster.h"
 #include "auth/auth.h"
 #include "auth/keys.h"
@@ -100,6 +101,11 @@ void api_ready(struct http_ctx *ctx)
 	if (!fds_ok)
 		json_array_append_new(
 			failing, json_pack("{s:s, s:s}", "check", "descriptors", "error", e.msg));
+	bool room_ok = session_room_low(&e) == 0;
+	json_object_set_new(checks, "stateDisk", json_boolean(room_ok));
+	if (!room_ok)
+		json_array_append_new(
+			failing, json_pack("{s:s, s:s}", "check", "stateDisk", "error", e.msg));
 	bool state_ok = store_check_writable(&e) == 0;
 	json_object_set_new(checks, "state", json_boolean(state_ok));
 	if (!state_ok)
@@ -124,5 +130,11 @@ void api_ready(struct http_ctx *ctx)
 	/* "not_ready" is the reference's spelling. */
 	json_t *body = json_pack("{s:s, s:o, s:o}", "status", ok ? "ready" : "not_ready", "checks",
 				 checks, "failing", failing);
+	struct room_state st;
+	if (room_state(H.cfg->state_dir, &st) == 0)
+		json_object_set_new(body, "stateDisk",
+				    json_pack("{s:I, s:I, s:I}", "freeBytes", (json_int_t)st.free,
+					      "sizeBytes", (json_int_t)st.size, "reserveBytes",
+					      (json_int_t)st.reserve));
 	http_reply_json(ctx, ok ? 200 : 503, body);
 }

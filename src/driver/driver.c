@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "driver/cgroup.h"
+#include "driver/room.h"
 #include "util/log.h"
 
 /* The drivers in the order `auto` tries them. */
@@ -37,6 +38,8 @@ int driver_select(const struct config *cfg, const struct driver **ret, struct er
 	cgroup_configure(strcmp(cg, "delegated") == 0 ? CGROUP_DELEGATION_ON
 			 : strcmp(cg, "root") == 0    ? CGROUP_DELEGATION_OFF
 						      : CGROUP_DELEGATION_AUTO);
+	/* And every disk image claims its room by the same rule. */
+	room_configure(cfg->disk_overcommit_ratio, cfg->disk_reserve_bytes);
 	if (strcmp(cfg->driver, "auto") != 0) {
 		const struct driver *d = driver_find(cfg->driver);
 		if (!d)

@@ -334,6 +334,18 @@ void metrics_init(void)
 		"host_memory_available_bytes", "The host's MemAvailable at the last scrape", NULL);
 	metrics_daemon.descriptors_free = metrics_gauge(
 		"descriptors_free", "The daemon's descriptors left below its limit", NULL);
+	metrics_daemon.state_fs_free_bytes = metrics_gauge(
+		"state_fs_free_bytes", "Free bytes of the state directory's filesystem", NULL);
+	metrics_daemon.state_fs_size_bytes = metrics_gauge(
+		"state_fs_size_bytes", "Size of the state directory's filesystem", NULL);
+	metrics_daemon.state_fs_reserve_bytes =
+		metrics_gauge("state_fs_reserve_bytes",
+			      "Free bytes of the state filesystem no disk may take "
+			      "(SANDBOX_DISK_RESERVE_BYTES)",
+			      NULL);
+	metrics_daemon.disk_reserve_stops_total = metrics_counter(
+		"disk_reserve_stops_total",
+		"Sessions frozen because the state filesystem reached its reserve", NULL);
 	metrics_daemon.watch_events_total = metrics_counter(
 		"watch_events_total", "Watch events delivered to clients by type", "type");
 	metrics_daemon.exec_message_duration =

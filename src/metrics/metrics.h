@@ -71,6 +71,10 @@ struct sandbox_metrics {
 	struct metric *admission_refusals_total;    /* counter {reason} */
 	struct metric *host_memory_available_bytes; /* gauge */
 	struct metric *descriptors_free;            /* gauge */
+	struct metric *state_fs_free_bytes;         /* gauge */
+	struct metric *state_fs_size_bytes;         /* gauge */
+	struct metric *state_fs_reserve_bytes;      /* gauge */
+	struct metric *disk_reserve_stops_total;    /* counter */
 	struct metric *sessions_paused;             /* gauge {mode} */
 	struct metric *session_pauses_total;        /* counter {action, result} */
 	struct metric *session_pause_duration;      /* histogram {action} */

@@ -16,10 +16,13 @@
 #include <stdio.h>
 #include <sys/resource.h>
 
+#include "driver/room.h"
 #include "metrics/metrics.h"
 #include "session/internal.h"
 #include "session/session.h"
+#include "session/volume.h"
 #include "util/cleanup.h"
+#include "util/log.h"
 #include "util/time.h"
 
 #define COUNT_TTL_MS      250
@@ -165,4 +168,151 @@ void session_host_publish(void)
 	long open = fds_open(true), limit = fd_limit();
 	if (open >= 0)
 		metrics_set(metrics_daemon.descriptors_free, (double)(limit - open));
+}
+
+/* --- the state filesystem's reserve (driver/room.h) ------------------------------------ */
+
+static struct {
+	struct event *timer;
+	bool low;       /* below the reserve at the last tick */
+	bool told_none; /* said once that no session could be stopped */
+} room;
+
+int session_disk_check(uint64_t bytes, struct err *err)
+{
+	double ratio = room_overcommit();
+	struct room_state st;
+	if (ratio <= 1.0 || !bytes || !session_mod.cfg ||
+	    room_state(session_mod.cfg->state_dir, &st) < 0)
+		return 0; /* at 1, each image allocates its size (driver/room.h) */
+	/* Promised: every session's disk (hibernated ones too) and every volume. Held: what the
+	 * running disks hold now, which the free space no longer shows. */
+	uint64_t promised = 0, held = 0;
+	for (struct session *s = session_mod.sessions; s; s = s->next) {
+		if (!s->limits.disk || s->state == SESSION_FAILED)
+			continue;
+		promised += s->limits.workspace_bytes;
+		uint64_t used, size;
+		if (s->sb && s->sb->driver->disk_usage &&
+		    s->sb->driver->disk_usage(s->sb, &used, &size) == 0)
+			held += used;
+	}
+	uint64_t nvol, vbytes;
+	volume_totals(&nvol, &vbytes);
+	promised += vbytes;
+	uint64_t space = st.free > st.reserve          ? st.free - st.reserve + held
+			 : held > st.reserve - st.free ? held - (st.reserve - st.free)
+						       : 0;
+	if ((double)(promised + bytes) <= ratio * (double)space)
+		return 0;
+	return err_set(
+		err, ENOSPC,
+		"the state filesystem has no room for %llu MiB more of disks: %llu MiB are "
+		"promised to disks and volumes, and SANDBOX_DISK_OVERCOMMIT %g allows %llu "
+		"MiB (%llu MiB free beyond the %llu MiB reserve, SANDBOX_DISK_RESERVE_BYTES, "
+		"and %llu MiB the disks hold)",
+		(unsigned long long)(bytes >> 20), (unsigned long long)(promised >> 20), ratio,
+		(unsigned long long)((uint64_t)(ratio * (double)space) >> 20),
+		(unsigned long long)((st.free > st.reserve ? st.free - st.reserve : 0) >> 20),
+		(unsigned long long)(st.reserve >> 20), (unsigned long long)(held >> 20));
+}
+
+int session_room_low(struct err *err)
+{
+	struct room_state st;
+	if (room_state(session_mod.cfg->state_dir, &st) < 0 || !st.low)
+		return 0;
+	return err_set(err, ENOSPC,
+		       "the state filesystem is below its reserve: %llu MiB free, %llu MiB kept "
+		       "(SANDBOX_DISK_RESERVE_BYTES); sessions are stopped, the one using the most "
+		       "beyond its disk's share first, until there is room again",
+		       (unsigned long long)(st.free >> 20), (unsigned long long)(st.reserve >> 20));
+}
+
+/* How far beyond its share the session's disk is, in bytes (0 when within it). */
+static uint64_t beyond_share(struct session *s)
+{
+	uint64_t used, size;
+	if (!s->sb || !s->limits.disk || !s->sb->driver->disk_usage ||
+	    s->sb->driver->disk_usage(s->sb, &used, &size) < 0)
+		return 0;
+	uint64_t share = room_share(size);
+	return used > share ? used - share : 0;
+}
+
+static void on_disk_paused(struct session *s, const struct err *err, void *arg)
+{
+	if (!s)
+		return;
+	if (err) {
+		log_warn("session", "session %s: cannot be stopped for the state filesystem: %s",
+			 s->id, err->msg);
+		return;
+	}
+	s->disk_paused = true;
+}
+
+static void stop_one(void)
+{
+	struct session *worst = NULL;
+	uint64_t most = 0;
+	for (struct session *s = session_mod.sessions; s; s = s->next) {
+		if (s->state != SESSION_READY || s->transition || s->resuming)
+			continue;
+		uint64_t over = beyond_share(s);
+		if (over > most) {
+			most = over;
+			worst = s;
+		}
+	}
+	if (!worst) {
+		if (!room.told_none)
+			log_warn("session",
+				 "the state filesystem is below its reserve and no session's disk "
+				 "is beyond its share: what fills it is not a sandbox's disk");
+		room.told_none = true;
+		return;
+	}
+	log_warn("session",
+		 "session %s: stopped (frozen): the state filesystem is below its reserve and "
+		 "its disk is the one %llu MiB beyond its share, the most",
+		 worst->id, (unsigned long long)(most >> 20));
+	metrics_add(metrics_daemon.disk_reserve_stops_total, 1);
+	session_freeze_now(worst, on_disk_paused, NULL);
+}
+
+static void on_room_tick(evutil_socket_t fd, short what, void *arg)
+{
+	struct room_state st;
+	if (room_state(session_mod.cfg->state_dir, &st) < 0)
+		return;
+	metrics_set(metrics_daemon.state_fs_free_bytes, (double)st.free);
+	metrics_set(metrics_daemon.state_fs_size_bytes, (double)st.size);
+	if (st.low != room.low)
+		log_warn("session",
+			 "the state filesystem %s its reserve: %llu MiB free, %llu MiB kept",
+			 st.low ? "is below" : "is back above", (unsigned long long)(st.free >> 20),
+			 (unsigned long long)(st.reserve >> 20));
+	room.low = st.low;
+	if (!st.low) {
+		room.told_none = false;
+		return;
+	}
+	stop_one();
+}
+
+void session_room_watch(struct event_base *base)
+{
+	metrics_set(metrics_daemon.state_fs_reserve_bytes, (double)room_reserve());
+	room.timer = event_new(base, -1, EV_PERSIST, on_room_tick, NULL);
+	struct timeval tv = { 0, SESSION_ROOM_TICK_MS * 1000 };
+	event_add(room.timer, &tv);
+	on_room_tick(-1, 0, NULL);
+}
+
+void session_room_unwatch(void)
+{
+	if (room.timer)
+		event_free(room.timer);
+	room.timer = NULL;
 }

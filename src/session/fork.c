@@ -355,6 +355,8 @@ int session_save_check(struct session *s, const char *what, struct err *e)
 			       s->id, s->running, what);
 	if (session_closing())
 		return err_set(e, ESHUTDOWN, "the server is shutting down");
+	if (s->limits.disk && session_disk_check(s->limits.workspace_bytes, e) < 0)
+		return -ENOSPC;
 	return session_host_check(e);
 }
 

@@ -102,6 +102,7 @@ static void pause_done(void *arg)
 	} else {
 		s->state = j->pause ? SESSION_PAUSED : SESSION_READY;
 		s->auto_paused = false; /* the reaper's pause says so after this */
+		s->disk_paused = false; /* and the state filesystem's watch */
 		if (j->pause) {
 			s->paused_ms = time_wall_ms();
 		} else {
@@ -130,7 +131,7 @@ static void refuse(struct session *s, bool pause, const struct err *e,
 	refuse_as(s, action_name(pause), e, cb, arg);
 }
 
-static void session_freeze(struct session *s, bool pause,
+static void session_freeze(struct session *s, bool pause, bool force,
 			   void (*cb)(struct session *s, const struct err *err, void *arg),
 			   void *arg);
 
@@ -152,7 +153,7 @@ static void on_kept(struct session *s, const struct err *err, void *arg)
 	struct keep_call *k = arg;
 	if (err && s && s->state == SESSION_READY && !s->transition && s->sb) {
 		log_info("session", "session %s: frozen instead (%s)", s->id, err->msg);
-		session_freeze(s, true, k->cb, k->arg);
+		session_freeze(s, true, false, k->cb, k->arg);
 	} else {
 		k->cb(s, err, k->arg);
 	}
@@ -195,7 +196,7 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 		mode = SESSION_PAUSE_FREEZE;
 	}
 	if (!pause || mode == SESSION_PAUSE_FREEZE) {
-		session_freeze(s, pause, cb, arg);
+		session_freeze(s, pause, false, cb, arg);
 		return;
 	}
 	/* Hibernation: of a running or a frozen session. */
@@ -226,7 +227,14 @@ void session_pause_mode(struct session *s, bool pause, enum session_pause_mode m
 	refuse_as(s, "hibernate", &e, cb, arg);
 }
 
-static void session_freeze(struct session *s, bool pause,
+void session_freeze_now(struct session *s,
+			void (*cb)(struct session *s, const struct err *err, void *arg), void *arg)
+{
+	session_freeze(s, true, true, cb, arg);
+}
+
+/* force: with operations in flight too (they carry on after the resume). */
+static void session_freeze(struct session *s, bool pause, bool force,
 			   void (*cb)(struct session *s, const struct err *err, void *arg),
 			   void *arg)
 {
@@ -256,7 +264,11 @@ static void session_freeze(struct session *s, bool pause,
 		refuse(s, pause, &e, cb, arg);
 		return;
 	}
-	if (pause && s->running) {
+	if (!pause && s->disk_paused && session_room_low(&e)) {
+		refuse(s, pause, &e, cb, arg);
+		return;
+	}
+	if (pause && s->running && !force) {
 		err_set(&e, EBUSY,
 			"session `%s` has %u operations in flight (commands, file transfers, "
 			"attaches, previews): pause it once they ended",

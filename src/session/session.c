@@ -683,6 +683,7 @@ void session_get_or_create(const char *owner, const char *id,
 	}
 	struct sandbox_limits limits;
 	if (session_limits(t, opts ? opts->resources : NULL, &limits, &e) < 0 ||
+	    (limits.disk && session_disk_check(limits.workspace_bytes, &e) < 0) ||
 	    session_host_check(&e) < 0) {
 		cb(NULL, &e, arg);
 		return;
@@ -976,7 +977,17 @@ json_t *session_json(const struct session *s)
 	if (s->state == SESSION_PAUSED) {
 		json_object_set_new(j, "pausedAt", iso_time(s->paused_ms));
 		json_object_set_new(j, "pausedBy",
-				    json_string(s->auto_paused ? "timeout" : "client"));
+				    json_string(s->disk_paused   ? "disk"
+						: s->auto_paused ? "timeout"
+								 : "client"));
+		if (s->disk_paused)
+			json_object_set_new(
+				j, "error",
+				json_string(
+					"stopped: the state filesystem reached its reserve "
+					"(SANDBOX_DISK_RESERVE_BYTES) and this session's disk "
+					"was the most beyond its share; it resumes once there is "
+					"room again"));
 		json_object_set_new(j, "pauseMode",
 				    json_string(s->hibernated ? "hibernate" : "freeze"));
 		/* Said in every answer: what a resume gives back differs. */
@@ -1192,6 +1203,7 @@ int session_init(struct event_base *base, const struct config *cfg, const struct
 			      .tv_usec = (suseconds_t)(session_mod.cfg->reaper_interval_ms % 1000) *
 					 1000 };
 	event_add(session_mod.reaper, &tv);
+	session_room_watch(base);
 	session_pools_fill();
 	return 0;
 }
@@ -1265,6 +1277,7 @@ void session_shutdown_check(void)
 		if (session_mod.reaper)
 			event_free(session_mod.reaper);
 		session_mod.reaper = NULL;
+		session_room_unwatch();
 		session_pools_free();
 		htab_fini(&session_mod.ids);
 		htab_fini(&session_mod.previews);

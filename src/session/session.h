@@ -89,6 +89,7 @@ struct session {
 	uint64_t paused_ms;   /* wall clock of the last pause */
 	enum session_on_timeout on_timeout;
 	bool auto_paused; /* its last pause was its timeout's (on_timeout) */
+	bool disk_paused; /* frozen by the state filesystem's watch (admit.c) */
 	/* Hibernation (hibernate.c): paused with no sandbox at all, its disk kept by the driver
 	 * (kept: the driver's record of it, also in the state database); hibernating while that
 	 * runs, resuming while a new sandbox is made over the disk (state creating). */
@@ -203,6 +204,26 @@ int session_host_check(struct err *err);
 const char *session_host_reason(int errnum);
 /* Sets the gauges of host memory and free descriptors (on each scrape). */
 void session_host_publish(void);
+
+/* The state filesystem's watch (driver/room.h): every SESSION_ROOM_TICK_MS, while its free
+ * space is below SANDBOX_DISK_RESERVE_BYTES, the ready session whose disk uses the most beyond
+ * its share (its size over SANDBOX_DISK_OVERCOMMIT) is frozen, one a tick, with operations in
+ * flight or not (pausedBy "disk"); it resumes only once the reserve is free again. */
+#define SESSION_ROOM_TICK_MS 250
+void session_room_watch(struct event_base *base);
+void session_room_unwatch(void);
+/* Above SANDBOX_DISK_OVERCOMMIT 1: 0 when `bytes` more of disk (a session's, a volume's)
+ * keep the disks and volumes promised within the ratio times the room (the free space beyond
+ * the reserve, and what the running disks hold), else ENOSPC naming the numbers (507). At 1
+ * the image's own allocation decides (driver/room.h): 0. */
+int session_disk_check(uint64_t bytes, struct err *err);
+/* 0 while the state filesystem's reserve is free, else ENOSPC saying so (/ready, resume). */
+int session_room_low(struct err *err);
+
+/* Freezes a ready session even with operations in flight (they carry on after its resume):
+ * the state filesystem's watch. As session_pause otherwise. */
+void session_freeze_now(struct session *s,
+			void (*cb)(struct session *s, const struct err *err, void *arg), void *arg);
 
 /* Validates a client-chosen session id. */
 bool session_id_valid(const char *id);

@@ -5,6 +5,7 @@
  * "creating" row only after a crash in between: it removes that image (whatever state it is
  * in) and the row. A deletion removes the row first and the image after, so a crash between
  * leaves a file no row names, which the start removes too. */
+#include "session/session.h"
 #include "session/volume.h"
 
 #include <dirent.h>
@@ -20,6 +21,7 @@
 
 #include "loop.h"
 #include "store/store.h"
+#include "driver/room.h"
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -251,6 +253,9 @@ static int make_image(const char *path, uint64_t bytes, struct err *err)
 		return err_sys(err, errno, "volume: create its image");
 	if (ftruncate(fd, (off_t)bytes) < 0)
 		return err_sys(err, errno, "volume: size its image");
+	int r = room_claim(fd, bytes, "the volume", err);
+	if (r < 0)
+		return r;
 	_cleanup_free_ char *mkfs = spawn_find_binary("mkfs.ext4");
 	if (!mkfs)
 		return err_set(err, ENOENT, "volume: mkfs.ext4 not found (e2fsprogs)");
@@ -349,6 +354,8 @@ int volume_create(const char *owner, const char *name, uint64_t bytes, volume_do
 			       "%llu more would pass %llu (SANDBOX_KEY_MAX_VOLUME_BYTES)",
 			       (unsigned long long)used, (unsigned long long)bytes,
 			       (unsigned long long)M.cfg->key_max_volume_bytes);
+	if (session_disk_check(bytes, err) < 0)
+		return -ENOSPC;
 	char hex[17];
 	random_hex(hex, 8);
 	struct volume *v = xcalloc(1, sizeof(*v));

@@ -189,6 +189,132 @@ with zipfile.ZipFile("/workspace/tinywheel-1.0-py3-none-any.whl", "w") as z:
 PY"""
 
 
+def small_state_fs(testcase_cls, mib):
+    """A fresh ext4 filesystem of `mib` MiB mounted on a temporary directory (removed with the
+    class), for a daemon's SANDBOX_STATE_DIR."""
+    import tempfile
+    top = tempfile.mkdtemp(prefix="sandboxd-room-")
+    image, mnt = os.path.join(top, "fs.img"), os.path.join(top, "state")
+    os.mkdir(mnt)
+    with open(image, "wb") as f:
+        f.truncate(mib * MiB)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
+    subprocess.run(["mount", "-o", "loop", image, mnt], check=True)
+
+    def drop():
+        subprocess.run(["umount", "-l", mnt], check=False)
+        subprocess.run(["rm", "-rf", top], check=False)
+
+    testcase_cls.addClassCleanup(drop)
+    return mnt
+
+
+class RoomCase(unittest.TestCase):
+    """A daemon whose state directory is a small filesystem of its own (no tests here)."""
+
+    RATIO = "1"
+    RESERVE = 16 * MiB
+    FS_MIB = 256
+
+    @classmethod
+    def setUpClass(cls):
+        if harness.driver() != "jail":
+            raise unittest.SkipTest("disks on the host's state filesystem: the jail driver")
+        state = small_state_fs(cls, cls.FS_MIB)
+        cls.d = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_DEFAULT_TEMPLATE": "base",
+                              "SANDBOX_STATE_DIR": state,
+                              "SANDBOX_DISK_OVERCOMMIT": cls.RATIO,
+                              "SANDBOX_DISK_RESERVE_BYTES": str(cls.RESERVE)})
+        cls.addClassCleanup(cls.d.stop)
+
+    def create(self, disk, expect=201):
+        sid = new_session_id("room")
+        status, _, body = self.d.post("/exec/", body={"id": sid, "template": "base",
+                                                     "resources": {"diskBytes": disk}},
+                                      timeout=60)
+        self.assertEqual(status, expect, body)
+        if status == 201:
+            self.addCleanup(self.d.delete, f"/exec/{sid}", timeout=30)
+        return sid, body
+
+    def sh(self, sid, command):
+        status, _, body = self.d.post(f"/exec/{sid}/execute",
+                                      body={"command": command, "timeout": 120000},
+                                      timeout=150)
+        self.assertEqual(status, 200, body)
+        return body["exitCode"], joined(body["output"])
+
+
+class StateRoomTest(RoomCase):
+    """At SANDBOX_DISK_OVERCOMMIT=1 every disk holds its whole size on the state filesystem
+    from the start: a disk that does not fit with the reserve free is refused, and a tenant
+    that fills its own disk cannot make another tenant's write fail."""
+
+    def test_no_tenant_write_fails_for_another_at_ratio_1(self):
+        a, _ = self.create(160 * MiB)
+        _, refused = self.create(100 * MiB, expect=507)
+        self.assertIn("SANDBOX_DISK_RESERVE_BYTES", refused["error"])
+        b, _ = self.create(40 * MiB)
+        code, out = self.sh(a, "dd if=/dev/zero of=/workspace/fill bs=1M count=400")
+        self.assertNotEqual(code, 0, out)
+        self.assertIn("No space left", out)  # its own disk's ENOSPC
+        self.sh(a, "sync")
+        code, out = self.sh(b, "dd if=/dev/zero of=/workspace/x bs=1M count=24 conv=fsync "
+                               "&& wc -c < /workspace/x")
+        self.assertEqual(code, 0, out)
+        self.assertIn(str(24 * MiB), out)
+        status, _, ready = self.d.get("/ready")
+        self.assertIn("stateDisk", ready)
+        self.assertGreaterEqual(ready["stateDisk"]["freeBytes"], self.RESERVE, ready)
+
+
+class StateFillPolicyTest(RoomCase):
+    """Above 1 the disks share what is beyond their shares: when the state filesystem reaches
+    its reserve, the session using the most beyond its share is frozen (pausedBy "disk"), the
+    others write on, and it resumes only once there is room again."""
+
+    RATIO = "4"
+    RESERVE = 64 * MiB
+    FS_MIB = 320
+
+    def test_the_tenant_most_beyond_its_share_is_stopped_first(self):
+        a, _ = self.create(600 * MiB)
+        b, _ = self.create(64 * MiB)
+        # A steady writer (4 MiB, synced, every 50 ms): the watch looks every 250 ms.
+        code, out = self.sh(a, "(i=0; while [ $i -lt 100 ]; do dd if=/dev/zero "
+                               "of=/workspace/f$i bs=1M count=4 conv=fsync 2>/dev/null || "
+                               "break; i=$((i+1)); sleep 0.05; done) > /dev/null 2>&1 &")
+        self.assertEqual(code, 0, out)
+
+        def stopped():
+            status, _, body = self.d.get("/exec")
+            mine = [x for x in body.get("sessions", body) if x.get("id") == a]
+            return mine[0] if mine and mine[0].get("state") == "paused" else None
+
+        try:
+            body = wait_until(stopped, 60, what="session a to be stopped by the watch")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: sessions {self.d.get('/exec')[2]}, /ready "
+                                 f"{self.d.get('/ready')[2]}, log "
+                                 f"{self.d.stderr()[-3000:]}") from None
+        self.assertEqual(body["pausedBy"], "disk", body)
+        self.assertIn("reserve", body["error"])
+        status, _, ready = self.d.get("/ready")
+        self.assertEqual(status, 503, ready)
+        self.assertFalse(ready["checks"]["stateDisk"], ready)
+        status, _, resumed = self.d.post(f"/exec/{a}/resume", body={})
+        self.assertEqual(status, 507, resumed)
+        code, out = self.sh(b, "dd if=/dev/zero of=/workspace/x bs=1M count=8 conv=fsync "
+                               "&& wc -c < /workspace/x")
+        self.assertEqual(code, 0, out)
+        self.assertIn(str(8 * MiB), out)
+        status, _, text = self.d.get("/metrics", headers={"Accept": "text/plain"})
+        self.assertIn("disk_reserve_stops_total", str(text))
+        # The offender's session ends: the room comes back.
+        self.d.delete(f"/exec/{a}", timeout=60)
+        wait_until(lambda: self.d.get("/ready")[0] == 200, 30, what="/ready to be 200 again")
+
+
 class SystemInstallTest(DaemonTestCase):
     """apt-get install and a system-wide pip install, offline, by root inside a sandbox of the
     python template (Debian), through the API ("user": "root"), change only its disk."""

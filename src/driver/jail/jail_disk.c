@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "driver/room.h"
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -171,12 +172,14 @@ int jail_disk_create(const char *state_dir, uint64_t bytes, uint32_t uid_base,
 	if (ftruncate(img, (off_t)bytes) < 0)
 		return err_sys(err, errno, "jail: size the disk image to %llu bytes",
 			       (unsigned long long)bytes);
+	int r = room_claim(img, bytes, "the sandbox's disk", err);
+	if (r < 0)
+		return r;
 	char dev[32];
 	_cleanup_close_ int loop = jail_loop_attach_rw(img, dev, sizeof(dev), err);
 	if (loop < 0)
 		return loop;
-	int r = run_mkfs(dev, uid_base, err);
-	if (r < 0)
+	if ((r = run_mkfs(dev, uid_base, err)) < 0)
 		return r;
 	_cleanup_close_ int mnt = jail_disk_mount(dev, err);
 	if (mnt < 0)
@@ -248,8 +251,14 @@ int jail_disk_save(struct jail_disk *d, const char *path, bool durable, struct e
 		*slash = '\0';
 	int r = 0;
 	_cleanup_close_ int out = open(slash ? dir : ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	struct stat img_st;
 	if (out < 0)
 		r = err_sys(err, errno, "jail: a copy of the disk in %s", slash ? dir : ".");
+	else if (fstat(d->img, &img_st) < 0)
+		r = err_sys(err, errno, "jail: the disk's image");
+	else if ((r = room_check(out, (uint64_t)img_st.st_blocks * 512, "a copy of the disk",
+				 err)) < 0)
+		;
 	else if (ftruncate(out, (off_t)d->bytes) < 0)
 		r = err_sys(err, errno, "jail: size the copy of the disk");
 	else if ((r = fs_copy_data(d->img, out, d->bytes, err)) < 0)
@@ -342,6 +351,8 @@ int jail_disk_clone(const char *state_dir, const char *from, uint32_t from_base,
 	int r;
 	if (ftruncate(img, st.st_size) < 0)
 		return err_sys(err, errno, "jail: size the disk image");
+	if ((r = room_claim(img, (uint64_t)st.st_size, "the sandbox's disk", err)) < 0)
+		return r;
 	if ((r = fs_copy_data(src, img, (uint64_t)st.st_size, err)) < 0)
 		return err_wrap(err, "jail: copying the saved disk");
 	_cleanup_close_ int mnt = mount_kept(img, from, err);

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "driver/room.h"
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/spawn.h"
@@ -86,7 +87,10 @@ int qemu_disk_create(const char *state_dir, uint64_t bytes, struct err *err)
 	if (ftruncate(img, (off_t)bytes) < 0)
 		return err_sys(err, errno, "qemu: size the disk image to %llu bytes",
 			       (unsigned long long)bytes);
-	int r = run_mkfs(img, err);
+	int r = room_claim(img, bytes, "the VM's disk", err);
+	if (r < 0)
+		return r;
+	r = run_mkfs(img, err);
 	if (r < 0)
 		return r;
 	return TAKE_FD(img);
@@ -102,7 +106,10 @@ int qemu_disk_clone(const char *state_dir, int from, struct err *err)
 		return img;
 	if (ftruncate(img, st.st_size) < 0)
 		return err_sys(err, errno, "qemu: size a copy of the disk");
-	int r = fs_copy_data(from, img, (uint64_t)st.st_size, err);
+	int r = room_claim(img, (uint64_t)st.st_size, "the VM's disk", err);
+	if (r < 0)
+		return r;
+	r = fs_copy_data(from, img, (uint64_t)st.st_size, err);
 	if (r < 0)
 		return err_wrap(err, "qemu: copying the disk");
 	return TAKE_FD(img);
