@@ -239,13 +239,15 @@ print("packet", probe(17, socket.SOCK_RAW))
                                "alg": "EAFNOSUPPORT", "packet": "EAFNOSUPPORT"})
 
     @unittest.skipUnless(have_template(PYTHON), "the python template is not built")
-    def test_ptrace_and_io_uring_fail_with_enosys(self):
+    def test_ptrace_io_uring_and_native_aio_fail_with_enosys(self):
         sid = self.session(PYTHON)
         out = self.py(sid, """
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
+ctx = ctypes.c_ulong(0)
 for name, nr, args in (("ptrace", 101, (16, 1, 0, 0)), ("io_uring_setup", 425, (8, 0)),
+                       ("io_setup", 206, (8, ctypes.byref(ctx))),
                        ("bpf", 321, (0, 0, 0)), ("keyctl", 250, (0, 0)),
                        ("clone3", 435, (0, 0))):
     r = libc.syscall(nr, *args)

@@ -31,6 +31,11 @@
  *     affect the caller); Docker allows it only with CAP_SYS_ADMIN.
  *   - io_uring_*: not allowed (Docker dropped them too): seccomp cannot see the operations
  *     submitted through the ring.
+ *   - io_setup, io_submit, io_getevents, io_pgetevents, io_cancel, io_destroy (native AIO):
+ *     not allowed. Each io_setup takes from fs.aio-max-nr, one budget for the whole host that
+ *     no cgroup or user namespace divides: one sandbox could use it up and leave every other
+ *     sandbox and the host's own services (databases) with EAGAIN. Programs fall back as on a
+ *     kernel without AIO (libaio's callers see ENOSYS; glibc's POSIX AIO uses threads).
  *
  * Architectures: x86_64 only. The i386 and x32 entry points (a 64-bit process can make
  * 32-bit system calls with int $0x80) get ENOSYS for everything, as calls from an
@@ -163,12 +168,6 @@ static const char *const allowed[] = {
 	"inotify_init",
 	"inotify_init1",
 	"inotify_rm_watch",
-	"io_cancel",
-	"io_destroy",
-	"io_getevents",
-	"io_pgetevents",
-	"io_setup",
-	"io_submit",
 	"ioctl",
 	"ioprio_get",
 	"ioprio_set",

@@ -466,6 +466,7 @@ static void test_security(void **state)
 		{ "clone3", ENOSYS },
 		{ "setns", ENOSYS },
 		{ "io_uring", ENOSYS },
+		{ "io_setup", ENOSYS },
 		{ "chroot", ENOSYS },
 		/* Allowed, and refused by the kernel: no CAP_MKNOD, no CAP_NET_RAW. */
 		{ "mknod", EPERM },
