@@ -47,6 +47,7 @@ struct net_sandbox {
 	int ns_fd;
 	int udp_fd, tcp_fd;
 	struct net_resolver *resolver; /* loop thread */
+	char *owner;                   /* its session's API key id (the resolver's budget) */
 	struct net_sandbox *next;
 };
 

@@ -550,6 +550,7 @@ static void sandbox_free(struct net_sandbox *s)
 {
 	net_policy_free(&s->policy);
 	free(s->id);
+	free(s->owner);
 	free(s);
 }
 
@@ -647,9 +648,24 @@ void net_sandbox_start(const char *id)
 	pthread_mutex_lock(&net_mod.lock);
 	struct net_sandbox *s = find_locked(id);
 	if (s && !s->resolver && s->udp_fd >= 0) {
-		s->resolver =
-			net_resolver_new(net_mod.base, s->udp_fd, s->tcp_fd, s->name, &s->policy);
+		s->resolver = net_resolver_new(net_mod.base, s->udp_fd, s->tcp_fd, s->name,
+					       &s->policy, s->owner);
 		s->udp_fd = s->tcp_fd = -1;
+	}
+	pthread_mutex_unlock(&net_mod.lock);
+}
+
+void net_sandbox_set_owner(const char *id, const char *owner)
+{
+	if (!net_mod.enabled)
+		return;
+	pthread_mutex_lock(&net_mod.lock);
+	struct net_sandbox *s = find_locked(id);
+	if (s) {
+		free(s->owner);
+		s->owner = xstrdup(owner ? owner : "");
+		if (s->resolver)
+			net_resolver_set_owner(s->resolver, s->owner);
 	}
 	pthread_mutex_unlock(&net_mod.lock);
 }

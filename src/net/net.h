@@ -98,6 +98,9 @@ int net_sandbox_create(const char *id, const struct net_policy *policy, bool tap
 /* Starts / stops the sandbox's resolver. Loop thread; unknown ids are ignored. */
 void net_sandbox_start(const char *id);
 void net_sandbox_stop(const char *id);
+/* The API key id whose sandboxes share a part of the DNS filter's budget with it (a pooled
+ * sandbox gets one when a session takes it). Loop thread; unknown ids are ignored. */
+void net_sandbox_set_owner(const char *id, const char *owner);
 
 /* Removes everything of the sandbox's network. Never fails: what cannot be removed is
  * logged. Call after the sandbox's processes are gone. Blocking: worker threads. */

@@ -25,25 +25,39 @@
 #define MAX_ATTEMPTS         3
 #define PENDING_PER_RESOLVER 64
 #define PENDING_TOTAL        512 /* each holds a socket */
-#define TCP_CLIENTS_MAX      8
-#define TCP_IDLE_S           10
-#define TCP_OUTPUT_MAX       (256 * 1024)
-#define QUERY_MAX            4096 /* what we accept from a sandbox */
-#define UDP_BATCH            32   /* datagrams read per wakeup, for fairness */
-#define ANSWER_ADDRS_MAX     64
-#define TRACKED_MAX          4096 /* addresses one sandbox may have in the allow set */
-#define TTL_MIN_S            60   /* a client may connect a little after the TTL ran out */
-#define TTL_MAX_S            86400
+/* What a resolver may always have pending, however many share the budget. */
+#define PENDING_FLOOR    4
+#define TCP_CLIENTS_MAX  8
+#define TCP_IDLE_S       10
+#define TCP_OUTPUT_MAX   (256 * 1024)
+#define QUERY_MAX        4096 /* what we accept from a sandbox */
+#define UDP_BATCH        32   /* datagrams read per wakeup, for fairness */
+#define ANSWER_ADDRS_MAX 64
+#define TRACKED_MAX      4096 /* addresses one sandbox may have in the allow set */
+#define TTL_MIN_S        60   /* a client may connect a little after the TTL ran out */
+#define TTL_MAX_S        86400
 
 struct upstream {
 	struct sockaddr_storage addr;
 	socklen_t len;
 };
 
+/* The sandboxes of one owner (an API key): the budget is shared fairly between owners first,
+ * then between the sandboxes of each. */
+struct group {
+	char *name;
+	unsigned nresolvers; /* resolvers in it */
+	unsigned nactive;    /* of them, with questions pending */
+	unsigned npending;
+	struct group *next;
+};
+
 static struct {
 	struct upstream v[MAX_UPSTREAMS];
 	unsigned n;
 	unsigned pending_total;
+	struct group *groups;
+	struct net_resolver *resolvers; /* every one, for make_room */
 	uint8_t rnd[256];
 	size_t rnd_left;
 } G;
@@ -93,6 +107,8 @@ struct net_resolver {
 	unsigned nclients;
 	struct tracked *tracked;
 	size_t ntracked;
+	struct group *group;
+	struct net_resolver *next_all;
 };
 
 /* --- small helpers ------------------------------------------------------------------ */
@@ -323,6 +339,139 @@ static int allow_addrs(struct net_resolver *r, const struct dns_addr *a, size_t 
 	return 0;
 }
 
+/* --- the shared budget ------------------------------------------------------------- */
+
+static struct group *group_get(const char *name)
+{
+	struct group *g;
+	for (g = G.groups; g; g = g->next)
+		if (!strcmp(g->name, name))
+			break;
+	if (!g) {
+		g = xcalloc(1, sizeof(*g));
+		g->name = xstrdup(name);
+		g->next = G.groups;
+		G.groups = g;
+	}
+	g->nresolvers++;
+	return g;
+}
+
+static void group_put(struct group *g)
+{
+	if (--g->nresolvers)
+		return;
+	for (struct group **pp = &G.groups; *pp; pp = &(*pp)->next)
+		if (*pp == g) {
+			*pp = g->next;
+			break;
+		}
+	free(g->name);
+	free(g);
+}
+
+void net_resolver_set_owner(struct net_resolver *r, const char *owner)
+{
+	struct group *g = group_get(owner ? owner : "");
+	if (g == r->group) {
+		group_put(g);
+		return;
+	}
+	struct group *old = r->group;
+	old->npending -= r->npending;
+	g->npending += r->npending;
+	if (r->npending) {
+		old->nactive--;
+		g->nactive++;
+	}
+	r->group = g;
+	group_put(old);
+}
+
+/* A resolver's questions pending change by one (+1 or -1). */
+static void pending_count(struct net_resolver *r, int d)
+{
+	struct group *g = r->group;
+	if (d > 0) {
+		if (r->npending++ == 0)
+			g->nactive++;
+		g->npending++;
+		G.pending_total++;
+	} else {
+		if (--r->npending == 0)
+			g->nactive--;
+		g->npending--;
+		G.pending_total--;
+	}
+}
+
+static unsigned at_least_floor(unsigned n)
+{
+	return n > PENDING_FLOOR ? n : PENDING_FLOOR;
+}
+
+/* An owner's fair share: the budget over the owners with questions pending, counting g and
+ * the owner of the question being admitted (`asking`, which may have none yet). */
+static unsigned group_limit(const struct group *g, const struct net_resolver *asking)
+{
+	unsigned active = 0;
+	for (const struct group *x = G.groups; x; x = x->next)
+		active += x->npending > 0 || x == g || x == asking->group;
+	return at_least_floor(PENDING_TOTAL / (active ? active : 1));
+}
+
+/* A sandbox's: its owner's share over its owner's sandboxes with questions pending, counting
+ * it and the one asking. */
+static unsigned resolver_limit(const struct net_resolver *r, const struct net_resolver *asking)
+{
+	unsigned active = r->group->nactive + (r->npending == 0) +
+			  (asking != r && asking->group == r->group && asking->npending == 0);
+	unsigned l = at_least_floor(group_limit(r->group, asking) / (active ? active : 1));
+	return l < PENDING_PER_RESOLVER ? l : PENDING_PER_RESOLVER;
+}
+
+static void pending_fail(struct pending *p, uint8_t rcode, const char *reason);
+
+/* The budget is spent and r is within its share: the oldest question of the sandbox most
+ * beyond its share, of the owner most beyond its share, makes room (it is answered
+ * SERVFAIL). False when nobody is beyond a share. */
+static bool make_room(const struct net_resolver *r)
+{
+	/* The owner most beyond its share, else r's own (r and its owner are within theirs). */
+	struct group *worst = r->group;
+	long most = 0;
+	for (struct group *g = G.groups; g; g = g->next) {
+		long over = (long)g->npending - (long)group_limit(g, r);
+		if (over > most) {
+			most = over;
+			worst = g;
+		}
+	}
+	/* Its sandbox most beyond its share; of another owner, else the one holding the most. */
+	struct net_resolver *victim = NULL;
+	long vmost = 0;
+	unsigned held = 0;
+	for (struct net_resolver *x = G.resolvers; x; x = x->next_all) {
+		if (x->group != worst || x == r || !x->npending)
+			continue;
+		long over = (long)x->npending - (long)resolver_limit(x, r);
+		if (over > vmost) {
+			vmost = over;
+			victim = x;
+		} else if (!vmost && worst != r->group && x->npending > held) {
+			held = x->npending;
+			victim = x;
+		}
+	}
+	if (!victim)
+		return false;
+	struct pending *oldest = victim->pending;
+	while (oldest->next)
+		oldest = oldest->next;
+	pending_fail(oldest, DNS_RCODE_SERVFAIL, "dns_busy");
+	return true;
+}
+
 /* --- forwarding --------------------------------------------------------------------- */
 
 static void pending_free(struct pending *p)
@@ -334,8 +483,7 @@ static void pending_free(struct pending *p)
 		r->pending = p->next;
 	if (p->next)
 		p->next->prev = p->prev;
-	r->npending--;
-	G.pending_total--;
+	pending_count(r, -1);
 	if (p->ev)
 		event_free(p->ev);
 	if (p->fd >= 0)
@@ -464,7 +612,12 @@ static void handle_query(struct net_resolver *r, struct tcp_client *tc, const st
 		reply_error(r, tc, peer, peer_len, msg, len, qend, DNS_RCODE_NXDOMAIN);
 		return;
 	}
-	if (G.n == 0 || r->npending >= PENDING_PER_RESOLVER || G.pending_total >= PENDING_TOTAL) {
+	/* The budget (PENDING_TOTAL) is shared fairly: an owner may hold its share, a sandbox
+	 * its share of its owner's, and one within its share takes a slot from the one most
+	 * beyond its own when the budget is spent. */
+	if (G.n == 0 || r->npending >= resolver_limit(r, r) ||
+	    r->group->npending >= group_limit(r->group, r) ||
+	    (G.pending_total >= PENDING_TOTAL && !make_room(r))) {
 		count("error", "dns_busy");
 		reply_error(r, tc, peer, peer_len, msg, len, qend, DNS_RCODE_SERVFAIL);
 		return;
@@ -489,8 +642,7 @@ static void handle_query(struct net_resolver *r, struct tcp_client *tc, const st
 	if (r->pending)
 		r->pending->prev = p;
 	r->pending = p;
-	r->npending++;
-	G.pending_total++;
+	pending_count(r, +1);
 	retry_or_fail(p, "dns_upstream_error");
 }
 
@@ -600,10 +752,14 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 /* --- life cycle ---------------------------------------------------------------------- */
 
 struct net_resolver *net_resolver_new(struct event_base *base, int udp_fd, int tcp_fd,
-				      const char *ifname, const struct net_policy *policy)
+				      const char *ifname, const struct net_policy *policy,
+				      const char *owner)
 {
 	struct net_resolver *r = xcalloc(1, sizeof(*r));
 	r->base = base;
+	r->group = group_get(owner ? owner : "");
+	r->next_all = G.resolvers;
+	G.resolvers = r;
 	r->policy = policy;
 	snprintf(r->ifname, sizeof(r->ifname), "%s", ifname);
 	r->udp_fd = udp_fd;
@@ -625,6 +781,12 @@ void net_resolver_free(struct net_resolver *r)
 		return;
 	while (r->pending)
 		pending_free(r->pending);
+	for (struct net_resolver **pp = &G.resolvers; *pp; pp = &(*pp)->next_all)
+		if (*pp == r) {
+			*pp = r->next_all;
+			break;
+		}
+	group_put(r->group);
 	while (r->clients)
 		tcp_client_free(r->clients);
 	if (r->listener)

@@ -31,7 +31,14 @@ void net_resolver_clear_upstreams(void);
  * sandbox whose host link is `ifname` under `policy` (borrowed: it must outlive the
  * resolver). */
 struct net_resolver *net_resolver_new(struct event_base *base, int udp_fd, int tcp_fd,
-				      const char *ifname, const struct net_policy *policy);
+				      const char *ifname, const struct net_policy *policy,
+				      const char *owner);
+/* The owner (an API key id; "" for none) whose sandboxes share its part of the pending
+ * questions' budget: the budget is divided fairly between owners with questions pending, an
+ * owner's part between its sandboxes (never below a small floor each), and a question within
+ * its shares takes the slot of the oldest question of the one most beyond its share when the
+ * budget is spent. */
+void net_resolver_set_owner(struct net_resolver *r, const char *owner);
 
 /* Stops serving, drops pending questions, removes the addresses it put in the nftables set,
  * closes its sockets. NULL is fine. */

@@ -151,6 +151,82 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static void run_for_ms(int ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	event_base_loopexit(base, &tv);
+	event_base_dispatch(base);
+}
+
+/* Eight sandboxes of one owner each send 64 questions nobody answers, filling the budget
+ * (512); a sandbox of another owner still gets every answer: its questions take the slots of
+ * the first owner's oldest. */
+static void fairness(const struct net_policy *pol)
+{
+	enum { FLOODERS = 8, EACH = 64 };
+	struct net_resolver *rs[FLOODERS + 1];
+	int clients[FLOODERS];
+	for (int i = 0; i <= FLOODERS; i++) {
+		char addr[32];
+		snprintf(addr, sizeof(addr), "127.0.0.%d", 10 + i);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(53) };
+		inet_pton(AF_INET, addr, &a.sin_addr);
+		int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		CHECK(bind(u, (struct sockaddr *)&a, sizeof(a)) == 0);
+		CHECK(bind(t, (struct sockaddr *)&a, sizeof(a)) == 0);
+		CHECK(listen(t, 4) == 0);
+		char name[16];
+		snprintf(name, sizeof(name), "as-fair%d", i);
+		rs[i] = net_resolver_new(base, u, t, name, pol, i < FLOODERS ? "flooder" : "");
+		if (i == FLOODERS)
+			break;
+		clients[i] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		CHECK(connect(clients[i], (struct sockaddr *)&a, sizeof(a)) == 0);
+		for (int k = 0; k < EACH; k++) {
+			uint8_t q[512];
+			size_t n = query(q, (uint16_t)(0x6000 + k), "slow.example", 0);
+			CHECK(send(clients[i], q, n, 0) == (ssize_t)n);
+		}
+	}
+	for (int t = 0; t < 40 && net_resolver_pending_total() < FLOODERS * EACH; t++)
+		run_for_ms(50);
+	CHECK(net_resolver_pending_total() == FLOODERS * EACH);
+	/* The other owner's sandbox (127.0.0.18; owner "" was given at creation, and a
+	 * sandbox taken by a session gets its owner later). */
+	net_resolver_set_owner(rs[FLOODERS], "victim");
+	unsigned answered = 0;
+	for (int k = 0; k < 5; k++) {
+		uint8_t q[512];
+		size_t n = query(q, (uint16_t)(0x7000 + k), "ok.example", 0);
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(53) };
+		inet_pton(AF_INET, "127.0.0.18", &to.sin_addr);
+		CHECK(connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0);
+		CHECK(send(fd, q, n, 0) == (ssize_t)n);
+		struct reply rep;
+		struct event *ev = event_new(base, fd, EV_READ, on_reply, &rep);
+		struct timeval tv = { 5, 0 };
+		rep.n = -1;
+		event_add(ev, &tv);
+		event_base_dispatch(base);
+		event_free(ev);
+		close(fd);
+		if (!(rep.n > 0 && rcode(&rep) == DNS_RCODE_NOERROR))
+			fprintf(stderr, "victim %d: n %zd rcode %d pending %u\n", k, rep.n,
+				rep.n > 0 ? rcode(&rep) : -1, net_resolver_pending_total());
+		answered += rep.n > 0 && rcode(&rep) == DNS_RCODE_NOERROR;
+	}
+	CHECK(answered == 5);
+	/* The budget is still spent, now shared: the flooders hold what the other left them. */
+	CHECK(net_resolver_pending_total() <= FLOODERS * EACH);
+	for (int i = 0; i <= FLOODERS; i++)
+		net_resolver_free(rs[i]);
+	for (int i = 0; i < FLOODERS; i++)
+		close(clients[i]);
+	CHECK(net_resolver_pending_total() == 0);
+}
+
 static void body(void)
 {
 	struct err e;
@@ -193,7 +269,7 @@ static void body(void)
 	pol.dns_allow_only = true;
 	CHECK(net_names_parse("*.example", &pol.dns_allow, &e) == 0);
 	CHECK(net_names_parse("bad.example", &pol.dns_deny, &e) == 0);
-	struct net_resolver *r = net_resolver_new(base, udp, tcp, "as-test1", &pol);
+	struct net_resolver *r = net_resolver_new(base, udp, tcp, "as-test1", &pol, "");
 
 	uint8_t q[512];
 	struct reply rep;
@@ -264,6 +340,8 @@ static void body(void)
 	CHECK(upstream_queries - before == 3);
 	CHECK(now_s() - t0 > 5.0);
 	CHECK(net_resolver_pending_total() == 0);
+
+	fairness(&pol);
 
 	/* Leaving removes the addresses it allowed. */
 	net_resolver_free(r);
