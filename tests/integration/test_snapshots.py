@@ -419,6 +419,52 @@ class SnapshotsAcrossRestartsTest(unittest.TestCase):
         self.assertEqual(len(listed["snapshots"]), 1, listed)
         fourth.stop()
 
+    def test_a_disk_frozen_by_a_killed_daemon_is_thawed_at_the_next_start(self):
+        import helpers_host as host
+        first = self.first_daemon()
+        sid = "frozen-src"
+        status, _, body = first.post("/exec", body={"id": sid})
+        self.assertEqual(status, 201, body)
+        # Enough data that the save takes a while, and a writer that blocks while the disk
+        # is frozen for it.
+        status, _, body = first.post(f"/exec/{sid}/execute", body={
+            "command": "head -c 268435456 /dev/urandom > big && "
+                       "(while :; do echo x >> log; sleep 0.01; done) > /dev/null 2>&1 &",
+            "timeout": 120000}, timeout=150)
+        self.assertEqual(status, 200, body)
+        sandbox = helpers_exec.sandbox_of(first, sid)
+        def save():
+            try:
+                first.post(f"/exec/{sid}/snapshot", body={"name": "frozen"}, timeout=30)
+            except OSError:
+                pass  # the daemon is killed under it
+
+        threading.Thread(target=save, daemon=True).start()
+
+        def blocked():
+            for pid in host.cgroup_pids(host.cgroup_dirs(sandbox)):
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] == "D":
+                            return pid
+                except OSError:
+                    pass
+            return None
+
+        wait_until(blocked, 30, 0.01, "a writer blocked on the frozen disk")
+        fp = host.Footprint()
+        fp.record_sandbox(sandbox)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        first.kill()
+        second = restart(first)
+        self.addCleanup(second.stop, check=False)
+        # Thawed, the writers could be ended, and the sandbox left nothing.
+        left = host.wait_all_gone(fp, [sandbox], timeout=30)
+        self.assertEqual(left, [], "the frozen sandbox outlived the restart")
+        self.assertIn("thawed its disk", second.stderr())
+        second.stop()
+
     def test_sigkill_in_the_middle_of_saves_leaves_whole_snapshots_or_none(self):
         first = self.first_daemon()
         ids = [f"crash-{i}" for i in range(4)]

@@ -451,6 +451,12 @@ static char *kept_disk_path(const char *id)
 }
 
 /* The name of a running sandbox's disk that was kept once (jail_disk.path). */
+/* The marker of a disk frozen for a save (jail_disk_save). */
+static char *frozen_marker_path(const char *id)
+{
+	return xasprintf("%s/disks/%s.frozen", state_dir ? state_dir : ".", id);
+}
+
 static char *live_disk_path(const char *id)
 {
 	return xasprintf("%s/disks/%s.disk", state_dir ? state_dir : ".", id);
@@ -827,7 +833,8 @@ static int jail_fork_save(struct sandbox *sb, bool durable, json_t **ret_keep, s
 	if (!cgroup_id_valid(name))
 		return err_set(err, EINVAL, "jail: sandbox id `%s` is too long to save", sb->id);
 	_cleanup_free_ char *path = saved_disk_path(name);
-	int r = jail_disk_save(&j->disk, path, durable, err);
+	_cleanup_free_ char *marker = frozen_marker_path(sb->id);
+	int r = jail_disk_save(&j->disk, path, durable, marker, err);
 	if (r < 0)
 		return r;
 	struct stat st;
@@ -900,6 +907,20 @@ static void jail_hibernated_sweep(json_t *const *keeps, size_t n)
 
 static void jail_cleanup_stale(const struct config *cfg, const char *id, json_t *record)
 {
+	/* A disk frozen for a save when the daemon died: its writers sleep uninterruptibly on it
+	 * until it is thawed, and only then can they be ended. */
+	if (id && cgroup_id_valid(id)) {
+		_cleanup_free_ char *marker = frozen_marker_path(id);
+		struct err e;
+		int t = jail_disk_thaw_leftover(marker, &e);
+		if (t < 0)
+			log_warn("jail", "sandbox %s: %s", id, e.msg);
+		else if (t > 0)
+			log_info("jail",
+				 "sandbox %s: thawed its disk, frozen for a save when the "
+				 "daemon stopped",
+				 id);
+	}
 	/* The jail's init: the pid namespace dies with it. */
 	const struct driver_stale stale = { .driver = "jail", .what = "process" };
 	driver_cleanup_stale(&stale, id, record);

@@ -63,7 +63,15 @@ int jail_disk_keep(struct jail_disk *d, const char *path, struct err *err);
 /* Saves a copy of the disk as `path` (a fork's, docs/lifecycle.md) while the sandbox runs: its
  * filesystem frozen meanwhile (FIFREEZE), the copy sparse, named only once complete (and,
  * when durable, synced). */
-int jail_disk_save(struct jail_disk *d, const char *path, bool durable, struct err *err);
+int jail_disk_save(struct jail_disk *d, const char *path, bool durable, const char *marker,
+		   struct err *err);
+/* `marker` (above) names a file written before the freeze and removed after the thaw: a
+ * daemon killed meanwhile leaves it, and the next start thaws the filesystem with this (it
+ * finds the loop device by the image's inode, mounts the same filesystem again and thaws it
+ * there), before the sandbox's processes, blocked on it, can be ended. 1 when it thawed one,
+ * 0 when there was nothing to thaw (no marker, no such loop device any more); the marker is
+ * removed either way. */
+int jail_disk_thaw_leftover(const char *marker, struct err *err);
 /* A new disk (unnamed, as jail_disk_create's) with the contents of the one jail_disk_save
  * kept as `from`, by a sandbox whose range began at from_base: its files are given the same
  * ids of the range at uid_base. */

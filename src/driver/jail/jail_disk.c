@@ -234,17 +234,90 @@ static int mount_kept(int img, const char *what, struct err *err)
 	return TAKE_FD(mnt);
 }
 
-int jail_disk_save(struct jail_disk *d, const char *path, bool durable, struct err *err)
+/* Writes the marker of a freeze: the image's device and inode, by which the next start finds
+ * the loop device to thaw should the daemon die while the filesystem is frozen. */
+static int mark_frozen(int img, const char *marker, struct err *err)
+{
+	struct stat st;
+	if (fstat(img, &st) < 0)
+		return err_sys(err, errno, "jail: the disk's image");
+	_cleanup_close_ int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return err_sys(err, errno, "jail: write %s", marker);
+	char line[64];
+	int n = snprintf(line, sizeof(line), "%llu %llu\n", (unsigned long long)st.st_dev,
+			 (unsigned long long)st.st_ino);
+	if (write(fd, line, (size_t)n) != n)
+		return err_sys(err, errno ? errno : EIO, "jail: write %s", marker);
+	return 0;
+}
+
+/* The loop device (/dev/loopN into dev) whose backing file is inode `ino` of device `st_dev`. */
+static bool find_loop(unsigned long long st_dev, unsigned long long ino, char *dev, size_t len)
+{
+	_cleanup_closedir_ DIR *d = opendir("/sys/block");
+	if (!d)
+		return false;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, "loop", 4))
+			continue;
+		snprintf(dev, len, "/dev/%s", e->d_name);
+		_cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+		struct loop_info64 info;
+		if (fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &info) == 0 &&
+		    info.lo_device == st_dev && info.lo_inode == ino)
+			return true;
+	}
+	return false;
+}
+
+int jail_disk_thaw_leftover(const char *marker, struct err *err)
+{
+	_cleanup_fclose_ FILE *f = fopen(marker, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : err_sys(err, errno, "jail: read %s", marker);
+	unsigned long long st_dev, ino;
+	int r = 0;
+	char dev[288];
+	if (fscanf(f, "%llu %llu", &st_dev, &ino) != 2) {
+		r = err_set(err, EINVAL, "jail: %s is not a freeze's marker", marker);
+	} else if (find_loop(st_dev, ino, dev, sizeof(dev))) {
+		/* A new mount of the device is a mount of the same (frozen) filesystem: thawed
+		 * through it. */
+		_cleanup_close_ int mnt = jail_disk_mount(dev, err);
+		_cleanup_close_ int root =
+			mnt < 0 ? -1 : openat(mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (mnt < 0)
+			r = mnt;
+		else if (root < 0 || (ioctl(root, FITHAW, 0) < 0 && errno != EINVAL))
+			r = err_sys(err, errno, "jail: thaw the disk on %s", dev);
+		else
+			r = 1;
+	}
+	if (r >= 0 && unlink(marker) < 0 && errno != ENOENT)
+		log_warn("jail", "remove %s: %s", marker, strerror(errno));
+	return r;
+}
+
+int jail_disk_save(struct jail_disk *d, const char *path, bool durable, const char *marker,
+		   struct err *err)
 {
 	if (d->img < 0 || d->mnt < 0)
 		return err_set(err, ENOENT, "jail: the sandbox has no disk");
 	_cleanup_close_ int root = openat(d->mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (root < 0)
 		return err_sys(err, errno, "jail: open the disk");
+	int mr = mark_frozen(d->img, marker, err);
+	if (mr < 0)
+		return mr;
 	/* Frozen, the filesystem is whole on its image (no journal to replay) and takes no
 	 * write until it is thawed. */
-	if (ioctl(root, FIFREEZE, 0) < 0)
-		return err_sys(err, errno, "jail: freeze the disk's filesystem");
+	if (ioctl(root, FIFREEZE, 0) < 0) {
+		int e = errno;
+		unlink(marker);
+		return err_sys(err, e, "jail: freeze the disk's filesystem");
+	}
 	_cleanup_free_ char *dir = xstrdup(path);
 	char *slash = strrchr(dir, '/');
 	if (slash)
@@ -265,6 +338,8 @@ int jail_disk_save(struct jail_disk *d, const char *path, bool durable, struct e
 		err_wrap(err, "jail: copying the disk");
 	if (ioctl(root, FITHAW, 0) < 0)
 		log_warn("jail", "thaw the disk's filesystem: %s", strerror(errno));
+	else
+		unlink(marker);
 	if (r < 0)
 		return r;
 	/* Named once complete and on disk: a crash leaves the whole copy or none. */
