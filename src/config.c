@@ -125,6 +125,7 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_VOLUME_BYTES", V_U64, F(max_volume_bytes), "17179869184", 8 * MiB,
 	  16 * TiB },
 	{ "SANDBOX_KEY_MAX_VOLUMES", V_UINT, F(key_max_volumes), "16", 0, 65536 },
+	{ "SANDBOX_KEY_MAX_BODY_BYTES", V_U64, F(key_max_body_bytes), "268435456", 0, 16 * TiB },
 	{ "SANDBOX_KEY_MAX_VOLUME_BYTES", V_U64, F(key_max_volume_bytes), "68719476736", 0,
 	  1024 * TiB },
 	{ "SANDBOX_KEY_MAX_SNAPSHOTS", V_UINT, F(key_max_snapshots), "16", 0, 65536 },

@@ -85,6 +85,9 @@ struct config {
 	uint64_t max_volume_bytes;     /* SANDBOX_MAX_VOLUME_BYTES: cap of a volume's size */
 	unsigned key_max_volumes;      /* SANDBOX_KEY_MAX_VOLUMES: volumes a key may own (0: any) */
 	uint64_t key_max_volume_bytes; /* SANDBOX_KEY_MAX_VOLUME_BYTES: their sizes' sum (0: any) */
+	/* SANDBOX_KEY_MAX_BODY_BYTES: bytes of request bodies one key may have the daemon hold
+	   at once, in memory and spooled to the state directory (0: any), default 256 MiB */
+	uint64_t key_max_body_bytes;
 	unsigned
 		key_max_snapshots; /* SANDBOX_KEY_MAX_SNAPSHOTS: snapshots a key may own (0: any) */
 	uint64_t key_max_snapshot_bytes; /* SANDBOX_KEY_MAX_SNAPSHOT_BYTES: their bytes (0: any) */

@@ -140,6 +140,8 @@ static void on_scrape_http(void *arg)
 	metrics_add(metrics_daemon.http_connections_closed,
 		    (double)(st.send_stalls - last.send_stalls), "stalled");
 	metrics_add(metrics_daemon.http_bodies_offloaded, (double)(st.offloaded - last.offloaded));
+	metrics_set(metrics_daemon.http_body_bytes, (double)st.body_mem, "memory");
+	metrics_set(metrics_daemon.http_body_bytes, (double)st.body_spool, "spool");
 	last = st;
 }
 

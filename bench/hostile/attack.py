@@ -17,6 +17,8 @@ attacker binds its socket to its own loopback source address before connecting:
             read a pong
   trickle   keyless clients that send GET /health with a large Content-Length and then a body
             byte now and then; when the daemon closes one, it connects again
+  unfinished  a key's clients that POST /mcp bodies of 40 MiB, send all but the last byte and
+            wait; when the daemon answers or closes one, it starts again
 """
 
 import asyncio
@@ -355,6 +357,50 @@ class Attack:
             finally:
                 s.close()
 
+    # unfinished bodies
+
+    async def unfinished_client(self, addr, start_delay):
+        if await self.nap(start_delay):
+            return
+        size = self.cfg["unfinished_bytes"]
+        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {self.cfg['unfinished_key']}\r\n"
+                "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                f"Content-Length: {size}\r\n\r\n").encode()
+        chunk = memoryview(b"[" + b" " * (256 * 1024 - 1))
+        while not self.stopped():
+            s = await self.connect(addr, "unfinished")
+            if s is None:
+                await self.nap(1)
+                continue
+            self.c.add("unfinished_requests")
+            try:
+                await self.loop.sock_sendall(s, head)
+                left = size - 1
+                first = True
+                while left and not self.stopped():
+                    n = min(left, len(chunk))
+                    await self.loop.sock_sendall(s, chunk[:n] if first else
+                                                 memoryview(b" " * n))
+                    first = False
+                    left -= n
+                    self.c.add("unfinished_bytes_sent", n)
+                self.c.add("unfinished_open")
+                try:
+                    got = await asyncio.wait_for(self.loop.sock_recv(s, 4096), 3600)
+                    status = status_of(got)
+                    self.c.add(f"unfinished_status_{status}" if status
+                               else "unfinished_closed")
+                except asyncio.TimeoutError:
+                    pass
+                finally:
+                    self.c.add("unfinished_open", -1)
+            except OSError:
+                self.c.add("unfinished_cut_off")
+            finally:
+                s.close()
+            await self.nap(0.5)
+
     async def report(self):
         while True:
             snapshot = dict(self.c)
@@ -388,6 +434,9 @@ class Attack:
         for i in range(cfg["trickles"]):
             addr = f"127.0.{cfg['trickle_net'] + i // per // 254}.{1 + (i // per) % 254}"
             tasks.append(self.trickle_client(addr, ramp * i / max(1, cfg["trickles"])))
+        for i in range(cfg["unfinished"]):
+            tasks.append(self.unfinished_client(f"127.0.{cfg['unfinished_net']}.{1 + i % 254}",
+                                                ramp * i / max(1, cfg["unfinished"])))
         reporter = asyncio.ensure_future(self.report())
         await asyncio.gather(*tasks)
         await reporter
@@ -397,7 +446,7 @@ def main():
     die_with_parent()
     cfg = json.load(sys.stdin)
     need = (cfg["slow"] + 2 * cfg["bodies"] + 2 * len(cfg["reader_sessions"]) +
-            2 * cfg["pings"] + cfg["trickles"] + 64)
+            2 * cfg["pings"] + cfg["trickles"] + 2 * cfg["unfinished"] + 64)
     cfg["nofile"] = raise_nofile(need)
     if cfg["nofile"] < need:
         sys.exit(f"attack: {need} descriptors needed, the limit is {cfg['nofile']}")

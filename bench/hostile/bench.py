@@ -15,7 +15,8 @@ from 127.0.0.2) timing POST /exec/:id/execute {"command": "true"}, twice:
            asking again as fast as it can (127.0.3.1); a third key's readers asking for a
            large file and never reading the answer (127.0.4.x); a fourth key's terminal
            WebSockets sending empty pings and never reading a pong (127.0.5.x); keyless
-           clients trickling a body to GET /health (127.0.6.x and up)
+           clients trickling a body to GET /health (127.0.6.x and up); a fifth key's
+           clients sending all but the last byte of 40 MiB /mcp bodies (127.0.20.x)
 
 and prints p50/p99 of both phases, the daemon's VmRSS (idle, highest seen) and VmHWM, their
 ratios, and the targets beside them. Exits 1 if the honest client got any error (a status
@@ -48,7 +49,7 @@ HONEST_ADDR = "127.0.0.2"
 SETUP_ADDR = "127.0.0.3"
 TARGET_RSS_MIB = 64  # the daemon's RSS under attack, above idle
 TARGET_P99_RATIO = 3  # the honest p99 under attack, over the quiet one
-ATTACKS = {"slow", "bodies", "quota", "readers", "pings", "trickle"}
+ATTACKS = {"slow", "bodies", "quota", "readers", "pings", "trickle", "unfinished"}
 
 
 class Interrupted(Exception):
@@ -268,7 +269,8 @@ def wait_for_attack(attackers, args, nreaders, timeout):
                 and ("quota_refused_after" in c or not args.quota)
                 and c.get("body_requests", 0) >= args.bodies
                 and c.get("ping_upgrade_101", 0) >= args.pings
-                and c.get("trickle_connects", 0) >= 0.9 * args.trickles):
+                and c.get("trickle_connects", 0) >= 0.9 * args.trickles
+                and c.get("unfinished_requests", 0) >= args.unfinished):
             return True
         time.sleep(0.2)
     return False
@@ -311,9 +313,9 @@ def mib(n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--attacks", default="slow,bodies,quota,readers,pings,trickle",
-                    help="which attackers run, comma-separated (all six: "
-                    "slow,bodies,quota,readers,pings,trickle)")
+    ap.add_argument("--attacks", default="slow,bodies,quota,readers,pings,trickle,unfinished",
+                    help="which attackers run, comma-separated (all seven: "
+                    "slow,bodies,quota,readers,pings,trickle,unfinished)")
     ap.add_argument("--runs", type=int, default=300, help="honest executes per phase (300)")
     ap.add_argument("--duration", type=float, default=30,
                     help="seconds over which each phase's runs are spread (30), so that they "
@@ -346,6 +348,8 @@ def main():
                     help="keyless clients trickling a body to GET /health (1000)")
     ap.add_argument("--trickle-interval", type=float, default=5.0,
                     help="seconds between a trickling client's bytes (5)")
+    ap.add_argument("--unfinished", type=int, default=10,
+                    help="clients of one key holding unfinished 40 MiB /mcp bodies (10)")
     ap.add_argument("--settle", type=float, default=3.0,
                     help="seconds between the attack being in place and the honest runs (3)")
     ap.add_argument("--ramp", type=float, default=3.0,
@@ -371,6 +375,7 @@ def main():
     args.quota = "quota" in attacks
     args.pings = args.pings if "pings" in attacks else 0
     args.trickles = args.trickles if "trickle" in attacks else 0
+    args.unfinished = args.unfinished if "unfinished" in attacks else 0
     if args.slow_per_address < 1 or -(-args.slow // args.slow_per_address) > 254:
         ap.error("the slow clients need at most 254 addresses (127.0.1.1-254)")
     if args.bodies > 254 or args.readers > 254:
@@ -436,6 +441,7 @@ def run(args):
     quota_key = make_key(admin, "at-quota")
     reader_key = make_key(admin, "readers")
     ping_key = make_key(admin, "pings")
+    unfinished_key = make_key(admin, "unfinished")
 
     # The honest session, and the readers' sessions with their large file, made before the
     # idle figure is taken (the file is written in the sandbox, not through the daemon).
@@ -506,6 +512,8 @@ def run(args):
         "pings": args.pings, "ping_key": ping_key, "ping_session": "pings", "ping_net": 5,
         "trickles": args.trickles, "trickle_interval": args.trickle_interval,
         "trickle_net": 6,
+        "unfinished": args.unfinished, "unfinished_key": unfinished_key,
+        "unfinished_bytes": 40 * MiB, "unfinished_net": 20,
     }
     attack_t0 = time.monotonic()
     attackers = Attackers(cfg)
@@ -555,10 +563,12 @@ def run(args):
     above = attack_peak - idle["VmRSS"]
     rate = {k: (during.get(k, 0) - before.get(k, 0)) / elapsed
             for k in ("slow_bytes", "slow_connects", "body_requests", "body_bytes_sent",
-                      "quota_status_429", "reader_requests", "ping_sent", "trickle_connects")}
+                      "quota_status_429", "reader_requests", "ping_sent", "trickle_connects",
+                      "unfinished_bytes_sent")}
     statuses = {k: v for k, v in final.items()
                 if k.startswith(("slow_closed", "body_status", "quota_status", "body_no",
                                  "ping_upgrade", "ping_cut", "trickle_closed",
+                                 "unfinished_status", "unfinished_closed", "unfinished_cut",
                                  "reader_closed", "quota_conn", "reader_send",
                                  "slow_connect_failed", "body_connect_failed",
                                  "reader_requests", "quota_created"))}
@@ -584,6 +594,8 @@ def run(args):
     if args.trickles:
         parts.append(f"{args.trickles} keyless bodies to GET /health, a byte every "
                      f"{args.trickle_interval:g} s")
+    if args.unfinished:
+        parts.append(f"{args.unfinished} unfinished 40 MiB /mcp bodies of one key")
     print("attack: " + (", ".join(parts) or "none"))
     seen = []
     if args.slow:
@@ -602,6 +614,9 @@ def run(args):
                     f"{rate['ping_sent']:.0f} pings/s sent")
     if args.trickles:
         seen.append(f"{rate['trickle_connects']:.0f} trickling connects/s")
+    if args.unfinished:
+        seen.append(f"{during.get('unfinished_open', 0)} unfinished bodies held, "
+                    f"{mib(rate['unfinished_bytes_sent']):.0f} MiB/s of them sent")
     print(f"attack in place after {ramp_s:.1f} s{'' if in_place else ' (not fully: timed out)'}"
           f"; the {len(attack)} honest runs under attack took {elapsed:.1f} s; during them: "
           + ("; ".join(seen) or "nothing"))

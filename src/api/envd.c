@@ -2135,6 +2135,11 @@ static void interp_dispatch(struct envd_req *q)
 		return;
 	}
 	json_error_t je;
+	struct err e;
+	if (q->len && http_json_limits_check(q->ctx, q->body, q->len, &e) < 0) {
+		api_e2b_error(q->ctx, http_status_for_errno(e.errnum), "%s", e.msg);
+		return;
+	}
 	json_auto_t *body =
 		q->len ? json_loadb((const char *)q->body, q->len, 0, &je) : json_object();
 	if (!json_is_object(body)) {
@@ -2152,6 +2157,15 @@ static void rpc_dispatch(struct envd_req *q)
 	}
 	json_t *msg = NULL;
 	const char *why = NULL;
+	/* The server's JSON limits before any parse, as on every other route. */
+	struct err lim;
+	if (q->len && http_json_limits_check(q->ctx, q->body, q->len, &lim) < 0) {
+		if (q->kind == KIND_STREAM)
+			early_error(q->ctx, KIND_STREAM, CONNECT_RESOURCE_EXHAUSTED, lim.msg);
+		else
+			connect_unary_error(q->ctx, CONNECT_RESOURCE_EXHAUSTED, "%s", lim.msg);
+		return;
+	}
 	if (q->kind == KIND_STREAM) {
 		if (connect_parse_envelope(q->body, q->len, &msg, &why) < 0) {
 			early_error(q->ctx, KIND_STREAM, CONNECT_INVALID_ARGUMENT, why);

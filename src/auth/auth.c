@@ -397,6 +397,7 @@ static void set_identity(struct http_ctx *ctx, const char *key_id, unsigned scop
 	id->authenticated = *key_id != '\0';
 	ctx->user = id;
 	ctx->user_free = identity_free;
+	http_set_budget_key(ctx, key_id);
 }
 
 int auth_hold(struct http_ctx *ctx, enum quota_kind k, struct err *err)

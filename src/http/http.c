@@ -20,6 +20,8 @@
 #include <arpa/inet.h>
 #include <linux/sockios.h>
 #include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/queue.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -86,6 +89,14 @@
 #define FD_RESERVE 64
 
 enum conn_state { C_IDLE, C_HEAD, C_BODY, C_WAIT, C_LINGER, C_CLOSING };
+
+/* What one key's requests hold of bodies in flight (http_set_budget_key). */
+struct body_budget {
+	struct body_budget *next;
+	char key[64];
+	uint64_t mem, spool;
+	unsigned users; /* requests charged to it */
+};
 
 struct addr_entry;
 
@@ -164,7 +175,8 @@ struct http_server {
 	struct addr_entry *addrs[ADDR_BUCKETS];
 	unsigned max_conns, max_per_addr;
 	unsigned header_ms, keepalive_ms, body_ms;
-	unsigned body_min_rate; /* bytes a second, 0: none */
+	unsigned body_min_rate;      /* bytes a second, 0: none */
+	struct body_budget *budgets; /* keys with bodies in flight */
 	struct http_stats stats;
 	char date[40];
 	time_t date_at;
@@ -427,6 +439,135 @@ static void ctx_log_and_count(struct http_ctx *ctx)
 	}
 }
 
+/* --- bodies in flight, per key ------------------------------------------------------- */
+
+static struct body_budget *budget_of(struct http_server *srv, const char *key, bool create)
+{
+	for (struct body_budget *b = srv->budgets; b; b = b->next)
+		if (!strcmp(b->key, key))
+			return b;
+	if (!create)
+		return NULL;
+	struct body_budget *b = xcalloc(1, sizeof(*b));
+	snprintf(b->key, sizeof(b->key), "%s", key);
+	b->next = srv->budgets;
+	srv->budgets = b;
+	return b;
+}
+
+void http_set_budget_key(struct http_ctx *ctx, const char *key)
+{
+	snprintf(ctx->budget_key, sizeof(ctx->budget_key), "%s", key ? key : "");
+}
+
+static void budget_release(struct http_ctx *ctx)
+{
+	if (ctx->spool_fd >= 0)
+		close(ctx->spool_fd);
+	ctx->spool_fd = -1;
+	if (!ctx->charged_mem && !ctx->charged_spool)
+		return;
+	struct http_server *srv = ctx->srv;
+	struct body_budget *b = budget_of(srv, ctx->budget_key, false);
+	if (b) {
+		b->mem -= ctx->charged_mem;
+		b->spool -= ctx->charged_spool;
+		if (--b->users == 0) {
+			for (struct body_budget **pp = &srv->budgets; *pp; pp = &(*pp)->next)
+				if (*pp == b) {
+					*pp = b->next;
+					break;
+				}
+			free(b);
+		}
+	}
+	ctx->charged_mem = ctx->charged_spool = 0;
+}
+
+/* A file in the state directory for a large body: unnamed, gone with its descriptor. */
+static int spool_open(struct http_server *srv)
+{
+	const char *dir = srv->cfg->state_dir;
+	if (!dir || !*dir)
+		return -1;
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/bodies", dir);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return -1;
+	return open(path, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Takes a piece of a buffered body: charged to its key, kept in memory or in the spool.
+ * Returns 0, or a status having replied. */
+static int body_take(struct http_ctx *ctx, const char *data, size_t len)
+{
+	struct http_server *srv = ctx->srv;
+	struct body_budget *b = budget_of(srv, ctx->budget_key, true);
+	if (!ctx->charged_mem && !ctx->charged_spool)
+		b->users++;
+	uint64_t cap = srv->cfg->key_max_body_bytes;
+	if (cap && b->mem + b->spool + len > cap) {
+		http_reply_error(
+			ctx, 429,
+			"This key's requests have %llu bytes of bodies in flight; %zu more "
+			"would pass %llu (SANDBOX_KEY_MAX_BODY_BYTES): send fewer at once",
+			(unsigned long long)(b->mem + b->spool), len, (unsigned long long)cap);
+		return 429;
+	}
+	size_t held = evbuffer_get_length(ctx->body);
+	bool spillable = (ctx->route->flags & HTTP_ROUTE_JSON_BODY) != 0;
+	if (ctx->spool_fd < 0 && spillable &&
+	    (held + len > HTTP_OFFLOAD_BODY || b->mem + len > HTTP_KEY_BODY_MEMORY)) {
+		int fd = spool_open(srv);
+		if (fd >= 0) {
+			struct evbuffer_iovec v[16];
+			int n = evbuffer_peek(ctx->body, -1, NULL, v, 16);
+			bool ok = n >= 0 && n <= 16;
+			for (int i = 0; ok && i < n; i++)
+				ok = write_all(fd, v[i].iov_base, v[i].iov_len) == 0;
+			if (ok) {
+				evbuffer_drain(ctx->body, held);
+				ctx->spool_fd = fd;
+				b->mem -= ctx->charged_mem;
+				b->spool += ctx->charged_mem;
+				ctx->charged_spool += ctx->charged_mem;
+				ctx->charged_mem = 0;
+			} else {
+				close(fd);
+			}
+		}
+	}
+	if (ctx->spool_fd >= 0) {
+		if (write_all(ctx->spool_fd, data, len) < 0) {
+			http_reply_error(ctx, 507, "Cannot keep the request's body: %s",
+					 strerror(errno));
+			return 507;
+		}
+		ctx->charged_spool += len;
+		b->spool += len;
+		return 0;
+	}
+	evbuffer_add(ctx->body, data, len);
+	ctx->charged_mem += len;
+	b->mem += len;
+	return 0;
+}
+
 static void ctx_free(struct http_ctx *ctx)
 {
 	ctx_log_and_count(ctx);
@@ -441,6 +582,7 @@ static void ctx_free(struct http_ctx *ctx)
 	}
 	if (ctx->body)
 		evbuffer_free(ctx->body);
+	budget_release(ctx);
 	if (ctx->headers)
 		evbuffer_free(ctx->headers);
 	json_decref(ctx->parsed);
@@ -634,16 +776,36 @@ static void conn_reply_done(struct http_conn *c)
 struct parse_job {
 	struct http_ctx *ctx;
 	struct evbuffer *body;
+	int fd; /* the spooled body, -1: in body */
+	size_t len;
 	struct jsonlimit lim;
 	json_t *json;
 	struct http_parse_error *why;
 };
 
+static void parse_text(struct parse_job *j, const uint8_t *data, size_t len);
+
 static void parse_work(void *arg)
 {
 	struct parse_job *j = arg;
-	size_t len = evbuffer_get_length(j->body);
-	const uint8_t *data = evbuffer_pullup(j->body, -1);
+	if (j->fd < 0) {
+		parse_text(j, evbuffer_pullup(j->body, -1), evbuffer_get_length(j->body));
+		return;
+	}
+	void *m = j->len ? mmap(NULL, j->len, PROT_READ, MAP_PRIVATE, j->fd, 0) : MAP_FAILED;
+	if (m == MAP_FAILED) {
+		j->why = xcalloc(1, sizeof(*j->why));
+		j->why->over_limit = true;
+		j->why->status = 500;
+		snprintf(j->why->msg, sizeof(j->why->msg), "Cannot read the request's body back");
+		return;
+	}
+	parse_text(j, m, j->len);
+	munmap(m, j->len);
+}
+
+static void parse_text(struct parse_job *j, const uint8_t *data, size_t len)
+{
 	struct err e;
 	if (jsonlimit_check(data, len, &j->lim, &e) < 0) {
 		j->why = xcalloc(1, sizeof(*j->why));
@@ -699,18 +861,25 @@ static void conn_dispatch(struct http_conn *c)
 		return;
 	}
 	if ((ctx->route->flags & HTTP_ROUTE_JSON_BODY) && ctx->body &&
-	    evbuffer_get_length(ctx->body) > HTTP_OFFLOAD_BODY && loop_pool_running()) {
+	    (ctx->spool_fd >= 0 || evbuffer_get_length(ctx->body) > HTTP_OFFLOAD_BODY)) {
 		const struct config *cfg = c->srv->cfg;
 		struct parse_job *j = xcalloc(1, sizeof(*j));
 		j->ctx = ctx;
 		j->body = ctx->body;
+		j->fd = ctx->spool_fd;
+		j->len = (size_t)ctx->charged_spool;
 		j->lim = (struct jsonlimit){
 			.max_depth = cfg->max_json_depth ? cfg->max_json_depth : 32,
 			.max_elements = cfg->max_json_elements ? cfg->max_json_elements : 10000
 		};
 		c->srv->stats.offloaded++;
 		ctx->holds++;
-		loop_submit(parse_work, parse_done, j);
+		if (loop_pool_running()) {
+			loop_submit(parse_work, parse_done, j);
+		} else {
+			parse_work(j);
+			parse_done(j);
+		}
 		return;
 	}
 	ctx->holds++;
@@ -803,6 +972,7 @@ static struct http_ctx *ctx_new(struct http_conn *c, const struct h1_head *head)
 	snprintf(ctx->id, sizeof(ctx->id), "%016llx",
 		 (unsigned long long)(srv->next_id++ ^ (ctx->start_ns << 20)));
 	srv->inflight++;
+	ctx->spool_fd = -1;
 	ctx->method = method_mask(head->method);
 	ctx->head_only = head->method == HTTP_HEAD;
 	const char *t = head->target;
@@ -919,10 +1089,8 @@ static int on_body(const char *data, size_t len, void *arg)
 		return 400;
 	c->body_bytes += len;
 	body_arm(c);
-	if (ctx->body) {
-		evbuffer_add(ctx->body, data, len);
-		return 0;
-	}
+	if (ctx->body)
+		return body_take(ctx, data, len);
 	if (ctx->body_ops && ctx->body_ops->data) {
 		ctx->holds++;
 		int r = ctx->body_ops->data(ctx, (const uint8_t *)data, len, ctx->body_arg);
@@ -1569,6 +1737,11 @@ void http_server_stats(struct http_server *srv, struct http_stats *st)
 {
 	*st = srv->stats;
 	st->reading_heads = 0;
+	st->body_mem = st->body_spool = 0;
+	for (struct body_budget *b = srv->budgets; b; b = b->next) {
+		st->body_mem += b->mem;
+		st->body_spool += b->spool;
+	}
 	struct http_conn *c;
 	TAILQ_FOREACH (c, &srv->waiting, waiting)
 		st->reading_heads += c->state == C_HEAD;

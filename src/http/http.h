@@ -134,6 +134,11 @@ struct http_ctx {
 	void *route_arg;
 	void (*route_arg_free)(void *arg);
 	char *peer_override; /* http_set_peer() */
+	/* The body's charge to its key (http_set_budget_key): in memory, and spooled to a file
+	 * of the state directory (spool_fd, -1: none) once large. */
+	char budget_key[64];
+	uint64_t charged_mem, charged_spool;
+	int spool_fd;
 };
 
 /* Why a body parsed on a worker is not JSON: over a limit (status 400 or 413 and the
@@ -173,6 +178,8 @@ struct http_stats {
 	uint64_t send_stalls;     /* closed for taking nothing of a reply for a body timeout */
 	uint64_t accept_pauses;   /* accepting paused for want of descriptors */
 	uint64_t offloaded;       /* JSON bodies parsed on the worker pool */
+	uint64_t body_mem;        /* bytes of request bodies held in memory now */
+	uint64_t body_spool;      /* and spooled to the state directory */
 	unsigned max_connections; /* the caps in force */
 	unsigned max_per_address;
 };
@@ -217,6 +224,15 @@ struct http_body_ops {
 void http_body_stream(struct http_ctx *ctx, const struct http_body_ops *ops, void *arg);
 void http_body_pause(struct http_ctx *ctx);
 void http_body_resume(struct http_ctx *ctx);
+
+/* Names the key whose budget of bodies in flight (SANDBOX_KEY_MAX_BODY_BYTES) the request's
+ * body is charged to: what the key check calls once it knows the caller. A body beyond the
+ * key's budget is refused with 429; a body of a route that parses it on a worker
+ * (HTTP_ROUTE_JSON_BODY) is spooled to a file of the state directory once it passes
+ * HTTP_OFFLOAD_BODY or its key holds HTTP_KEY_BODY_MEMORY in memory, so that bodies that never
+ * finish cost disk, not the daemon's memory. */
+#define HTTP_KEY_BODY_MEMORY (16u << 20)
+void http_set_budget_key(struct http_ctx *ctx, const char *key);
 
 /* Checks a JSON text against the server's SANDBOX_MAX_JSON_DEPTH (EINVAL) and
  * SANDBOX_MAX_JSON_ELEMENTS (EMSGSIZE), in one linear pass and constant memory: what a

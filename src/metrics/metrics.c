@@ -379,6 +379,11 @@ void metrics_init(void)
 		"Children started (sandboxes' first processes, VMMs, helper programs), by the "
 		"spawner or, without one, by the daemon itself",
 		"via");
+	metrics_daemon.http_body_bytes = metrics_gauge(
+		"http_request_body_bytes",
+		"Bytes of request bodies being received, in memory or spooled to the state "
+		"directory",
+		"where");
 	metrics_daemon.http_bodies_offloaded = metrics_counter(
 		"http_json_bodies_offloaded_total",
 		"JSON request bodies over a megabyte, parsed on the worker pool", NULL);

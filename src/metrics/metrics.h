@@ -71,6 +71,7 @@ struct sandbox_metrics {
 	struct metric *admission_refusals_total;    /* counter {reason} */
 	struct metric *host_memory_available_bytes; /* gauge */
 	struct metric *descriptors_free;            /* gauge */
+	struct metric *http_body_bytes;             /* gauge, where */
 	struct metric *state_fs_free_bytes;         /* gauge */
 	struct metric *state_fs_size_bytes;         /* gauge */
 	struct metric *state_fs_reserve_bytes;      /* gauge */

@@ -294,6 +294,20 @@ describe("data plane", () => {
     assert.equal(ok.status, 200);
   });
 
+  test("a message of too many values is refused before it is parsed", async () => {
+    // 20,000 values (SANDBOX_MAX_JSON_ELEMENTS is 10,000): refused by the pre-scan, on the
+    // data plane as on every other route.
+    const many = JSON.stringify({ process: { cmd: "true", args: Array(20000).fill(0) } });
+    let r = await fetch(`${BASE}/process.Process/List`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": "application/json" }), body: many });
+    assert.equal(r.status, 429);
+    const j = await r.json();
+    assert.equal(j.code, "resource_exhausted");
+    assert.match(j.message, /SANDBOX_MAX_JSON_ELEMENTS/);
+    r = await fetch(`${BASE}/execute`, { method: "POST", headers: { ...dataHeaders(sbx, { "Content-Type": "application/json" }), "E2b-Sandbox-Port": "49999" }, body: many });
+    assert.equal(r.status, 413);
+    assert.match((await r.json()).message, /SANDBOX_MAX_JSON_ELEMENTS/);
+  });
+
   test("multipart bodies that lie are 400, and write nothing", async () => {
     const h = dataHeaders(sbx, { "Content-Type": "multipart/form-data; boundary=XyZ" });
     const part = (name, file, data) =>

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -62,6 +63,18 @@ static void h_echo(struct http_ctx *ctx)
 	const uint8_t *b = http_body(ctx, &len);
 	atomic_fetch_add(&P.handled, 1);
 	http_reply_bytes(ctx, 200, "application/octet-stream", b, len);
+}
+
+/* POST /json: the length of the body's "s", parsed (on a worker, or from the spool). */
+static void h_json(struct http_ctx *ctx)
+{
+	json_t *j;
+	if (http_body_json(ctx, &j) < 0)
+		return;
+	atomic_fetch_add(&P.handled, 1);
+	size_t n = json_string_length(json_object_get(j, "s"));
+	json_decref(j);
+	http_reply_json(ctx, 200, json_pack("{s:I}", "length", (json_int_t)n));
 }
 
 /* GET /buffer/:n: n bytes of a pattern, moved to the reply from an evbuffer. */
@@ -261,6 +274,7 @@ static int auth(struct http_ctx *ctx, const char *scope, void *arg)
 
 static const struct http_route routes[] = {
 	{ HTTP_REQ_POST, "/echo", h_echo, "exec" },
+	{ HTTP_REQ_POST, "/json", h_json, "exec", 64u << 20, HTTP_ROUTE_JSON_BODY },
 	{ HTTP_REQ_POST, "/small", h_echo, "exec", 16 },
 	{ HTTP_REQ_GET | HTTP_REQ_HEAD, "/open/:name", h_hello, NULL },
 	{ HTTP_REQ_POST, "/upload", h_upload, "exec", 64u << 20, HTTP_ROUTE_STREAM_BODY },
@@ -316,6 +330,20 @@ static int setup_rate(void **state)
 	start(state, (struct config){ .http_body_timeout_ms = 300, .http_body_min_rate = 1000 });
 	return 0;
 }
+
+/* A budget of 4 MiB of bodies in flight per key, a state directory for the spool. */
+static char spool_dir[64];
+static int setup_budget(void **state)
+{
+	snprintf(spool_dir, sizeof(spool_dir), "/tmp/http-spool-XXXXXX");
+	assert_non_null(mkdtemp(spool_dir));
+	start(state, (struct config){ .key_max_body_bytes = 4u << 20,
+				      .state_dir = spool_dir,
+				      .max_body_bytes = 64u << 20 });
+	return 0;
+}
+
+static int teardown_budget(void **state);
 
 /* Small caps, the default deadlines. */
 static int setup_caps(void **state)
@@ -461,6 +489,12 @@ static struct http_stats stats(void)
 	struct http_stats st;
 	on_server(take_stats, &st);
 	return st;
+}
+
+static bool bodies_held(void *arg)
+{
+	struct http_stats st = stats();
+	return st.body_mem + st.body_spool >= *(uint64_t *)arg;
 }
 
 static bool heads_reach(void *arg)
@@ -777,6 +811,93 @@ static void test_keyless_requests_stay_strangers(void **state)
 	assert_true(closed_by_server(fds[0]));
 	for (int i = 0; i < 5; i++)
 		close(fds[i]);
+}
+
+/* Bodies in flight are charged to their key: past its budget a body is refused with 429, and
+ * the others go through. */
+static void test_bodies_in_flight_have_a_budget_per_key(void **state)
+{
+	struct server *s = *state;
+	int held = dial(s->port);
+	send_text(held, "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+			"Content-Length: 8388608\r\n\r\n");
+	char *chunk = calloc(1, 3u << 20);
+	memset(chunk, 'a', 3u << 20);
+	send_all(held, chunk, 3u << 20); /* 3 of the 4 MiB, and nothing more for now */
+	assert_true(wait_until(bodies_held, &(uint64_t){ 3u << 20 }, WAIT_TIMEOUT_MS,
+			       "the first body to be held"));
+	int fd = dial(s->port);
+	send_text(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+		      "Content-Length: 2097152\r\n\r\n");
+	send_all(fd, chunk, 2u << 20);
+	char *resp = read_all(fd);
+	assert_non_null(strstr(resp, "HTTP/1.1 429"));
+	assert_non_null(strstr(resp, "SANDBOX_KEY_MAX_BODY_BYTES"));
+	free(resp);
+	close(fd);
+	close(held);
+	/* The first one's charge went with it: a body within the budget goes through. */
+	fd = dial(s->port);
+	send_text(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+		      "Content-Length: 3145728\r\nConnection: close\r\n\r\n");
+	send_all(fd, chunk, 3u << 20);
+	size_t n = 0;
+	resp = read_until(fd, NULL, &n);
+	assert_non_null(strstr(resp, "HTTP/1.1 200"));
+	assert_true(n > 3u << 20);
+	free(resp);
+	close(fd);
+	free(chunk);
+}
+
+/* A large JSON body is spooled to the state directory and parsed from there, whole. */
+static void test_a_large_json_body_is_spooled_and_parsed(void **state)
+{
+	struct server *s = *state;
+	size_t len = 3u << 20;
+	char *body = malloc(len + 16);
+	memcpy(body, "{\"s\":\"", 6);
+	memset(body + 6, 'b', len);
+	memcpy(body + 6 + len, "\"}", 2);
+	int fd = dial(s->port);
+	char head[256];
+	snprintf(head, sizeof(head),
+		 "POST /json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+		 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+		 len + 8);
+	send_text(fd, head);
+	send_all(fd, body, len + 8);
+	char *resp = read_all(fd);
+	assert_non_null(strstr(resp, "HTTP/1.1 200"));
+	char want[64];
+	snprintf(want, sizeof(want), "\"length\": %zu", len);
+	if (!strstr(resp, want))
+		snprintf(want, sizeof(want), "\"length\":%zu", len);
+	assert_non_null(strstr(resp, want));
+	free(resp);
+	close(fd);
+	free(body);
+	/* The spool was made there, and nothing of it has a name. */
+	char dir[128];
+	snprintf(dir, sizeof(dir), "%s/bodies", spool_dir);
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	struct dirent *e;
+	int names = 0;
+	while ((e = readdir(d)))
+		names += e->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(names, 0);
+}
+
+static int teardown_budget(void **state)
+{
+	int r = teardown(state);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", spool_dir);
+	if (system(cmd) != 0)
+		return -1;
+	return r;
 }
 
 /* At the per-address cap (4 here), a new connection closes the oldest one from that address
@@ -1172,6 +1293,10 @@ int main(void)
 						setup_rate, teardown),
 		cmocka_unit_test_setup_teardown(test_keyless_requests_stay_strangers, setup_caps,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_bodies_in_flight_have_a_budget_per_key,
+						setup_budget, teardown_budget),
+		cmocka_unit_test_setup_teardown(test_a_large_json_body_is_spooled_and_parsed,
+						setup_budget, teardown_budget),
 		cmocka_unit_test_setup_teardown(test_per_address_cap_evicts_the_oldest, setup_caps,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_global_cap, setup_global, teardown),
