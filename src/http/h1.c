@@ -118,11 +118,24 @@ static void end_value(struct h1 *h)
 	h->head.nheaders++;
 }
 
+/* A character of a token (RFC 9110 5.6.2), which a field name is made of. */
+static bool tchar(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
 static int on_header_field(http_parser *p, const char *at, size_t len)
 {
 	struct h1 *h = of(p);
 	if (add_header_bytes(h, len) < 0)
 		return -1;
+	/* RFC 9112 5.1: no whitespace between a field name and its colon, refused with 400.
+	 * The parser tolerates it, and would take "Transfer-Encoding :" for the framing while
+	 * "Host :" passed the duplicate check under another name. */
+	for (size_t i = 0; i < len; i++)
+		if (!tchar((unsigned char)at[i]))
+			return fail(h, 400);
 	if (h->head_done)
 		return 0; /* a trailer: counted, not kept */
 	end_target(h);

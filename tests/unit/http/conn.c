@@ -592,6 +592,12 @@ static void test_duplicate_headers_refused(void **state)
 		 "Authorization: Bearer ok\r\nContent-Length: 0\r\n\r\n"),
 		"GET /open/a HTTP/1.1\r\nHost: x\r\nHost: 8080-box.example\r\n\r\n",
 		"GET /open/a HTTP/1.1\r\n\r\n", /* 1.1 without Host */
+		/* Whitespace before the colon (RFC 9112 5.1): not a framing header, not a
+		 * second Host under another name. */
+		("POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+		 "Transfer-Encoding : chunked\r\n\r\n1\r\na\r\n0\r\n\r\n"),
+		"GET /open/a HTTP/1.1\r\nHost: x\r\nHost : 8080-box.example\r\n\r\n",
+		"GET /open/a HTTP/1.1\r\nHost: x\r\nX-Bad\tName: 1\r\n\r\n",
 	};
 	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
 		int fd = dial(s->port);
