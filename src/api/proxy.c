@@ -1078,11 +1078,12 @@ void api_preview(struct http_ctx *ctx)
 	if (token_good && from_query && (ctx->method & (HTTP_REQ_GET | HTTP_REQ_HEAD)) &&
 	    !http_upgrade_requested(ctx)) {
 		_cleanup_(evbuffer_freep) struct evbuffer *loc = evbuffer_new();
-		/* "//evil.example/x" would be another host's URL: one leading slash only. */
+		/* "//evil.example/x" would be another host's URL, and so would "/\evil.example"
+		 * (browsers read a backslash as a slash): one leading slash, then no other. */
 		const char *lp = ctx->path;
-		while (lp[0] == '/' && lp[1] == '/')
+		while (*lp == '/' || *lp == '\\')
 			lp++;
-		evbuffer_add_printf(loc, "%s", lp);
+		evbuffer_add_printf(loc, "/%s", lp);
 		query_without_secrets(query, loc);
 		evbuffer_add(loc, "", 1);
 		char cookie[300];
