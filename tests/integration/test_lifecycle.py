@@ -18,7 +18,8 @@ import unittest
 import harness
 import helpers_host as host
 import helpers_exec
-from helpers_exec import BASE_ENV, DaemonTestCase, new_session_id, sandbox_of, start_daemon, wait_until
+from helpers_exec import (BASE_ENV, DaemonTestCase, joined, new_session_id, sandbox_of,
+                          start_daemon, wait_until)
 from runner import tag
 
 
@@ -448,7 +449,10 @@ class FullStateDiskTest(unittest.TestCase):
         os.mkdir(state)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", state], check=True)
         self.addCleanup(subprocess.run, ["umount", "-l", state], check=False)
-        first = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_STATE_DIR": state})
+        # tmpfs storage: the disks' own room on the state filesystem (docs/storage.md) would
+        # refuse them on 8 MiB first; the records are what this is about.
+        first = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_STATE_DIR": state,
+                              "SANDBOX_STORAGE": "tmpfs"})
         self.addCleanup(shutil.rmtree, first.tmp, True)
         self.addCleanup(first.kill)
         before = new_session_id("before")
@@ -485,7 +489,7 @@ class FullStateDiskTest(unittest.TestCase):
         ids = host.sandbox_ids(first.stderr())
         os.unlink(os.path.join(state, "filler"))
         second = start_daemon({"SANDBOX_WARM_POOL": "0", "SANDBOX_STATE_DIR": state,
-                               "SANDBOX_RUN_DIR": first.run_dir})
+                               "SANDBOX_RUN_DIR": first.run_dir, "SANDBOX_STORAGE": "tmpfs"})
         self.addCleanup(second.stop, check=False)
         second.stop()
         left = [d for sandbox in ids for d in host.cgroup_dirs(sandbox)]
@@ -555,6 +559,44 @@ class ShutdownGraceTest(unittest.TestCase):
         self.assertEqual(last.get("type"), "error", last)
         self.assertEqual(last.get("status"), 503, last)
         self.assertEqual(last.get("error"), "the server is shutting down")
+        self.assertEqual(d.proc.wait(30), 0)
+
+
+class TerminalInterruptTest(unittest.TestCase):
+    """A ^C in the terminal of `make run` is SIGINT to its whole foreground process group:
+    the sandboxes are not in it, so the daemon alone gets it and its commands keep their
+    grace."""
+
+    @tag("driver")
+    def test_sigint_to_the_daemons_process_group_leaves_the_grace(self):
+        real = harness.sandboxd_path()
+        # setsid(1) in a child that is no group leader: it execs the daemon, which then
+        # leads a process group (and session) of its own, as a shell's foreground job does.
+        d = harness.Daemon(env={**BASE_ENV, "SANDBOX_WARM_POOL": "0",
+                                "SANDBOX_SHUTDOWN_GRACE_MS": "20000"},
+                           binary=shutil.which("setsid"), args=[real])
+        d.start()
+        self.addCleanup(shutil.rmtree, d.tmp, True)
+        self.addCleanup(d.kill)
+        sid = new_session_id("ctrlc")
+        status, _, body = d.post(f"/exec/{sid}/execute", body={"command": "true"})
+        self.assertEqual(status, 200, body)
+        results = {}
+
+        def run():
+            results["r"] = d.post(f"/exec/{sid}/execute",
+                                  body={"command": "sleep 3; echo finished"}, timeout=60)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        wait_until(lambda: _running(d, sid) >= 1, 30, what="the command running")
+        self.assertEqual(os.getpgid(d.proc.pid), d.proc.pid)
+        os.killpg(d.proc.pid, signal.SIGINT)
+        t.join(60)
+        status, _, body = results["r"]
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body.get("exitCode"), 0, body)
+        self.assertIn("finished", joined(body["output"]), body)
         self.assertEqual(d.proc.wait(30), 0)
 
 

@@ -306,6 +306,10 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 	op = spawn_plan_add(p, SOP_UNSHARE, "unshare the cgroup namespace");
 	op->arg = CLONE_NEWCGROUP;
 	add_path(p, SOP_STDIO_NULL, "/dev/null", 0, "open /dev/null for stdin, stdout, stderr");
+	/* A session of its own: no controlling terminal, and out of the daemon's process group,
+	 * so that a ^C in the terminal the daemon runs in (make run) reaches the daemon alone,
+	 * which ends its sessions with their grace. */
+	spawn_plan_add(p, SOP_SETSID, "setsid");
 	spawn_plan_add(p, SOP_CAPS, "drop capabilities");
 	spawn_plan_add(p, SOP_NO_NEW_PRIVS, "prctl PR_SET_NO_NEW_PRIVS");
 	add_path(p, SOP_UMASK, NULL, 022, "umask");
