@@ -1,7 +1,9 @@
 #include "net/dns.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* Fixed part of a resource record after its name: type, class, ttl, rdlength. */
 #define RR_FIXED_LEN 10
@@ -188,14 +190,35 @@ int dns_parse_response(const uint8_t *msg, size_t len, uint16_t id, const struct
 	if (strcmp(got.name, q->name) != 0 || got.qtype != q->qtype || got.qclass != q->qclass)
 		return -EBADMSG;
 
+	/* The names whose addresses answer the question: the asked one, and those a CNAME of
+	 * one of them leads to (answers list the chain first). An address record of any other
+	 * name is carried to the client but is not the asked name's: it is not reported. */
+	char names[DNS_CHAIN_MAX][DNS_NAME_MAX + 1];
+	size_t nnames = 1;
+	snprintf(names[0], sizeof(names[0]), "%s", q->name);
 	size_t n = 0;
 	for (unsigned i = 0; i < hd.ancount; i++) {
 		uint16_t type, cls, rdlen;
 		uint32_t ttl;
 		size_t rdoff;
+		char owner[DNS_NAME_MAX + 1];
+		size_t at = off;
+		if (dns_read_name(msg, len, &at, owner) < 0)
+			return -EBADMSG;
 		if (skip_rr(msg, len, &off, &type, &cls, &ttl, &rdoff, &rdlen) < 0)
 			return -EBADMSG;
-		if (cls != DNS_CLASS_IN || (type != DNS_TYPE_A && type != DNS_TYPE_AAAA))
+		bool ours = false;
+		for (size_t k = 0; k < nnames && !ours; k++)
+			ours = strcasecmp(owner, names[k]) == 0;
+		if (cls == DNS_CLASS_IN && type == DNS_TYPE_CNAME && ours &&
+		    nnames < DNS_CHAIN_MAX) {
+			size_t t = rdoff;
+			if (dns_read_name(msg, len, &t, names[nnames]) < 0 || t != rdoff + rdlen)
+				return -EBADMSG;
+			nnames++;
+			continue;
+		}
+		if (cls != DNS_CLASS_IN || (type != DNS_TYPE_A && type != DNS_TYPE_AAAA) || !ours)
 			continue;
 		size_t want = type == DNS_TYPE_A ? 4 : 16;
 		if (rdlen != want)

@@ -70,9 +70,15 @@ int dns_read_name(const uint8_t *msg, size_t len, size_t *off, char out[DNS_NAME
 int dns_parse_query(const uint8_t *msg, size_t len, struct dns_header *h, struct dns_question *q,
 		    size_t *ret_end);
 
+/* CNAMEs followed from the asked name, at most. */
+#define DNS_CHAIN_MAX 8
+
 /* Parses a response and checks that it answers `q` with `id`. Up to `max` address records of
- * the answer section go to addrs (others are counted in *ret_n but not stored). Returns 0, or
- * -EBADMSG when it is malformed or does not answer the question (then it must be ignored). */
+ * the answer section go to addrs (others are counted in *ret_n but not stored): those of the
+ * asked name, and of the names its CNAMEs lead to (at most DNS_CHAIN_MAX in all, in answer
+ * order); an address of any other name in the answer is not the asked name's and is left
+ * out. Returns 0, or -EBADMSG when it is malformed or does not answer the question (then it
+ * must be ignored). */
 int dns_parse_response(const uint8_t *msg, size_t len, uint16_t id, const struct dns_question *q,
 		       struct dns_header *h, struct dns_addr *addrs, size_t max, size_t *ret_n);
 

@@ -357,6 +357,34 @@ static void test_response_ok(void **state)
 	assert_int_equal(n, 2);
 }
 
+/* An address of a name that is neither asked nor reached by a CNAME of it is not the asked
+ * name's: an upstream (or a spoofer) slipping one into an answer opens nothing with it. */
+static void test_response_other_names_left_out(void **state)
+{
+	struct msg m;
+	static const uint8_t mine[4] = { 198, 51, 100, 20 }, other[4] = { 203, 0, 113, 9 };
+	header(&m, 9, 0x8180, 1, 2, 0, 0);
+	question(&m, "asked.example", DNS_TYPE_A);
+	/* other.example A 203.0.113.9, then asked.example A 198.51.100.20 */
+	name(&m, "other.example");
+	put16(&m, DNS_TYPE_A);
+	put16(&m, DNS_CLASS_IN);
+	put32(&m, 60);
+	put16(&m, 4);
+	memcpy(m.b + m.n, other, 4);
+	m.n += 4;
+	rr_a(&m, 12, 60, mine);
+	struct dns_question q = { .name = "asked.example",
+				  .qtype = DNS_TYPE_A,
+				  .qclass = DNS_CLASS_IN };
+	struct dns_header h;
+	struct dns_addr addrs[4];
+	size_t n = 0;
+	assert_int_equal(dns_parse_response(m.b, m.n, 9, &q, &h, addrs, 4, &n), 0);
+	assert_int_equal(n, 1);
+	assert_memory_equal(addrs[0].addr, mine, 4);
+}
+
 static void test_response_mismatch(void **state)
 {
 	struct msg m;
@@ -497,6 +525,7 @@ int main(void)
 		cmocka_unit_test(test_name_pointer_chain),
 		cmocka_unit_test(test_name_limits),
 		cmocka_unit_test(test_response_ok),
+		cmocka_unit_test(test_response_other_names_left_out),
 		cmocka_unit_test(test_response_mismatch),
 		cmocka_unit_test(test_response_bad_rdata),
 		cmocka_unit_test(test_build_error),
