@@ -541,6 +541,12 @@ static void add_response_headers(struct proxy *p)
 		}
 		if (dropped_response_header(n, connection))
 			continue;
+		/* The path form is served from the API's origin: an app may not clear what the
+		 * dashboard keeps there (its key), nor set what applies to the whole origin. */
+		if (p->form == FORM_PATH &&
+		    (ieq(n, "Clear-Site-Data") || ieq(n, "Service-Worker-Allowed") ||
+		     ieq(n, "Origin-Agent-Cluster")))
+			continue;
 		if (ieq(n, "Location"))
 			add_location(p, v);
 		else if (ieq(n, "Set-Cookie"))

@@ -95,6 +95,7 @@ class App(BaseHTTPRequestHandler):
             self.reply(200, b"ok", "text/plain", [
                 ("Set-Cookie", "a=1; Path=/app; Domain=localhost; HttpOnly"),
                 ("Set-Cookie", "b=2"),
+                ("Clear-Site-Data", '"cookies", "storage"'),
             ])
         elif path == "/chunked":
             self.send_response(200)

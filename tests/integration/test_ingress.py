@@ -146,12 +146,15 @@ class IngressTest(IngressCase):
         status, headers, _ = self.path_request(sid, "GET", "/cookie")
         cookies = headers.get_all("Set-Cookie")
         self.assertEqual(cookies, [f"a=1; Path={prefix}/app; HttpOnly", f"b=2; Path={prefix}/"])
+        # The path form shares the dashboard's origin: an app cannot clear its storage.
+        self.assertIsNone(headers.get("Clear-Site-Data"))
         # The host form leaves Location and Path alone, but no cookie gets a Domain.
         host = self.host_of(sid)
         status, headers, _ = self.host_request(host, "GET", "/redirect")
         self.assertEqual(headers["Location"], "/target?x=1")
         status, headers, _ = self.host_request(host, "GET", "/cookie")
         self.assertEqual(headers.get_all("Set-Cookie"), ["a=1; Path=/app; HttpOnly", "b=2"])
+        self.assertEqual(headers.get("Clear-Site-Data"), '"cookies", "storage"')
 
     @runner.tag("driver")
     def test_server_sent_events_stream(self):
