@@ -191,6 +191,15 @@ class UserNamespaceTest(JailCase):
         self.assertEqual(self.ok(b, "awk '$5 == \"/sys\"' /proc/self/mountinfo | wc -l").strip(),
                          "1")
 
+    def test_no_core_dump_leaves_a_sandbox(self):
+        # 1 byte: no core file, and the kernel aborts a dump to a pipe (the host's
+        # core_pattern, run as root on the host) instead of running it. Not to be raised.
+        sid = self.session()
+        limits = self.ok(sid, "grep 'Max core file size' /proc/self/limits")
+        self.assertEqual(limits.split()[4:6], ["1", "1"], limits)
+        code, _, _ = self.sh(sid, "ulimit -H -c unlimited")
+        self.assertNotEqual(code, 0)
+
     def test_network_sysctls_of_the_command_user(self):
         # Written through the sandbox's own procfs (jail_plan.c): low ports and ping for the
         # command user, in this sandbox's network namespace; the host's stay as they were.

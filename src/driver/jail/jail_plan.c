@@ -211,6 +211,12 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 	op = spawn_plan_add(p, SOP_RLIMIT, "setrlimit RLIMIT_NOFILE");
 	op->flags = RLIMIT_NOFILE;
 	op->arg = nofile;
+	/* No core dump leaves a sandbox: a limit of 1 byte writes no core file, and the kernel
+	 * aborts a dump to a pipe (a core_pattern such as systemd-coredump's, which would run
+	 * on the host, as root, for every crash a sandbox provokes) rather than run it. */
+	op = spawn_plan_add(p, SOP_RLIMIT, "setrlimit RLIMIT_CORE");
+	op->flags = RLIMIT_CORE;
+	op->arg = 1;
 	/* Reached as host root: the unprivileged uid may not be able to look up the template's
 	 * path, but the working directory follows into the new mount namespace. */
 	add_path(p, SOP_CHDIR, root, 0, spawn_plan_str(p, "chdir %s", rootfs));

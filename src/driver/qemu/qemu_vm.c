@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -402,6 +403,11 @@ static void child_plan(struct spawn_plan *plan, const struct qemu_launch *l, cha
 
 	spawn_plan_add(plan, SOP_PARENT_DEATH, "die with the daemon");
 	spawn_plan_add(plan, SOP_SIGNALS, "reset signals");
+	/* A crashing QEMU dumps no core (the guest's memory) to the host's handler: 1 byte
+	 * writes no file, and makes the kernel abort a dump to a pipe. */
+	struct spawn_op *core = spawn_plan_add(plan, SOP_RLIMIT, "setrlimit RLIMIT_CORE");
+	core->flags = RLIMIT_CORE;
+	core->arg = 1;
 	for (unsigned i = 0; cg && i < cg->n; i++) {
 		struct spawn_op *op = spawn_plan_add(plan, SOP_WRITE, "join its cgroup");
 		op->dst = cg->procs[i];
