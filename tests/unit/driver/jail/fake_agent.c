@@ -162,8 +162,7 @@ static int cmd_sys(const char *name)
 	else if (strcmp(name, "io_setup") == 0) {
 		unsigned long ctx = 0;
 		r = syscall(SYS_io_setup, 8, &ctx);
-	}
-	else if (strcmp(name, "mknod") == 0)
+	} else if (strcmp(name, "mknod") == 0)
 		r = mknod("/tmp/node", S_IFCHR | 0600, makedev(1, 3));
 	else if (strcmp(name, "rawsock") == 0)
 		r = socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
