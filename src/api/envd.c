@@ -2283,8 +2283,8 @@ static void interp_request(struct http_ctx *ctx, struct session *s, const char *
 	const char *traffic = http_header(ctx, "E2B-Traffic-Access-Token");
 	bool envd = tok && session_token_check(s, SESSION_TOKEN_ENVD, tok);
 	bool contexts = !strncmp(route, "/contexts", 9) && (!route[9] || route[9] == '/');
-	if (!envd && !(contexts && traffic &&
-		       session_token_check(s, SESSION_TOKEN_E2B_TRAFFIC, traffic))) {
+	if (!envd &&
+	    !(contexts && traffic && session_token_check(s, SESSION_TOKEN_E2B_TRAFFIC, traffic))) {
 		api_e2b_error(ctx, 401,
 			      contexts ? "X-Access-Token or E2B-Traffic-Access-Token is required"
 				       : "X-Access-Token is required to run code");

@@ -70,7 +70,11 @@ void session_token(const struct session *s, enum session_token_view v,
 	HMAC(EVP_sha256(), s->secret, (int)sizeof(s->secret), (const uint8_t *)label, strlen(label),
 	     mac, &len);
 	static const char hex[] = "0123456789abcdef";
-	memcpy(out, v == SESSION_TOKEN_ENVD ? "ea_" : v == SESSION_TOKEN_E2B_TRAFFIC ? "ta_" : "pt_", 3);
+	memcpy(out,
+	       v == SESSION_TOKEN_ENVD          ? "ea_"
+	       : v == SESSION_TOKEN_E2B_TRAFFIC ? "ta_"
+						: "pt_",
+	       3);
 	for (size_t i = 0; i < 20; i++) {
 		out[3 + 2 * i] = hex[mac[i] >> 4];
 		out[4 + 2 * i] = hex[mac[i] & 15];
