@@ -23,6 +23,15 @@ def saves(state_dir):
     return sorted(glob.glob(os.path.join(state_dir, "disks", "*.saved")))
 
 
+def loops_under(state_dir):
+    """Loop devices whose backing file is (was) an image of state_dir/disks."""
+    import subprocess
+    out = subprocess.run(["losetup", "-l", "-n", "-O", "NAME,BACK-FILE"], capture_output=True,
+                         text=True, check=True).stdout
+    where = os.path.join(state_dir, "disks")
+    return [line.split()[0] for line in out.splitlines() if where in line]
+
+
 def jail_only(cls):
     return unittest.skipUnless(os.environ.get("DRIVER", "jail") == "jail",
                                "the jail driver's snapshots (qemu's: tests/e2e)")(cls)
@@ -502,3 +511,7 @@ class SnapshotsAcrossRestartsTest(unittest.TestCase):
             second.delete(f"/snapshots/{name}")
         wait_until(lambda: not saves(first.state_dir), 30, 0.1, "the saves freed")
         second.stop()
+        # A disk frozen by a save the kill interrupted is thawed by the restart: frozen, its
+        # filesystem would hold its loop device (and image) for as long as the host runs.
+        wait_until(lambda: not loops_under(first.state_dir), 30, 0.1,
+                   "the killed daemon's loop devices detached")
