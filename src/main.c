@@ -511,6 +511,13 @@ int main(int argc, char **argv)
 			D.cfg.public_domain);
 		return 2;
 	}
+	/* Before anything else touches the state directory (the crash recovery of sessions
+	 * would take another live daemon's records for a dead one's). */
+	if (store_claim_dir(D.cfg.state_dir, &e) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", e.msg);
+		config_free(&D.cfg);
+		return 1;
+	}
 	/* Before any thread: the spawner is a fork of the daemon as it is now (its children
 	 * inherit the descriptor limit raised here). Without it, children are cloned by the
 	 * daemon's threads, as they were before it. */

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,6 +44,66 @@ int store_prepare_dir(const char *dir, struct err *err)
 		if (fd < 0 || fchmod(fd, 0600) < 0)
 			return err_sys(err, errno, "cannot make `%s` private", path);
 	}
+	return 0;
+}
+
+/* The claim's descriptor: open for the life of the process, never inherited by an exec. */
+static int claim_fd = -1;
+
+/* The pid written in a claimed lock file, or 0 when it holds none (a claimant between its
+ * lock and its write, or a file of someone else's making). */
+static long claimant_pid(int fd)
+{
+	char buf[24];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	char *end;
+	errno = 0;
+	long pid = strtol(buf, &end, 10);
+	if (errno || end == buf || (*end != '\n' && *end != '\0') || pid <= 0 || pid > INT32_MAX)
+		return 0;
+	return pid;
+}
+
+int store_claim_dir(const char *dir, struct err *err)
+{
+	if (claim_fd >= 0)
+		return 0;
+	int r = store_prepare_dir(dir, err);
+	if (r < 0)
+		return r;
+	_cleanup_free_ char *path = xasprintf("%s/sandboxd.lock", dir);
+	_cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return err_sys(err, errno, "cannot open `%s`", path);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return err_sys(err, errno, "cannot stat `%s`", path);
+	if (!S_ISREG(st.st_mode))
+		return err_set(err, EINVAL, "`%s` is not a regular file", path);
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
+		if (errno != EAGAIN && errno != EACCES)
+			return err_sys(err, errno, "cannot lock `%s`", path);
+		long pid = claimant_pid(fd);
+		if (pid > 0)
+			return err_set(err, EBUSY,
+				       "another sandboxd (pid %ld) uses the state directory `%s`; "
+				       "stop it, or give this one its own SANDBOX_STATE_DIR",
+				       pid, dir);
+		return err_set(err, EBUSY,
+			       "another sandboxd uses the state directory `%s` (it holds `%s`); "
+			       "stop it, or give this one its own SANDBOX_STATE_DIR",
+			       dir, path);
+	}
+	char pid[24];
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		return err_sys(err, errno, "cannot write `%s`", path);
+	claim_fd = fd;
+	fd = -1;
 	return 0;
 }
 

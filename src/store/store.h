@@ -31,6 +31,13 @@ int store_open(const char *state_dir, struct err *err);
  * opens the key store itself. */
 int store_prepare_dir(const char *state_dir, struct err *err);
 void store_close(void);
+/* Claims the state directory for this process: an exclusive lock on its `sandboxd.lock`
+ * (an open file description lock, so no child inherits it past its descriptors being closed,
+ * and the kernel drops it when the process dies, however it dies), holding the claimant's pid.
+ * EBUSY, saying "another sandboxd (pid N) uses this state directory", while another process
+ * holds it. The lock stays for the life of the process; store_open() and the CLI's own opening
+ * of the key store neither need nor take it. */
+int store_claim_dir(const char *state_dir, struct err *err);
 /* The open database (for modules that keep their own tables). */
 sqlite3 *store_db(void);
 

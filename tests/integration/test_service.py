@@ -165,6 +165,68 @@ class InitAdminKeyTest(unittest.TestCase):
         self.assertNotIn("has keys already", p.stdout)
 
 
+class StateDirClaimTest(unittest.TestCase):
+    """One daemon to a state directory: a second is refused before it touches anything (its
+    crash recovery would take the first one's live sandboxes for a dead daemon's), while
+    --init-admin-key beside it and a restart after a SIGKILL (with sandboxes running) work."""
+
+    def start(self, **env):
+        d = harness.Daemon(env={"SANDBOX_WARM_POOL": "0", "SANDBOX_DEFAULT_TEMPLATE": "base",
+                                **env})
+        d.start()
+        self.addCleanup(d.stop, check=False)
+        return d
+
+    def run_ok(self, d, sid, command):
+        status, _, body = d.post(f"/exec/{sid}/execute", body={"command": command},
+                                 timeout=WAIT * 2)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["exitCode"], 0, body)
+        return "".join(c["data"] for c in body["output"] if c["stream"] == "stdout")
+
+    def test_second_daemon_is_refused(self):
+        first = self.start()
+        self.run_ok(first, "claimed", "echo kept > mark")
+        tmp = tempfile.mkdtemp(prefix="sandboxd-second-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        env = quiet_env(PORT="0", HOST="127.0.0.1", SANDBOX_STATE_DIR=first.state_dir,
+                        SANDBOX_RUN_DIR=os.path.join(tmp, "run"), SANDBOX_DRIVER="jail")
+        second = subprocess.Popen([harness.sandboxd_path()], env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = second.communicate(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            _, err = second.communicate()
+            self.fail("a second sandboxd on the same state directory kept running:\n"
+                      + err[-3000:])
+        self.assertNotEqual(second.returncode, 0)
+        self.assertIn(f"another sandboxd (pid {first.proc.pid}) uses the state directory "
+                      f"`{first.state_dir}`", err)
+        # It left the first one's sessions alone.
+        self.assertEqual(self.run_ok(first, "claimed", "cat mark"), "kept\n")
+        self.assertNotIn("recover", err.lower())
+
+    def test_init_admin_key_beside_a_running_daemon(self):
+        first = self.start()
+        p = subprocess.run([harness.sandboxd_path(), "--init-admin-key"],
+                           env=quiet_env(SANDBOX_STATE_DIR=first.state_dir),
+                           capture_output=True, text=True, timeout=WAIT)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("has keys already", p.stdout)
+
+    def test_restart_after_sigkill_with_sandboxes_running(self):
+        """The claim dies with the daemon: no sandbox, spawner or helper inherits it."""
+        first = self.start()
+        self.run_ok(first, "survivor", "sleep 600 >/dev/null 2>&1 & echo started")
+        first.kill()
+        second = self.start(SANDBOX_STATE_DIR=first.state_dir, SANDBOX_RUN_DIR=first.run_dir)
+        second.api_key = first.api_key
+        self.assertEqual(self.run_ok(second, "after", "echo ok"), "ok\n")
+        with open(os.path.join(first.state_dir, "sandboxd.lock")) as f:
+            self.assertEqual(f.read().strip(), str(second.proc.pid))
+
+
 class DefaultsTest(unittest.TestCase):
     def test_defaults_are_what_an_empty_environment_gives(self):
         p = subprocess.run([harness.sandboxd_path(), "--defaults"], capture_output=True,
