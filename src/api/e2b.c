@@ -540,6 +540,14 @@ void api_e2b_get(struct http_ctx *ctx)
 		http_reply_json(ctx, 200, listed_json(s, true));
 }
 
+/* Once the sandbox is gone (its volumes free for the next one). */
+static void on_killed(void *arg)
+{
+	struct http_ctx *ctx = arg;
+	http_stream_start_raw(ctx, 204, HTTP_LENGTH_NONE);
+	http_stream_end(ctx);
+}
+
 void api_e2b_kill(struct http_ctx *ctx)
 {
 	const char *id = http_param(ctx, 0);
@@ -549,15 +557,12 @@ void api_e2b_kill(struct http_ctx *ctx)
 		api_e2b_error(ctx, 404, "sandbox not found");
 		return;
 	}
-	if (ops_destroy_session(&t, "killed by an E2B client", &e) < 0) {
+	if (ops_destroy_session(&t, "killed by an E2B client", on_killed, ctx, &e) < 0) {
 		if (e.errnum == ENOENT)
 			api_e2b_error(ctx, 404, "sandbox `%s` not found", id);
 		else
 			reply_err(ctx, &e);
-		return;
 	}
-	http_stream_start_raw(ctx, 204, HTTP_LENGTH_NONE);
-	http_stream_end(ctx);
 }
 
 void api_e2b_timeout(struct http_ctx *ctx)

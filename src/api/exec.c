@@ -386,6 +386,14 @@ void api_exec_create(struct http_ctx *ctx)
 		reply_err(ctx, &e);
 }
 
+static void on_destroyed(void *arg)
+{
+	struct http_ctx *ctx = arg;
+	http_reply_json(ctx, 200,
+			json_pack("{s:b, s:s, s:b}", "success", 1, "id", http_param(ctx, 0),
+				  "destroyed", 1));
+}
+
 void api_exec_delete(struct http_ctx *ctx)
 {
 	const char *id = path_session_id(ctx);
@@ -393,7 +401,9 @@ void api_exec_delete(struct http_ctx *ctx)
 		return;
 	struct ops_target t = request_target(ctx, id, NULL);
 	struct err e;
-	if (ops_destroy_session(&t, "deleted by the client", &e) < 0) {
+	/* Answered once the session is gone: a client that deletes a session, then takes its
+	 * volumes for another, finds them free. */
+	if (ops_destroy_session(&t, "deleted by the client", on_destroyed, ctx, &e) < 0) {
 		/* No such session (for this key) is the reference's 200 {destroyed: false}: its
 		 * SDK's destroy() returns that boolean and throws on any other status. */
 		if (e.errnum == ENOENT) {
@@ -406,10 +416,7 @@ void api_exec_delete(struct http_ctx *ctx)
 		_cleanup_free_ char *msg =
 			utf8_sanitize((const uint8_t *)e.msg, strlen(e.msg), NULL);
 		http_reply_json(ctx, status, json_pack("{s:s, s:b}", "error", msg, "destroyed", 0));
-		return;
 	}
-	http_reply_json(ctx, 200,
-			json_pack("{s:b, s:s, s:b}", "success", 1, "id", id, "destroyed", 1));
 }
 
 /* --- execute ------------------------------------------------------------------------ */

@@ -1217,11 +1217,35 @@ static void t_delete_snapshot(struct mcp_call *c, json_t *args, const char *vers
 		reply_ok(c, json_pack("{s:b, s:s}", "deleted", 1, "name", name), version);
 }
 
+/* Answered once the session is gone (its volumes free for the next one). */
+struct reset_call {
+	struct pause_call pc; /* a cancelled call's state stays until then, as a pause's */
+	char session_id[129]; /* session_id_valid(): 128 at most */
+};
+
+static void reset_done(void *arg)
+{
+	struct reset_call *rc = arg;
+	if (rc->pc.c)
+		reply_ok(rc->pc.c,
+			 json_pack("{s:s, s:b}", "sessionId", rc->session_id, "destroyed", 1),
+			 rc->pc.version);
+	free(rc);
+}
+
 static void t_reset_session(struct mcp_call *c, json_t *args, const char *version)
 {
 	struct ops_target t = target(c, args);
 	struct err e;
-	if (ops_destroy_session(&t, "reset by an MCP client", &e) < 0) {
+	struct reset_call *rc = xcalloc(1, sizeof(*rc));
+	rc->pc.c = c;
+	snprintf(rc->pc.version, sizeof(rc->pc.version), "%s", version);
+	snprintf(rc->session_id, sizeof(rc->session_id), "%s", t.session_id ? t.session_id : "");
+	/* Before the destroy: its end may come at once. */
+	struct mcp_tool_run run = { .cancel = pause_call_cancel, .state = &rc->pc };
+	mcp_call_set_run(c, &run);
+	if (ops_destroy_session(&t, "reset by an MCP client", reset_done, rc, &e) < 0) {
+		free(rc);
 		/* No such session is a result, not a failure (the tool is idempotent), as the
 		 * reference's and REST's DELETE answer it: destroyed false. */
 		if (e.errnum == ENOENT && t.session_id) {
@@ -1232,9 +1256,7 @@ static void t_reset_session(struct mcp_call *c, json_t *args, const char *versio
 			return;
 		}
 		reply_err(c, &e);
-		return;
 	}
-	reply_ok(c, json_pack("{s:s, s:b}", "sessionId", t.session_id, "destroyed", 1), version);
 }
 
 static void t_cancel(struct mcp_call *c, json_t *args, const char *version)

@@ -216,7 +216,7 @@ static void hibernate_done(void *arg)
 		if (txn)
 			sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 		session_hibernated_drop(s);
-		s->state = SESSION_GONE;
+		session_set_gone(s);
 		err_set(&e, ECANCELED, "session `%s` was destroyed while it was being hibernated",
 			s->id);
 		j->cb(s, &e, j->arg);

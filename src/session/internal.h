@@ -147,6 +147,9 @@ void session_job_work(void *arg);
 
 /* Hands a sandbox to a worker for destruction; s (optional) is kept until it is done. */
 void session_sandbox_destroy(struct sandbox *sb, struct session *s);
+/* A destroyed session's end: state gone, its volumes given back, session_on_gone()'s
+ * callbacks called. Once its sandbox (if any) is destroyed. */
+void session_set_gone(struct session *s);
 
 /* A connection to a new sandbox's agent, watched for liveness. */
 struct guest_conn *session_conn_new(int fd, guest_close_fn on_close, void *arg);

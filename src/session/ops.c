@@ -1716,14 +1716,19 @@ void ops_call_detach(struct ops_call *c)
 	/* Otherwise it waits for its session: call_on_session frees it. */
 }
 
-int ops_destroy_session(const struct ops_target *t, const char *why, struct err *err)
+int ops_destroy_session(const struct ops_target *t, const char *why, void (*done)(void *arg),
+			void *arg, struct err *err)
 {
 	if (check_target(t, false, err) < 0)
 		return -EINVAL;
 	struct session *s = target_session(t, err);
 	if (!s)
 		return -err->errnum;
+	session_ref(s);
 	session_destroy(s, why);
+	if (done)
+		session_on_gone(s, done, arg);
+	session_unref(s);
 	return 0;
 }
 

@@ -319,8 +319,10 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 void ops_call_detach(struct ops_call *c);
 
 /* Destroys a session at once, whatever its state (ENOENT when the caller has none by that
- * id). */
-int ops_destroy_session(const struct ops_target *t, const char *why, struct err *err);
+ * id). On success, done(arg) (when not NULL) follows once the session is gone: its sandbox
+ * destroyed and its volumes free for another session (possibly before this returns). */
+int ops_destroy_session(const struct ops_target *t, const char *why, void (*done)(void *arg),
+			void *arg, struct err *err);
 /* Cancels running command exec_id of a session: ENOENT for no such session or command,
  * EINVAL when exec_id is NULL. */
 int ops_cancel_exec(const struct ops_target *t, const char *exec_id, struct err *err);

@@ -62,7 +62,8 @@ static void destroy_done(void *arg)
 	store_sandbox_delete(j->sandbox_id);
 	log_debug("session", "sandbox %s destroyed", j->sandbox_id);
 	if (j->s) {
-		j->s->state = j->s->state == SESSION_DESTROYING ? SESSION_GONE : j->s->state;
+		if (j->s->state == SESSION_DESTROYING)
+			session_set_gone(j->s);
 		session_unref(j->s);
 	}
 	free(j->sandbox_id);

@@ -198,10 +198,57 @@ void session_ref(struct session *s)
 	s->refs++;
 }
 
+struct session_gone_waiter {
+	void (*fn)(void *arg);
+	void *arg;
+	struct session_gone_waiter *next;
+};
+
+static void fire_gone(struct session *s)
+{
+	struct session_gone_waiter *w = s->gone_waiters;
+	s->gone_waiters = NULL;
+	while (w) {
+		struct session_gone_waiter *next = w->next;
+		w->fn(w->arg);
+		free(w);
+		w = next;
+	}
+}
+
+void session_set_gone(struct session *s)
+{
+	s->state = SESSION_GONE;
+	/* Its sandbox and their mounts are gone: its volumes are another session's to take now,
+	 * not when the last reference to it goes (a reply still draining may hold one). */
+	volume_release(s->volumes);
+	s->volumes = NULL;
+	session_ref(s);
+	fire_gone(s);
+	session_unref(s);
+}
+
+void session_on_gone(struct session *s, void (*fn)(void *arg), void *arg)
+{
+	if (s->state == SESSION_GONE) {
+		fn(arg);
+		return;
+	}
+	struct session_gone_waiter *w = xcalloc(1, sizeof(*w));
+	w->fn = fn;
+	w->arg = arg;
+	struct session_gone_waiter **pp = &s->gone_waiters;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = w;
+}
+
 void session_unref(struct session *s)
 {
 	if (--s->refs > 0)
 		return;
+	/* Nothing of it is left to wait for (a path that ends a session without saying so). */
+	fire_gone(s);
 	explicit_bzero(s->secret, sizeof(s->secret));
 	free(s->id);
 	free(s->owner);
@@ -863,12 +910,12 @@ void session_destroy(struct session *s, const char *why)
 		s->destroy_pending = true;
 	} else if (s->hibernated && !s->resuming) {
 		session_hibernated_drop(s);
-		s->state = SESSION_GONE;
+		session_set_gone(s);
 	} else if (s->sb) {
 		session_sandbox_destroy(s->sb, s);
 		s->sb = NULL;
 	} else {
-		s->state = SESSION_GONE;
+		session_set_gone(s);
 	}
 	session_unref(s);
 }

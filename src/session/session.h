@@ -76,6 +76,7 @@ struct session {
 	unsigned running; /* operations in flight: they count as activity */
 	uint64_t execs_total;
 	struct session_waiter *waiters;
+	struct session_gone_waiter *gone_waiters; /* session_on_gone() */
 	struct session_exec *execs;
 	/* preview.h: its host-name label, its secret and the ports open to anyone */
 	char preview_name[SESSION_PREVIEW_NAME_MAX + 1];
@@ -273,6 +274,10 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 
 /* Starts destroying the session; it disappears from the table at once. */
 void session_destroy(struct session *s, const char *why);
+/* Calls fn(arg) once the session is gone (state gone: its sandbox destroyed, its disk
+ * unmounted, its volumes given back), at once when it is. A session that is not being
+ * destroyed keeps fn until it is. */
+void session_on_gone(struct session *s, void (*fn)(void *arg), void *arg);
 
 /* Keeps a session alive while an operation runs. */
 void session_ref(struct session *s);

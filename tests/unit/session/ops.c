@@ -288,7 +288,8 @@ static void exec_act(struct exec_rec *rec, struct ops_exec *x, enum action a)
 		ops_exec_detach(x);
 		break;
 	case ACT_DESTROY:
-		rec->destroy_rc = ops_destroy_session(&rec->destroy_target, "by the test", &e);
+		rec->destroy_rc =
+			ops_destroy_session(&rec->destroy_target, "by the test", NULL, NULL, &e);
 		break;
 	case ACT_OOM_KILL:
 		fake_driver_count_oom_kill();
@@ -425,7 +426,8 @@ static void on_call_done(struct ops_call *c, const struct ops_result *r, const s
 	rec->ok = r != NULL;
 	if (rec->destroy_target.session_id) {
 		struct err e;
-		rec->destroy_rc = ops_destroy_session(&rec->destroy_target, "by the test", &e);
+		rec->destroy_rc =
+			ops_destroy_session(&rec->destroy_target, "by the test", NULL, NULL, &e);
 	}
 	if (err) {
 		err_copy(&rec->err, err);
@@ -989,6 +991,40 @@ static bool destroys_held(const void *arg)
 	return counts().destroys_held == *(const unsigned *)arg;
 }
 
+static void note_gone(void *arg)
+{
+	(*(unsigned *)arg)++;
+}
+
+static bool is_one(const void *arg)
+{
+	return *(const unsigned *)arg == 1;
+}
+
+/* A destroy's done comes once the sandbox is gone (a client's next session may take its
+ * volumes then), not when the destroy starts; an unknown session has none. */
+static void test_destroy_done_after_the_sandbox(void **state)
+{
+	struct fake_plan plan = { .hold_destroy = true };
+	fake_driver_plan(&plan);
+	struct ops_target t = target("", "gone-later");
+	struct call_rec *c = call_rec_new();
+	create_run(c, &t, NULL);
+	assert_true(c->ok);
+	unsigned gone = 0, one = 1;
+	struct err e;
+	assert_int_equal(ops_destroy_session(&t, "by the test", note_gone, &gone, &e), 0);
+	loop_until(destroys_held, &one, "the teardown held");
+	assert_int_equal(gone, 0);
+	assert_null(session_find("", "gone-later"));
+	fake_driver_release();
+	loop_until(is_one, &gone, "the destroy's done");
+	wait_settled();
+	assert_int_equal(gone, 1);
+	assert_int_equal(ops_destroy_session(&t, "again", note_gone, &gone, &e), -ENOENT);
+	assert_int_equal(gone, 1);
+}
+
 /* Sandboxes still being torn down count against the server's cap (beyond one per worker):
  * creating and destroying in a loop cannot keep any number of them alive while their
  * teardown runs behind the creations. */
@@ -1006,7 +1042,7 @@ static void test_teardowns_count_against_the_cap(void **state)
 		create_run(c, &t, NULL);
 		assert_true(c->ok);
 		struct err e;
-		assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+		assert_int_equal(ops_destroy_session(&t, "by the test", NULL, NULL, &e), 0);
 	}
 	/* The first teardown is held in the driver, the others wait behind it (teardown takes
 	 * at most all workers but one, here one). */
@@ -1284,7 +1320,7 @@ static void test_owners_do_not_see_each_other(void **state)
 	list_run(l, &b, NULL);
 	expect_call_error(l, ENOENT);
 	struct err e;
-	assert_int_equal(ops_destroy_session(&b, "by b", &e), -ENOENT);
+	assert_int_equal(ops_destroy_session(&b, "by b", NULL, NULL, &e), -ENOENT);
 	assert_int_equal(ops_cancel_exec(&b, "exec_000000000000", &e), -ENOENT);
 	assert_null(ops_find_session(&b, &e));
 	assert_int_equal(e.errnum, ENOENT);
@@ -1343,9 +1379,9 @@ static void test_an_admin_reaches_the_one_other_owners_session(void **state)
 	expect_call_error(r2, ENOENT);
 
 	struct err e;
-	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), 0);
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", NULL, NULL, &e), 0);
 	assert_null(session_find("key-a", "only-a"));
-	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), -ENOENT);
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", NULL, NULL, &e), -ENOENT);
 }
 
 static void test_an_admin_means_its_own_session_first(void **state)
@@ -1370,7 +1406,7 @@ static void test_an_admin_means_its_own_session_first(void **state)
 	assert_string_equal(r->data, "admin's");
 	/* Its own goes first; then the one other owner's is what the id means. */
 	struct err e;
-	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), 0);
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", NULL, NULL, &e), 0);
 	assert_null(session_find("admin", "both"));
 	assert_non_null(session_find("key-a", "both"));
 	struct call_rec *r2 = call_rec_new();
@@ -1405,7 +1441,7 @@ static void test_an_admin_id_of_several_owners_is_ambiguous(void **state)
 	assert_false(x->ok);
 	assert_int_equal(x->err.errnum, EEXIST);
 	struct err e;
-	assert_int_equal(ops_destroy_session(&adm, "by the admin", &e), -EEXIST);
+	assert_int_equal(ops_destroy_session(&adm, "by the admin", NULL, NULL, &e), -EEXIST);
 	assert_int_equal(ops_cancel_exec(&adm, "exec_000000000000", &e), -EEXIST);
 	assert_int_equal(session_count(), 2);
 	assert_null(session_find("admin", "dup"));
@@ -1466,7 +1502,7 @@ static void test_creation_beyond_max_sessions_fails(void **state)
 
 	/* Room again once one is gone. */
 	struct err e;
-	assert_int_equal(ops_destroy_session(&t2, "room", &e), 0);
+	assert_int_equal(ops_destroy_session(&t2, "room", NULL, NULL, &e), 0);
 	struct call_rec *c4 = call_rec_new();
 	create_run(c4, &t3, NULL);
 	assert_true(c4->ok);
@@ -1542,7 +1578,7 @@ static void test_destroy_while_the_session_is_created(void **state)
 	exec_begin_cmd(x, &t, "true");
 	wait_held(calls + 1);
 	struct err e;
-	assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+	assert_int_equal(ops_destroy_session(&t, "by the test", NULL, NULL, &e), 0);
 	/* Gone at once; its waiter hears why. */
 	assert_null(session_find("", "short-lived"));
 	wait_count(&x->dones, 1, "the command's failure");
@@ -1619,7 +1655,7 @@ static void test_destroy_while_a_command_runs(void **state)
 	wait_count(&x->starts, 1, "the command's start");
 	unsigned destroyed = counts().destroyed;
 	struct err e;
-	assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+	assert_int_equal(ops_destroy_session(&t, "by the test", NULL, NULL, &e), 0);
 	assert_null(session_find("", "doomed-exec"));
 	wait_count(&x->dones, 1, "the command's failure");
 	assert_false(x->ok);
@@ -1665,7 +1701,7 @@ static void test_destroy_while_a_file_operation_waits(void **state)
 	read_begin(r, &t, "file", 0);
 	wait_running("", "doomed-read");
 	struct err e;
-	assert_int_equal(ops_destroy_session(&t, "by the test", &e), 0);
+	assert_int_equal(ops_destroy_session(&t, "by the test", NULL, NULL, &e), 0);
 	wait_count(&r->dones, 1, "the read's failure");
 	expect_call_error(r, ECONNRESET);
 	wait_settled();
@@ -1775,7 +1811,7 @@ static void test_an_agents_bad_answer_fails_only_the_operation(void **state)
 		expect_errnum(&fine, run_op(&fine, &t));
 		assert_int_equal(session_find("", "bad-answer")->running, 0);
 		struct err e;
-		assert_int_equal(ops_destroy_session(&t, "next case", &e), 0);
+		assert_int_equal(ops_destroy_session(&t, "next case", NULL, NULL, &e), 0);
 		wait_settled();
 	}
 }
@@ -1909,7 +1945,7 @@ static void test_invalid_session_ids(void **state)
 		e.errnum = 0;
 		assert_null(ops_list_files(&t, NULL, false, on_call_done, stray, &e));
 		assert_int_equal(e.errnum, EINVAL);
-		assert_int_equal(ops_destroy_session(&t, "x", &e), -EINVAL);
+		assert_int_equal(ops_destroy_session(&t, "x", NULL, NULL, &e), -EINVAL);
 		assert_int_equal(ops_cancel_exec(&t, "exec_000000000000", &e), -EINVAL);
 		if (bad[i]) {
 			e.errnum = 0;
@@ -2092,6 +2128,7 @@ int main(int argc, char **argv)
 		T_(test_detach_before_the_start_does_nothing),
 		T_(test_detach_while_the_session_is_created),
 		T_(test_teardowns_count_against_the_cap),
+		T_(test_destroy_done_after_the_sandbox),
 		T_(test_detach_from_the_output_callback),
 		T_(test_a_command_times_out),
 		T_(test_a_running_command_keeps_its_session_alive),
