@@ -1,5 +1,6 @@
 /* init: PID 1 duties in a VM (see init.h). */
 #include "init.h"
+#include "wspath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -191,6 +192,18 @@ static void read_cmdline(struct init_config *cfg)
 	init_parse_cmdline(buf, cfg);
 }
 
+void init_home_mount(void)
+{
+	struct stat st;
+	/* Templates built before it have no mount point, and their commands live in /workspace
+	 * alone; a link there is not followed. */
+	if (lstat("/home", &st) < 0 || !S_ISDIR(st.st_mode) || lstat(WS_HOME, &st) < 0 ||
+	    !S_ISDIR(st.st_mode))
+		return;
+	if (mount("/workspace", WS_HOME, NULL, MS_BIND | MS_REC, NULL) < 0)
+		agent_log("mount the workspace on %s: %s", WS_HOME, strerror(errno));
+}
+
 void init_setup(struct init_config *cfg)
 {
 	umask(022);
@@ -207,6 +220,7 @@ void init_setup(struct init_config *cfg)
 	snprintf(opts, sizeof(opts), "mode=0755,size=%llum",
 		 (unsigned long long)cfg->workspace_mib);
 	do_mount("tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV, opts, 0755);
+	init_home_mount();
 
 	/* devtmpfs does not provide these; shells and many tools expect them. */
 	static const char *const links[][2] = {

@@ -28,6 +28,9 @@ void init_parse_cmdline(const char *cmdline, struct init_config *cfg);
  * the command line into *cfg, brings up lo and sets the hostname. Failures of single steps
  * are logged, not fatal: a half-working guest still answers the host. */
 void init_setup(struct init_config *cfg);
+/* Mounts the workspace on WS_HOME too (the command user's home), when the template has that
+ * directory: at start, and again in the root a disk makes (storage.c). */
+void init_home_mount(void);
 
 /* Configures the VM's network from a `resume`: brings INIT_NET_IFACE up with addr/prefix, a
  * default route via gateway, and `nameserver dns` in INIT_RESOLV_CONF, bind-mounted on

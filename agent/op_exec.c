@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -309,12 +310,11 @@ static ssize_t find_key(const char *const *keys, size_t n, const char *key)
 /* The command's environment: the agent's defaults, under the image's ENV, under the
  * request's env (which the host already merged over the session's). */
 static char **build_env(const struct req_exec *r, const struct image_env *img, const char *home,
-			const char **ret_path)
+			const char *user, const char **ret_path)
 {
 	const char *defaults[][2] = {
-		{ "HOME", home },
-		{ "PATH", DEFAULT_PATH },
-		{ "LANG", "C.UTF-8" },
+		{ "HOME", home }, { "PATH", DEFAULT_PATH }, { "LANG", "C.UTF-8" },
+		{ "USER", user }, { "LOGNAME", user },
 	};
 	size_t nd = ARRAY_SIZE(defaults);
 	char **envp = xcalloc(nd + img->n + r->env_n + 1, sizeof(*envp));
@@ -331,7 +331,8 @@ static char **build_env(const struct req_exec *r, const struct image_env *img, c
 			v = r->env_vals[k];
 		if (strcmp(key, "PATH") == 0)
 			*ret_path = v;
-		envp[n++] = xasprintf("%s=%s", key, v);
+		if (v) /* a user without a name has no USER */
+			envp[n++] = xasprintf("%s=%s", key, v);
 	}
 	for (size_t i = 0; i < img->n; i++) {
 		const char *key = img->keys[i];
@@ -583,7 +584,14 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 	wspath_fini(&wp);
 
 	const char *path;
-	char **envp = build_env(rx, &a->image_env, a->ws.path, &path);
+	/* The name the image's /etc/passwd gives the user it runs as, if any. */
+	struct passwd pw, *found = NULL;
+	char pwbuf[1024];
+	uid_t uid = rx->as_root || !a->as_user ? getuid() : a->uid;
+	if (getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &found) != 0)
+		found = NULL;
+	char **envp = build_env(rx, &a->image_env, a->ws.alias ? a->ws.alias : a->ws.path,
+				found ? found->pw_name : NULL, &path);
 	char **cand = build_candidates(rx->argv[0], path);
 	int st[2] = { -1, -1 };
 	pid_t pid = -1;

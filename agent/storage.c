@@ -109,7 +109,14 @@ static int setup_disk(struct agent *a, const char *serial, struct err *err)
 		return err_sys(err, errno, "detaching the old root");
 	if (chdir("/") < 0)
 		return err_sys(err, errno, "chdir /");
-	/* The workspace descriptor was the old root's /workspace. */
+	return 0;
+}
+
+/* The new root's home mount (after the volumes, which it takes along) and the workspace's
+ * descriptor, which was the old root's /workspace. */
+static int reopen_workspace(struct agent *a, struct err *err)
+{
+	init_home_mount();
 	_cleanup_free_ char *ws = xstrdup(a->ws.path ? a->ws.path : "/workspace");
 	ws_fini(&a->ws);
 	return ws_init(&a->ws, ws, err);
@@ -185,6 +192,8 @@ int init_storage(struct agent *a, const struct req_resume *x, struct err *err)
 		r = setup_disk(a, x->disk_serial, err);
 	for (unsigned i = 0; r == 0 && i < x->nvolumes; i++)
 		r = mount_volume(&x->volumes[i], err);
+	if (r == 0 && x->disk_serial)
+		r = reopen_workspace(a, err);
 	setfsgid((gid_t)fsgid);
 	setfsuid((uid_t)fsuid);
 	return r;

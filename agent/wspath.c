@@ -34,6 +34,7 @@ static bool no_openat2;
 int ws_init(struct workspace *ws, const char *path, struct err *err)
 {
 	ws->path = NULL;
+	ws->alias = NULL;
 	ws->fd = -1;
 	_cleanup_free_ char *abs = realpath(path, NULL);
 	if (!abs)
@@ -41,6 +42,18 @@ int ws_init(struct workspace *ws, const char *path, struct err *err)
 	int fd = open(abs, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return err_sys(err, errno, "open workspace `%s`", abs);
+	struct stat st, home;
+	int hfd = strcmp(abs, WS_HOME) == 0
+			  ? -1
+			  : open(WS_HOME, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (hfd >= 0 && fstat(fd, &st) == 0 && fstat(hfd, &home) == 0 && st.st_dev == home.st_dev &&
+	    st.st_ino == home.st_ino) {
+		close(fd);
+		fd = hfd;
+		ws->alias = xstrdup(WS_HOME);
+	} else if (hfd >= 0) {
+		close(hfd);
+	}
 	ws->path = TAKE_PTR(abs);
 	ws->fd = fd;
 	return 0;
@@ -50,6 +63,8 @@ void ws_fini(struct workspace *ws)
 {
 	free(ws->path);
 	ws->path = NULL;
+	free(ws->alias);
+	ws->alias = NULL;
 	if (ws->fd >= 0)
 		close(ws->fd);
 	ws->fd = -1;
@@ -75,9 +90,13 @@ int wspath_init(const struct workspace *ws, const char *in, struct wspath *ret, 
 		size_t wl = strlen(ws->path);
 		if (strcmp(ws->path, "/") == 0)
 			wl = 0;
-		if (strncmp(s, ws->path, wl) != 0 || (s[wl] != '/' && s[wl] != '\0'))
+		size_t al = ws->alias ? strlen(ws->alias) : 0;
+		if (strncmp(s, ws->path, wl) == 0 && (s[wl] == '/' || s[wl] == '\0'))
+			s += wl;
+		else if (al && strncmp(s, ws->alias, al) == 0 && (s[al] == '/' || s[al] == '\0'))
+			s += al;
+		else
 			return escape(in, err);
-		s += wl;
 	}
 
 	/* Components are copied into out; `starts` remembers where each began so that ".."

@@ -16,9 +16,15 @@
 /* errnum for "the path leads outside the workspace"; reported with the code "ESCAPE". */
 #define WS_ESCAPE 10001
 
+/* The command user's home: where the sandbox mounts its workspace a second time (templates
+ * built with that mount point have it), and the workspace's other name. */
+#define WS_HOME "/home/user"
+
 struct workspace {
-	char *path; /* absolute, no trailing slash ("/" stays "/") */
-	int fd;     /* O_PATH | O_DIRECTORY */
+	char *path;  /* absolute, no trailing slash ("/" stays "/") */
+	char *alias; /* WS_HOME when it is the workspace's directory too, else NULL */
+	int fd;      /* O_PATH | O_DIRECTORY, opened through the alias when there is one, so that
+		      * a command started there sees its working directory by that name */
 };
 
 struct wspath {
@@ -26,11 +32,13 @@ struct wspath {
 	const char *orig; /* as the request gave it, for messages (borrowed) */
 };
 
-/* Opens the workspace directory `path` (made absolute). */
+/* Opens the workspace directory `path` (made absolute), and finds whether WS_HOME is the same
+ * directory. */
 int ws_init(struct workspace *ws, const char *path, struct err *err);
 void ws_fini(struct workspace *ws);
 
-/* Normalizes `in` into *ret (free with wspath_fini). Errors: EINVAL (empty), ENAMETOOLONG,
+/* Normalizes `in` into *ret (free with wspath_fini); an absolute path is under the workspace
+ * by its path or by its alias. Errors: EINVAL (empty), ENAMETOOLONG,
  * WS_ESCAPE. */
 int wspath_init(const struct workspace *ws, const char *in, struct wspath *ret, struct err *err);
 void wspath_fini(struct wspath *p);

@@ -79,12 +79,26 @@ build_with_engine() {
 
 	labels_json=$(engine_inspect "$tag" Labels)
 	env_json=$(engine_inspect "$tag" Env)
+	workdir_warn "$(engine_inspect "$tag" WorkingDir | jq -r 'strings')"
 	manifest_check_labels "$labels_json" "$name"
 	base_image=$df_final_image
 
 	log "exporting the image's filesystem"
 	engine_export "$tag" "$work/rootfs"
 	engine_remove_image "$tag"
+}
+
+# workdir_warn DIR: a Dockerfile's WORKDIR is not where sessions start (the
+# workspace, /home/user, is): say so, rather than let it be ignored in silence.
+workdir_warn() {
+	case ${1%/} in
+	'' | /workspace | /home/user) ;;
+	*)
+		log "warning: the Dockerfile's WORKDIR $1 is not where commands start: sessions" \
+			"start in /home/user, the workspace (its files are there too: docs/templates.md);" \
+			"$1 stays in the image, reached by its path"
+		;;
+	esac
 }
 
 # build_with_recipe SRC WORK: runs SRC/build-rootfs.sh WORK/rootfs.

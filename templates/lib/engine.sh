@@ -106,11 +106,12 @@ engine_build() {
 	return "$status"
 }
 
-# engine_inspect TAG FIELD: the image config's Labels (object) or Env (array)
-# as JSON.
+# engine_inspect TAG FIELD: the image config's Labels (object), Env (array) or
+# WorkingDir (string) as JSON.
 engine_inspect() {
 	local tag=$1 field=$2 empty='{}'
 	[[ $field == Env ]] && empty='[]'
+	[[ $field == WorkingDir ]] && empty='""'
 	case $ENGINE in
 	buildah) bah inspect --type image "$tag" | jq -c ".OCIv1.config.$field // $empty" ;;
 	*) "$ENGINE" image inspect "$tag" | jq -c ".[0].Config.$field // $empty" ;;

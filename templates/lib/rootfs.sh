@@ -62,6 +62,8 @@ rootfs_finalize() {
 		mkdir -m 0755 "$root/workspace"
 	}
 
+	rootfs_sandbox_user "$root"
+
 	mkdir -p "$(in_rootfs "$root" /etc)/sandbox"
 	jq -r '.[]' <<<"$env_json" >"$(in_rootfs "$root" /etc)/sandbox/env"
 
@@ -73,6 +75,56 @@ rootfs_finalize() {
 		rm -f "$resolv"
 		: >"$resolv"
 	fi
+}
+
+# rootfs_sandbox_user ROOT: the user commands run as (uid and gid 1000) gets a
+# name and a home in /etc/passwd and /etc/group: `user`, home /home/user, the
+# login shell bash when the image has it. An image that has a uid 1000 already
+# (the node images' `node`) keeps its name, with its home made /home/user; a gid
+# 1000 keeps its name too. When the name `user` is another id's, ours is
+# `sandbox`. /home/user is where the sandbox mounts its workspace again: what
+# the image put there moves into /workspace (the same directory inside).
+rootfs_sandbox_user() {
+	local root=$1 etc passwd group shell=/bin/sh name=user home
+	etc=$(in_rootfs "$root" /etc)
+	passwd=$etc/passwd
+	group=$etc/group
+	[[ -L $passwd || -L $group ]] && die "the image's /etc/passwd or /etc/group is a symlink"
+	touch "$passwd" "$group"
+	[[ -x $(in_rootfs "$root" /bin/bash) ]] && shell=/bin/bash
+	if awk -F: '$3 == "1000" { found = 1 } END { exit !found }' "$passwd"; then
+		awk -F: -v OFS=: '$3 == "1000" && !done { $6 = "/home/user"; done = 1 } { print }' \
+			"$passwd" >"$passwd.new"
+		cat "$passwd.new" >"$passwd"
+		rm -f "$passwd.new"
+	else
+		awk -F: '$1 == "user" { found = 1 } END { exit !found }' "$passwd" && name=sandbox
+		printf '%s:x:1000:1000:sandbox user:/home/user:%s\n' "$name" "$shell" >>"$passwd"
+	fi
+	if ! awk -F: '$3 == "1000" { found = 1 } END { exit !found }' "$group"; then
+		name=user
+		awk -F: '$1 == "user" { found = 1 } END { exit !found }' "$group" && name=sandbox
+		printf '%s:x:1000:\n' "$name" >>"$group"
+	fi
+
+	# The mount point is a plain directory of the root: a link in the way goes.
+	home=$root/home
+	if [[ -L $home || ( -e $home && ! -d $home ) ]]; then
+		rm -f "$home"
+	fi
+	mkdir -p "$home"
+	if [[ -L $home/user || ( -e $home/user && ! -d $home/user ) ]]; then
+		rm -f "$home/user"
+	fi
+	mkdir -p "$home/user"
+	# The image's files there are the workspace's: one directory inside the sandbox.
+	if [[ -n $(ls -A "$home/user") ]]; then
+		log "moving the image's /home/user into /workspace (the same directory in a sandbox)"
+		cp -a --no-clobber "$home/user/." "$root/workspace/"
+		find "$home/user" -mindepth 1 -delete
+	fi
+	chown 1000:1000 "$home/user" "$root/workspace"
+	chmod 0755 "$home/user"
 }
 
 # rootfs_make_ext4 ROOT IMAGE HEADROOM_MIB: an ext4 image of ROOT's content

@@ -114,6 +114,15 @@ class DiskTest(StorageCase):
         self.assertEqual(self.out(d, other, "ls /usr/local/lib/probe 2>&1 | grep -c "
                                   "'No such'; ls /bin/true"), "1\n/bin/true\n")
 
+    def test_the_sandbox_user_and_its_home_with_either_storage(self):
+        """In a VM as in the jail: a named user 1000 whose home is the workspace."""
+        d = self.daemon(ENV)
+        for storage in ("disk", "tmpfs"):
+            sid, _ = self.create(d, storage=storage)
+            self.assertEqual(self.out(d, sid, 'id -un; echo "$HOME $USER $LOGNAME"; pwd; '
+                                      "echo x > /home/user/f; cat /workspace/f"),
+                             "user\n/home/user user user\n/home/user\nx\n", storage)
+
     def test_tmpfs_on_request_keeps_the_read_only_root(self):
         d = self.daemon(ENV)
         sid, body = self.create(d, storage="tmpfs")

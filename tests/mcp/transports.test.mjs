@@ -203,7 +203,7 @@ for (const kind of TRANSPORTS) {
           arguments: { sessionId: id, command: "pwd; cat", cwd: "sub/dir", stdin: "typed\n" },
         }),
       );
-      assert.equal(cwd.stdout, "/workspace/sub/dir\ntyped\n");
+      assert.equal(cwd.stdout, "/home/user/sub/dir\ntyped\n");
       structured(await client.callTool({ name: "reset_session", arguments: { sessionId: id } }));
     });
 

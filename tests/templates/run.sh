@@ -328,6 +328,79 @@ test_build_python() {
 	fi
 }
 
+# sandbox_user ROOT: rootfs_sandbox_user (templates/lib/rootfs.sh) run on ROOT, output in $out.
+sandbox_user() {
+	try bash -c 'set -euo pipefail; log_prefix=test
+		source "$1/templates/lib/common.sh"; source "$1/templates/lib/rootfs.sh"
+		rootfs_sandbox_user "$2"' _ "$repo" "$1"
+}
+
+# new_root: an empty rootfs in $tmp/root with the given /etc/passwd and /etc/group.
+new_root() {
+	rm -rf "$tmp/root"
+	mkdir -p "$tmp/root/etc" "$tmp/root/workspace" "$tmp/root/bin"
+	printf '%s' "$1" >"$tmp/root/etc/passwd"
+	printf '%s' "$2" >"$tmp/root/etc/group"
+}
+
+test_sandbox_user_named() {
+	new_root $'root:x:0:0:root:/root:/bin/sh\n' $'root:x:0:\n'
+	sandbox_user "$tmp/root" || fail "rootfs_sandbox_user failed"
+	grep -qx 'user:x:1000:1000:sandbox user:/home/user:/bin/sh' "$tmp/root/etc/passwd" ||
+		fail "no user 1000 in /etc/passwd: $(cat "$tmp/root/etc/passwd")"
+	grep -qx 'user:x:1000:' "$tmp/root/etc/group" || fail "no group 1000 in /etc/group"
+	[[ -d $tmp/root/home/user && ! -L $tmp/root/home/user ]] || fail "no /home/user directory"
+	[[ $(stat -c %u:%g "$tmp/root/home/user") == 1000:1000 ]] || fail "/home/user is not 1000's"
+	# Again: nothing added twice.
+	sandbox_user "$tmp/root" || fail "a second run failed"
+	[[ $(grep -c ':1000:' "$tmp/root/etc/passwd") == 1 ]] || fail "user 1000 added twice"
+	[[ $(grep -c ':1000:' "$tmp/root/etc/group") == 1 ]] || fail "group 1000 added twice"
+}
+
+test_sandbox_user_keeps_the_images_uid_1000() {
+	new_root $'root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/bash\n' \
+		$'root:x:0:\nnode:x:1000:\n'
+	: >"$tmp/root/bin/bash"
+	chmod +x "$tmp/root/bin/bash"
+	sandbox_user "$tmp/root" || fail "rootfs_sandbox_user failed"
+	grep -qx 'node:x:1000:1000::/home/user:/bin/bash' "$tmp/root/etc/passwd" ||
+		fail "uid 1000 is not node with home /home/user: $(cat "$tmp/root/etc/passwd")"
+	! grep -q '^user:' "$tmp/root/etc/passwd" "$tmp/root/etc/group" || fail "a user was added"
+	grep -qx 'node:x:1000:' "$tmp/root/etc/group" || fail "group node changed"
+}
+
+test_sandbox_user_when_user_is_taken() {
+	new_root $'user:x:1001:1001::/home/other:/bin/sh\n' $'user:x:1001:\n'
+	: >"$tmp/root/bin/bash"
+	chmod +x "$tmp/root/bin/bash"
+	sandbox_user "$tmp/root" || fail "rootfs_sandbox_user failed"
+	grep -qx 'sandbox:x:1000:1000:sandbox user:/home/user:/bin/bash' "$tmp/root/etc/passwd" ||
+		fail "uid 1000 is not sandbox: $(cat "$tmp/root/etc/passwd")"
+	grep -qx 'sandbox:x:1000:' "$tmp/root/etc/group" || fail "gid 1000 is not sandbox"
+}
+
+test_sandbox_user_home_content_moves_to_the_workspace() {
+	new_root $'root:x:0:0:root:/root:/bin/sh\n' $'root:x:0:\n'
+	mkdir -p "$tmp/root/home/user/app"
+	echo from-image >"$tmp/root/home/user/app/main.py"
+	echo kept >"$tmp/root/workspace/main.py"
+	echo other >"$tmp/root/home/user/main.py"
+	sandbox_user "$tmp/root" || fail "rootfs_sandbox_user failed"
+	[[ $(cat "$tmp/root/workspace/app/main.py" 2>/dev/null) == from-image ]] ||
+		fail "the image's /home/user/app is not in /workspace"
+	[[ $(cat "$tmp/root/workspace/main.py") == kept ]] || fail "a workspace file was replaced"
+	[[ -z $(ls -A "$tmp/root/home/user") ]] || fail "/home/user is not empty: a mount point"
+	grep -q "moving the image's /home/user" "$out" || fail "the move is not said"
+}
+
+test_sandbox_user_symlinked_home() {
+	new_root $'root:x:0:0:root:/root:/bin/sh\n' $'root:x:0:\n'
+	ln -s /etc "$tmp/root/home"
+	sandbox_user "$tmp/root" || fail "rootfs_sandbox_user failed"
+	[[ -d $tmp/root/home/user && ! -L $tmp/root/home ]] || fail "/home is still a link"
+	[[ ! -e $tmp/root/etc/user ]] || fail "the link was followed"
+}
+
 for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces \
 	test_base_up_to_date_is_reused test_changed_input_rebuilds test_base_builds_offline \
 	test_unknown_template test_invalid_name test_missing_agent \
@@ -335,7 +408,10 @@ for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces \
 	test_dockerfile_missing_argument test_manifest_syntax_error test_manifest_wrong_types \
 	test_manifest_not_object test_manifest_name_mismatch test_no_sources \
 	test_failed_rebuild_keeps_old test_shellcheck \
-	test_dockerfile_step_failure test_build_python; do
+	test_dockerfile_step_failure test_build_python \
+	test_sandbox_user_named test_sandbox_user_keeps_the_images_uid_1000 \
+	test_sandbox_user_when_user_is_taken test_sandbox_user_home_content_moves_to_the_workspace \
+	test_sandbox_user_symlinked_home; do
 	run_test "$t"
 done
 

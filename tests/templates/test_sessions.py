@@ -165,7 +165,7 @@ class PythonTemplateTest(TemplateSessionCase):
 
     def test_pip_without_a_venv_installs_into_the_workspace(self):
         # The root filesystem is read-only: pip falls back to a user install, under
-        # HOME=/workspace, which the system's python3 then finds.
+        # HOME=/home/user (the workspace), which the system's python3 then finds.
         sid = self.session()
         name, data = fixtures.wheel()
         self.write(sid, name, data)
@@ -174,7 +174,15 @@ class PythonTemplateTest(TemplateSessionCase):
             "-c", f"import {fixtures.WHEEL_NAME} as m; print(m.answer()); print(m.__file__)"])
         answer, path = out.splitlines()
         self.assertEqual(answer, fixtures.ANSWER)
-        self.assertTrue(path.startswith("/workspace/"), path)
+        self.assertTrue(path.startswith("/home/user/.local/"), path)
+
+    def test_the_user_has_a_name_and_a_home(self):
+        sid = self.session()
+        out = self.run_ok(sid, "python3", args=[
+            "-c", "import getpass, os, pwd; print(getpass.getuser()); "
+                  "print(pwd.getpwuid(os.getuid()).pw_dir); print(os.path.expanduser('~')); "
+                  "print(os.getcwd())"])
+        self.assertEqual(out.splitlines(), ["user", "/home/user", "/home/user", "/home/user"])
 
 
 class PythonTemplateLimitsTest(TemplateSessionCase):
@@ -229,6 +237,13 @@ class NodeTemplateTest(TemplateSessionCase):
         sid = self.session()
         code, out, err = self.execute(sid, "node", args=["-e", "console.log(2+2)"])
         self.assertEqual((code, out), (0, "4\n"), err)
+
+    def test_the_user_has_a_name_and_a_home(self):
+        sid = self.session()
+        out = self.run_ok(sid, "node", args=[
+            "-e", "const os = require('os'); const u = os.userInfo(); "
+                  "console.log(u.username, u.homedir, os.homedir(), process.cwd())"])
+        self.assertEqual(out, "user /home/user /home/user /home/user\n")
 
     def test_npm_installs_a_tarball_offline(self):
         sid = self.session()

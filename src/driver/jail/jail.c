@@ -531,11 +531,27 @@ static bool wants_resolv_conf(const struct sandbox_spec *spec, const struct root
 	       fstatat(root->dfd, target, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Whether the template has /home/user as a plain directory (and /home too) for the
+ * workspace's second mount: templates built before it do not, and their sandboxes have the
+ * workspace at /workspace only. */
+static bool has_home(const struct root_src *root)
+{
+	static const char *const dirs[] = { "home", "home/user" };
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		_cleanup_free_ char *path =
+			*root->path ? xasprintf("%s/%s", root->path, dirs[i]) : xstrdup(dirs[i]);
+		struct stat st;
+		if (fstatat(root->dfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+			return false;
+	}
+	return true;
+}
+
 /* The plan of the sandbox's first process: its descriptors, its network, then the steps
  * that make it the sandbox and exec the agent. */
 static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 			 const struct sandbox_spec *spec, int agent, int exe, int netns,
-			 uint32_t uid_base, const char *attach, bool resolv)
+			 uint32_t uid_base, const char *attach, bool resolv, bool home)
 {
 	spawn_plan_fd(plan, agent, JAIL_FD_AGENT, true);
 	spawn_plan_fd(plan, exe, JAIL_FD_EXE, false);
@@ -564,7 +580,7 @@ static void sandbox_plan(struct spawn_plan *plan, const struct config *cfg,
 			  : cfg->nofile       ? cfg->nofile
 					      : DEFAULT_NOFILE;
 	jail_plan_sandbox(plan, attach, resolv, workspace, nofile, uid_base, spec->limits.disk,
-			  spec->volumes, spec->nvolumes);
+			  home, spec->volumes, spec->nvolumes);
 }
 
 /* Starts the plan's child in cgroup cg and waits until it has become the sandbox's agent. */
@@ -699,7 +715,8 @@ static int jail_create(const struct config *cfg, const struct sandbox_spec *spec
 	r = resolv ? jail_resolv_copy(spec->id, spec->resolv_conf, &resolv_dfd, err) : 0;
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "jail");
-	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base, root.attach, resolv);
+	sandbox_plan(&plan, cfg, spec, sv[1], exe, netns, uid_base, root.attach, resolv,
+		     has_home(&root));
 	struct spawn_child c;
 	if (r == 0)
 		r = start_child(&plan, cg, netns < 0, sv[0], uid_base, &root, resolv_dfd,

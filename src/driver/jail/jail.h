@@ -126,10 +126,12 @@ int jail_volume_mountpoint(int root, const char *path, uint32_t uid_base, struct
  * the wait for the parent's go-ahead, the cgroup namespace, capabilities, seccomp and the
  * exec of the agent. `rootfs` is the host directory the sandbox's / is attached over (the
  * parent sends the mount: jail_userns_map); with `resolv_conf`, the parent also sends a file
- * for its /etc/resolv.conf. The network step is added by the caller first. */
+ * for its /etc/resolv.conf. With `home`, the workspace (with the volumes below it) is also
+ * mounted on /home/user, the command user's home. The network step is added by the caller
+ * first. */
 void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
 		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk,
-		       const struct sandbox_volume *vols, unsigned nvol);
+		       bool home, const struct sandbox_volume *vols, unsigned nvol);
 
 /* The steps that take the child from host root into its user namespace (shared with the
  * trial run): procfs and sysfs made while it is still host root, the switch to uid_base,

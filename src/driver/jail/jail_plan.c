@@ -202,7 +202,7 @@ void jail_plan_net_sysctls(struct spawn_plan *p)
 
 void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_conf,
 		       uint64_t workspace_bytes, uint32_t nofile, uint32_t uid_base, bool disk,
-		       const struct sandbox_volume *vols, unsigned nvol)
+		       bool home, const struct sandbox_volume *vols, unsigned nvol)
 {
 	const char *root = spawn_plan_str(p, "%s", rootfs);
 	struct spawn_op *op;
@@ -303,6 +303,12 @@ void jail_plan_sandbox(struct spawn_plan *p, const char *rootfs, bool resolv_con
 		op->fd = JAIL_FD_VOLUME + (int)i;
 		op->dst = spawn_plan_str(p, "%s", vols[i].path);
 	}
+	/* The command user's home is the workspace, by a second name: E2B's code and most tools
+	 * expect /home/user. Recursive, after the volumes: one mounted in the workspace is in
+	 * the home too, read-only where it is. */
+	if (home)
+		add_mount(p, "/workspace", "/home/user", NULL, MS_BIND | MS_REC, NULL, false,
+			  "mount the workspace on /home/user");
 
 	add_masks(p);
 
