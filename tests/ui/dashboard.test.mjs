@@ -215,6 +215,19 @@ test("the session's background processes are listed", async () => {
   assert.match(row, /running/);
 });
 
+test("a terminal that the server closes says why", async () => {
+  const made = await api(KEY_ADMIN, "POST", "/exec", { id: "ui-doomed", template: "base" });
+  assert.equal(made.status, 201, made.text);
+  await page.goto(`${URL_}/ui/#/session/ui-doomed`, { waitUntil: "load" });
+  await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  // Its session goes under it: the server sends the error, then closes with 1011.
+  assert.equal((await api(KEY_ADMIN, "DELETE", "/exec/ui-doomed")).status, 200);
+  await page.waitForFunction(() => /^closed \(1011/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  const text = await page.$eval("#terminal-status", (el) => el.textContent);
+  assert.match(text, /^closed \(1011: sandbox connection closed\)/);
+  assert.ok(!text.includes("see the error message"), text);
+});
+
 test("the templates page shows the base template's manifest", async () => {
   await page.goto(`${URL_}/ui/#/templates`, { waitUntil: "load" });
   await page.waitForSelector('#templates [data-template="base"]', WAIT);
