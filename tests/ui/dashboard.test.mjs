@@ -238,15 +238,44 @@ test("the templates page shows the base template's manifest", async () => {
   await shot("templates");
 });
 
-test("the metrics page draws its four charts from /metrics", async () => {
+test("the metrics page draws the server's last hour and its own readings, with time axes and gaps", async () => {
   // Something to count: a few executes.
   for (let i = 0; i < 3; i++) assert.equal((await api(KEY_ADMIN, "POST", "/exec/ui-admin-1/execute", { command: "true" })).status, 200);
+  // A sample taken after everything the earlier tests created: whatever the page draws
+  // after it, it read itself.
+  const since = Date.now();
+  let history;
+  for (;;) {
+    history = await api(KEY_ADMIN, "GET", "/metrics/history");
+    assert.equal(history.status, 200, history.text);
+    if (history.json.samples.at(-1).t > since) break;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  const samples = history.json.samples;
+  assert.ok(samples.length > 1, `the daemon sampled since it started: ${history.text}`);
+  const created = samples.some((x, i) => i > 0 && x.creations > samples[i - 1].creations);
+  assert.ok(created, "sessions were created while the history was kept");
+  const opened = Date.now();
   await page.goto(`${URL_}/ui/#/metrics`, { waitUntil: "load" });
-  // Two readings make a rate: wait for the executes chart's line.
-  await page.waitForSelector("#chart-executes svg polyline", WAIT);
-  for (const id of ["chart-sessions", "chart-latency", "chart-executes", "chart-errors"]) assert.ok(await page.$(`#${id} svg`), id);
-  const sessions = await page.$eval("#chart-sessions .big", (el) => el.textContent);
-  assert.equal(sessions, "2");
+  // A few of the page's own readings after the history.
+  await page.waitForFunction(() => Number(document.getElementById("metrics-readings")?.textContent) >= 3, WAIT);
+  for (const id of ["chart-sessions", "chart-latency", "chart-executes", "chart-errors"]) {
+    const svg = `#${id} svg`;
+    // It starts where the server's history starts, before the page was opened.
+    assert.equal(Number(await page.$eval(svg, (el) => el.getAttribute("data-from"))), samples[0].t, id);
+    const ticks = await page.$$eval(`${svg} .x-tick`, (ts) => ts.map((t) => t.textContent));
+    assert.ok(ticks.length >= 2, `${id}: a time axis (${ticks})`);
+    for (const t of ticks) assert.match(t, /^\d\d:\d\d(:\d\d)?$/, id);
+    assert.equal((await page.$$(`${svg} .y-tick`)).length, 2, `${id}: a value axis`);
+  }
+  // Nothing was created while the page read: the latency chart has values only from the
+  // history's intervals in which something was, and nothing after.
+  const runs = await page.$$eval("#chart-latency svg [data-last]", (els) => els.map((e) => Number(e.getAttribute("data-last"))));
+  assert.ok(runs.length >= 1, "the history's creations are drawn");
+  for (const t of runs) assert.ok(t <= samples.at(-1).t, `a latency point at ${t}, after the last sample before the page opened (${samples.at(-1).t}, opened at ${opened})`);
+  assert.ok(await page.$("#chart-executes svg polyline"), "executes drawn as a line");
+  const all = (await api(KEY_ADMIN, "GET", "/exec")).json;
+  assert.equal(await page.$eval("#chart-sessions .big", (el) => el.textContent), String(all.count));
   assert.match(await page.$eval("#chart-executes .big", (el) => el.textContent), /[1-9]\d* total/);
   await shot("metrics");
 });
