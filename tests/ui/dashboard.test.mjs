@@ -146,6 +146,50 @@ test("the admin key signs in and sees a session created through the API, with it
   await shot("sessions");
 });
 
+test("the sessions list shows its driver and owners' names on its first paint", async () => {
+  const driver = (await api(KEY_ADMIN, "GET", "/health")).json.driver;
+  await page.goto(`${URL_}/ui/#/templates`, { waitUntil: "load" });
+  await page.waitForSelector('#templates [data-template="base"]', WAIT);
+  // The rows as they are first drawn, before any refresh.
+  await page.evaluate(() => {
+    window.firstRows = null;
+    const obs = new MutationObserver(() => {
+      const rows = [...document.querySelectorAll("#sessions-body tr[data-id]")];
+      if (!rows.length || window.firstRows) return;
+      window.firstRows = rows.map((r) => r.innerText);
+      obs.disconnect();
+    });
+    obs.observe(document.getElementById("main"), { childList: true, subtree: true });
+  });
+  // What the rows show beside the list (/health, /admin/keys) is answered only after the
+  // list itself, so that a page which draws before having both shows what it lacks.
+  let listed;
+  const answered = new Promise((r) => (listed = r));
+  const onResponse = (res) => {
+    if (new URL(res.url()).pathname === "/exec") listed();
+  };
+  const onRequest = async (req) => {
+    const path = new URL(req.url()).pathname;
+    if (path === "/health" || path === "/admin/keys") await answered;
+    await req.continue();
+  };
+  page.on("response", onResponse);
+  await page.setRequestInterception(true);
+  page.on("request", onRequest);
+  try {
+    await page.evaluate(() => (location.hash = "#/sessions"));
+    await page.waitForFunction(() => window.firstRows !== null, WAIT);
+  } finally {
+    page.off("request", onRequest);
+    await page.setRequestInterception(false);
+    page.off("response", onResponse);
+  }
+  const row = (await page.evaluate(() => window.firstRows)).find((t) => t.includes("ui-a-1"));
+  assert.ok(row, "the first rows hold ui-a-1");
+  assert.ok(row.includes(driver), `the driver ${driver} on the first paint: ${row}`);
+  assert.ok(row.includes("ui-tenant-a"), `the owner's name on the first paint: ${row}`);
+});
+
 test("the terminal runs a command and shows its output", async () => {
   await page.goto(`${URL_}/ui/#/session/ui-a-1`, { waitUntil: "load" });
   await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);

@@ -79,19 +79,29 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
     } catch {
       // the list stays empty: the server's default template is used
     }
-    try {
-      driver = (await api<Health>("GET", "/health")).driver ?? "–";
-    } catch {
-      // shown as –
-    }
-    if (showOwner) {
-      try {
-        const k = await api<{ keys: { id: string; name: string }[] }>("GET", "/admin/keys");
-        for (const key of k.keys) ownerNames.set(key.id, key.name);
-      } catch {
-        // owners are shown by key id only
-      }
-    }
+  })();
+  // What every row shows beside the session's own fields: asked for once, at the same time
+  // as the first list, and awaited before the list is drawn, so that its first rows are
+  // already right.
+  const context = (async () => {
+    await Promise.all([
+      (async () => {
+        try {
+          driver = (await api<Health>("GET", "/health")).driver ?? "–";
+        } catch {
+          // shown as –
+        }
+      })(),
+      (async () => {
+        if (!showOwner) return;
+        try {
+          const k = await api<{ keys: { id: string; name: string }[] }>("GET", "/admin/keys");
+          for (const key of k.keys) ownerNames.set(key.id, key.name);
+        } catch {
+          // owners are shown by key id only
+        }
+      })(),
+    ]);
   })();
 
   async function destroy(id: string): Promise<void> {
@@ -131,7 +141,7 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
 
   async function refresh(): Promise<void> {
     try {
-      const r = await api<{ sessions: Session[]; count: number }>("GET", "/exec");
+      const [r] = await Promise.all([api<{ sessions: Session[]; count: number }>("GET", "/exec"), context]);
       clear(status);
       clear(body);
       const list = [...r.sessions].sort((a, b) => a.createdAt.localeCompare(b.createdAt));
