@@ -259,6 +259,30 @@ test("the session's background processes are listed", async () => {
   assert.match(row, /running/);
 });
 
+test("a port's link opens the app in the sandbox, not a 401", async () => {
+  const marker = `app-${randomBytes(6).toString("hex")}`;
+  const w = await api(KEY_A, "POST", "/exec/ui-a-1/write", { path: "site/index.html", content: `<h1>${marker}</h1>\n` });
+  assert.equal(w.status, 200, w.text);
+  const p = await api(KEY_A, "POST", "/exec/ui-a-1/processes", { command: "cd /workspace/site && exec busybox httpd -f -p 127.0.0.1:8765", tag: "ui-web" });
+  assert.equal(p.status, 201, p.text);
+  await page.waitForSelector('#ports-body li[data-port="8765"] a', WAIT);
+  const href = await page.$eval('#ports-body li[data-port="8765"] a', (a) => a.href);
+  await page.click('#ports-body li[data-port="8765"] a');
+  const target = await browser.waitForTarget((t) => t.url().includes("/ports/8765/"), WAIT);
+  const tab = await target.page();
+  try {
+    await tab.waitForFunction((m) => document.body?.innerText.includes(m), WAIT, marker);
+    // The token went into the preview's cookie and out of the address.
+    assert.ok(!tab.url().includes("sandbox_token"), tab.url());
+  } catch (e) {
+    throw new Error(`${href} opened ${tab.url()}: ${await tab.evaluate(() => document.body?.innerText)}; ${e.message}`);
+  } finally {
+    await tab.close();
+  }
+  const k = await api(KEY_A, "DELETE", `/exec/ui-a-1/processes/${p.json.pid}`);
+  assert.equal(k.status, 200, k.text);
+});
+
 test("a terminal that the server closes says why", async () => {
   const made = await api(KEY_ADMIN, "POST", "/exec", { id: "ui-doomed", template: "base" });
   assert.equal(made.status, 201, made.text);

@@ -43,27 +43,49 @@ function safeLink(href: string, text: string): HTMLElement {
   return h("a", { href, target: "_blank", rel: "noopener noreferrer", class: "mono" }, text);
 }
 
-function portsPanel(id: string): { el: HTMLElement; refresh: () => Promise<boolean> } {
+// A preview address that opens the app: with the session's preview token as the
+// sandbox_token parameter, which the server turns into a cookie of that preview (and takes
+// out of the address) before the app sees the request.
+export function withToken(href: string, token: string | null): string {
+  if (!token) return href;
+  try {
+    const u = new URL(href, location.href);
+    u.searchParams.set("sandbox_token", token);
+    return u.origin === location.origin && !/^[a-z]+:/i.test(href) ? `${u.pathname}${u.search}${u.hash}` : u.href;
+  } catch {
+    return href;
+  }
+}
+
+function portsPanel(id: string): { el: HTMLElement; refresh: () => Promise<boolean>; paused: () => void } {
   const body = h("div", { id: "ports-body" });
   const el = h("section", { class: "card", id: "ports" }, h("h2", {}, "Ports"), body);
   // false once the server turns out not to have the route: polling stops.
   async function refresh(): Promise<boolean> {
     try {
-      const r = await api<{ ports: Port[]; truncated?: boolean }>("GET", sessionPath(id, "/ports"));
+      const [r, token] = await Promise.all([
+        api<{ ports: Port[]; truncated?: boolean }>("GET", sessionPath(id, "/ports")),
+        // The preview's token: without it a port's link opens to a 401.
+        api<{ token?: string }>("GET", sessionPath(id, "/preview")).then(
+          (p) => p.token ?? null,
+          () => null,
+        ),
+      ]);
       clear(body);
       if (!r.ports.length) append(body, h("p", { class: "muted" }, "Nothing listens in the sandbox."));
       const ul = h("ul", { class: "ports" });
       for (const p of r.ports) {
         const preview = p.previewUrl ?? p.url ?? null;
+        const tok = p.public ? null : token;
         append(
           ul,
           h(
             "li",
             { "data-port": p.port },
             h("span", { class: "mono" }, `${p.address}:${p.port} `),
-            safeLink(p.pathUrl, p.pathUrl),
+            safeLink(withToken(p.pathUrl, tok), p.pathUrl),
             preview ? " · " : null,
-            preview ? safeLink(preview, preview) : null,
+            preview ? safeLink(withToken(preview, tok), preview) : null,
             p.public ? h("span", { class: "muted" }, " (public)") : null,
           ),
         );
@@ -81,7 +103,11 @@ function portsPanel(id: string): { el: HTMLElement; refresh: () => Promise<boole
       return true;
     }
   }
-  return { el, refresh };
+  function paused(): void {
+    clear(body);
+    append(body, h("p", { class: "muted" }, "The session is paused: its ports are not reachable until it resumes."));
+  }
+  return { el, refresh, paused };
 }
 
 function processesPanel(id: string): { el: HTMLElement; refresh: () => Promise<void> } {
