@@ -283,6 +283,73 @@ test("a port's link opens the app in the sandbox, not a 401", async () => {
   assert.equal(k.status, 200, k.text);
 });
 
+async function errors() {
+  return page.$$eval("main .notice.error", (els) => els.map((e) => e.textContent));
+}
+
+async function stateText() {
+  return page.$eval("#session-state", (el) => el.textContent);
+}
+
+async function waitState(want) {
+  try {
+    await page.waitForFunction((w) => document.getElementById("session-state")?.textContent === w && !document.querySelector("#session-action-status")?.textContent, WAIT, want);
+  } catch (e) {
+    throw new Error(`the page never said ${want}: it says ${await stateText()} (${await page.$eval("main", (m) => m.innerText)})`);
+  }
+}
+
+test("a session is paused, hibernated and resumed from its page, which says so truthfully", async () => {
+  const made = await api(KEY_ADMIN, "POST", "/exec", { id: "ui-napper", template: "base", storage: "disk" });
+  assert.equal(made.status, 201, made.text);
+  await page.goto(`${URL_}/ui/#/session/ui-napper`, { waitUntil: "load" });
+  await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  await type("echo kept > /workspace/kept.txt; echo wrote-$((3 * 3))\r");
+  await waitScreen(/wrote-9/, "the write before the pause");
+  assert.equal(await page.$eval("#session-resume", (b) => b.disabled), true, "nothing to resume while it runs");
+
+  // Pause (a freeze): the page's own terminal is closed first, or the server refuses.
+  await page.click("#session-pause");
+  await waitState("paused");
+  let s = (await api(KEY_ADMIN, "GET", "/exec")).json.sessions.find((x) => x.id === "ui-napper");
+  assert.equal(s.state, "paused");
+  assert.equal(s.pauseMode, "freeze");
+  assert.equal(await page.$eval("#session-expiry", (el) => el.textContent), "not while paused");
+  assert.match(await page.$eval("#terminal-status", (el) => el.textContent), /paused/);
+  assert.deepEqual(await errors(), [], "no error after the pause");
+  assert.deepEqual(
+    await page.$$eval("#session-actions button", (bs) => bs.map((b) => [b.id, b.disabled])),
+    [["session-pause", true], ["session-hibernate", false], ["session-resume", false]],
+  );
+  await shot("session-paused");
+
+  // A frozen session may be hibernated.
+  await page.click("#session-hibernate");
+  await waitState("hibernated");
+  s = (await api(KEY_ADMIN, "GET", "/exec")).json.sessions.find((x) => x.id === "ui-napper");
+  assert.equal(s.pauseMode, "hibernate");
+  assert.equal(await page.$eval("#session-expiry", (el) => el.textContent), "not while paused");
+  assert.deepEqual(await errors(), [], "no error after the hibernation");
+
+  // The list says the same, with no idle clock running.
+  await page.goto(`${URL_}/ui/#/sessions`, { waitUntil: "load" });
+  await waitRow("ui-napper");
+  const cells = await page.$$eval('#sessions-body tr[data-id="ui-napper"] td', (tds) => tds.map((td) => td.textContent));
+  assert.equal(cells[3], "hibernated", cells.join(" | "));
+  assert.equal(cells[5], "not while paused", cells.join(" | "));
+
+  // Resume: running again, with a new terminal over the same files.
+  await page.goto(`${URL_}/ui/#/session/ui-napper`, { waitUntil: "load" });
+  await waitState("hibernated");
+  await page.click("#session-resume");
+  await waitState("ready");
+  assert.match(await page.$eval("#session-expiry", (el) => el.textContent), /^in /);
+  await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  await type("cat /workspace/kept.txt; echo after-$((4 + 4))\r");
+  await waitScreen(/kept[\s\S]*after-8/, "the files after the resume");
+  assert.deepEqual(await errors(), [], "no error after the resume");
+});
+
 test("a terminal that the server closes says why", async () => {
   const made = await api(KEY_ADMIN, "POST", "/exec", { id: "ui-doomed", template: "base" });
   assert.equal(made.status, 201, made.text);
