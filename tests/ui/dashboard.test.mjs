@@ -359,7 +359,7 @@ test("a terminal that the server closes says why", async () => {
   assert.equal((await api(KEY_ADMIN, "DELETE", "/exec/ui-doomed")).status, 200);
   await page.waitForFunction(() => /^closed \(1011/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
   const text = await page.$eval("#terminal-status", (el) => el.textContent);
-  assert.match(text, /^closed \(1011: sandbox connection closed\)/);
+  assert.match(text, /^closed \(1011: session `ui-doomed` was destroyed \(deleted by the client\)\)/);
   assert.ok(!text.includes("see the error message"), text);
 });
 
