@@ -378,6 +378,7 @@ static int serve_http(int *ret_port, struct err *err)
 	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
 	front_init(&D.cfg);
 	ui_init(&D.cfg);
+	api_metrics_history_start(D.base);
 	http_server_set_auth(D.http, front_check, NULL);
 	http_server_set_host_router(D.http, api_host_route, NULL);
 	http_server_set_done(D.http, on_http_done, NULL);
@@ -610,6 +611,7 @@ out_http:
 	front_shutdown();
 	api_envd_shutdown();
 	ui_shutdown();
+	api_metrics_history_stop();
 	quota_shutdown();
 	volume_shutdown();
 	snapshot_shutdown();

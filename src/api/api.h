@@ -182,8 +182,12 @@ void ui_shutdown(void);
 void api_ui_index(struct http_ctx *ctx);
 void api_ui_asset(struct http_ctx *ctx);
 
-/* metrics.c */
+/* metrics.c: the exposition, and the history of metrics.h with the timer that samples it
+ * (started with the HTTP server, stopped with it; a stop also empties the history). */
 void api_metrics(struct http_ctx *ctx);
+void api_metrics_history(struct http_ctx *ctx);
+void api_metrics_history_start(struct event_base *base);
+void api_metrics_history_stop(void);
 
 /* health.c */
 void api_health(struct http_ctx *ctx);

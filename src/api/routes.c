@@ -16,6 +16,7 @@ const struct http_route api_routes[] = {
 	{ GET, "/health", api_health, NULL },
 	{ GET, "/ready", api_ready, NULL },
 	{ GET, "/metrics", api_metrics, "metrics" },
+	{ GET, "/metrics/history", api_metrics_history, "metrics" },
 	{ GET, "/exec/templates", api_exec_templates, "exec" },
 	{ GET, "/exec", api_exec_list, "exec" },
 	{ POST, "/exec", api_exec_create, "exec", SESSION_BODY },

@@ -217,10 +217,39 @@ static void put_value(FILE *f, double v)
 		fprintf(f, "%.9g", v);
 }
 
-char *metrics_render(size_t *len)
+void metrics_refresh(void)
 {
 	for (size_t i = 0; i < nhooks; i++)
 		hooks[i].fn(hooks[i].arg);
+}
+
+double metrics_total(struct metric *m, const char *label, bool (*keep)(const char *value),
+		     uint64_t *ret_count)
+{
+	double sum = 0;
+	uint64_t count = 0;
+	if (m) {
+		pthread_mutex_lock(&lock);
+		size_t li = 0;
+		while (label && li < m->nlabels && strcmp(m->labels[li], label) != 0)
+			li++;
+		for (size_t i = 0; i < m->nseries; i++) {
+			/* A label the metric does not have: no series has a value for it. */
+			if (label && (li == m->nlabels || !keep(m->series[i].values[li])))
+				continue;
+			sum += m->series[i].value;
+			count += m->series[i].count;
+		}
+		pthread_mutex_unlock(&lock);
+	}
+	if (ret_count)
+		*ret_count = count;
+	return sum;
+}
+
+char *metrics_render(size_t *len)
+{
+	metrics_refresh();
 	char *buf = NULL;
 	size_t size = 0;
 	FILE *f = open_memstream(&buf, &size);

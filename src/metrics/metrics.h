@@ -7,7 +7,9 @@
  * bound. Safe from any thread. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum metric_type { METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM };
 
@@ -28,6 +30,15 @@ void metrics_observe(struct metric *m, double v, ...);
 
 /* Adds a hook called at each scrape before rendering (to refresh gauges). */
 void metrics_on_scrape(void (*fn)(void *arg), void *arg);
+
+/* Runs the scrape hooks, so that the gauges they keep are current (metrics_render does). */
+void metrics_refresh(void);
+
+/* The sum of the values of a counter's or a gauge's series (a histogram's: of its sums, and
+ * the count of its observations in *ret_count unless NULL), over the series whose label
+ * `label` has a value `keep` accepts (label NULL: every series). 0 for a NULL metric. */
+double metrics_total(struct metric *m, const char *label, bool (*keep)(const char *value),
+		     uint64_t *ret_count);
 
 /* The exposition text (caller frees). */
 char *metrics_render(size_t *len);
@@ -95,3 +106,31 @@ struct sandbox_metrics {
 extern struct sandbox_metrics metrics_daemon;
 
 void metrics_init(void);
+
+/* --- history (history.c) -----------------------------------------------------------------
+ * The daemon's main figures over the last hour, for the dashboard's charts: a ring of
+ * METRICS_HISTORY_MAX samples (fixed memory), one taken every METRICS_HISTORY_INTERVAL_MS by
+ * whoever owns the timer (api/metrics.c). Counters are kept as they are (cumulative since the
+ * daemon started), so that a reader makes rates and means between any two samples. */
+#define METRICS_HISTORY_INTERVAL_MS 10000
+#define METRICS_HISTORY_MAX         360
+
+struct metrics_sample {
+	uint64_t t_ms;      /* when, wall clock (ms since the epoch) */
+	double sessions;    /* exec_sessions_active */
+	uint64_t creations; /* vm_creation_time's count */
+	double creation_s;  /* vm_creation_time's sum, seconds */
+	double executes;    /* exec_message_total{type="execute"} */
+	double errors;      /* 5xx replies, vsock and guest protocol errors, failed creations */
+};
+
+/* Takes a sample of metrics_daemon (hooks run first: metrics_refresh) stamped t_ms into the
+ * ring, dropping the oldest past METRICS_HISTORY_MAX. From the loop thread (the hooks'). */
+void metrics_history_sample(uint64_t t_ms);
+/* Adds a sample as it is (tests). */
+void metrics_history_add(const struct metrics_sample *s);
+/* Copies into out the newest `max` (at most) of the samples taken after since_ms, oldest
+ * first; returns how many. */
+size_t metrics_history_read(uint64_t since_ms, struct metrics_sample *out, size_t max);
+/* Empties the ring (tests, shutdown). */
+void metrics_history_reset(void);

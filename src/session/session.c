@@ -896,11 +896,13 @@ void session_destroy(struct session *s, const char *why)
 		fire_waiters(s, &e);
 	}
 	if (s->conn) {
-		/* Fails the session's operations: as a server's shutdown when that is why. */
+		/* Fails the session's operations, saying why: a server's shutdown, or this. */
+		char msg[256];
+		snprintf(msg, sizeof(msg), "session `%s` was destroyed (%s)", s->id, why);
 		if (session_mod.shutting_down)
 			guest_conn_close(s->conn, ESHUTDOWN, "the server is shutting down");
 		else
-			guest_conn_free(s->conn);
+			guest_conn_close(s->conn, ECONNRESET, msg);
 		s->conn = NULL;
 	}
 	if (s->resuming && s->sb)

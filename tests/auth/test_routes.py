@@ -22,6 +22,7 @@ ROUTES = [
     ("POST", "/exec/{sid}/cancel", {"execId": "exec_0000000000000000"}, "exec", {404}),
     ("DELETE", "/exec/{sid}", None, "exec", {200}),
     ("GET", "/metrics", None, "metrics", {200}),
+    ("GET", "/metrics/history", None, "metrics", {200}),
     ("GET", "/admin/keys", None, "admin", {200}),
     ("POST", "/admin/keys", {"name": "made-by-{case}"}, "admin", {201}),
     ("POST", "/admin/keys/{kid}/rotate", None, "admin", {200}),

@@ -107,6 +107,19 @@ class TerminalTest(DaemonTestCase):
         self.assertIn(self.d.get(f"/exec/{sid}/processes/{pid}")[2]["signal"],
                       ("SIGHUP", "SIGKILL"))
 
+    def test_a_session_destroyed_under_its_terminal_is_said_to_be(self):
+        sid = self.session()
+        t = self.open(sid, "command=sh")
+        t.pump_until(lambda: t.event("started"), "started")
+        st, _, body = self.d.delete(f"/exec/{sid}")
+        self.assertEqual(st, 200, body)
+        # The reason comes as an error event before the close (whose reason only points to
+        # it): what happened to the session, not only that its connection went.
+        self.assertEqual(t.until_closed(), 1011)
+        err = t.event("error")
+        self.assertIsNotNone(err, t.events)
+        self.assertEqual(err["error"], f"session `{sid}` was destroyed (deleted by the client)")
+
     def test_attach_to_a_background_process_over_websocket(self):
         sid = self.session()
         status, _, p = self.d.post(f"/exec/{sid}/processes",

@@ -1,5 +1,7 @@
 """/metrics and /ready against a real daemon: every metric is there and moves with its event,
-promtool accepts the exposition, unknown paths add no series, readiness tells why."""
+promtool accepts the exposition, unknown paths add no series, readiness tells why;
+/metrics/history keeps the daemon's own samples, moves with what happens, takes only
+bounded query parameters and only keys with the metrics scope."""
 
 import os
 import re
@@ -7,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -146,6 +149,92 @@ class MetricsTest(unittest.TestCase):
     def test_metrics_need_the_metrics_scope(self):
         st, _, _ = self.daemon.get("/metrics", api_key="")
         self.assertEqual(st, 401)
+
+
+class HistoryTest(unittest.TestCase):
+    FIELDS = {"t", "sessions", "creations", "creationSeconds", "executes", "errors"}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.started = time.time() * 1000
+        cls.daemon = harness.Daemon(env={"SANDBOX_DEFAULT_TEMPLATE": "base",
+                                         "SANDBOX_WARM_POOL": "0"})
+        cls.daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def history(self, **query):
+        st, headers, body = self.daemon.get("/metrics/history", query=query or None)
+        self.assertEqual(st, 200, body)
+        self.assertTrue(headers.get("content-type", "").startswith("application/json"), headers)
+        return body
+
+    def test_samples_from_the_start_then_one_per_interval(self):
+        body = self.history()
+        self.assertEqual(body["intervalMs"], 10000)
+        self.assertEqual(body["capacity"], 360)
+        first = body["samples"]
+        # One sample when the daemon starts, before anyone asked.
+        self.assertGreaterEqual(len(first), 1)
+        for s in first:
+            self.assertEqual(set(s), self.FIELDS, s)
+            self.assertGreaterEqual(s["t"], self.started - 1000)
+            self.assertLessEqual(s["t"], time.time() * 1000 + 1000)
+        last = first[-1]
+        # Something to count, then the next sample (taken on the daemon's timer) counts it.
+        st, _, r = self.daemon.post("/exec/h1/execute", {"command": "true"})
+        self.assertEqual(st, 200, r)
+        st, _, r = self.daemon.post("/exec/h1/execute", {"command": "true"})
+        self.assertEqual(st, 200, r)
+        newer = []
+
+        def sampled():
+            newer[:] = self.history(since=str(last["t"]))["samples"]
+            return newer
+        harness.wait_until(sampled, timeout=60, interval=0.5, what="a sample after the first")
+        now = newer[-1]
+        self.assertGreater(now["t"], last["t"])
+        self.assertTrue(all(s["t"] > last["t"] for s in newer), newer)
+        self.assertEqual(now["executes"] - last["executes"], 2)
+        self.assertEqual(now["sessions"] - last["sessions"], 1)
+        self.assertEqual(now["creations"] - last["creations"], 1)
+        self.assertGreater(now["creationSeconds"], last["creationSeconds"])
+        # limit: the newest samples only, oldest first.
+        every = self.history()["samples"]
+        self.assertEqual(self.history(limit="1")["samples"], every[-1:])
+        self.assertEqual([s["t"] for s in every], sorted(s["t"] for s in every))
+        self.daemon.delete("/exec/h1")
+
+    def test_bad_query_parameters_are_refused(self):
+        for q in ({"since": "abc"}, {"since": "-1"}, {"since": "+5"}, {"since": " 5"},
+                  {"since": "1e3"}, {"since": "9007199254740992"}, {"since": "9" * 40},
+                  {"since": ""}, {"limit": "0"}, {"limit": "361"}, {"limit": "1x"},
+                  {"limit": "-3"}, {"limit": ""}):
+            st, _, body = self.daemon.get("/metrics/history", query=q)
+            self.assertEqual(st, 400, (q, body))
+            self.assertIsInstance(body, dict, q)
+            self.assertRegex(body["error"], r"`(since|limit)` must be an integer from", q)
+        # The bounds themselves are taken.
+        self.history(since="9007199254740991", limit="360")
+        self.assertEqual(self.history(since="9007199254740991")["samples"], [])
+
+    def test_only_keys_with_the_metrics_scope(self):
+        st, _, body = self.daemon.get("/metrics/history", api_key="")
+        self.assertEqual(st, 401, body)
+        self.assertIsInstance(body.get("error"), str)
+        st, _, key = self.daemon.post("/admin/keys", body={"name": "history-exec",
+                                                           "scopes": ["exec"]})
+        self.assertEqual(st, 201, key)
+        st, _, body = self.daemon.get("/metrics/history", api_key=key["key"])
+        self.assertEqual(st, 403, body)
+        self.assertIsInstance(body.get("error"), str)
+        st, _, key = self.daemon.post("/admin/keys", body={"name": "history-metrics",
+                                                           "scopes": ["metrics"]})
+        self.assertEqual(st, 201, key)
+        st, _, body = self.daemon.get("/metrics/history", api_key=key["key"])
+        self.assertEqual(st, 200, body)
 
 
 class ReadyTest(unittest.TestCase):

@@ -146,6 +146,50 @@ test("the admin key signs in and sees a session created through the API, with it
   await shot("sessions");
 });
 
+test("the sessions list shows its driver and owners' names on its first paint", async () => {
+  const driver = (await api(KEY_ADMIN, "GET", "/health")).json.driver;
+  await page.goto(`${URL_}/ui/#/templates`, { waitUntil: "load" });
+  await page.waitForSelector('#templates [data-template="base"]', WAIT);
+  // The rows as they are first drawn, before any refresh.
+  await page.evaluate(() => {
+    window.firstRows = null;
+    const obs = new MutationObserver(() => {
+      const rows = [...document.querySelectorAll("#sessions-body tr[data-id]")];
+      if (!rows.length || window.firstRows) return;
+      window.firstRows = rows.map((r) => r.innerText);
+      obs.disconnect();
+    });
+    obs.observe(document.getElementById("main"), { childList: true, subtree: true });
+  });
+  // What the rows show beside the list (/health, /admin/keys) is answered only after the
+  // list itself, so that a page which draws before having both shows what it lacks.
+  let listed;
+  const answered = new Promise((r) => (listed = r));
+  const onResponse = (res) => {
+    if (new URL(res.url()).pathname === "/exec") listed();
+  };
+  const onRequest = async (req) => {
+    const path = new URL(req.url()).pathname;
+    if (path === "/health" || path === "/admin/keys") await answered;
+    await req.continue();
+  };
+  page.on("response", onResponse);
+  await page.setRequestInterception(true);
+  page.on("request", onRequest);
+  try {
+    await page.evaluate(() => (location.hash = "#/sessions"));
+    await page.waitForFunction(() => window.firstRows !== null, WAIT);
+  } finally {
+    page.off("request", onRequest);
+    await page.setRequestInterception(false);
+    page.off("response", onResponse);
+  }
+  const row = (await page.evaluate(() => window.firstRows)).find((t) => t.includes("ui-a-1"));
+  assert.ok(row, "the first rows hold ui-a-1");
+  assert.ok(row.includes(driver), `the driver ${driver} on the first paint: ${row}`);
+  assert.ok(row.includes("ui-tenant-a"), `the owner's name on the first paint: ${row}`);
+});
+
 test("the terminal runs a command and shows its output", async () => {
   await page.goto(`${URL_}/ui/#/session/ui-a-1`, { waitUntil: "load" });
   await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
@@ -215,6 +259,110 @@ test("the session's background processes are listed", async () => {
   assert.match(row, /running/);
 });
 
+test("a port's link opens the app in the sandbox, not a 401", async () => {
+  const marker = `app-${randomBytes(6).toString("hex")}`;
+  const w = await api(KEY_A, "POST", "/exec/ui-a-1/write", { path: "site/index.html", content: `<h1>${marker}</h1>\n` });
+  assert.equal(w.status, 200, w.text);
+  const p = await api(KEY_A, "POST", "/exec/ui-a-1/processes", { command: "cd /workspace/site && exec busybox httpd -f -p 127.0.0.1:8765", tag: "ui-web" });
+  assert.equal(p.status, 201, p.text);
+  await page.waitForSelector('#ports-body li[data-port="8765"] a', WAIT);
+  const href = await page.$eval('#ports-body li[data-port="8765"] a', (a) => a.href);
+  await page.click('#ports-body li[data-port="8765"] a');
+  const target = await browser.waitForTarget((t) => t.url().includes("/ports/8765/"), WAIT);
+  const tab = await target.page();
+  try {
+    await tab.waitForFunction((m) => document.body?.innerText.includes(m), WAIT, marker);
+    // The token went into the preview's cookie and out of the address.
+    assert.ok(!tab.url().includes("sandbox_token"), tab.url());
+  } catch (e) {
+    throw new Error(`${href} opened ${tab.url()}: ${await tab.evaluate(() => document.body?.innerText)}; ${e.message}`);
+  } finally {
+    await tab.close();
+  }
+  const k = await api(KEY_A, "DELETE", `/exec/ui-a-1/processes/${p.json.pid}`);
+  assert.equal(k.status, 200, k.text);
+});
+
+async function errors() {
+  return page.$$eval("main .notice.error", (els) => els.map((e) => e.textContent));
+}
+
+async function stateText() {
+  return page.$eval("#session-state", (el) => el.textContent);
+}
+
+async function waitState(want) {
+  try {
+    await page.waitForFunction((w) => document.getElementById("session-state")?.textContent === w && !document.querySelector("#session-action-status")?.textContent, WAIT, want);
+  } catch (e) {
+    throw new Error(`the page never said ${want}: it says ${await stateText()} (${await page.$eval("main", (m) => m.innerText)})`);
+  }
+}
+
+test("a session is paused, hibernated and resumed from its page, which says so truthfully", async () => {
+  const made = await api(KEY_ADMIN, "POST", "/exec", { id: "ui-napper", template: "base", storage: "disk" });
+  assert.equal(made.status, 201, made.text);
+  await page.goto(`${URL_}/ui/#/session/ui-napper`, { waitUntil: "load" });
+  await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  await type("echo kept > /workspace/kept.txt; echo wrote-$((3 * 3))\r");
+  await waitScreen(/wrote-9/, "the write before the pause");
+  assert.equal(await page.$eval("#session-resume", (b) => b.disabled), true, "nothing to resume while it runs");
+
+  // Pause (a freeze): the page's own terminal is closed first, or the server refuses.
+  await page.click("#session-pause");
+  await waitState("paused");
+  let s = (await api(KEY_ADMIN, "GET", "/exec")).json.sessions.find((x) => x.id === "ui-napper");
+  assert.equal(s.state, "paused");
+  assert.equal(s.pauseMode, "freeze");
+  assert.equal(await page.$eval("#session-expiry", (el) => el.textContent), "not while paused");
+  assert.match(await page.$eval("#terminal-status", (el) => el.textContent), /paused/);
+  assert.deepEqual(await errors(), [], "no error after the pause");
+  assert.deepEqual(
+    await page.$$eval("#session-actions button", (bs) => bs.map((b) => [b.id, b.disabled])),
+    [["session-pause", true], ["session-hibernate", false], ["session-resume", false]],
+  );
+  await shot("session-paused");
+
+  // A frozen session may be hibernated.
+  await page.click("#session-hibernate");
+  await waitState("hibernated");
+  s = (await api(KEY_ADMIN, "GET", "/exec")).json.sessions.find((x) => x.id === "ui-napper");
+  assert.equal(s.pauseMode, "hibernate");
+  assert.equal(await page.$eval("#session-expiry", (el) => el.textContent), "not while paused");
+  assert.deepEqual(await errors(), [], "no error after the hibernation");
+
+  // The list says the same, with no idle clock running.
+  await page.goto(`${URL_}/ui/#/sessions`, { waitUntil: "load" });
+  await waitRow("ui-napper");
+  const cells = await page.$$eval('#sessions-body tr[data-id="ui-napper"] td', (tds) => tds.map((td) => td.textContent));
+  assert.equal(cells[3], "hibernated", cells.join(" | "));
+  assert.equal(cells[5], "not while paused", cells.join(" | "));
+
+  // Resume: running again, with a new terminal over the same files.
+  await page.goto(`${URL_}/ui/#/session/ui-napper`, { waitUntil: "load" });
+  await waitState("hibernated");
+  await page.click("#session-resume");
+  await waitState("ready");
+  assert.match(await page.$eval("#session-expiry", (el) => el.textContent), /^in /);
+  await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  await type("cat /workspace/kept.txt; echo after-$((4 + 4))\r");
+  await waitScreen(/kept[\s\S]*after-8/, "the files after the resume");
+  assert.deepEqual(await errors(), [], "no error after the resume");
+});
+
+test("a terminal that the server closes says why", async () => {
+  const made = await api(KEY_ADMIN, "POST", "/exec", { id: "ui-doomed", template: "base" });
+  assert.equal(made.status, 201, made.text);
+  await page.goto(`${URL_}/ui/#/session/ui-doomed`, { waitUntil: "load" });
+  await page.waitForFunction(() => /running \(pid \d+\)/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  // Its session goes under it: the server sends the error, then closes with 1011.
+  assert.equal((await api(KEY_ADMIN, "DELETE", "/exec/ui-doomed")).status, 200);
+  await page.waitForFunction(() => /^closed \(1011/.test(document.getElementById("terminal-status")?.textContent ?? ""), WAIT);
+  const text = await page.$eval("#terminal-status", (el) => el.textContent);
+  assert.match(text, /^closed \(1011: session `ui-doomed` was destroyed \(deleted by the client\)\)/);
+  assert.ok(!text.includes("see the error message"), text);
+});
+
 test("the templates page shows the base template's manifest", async () => {
   await page.goto(`${URL_}/ui/#/templates`, { waitUntil: "load" });
   await page.waitForSelector('#templates [data-template="base"]', WAIT);
@@ -225,15 +373,44 @@ test("the templates page shows the base template's manifest", async () => {
   await shot("templates");
 });
 
-test("the metrics page draws its four charts from /metrics", async () => {
+test("the metrics page draws the server's last hour and its own readings, with time axes and gaps", async () => {
   // Something to count: a few executes.
   for (let i = 0; i < 3; i++) assert.equal((await api(KEY_ADMIN, "POST", "/exec/ui-admin-1/execute", { command: "true" })).status, 200);
+  // A sample taken after everything the earlier tests created: whatever the page draws
+  // after it, it read itself.
+  const since = Date.now();
+  let history;
+  for (;;) {
+    history = await api(KEY_ADMIN, "GET", "/metrics/history");
+    assert.equal(history.status, 200, history.text);
+    if (history.json.samples.at(-1).t > since) break;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  const samples = history.json.samples;
+  assert.ok(samples.length > 1, `the daemon sampled since it started: ${history.text}`);
+  const created = samples.some((x, i) => i > 0 && x.creations > samples[i - 1].creations);
+  assert.ok(created, "sessions were created while the history was kept");
+  const opened = Date.now();
   await page.goto(`${URL_}/ui/#/metrics`, { waitUntil: "load" });
-  // Two readings make a rate: wait for the executes chart's line.
-  await page.waitForSelector("#chart-executes svg polyline", WAIT);
-  for (const id of ["chart-sessions", "chart-latency", "chart-executes", "chart-errors"]) assert.ok(await page.$(`#${id} svg`), id);
-  const sessions = await page.$eval("#chart-sessions .big", (el) => el.textContent);
-  assert.equal(sessions, "2");
+  // A few of the page's own readings after the history.
+  await page.waitForFunction(() => Number(document.getElementById("metrics-readings")?.textContent) >= 3, WAIT);
+  for (const id of ["chart-sessions", "chart-latency", "chart-executes", "chart-errors"]) {
+    const svg = `#${id} svg`;
+    // It starts where the server's history starts, before the page was opened.
+    assert.equal(Number(await page.$eval(svg, (el) => el.getAttribute("data-from"))), samples[0].t, id);
+    const ticks = await page.$$eval(`${svg} .x-tick`, (ts) => ts.map((t) => t.textContent));
+    assert.ok(ticks.length >= 2, `${id}: a time axis (${ticks})`);
+    for (const t of ticks) assert.match(t, /^\d\d:\d\d(:\d\d)?$/, id);
+    assert.equal((await page.$$(`${svg} .y-tick`)).length, 2, `${id}: a value axis`);
+  }
+  // Nothing was created while the page read: the latency chart has values only from the
+  // history's intervals in which something was, and nothing after.
+  const runs = await page.$$eval("#chart-latency svg [data-last]", (els) => els.map((e) => Number(e.getAttribute("data-last"))));
+  assert.ok(runs.length >= 1, "the history's creations are drawn");
+  for (const t of runs) assert.ok(t <= samples.at(-1).t, `a latency point at ${t}, after the last sample before the page opened (${samples.at(-1).t}, opened at ${opened})`);
+  assert.ok(await page.$("#chart-executes svg polyline"), "executes drawn as a line");
+  const all = (await api(KEY_ADMIN, "GET", "/exec")).json;
+  assert.equal(await page.$eval("#chart-sessions .big", (el) => el.textContent), String(all.count));
   assert.match(await page.$eval("#chart-executes .big", (el) => el.textContent), /[1-9]\d* total/);
   await shot("metrics");
 });

@@ -116,7 +116,7 @@ echo "ui: daemon $sandboxd ($UI_TEST_URL), driver $driver, screenshots in $out"
 
 cd "$here" || give_up "cannot enter $here"
 start=$SECONDS
-node --test --test-reporter=tap --test-timeout=600000 --test-concurrency=1 ./dashboard.test.mjs ./prom.test.mjs \
+node --test --test-reporter=tap --test-timeout=600000 --test-concurrency=1 ./dashboard.test.mjs ./prom.test.mjs ./series.test.mjs \
 	2>&1 | tee "$work/tap.txt"
 echo "ui: the browser tests took $((SECONDS - start)) s"
 

@@ -132,6 +132,13 @@ export interface Session {
   disk?: { usedBytes: number; sizeBytes: number };
   owner?: string;
   error?: string;
+  previewName?: string;
+  // A paused session's: how (frozen, or hibernated), since when, by whom.
+  pauseMode?: "freeze" | "hibernate";
+  pausedAt?: string;
+  pausedBy?: string;
+  processesKept?: boolean;
+  note?: string;
 }
 
 export interface Health {

@@ -22,7 +22,15 @@ function parent(dir: string): string {
   return i <= 0 ? "" : dir.slice(0, i);
 }
 
-export function fileBrowser(sessionId: string): HTMLElement {
+// The panel, and what its page calls as its session's state changes: reload (it runs: the
+// directory shown is read again) and paused (nothing can be read until it resumes).
+export interface FileBrowser {
+  el: HTMLElement;
+  reload(): void;
+  paused(): void;
+}
+
+export function fileBrowser(sessionId: string): FileBrowser {
   let dir = "";
   const crumbs = h("div", { class: "crumbs mono", id: "files-path" });
   const list = h("tbody", { id: "files-body" });
@@ -164,6 +172,12 @@ export function fileBrowser(sessionId: string): HTMLElement {
     picker.value = "";
   });
 
-  void load("");
-  return panel;
+  return {
+    el: panel,
+    reload: () => void load(dir),
+    paused() {
+      clear(list);
+      say("The session is paused: its files are read again once it resumes.");
+    },
+  };
 }

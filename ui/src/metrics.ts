@@ -1,22 +1,15 @@
-// Metrics: GET /metrics read every few seconds while the page is open, and four charts of
-// what it says over that time: live sessions, sandbox creation latency, executes per second,
-// errors per second.
-import { Caps, request } from "./api";
+// Metrics: the server's history of the last hour (GET /metrics/history, one sample every
+// 10 s, kept by the daemon) loaded when the page opens, then extended by reading GET
+// /metrics every few seconds while it is open; four charts over that time: live sessions,
+// sandbox creation latency, executes per second, errors per second.
+import { api, Caps, request } from "./api";
 import { append, clear, every, h, notice } from "./dom";
 import { lineChart, Point } from "./charts";
 import { parseProm, Sample, total } from "./prom";
+import { fromSample, gauge, HistorySample, lastValue, latency, rate, Reading } from "./series";
 
 const REFRESH_MS = 3000;
-const KEEP = 120;
-
-interface Reading {
-  t: number;
-  sessions: number | null;
-  createSum: number | null;
-  createCount: number | null;
-  executes: number | null;
-  errors: number;
-}
+const KEEP_MS = 3600 * 1000;
 
 function read(samples: Sample[], t: number): Reading {
   const status5xx = total(samples, "http_requests_total", (l) => /^5/.test(l.status ?? "")) ?? 0;
@@ -32,44 +25,47 @@ function read(samples: Sample[], t: number): Reading {
   };
 }
 
-// Per second between successive readings of a counter (a reset counts as no change).
-function rate(rs: Reading[], f: (r: Reading) => number | null): Point[] {
-  const out: Point[] = [];
-  for (let i = 1; i < rs.length; i++) {
-    const a = f(rs[i - 1]);
-    const b = f(rs[i]);
-    if (a === null || b === null) continue;
-    out.push({ t: rs[i].t, v: Math.max(0, b - a) / Math.max(0.001, (rs[i].t - rs[i - 1].t) / 1000) });
-  }
-  return out;
-}
-
-// The mean creation time of the sandboxes made between two readings, in ms (none made: the
-// mean of all so far).
-function latency(rs: Reading[]): Point[] {
-  const out: Point[] = [];
-  for (let i = 0; i < rs.length; i++) {
-    const r = rs[i];
-    if (r.createSum === null || r.createCount === null || r.createCount === 0) continue;
-    const p = i > 0 ? rs[i - 1] : null;
-    const dn = p && p.createCount !== null ? r.createCount - p.createCount : 0;
-    const ds = p && p.createSum !== null ? r.createSum - p.createSum : 0;
-    out.push({ t: r.t, v: dn > 0 ? (ds / dn) * 1000 : (r.createSum / r.createCount) * 1000 });
-  }
-  return out;
-}
-
 export function metricsPage(main: HTMLElement, _caps: Caps): () => void {
   const status = h("div", { id: "metrics-status" });
+  const history = h("span", { id: "metrics-history" });
+  const count = h("span", { id: "metrics-readings" }, "0");
   const grid = h("div", { class: "grid charts", id: "charts" });
-  append(main, h("h1", {}, "Metrics"), h("p", { class: "muted" }, `From GET /metrics every ${REFRESH_MS / 1000} s while this page is open.`), status, grid);
+  append(
+    main,
+    h("h1", {}, "Metrics"),
+    h("p", { class: "muted" }, history, ` Then GET /metrics every ${REFRESH_MS / 1000} s while this page is open: `, count, " readings so far."),
+    status,
+    grid,
+  );
   const readings: Reading[] = [];
+  let loaded = false;
+  let own = 0;
 
-  function chart(id: string, title: string, points: Point[], latest: string, unit: string, digits: number): HTMLElement {
-    return h("section", { class: "card", id }, h("div", { class: "row" }, h("h2", {}, title), h("span", { class: "big" }, latest)), lineChart(points, { unit, digits }));
+  function chart(id: string, title: string, points: Point[], latest: string, unit: string, digits: number, from: number, to: number): HTMLElement {
+    return h(
+      "section",
+      { class: "card", id },
+      h("div", { class: "row" }, h("h2", {}, title), h("span", { class: "big" }, latest)),
+      lineChart(points, { unit, digits, from, to }),
+    );
+  }
+
+  // The server's samples of the last hour, before this page's own readings.
+  async function loadHistory(): Promise<void> {
+    try {
+      const r = await api<{ intervalMs: number; samples: HistorySample[] }>("GET", "/metrics/history");
+      readings.unshift(...r.samples.map(fromSample));
+      history.textContent = `The server's samples of the last hour (${r.samples.length}, one every ${r.intervalMs / 1000} s).`;
+    } catch (err) {
+      history.textContent = `No history from the server (${err instanceof Error ? err.message : String(err)}).`;
+    }
   }
 
   async function refresh(): Promise<void> {
+    if (!loaded) {
+      loaded = true;
+      await loadHistory();
+    }
     let text: string;
     try {
       text = await (await request("GET", "/metrics", { accept: "text/plain" })).text();
@@ -79,21 +75,27 @@ export function metricsPage(main: HTMLElement, _caps: Caps): () => void {
       return;
     }
     clear(status);
-    readings.push(read(parseProm(text), Date.now()));
-    if (readings.length > KEEP) readings.shift();
+    const now = Date.now();
+    readings.push(read(parseProm(text), now));
+    count.textContent = String(++own);
+    while (readings.length && readings[0].t < now - KEEP_MS) readings.shift();
     const last = readings[readings.length - 1];
-    const sessions = readings.filter((r) => r.sessions !== null).map((r) => ({ t: r.t, v: r.sessions as number }));
+    const from = readings[0].t;
+    const sessions = gauge(readings, (r) => r.sessions);
     const lat = latency(readings);
     const ex = rate(readings, (r) => r.executes);
     const errs = rate(readings, (r) => r.errors);
-    const lastOf = (p: Point[], digits: number, unit: string) => (p.length ? `${p[p.length - 1].v.toFixed(digits)}${unit}` : "–");
+    const lastOf = (p: Point[], digits: number, unit: string) => {
+      const v = lastValue(p);
+      return v === null ? "–" : `${v.toFixed(digits)}${unit}`;
+    };
     clear(grid);
     append(
       grid,
-      chart("chart-sessions", "Sessions", sessions, last.sessions === null ? "–" : String(last.sessions), "", 0),
-      chart("chart-latency", "Creation latency", lat, lastOf(lat, 1, " ms"), " ms", 0),
-      chart("chart-executes", "Executes", ex, `${lastOf(ex, 2, "/s")} · ${last.executes ?? 0} total`, "/s", 1),
-      chart("chart-errors", "Errors", errs, `${lastOf(errs, 2, "/s")} · ${last.errors} total`, "/s", 1),
+      chart("chart-sessions", "Sessions", sessions, last.sessions === null ? "–" : String(last.sessions), "", 0, from, now),
+      chart("chart-latency", "Creation latency", lat, lastOf(lat, 1, " ms"), " ms", 0, from, now),
+      chart("chart-executes", "Executes", ex, `${lastOf(ex, 2, "/s")} · ${last.executes ?? 0} total`, "/s", 1, from, now),
+      chart("chart-errors", "Errors", errs, `${lastOf(errs, 2, "/s")} · ${last.errors ?? 0} total`, "/s", 1, from, now),
     );
   }
   return every(REFRESH_MS, refresh);

@@ -16,8 +16,23 @@ export function resources(l: Limits | undefined): string {
   return parts.join(" · ") || "–";
 }
 
-// When the session goes if nothing happens: its idle timeout less its idle time.
+// What a session is doing, as said to a person: a paused one is "paused" (frozen: its
+// processes stopped, its memory kept) or "hibernated" (its sandbox freed, its files kept).
+export function stateLabel(s: Session): string {
+  if (s.state !== "paused") return s.state;
+  const how = s.pauseMode === "hibernate" ? "hibernated" : "paused";
+  return s.pausedBy && s.pausedBy !== "client" ? `${how} (by ${s.pausedBy})` : how;
+}
+
+// The session's idle time: none while paused (its idle clock is stopped then).
+export function idleTime(s: Session): string {
+  return s.state === "paused" ? "–" : duration(s.idleMs);
+}
+
+// When the session goes if nothing happens: its idle timeout less its idle time; never while
+// paused or running.
 export function idleExpiry(s: Session): string {
+  if (s.state === "paused") return "not while paused";
   if (s.running > 0) return "not while running";
   return `in ${duration(s.idleTimeout * 1000 - s.idleMs)}`;
 }
@@ -79,19 +94,29 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
     } catch {
       // the list stays empty: the server's default template is used
     }
-    try {
-      driver = (await api<Health>("GET", "/health")).driver ?? "–";
-    } catch {
-      // shown as –
-    }
-    if (showOwner) {
-      try {
-        const k = await api<{ keys: { id: string; name: string }[] }>("GET", "/admin/keys");
-        for (const key of k.keys) ownerNames.set(key.id, key.name);
-      } catch {
-        // owners are shown by key id only
-      }
-    }
+  })();
+  // What every row shows beside the session's own fields: asked for once, at the same time
+  // as the first list, and awaited before the list is drawn, so that its first rows are
+  // already right.
+  const context = (async () => {
+    await Promise.all([
+      (async () => {
+        try {
+          driver = (await api<Health>("GET", "/health")).driver ?? "–";
+        } catch {
+          // shown as –
+        }
+      })(),
+      (async () => {
+        if (!showOwner) return;
+        try {
+          const k = await api<{ keys: { id: string; name: string }[] }>("GET", "/admin/keys");
+          for (const key of k.keys) ownerNames.set(key.id, key.name);
+        } catch {
+          // owners are shown by key id only
+        }
+      })(),
+    ]);
   })();
 
   async function destroy(id: string): Promise<void> {
@@ -113,8 +138,8 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
       h("td", {}, h("a", { href: open, class: "mono" }, s.id)),
       h("td", {}, s.template),
       h("td", {}, driver),
-      h("td", {}, h("span", { class: `state ${s.state}`, title: s.error ?? "" }, s.state)),
-      h("td", {}, duration(s.idleMs)),
+      h("td", {}, h("span", { class: `state ${s.state}${s.pauseMode === "hibernate" ? " hibernated" : ""}`, title: s.error ?? s.note ?? "" }, stateLabel(s))),
+      h("td", {}, idleTime(s)),
       h("td", { title: `idle timeout ${s.idleTimeout}s; created ${when(s.createdAt)}` }, idleExpiry(s)),
       h("td", {}, resources(s.limits)),
       h("td", {}, s.network),
@@ -131,7 +156,7 @@ export function sessionsPage(main: HTMLElement, caps: Caps): () => void {
 
   async function refresh(): Promise<void> {
     try {
-      const r = await api<{ sessions: Session[]; count: number }>("GET", "/exec");
+      const [r] = await Promise.all([api<{ sessions: Session[]; count: number }>("GET", "/exec"), context]);
       clear(status);
       clear(body);
       const list = [...r.sessions].sort((a, b) => a.createdAt.localeCompare(b.createdAt));

@@ -6,7 +6,9 @@ import { Terminal } from "@xterm/xterm";
 import { api, sessionPath } from "./api";
 
 export interface TerminalHandle {
-  close(): void;
+  // Closes the socket (its process ends with it) and removes the terminal; resolves once
+  // the server has the socket closed, so that the session has no operation of it in flight.
+  close(): Promise<void>;
 }
 
 interface Ticket {
@@ -23,6 +25,9 @@ export function openTerminal(container: HTMLElement, sessionId: string, status: 
   const enc = new TextEncoder();
   let ws: WebSocket | null = null;
   let closed = false;
+  // The server's last error on this socket ({"type": "error"}), said again when the socket
+  // closes: the close frame's reason only points to it.
+  let lastError = "";
 
   const resized = new ResizeObserver(() => {
     try {
@@ -55,6 +60,7 @@ export function openTerminal(container: HTMLElement, sessionId: string, status: 
     const sock = new WebSocket(`${proto}//${location.host}${sessionPath(sessionId, "/terminal")}?${q}`);
     sock.binaryType = "arraybuffer";
     ws = sock;
+    lastError = "";
     sock.onopen = () => term.focus();
     sock.onmessage = (ev: MessageEvent) => {
       if (ev.data instanceof ArrayBuffer) {
@@ -70,11 +76,16 @@ export function openTerminal(container: HTMLElement, sessionId: string, status: 
       if (m.type === "started") status(`running (pid ${m.pid})`, true);
       else if (m.type === "exit") status(`exited${m.signal ? ` by ${m.signal}` : ` with status ${m.exitCode}`}`, true);
       else if (m.type === "stderr" && m.data) term.write(m.data);
-      else if (m.type === "error") status(`error: ${m.error}`, false);
+      else if (m.type === "error") {
+        lastError = m.error ?? "";
+        status(`error: ${lastError}`, false);
+      }
     };
     sock.onclose = (ev: CloseEvent) => {
       if (ws === sock) ws = null;
-      if (!closed) status(`closed (${ev.code}${ev.reason ? `: ${ev.reason}` : ""}): press Enter to reconnect`, ev.code === 1000);
+      if (closed) return;
+      const why = lastError || ev.reason;
+      status(`closed (${ev.code}${why ? `: ${why}` : ""}): press Enter to reconnect`, ev.code === 1000);
     };
   }
 
@@ -85,11 +96,17 @@ export function openTerminal(container: HTMLElement, sessionId: string, status: 
 
   void connect();
   return {
-    close() {
+    close(): Promise<void> {
       closed = true;
       resized.disconnect();
-      ws?.close(1000);
+      const sock = ws;
+      ws = null;
       term.dispose();
+      if (!sock || sock.readyState === WebSocket.CLOSED) return Promise.resolve();
+      return new Promise((resolve) => {
+        sock.addEventListener("close", () => resolve());
+        sock.close(1000);
+      });
     },
   };
 }
