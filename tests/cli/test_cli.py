@@ -232,10 +232,43 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.stdout.strip(), b"[]")
 
     def test_exec_env_and_signal_exit(self):
-        self.cli("exec", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO", check=0)
+        self.cli("exec", "--create", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO", check=0)
         p = self.cli("exec", "c1", "--", "sh", "-c", "kill -TERM $$")
         self.assertEqual(p.returncode, 128 + 15)
         self.cli("rm", "c1", check=0)
+
+    def test_exec_refuses_an_unknown_session(self):
+        """A mistyped name is an error, as for cat, not a new session; --create makes it."""
+        want = (b"sandbox: no session cx1; sandbox create cx1, or sandbox exec --create cx1 "
+                b"...\n")
+        for mode in ((), ("-d",), ("-i",)):
+            p = self.cli("exec", *mode, "cx1", "--", "true", input=b"")
+            self.assertEqual((p.returncode, p.stderr), (1, want), mode)
+            self.assertEqual(p.stdout, b"")
+        self.assertIn(b"404", self.cli("cat", "cx1", "f", check=1).stderr)
+        listed = json.loads(self.cli("ps", "--json", check=0).stdout)
+        self.assertNotIn("cx1", [s["id"] for s in listed])
+        # Another key's session does not exist for this one either.
+        self.cli("create", "cx2", check=0)
+        self.addCleanup(self.cli, "rm", "cx1", "cx2")
+        k = json.loads(self.cli("keys", "create", "cli-exec-other", "--scopes", "exec",
+                                "--json", check=0).stdout)
+        other = dict(self.env, SANDBOX_API_KEY=k["key"])
+        p = subprocess.run([CLI, "exec", "cx2", "--", "true"], env=other, capture_output=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"no session cx2;", p.stderr)
+        # A daemon that cannot be reached says so, not that the session is missing.
+        p = self.cli("exec", "--url", "http://127.0.0.1:9", "cx2", "--", "true", check=1)
+        self.assertNotIn(b"no session", p.stderr)
+        # --create makes it (from --template), then it is an existing session.
+        self.assertEqual(self.cli("exec", "--create", "cx1", "--template", "base", "--",
+                                  "echo", "made", check=0).stdout, b"made\n")
+        self.assertEqual(self.cli("exec", "cx1", "--", "echo", "again", check=0).stdout,
+                         b"again\n")
+        self.assertEqual(self.cli("exec", "cx2", "--", "echo", "mine", check=0).stdout,
+                         b"mine\n")
+        self.cli("rm", "cx1", "cx2", check=0)
 
     def test_cp_cat_ls_bytes_exact(self):
         data = bytes(range(256)) * 1000
@@ -274,7 +307,7 @@ class CliTest(unittest.TestCase):
 
     def test_ctrl_c_cancels_the_remote_command(self):
         # A command that would leave a file a minute in, were it not cancelled.
-        proc = subprocess.Popen([CLI, "exec", "c3", "--", "sh", "-c",
+        proc = subprocess.Popen([CLI, "exec", "--create", "c3", "--", "sh", "-c",
                                  "sleep 60; touch /workspace/late"],
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.addCleanup(proc.kill)
@@ -320,7 +353,7 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.stdout, b"-h\n")
         p = self.cli("run", "--", "echo", "--help", "--url", "u", "--api-key", "k", check=0)
         self.assertEqual(p.stdout, b"--help --url u --api-key k\n")
-        p = self.cli("exec", "c5", "--", "echo", "--json", "-h", check=0)
+        p = self.cli("exec", "--create", "c5", "--", "echo", "--json", "-h", check=0)
         self.assertEqual(p.stdout, b"--json -h\n")
         self.cli("rm", "c5", check=0)
 
@@ -430,7 +463,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "c6", made, check=0)
 
     def test_ps_shows_idle_time_expiry_and_resources(self):
-        self.cli("exec", "c7", "--", "true", check=0)
+        self.cli("exec", "--create", "c7", "--", "true", check=0)
         self.cli("create", "c9", "--idle-timeout", "3600", check=0)
         p = self.cli("ps", check=0)
         lines = p.stdout.decode().splitlines()
@@ -575,7 +608,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "fs1", check=0)
 
     def test_background_processes_exec_d_procs_attach_kill(self):
-        p = self.cli("exec", "-d", "p1", "--tag", "cnt", "--", "sh", "-c",
+        p = self.cli("exec", "--create", "-d", "p1", "--tag", "cnt", "--", "sh", "-c",
                      "echo one; echo two >&2; exit 3", check=0)
         pid = int(p.stdout)
         p = self.cli("attach", "p1", "cnt")
@@ -615,7 +648,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "p1", check=0)
 
     def test_exec_i_forwards_stdin_and_the_exit_status(self):
-        p = self.cli("exec", "-i", "p2", "--", "cat", input=b"x\n", check=0)
+        p = self.cli("exec", "--create", "-i", "p2", "--", "cat", input=b"x\n", check=0)
         self.assertEqual(p.stdout, b"x\n")
         data = os.urandom(300_000)
         p = self.cli("exec", "-i", "p2", "--", "sha256sum", input=data, check=0)
@@ -628,7 +661,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "p2", check=0)
 
     def test_exec_i_sends_ctrl_c_to_the_process(self):
-        proc = subprocess.Popen([CLI, "exec", "-i", "p3", "--", "sh", "-c",
+        proc = subprocess.Popen([CLI, "exec", "--create", "-i", "p3", "--", "sh", "-c",
                                  "trap 'echo got INT; exit 9' INT; echo ready; "
                                  "while :; do sleep 0.1; done"],
                                 env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -647,7 +680,7 @@ class CliTest(unittest.TestCase):
         return p
 
     def test_watch_prints_changes_until_ctrl_c(self):
-        self.cli("exec", "wt1", "--", "true", check=0)
+        self.cli("exec", "--create", "wt1", "--", "true", check=0)
         p = self.watch("wt1:.", "-r")
         self.assertIn(b"watching (1 directories)", p.stderr.readline())
         # A new directory is watched once the agent sees it: the pause keeps the order exact.
