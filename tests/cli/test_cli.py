@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -475,6 +476,51 @@ class CliTest(unittest.TestCase):
         row = next(l for l in lines if l.startswith("c9 "))
         self.assertRegex(row, r" \d+s +in (59m\d\ds|1h00m) ")
         self.cli("rm", "c7", "c9", check=0)
+
+    def test_ps_columns_fit_their_content_and_storage_is_told(self):
+        """Every column as wide as its widest cell (a long id, long resources), and a disk's
+        usage shown as the server measures it, not as the storage's name read as a number."""
+        sid = "ps-" + "x" * 57
+        disk = harness.driver() == "jail"  # a disk of its own is the jail's
+        self.cli("create", sid, "--memory", "64M", "--pids", "100", "--disk", "64M",
+                 "--storage", "disk" if disk else "tmpfs", check=0)
+        self.addCleanup(self.cli, "rm", sid)
+        self.cli("create", "ps2", check=0)
+        self.addCleanup(self.cli, "rm", "ps2")
+        self.cli("exec", sid, "--", "sh", "-c", "head -c 3000000 /dev/urandom > big", check=0)
+        lines = self.cli("ps", check=0).stdout.decode().splitlines()
+        header = lines[0]
+        names = header.split()
+        starts = [m.start() for m in re.finditer(r"\S+", header)]
+        for line in lines[1:]:  # each cell starts under its column's name
+            for col, at in enumerate(starts[1:], 1):
+                self.assertEqual(line[at - 1], " ", (names[col], header, line))
+                self.assertNotEqual(line[at], " ", (names[col], header, line))
+        ends = starts[1:] + [None]
+        row = lambda prefix: {n: l[a:e].strip() for l in lines if l.startswith(prefix)
+                              for n, a, e in zip(names, starts, ends)}
+        cells = row(sid + " ")
+        self.assertEqual(cells["ID"], sid)
+        self.assertEqual(cells["RESOURCES"], "mem=64M,disk=64M,pids=100")
+        self.assertNotIn("storage", header + "\n".join(lines[1:]).replace("STORAGE", ""))
+        self.assertEqual(names[-3:], ["NET", "STORAGE", "CREATED"])
+        listed = {s["id"]: s for s in json.loads(self.cli("ps", "--json", check=0).stdout)}
+        units = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        size = lambda t: float(t[:-1]) * units[t[-1]]
+        if disk:
+            m = re.fullmatch(r"disk:(\d+(?:\.\d)?[BKMGT])/(\d+(?:\.\d)?[BKMGT])",
+                             cells["STORAGE"])
+            self.assertIsNotNone(m, cells["STORAGE"])
+            measured = listed[sid]["disk"]
+            self.assertGreaterEqual(measured["usedBytes"], 3000000)
+            self.assertAlmostEqual(size(m.group(1)), measured["usedBytes"],
+                                   delta=measured["usedBytes"] * 0.05)
+            self.assertAlmostEqual(size(m.group(2)), measured["sizeBytes"],
+                                   delta=measured["sizeBytes"] * 0.05)
+        else:
+            self.assertEqual(cells["STORAGE"], "tmpfs:64M")
+        self.assertRegex(row("ps2 ")["STORAGE"], r"^(disk|tmpfs):")
+        self.cli("rm", sid, "ps2", check=0)
 
     def test_pause_and_resume(self):
         self.cli("create", "cp1", check=0)
