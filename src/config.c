@@ -580,6 +580,16 @@ int config_load(struct config *cfg, struct err *err)
 	}
 	log_set_level(level);
 
+	/* Text for a person at a terminal, JSON for journald and files (docs/configuration.md). */
+	enum log_format format = LOG_FORMAT_AUTO;
+	const char *lf = env("SANDBOX_LOG_FORMAT");
+	if (lf && log_format_parse(lf, &format) < 0) {
+		char shown[ECHO_MAX + 4];
+		echo(shown, lf);
+		problem_add(&p, "SANDBOX_LOG_FORMAT: `%s` is not one of auto, json, text", shown);
+	}
+	log_set_format(format);
+
 	/* The defaults must fit under the caps, or every session would be refused. */
 	if (cfg->memory_limit > cfg->max_memory)
 		problem_add(
@@ -623,6 +633,7 @@ void config_print_defaults(FILE *out)
 	for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
 		fprintf(out, "%s=%s\n", vars[i].name, vars[i].def ? vars[i].def : "");
 	fprintf(out, "LOG_LEVEL=info\n");
+	fprintf(out, "SANDBOX_LOG_FORMAT=auto\n");
 }
 
 void config_print_names(FILE *out, const char *indent)
@@ -631,6 +642,7 @@ void config_print_names(FILE *out, const char *indent)
 		fprintf(out, "%s%s%s%s\n", indent, vars[i].name, vars[i].def ? "=" : "",
 			vars[i].def ? vars[i].def : "");
 	fprintf(out, "%sLOG_LEVEL=info\n", indent);
+	fprintf(out, "%sSANDBOX_LOG_FORMAT=auto\n", indent);
 }
 
 void config_free(struct config *cfg)

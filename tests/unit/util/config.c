@@ -56,6 +56,7 @@ static const char *const all_vars[] = {
 	"SANDBOX_REAPER_INTERVAL_MS",
 	"SANDBOX_POOL_RETRY_MS",
 	"AUTH_ENABLED",
+	"SANDBOX_LOG_FORMAT",
 	"AUTH_KEY_PREFIX",
 	"MCP_AUTH_TOKEN",
 	"FIRECRACKER_BIN",
@@ -475,6 +476,8 @@ static void test_bad_words(void **state)
 			    "VM_DNS_MODE: `block` is not one of none, allow, deny");
 	assert_string_equal(load_bad("VM_DEST_MODE", "allowlist"),
 			    "VM_DEST_MODE: `allowlist` is not one of none, allow, deny");
+	assert_string_equal(load_bad("SANDBOX_LOG_FORMAT", "pretty"),
+			    "SANDBOX_LOG_FORMAT: `pretty` is not one of auto, json, text");
 	assert_string_equal(load_bad("SANDBOX_DRIVER", "docker"),
 			    "SANDBOX_DRIVER: `docker` is not one of auto, jail, qemu, firecracker");
 	assert_string_equal(load_bad("SANDBOX_QEMU_ACCEL", "hvf"),
