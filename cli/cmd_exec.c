@@ -24,7 +24,8 @@ void cmd_exec_help(void)
 	       "  --tag TAG  with -d: a name to refer to the process by\n"
 	       "  --user root  run it as the sandbox's own root (to install packages)\n"
 	       "  -i         forward this program's stdin to the command (it runs as a\n"
-	       "             background process); Ctrl-C sends it SIGINT\n");
+	       "             background process); Ctrl-C sends it SIGINT\n"
+	       "Short options: -e (--env), -t (--template), -u (--user).\n");
 }
 
 /* Takes -d, -i, --create and --tag TAG out of argv (before any "--"). */

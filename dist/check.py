@@ -14,6 +14,7 @@
         completions read from --help when they run).
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -106,6 +107,35 @@ def check_completion(cli, bash, zsh):
             if got != want:
                 fail(f"{path}: {cmd} actions {got}, --help has {want}")
     print("ok: keys and templates actions")
+    check_short_options(cli, bash)
+
+
+# The short options the CLI takes, by command: each must be completed after a `-`.
+SHORT_OPTIONS = {"run": "-e -t -u", "create": "-e -t -v", "exec": "-d -e -i -t -u",
+                 "ls": "-r", "watch": "-r", "rm": "-r", "kill": "-s", "mcp": "-v"}
+BASH_COMPLETION = "/usr/share/bash-completion/bash_completion"
+
+
+def check_short_options(cli, bash):
+    """What the bash completion offers after `sandbox COMMAND -`, run in bash."""
+    if not os.path.exists(BASH_COMPLETION):
+        fail(f"{BASH_COMPLETION} is missing (Debian package bash-completion)")
+    script = f"""
+. {BASH_COMPLETION}
+. {bash}
+for c in {' '.join(SHORT_OPTIONS)}; do
+    COMP_WORDS=({cli} "$c" -); COMP_CWORD=2; COMP_LINE="${{COMP_WORDS[*]}}"
+    COMP_POINT=${{#COMP_LINE}}; COMPREPLY=(); _sandbox
+    echo "$c ${{COMPREPLY[*]}}"
+done
+"""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    got = {line.split()[0]: set(line.split()[1:]) for line in out.splitlines() if line.strip()}
+    for cmd, want in SHORT_OPTIONS.items():
+        missing = set(want.split()) - got.get(cmd, set())
+        if missing:
+            fail(f"{bash}: `sandbox {cmd} -` does not offer {' '.join(sorted(missing))}")
+    print(f"ok: short options of {len(SHORT_OPTIONS)} commands")
 
 
 if __name__ == "__main__":
