@@ -264,6 +264,14 @@ ok "agent-sandbox and agent-sandbox-cli with their recommends bring $lean packag
 # shellcheck disable=SC2016 # dpkg-query's format
 ok "agent-sandbox-vm installs the guest kernel and QEMU ($(chroot "$root" dpkg-query -W -f='${Version}' qemu-system-x86))"
 grep -q 'sk_test_' "$root/tmp/apt.log" && die "the installation printed a key"
+# Every documentation file the installation's messages point to is there (dh_compress
+# compresses the larger ones: a name without .gz would be wrong).
+named=$(tr -d '\r' <"$root/tmp/apt.log" | grep -oE '/usr/share/doc/[^ ]*[^ .,;:)]' | sort -u)
+[[ -n $named ]] || die "the installation names no documentation file"
+for f in $named; do
+	[[ -f $root$f ]] || die "the installation points to $f, which is not there"
+done
+ok "the installation points to documentation that is there: $(paste -sd ' ' <<<"$named")"
 
 # What postinst must have left.
 [[ $(stat -c '%a %U' "$root/var/lib/agent-sandbox/state/admin-key") == "600 root" ]] ||
