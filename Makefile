@@ -1,6 +1,7 @@
 # agent-sandbox: the two commands of the README, and the targets developers use.
 #
-#   sudo make run    install what is missing, build, build the base template, run sandboxd
+#   sudo make run    install what is missing, build what running needs, build the base
+#                    template, run sandboxd
 #   sudo make test   install what is missing, build all three build trees, run every suite
 #
 # Both do all set-up themselves on a fresh Debian 12 machine. Meson and Ninja do the real
@@ -19,7 +20,7 @@ NINJA_FLAGS  ?=
 ASAN_OPTIONS_MESON := -Db_sanitize=address,undefined -Db_lundef=false
 FUZZ_OPTIONS_MESON := -Dfuzz=true -Dstatic_agent=false $(ASAN_OPTIONS_MESON)
 
-.PHONY: all build deps run test asan fuzz fuzz-build format format-check templates \
+.PHONY: all build deps run run-build test asan fuzz fuzz-build format format-check templates \
 	base-template kernel clean deb test-deb
 
 all: build
@@ -47,12 +48,18 @@ fuzz-build: deps
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh $(FUZZ_BUILD)
 
-base-template: build
+# The base template (its builder needs the agent). A recipe of its own, so that `make run`
+# can build it after building only what running needs.
+define build_base_template
 	@if [ -f templates/build.sh ]; then \
 		bash templates/build.sh base; \
 	else \
 		echo "templates/build.sh not found: the base template is not built"; \
 	fi
+endef
+
+base-template: build
+	$(build_base_template)
 
 # Every bundled template (base first: the others may start from it).
 templates: build
@@ -68,9 +75,20 @@ templates: build
 kernel: deps
 	guest/kernel/build.sh
 
+# What running needs, and nothing of the tests: the daemon, the agent, the CLI and the
+# dashboard (ui/app.js names its target), from the Debian packages and the dashboard's npm
+# packages only. `make build` and `make test` build everything.
+RUN_TARGETS := src/sandboxd agent/sandbox-agent cli/sandbox ui/app.js
+
+run-build:
+	@scripts/install-deps.sh --debian --ui
+	@scripts/meson-setup.sh $(BUILD)
+	ninja -C $(BUILD) $(NINJA_FLAGS) $(RUN_TARGETS)
+
 # Sessions default to the node template, as in the reference; until `make templates` has
 # built it, `make run` defaults them to base instead (say SANDBOX_DEFAULT_TEMPLATE to choose).
-run: build base-template
+run: run-build
+	$(build_base_template)
 	@if [ -z "$$SANDBOX_DEFAULT_TEMPLATE" ] && \
 	    [ ! -f "$${FIRECRACKER_ARTIFACTS_DIR:-/var/lib/agent-sandbox/artifacts}/templates/node/template.json" ]; then \
 		echo "make run: the node template is not built yet (make templates); sessions default to base"; \

@@ -42,8 +42,10 @@ int cli_exec_interactive(struct client *c, const char *session_id, json_t *body)
 
 /* Parses "K=V" into obj; returns -1 with a message on a bad value. */
 int cli_env_add(json_t *obj, const char *kv);
-/* A positive size: digits with an optional K, M or G (powers of 1024); -1 when bad. */
-int cli_parse_size(const char *s, json_int_t *ret);
+/* A positive size in the syntax of size_parse (src/util/size.h), as the daemon's settings
+ * take it: digits with an optional K, M, G or T (powers of 1024). -1 after saying what is
+ * wrong ("WHAT takes a size: ..."). */
+int cli_parse_size(const char *what, const char *s, json_int_t *ret);
 /* Appends {"name", "path", "readOnly"} for --volume NAME:/PATH[:ro]; 2 after a message. */
 int cli_volume_add(json_t *volumes, const char *spec);
 

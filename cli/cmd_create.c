@@ -18,20 +18,21 @@ void cmd_create_help(void)
 	       "[--json]\n"
 	       "                      [--on-timeout destroy|pause] [--snapshot NAME]\n\n"
 	       "Creates a session (its id is made up when ID is absent) and prints its id.\n"
-	       "  --template T            template; default the server's\n"
+	       "  -t, --template T        template; default the server's\n"
 	       "  --idle-timeout DURATION destroyed after this long without a request: seconds,\n"
 	       "                          or 90m, 12h, 7d (at most 7d)\n"
 	       "  --on-timeout destroy|pause  what the idle timeout does (default destroy):\n"
 	       "                          pause keeps the session as it is until `sandbox resume`\n"
-	       "  --env K=V               environment of every command in the session\n"
-	       "  --memory SIZE           memory limit: bytes, or with K, M, G (at least 16M)\n"
+	       "  -e, --env K=V           environment of every command in the session\n"
+	       "  --memory SIZE           memory limit: bytes, or with K, M, G, T (at least 16M)\n"
 	       "  --cpu-quota US          CPU time per the server's CPU period, in microseconds\n"
 	       "  --pids N                at most N processes (at least 4)\n"
 	       "  --disk SIZE             disk size (jail, disk storage: at most\n"
 	       "                          SANDBOX_MAX_DISK_BYTES), else workspace size; at least "
 	       "1M\n"
 	       "  --storage disk|tmpfs    jail: root and /workspace on a disk, or tmpfs\n"
-	       "  --volume NAME:/PATH[:ro] mount a persistent volume (sandbox volumes create)\n"
+	       "  -v, --volume NAME:/PATH[:ro]  mount a persistent volume (sandbox volumes\n"
+	       "                          create)\n"
 	       "  --snapshot NAME         start from a snapshot (sandbox snapshot): its files,\n"
 	       "                          and on qemu its processes; its template, limits and\n"
 	       "                          storage are the snapshot's (so not with --template,\n"
@@ -90,11 +91,8 @@ static int parse_create_opts(int argc, char **argv, json_t *body)
 			if (cli_env_add(env, v) < 0)
 				return 2;
 		} else if (strcmp(a, "--memory") == 0 || strcmp(a, "--disk") == 0) {
-			if (cli_parse_size(v, &n) < 0)
-				return cli_fail(
-					       "%s takes a size: bytes, or a number with K, M or G",
-					       a),
-				       2;
+			if (cli_parse_size(a, v, &n) < 0)
+				return 2;
 			json_object_set_new(res, a[2] == 'm' ? "memoryBytes" : "diskBytes",
 					    json_integer(n));
 		} else if (strcmp(a, "--volume") == 0 || strcmp(a, "-v") == 0) {

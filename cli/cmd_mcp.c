@@ -44,7 +44,7 @@ void cmd_mcp_help(void)
 	       "                  (default $SANDBOX_URL, else unix:%s where it\n"
 	       "                  exists, else http://127.0.0.1:3000)\n"
 	       "  --api-key KEY   the API key (default $SANDBOX_API_KEY, else the key file)\n"
-	       "  --verbose       log every message on stderr\n",
+	       "  -v, --verbose   log every message on stderr\n",
 	       CLIENT_SERVICE_SOCKET);
 }
 

@@ -14,7 +14,8 @@ void cmd_run_help(void)
 	       "Creates a session, streams the command's output, destroys the session and exits\n"
 	       "with the command's exit code (128 + N when killed by signal N). Ctrl-C cancels\n"
 	       "the command. --json prints the stream's NDJSON events instead of the output.\n"
-	       "--user root runs it as the sandbox's own root (default: the command user).\n");
+	       "--user root runs it as the sandbox's own root (default: the command user).\n"
+	       "Short options: -e (--env), -t (--template), -u (--user).\n");
 }
 
 int cli_parse_exec_opts(int argc, char **argv, json_t *body, const char **template_name)

@@ -7,34 +7,31 @@
 #include "cli.h"
 #include "sandbox.h"
 #include "util/cleanup.h"
+#include "util/size.h"
 
 void cmd_volumes_help(void)
 {
 	printf("usage: sandbox volumes create NAME SIZE   make a volume of SIZE (bytes, or K, M, "
-	       "G)\n"
+	       "G, T)\n"
 	       "       sandbox volumes ls [--json]        list your volumes\n"
 	       "       sandbox volumes rm NAME...         delete volumes and their files\n\n"
 	       "Sessions mount volumes at creation: sandbox create --volume NAME:/PATH[:ro].\n"
 	       "A volume is read-write in one session at a time, read-only in any number.\n");
 }
 
-int cli_parse_size(const char *s, json_int_t *ret)
+int cli_parse_size(const char *what, const char *s, json_int_t *ret)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s || s[0] == '-')
+	uint64_t v;
+	int r = size_parse(s, &v);
+	if (r < 0) {
+		cli_fail("%s takes a size: `%s` is %s", what, s, size_parse_problem(r));
 		return -1;
-	unsigned shift = 0;
-	if (*end) {
-		const char *units = "KMG";
-		const char *u = end[1] ? NULL : strchr(units, *end & ~0x20);
-		if (!u || !*u)
-			return -1;
-		shift = 10 * (unsigned)(u - units + 1);
 	}
-	if (v == 0 || v > (UINT64_C(1) << 62) >> shift)
+	if (v == 0) {
+		cli_fail("%s takes a size: `%s` is none (more than 0 bytes)", what, s);
 		return -1;
-	*ret = (json_int_t)(v << shift);
+	}
+	*ret = (json_int_t)v;
 	return 0;
 }
 
@@ -87,9 +84,11 @@ int cmd_volumes(int argc, char **argv)
 	int rc = 0;
 	if (strcmp(sub, "create") == 0) {
 		json_int_t size;
-		if (argc < 4 || cli_parse_size(argv[3], &size) < 0) {
+		if (argc < 4) {
 			rc = cli_fail(
-				"usage: sandbox volumes create NAME SIZE (bytes, or K, M, G)");
+				"usage: sandbox volumes create NAME SIZE (bytes, or K, M, G, T)");
+		} else if (cli_parse_size("SIZE", argv[3], &size) < 0) {
+			rc = 1;
 		} else {
 			json_t *body = json_pack("{s:s, s:I}", "name", argv[2], "sizeBytes", size);
 			if (client_json(c, "POST", "/volumes", body, &r, NULL, &e) < 0)

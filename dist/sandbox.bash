@@ -23,7 +23,7 @@ _sandbox() {
 		--url | --api-key) return ;;
 		esac
 		if [[ $cur == -* ]]; then
-			mapfile -t COMPREPLY < <(compgen -W '--url --api-key --help --version' -- "$cur")
+			mapfile -t COMPREPLY < <(compgen -W '--url --api-key --help -h --version' -- "$cur")
 		else
 			local cmds
 			cmds=$("${words[0]}" --help 2>/dev/null | awk '/^commands:$/ { on = 1; next } on && /^$/ { exit } on { print $1 }')
@@ -47,8 +47,18 @@ _sandbox() {
 		mapfile -t COMPREPLY < <(compgen -W 'TERM INT KILL HUP QUIT USR1 USR2 CONT STOP TSTP WINCH ALRM' -- "$cur")
 		return
 		;;
-	--url | --api-key | --env | --timeout | --memory | --disk | --pids | --cpu-quota | \
-		--idle-timeout | --scopes | --rate-limit | --expires | --quota | --tag | --replay | --bind)
+	-t)
+		# --template's short form, but for `keys` (no such option there).
+		if [[ $cmd != keys ]]; then
+			local names
+			names=$(timeout 2 "${words[0]}" templates 2>/dev/null | awk '{ print $1 }')
+			mapfile -t COMPREPLY < <(compgen -W "$names" -- "$cur")
+		fi
+		return
+		;;
+	--url | --api-key | --env | -e | --timeout | --memory | --disk | --pids | --cpu-quota | \
+		--idle-timeout | --scopes | --rate-limit | --expires | --quota | --tag | --replay | --bind | \
+		--volume | -v | --user | -u)
 		return
 		;;
 	esac
@@ -71,9 +81,15 @@ _sandbox() {
 		;;
 	esac
 	if [[ $cur == -* ]]; then
-		local opts
-		opts=$("${words[0]}" "$cmd" --help 2>/dev/null | grep -oE -- '--[a-z][a-z-]*' | sort -u)
-		mapfile -t COMPREPLY < <(compgen -W "$opts --help" -- "$cur")
+		# Long options anywhere in the help; short ones where the help offers them: at the
+		# start of a line, or after `[`, `(`, `|`, `,` or `:` (`[-r|--recursive]`, `-e (--env)`).
+		local help opts
+		help=$("${words[0]}" "$cmd" --help 2>/dev/null)
+		opts=$({
+			grep -oE -- '--[a-z][a-z-]*' <<<"$help"
+			grep -oE -- '(^[[:space:]]*|[[(|,:][[:space:]]*)-[a-zA-Z]\b' <<<"$help" | grep -oE -- '-[a-zA-Z]$'
+		} | sort -u)
+		mapfile -t COMPREPLY < <(compgen -W "$opts --help -h" -- "$cur")
 	fi
 }
 complete -F _sandbox sandbox

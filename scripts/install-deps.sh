@@ -6,7 +6,9 @@
 #             committed, else `npm install`), skipped while node_modules is up to date
 #             and Node.js 20 or newer (Debian 12's is 18: a newer one comes from the npm
 #             registry into /usr/local, with npm 11)
-# With no option, both.
+#   --ui      as --npm, but only the dashboard's (ui/): what building needs, not testing
+#             (`make run`)
+# With no option, --debian and --npm.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -116,6 +118,10 @@ for arg in "$@"; do
 	case $arg in
 	--debian) debian=1 ;;
 	--npm) npm=1 ;;
+	--ui)
+		npm=1
+		npm_dirs=(ui)
+		;;
 	*) die "unknown option $arg" ;;
 	esac
 done

@@ -92,7 +92,7 @@ inside() {
 		cd /
 		umount -l /mnt
 		exec /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-			/bin/sh -c "set -a; . /etc/agent-sandbox/sandboxd.env; set +a; exec setpriv --reuid=0 --regid=0 --init-groups --bounding-set=$bound --inh-caps=-all --no-new-privs prlimit --nofile=$nofile:$nofile /usr/bin/sandboxd"
+			/bin/sh -c "set -a; . /etc/agent-sandbox/sandboxd.env; set +a; exec setpriv --reuid=0 --regid=0 --init-groups --bounding-set=$bound --inh-caps=-all --no-new-privs prlimit --nofile=$nofile:$nofile /usr/sbin/sandboxd"
 	' _ "$root" "$bound" "$nofile" "$(unit_opt UMask)" $rw 2>"$root/var/lib/agent-sandbox/sandboxd.log" &
 	local pid=$! i
 	for ((i = 0; i < 600; i++)); do
@@ -264,6 +264,14 @@ ok "agent-sandbox and agent-sandbox-cli with their recommends bring $lean packag
 # shellcheck disable=SC2016 # dpkg-query's format
 ok "agent-sandbox-vm installs the guest kernel and QEMU ($(chroot "$root" dpkg-query -W -f='${Version}' qemu-system-x86))"
 grep -q 'sk_test_' "$root/tmp/apt.log" && die "the installation printed a key"
+# Every documentation file the installation's messages point to is there (dh_compress
+# compresses the larger ones: a name without .gz would be wrong).
+named=$(tr -d '\r' <"$root/tmp/apt.log" | grep -oE '/usr/share/doc/[^ ]*[^ .,;:)]' | sort -u)
+[[ -n $named ]] || die "the installation names no documentation file"
+for f in $named; do
+	[[ -f $root$f ]] || die "the installation points to $f, which is not there"
+done
+ok "the installation points to documentation that is there: $(paste -sd ' ' <<<"$named")"
 
 # What postinst must have left.
 [[ $(stat -c '%a %U' "$root/var/lib/agent-sandbox/state/admin-key") == "600 root" ]] ||
@@ -293,6 +301,13 @@ chroot "$root" bash -c '. /usr/share/bash-completion/bash_completion; _completio
 [[ -f $root/usr/share/zsh/vendor-completions/_sandbox ]] || die "no zsh completion"
 chroot "$root" man -w sandboxd.8 sandbox.1 >/dev/null || die "no manual pages"
 ok "completion and manual pages installed"
+
+# A daemon that the system runs, with a page of section 8: /usr/sbin, where the unit finds it.
+[[ -x $root/usr/sbin/sandboxd && ! -e $root/usr/bin/sandboxd ]] ||
+	die "sandboxd is not /usr/sbin/sandboxd (alone)"
+[[ $(unit_opt ExecStart) == /usr/sbin/sandboxd ]] ||
+	die "the unit starts $(unit_opt ExecStart), not /usr/sbin/sandboxd"
+ok "sandboxd is /usr/sbin/sandboxd, which the unit starts"
 
 "$here/isolated.sh" "$here/test-deb.sh" --inside "$root" || die "the daemon's checks failed (above)"
 

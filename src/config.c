@@ -13,6 +13,7 @@
 
 #include "util/cleanup.h"
 #include "util/log.h"
+#include "util/size.h"
 
 #define KiB ((uint64_t)1024)
 #define MiB (KiB * 1024)
@@ -43,7 +44,8 @@ enum var_kind {
 	V_INT,    /* int within [min, max] */
 	V_UINT,   /* unsigned within [min, max] */
 	V_U64,    /* uint64_t within [min, max] */
-	V_SIZE,   /* size_t within [min, max] */
+	V_SIZE,   /* size_t within [min, max], in bytes: the syntax of size_parse ("512M") */
+	V_BYTES,  /* uint64_t within [min, max], in bytes: the syntax of size_parse ("512M") */
 	V_BOOL,   /* bool */
 	V_MODE,   /* enum net_filter_mode */
 	V_CHOICE, /* a string, one of choices[] */
@@ -91,12 +93,13 @@ static const struct var vars[] = {
 	{ "SANDBOX_MAX_SESSIONS", V_UINT, F(max_sessions), "64", 1, 65536 },
 	{ "SANDBOX_MAX_COMMANDS", V_UINT, F(max_commands), "256", 1, 1048576 },
 	{ "SANDBOX_MAX_FILE_OPS", V_UINT, F(max_file_ops), "64", 1, 1048576 },
-	{ "SANDBOX_MAX_UPLOAD_BYTES", V_U64, F(max_upload_bytes), "4294967296", 1, 1099511627776 },
+	{ "SANDBOX_MAX_UPLOAD_BYTES", V_BYTES, F(max_upload_bytes), "4294967296", 1,
+	  1099511627776 },
 	{ "SANDBOX_MAX_STREAMS", V_UINT, F(max_streams), "256", 1, 1048576 },
 	{ "SANDBOX_MAX_PROCESSES", V_UINT, F(max_processes), "128", 1, 1024 },
-	{ "SANDBOX_PROCESS_REPLAY_BYTES", V_U64, F(process_replay_bytes), "262144", 65536,
+	{ "SANDBOX_PROCESS_REPLAY_BYTES", V_BYTES, F(process_replay_bytes), "262144", 65536,
 	  67108864 },
-	{ "SANDBOX_SESSION_REPLAY_BYTES", V_U64, F(session_replay_bytes), "33554432", 65536,
+	{ "SANDBOX_SESSION_REPLAY_BYTES", V_BYTES, F(session_replay_bytes), "33554432", 65536,
 	  4294967296 },
 	{ "SANDBOX_MAX_WATCHES", V_UINT, F(max_watches), "64", 1, 1048576 },
 	{ "SANDBOX_WATCH_MAX_DIRS", V_UINT, F(watch_max_dirs), "8192", 1, 65536 },
@@ -113,28 +116,29 @@ static const struct var vars[] = {
 	{ "VM_MEM_SIZE_MIB", V_UINT, F(mem_mib), "128", 16, 1048576 },
 	{ "VM_CPU_QUOTA_US", V_U64, F(cpu_quota_us), "50000", 1000, 1000000000 },
 	{ "VM_CPU_PERIOD_US", V_U64, F(cpu_period_us), "100000", 1000, 1000000 },
-	{ "VM_MEMORY_LIMIT_BYTES", V_U64, F(memory_limit), "134217728", MiB, TiB },
+	{ "VM_MEMORY_LIMIT_BYTES", V_BYTES, F(memory_limit), "134217728", MiB, TiB },
 	{ "VM_NOFILE_LIMIT", V_UINT, F(nofile), "1024", 16, 1048576 },
-	{ "VM_DISK_LIMIT_BYTES", V_U64, F(disk_limit), "536870912", MiB, 16 * TiB },
+	{ "VM_DISK_LIMIT_BYTES", V_BYTES, F(disk_limit), "536870912", MiB, 16 * TiB },
 	{ "SANDBOX_PIDS_MAX", V_UINT, F(pids_max), "256", 1, 4194304 },
 	{ "SANDBOX_STORAGE", V_CHOICE, F(storage), "disk", 0, 0, storage_modes },
-	{ "SANDBOX_DISK_BYTES", V_U64, F(disk_bytes), "1073741824", MiB, 16 * TiB },
-	{ "SANDBOX_MAX_DISK_BYTES", V_U64, F(max_disk_bytes), "17179869184", MiB, 16 * TiB },
+	{ "SANDBOX_DISK_BYTES", V_BYTES, F(disk_bytes), "1073741824", MiB, 16 * TiB },
+	{ "SANDBOX_MAX_DISK_BYTES", V_BYTES, F(max_disk_bytes), "17179869184", MiB, 16 * TiB },
 	{ "SANDBOX_DISK_OVERCOMMIT", V_STRING, F(disk_overcommit), "4" },
-	{ "SANDBOX_DISK_RESERVE_BYTES", V_U64, F(disk_reserve_bytes), "1073741824", 0, 16 * TiB },
-	{ "SANDBOX_MAX_VOLUME_BYTES", V_U64, F(max_volume_bytes), "17179869184", 8 * MiB,
+	{ "SANDBOX_DISK_RESERVE_BYTES", V_BYTES, F(disk_reserve_bytes), "1073741824", 0, 16 * TiB },
+	{ "SANDBOX_MAX_VOLUME_BYTES", V_BYTES, F(max_volume_bytes), "17179869184", 8 * MiB,
 	  16 * TiB },
 	{ "SANDBOX_KEY_MAX_VOLUMES", V_UINT, F(key_max_volumes), "16", 0, 65536 },
-	{ "SANDBOX_KEY_MAX_BODY_BYTES", V_U64, F(key_max_body_bytes), "268435456", 0, 16 * TiB },
-	{ "SANDBOX_KEY_MAX_VOLUME_BYTES", V_U64, F(key_max_volume_bytes), "68719476736", 0,
+	{ "SANDBOX_KEY_MAX_BODY_BYTES", V_BYTES, F(key_max_body_bytes), "268435456", 0, 16 * TiB },
+	{ "SANDBOX_KEY_MAX_VOLUME_BYTES", V_BYTES, F(key_max_volume_bytes), "68719476736", 0,
 	  1024 * TiB },
 	{ "SANDBOX_KEY_MAX_SNAPSHOTS", V_UINT, F(key_max_snapshots), "16", 0, 65536 },
-	{ "SANDBOX_KEY_MAX_SNAPSHOT_BYTES", V_U64, F(key_max_snapshot_bytes), "34359738368", 0,
+	{ "SANDBOX_KEY_MAX_SNAPSHOT_BYTES", V_BYTES, F(key_max_snapshot_bytes), "34359738368", 0,
 	  1024 * TiB },
 	{ "SANDBOX_SNAPSHOT_TTL", V_UINT, F(snapshot_ttl_s), "604800", 1, 315360000 },
-	{ "SANDBOX_MAX_MEMORY_BYTES", V_U64, F(max_memory), "4294967296", 16 * MiB, 16 * TiB },
+	{ "SANDBOX_MAX_MEMORY_BYTES", V_BYTES, F(max_memory), "4294967296", 16 * MiB, 16 * TiB },
 	{ "SANDBOX_MAX_VCPUS", V_UINT, F(max_vcpus), "4", 1, 32 },
-	{ "SANDBOX_MEMORY_WATERMARK_BYTES", V_U64, F(memory_watermark), "268435456", 0, 16 * TiB },
+	{ "SANDBOX_MEMORY_WATERMARK_BYTES", V_BYTES, F(memory_watermark), "268435456", 0,
+	  16 * TiB },
 	{ "SANDBOX_DESCRIPTOR_RESERVE", V_UINT, F(descriptor_reserve), "512", 0, 1048576 },
 	/* Above the uids of ordinary accounts, and (with the ranges) below 2^31: the kernel's
 	 * ping_group_range takes no group beyond that. */
@@ -415,10 +419,26 @@ static void var_apply(struct config *cfg, const struct var *v, const char *s, st
 		}
 		set_string(cfg, v->offset, xstrdup(s));
 		return;
+	case V_SIZE:
+	case V_BYTES:
+		i = size_parse(s, &n);
+		if (i < 0) {
+			problem_add(p, "%s: `%s` is %s", v->name, shown, size_parse_problem(i));
+			return;
+		}
+		if (n < v->min || n > v->max) {
+			problem_add(p, "%s: `%s` is not between %llu and %llu bytes", v->name,
+				    shown, (unsigned long long)v->min, (unsigned long long)v->max);
+			return;
+		}
+		if (v->kind == V_BYTES)
+			*(uint64_t *)field = n;
+		else
+			*(size_t *)field = (size_t)n;
+		return;
 	case V_INT:
 	case V_UINT:
 	case V_U64:
-	case V_SIZE:
 		if (parse_u64(s, v->min, v->max, &n) < 0) {
 			problem_add(p, "%s: `%s` is not a number between %llu and %llu", v->name,
 				    shown, (unsigned long long)v->min, (unsigned long long)v->max);
@@ -428,10 +448,8 @@ static void var_apply(struct config *cfg, const struct var *v, const char *s, st
 			*(int *)field = (int)n;
 		else if (v->kind == V_UINT)
 			*(unsigned *)field = (unsigned)n;
-		else if (v->kind == V_U64)
-			*(uint64_t *)field = n;
 		else
-			*(size_t *)field = (size_t)n;
+			*(uint64_t *)field = n;
 		return;
 	case V_BOOL:
 		if (parse_bool(s, &b) < 0) {
@@ -562,6 +580,16 @@ int config_load(struct config *cfg, struct err *err)
 	}
 	log_set_level(level);
 
+	/* Text for a person at a terminal, JSON for journald and files (docs/configuration.md). */
+	enum log_format format = LOG_FORMAT_AUTO;
+	const char *lf = env("SANDBOX_LOG_FORMAT");
+	if (lf && log_format_parse(lf, &format) < 0) {
+		char shown[ECHO_MAX + 4];
+		echo(shown, lf);
+		problem_add(&p, "SANDBOX_LOG_FORMAT: `%s` is not one of auto, json, text", shown);
+	}
+	log_set_format(format);
+
 	/* The defaults must fit under the caps, or every session would be refused. */
 	if (cfg->memory_limit > cfg->max_memory)
 		problem_add(
@@ -605,6 +633,7 @@ void config_print_defaults(FILE *out)
 	for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
 		fprintf(out, "%s=%s\n", vars[i].name, vars[i].def ? vars[i].def : "");
 	fprintf(out, "LOG_LEVEL=info\n");
+	fprintf(out, "SANDBOX_LOG_FORMAT=auto\n");
 }
 
 void config_print_names(FILE *out, const char *indent)
@@ -613,6 +642,7 @@ void config_print_names(FILE *out, const char *indent)
 		fprintf(out, "%s%s%s%s\n", indent, vars[i].name, vars[i].def ? "=" : "",
 			vars[i].def ? vars[i].def : "");
 	fprintf(out, "%sLOG_LEVEL=info\n", indent);
+	fprintf(out, "%sSANDBOX_LOG_FORMAT=auto\n", indent);
 }
 
 void config_free(struct config *cfg)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "auth/keys.h"
@@ -121,6 +122,38 @@ static int create_first_admin_key(const struct config *cfg, const char *name, st
 	return r < 0 ? r : 1;
 }
 
+/* On a start that made no key: where the admin key is (the first start's, or the one the
+ * package made), or that its file is gone and how to make a key. On a terminal as text beside
+ * the "serving" line; otherwise as a log line with the path in a field of its own. */
+static void announce_key_file(const struct config *cfg)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/admin-key", cfg->state_dir);
+	struct stat st;
+	bool kept = lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+	if (isatty(STDERR_FILENO)) {
+		if (kept)
+			fprintf(stderr,
+				"sandboxd: the admin key is in %s (export "
+				"SANDBOX_API_KEY=$(cat %s))\n",
+				path, path);
+		else
+			fprintf(stderr,
+				"sandboxd: no admin key file (%s); make a key with: sandbox keys "
+				"create NAME --scopes exec,admin\n",
+				path);
+		return;
+	}
+	json_auto_t *fields = json_pack("{s:s, s:b}", "keyFile", path, "kept", kept);
+	if (kept)
+		log_fields(LOG_INFO, "auth", fields, "the admin key is in %s", path);
+	else
+		log_fields(LOG_INFO, "auth", fields,
+			   "no admin key file (%s); make a key with: sandbox keys create NAME "
+			   "--scopes exec,admin",
+			   path);
+}
+
 int auth_first_start(const struct config *cfg, const char *url,
 		     int (*publish)(const char *id, struct err *err), struct err *err)
 {
@@ -129,8 +162,12 @@ int auth_first_start(const struct config *cfg, const char *url,
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
 	int r = create_first_admin_key(cfg, "admin (created at first start)", &k, &secret, err);
-	if (r <= 0)
+	if (r < 0)
 		return r;
+	if (r == 0) {
+		announce_key_file(cfg);
+		return 0;
+	}
 	/* Made known (a cluster's other nodes) before it is shown, or not at all. */
 	if (publish && publish(k.id, err) < 0) {
 		struct err ignored;

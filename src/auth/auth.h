@@ -25,7 +25,8 @@ int auth_init(struct event_base *base, const struct config *cfg, struct err *err
 /* Once the daemon serves at `url`: on the first start with auth on and no key at all,
  * creates an admin key, keeps it in <state dir>/admin-key (0600) and shows it once on
  * stderr, with what to do with it. `publish` (may be NULL) is called with its id first (a
- * cluster's key table): when it fails, the key is taken back and nothing is shown. */
+ * cluster's key table): when it fails, the key is taken back and nothing is shown. On every
+ * other start (auth on), says where the admin key file is, or that there is none. */
 int auth_first_start(const struct config *cfg, const char *url,
 		     int (*publish)(const char *id, struct err *err), struct err *err);
 /* For an installation (sandboxd --init-admin-key): when the store holds no key at all,

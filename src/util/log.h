@@ -1,6 +1,9 @@
-/* log: JSON-lines logging on stderr.
+/* log: logging on stderr, as JSON lines or as text for a person at a terminal.
  *
- * One line per event: {"ts":"...","level":"info","module":"session","msg":"...", ...fields}.
+ * One line per event. JSON (for journald, files, and whatever reads them):
+ * {"ts":"...","level":"info","module":"session","msg":"...", ...fields}. Text (a terminal):
+ * `2026-01-02T03:04:05.678Z INFO  session: message key=value ...`, with every control or
+ * non-ASCII byte escaped so that nothing logged can drive the terminal.
  * Safe from any thread: each line is written with a single write(2). Secrets never reach a
  * log call: callers redact URIs with http_redact_uri() and never pass header values. */
 #pragma once
@@ -16,6 +19,19 @@ enum log_level log_get_level(void);
 
 /* Parses "trace|debug|info|warn|error|fatal|silent" into *ret; returns 0 or -EINVAL. */
 int log_level_parse(const char *s, enum log_level *ret);
+
+enum log_format {
+	LOG_FORMAT_AUTO, /* text when stderr is a terminal, else JSON: the default */
+	LOG_FORMAT_JSON,
+	LOG_FORMAT_TEXT,
+};
+
+/* Sets the format of the lines written; LOG_FORMAT_AUTO looks at stderr once, now. */
+void log_set_format(enum log_format format);
+/* The format lines are written in now (never LOG_FORMAT_AUTO). */
+enum log_format log_get_format(void);
+/* Parses "auto|json|text" into *ret; returns 0 or -EINVAL. */
+int log_format_parse(const char *s, enum log_format *ret);
 
 /* Whether a message at `level` would be written. */
 bool log_enabled(enum log_level level);

@@ -78,10 +78,39 @@ class FirstStartTest(unittest.TestCase):
         text = again.stderr()
         self.assertEqual(authlib.KEY_RE.findall(text), [], text)
         self.assertIsNone(again.admin_key)
+        # It says where the key is kept, in a field of its own.
+        said = [(l.get("module"), l.get("kept"), l.get("msg")) for l in again.logs()
+                if l.get("keyFile") == path]
+        self.assertEqual(said, [("auth", True, f"the admin key is in {path}")], text)
         st, _, body = request(again, "GET", "/admin/keys", key=key)
         self.assertEqual(st, 200, body)
         self.assertEqual(len(body["keys"]), 1)
         again.stop()
+
+    def test_every_start_on_a_terminal_says_where_the_admin_key_is(self):
+        state = authlib.new_state_dir(self)
+        path = os.path.join(state, "admin-key")
+
+        def start():
+            d = harness.Daemon(env={**authlib.BASE_ENV, "SANDBOX_STATE_DIR": state}, tty=True)
+            d.start()
+            self.addCleanup(d.stop, check=False)
+            d.wait_stderr("sandboxd is serving on")
+            return d, d.stop()
+
+        _, out = start()
+        self.assertEqual(len(set(authlib.KEY_RE.findall(out))), 1, out)  # the first start's
+        self.assertIn(f"(and kept in {path}, mode 0600)", out)
+        _, out = start()
+        self.assertEqual(authlib.KEY_RE.findall(out), [], out)
+        self.assertIn(f"\nsandboxd: the admin key is in {path} (export "
+                      f"SANDBOX_API_KEY=$(cat {path}))\n", out)
+        # Gone (removed by hand): it says so, and how to make a key.
+        os.unlink(path)
+        _, out = start()
+        self.assertIn(f"\nsandboxd: no admin key file ({path}); make a key with: sandbox keys "
+                      f"create NAME --scopes exec,admin\n", out)
+        self.assertNotIn("the admin key is in", out)
 
     def test_a_start_that_fails_does_not_use_up_the_key(self):
         state = authlib.new_state_dir(self)

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -232,10 +233,43 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.stdout.strip(), b"[]")
 
     def test_exec_env_and_signal_exit(self):
-        self.cli("exec", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO", check=0)
+        self.cli("exec", "--create", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO", check=0)
         p = self.cli("exec", "c1", "--", "sh", "-c", "kill -TERM $$")
         self.assertEqual(p.returncode, 128 + 15)
         self.cli("rm", "c1", check=0)
+
+    def test_exec_refuses_an_unknown_session(self):
+        """A mistyped name is an error, as for cat, not a new session; --create makes it."""
+        want = (b"sandbox: no session cx1; sandbox create cx1, or sandbox exec --create cx1 "
+                b"...\n")
+        for mode in ((), ("-d",), ("-i",)):
+            p = self.cli("exec", *mode, "cx1", "--", "true", input=b"")
+            self.assertEqual((p.returncode, p.stderr), (1, want), mode)
+            self.assertEqual(p.stdout, b"")
+        self.assertIn(b"404", self.cli("cat", "cx1", "f", check=1).stderr)
+        listed = json.loads(self.cli("ps", "--json", check=0).stdout)
+        self.assertNotIn("cx1", [s["id"] for s in listed])
+        # Another key's session does not exist for this one either.
+        self.cli("create", "cx2", check=0)
+        self.addCleanup(self.cli, "rm", "cx1", "cx2")
+        k = json.loads(self.cli("keys", "create", "cli-exec-other", "--scopes", "exec",
+                                "--json", check=0).stdout)
+        other = dict(self.env, SANDBOX_API_KEY=k["key"])
+        p = subprocess.run([CLI, "exec", "cx2", "--", "true"], env=other, capture_output=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"no session cx2;", p.stderr)
+        # A daemon that cannot be reached says so, not that the session is missing.
+        p = self.cli("exec", "--url", "http://127.0.0.1:9", "cx2", "--", "true", check=1)
+        self.assertNotIn(b"no session", p.stderr)
+        # --create makes it (from --template), then it is an existing session.
+        self.assertEqual(self.cli("exec", "--create", "cx1", "--template", "base", "--",
+                                  "echo", "made", check=0).stdout, b"made\n")
+        self.assertEqual(self.cli("exec", "cx1", "--", "echo", "again", check=0).stdout,
+                         b"again\n")
+        self.assertEqual(self.cli("exec", "cx2", "--", "echo", "mine", check=0).stdout,
+                         b"mine\n")
+        self.cli("rm", "cx1", "cx2", check=0)
 
     def test_cp_cat_ls_bytes_exact(self):
         data = bytes(range(256)) * 1000
@@ -274,7 +308,7 @@ class CliTest(unittest.TestCase):
 
     def test_ctrl_c_cancels_the_remote_command(self):
         # A command that would leave a file a minute in, were it not cancelled.
-        proc = subprocess.Popen([CLI, "exec", "c3", "--", "sh", "-c",
+        proc = subprocess.Popen([CLI, "exec", "--create", "c3", "--", "sh", "-c",
                                  "sleep 60; touch /workspace/late"],
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.addCleanup(proc.kill)
@@ -320,7 +354,7 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.stdout, b"-h\n")
         p = self.cli("run", "--", "echo", "--help", "--url", "u", "--api-key", "k", check=0)
         self.assertEqual(p.stdout, b"--help --url u --api-key k\n")
-        p = self.cli("exec", "c5", "--", "echo", "--json", "-h", check=0)
+        p = self.cli("exec", "--create", "c5", "--", "echo", "--json", "-h", check=0)
         self.assertEqual(p.stdout, b"--json -h\n")
         self.cli("rm", "c5", check=0)
 
@@ -430,7 +464,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "c6", made, check=0)
 
     def test_ps_shows_idle_time_expiry_and_resources(self):
-        self.cli("exec", "c7", "--", "true", check=0)
+        self.cli("exec", "--create", "c7", "--", "true", check=0)
         self.cli("create", "c9", "--idle-timeout", "3600", check=0)
         p = self.cli("ps", check=0)
         lines = p.stdout.decode().splitlines()
@@ -442,6 +476,51 @@ class CliTest(unittest.TestCase):
         row = next(l for l in lines if l.startswith("c9 "))
         self.assertRegex(row, r" \d+s +in (59m\d\ds|1h00m) ")
         self.cli("rm", "c7", "c9", check=0)
+
+    def test_ps_columns_fit_their_content_and_storage_is_told(self):
+        """Every column as wide as its widest cell (a long id, long resources), and a disk's
+        usage shown as the server measures it, not as the storage's name read as a number."""
+        sid = "ps-" + "x" * 57
+        disk = harness.driver() == "jail"  # a disk of its own is the jail's
+        self.cli("create", sid, "--memory", "64M", "--pids", "100", "--disk", "64M",
+                 "--storage", "disk" if disk else "tmpfs", check=0)
+        self.addCleanup(self.cli, "rm", sid)
+        self.cli("create", "ps2", check=0)
+        self.addCleanup(self.cli, "rm", "ps2")
+        self.cli("exec", sid, "--", "sh", "-c", "head -c 3000000 /dev/urandom > big", check=0)
+        lines = self.cli("ps", check=0).stdout.decode().splitlines()
+        header = lines[0]
+        names = header.split()
+        starts = [m.start() for m in re.finditer(r"\S+", header)]
+        for line in lines[1:]:  # each cell starts under its column's name
+            for col, at in enumerate(starts[1:], 1):
+                self.assertEqual(line[at - 1], " ", (names[col], header, line))
+                self.assertNotEqual(line[at], " ", (names[col], header, line))
+        ends = starts[1:] + [None]
+        row = lambda prefix: {n: l[a:e].strip() for l in lines if l.startswith(prefix)
+                              for n, a, e in zip(names, starts, ends)}
+        cells = row(sid + " ")
+        self.assertEqual(cells["ID"], sid)
+        self.assertEqual(cells["RESOURCES"], "mem=64M,disk=64M,pids=100")
+        self.assertNotIn("storage", header + "\n".join(lines[1:]).replace("STORAGE", ""))
+        self.assertEqual(names[-3:], ["NET", "STORAGE", "CREATED"])
+        listed = {s["id"]: s for s in json.loads(self.cli("ps", "--json", check=0).stdout)}
+        units = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        size = lambda t: float(t[:-1]) * units[t[-1]]
+        if disk:
+            m = re.fullmatch(r"disk:(\d+(?:\.\d)?[BKMGT])/(\d+(?:\.\d)?[BKMGT])",
+                             cells["STORAGE"])
+            self.assertIsNotNone(m, cells["STORAGE"])
+            measured = listed[sid]["disk"]
+            self.assertGreaterEqual(measured["usedBytes"], 3000000)
+            self.assertAlmostEqual(size(m.group(1)), measured["usedBytes"],
+                                   delta=measured["usedBytes"] * 0.05)
+            self.assertAlmostEqual(size(m.group(2)), measured["sizeBytes"],
+                                   delta=measured["sizeBytes"] * 0.05)
+        else:
+            self.assertEqual(cells["STORAGE"], "tmpfs:64M")
+        self.assertRegex(row("ps2 ")["STORAGE"], r"^(disk|tmpfs):")
+        self.cli("rm", sid, "ps2", check=0)
 
     def test_pause_and_resume(self):
         self.cli("create", "cp1", check=0)
@@ -575,7 +654,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "fs1", check=0)
 
     def test_background_processes_exec_d_procs_attach_kill(self):
-        p = self.cli("exec", "-d", "p1", "--tag", "cnt", "--", "sh", "-c",
+        p = self.cli("exec", "--create", "-d", "p1", "--tag", "cnt", "--", "sh", "-c",
                      "echo one; echo two >&2; exit 3", check=0)
         pid = int(p.stdout)
         p = self.cli("attach", "p1", "cnt")
@@ -615,7 +694,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "p1", check=0)
 
     def test_exec_i_forwards_stdin_and_the_exit_status(self):
-        p = self.cli("exec", "-i", "p2", "--", "cat", input=b"x\n", check=0)
+        p = self.cli("exec", "--create", "-i", "p2", "--", "cat", input=b"x\n", check=0)
         self.assertEqual(p.stdout, b"x\n")
         data = os.urandom(300_000)
         p = self.cli("exec", "-i", "p2", "--", "sha256sum", input=data, check=0)
@@ -628,7 +707,7 @@ class CliTest(unittest.TestCase):
         self.cli("rm", "p2", check=0)
 
     def test_exec_i_sends_ctrl_c_to_the_process(self):
-        proc = subprocess.Popen([CLI, "exec", "-i", "p3", "--", "sh", "-c",
+        proc = subprocess.Popen([CLI, "exec", "--create", "-i", "p3", "--", "sh", "-c",
                                  "trap 'echo got INT; exit 9' INT; echo ready; "
                                  "while :; do sleep 0.1; done"],
                                 env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -647,7 +726,7 @@ class CliTest(unittest.TestCase):
         return p
 
     def test_watch_prints_changes_until_ctrl_c(self):
-        self.cli("exec", "wt1", "--", "true", check=0)
+        self.cli("exec", "--create", "wt1", "--", "true", check=0)
         p = self.watch("wt1:.", "-r")
         self.assertIn(b"watching (1 directories)", p.stderr.readline())
         # A new directory is watched once the agent sees it: the pause keeps the order exact.

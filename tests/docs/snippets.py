@@ -12,9 +12,13 @@ every block must run) fails. The documents are every tracked *.md file.
 The `run` blocks of one document run in order, each as its own process, in one scratch
 directory, against one fresh sandboxd started by the harness (the ASan build in `make test`,
 $SANDBOXD) with its defaults (authentication on, the warm pool, the default template) on
-http://127.0.0.1:3000, the address the documents use. The snippets get what the documents
-tell a user to set: SANDBOX_URL and SANDBOX_API_KEY (the admin key the fresh daemon printed),
-and the command-line client `sandbox` on PATH (build/cli). Languages:
+http://127.0.0.1:3000, the address the documents use. The snippets get what the README's
+Quick start tells a user to set, and only that: its `export` line, run by bash in the
+checkout's top directory with the fresh daemon's admin key in place of `sk_test_...` (so
+SANDBOX_URL, SANDBOX_API_KEY, and PATH with the command-line client `sandbox` on it).
+
+The commands the README shows (its code blocks, indented or fenced) work as root on a machine
+without sudo: none of them runs `sudo`. Languages:
 
     sh, bash, shell        bash with -e and -o pipefail; curl fails on an error status
                            (--fail-with-body is added), so a snippet whose request fails fails
@@ -136,6 +140,45 @@ def tag_problem(b):
 
 # --- running -------------------------------------------------------------------------------
 
+QUICK_START_EXPORT = re.compile(r"^ {4}(export .*\bSANDBOX_API_KEY=sk_test_\.\.\..*)$", re.M)
+
+
+def quick_start_env(key, readme=None):
+    """The variables the README's Quick start sets (its one indented `export ...
+    SANDBOX_API_KEY=sk_test_...` line, run by bash in the checkout with `key` in place of the
+    placeholder), as {name: value} of what it changed."""
+    if readme is None:
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+    found = QUICK_START_EXPORT.findall(readme)
+    if len(found) != 1:
+        raise AssertionError(f"README.md: expected one Quick start `export ... "
+                             f"SANDBOX_API_KEY=sk_test_...` line, found {len(found)}")
+    line = found[0].replace("sk_test_...", key)
+    base = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    out = subprocess.run(["bash", "-c", line + "\nenv -0"], cwd=ROOT, env=base,
+                         capture_output=True, check=True).stdout.decode()
+    after = dict(kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
+    return {k: v for k, v in after.items() if base.get(k) != v and k not in ("PWD", "SHLVL", "_")}
+
+
+SUDO = re.compile(r"(^|[;&|(]\s*|\bthen\s+|\bdo\s+)sudo\b")
+
+
+def sudo_commands(text):
+    """The lines of text's code blocks (indented by 4, or fenced) that run sudo."""
+    found = []
+    fenced = False
+    for no, line in enumerate(text.split("\n"), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        code = line.strip() if fenced else line[4:].strip() if line.startswith("    ") else None
+        if code is not None and SUDO.search(code):
+            found.append(f"README.md:{no}: {code}")
+    return found
+
+
 def curl_shim(bindir):
     """A `curl` first on PATH that adds --fail-with-body, so that an error status fails the
     snippet (curl itself exits 0 on a 401 or a 404)."""
@@ -249,13 +292,14 @@ def run_document(doc, blocks, results):
         env = dict(os.environ)
         for k in [k for k in env if k.startswith("SANDBOX_") and k != "SANDBOX_ISOLATED"]:
             del env[k]
-        env.update(
-            SANDBOX_URL=URL,
-            SANDBOX_API_KEY=d.admin_key,
-            PATH=os.pathsep.join([bindir, os.path.join(ROOT, "build", "cli"),
-                                  env.get("PATH", "/usr/bin:/bin")]),
-            PYTHONPATH=os.path.join(ROOT, "sdk", "python"),
-        )
+        env["PATH"] = env.get("PATH", "/usr/bin:/bin")
+        # What the Quick start sets: its PATH put before the one the tests run with.
+        told = quick_start_env(d.admin_key)
+        if "PATH" in told:
+            told["PATH"] = told["PATH"].replace("/usr/bin:/bin", env["PATH"])
+        env.update(told)
+        env.update(PATH=bindir + os.pathsep + env["PATH"],
+                   PYTHONPATH=os.path.join(ROOT, "sdk", "python"))
         try:
             for n, b in enumerate(blocks):
                 t0 = time.monotonic()
@@ -320,10 +364,38 @@ def self_check(results):
         results.append(ok)
 
 
+def check_readme(results):
+    """The README's commands run as root without sudo, and its Quick start puts the CLI on
+    PATH; also on made-up READMEs, that these checks can fail."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    for text, want in (("    sudo make run\n", 1), ("```sh run\ncd x && sudo ls\n```\n", 1),
+                       ("Prose may say sudo make run.\n    make run   # as root\n", 0)):
+        ok = len(sudo_commands(text)) == want
+        print(f"{'ok   ' if ok else 'FAIL '} sudo check: {text.strip()!r}", flush=True)
+        results.append(ok)
+    found = sudo_commands(readme)
+    for f in found:
+        print(f"FAIL  {f}: a command with sudo (a root Debian machine has none)", flush=True)
+    results.append(not found)
+    try:
+        told = quick_start_env("sk_test_" + "0" * 32, readme)
+        cli = shutil.which("sandbox", path=told.get("PATH", ""))
+        ok = (told.get("SANDBOX_URL") == URL and told.get("SANDBOX_API_KEY", "").endswith("0" * 32)
+              and cli == os.path.join(ROOT, "build", "cli", "sandbox"))
+        why = f"sets {sorted(told)}; sandbox on its PATH: {cli}"
+    except (AssertionError, subprocess.CalledProcessError) as e:
+        ok, why = False, str(e)
+    print(f"{'ok   ' if ok else 'FAIL '} README.md: the Quick start's export ({why})", flush=True)
+    results.append(ok)
+
+
 def inside(docs):
     t0 = time.monotonic()
     results = []
     self_check(results)
+    if "README.md" in docs:
+        check_readme(results)
     n_run = n_norun = 0
     runs = {}
     for doc in docs:

@@ -330,7 +330,7 @@ for spec in driver:scope:test_exec.py driver:scope:test_files.py driver:scope:te
 	[[ $kind == security ]] && dir=/lane/security
 	[[ $mode == hand ]] && scope=0
 	out=$(cd /tmp && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/lane/integration \
-		SANDBOXD=/usr/bin/sandboxd SANDBOXD_SCOPE=$scope DRIVER=jail TEST_TAGS=$tags \
+		SANDBOXD=/usr/sbin/sandboxd SANDBOXD_SCOPE=$scope DRIVER=jail TEST_TAGS=$tags \
 		timeout 600 python3 -u -m runner "$dir" "$file" 2>&1)
 	rc=$?
 	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)

@@ -32,11 +32,13 @@ import ctypes
 import http.client
 import json
 import os
+import pty
 import re
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -206,9 +208,14 @@ class Stream:
 class Daemon:
     """One sandboxd process for a test."""
 
-    def __init__(self, env=None, driver_name=None, binary=None, args=(), start_timeout=None):
+    def __init__(self, env=None, driver_name=None, binary=None, args=(), start_timeout=None,
+                 tty=False):
         """env: extra variables for the daemon (a value of None removes a variable);
-        driver_name: SANDBOX_DRIVER (default: the DRIVER variable, else jail)."""
+        driver_name: SANDBOX_DRIVER (default: the DRIVER variable, else jail); tty: its stderr
+        is a pseudo-terminal, as when started from a shell (what it writes there is copied to
+        the same file, with the terminal's CR LF made LF again, a moment later)."""
+        self.tty = tty
+        self._tty_copier = None
         self.extra_env = dict(env or {})
         self.driver = driver_name or driver()
         self.binary = binary or sandboxd_path()
@@ -265,14 +272,22 @@ class Daemon:
             # cgroup of its own.
             scope = (["systemd-run", "--scope", "--quiet", "--collect", "-p", "Delegate=yes",
                       "--"] if os.environ.get("SANDBOXD_SCOPE") == "1" else [])
+            master = terminal = None
+            if self.tty:
+                master, terminal = pty.openpty()
             self.proc = subprocess.Popen(
                 [*scope, self.binary, *self.args],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
-                stderr=err,
+                stderr=terminal if self.tty else err,
                 preexec_fn=_die_with_parent,
             )
+            if self.tty:
+                os.close(terminal)
+                self._tty_copier = threading.Thread(target=self._copy_tty, args=(master,),
+                                                    daemon=True)
+                self._tty_copier.start()
         _running.add(self)
         self._wait_for_port()
         return self
@@ -333,6 +348,8 @@ class Daemon:
                     return self._stderr_text
             self.returncode = self.proc.returncode
             _running.discard(self)
+            if self._tty_copier:
+                self._tty_copier.join(10)  # the rest of what the terminal holds
             self._stderr_text = self.stderr()
             ok = self.returncode == 0
             self._cleanup(keep=not ok)
@@ -342,6 +359,32 @@ class Daemon:
                     + _tail(self._stderr_text)
                 )
         return self._stderr_text
+
+    def _copy_tty(self, master):
+        """Copies the terminal's output to stderr_path until the daemon's side closes."""
+        with open(self.stderr_path, "ab") as f:
+            while True:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: nothing has the terminal open any more
+                    break
+                if not data:
+                    break
+                f.write(data.replace(b"\r\n", b"\n"))
+                f.flush()
+        os.close(master)
+
+    def wait_stderr(self, text, timeout=30):
+        """stderr once it holds text (a terminal's output comes through a moment later), or
+        an AssertionError after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.stderr()
+            if text in out:
+                return out
+            if time.monotonic() > deadline:
+                raise AssertionError(f"sandboxd never wrote {text!r}:\n" + _tail(out))
+            time.sleep(0.02)
 
     def kill(self):
         """SIGKILL without checks (for leftovers)."""

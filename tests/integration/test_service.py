@@ -3,7 +3,9 @@ WATCHDOG=1, STOPPING=1 on NOTIFY_SOCKET), the socket's group (SANDBOX_SOCKET_GRO
 installation's admin key (sandboxd --init-admin-key) and --defaults."""
 
 import grp
+import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -244,3 +246,65 @@ class DefaultsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# A text log line: time, level, then "module: message" and key=value fields.
+TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
+                       r"(TRACE|DEBUG|INFO |WARN |ERROR|FATAL) ")
+
+
+def is_json(line):
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+class LogFormatTest(unittest.TestCase):
+    """SANDBOX_LOG_FORMAT: text for a person at a terminal, JSON for journald and files."""
+
+    def run_daemon(self, tty, **env):
+        """stderr of a daemon started and stopped again."""
+        d = harness.Daemon(env={"SANDBOX_WARM_POOL": "0", "SANDBOX_DEFAULT_TEMPLATE": "base",
+                                **env}, tty=tty)
+        d.start()
+        self.addCleanup(d.stop, check=False)
+        d.wait_stderr("listening on http://")
+        return d, d.stop()  # its files, the log among them, go with it
+
+    def test_text_on_a_terminal(self):
+        d, out = self.run_daemon(tty=True)
+        self.assertEqual([l for l in out.splitlines() if is_json(l)], [], out)
+        listening = [l for l in out.splitlines() if TEXT_LINE.match(l)
+                     and l.endswith(f" sandboxd: listening on http://127.0.0.1:{d.port}")]
+        self.assertEqual(len(listening), 1, out)
+        self.assertRegex(out, r"\n\S+Z INFO  sandboxd: all sandboxes removed; exiting\n")
+
+    def test_json_on_a_terminal_when_asked(self):
+        d, out = self.run_daemon(tty=True, SANDBOX_LOG_FORMAT="json")
+        self.assertIn(f"listening on http://127.0.0.1:{d.port}",
+                      [json.loads(l).get("msg") for l in out.splitlines() if is_json(l)])
+        self.assertEqual([l for l in out.splitlines() if TEXT_LINE.match(l)], [])
+
+    def test_text_without_a_terminal_when_asked(self):
+        d, out = self.run_daemon(tty=False, SANDBOX_LOG_FORMAT="text")
+        self.assertEqual([l for l in out.splitlines() if is_json(l)], [], out)
+        # The first start's key, with its fields as key=value.
+        line = next(l for l in out.splitlines() if " WARN  auth: no API key existed" in l)
+        self.assertTrue(TEXT_LINE.match(line), line)
+        path = os.path.join(d.state_dir, "admin-key")
+        self.assertRegex(line, r" keyId=key_[0-9a-f]+ key=sk_test_[0-9a-f]{32} "
+                               + re.escape(f"keyFile={path} url=http://127.0.0.1:{d.port}")
+                               + "$")
+
+    def test_json_without_a_terminal(self):
+        d, out = self.run_daemon(tty=False)
+        lines = [l for l in out.splitlines() if l.strip()]
+        self.assertTrue(lines)
+        self.assertEqual([l for l in lines if not is_json(l)], [], out)
+
+    def test_bad_format_stops_the_start(self):
+        p = subprocess.run([harness.sandboxd_path()], env=quiet_env(SANDBOX_LOG_FORMAT="pretty"),
+                           capture_output=True, text=True, timeout=WAIT)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("SANDBOX_LOG_FORMAT: `pretty` is not one of auto, json, text", p.stderr)

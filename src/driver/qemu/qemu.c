@@ -151,17 +151,12 @@ static char *host_cpu_model(void)
 	return xstrdup("unknown");
 }
 
-/* Whether KVM is worth using: /dev/kvm opens, and a guest kernel under it gets through its
- * boot quickly (to the panic for want of a root device: -no-reboot then ends QEMU). A KVM
- * that exists but crawls (nested without hardware help) is worse than TCG. */
-static bool kvm_usable(const char *qemu_bin, const char *kernel, char *why, size_t n)
+/* Whether a guest kernel under KVM gets through its boot quickly (to the panic for want of a
+ * root device: -no-reboot then ends QEMU): 1, or 0 with why. A KVM that exists but crawls
+ * (nested without hardware help) is worse than TCG. -1 (with why) when QEMU could not be run
+ * at all: no verdict about KVM, so none to keep. */
+static int kvm_boots(const char *qemu_bin, const char *kernel, char *why, size_t n)
 {
-	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(why, n, "/dev/kvm: %s", strerror(errno));
-		return false;
-	}
-	close(fd);
 	char *const argv[] = {
 		(char *)qemu_bin,
 		"-M",
@@ -193,18 +188,54 @@ static bool kvm_usable(const char *qemu_bin, const char *kernel, char *why, size
 	if (st == -ETIMEDOUT) {
 		snprintf(why, n, "a guest kernel did not boot under KVM within %d ms (nested KVM?)",
 			 KVM_PROBE_TIMEOUT_MS);
-		return false;
+		return 0;
 	}
-	if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+	if (st < 0) {
+		snprintf(why, n, "QEMU could not be run to try KVM: %s", strerror(-st));
+		return -1;
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		/* QEMU's own complaint: its first line that names it. */
 		const char *line = strstr(out, "qemu-system") ? strstr(out, "qemu-system") : out;
 		size_t len = strcspn(line, "\r\n");
 		snprintf(why, n, "QEMU could not run a guest under KVM%s%.*s", len ? ": " : "",
 			 (int)(len > 100 ? 100 : len), line);
-		return false;
+		return 0;
 	}
 	log_info("qemu", "KVM probe: a guest kernel booted in %lld ms", (long long)ms);
-	return true;
+	return 1;
+}
+
+/* Whether KVM is worth using: /dev/kvm opens, and (kvm_boots) a guest boots under it. The
+ * boot's verdict is kept in <run_dir>/kvm-probe.json for every later start of this boot with
+ * the same host kernel, QEMU and guest kernel (qemu_kvm_cache.c): a KVM that cannot run
+ * guests costs its 3 s once, not at every start. */
+static bool kvm_usable(const char *run_dir, const struct qemu_host *h, char *why, size_t n)
+{
+	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(why, n, "/dev/kvm: %s", strerror(errno));
+		return false;
+	}
+	close(fd);
+	_cleanup_free_ char *path = xasprintf("%s/kvm-probe.json", run_dir);
+	struct err e;
+	json_auto_t *key = qemu_kvm_cache_key(NULL, h->qemu_bin, h->qemu_version, h->kernel, &e);
+	if (!key)
+		log_info("qemu", "KVM probe: its verdict is not kept (%s)", e.msg);
+	bool usable = false;
+	char reason[160];
+	if (key && qemu_kvm_cache_load(path, key, &usable, why, n, reason, sizeof(reason)) == 0) {
+		log_info("qemu", "KVM probe: this boot's verdict, kept in %s: %s", path,
+			 usable ? "usable" : why);
+		return usable;
+	}
+	if (key)
+		log_debug("qemu", "KVM probe: no verdict to reuse in %s (%s)", path, reason);
+	int r = kvm_boots(h->qemu_bin, h->kernel, why, n);
+	if (r >= 0 && key && qemu_kvm_cache_store(path, key, r == 1, why, &e) < 0)
+		log_info("qemu", "KVM probe: its verdict is not kept: %s", e.msg);
+	return r == 1;
 }
 
 /* --- probe and init -------------------------------------------------------------------- */
@@ -259,7 +290,7 @@ static int probe_host(const struct config *cfg, struct qemu_host *h, struct err 
 		h->accel = QEMU_ACCEL_TCG;
 		snprintf(Q.kvm_why, sizeof(Q.kvm_why), "SANDBOX_QEMU_ACCEL=tcg");
 	} else {
-		h->accel = kvm_usable(h->qemu_bin, h->kernel, Q.kvm_why, sizeof(Q.kvm_why))
+		h->accel = kvm_usable(cfg->run_dir, h, Q.kvm_why, sizeof(Q.kvm_why))
 				   ? QEMU_ACCEL_KVM
 				   : QEMU_ACCEL_TCG;
 	}

@@ -6,6 +6,7 @@
  *   qemu_vm.c    one QEMU process: spawn, console capture, QMP, agent channel, save/restore
  *   qemu_snap.c  per-template snapshots: meta.json, validation, locking, building
  *   qemu_keep.c  hibernated VMs: saved whole to disk, and restored
+ *   qemu_kvm_cache.c  the KVM probe's verdict, kept for the boot in the run directory
  *
  * A sandbox is a QEMU `microvm` running the project's kernel with the template's rootfs.ext4
  * as a read-only virtio-blk root; the agent is the guest's init and is reached over a named
@@ -417,3 +418,22 @@ void qemu_vm_stop(struct qemu_vm *vm);
 
 /* Stops the VM, removes its run directory and frees it. Accepts NULL. */
 void qemu_vm_free(struct qemu_vm *vm);
+
+/* --- qemu_kvm_cache.c ------------------------------------------------------------------- */
+
+/* What the KVM probe's verdict depends on, as a JSON object (caller owns): the boot (the
+ * boot id read from boot_id_path, NULL: /proc/sys/kernel/random/boot_id), the host kernel's
+ * release, QEMU (its version line; its binary's path, size and mtime), the guest kernel the
+ * probe boots (path, size, mtime) and /dev/kvm's device number. NULL with err when a part
+ * cannot be read: then nothing is kept or believed. */
+json_t *qemu_kvm_cache_key(const char *boot_id_path, const char *qemu_bin, const char *qemu_version,
+			   const char *kernel, struct err *err);
+/* The verdict kept in path for exactly `key`: 0 with *ret_usable (and, when false, why[n]
+ * the reason kept), or -1 with reason[rn] saying why there is none to believe: no file, one
+ * made for other inputs, or one that is not a regular file of this user writable only by it,
+ * is too large, or is malformed in any way. Nothing is set but reason on -1. */
+int qemu_kvm_cache_load(const char *path, const json_t *key, bool *ret_usable, char *why, size_t n,
+			char *reason, size_t rn);
+/* Keeps a verdict in path (mode 0600, written aside and renamed into place). */
+int qemu_kvm_cache_store(const char *path, const json_t *key, bool usable, const char *why,
+			 struct err *err);

@@ -56,6 +56,7 @@ static const char *const all_vars[] = {
 	"SANDBOX_REAPER_INTERVAL_MS",
 	"SANDBOX_POOL_RETRY_MS",
 	"AUTH_ENABLED",
+	"SANDBOX_LOG_FORMAT",
 	"AUTH_KEY_PREFIX",
 	"MCP_AUTH_TOKEN",
 	"FIRECRACKER_BIN",
@@ -392,18 +393,11 @@ static void test_bad_numbers(void **state)
 	assert_string_equal(
 		load_bad("FIRECRACKER_UID", "4294967295"),
 		"FIRECRACKER_UID: `4294967295` is not a number between 0 and 4294967294");
-	assert_string_equal(load_bad("VM_MEMORY_LIMIT_BYTES", "128M"),
-			    "VM_MEMORY_LIMIT_BYTES: `128M` is not a number between 1048576 and "
-			    "1099511627776");
 	assert_string_equal(load_bad("SANDBOX_EXEC_TIMEOUT_MS", "4294967296"),
 			    "SANDBOX_EXEC_TIMEOUT_MS: `4294967296` is not a number between 0 and "
 			    "4294967295");
 	assert_string_equal(load_bad("VM_CPU_PERIOD_US", "999"),
 			    "VM_CPU_PERIOD_US: `999` is not a number between 1000 and 1000000");
-	assert_string_equal(
-		load_bad("SANDBOX_MAX_BODY_BYTES", "18446744073709551615"),
-		"SANDBOX_MAX_BODY_BYTES: `18446744073709551615` is not a number between "
-		"1024 and 4294967296");
 	assert_string_equal(load_bad("SANDBOX_REAPER_INTERVAL_MS", "9"),
 			    "SANDBOX_REAPER_INTERVAL_MS: `9` is not a number between 10 and 60000");
 	assert_string_equal(
@@ -411,6 +405,65 @@ static void test_bad_numbers(void **state)
 		"SANDBOX_PING_TIMEOUT_MS: `99` is not a number between 100 and 3600000");
 	assert_string_equal(load_bad("SESSION_IDLE_TIMEOUT", "0"),
 			    "SESSION_IDLE_TIMEOUT: `0` is not a number between 1 and 31536000");
+}
+
+static const char *const size_vars[] = { "VM_MEMORY_LIMIT_BYTES",  "SANDBOX_MAX_MEMORY_BYTES",
+					 "VM_DISK_LIMIT_BYTES",    "SANDBOX_MAX_BODY_BYTES",
+					 "SANDBOX_MAX_READ_BYTES", "SANDBOX_MAX_DISK_BYTES" };
+
+/* Whatever test_sizes left set, even when it failed half-way. */
+static int clear_sizes(void **state)
+{
+	for (size_t i = 0; i < sizeof(size_vars) / sizeof(size_vars[0]); i++)
+		unsetenv(size_vars[i]);
+	return clear_env(state);
+}
+
+/* Sizes take the CLI's syntax (src/util/size.c): bytes, or K, M, G, T. */
+static void test_sizes(void **state)
+{
+	setenv("VM_MEMORY_LIMIT_BYTES", "512M", 1);
+	setenv("SANDBOX_MAX_MEMORY_BYTES", "2GiB", 1);
+	setenv("VM_DISK_LIMIT_BYTES", "1g", 1);
+	setenv("SANDBOX_MAX_BODY_BYTES", "64MB", 1);
+	setenv("SANDBOX_MAX_READ_BYTES", "65536", 1);
+	setenv("SANDBOX_MAX_DISK_BYTES", "2T", 1);
+	struct config cfg;
+	struct err e = { 0 };
+	assert_int_equal(config_load(&cfg, &e), 0);
+	assert_true(cfg.memory_limit == 512ull << 20);
+	assert_true(cfg.max_memory == 2ull << 30);
+	assert_true(cfg.disk_limit == 1ull << 30);
+	assert_true(cfg.max_body_bytes == 64ull << 20);
+	assert_true(cfg.max_read_bytes == 65536);
+	assert_true(cfg.max_disk_bytes == 2ull << 40);
+	config_free(&cfg);
+	clear_sizes(NULL);
+
+	static const char *const garbage[] = { "M",   "512X", "5.5M", "5M ", " 5M", "+5M",
+					       "5Mi", "5MBB", "0x10", "1e3", "five" };
+	for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+		char want[256];
+		snprintf(want, sizeof(want),
+			 "VM_MEMORY_LIMIT_BYTES: `%s` is not a size (bytes, or a whole number with "
+			 "K, M, G or T: powers of 1024, e.g. 512M)",
+			 garbage[i]);
+		assert_string_equal(load_bad("VM_MEMORY_LIMIT_BYTES", garbage[i]), want);
+	}
+	assert_string_equal(load_bad("VM_MEMORY_LIMIT_BYTES", "-512M"),
+			    "VM_MEMORY_LIMIT_BYTES: `-512M` is negative: a size is 0 or more");
+	assert_string_equal(load_bad("SANDBOX_MAX_BODY_BYTES", "18446744073709551615"),
+			    "SANDBOX_MAX_BODY_BYTES: `18446744073709551615` is too large (at most "
+			    "9223372036854775807 bytes)");
+	assert_string_equal(load_bad("SANDBOX_MAX_BODY_BYTES", "9999999T"),
+			    "SANDBOX_MAX_BODY_BYTES: `9999999T` is too large (at most "
+			    "9223372036854775807 bytes)");
+	assert_string_equal(load_bad("VM_MEMORY_LIMIT_BYTES", "2T"),
+			    "VM_MEMORY_LIMIT_BYTES: `2T` is not between 1048576 and 1099511627776 "
+			    "bytes");
+	assert_string_equal(
+		load_bad("SANDBOX_MAX_BODY_BYTES", "5G"),
+		"SANDBOX_MAX_BODY_BYTES: `5G` is not between 1024 and 4294967296 bytes");
 }
 
 static void test_bad_words(void **state)
@@ -423,6 +476,8 @@ static void test_bad_words(void **state)
 			    "VM_DNS_MODE: `block` is not one of none, allow, deny");
 	assert_string_equal(load_bad("VM_DEST_MODE", "allowlist"),
 			    "VM_DEST_MODE: `allowlist` is not one of none, allow, deny");
+	assert_string_equal(load_bad("SANDBOX_LOG_FORMAT", "pretty"),
+			    "SANDBOX_LOG_FORMAT: `pretty` is not one of auto, json, text");
 	assert_string_equal(load_bad("SANDBOX_DRIVER", "docker"),
 			    "SANDBOX_DRIVER: `docker` is not one of auto, jail, qemu, firecracker");
 	assert_string_equal(load_bad("SANDBOX_QEMU_ACCEL", "hvf"),
@@ -570,6 +625,7 @@ int main(void)
 		cmocka_unit_test_setup(test_empty_means_default, clear_env),
 		cmocka_unit_test_setup(test_relative_paths_become_absolute, clear_env),
 		cmocka_unit_test_setup(test_bad_numbers, clear_env),
+		cmocka_unit_test_setup_teardown(test_sizes, clear_sizes, clear_sizes),
 		cmocka_unit_test_setup(test_bad_words, clear_env),
 		cmocka_unit_test_setup(test_long_socket_path, clear_env),
 		cmocka_unit_test_setup(test_bad_value_is_shown_safely, clear_env),

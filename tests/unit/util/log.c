@@ -194,8 +194,111 @@ static void test_warnings_are_limited_per_site(void **state)
 	free(out);
 }
 
+static void write_text_line(void)
+{
+	json_t *fields = json_pack("{s:s, s:i, s:s, s:s, s:b, s:{s:i}, s:s}", "session", "abc",
+				   "port", 3000, "path", "a b \"c\"", "empty", "", "ok", 1,
+				   "limits", "pids", 64, "eq", "k=v");
+	log_set_format(LOG_FORMAT_TEXT);
+	log_set_level(LOG_INFO);
+	log_fields(LOG_WARN, "config", fields, "port %d taken", 3000);
+	log_set_format(LOG_FORMAT_JSON);
+	json_decref(fields);
+}
+
+/* Text: time, level, module, message, then the fields as key=value. */
+static void test_text_line(void **state)
+{
+	char *out = capture_stderr(write_text_line);
+	size_t ts = strlen("2024-01-01T00:00:00.000Z");
+	assert_true(strlen(out) > ts);
+	assert_int_equal(out[4], '-');
+	assert_int_equal(out[10], 'T');
+	assert_int_equal(out[ts - 1], 'Z');
+	assert_string_equal(out + ts, " WARN  config: port 3000 taken session=abc port=3000 "
+				      "path=\"a b \\\"c\\\"\" empty=\"\" ok=true "
+				      "limits={\"pids\":64} eq=\"k=v\"\n");
+	free(out);
+}
+
+static void write_hostile_text(void)
+{
+	json_t *fields = json_pack("{s:s}", "name", "x\x1b]0;owned\x07\ny");
+	log_set_format(LOG_FORMAT_TEXT);
+	log_fields(LOG_INFO, NULL, fields, "tab\there\x1b[2J\r\nnext \xc3\xa9");
+	log_set_format(LOG_FORMAT_JSON);
+	json_decref(fields);
+}
+
+/* Nothing logged reaches a terminal as a control character: one line, every such byte (and
+ * every non-ASCII byte) escaped. */
+static void test_text_escapes_control_bytes(void **state)
+{
+	char *out = capture_stderr(write_hostile_text);
+	size_t len = strlen(out);
+	assert_int_equal(out[len - 1], '\n');
+	for (size_t i = 0; i + 1 < len; i++)
+		if ((unsigned char)out[i] < 0x20 || (unsigned char)out[i] >= 0x7f)
+			fail_msg("byte 0x%02x at %zu of `%s`", (unsigned char)out[i], i, out);
+	const char *rest = out + strlen("2024-01-01T00:00:00.000Z");
+	assert_string_equal(rest, " INFO  tab\\there\\x1b[2J\\r\\nnext \\xc3\\xa9 "
+				  "name=\"x\\x1b]0;owned\\x07\\ny\"\n");
+	free(out);
+}
+
+static void test_format_names(void **state)
+{
+	enum log_format f = LOG_FORMAT_TEXT;
+	assert_int_equal(log_format_parse("auto", &f), 0);
+	assert_int_equal(f, LOG_FORMAT_AUTO);
+	assert_int_equal(log_format_parse("json", &f), 0);
+	assert_int_equal(f, LOG_FORMAT_JSON);
+	assert_int_equal(log_format_parse("text", &f), 0);
+	assert_int_equal(f, LOG_FORMAT_TEXT);
+	static const char *const bad[] = { "", "JSON", "pretty", "text ", "jsonl" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		f = LOG_FORMAT_TEXT;
+		assert_int_equal(log_format_parse(bad[i], &f), -EINVAL);
+		assert_int_equal(f, LOG_FORMAT_TEXT);
+	}
+}
+
+/* auto: text when stderr is a terminal (a pseudo-terminal here), JSON when it is not. */
+static void test_auto_follows_the_terminal(void **state)
+{
+	int master = posix_openpt(O_RDWR | O_NOCTTY);
+	assert_true(master >= 0);
+	assert_int_equal(grantpt(master), 0);
+	assert_int_equal(unlockpt(master), 0);
+	int tty = open(ptsname(master), O_RDWR | O_NOCTTY);
+	assert_true(tty >= 0);
+	int saved = dup(STDERR_FILENO);
+	assert_true(dup2(tty, STDERR_FILENO) >= 0);
+	log_set_format(LOG_FORMAT_AUTO);
+	enum log_format on_tty = log_get_format();
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(tty);
+	close(master);
+	assert_int_equal(on_tty, LOG_FORMAT_TEXT);
+
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	saved = dup(STDERR_FILENO);
+	assert_true(dup2(p[1], STDERR_FILENO) >= 0);
+	log_set_format(LOG_FORMAT_AUTO);
+	enum log_format on_pipe = log_get_format();
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(p[0]);
+	close(p[1]);
+	assert_int_equal(on_pipe, LOG_FORMAT_JSON);
+	log_set_format(LOG_FORMAT_JSON);
+}
+
 int main(void)
 {
+	log_set_format(LOG_FORMAT_JSON); /* whatever stderr is: the JSON tests read JSON */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_names),
 		cmocka_unit_test(test_parse_silent),
@@ -205,6 +308,10 @@ int main(void)
 		cmocka_unit_test(test_below_threshold_writes_nothing),
 		cmocka_unit_test(test_message_is_escaped),
 		cmocka_unit_test(test_warnings_are_limited_per_site),
+		cmocka_unit_test(test_text_line),
+		cmocka_unit_test(test_text_escapes_control_bytes),
+		cmocka_unit_test(test_format_names),
+		cmocka_unit_test(test_auto_follows_the_terminal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
