@@ -55,11 +55,16 @@ install_cleanup_trap() {
 }
 
 # take_lock FILE: holds an exclusive lock on FILE until the script exits,
-# waiting (and saying so) if another build holds it.
+# waiting (and saying so) if another build holds it. A lock this script holds
+# already is kept as it is: a second descriptor's flock would wait for the
+# first, that is for ever (build.sh python node).
+declare -A held_locks=()
 take_lock() {
 	local file=$1 fd
+	[[ -n ${held_locks[$file]:-} ]] && return 0
 	mkdir -p "$(dirname "$file")"
 	exec {fd}>"$file"
+	held_locks[$file]=$fd
 	if ! flock -n "$fd"; then
 		log "waiting for another build holding $file"
 		flock "$fd"

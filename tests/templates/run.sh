@@ -154,6 +154,13 @@ test_base_rebuild_replaces() {
 	no_leftovers
 }
 
+# One call building several templates takes each lock once: a second flock of a lock the
+# script holds would wait for itself (as `build.sh python node` did on the engine's lock).
+test_one_call_takes_a_lock_once() {
+	try timeout 300 "$build" --force base base || fail "build.sh base base failed or hung"
+	no_leftovers
+}
+
 test_base_up_to_date_is_reused() {
 	local dir="$FIRECRACKER_ARTIFACTS_DIR/templates/base"
 	touch "$dir/kept-marker"
@@ -402,7 +409,7 @@ test_sandbox_user_symlinked_home() {
 }
 
 for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces \
-	test_base_up_to_date_is_reused test_changed_input_rebuilds test_base_builds_offline \
+	test_base_up_to_date_is_reused test_one_call_takes_a_lock_once test_changed_input_rebuilds test_base_builds_offline \
 	test_unknown_template test_invalid_name test_missing_agent \
 	test_dockerfile_without_from test_dockerfile_unknown_instruction test_dockerfile_empty \
 	test_dockerfile_missing_argument test_manifest_syntax_error test_manifest_wrong_types \
