@@ -175,7 +175,7 @@ for (const kind of TRANSPORTS) {
       });
       const out = structured(result);
       assert.equal(out.exitCode, 3);
-      assert.equal(out.stdout, "out\nbar\n/workspace\n");
+      assert.equal(out.stdout, "out\nbar\n/home/user\n");
       assert.equal(out.stderr, "err\n");
       assert.equal(out.signal, null);
       assert.equal(out.timedOut, false);
