@@ -90,6 +90,7 @@ rootfs_sandbox_user() {
 	passwd=$etc/passwd
 	group=$etc/group
 	[[ -L $passwd || -L $group ]] && die "the image's /etc/passwd or /etc/group is a symlink"
+	mkdir -p "$etc"
 	touch "$passwd" "$group"
 	[[ -x $(in_rootfs "$root" /bin/bash) ]] && shell=/bin/bash
 	if awk -F: '$3 == "1000" { found = 1 } END { exit !found }' "$passwd"; then

@@ -337,6 +337,7 @@ test_build_python() {
 
 # sandbox_user ROOT: rootfs_sandbox_user (templates/lib/rootfs.sh) run on ROOT, output in $out.
 sandbox_user() {
+	# shellcheck disable=SC2016 # the script's own $1 and $2
 	try bash -c 'set -euo pipefail; log_prefix=test
 		source "$1/templates/lib/common.sh"; source "$1/templates/lib/rootfs.sh"
 		rootfs_sandbox_user "$2"' _ "$repo" "$1"
@@ -400,6 +401,13 @@ test_sandbox_user_home_content_moves_to_the_workspace() {
 	grep -q "moving the image's /home/user" "$out" || fail "the move is not said"
 }
 
+test_sandbox_user_without_etc() {
+	rm -rf "$tmp/root"
+	mkdir -p "$tmp/root/workspace"
+	sandbox_user "$tmp/root" || fail "rootfs_sandbox_user failed on a root without /etc"
+	grep -q '^user:x:1000:1000:' "$tmp/root/etc/passwd" || fail "no user 1000 in a new /etc/passwd"
+}
+
 test_sandbox_user_symlinked_home() {
 	new_root $'root:x:0:0:root:/root:/bin/sh\n' $'root:x:0:\n'
 	ln -s /etc "$tmp/root/home"
@@ -418,7 +426,7 @@ for t in test_build_base test_base_ext4_fsck test_base_rebuild_replaces \
 	test_dockerfile_step_failure test_build_python \
 	test_sandbox_user_named test_sandbox_user_keeps_the_images_uid_1000 \
 	test_sandbox_user_when_user_is_taken test_sandbox_user_home_content_moves_to_the_workspace \
-	test_sandbox_user_symlinked_home; do
+	test_sandbox_user_without_etc test_sandbox_user_symlinked_home; do
 	run_test "$t"
 done
 
