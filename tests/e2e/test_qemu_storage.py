@@ -115,13 +115,17 @@ class DiskTest(StorageCase):
                                   "'No such'; ls /bin/true"), "1\n/bin/true\n")
 
     def test_the_sandbox_user_and_its_home_with_either_storage(self):
-        """In a VM as in the jail: a named user 1000 whose home is the workspace."""
+        """In a VM as in the jail: the user 1000 has a name and the workspace as its home,
+        commands start there with HOME, USER and LOGNAME set (a VM's commands run as root,
+        whose name they get)."""
         d = self.daemon(ENV)
         for storage in ("disk", "tmpfs"):
             sid, _ = self.create(d, storage=storage)
-            self.assertEqual(self.out(d, sid, 'id -un; echo "$HOME $USER $LOGNAME"; pwd; '
+            self.assertEqual(self.out(d, sid, "grep '^[^:]*:x:1000:' /etc/passwd | cut -d: -f1,6; "
+                                      'id -un; echo "$HOME $USER $LOGNAME"; pwd; '
                                       "echo x > /home/user/f; cat /workspace/f"),
-                             "user\n/home/user user user\n/home/user\nx\n", storage)
+                             "user:/home/user\nroot\n/home/user root root\n/home/user\nx\n",
+                             storage)
 
     def test_tmpfs_on_request_keeps_the_read_only_root(self):
         d = self.daemon(ENV)
