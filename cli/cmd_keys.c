@@ -11,6 +11,7 @@
 #include "sandbox.h"
 #include "store/store.h"
 #include "util/cleanup.h"
+#include "util/size.h"
 
 #define DEFAULT_STATE_DIR "/var/lib/agent-sandbox/state"
 #define DEFAULT_PREFIX    "sk_test_"
@@ -23,8 +24,10 @@ void cmd_keys_help(void)
 	       "                 create a key (shown once); DURATION like 30d, 12h, 90m, 3600\n"
 	       "  set ID [--quota KIND=N|default]... [--rate-limit N]\n"
 	       "                 change a key's own quotas or rate limit; KIND is sessions,\n"
-	       "                 commands, mcpSessions or fileOps; N=0 means no quota of its own\n"
-	       "                 (the server's caps still apply), default the server's default\n"
+	       "                 commands, mcpSessions, fileOps, streams, watches, or a size\n"
+	       "                 for memoryBytes or diskBytes (like 8G); N=0 means no quota of\n"
+	       "                 its own (the server's caps still apply), default the server's\n"
+	       "                 default\n"
 	       "  list           list keys (never their secrets)\n"
 	       "  rotate ID      replace a key's secret; its sessions stay its own\n"
 	       "  revoke ID      disable a key at once\n"
@@ -127,20 +130,33 @@ static void append_key(const struct key_info *k, void *arg)
 	json_array_append_new(arg, keys_info_json(k));
 }
 
-/* --quota KIND=N or KIND=default into body's "quotas"; 0, or 2 after a message. */
+/* --quota KIND=N (KIND=SIZE for the byte kinds) or KIND=default into body's "quotas"; 0, or
+ * 2 after a message. */
 static int parse_quota(const char *arg, json_t *body)
 {
 	const char *eq = strchr(arg, '=');
 	_cleanup_free_ char *kind = eq ? strndup(arg, (size_t)(eq - arg)) : NULL;
-	if (!kind || quota_kind_from_name(kind) < 0)
+	int k = kind ? quota_kind_from_name(kind) : -1;
+	if (k < 0)
 		return cli_fail("--quota takes KIND=N with KIND one of sessions, commands, "
-				"mcpSessions, fileOps (got `%s`)",
+				"mcpSessions, fileOps, streams, watches, memoryBytes, diskBytes "
+				"(got `%s`)",
 				arg),
 		       2;
 	const char *v = eq + 1;
 	json_t *value;
 	if (strcmp(v, "default") == 0) {
 		value = json_null();
+	} else if (quota_kind_bytes((enum quota_kind)k)) {
+		uint64_t n;
+		int r = size_parse(v, &n);
+		if (r < 0)
+			return cli_fail("--quota %s= takes a size such as 8G (0: no quota of its "
+					"own) "
+					"or `default`: `%s` is %s",
+					kind, v, size_parse_problem(r)),
+			       2;
+		value = json_integer((json_int_t)n);
 	} else {
 		char *end;
 		long long n = strtoll(v, &end, 10);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -110,6 +111,9 @@ static const struct var vars[] = {
 	{ "SANDBOX_KEY_MAX_FILE_OPS", V_UINT, F(key_max_file_ops), NULL, 0, 1048576 },
 	{ "SANDBOX_KEY_MAX_STREAMS", V_UINT, F(key_max_streams), NULL, 0, 1048576 },
 	{ "SANDBOX_KEY_MAX_WATCHES", V_UINT, F(key_max_watches), NULL, 0, 1048576 },
+	/* Unset: a quarter of what the host has (see config_load). */
+	{ "SANDBOX_KEY_MAX_MEMORY_BYTES", V_BYTES, F(key_max_memory_bytes), NULL, 0, 1024 * TiB },
+	{ "SANDBOX_KEY_MAX_DISK_BYTES", V_BYTES, F(key_max_disk_bytes), NULL, 0, 1024 * TiB },
 	{ "SESSION_IDLE_TIMEOUT", V_UINT, F(idle_timeout_s), "1800", 1, 31536000 },
 	{ "SESSION_MAX_LIFETIME", V_UINT, F(max_lifetime_s), "86400", 0, 31536000 },
 	{ "VM_VCPU_COUNT", V_UINT, F(vcpus), "1", 1, 32 },
@@ -129,6 +133,8 @@ static const struct var vars[] = {
 	  16 * TiB },
 	{ "SANDBOX_KEY_MAX_VOLUMES", V_UINT, F(key_max_volumes), "16", 0, 65536 },
 	{ "SANDBOX_KEY_MAX_BODY_BYTES", V_BYTES, F(key_max_body_bytes), "268435456", 0, 16 * TiB },
+	{ "SANDBOX_MAX_BODY_SPOOL_BYTES", V_BYTES, F(max_body_spool_bytes), "1073741824", 0,
+	  16 * TiB },
 	{ "SANDBOX_KEY_MAX_VOLUME_BYTES", V_BYTES, F(key_max_volume_bytes), "68719476736", 0,
 	  1024 * TiB },
 	{ "SANDBOX_KEY_MAX_SNAPSHOTS", V_UINT, F(key_max_snapshots), "16", 0, 65536 },
@@ -525,6 +531,26 @@ static const char *env(const char *name)
 	return s && *s ? s : NULL;
 }
 
+/* The size of the filesystem path is on, or of its nearest existing ancestor's (the state
+ * directory is made after the settings are read); 0 when none can be measured. */
+static uint64_t fs_size_at(const char *path)
+{
+	if (!path || path[0] != '/')
+		return 0;
+	char dir[PATH_MAX];
+	if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir))
+		return 0;
+	for (;;) {
+		struct statvfs st;
+		if (statvfs(dir, &st) == 0)
+			return (uint64_t)st.f_blocks * st.f_frsize;
+		char *slash = strrchr(dir, '/');
+		if (!slash || slash == dir)
+			return statvfs("/", &st) == 0 ? (uint64_t)st.f_blocks * st.f_frsize : 0;
+		*slash = '\0';
+	}
+}
+
 int config_load(struct config *cfg, struct err *err)
 {
 	struct problems p = { 0 };
@@ -619,6 +645,23 @@ int config_load(struct config *cfg, struct err *err)
 				oc);
 		else
 			cfg->disk_overcommit_ratio = ratio;
+	}
+	/* A key's default share of the bytes sessions are promised: a quarter, like the counts
+	 * above, of the host's memory and of what disk admission may promise (driver/room.h). */
+	if (!env("SANDBOX_KEY_MAX_MEMORY_BYTES")) {
+		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+		if (pages > 0 && page > 0)
+			cfg->key_max_memory_bytes = (uint64_t)pages * (uint64_t)page / 4;
+	}
+	if (!env("SANDBOX_KEY_MAX_DISK_BYTES")) {
+		uint64_t size = fs_size_at(cfg->state_dir);
+		if (size > cfg->disk_reserve_bytes)
+			cfg->key_max_disk_bytes =
+				(uint64_t)((double)(size - cfg->disk_reserve_bytes) *
+					   (cfg->disk_overcommit_ratio >= 1.0
+						    ? cfg->disk_overcommit_ratio
+						    : 1.0) /
+					   4.0);
 	}
 
 	if (!p.count)

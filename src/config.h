@@ -60,6 +60,11 @@ struct config {
 	unsigned key_max_file_ops;     /* SANDBOX_KEY_MAX_FILE_OPS */
 	unsigned key_max_streams;      /* SANDBOX_KEY_MAX_STREAMS */
 	unsigned key_max_watches;      /* SANDBOX_KEY_MAX_WATCHES */
+	/* The bytes one key's sessions may be promised (0: any): their memory limits, unset a
+	   quarter of the host's memory; their disks, unset a quarter of the state filesystem's
+	   size (less its reserve) times SANDBOX_DISK_OVERCOMMIT. */
+	uint64_t key_max_memory_bytes; /* SANDBOX_KEY_MAX_MEMORY_BYTES */
+	uint64_t key_max_disk_bytes;   /* SANDBOX_KEY_MAX_DISK_BYTES */
 	unsigned idle_timeout_s;       /* SESSION_IDLE_TIMEOUT (seconds), default 1800 */
 	unsigned max_lifetime_s;       /* SESSION_MAX_LIFETIME (seconds), default 86400; 0 = none */
 	unsigned vcpus;                /* VM_VCPU_COUNT, default 1 */
@@ -88,6 +93,9 @@ struct config {
 	/* SANDBOX_KEY_MAX_BODY_BYTES: bytes of request bodies one key may have the daemon hold
 	   at once, in memory and spooled to the state directory (0: any), default 256 MiB */
 	uint64_t key_max_body_bytes;
+	/* SANDBOX_MAX_BODY_SPOOL_BYTES: bytes of large bodies kept in files of the state
+	   directory at once, all keys together (0: any), default 1 GiB */
+	uint64_t max_body_spool_bytes;
 	unsigned
 		key_max_snapshots; /* SANDBOX_KEY_MAX_SNAPSHOTS: snapshots a key may own (0: any) */
 	uint64_t key_max_snapshot_bytes; /* SANDBOX_KEY_MAX_SNAPSHOT_BYTES: their bytes (0: any) */

@@ -22,6 +22,7 @@ static const char *const names[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "sessions",        [QUOTA_COMMANDS] = "commands",
 	[QUOTA_MCP_SESSIONS] = "mcpSessions", [QUOTA_FILE_OPS] = "fileOps",
 	[QUOTA_STREAMS] = "streams",          [QUOTA_WATCHES] = "watches",
+	[QUOTA_MEMORY] = "memoryBytes",       [QUOTA_DISK] = "diskBytes",
 };
 
 /* What each kind is called in messages, and the settings behind its numbers. */
@@ -32,6 +33,8 @@ static const char *const nouns[QUOTA_NKINDS] = {
 	[QUOTA_FILE_OPS] = "file operations in flight",
 	[QUOTA_STREAMS] = "process streams and terminals open",
 	[QUOTA_WATCHES] = "watch streams",
+	[QUOTA_MEMORY] = "of sessions' memory",
+	[QUOTA_DISK] = "of sessions' disks",
 };
 static const char *const cap_vars[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "SANDBOX_MAX_SESSIONS",
@@ -40,6 +43,8 @@ static const char *const cap_vars[QUOTA_NKINDS] = {
 	[QUOTA_FILE_OPS] = "SANDBOX_MAX_FILE_OPS",
 	[QUOTA_STREAMS] = "SANDBOX_MAX_STREAMS",
 	[QUOTA_WATCHES] = "SANDBOX_MAX_WATCHES",
+	[QUOTA_MEMORY] = "",
+	[QUOTA_DISK] = "",
 };
 static const char *const key_vars[QUOTA_NKINDS] = {
 	[QUOTA_SESSIONS] = "SANDBOX_KEY_MAX_SESSIONS",
@@ -48,7 +53,12 @@ static const char *const key_vars[QUOTA_NKINDS] = {
 	[QUOTA_FILE_OPS] = "SANDBOX_KEY_MAX_FILE_OPS",
 	[QUOTA_STREAMS] = "SANDBOX_KEY_MAX_STREAMS",
 	[QUOTA_WATCHES] = "SANDBOX_KEY_MAX_WATCHES",
+	[QUOTA_MEMORY] = "SANDBOX_KEY_MAX_MEMORY_BYTES",
+	[QUOTA_DISK] = "SANDBOX_KEY_MAX_DISK_BYTES",
 };
+
+#define KINDS_LIST \
+	"sessions, commands, mcpSessions, fileOps, streams, watches, memoryBytes, diskBytes"
 
 static struct {
 	const struct config *cfg; /* read at each admission: the caps in force now */
@@ -63,13 +73,21 @@ void quota_init(const struct config *cfg)
 	Q.cfg = cfg;
 }
 
-/* The server's cap for k (0: none, before quota_init). */
+bool quota_kind_bytes(enum quota_kind k)
+{
+	return k == QUOTA_MEMORY || k == QUOTA_DISK;
+}
+
+/* The server's cap for k (0: none, before quota_init, and for the byte kinds). */
 static uint64_t cap(enum quota_kind k)
 {
 	const struct config *c = Q.cfg;
 	if (!c)
 		return 0;
 	switch (k) {
+	case QUOTA_MEMORY:
+	case QUOTA_DISK:
+		return 0;
 	case QUOTA_SESSIONS:
 		return c->max_sessions;
 	case QUOTA_COMMANDS:
@@ -92,6 +110,10 @@ static uint64_t key_default(enum quota_kind k)
 	if (!c)
 		return 0;
 	switch (k) {
+	case QUOTA_MEMORY:
+		return c->key_max_memory_bytes;
+	case QUOTA_DISK:
+		return c->key_max_disk_bytes;
 	case QUOTA_SESSIONS:
 		return c->key_max_sessions;
 	case QUOTA_COMMANDS:
@@ -143,34 +165,41 @@ int quota_kind_from_name(const char *name)
 	return -1;
 }
 
-/* The largest quota a key can be given; far above any cap, far from overflowing. */
+/* The largest quota a key can be given; far above any cap, far from overflowing: a
+ * billion units, or a pebibyte. */
 #define QUOTA_VALUE_MAX 1000000000LL
+#define QUOTA_BYTES_MAX (1LL << 50)
+
+static long long value_max(enum quota_kind k)
+{
+	return quota_kind_bytes(k) ? QUOTA_BYTES_MAX : QUOTA_VALUE_MAX;
+}
 
 int quota_set_merge_json(struct quota_set *q, json_t *obj, struct err *err)
 {
 	if (!json_is_object(obj))
-		return err_set(err, EINVAL,
-			       "`quotas` must be an object such as {\"sessions\": 4} (kinds: "
-			       "sessions, commands, mcpSessions, fileOps, streams, watches)");
+		return err_set(
+			err, EINVAL,
+			"`quotas` must be an object such as {\"sessions\": 4} (kinds: " KINDS_LIST
+			")");
 	const char *name;
 	json_t *v;
 	json_object_foreach (obj, name, v) {
 		int k = quota_kind_from_name(name);
 		if (k < 0)
-			return err_set(err, EINVAL,
-				       "unknown quota `%.64s` (kinds: sessions, commands, "
-				       "mcpSessions, fileOps, streams, watches)",
+			return err_set(err, EINVAL, "unknown quota `%.64s` (kinds: " KINDS_LIST ")",
 				       name);
 		if (json_is_null(v)) {
 			q->v[k] = QUOTA_DEFAULT;
 			continue;
 		}
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		    json_integer_value(v) > QUOTA_VALUE_MAX)
+		    json_integer_value(v) > value_max((enum quota_kind)k))
 			return err_set(err, EINVAL,
 				       "quota `%s` must be an integer from 0 (no quota of its own) "
-				       "to %lld, or null (the server's default)",
-				       name, QUOTA_VALUE_MAX);
+				       "to %lld%s, or null (the server's default)",
+				       name, value_max((enum quota_kind)k),
+				       quota_kind_bytes((enum quota_kind)k) ? " (bytes)" : "");
 		q->v[k] = json_integer_value(v);
 	}
 	return 0;
@@ -205,7 +234,7 @@ void quota_set_load(struct quota_set *q, const char *text)
 	for (size_t i = 0; i < QUOTA_NKINDS; i++) {
 		json_t *v = json_object_get(o, names[i]);
 		if (json_is_integer(v) && json_integer_value(v) >= 0 &&
-		    json_integer_value(v) <= QUOTA_VALUE_MAX)
+		    json_integer_value(v) <= value_max((enum quota_kind)i))
 			q->v[i] = json_integer_value(v);
 	}
 }
@@ -295,10 +324,45 @@ static uint64_t limit_for(const char *owner, enum quota_kind k)
 	return o ? limit_of(o, k) : key_default(k);
 }
 
-int quota_admit(const char *owner, enum quota_kind k, struct err *err)
+/* "3 GiB" for a message; "512 MiB" below one. */
+static void bytes_text(char *buf, size_t size, uint64_t n)
 {
+	if (n >= (1ull << 30) && n % (1ull << 30) == 0)
+		snprintf(buf, size, "%llu GiB", (unsigned long long)(n >> 30));
+	else if (n >= (1ull << 30))
+		snprintf(buf, size, "%.1f GiB", (double)n / (double)(1ull << 30));
+	else
+		snprintf(buf, size, "%llu MiB", (unsigned long long)((n + (1ull << 20) - 1) >> 20));
+}
+
+static int refuse_quota(struct owner *o, enum quota_kind k, uint64_t limit, uint64_t n,
+			struct err *err)
+{
+	if (!quota_kind_bytes(k)) {
+		err_set(err, EAGAIN,
+			"Quota `%s` reached: this key holds %llu of its %llu %s (the key's own "
+			"quota, or %s for every key)",
+			names[k], (unsigned long long)o->used[k], (unsigned long long)limit,
+			nouns[k], key_vars[k]);
+		return -EAGAIN;
+	}
+	char held[32], of[32], more[32];
+	bytes_text(held, sizeof(held), o->used[k]);
+	bytes_text(of, sizeof(of), limit);
+	bytes_text(more, sizeof(more), n);
+	err_set(err, EAGAIN,
+		"Quota `%s` reached: this key holds %s of its %s %s, and this asks %s more (the "
+		"key's own quota, or %s for every key)",
+		names[k], held, of, nouns[k], more, key_vars[k]);
+	return -EAGAIN;
+}
+
+int quota_admit_n(const char *owner, enum quota_kind k, uint64_t n, struct err *err)
+{
+	if (!n)
+		return 0;
 	uint64_t c = cap(k);
-	if (c && Q.total[k] >= c) {
+	if (c && (Q.total[k] >= c || n > c - Q.total[k])) {
 		if (k == QUOTA_SESSIONS)
 			err_set(err, ENOBUFS,
 				"The server is at its limit of %llu sessions "
@@ -312,30 +376,39 @@ int quota_admit(const char *owner, enum quota_kind k, struct err *err)
 	if (owner && *owner) {
 		struct owner *o = owner_find(owner, true);
 		uint64_t limit = limit_of(o, k);
-		if (limit && o->used[k] >= limit) {
-			err_set(err, EAGAIN,
-				"Quota `%s` reached: this key holds %llu of its %llu %s (the key's "
-				"own quota, or %s for every key)",
-				names[k], (unsigned long long)o->used[k], (unsigned long long)limit,
-				nouns[k], key_vars[k]);
-			return -EAGAIN;
-		}
-		o->used[k]++;
+		if (limit && (o->used[k] >= limit || n > limit - o->used[k]))
+			return refuse_quota(o, k, limit, n, err);
+		o->used[k] += n;
 	}
-	Q.total[k]++;
+	Q.total[k] += n;
 	return 0;
+}
+
+int quota_admit(const char *owner, enum quota_kind k, struct err *err)
+{
+	return quota_admit_n(owner, k, 1, err);
+}
+
+void quota_take_n(const char *owner, enum quota_kind k, uint64_t n)
+{
+	Q.total[k] += n;
+	if (owner && *owner)
+		owner_find(owner, true)->used[k] += n;
+}
+
+void quota_release_n(const char *owner, enum quota_kind k, uint64_t n)
+{
+	Q.total[k] -= n < Q.total[k] ? n : Q.total[k];
+	if (!owner || !*owner)
+		return;
+	struct owner *o = owner_find(owner, false);
+	if (o)
+		o->used[k] -= n < o->used[k] ? n : o->used[k];
 }
 
 void quota_release(const char *owner, enum quota_kind k)
 {
-	if (Q.total[k])
-		Q.total[k]--;
-	if (!owner || !*owner)
-		return;
-	struct owner *o = owner_find(owner, false);
-	if (!o || !o->used[k])
-		return;
-	o->used[k]--;
+	quota_release_n(owner, k, 1);
 }
 
 uint64_t quota_used(const char *owner, enum quota_kind k)

@@ -10,6 +10,11 @@
  *      an override when one is set; without authentication (owner "") only the caps apply.
  * A refusal names what was reached, in a message meant for the caller.
  *
+ * The byte kinds (QUOTA_MEMORY, QUOTA_DISK) have no server cap: what the host still has is
+ * measured at each creation (session.h), not summed from limits. A key's default for them is
+ * a quarter of the host's memory, and of its state filesystem times the disk overcommit
+ * (config_load), so that one key cannot promise itself the whole host.
+ *
  * Counts are kept per owner (the key id) in a hash table, with what authentication last
  * noted of the key; beyond 65,536 owners, those holding nothing are forgotten (noted again on
  * their next request). Only the loop thread calls this. */
@@ -29,6 +34,10 @@ enum quota_kind {
 	QUOTA_FILE_OPS,     /* file operations in flight (write, read, list) */
 	QUOTA_STREAMS,      /* streams open: attaches to processes' output, terminals */
 	QUOTA_WATCHES,      /* watch streams open (a watch from its request to its end) */
+	/* Amounts rather than counts: bytes promised to the key's sessions, each charged the
+	 * limit it was created with (its sandbox_limits), whatever it uses now. */
+	QUOTA_MEMORY, /* memory limits of its sessions (memoryBytes) */
+	QUOTA_DISK,   /* disks of its sessions with disk storage (diskBytes) */
 	QUOTA_NKINDS
 };
 
@@ -48,10 +57,12 @@ void quota_shutdown(void);
 /* A set with every quota at QUOTA_DEFAULT. */
 void quota_set_default(struct quota_set *q);
 /* The kind's name in the API and the CLI ("sessions", "commands", "mcpSessions", "fileOps",
- * "watches"),
- * and its reverse (-1 for an unknown name). */
+ * "streams", "watches", "memoryBytes", "diskBytes"), and its reverse (-1 for an unknown
+ * name). */
 const char *quota_name(enum quota_kind k);
 int quota_kind_from_name(const char *name);
+/* Whether k counts bytes rather than units. */
+bool quota_kind_bytes(enum quota_kind k);
 /* Merges a JSON object {"sessions": 4, "commands": null, ...} into *q: a number sets the
  * quota (0: none of its own), null puts back the default. EINVAL names an unknown kind or a
  * bad value. */
@@ -74,6 +85,13 @@ void quota_note_key(const char *owner, bool admin, const struct quota_set *own);
 int quota_admit(const char *owner, enum quota_kind k, struct err *err);
 /* Gives back a unit quota_admit() gave. */
 void quota_release(const char *owner, enum quota_kind k);
+/* The same for n units (bytes, for the byte kinds) at once: all or none. n = 0 takes
+ * nothing and is never refused. */
+int quota_admit_n(const char *owner, enum quota_kind k, uint64_t n, struct err *err);
+void quota_release_n(const char *owner, enum quota_kind k, uint64_t n);
+/* Takes n units whatever the cap and quota: what was held before a restart is held again,
+ * and a lowered quota does not turn it out (it only refuses more). */
+void quota_take_n(const char *owner, enum quota_kind k, uint64_t n);
 
 /* How many units of k owner holds, and the whole server. */
 uint64_t quota_used(const char *owner, enum quota_kind k);

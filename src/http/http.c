@@ -40,6 +40,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,6 +178,7 @@ struct http_server {
 	unsigned header_ms, keepalive_ms, body_ms;
 	unsigned body_min_rate;      /* bytes a second, 0: none */
 	struct body_budget *budgets; /* keys with bodies in flight */
+	uint64_t spooled;            /* their bytes in spool files, all keys */
 	struct http_stats stats;
 	char date[40];
 	time_t date_at;
@@ -472,6 +474,7 @@ static void budget_release(struct http_ctx *ctx)
 	if (b) {
 		b->mem -= ctx->charged_mem;
 		b->spool -= ctx->charged_spool;
+		srv->spooled -= ctx->charged_spool;
 		if (--b->users == 0) {
 			for (struct body_budget **pp = &srv->budgets; *pp; pp = &(*pp)->next)
 				if (*pp == b) {
@@ -512,6 +515,43 @@ static int write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
+/* Whether `more` bytes may go to spool files: within SANDBOX_MAX_BODY_SPOOL_BYTES for all
+ * keys together, and leaving the state filesystem its reserve (SANDBOX_DISK_RESERVE_BYTES),
+ * which sandboxes' disks are kept out of too: many keys' unfinished bodies must not fill
+ * what their disks were promised. -1 having replied 503 (the server's condition: retry). */
+static int spool_refuse(struct http_ctx *ctx, uint64_t more)
+{
+	struct http_server *srv = ctx->srv;
+	const struct config *cfg = srv->cfg;
+	uint64_t cap = cfg->max_body_spool_bytes;
+	if (cap && srv->spooled + more > cap) {
+		http_add_header(ctx, "Retry-After", "1");
+		http_reply_error(ctx, 503,
+				 "The server holds %llu MiB of large request bodies on its disk, "
+				 "its limit (SANDBOX_MAX_BODY_SPOOL_BYTES, %llu MiB): try again "
+				 "shortly",
+				 (unsigned long long)(srv->spooled >> 20),
+				 (unsigned long long)(cap >> 20));
+		return -1;
+	}
+	struct statvfs st;
+	if (cfg->state_dir && statvfs(cfg->state_dir, &st) == 0) {
+		uint64_t free_bytes = (uint64_t)st.f_bavail * st.f_frsize;
+		if (free_bytes < cfg->disk_reserve_bytes + more) {
+			http_add_header(ctx, "Retry-After", "1");
+			http_reply_error(
+				ctx, 503,
+				"The state filesystem is at its reserve (%llu MiB free, "
+				"SANDBOX_DISK_RESERVE_BYTES %llu MiB): no room for a large "
+				"request body; try again later",
+				(unsigned long long)(free_bytes >> 20),
+				(unsigned long long)(cfg->disk_reserve_bytes >> 20));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* Takes a piece of a buffered body: charged to its key, kept in memory or in the spool.
  * Returns 0, or a status having replied. */
 static int body_take(struct http_ctx *ctx, const char *data, size_t len)
@@ -531,8 +571,12 @@ static int body_take(struct http_ctx *ctx, const char *data, size_t len)
 	}
 	size_t held = evbuffer_get_length(ctx->body);
 	bool spillable = (ctx->route->flags & HTTP_ROUTE_JSON_BODY) != 0;
-	if (ctx->spool_fd < 0 && spillable &&
-	    (held + len > HTTP_OFFLOAD_BODY || b->mem + len > HTTP_KEY_BODY_MEMORY)) {
+	bool spill = ctx->spool_fd < 0 && spillable &&
+		     (held + len > HTTP_OFFLOAD_BODY || b->mem + len > HTTP_KEY_BODY_MEMORY);
+	if ((spill || ctx->spool_fd >= 0) &&
+	    spool_refuse(ctx, (spill ? ctx->charged_mem : 0) + len) < 0)
+		return 503;
+	if (spill) {
 		int fd = spool_open(srv);
 		if (fd >= 0) {
 			struct evbuffer_iovec v[16];
@@ -545,6 +589,7 @@ static int body_take(struct http_ctx *ctx, const char *data, size_t len)
 				ctx->spool_fd = fd;
 				b->mem -= ctx->charged_mem;
 				b->spool += ctx->charged_mem;
+				srv->spooled += ctx->charged_mem;
 				ctx->charged_spool += ctx->charged_mem;
 				ctx->charged_mem = 0;
 			} else {
@@ -560,6 +605,7 @@ static int body_take(struct http_ctx *ctx, const char *data, size_t len)
 		}
 		ctx->charged_spool += len;
 		b->spool += len;
+		srv->spooled += len;
 		return 0;
 	}
 	evbuffer_add(ctx->body, data, len);

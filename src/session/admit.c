@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <sys/resource.h>
 
+#include "auth/quota.h"
 #include "driver/room.h"
 #include "metrics/metrics.h"
 #include "session/internal.h"
@@ -168,6 +169,45 @@ void session_host_publish(void)
 	long open = fds_open(true), limit = fd_limit();
 	if (open >= 0)
 		metrics_set(metrics_daemon.descriptors_free, (double)(limit - open));
+}
+
+/* --- what an owner's sessions hold --------------------------------------------------- */
+
+void session_charge_of(const struct sandbox_limits *l, struct session_charge *ret)
+{
+	ret->memory = l->memory_bytes;
+	ret->disk = l->disk ? l->workspace_bytes : 0;
+}
+
+int session_units_take(const char *owner, const struct session_charge *c, unsigned count,
+		       struct err *err)
+{
+	unsigned taken = 0;
+	int r = 0;
+	for (; taken < count; taken++)
+		if ((r = quota_admit(owner, QUOTA_SESSIONS, err)) < 0)
+			break;
+	if (r == 0 && (r = quota_admit_n(owner, QUOTA_MEMORY, c->memory * count, err)) == 0) {
+		if ((r = quota_admit_n(owner, QUOTA_DISK, c->disk * count, err)) == 0)
+			return 0;
+		quota_release_n(owner, QUOTA_MEMORY, c->memory * count);
+	}
+	quota_release_n(owner, QUOTA_SESSIONS, taken);
+	return r;
+}
+
+void session_units_give(const char *owner, const struct session_charge *c, unsigned count)
+{
+	quota_release_n(owner, QUOTA_SESSIONS, count);
+	quota_release_n(owner, QUOTA_MEMORY, c->memory * count);
+	quota_release_n(owner, QUOTA_DISK, c->disk * count);
+}
+
+void session_units_force(const char *owner, const struct session_charge *c)
+{
+	quota_take_n(owner, QUOTA_SESSIONS, 1);
+	quota_take_n(owner, QUOTA_MEMORY, c->memory);
+	quota_take_n(owner, QUOTA_DISK, c->disk);
 }
 
 /* --- the state filesystem's reserve (driver/room.h) ------------------------------------ */

@@ -35,6 +35,7 @@ struct fork_child {
 struct fork_job {
 	struct session *s; /* the parent (referenced) */
 	char *owner;
+	struct session_charge charge; /* each fork's (session_units_take) */
 	unsigned count;
 	json_t *keep; /* the save */
 	uint32_t next_channel;
@@ -53,12 +54,6 @@ static void fork_job_free(struct fork_job *j)
 	free(j->owner);
 	json_decref(j->keep);
 	free(j);
-}
-
-static void release_units(const char *owner, unsigned n)
-{
-	for (unsigned i = 0; i < n; i++)
-		quota_release(owner, QUOTA_SESSIONS);
 }
 
 /* Every fork is ready or failed: the answer, then the save goes. */
@@ -122,6 +117,7 @@ static void start_fork(struct fork_job *j, unsigned i)
 	f->id_generated = true;
 	f->resources = p->resources;
 	f->limits = p->limits;
+	f->charge = j->charge;
 	f->idle_timeout_s = p->idle_timeout_s;
 	f->on_timeout = p->on_timeout;
 	json_decref(f->env);
@@ -387,7 +383,7 @@ static void fork_saved(struct session *s, json_t *keep, const struct err *err, v
 	(void)s;
 	if (!keep) {
 		metrics_add(metrics_daemon.session_pauses_total, 1, "fork", "failure");
-		release_units(j->owner, j->count);
+		session_units_give(j->owner, &j->charge, j->count);
 		j->cb(NULL, err, j->arg);
 		session_unref(j->s);
 		fork_job_free(j);
@@ -417,19 +413,19 @@ void session_fork(struct session *s, unsigned count, session_fork_fn cb, void *a
 		return;
 	}
 	/* Every fork's unit first: the server's cap and the owner's, a 429 for any beyond. */
-	for (unsigned i = 0; i < count; i++) {
-		if (quota_admit(s->owner, QUOTA_SESSIONS, &e) < 0) {
-			release_units(s->owner, i);
-			e.errnum = EAGAIN;
-			err_wrap(&e, "forking %u session(s)", count);
-			refuse(&e, cb, arg);
-			return;
-		}
+	struct session_charge charge;
+	session_charge_of(&s->limits, &charge);
+	if (session_units_take(s->owner, &charge, count, &e) < 0) {
+		e.errnum = EAGAIN;
+		err_wrap(&e, "forking %u session(s)", count);
+		refuse(&e, cb, arg);
+		return;
 	}
 	struct fork_job *j = xcalloc(1, sizeof(*j));
 	j->s = s;
 	session_ref(s);
 	j->owner = xstrdup(s->owner);
+	j->charge = charge;
 	j->count = count;
 	j->forks = xcalloc(count, sizeof(*j->forks));
 	for (unsigned i = 0; i < count; i++) {

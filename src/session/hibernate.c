@@ -374,11 +374,16 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 			record_delete(owner, id);
 		return false;
 	}
-	/* It still counts as one of its owner's sessions; a lowered cap does not turn it out. */
+	/* It still counts as one of its owner's sessions, with its memory and disk; a lowered
+	 * cap or quota does not turn it out, it only refuses more. */
+	struct session_charge charge;
+	session_charge_of(&limits, &charge);
 	struct err over;
-	if (quota_admit(owner, QUOTA_SESSIONS, &over) < 0)
+	if (session_units_take(owner, &charge, 1, &over) < 0) {
 		log_warn("session", "hibernated session %s is back beyond its owner's cap: %s", id,
 			 over.msg);
+		session_units_force(owner, &charge);
+	}
 	uint8_t secret[SESSION_SECRET_LEN];
 	bool has_secret = hex_bytes(json_string_value(json_object_get(rec, "secret")), secret,
 				    sizeof(secret));
@@ -397,6 +402,7 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 	s->kept = json_incref(kept);
 	s->resources = r;
 	s->limits = limits;
+	s->charge = charge;
 	s->created_ms = uint_of(rec, "createdMs") ? uint_of(rec, "createdMs") : s->created_ms;
 	s->paused_ms = uint_of(rec, "pausedMs");
 	s->auto_paused = json_is_true(json_object_get(rec, "autoPaused"));

@@ -182,3 +182,14 @@ void session_pools_publish(void);
 
 /* Ends the shutdown once nothing is left (sessions, pooled sandboxes, jobs). */
 void session_shutdown_check(void);
+
+/* A session's place in its owner's quotas (admit.c): one unit of `sessions`, its memory
+ * limit and (disk storage) its disk's size, taken together for `count` sessions of the same
+ * limits, or none of it (EAGAIN or ENOBUFS as quota_admit, a 429). session_units_give gives
+ * back what a take took; table removal gives a session's own (s->charge). */
+void session_charge_of(const struct sandbox_limits *l, struct session_charge *ret);
+int session_units_take(const char *owner, const struct session_charge *c, unsigned count,
+		       struct err *err);
+void session_units_give(const char *owner, const struct session_charge *c, unsigned count);
+/* Takes them whatever the quotas: a session held again (a hibernated one at start). */
+void session_units_force(const char *owner, const struct session_charge *c);

@@ -305,7 +305,7 @@ static void table_remove(struct session *s)
 			htab_remove(&session_mod.previews, &s->by_preview);
 			session_mod.nsessions--;
 			cluster_session_gone(s->owner, s->id);
-			quota_release(s->owner, QUOTA_SESSIONS);
+			session_units_give(s->owner, &s->charge, 1);
 			session_unref(s);
 			return;
 		}
@@ -774,7 +774,9 @@ void session_get_or_create(const char *owner, const char *id,
 	}
 	/* Last, so that nothing can fail between taking the unit and the session holding it:
 	 * the server's cap and the owner's quota, both a 429. */
-	if (quota_admit(owner, QUOTA_SESSIONS, &e) < 0) {
+	struct session_charge charge;
+	session_charge_of(&limits, &charge);
+	if (session_units_take(owner, &charge, 1, &e) < 0) {
 		e.errnum = EAGAIN;
 		net_policy_free(egress);
 		cb(NULL, &e, arg);
@@ -782,7 +784,7 @@ void session_get_or_create(const char *owner, const char *id,
 	}
 	struct volume_claim *claim = NULL;
 	if (volumes && volume_claim(owner, id, opts->volumes, &claim, &e) < 0) {
-		quota_release(owner, QUOTA_SESSIONS);
+		session_units_give(owner, &charge, 1);
 		net_policy_free(egress);
 		cb(NULL, &e, arg);
 		return;
@@ -814,6 +816,7 @@ void session_get_or_create(const char *owner, const char *id,
 	if (opts && opts->resources)
 		s->resources = *opts->resources;
 	s->limits = limits;
+	s->charge = charge;
 	s->id_generated = opts && opts->id_generated;
 	s->egress_spec = opts && opts->egress && !json_is_null(opts->egress)
 				 ? json_deep_copy(opts->egress)

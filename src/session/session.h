@@ -54,6 +54,12 @@ struct session_resources {
 	enum session_storage storage; /* "storage": tmpfs or disk (jail) */
 };
 
+/* What a session holds of its owner's quotas beyond its unit of `sessions`: its memory
+ * limit and its disk's size (auth/quota.h, QUOTA_MEMORY and QUOTA_DISK). */
+struct session_charge {
+	uint64_t memory, disk;
+};
+
 struct session {
 	struct hlink by_id;      /* session_mod.ids: by id */
 	struct hlink by_preview; /* session_mod.previews: by preview_name */
@@ -65,6 +71,7 @@ struct session {
 	struct err failure;
 	struct session_resources resources; /* asked for at creation (0: the server's) */
 	struct sandbox_limits limits;       /* in force: session_limits() */
+	struct session_charge charge;       /* what its owner's quotas hold for it (admit.c) */
 	struct sandbox *sb;
 	struct guest_conn *conn;
 	struct volume_claim *volumes; /* what it mounts (volume.h), NULL: none */

@@ -291,6 +291,125 @@ class QuotaTest(unittest.TestCase):
         self.assertIn(b"KIND=N", p.stderr)
 
 
+MiB = 1 << 20
+
+
+class ByteQuotaTest(unittest.TestCase):
+    """The bytes a key's sessions are promised: their memory limits and their disks' sizes,
+    forks and hibernated sessions included, each a quota of its own."""
+
+    @classmethod
+    def setUpClass(cls):
+        authlib.require_ready(cli=True)
+        cls.state = authlib.new_state_dir(cls)
+        cls.d = authlib.start_daemon(env={"SANDBOX_KEY_MAX_SESSIONS": "16",
+                                          "SANDBOX_MAX_SESSIONS": "32",
+                                          "SANDBOX_KEY_MAX_MEMORY_BYTES": "512M",
+                                          "SANDBOX_KEY_MAX_DISK_BYTES": "3G",
+                                          "SANDBOX_DISK_OVERCOMMIT": "1000",
+                                          "SANDBOX_WARM_POOL": "0"},
+                                     state_dir=cls.state)
+        cls.addClassCleanup(cls.d.stop)
+
+    def create(self, key, sid, **fields):
+        self.addCleanup(request, self.d, "DELETE", f"/exec/{sid}", key=key)
+        return request(self.d, "POST", "/exec", body={"id": sid, **fields}, key=key,
+                       timeout=120)
+
+    def usage(self, key_id):
+        st, _, body = authlib.admin(self.d, "GET", "/admin/keys")
+        self.assertEqual(st, 200, body)
+        keys = body["keys"] if isinstance(body, dict) else body
+        return next(k for k in keys if k["id"] == key_id)["usage"]
+
+    def test_memory_limits_add_up_per_key(self):
+        a = self.key("mem-a")
+        b = self.key("mem-b")
+        big = {"resources": {"memoryBytes": 256 * MiB}, "storage": "tmpfs"}
+        self.assertEqual(self.create(a["key"], "mq-1", **big)[0], 201)
+        self.assertEqual(self.create(a["key"], "mq-2", **big)[0], 201)
+        self.assertEqual(self.usage(a["id"])["memoryBytes"], {"used": 512 * MiB,
+                                                             "limit": 512 * MiB})
+        st, headers, body = self.create(a["key"], "mq-3",
+                                        resources={"memoryBytes": 16 * MiB}, storage="tmpfs")
+        self.assertEqual(st, 429, body)
+        self.assertIn("Quota `memoryBytes` reached", body["error"])
+        self.assertIn("512 MiB of its 512 MiB", body["error"])
+        self.assertIn("SANDBOX_KEY_MAX_MEMORY_BYTES", body["error"])
+        # A refusal holds nothing, and another key has its own share.
+        self.assertEqual(self.usage(a["id"])["sessions"]["used"], 2)
+        self.assertEqual(self.create(b["key"], "mq-b", **big)[0], 201)
+        # A session gone gives its memory back.
+        self.assertEqual(request(self.d, "DELETE", "/exec/mq-1", key=a["key"])[0], 200)
+        self.assertEqual(self.usage(a["id"])["memoryBytes"]["used"], 256 * MiB)
+        self.assertEqual(self.create(a["key"], "mq-4", **big)[0], 201)
+
+    def test_disks_add_up_per_key_and_tmpfs_holds_none(self):
+        k = self.key("disk-a")
+        one = {"resources": {"memoryBytes": 32 * MiB, "diskBytes": 1024 * MiB},
+               "storage": "disk"}
+        for i in range(3):
+            st, _, body = self.create(k["key"], f"dq-{i}", **one)
+            self.assertEqual(st, 201, body)
+        st, _, body = self.create(k["key"], "dq-3", **one)
+        self.assertEqual(st, 429, body)
+        self.assertIn("Quota `diskBytes` reached", body["error"])
+        self.assertIn("3 GiB of its 3 GiB", body["error"])
+        # Implicit creation is held to it too.
+        st, _, body = request(self.d, "POST", "/exec/dq-4/execute", body={"command": "true"},
+                              key=k["key"])
+        self.assertEqual(st, 429, body)
+        self.assertIn("diskBytes", body["error"])
+        # A workspace in memory takes no disk (its bytes are memory's).
+        st, _, body = self.create(k["key"], "dq-t", storage="tmpfs",
+                                  resources={"memoryBytes": 32 * MiB})
+        self.assertEqual(st, 201, body)
+        self.assertEqual(self.usage(k["id"])["diskBytes"]["used"], 3 * 1024 * MiB)
+
+    def test_forks_take_what_their_parent_holds(self):
+        k = self.key("fork-a", quotas={"memoryBytes": 96 * MiB})
+        st, _, body = self.create(k["key"], "fq-0", storage="disk",
+                                  resources={"memoryBytes": 32 * MiB, "diskBytes": 64 * MiB})
+        self.assertEqual(st, 201, body)
+        st, _, body = request(self.d, "POST", "/exec/fq-0/fork", body={"count": 3},
+                              key=k["key"], timeout=120)
+        self.assertEqual(st, 429, body)
+        self.assertIn("memoryBytes", body["error"])
+        self.assertEqual(self.usage(k["id"])["memoryBytes"]["used"], 32 * MiB)
+        st, _, body = request(self.d, "POST", "/exec/fq-0/fork", body={"count": 2},
+                              key=k["key"], timeout=120)
+        self.assertEqual(st, 201, body)
+        for f in body["sessions"]:
+            self.addCleanup(request, self.d, "DELETE", f"/exec/{f['id']}", key=k["key"])
+        self.assertEqual(self.usage(k["id"])["memoryBytes"]["used"], 96 * MiB)
+        self.assertEqual(self.usage(k["id"])["diskBytes"]["used"], 3 * 64 * MiB)
+
+    def test_own_quotas_in_bytes_and_bad_ones(self):
+        k = self.key("own-bytes")
+        st, _, body = authlib.admin(self.d, "PATCH", f"/admin/keys/{k['id']}",
+                                    {"quotas": {"memoryBytes": 64 * MiB, "diskBytes": 0}})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["usage"]["memoryBytes"]["limit"], 64 * MiB)
+        self.assertIsNone(body["usage"]["diskBytes"]["limit"])
+        st, _, body = self.create(k["key"], "ob-1", storage="tmpfs",
+                                  resources={"memoryBytes": 128 * MiB})
+        self.assertEqual(st, 429, body)
+        for bad in ({"memoryBytes": -1}, {"memoryBytes": 1 << 51}, {"diskBytes": "8G"}):
+            st, _, body = authlib.admin(self.d, "PATCH", f"/admin/keys/{k['id']}",
+                                        {"quotas": bad})
+            self.assertEqual(st, 400, (bad, body))
+            self.assertIn("quota `", body["error"])
+        out = authlib.cli_json(self, self.state, "set", k["id"], "--quota",
+                               "memoryBytes=8G", "--quota", "diskBytes=default")
+        self.assertEqual(out["quotas"], {"memoryBytes": 8 << 30})
+        p = authlib.cli(self.state, "set", k["id"], "--quota", "diskBytes=lots")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"takes a size", p.stderr)
+
+    def key(self, name, **kw):
+        return authlib.create_key(self.d, name, ["exec"], **kw)
+
+
 class ThrottleTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -298,6 +298,45 @@ class HibernatedQuotaTest(unittest.TestCase):
                    "its unit given back")
         second.stop()
 
+    def test_a_hibernated_session_holds_its_bytes_also_after_a_restart(self):
+        env = {"SANDBOX_WARM_POOL": "0", "AUTH_ENABLED": "true",
+               "SANDBOX_KEY_MAX_MEMORY_BYTES": "128M"}
+        first = helpers_exec.start_daemon(env)
+        self.addCleanup(shutil.rmtree, first.tmp, True)
+        self.addCleanup(first.kill)
+        status, _, key = first.post("/admin/keys", body={"name": "t", "scopes": ["exec"]})
+        self.assertEqual(status, 201, key)
+        mem = {"memoryBytes": 96 << 20, "diskBytes": 64 << 20}
+        status, _, body = first.post("/exec", body={"id": "held", "resources": mem},
+                                     api_key=key["key"])
+        self.assertEqual(status, 201, body)
+        status, _, body = first.post("/exec/held/pause", body=HIBERNATE, api_key=key["key"])
+        self.assertEqual(status, 200, body)
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 0)
+        first.kill()
+        second = restart(first, env)
+        self.addCleanup(second.stop, check=False)
+        second.api_key = first.admin_key  # printed at the first start only
+
+        def usage():
+            status, _, body = second.get("/admin/keys")
+            self.assertEqual(status, 200, body)
+            keys = body["keys"] if isinstance(body, dict) else body
+            return next(k for k in keys if k["id"] == key["id"])["usage"]
+
+        self.assertEqual(usage()["memoryBytes"]["used"], 96 << 20)
+        self.assertEqual(usage()["diskBytes"]["used"], 64 << 20)
+        status, _, body = second.post("/exec", body={"id": "more",
+                                                     "resources": {"memoryBytes": 64 << 20}},
+                                      api_key=key["key"])
+        self.assertEqual(status, 429, body)
+        self.assertIn("memoryBytes", body["error"])
+        status, _, body = second.delete("/exec/held", api_key=key["key"])
+        self.assertEqual(status, 200, body)
+        self.assertEqual(usage()["memoryBytes"]["used"], 0)
+        second.stop()
+
 
 def restart(first, env=None):
     return helpers_exec.start_daemon({"SANDBOX_WARM_POOL": "0", **(env or {}),

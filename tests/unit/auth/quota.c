@@ -25,6 +25,8 @@ static int setup(void **state)
 	cfg.key_max_commands = 0; /* no default quota */
 	cfg.key_max_mcp_sessions = 5;
 	cfg.key_max_file_ops = 3;
+	cfg.key_max_memory_bytes = 1ull << 30;
+	cfg.key_max_disk_bytes = 0; /* no default quota */
 	quota_init(&cfg);
 	return 0;
 }
@@ -143,6 +145,67 @@ static void test_many_owners_are_bounded(void **state)
 	assert_int_equal(quota_used_total(QUOTA_SESSIONS), 0);
 }
 
+/* The byte kinds: amounts at once, all or nothing, no server cap; the default binds, a
+ * key's own quota overrides it, and what was held before is held again whatever the quota. */
+static void test_bytes_are_amounts(void **state)
+{
+	struct quota_set q = defaults();
+	quota_note_key("a", false, &q);
+	struct err e;
+	uint64_t mib = 1ull << 20;
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, 768 * mib, &e), 0);
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, 512 * mib, &e), -EAGAIN);
+	assert_non_null(strstr(e.msg, "Quota `memoryBytes` reached"));
+	assert_non_null(strstr(e.msg, "768 MiB of its 1 GiB"));
+	assert_non_null(strstr(e.msg, "asks 512 MiB more"));
+	assert_non_null(strstr(e.msg, "SANDBOX_KEY_MAX_MEMORY_BYTES"));
+	/* A refusal took nothing: what is left fits exactly. */
+	assert_int_equal(quota_used("a", QUOTA_MEMORY), 768 * mib);
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, 256 * mib, &e), 0);
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, 1, &e), -EAGAIN);
+	/* Nothing asked is never refused; near the top of uint64 nothing wraps. */
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, 0, &e), 0);
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, UINT64_MAX, &e), -EAGAIN);
+	quota_release_n("a", QUOTA_MEMORY, 1ull << 30);
+	assert_int_equal(quota_used("a", QUOTA_MEMORY), 0);
+	assert_int_equal(quota_used_total(QUOTA_MEMORY), 0);
+	/* No default for disks here, and no cap: anything goes. */
+	assert_int_equal(quota_admit_n("a", QUOTA_DISK, 1ull << 44, &e), 0);
+	quota_release_n("a", QUOTA_DISK, 1ull << 44);
+	/* A key's own quota overrides the default, and an admin has none by default. */
+	q.v[QUOTA_DISK] = (int64_t)(2 * mib);
+	quota_note_key("a", false, &q);
+	assert_int_equal(quota_admit_n("a", QUOTA_DISK, 3 * mib, &e), -EAGAIN);
+	assert_non_null(strstr(e.msg, "Quota `diskBytes` reached"));
+	struct quota_set none = defaults();
+	quota_note_key("adm", true, &none);
+	assert_int_equal(quota_admit_n("adm", QUOTA_MEMORY, 8ull << 30, &e), 0);
+	/* Held again past the quota (a hibernated session at start): it counts, and refuses
+	 * more, until released. */
+	quota_take_n("a", QUOTA_MEMORY, 2ull << 30);
+	assert_int_equal(quota_used("a", QUOTA_MEMORY), 2ull << 30);
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, mib, &e), -EAGAIN);
+	quota_release_n("a", QUOTA_MEMORY, 2ull << 30);
+	assert_int_equal(quota_admit_n("a", QUOTA_MEMORY, mib, &e), 0);
+	/* Releasing more than is held stops at nothing. */
+	quota_release_n("a", QUOTA_MEMORY, 5ull << 30);
+	assert_int_equal(quota_used("a", QUOTA_MEMORY), 0);
+}
+
+/* Several units at once, as a fork of n sessions takes them: all or none, within the cap. */
+static void test_units_at_once(void **state)
+{
+	struct quota_set q = defaults();
+	quota_note_key("a", false, &q);
+	struct err e;
+	assert_int_equal(quota_admit_n("a", QUOTA_FILE_OPS, 4, &e), -EAGAIN); /* quota 3 */
+	assert_int_equal(quota_used("a", QUOTA_FILE_OPS), 0);
+	assert_int_equal(quota_admit_n("a", QUOTA_FILE_OPS, 3, &e), 0);
+	assert_int_equal(quota_admit_n("", QUOTA_FILE_OPS, 4, &e), -ENOBUFS); /* cap 6 */
+	assert_int_equal(quota_admit_n("", QUOTA_FILE_OPS, 3, &e), 0);
+	assert_int_equal(quota_used_total(QUOTA_FILE_OPS), 6);
+}
+
 static void test_json_forms(void **state)
 {
 	struct quota_set q = defaults();
@@ -172,6 +235,20 @@ static void test_json_forms(void **state)
 	quota_set_load(&back, "{\"sessions\": -5, \"future\": 3, \"commands\": 2}");
 	assert_int_equal(back.v[QUOTA_SESSIONS], QUOTA_DEFAULT);
 	assert_int_equal(back.v[QUOTA_COMMANDS], 2);
+	/* Byte quotas take bytes, up to a pebibyte. */
+	json_t *big = json_loads("{\"memoryBytes\": 17179869184, \"diskBytes\": 0}", 0, NULL);
+	assert_int_equal(quota_set_merge_json(&q, big, &e), 0);
+	json_decref(big);
+	assert_int_equal(q.v[QUOTA_MEMORY], 17179869184LL);
+	text = quota_set_dump(&q);
+	quota_set_load(&back, text);
+	free(text);
+	assert_int_equal(back.v[QUOTA_MEMORY], 17179869184LL);
+	assert_int_equal(back.v[QUOTA_DISK], 0);
+	big = json_loads("{\"memoryBytes\": 2251799813685248}", 0, NULL);
+	assert_int_equal(quota_set_merge_json(&q, big, &e), -EINVAL);
+	assert_non_null(strstr(e.msg, "(bytes)"));
+	json_decref(big);
 	quota_set_load(&back, "not json");
 	assert_int_equal(back.v[QUOTA_COMMANDS], QUOTA_DEFAULT);
 	assert_int_equal(quota_kind_from_name("mcpSessions"), QUOTA_MCP_SESSIONS);
@@ -228,6 +305,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_caps_follow_the_configuration, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_many_owners_are_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bytes_are_amounts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_units_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_json_forms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_key_store_keeps_quotas, setup, teardown),
 	};

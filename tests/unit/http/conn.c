@@ -345,6 +345,30 @@ static int setup_budget(void **state)
 
 static int teardown_budget(void **state);
 
+/* The same, with 2 MiB of spool files for all keys together. */
+static int setup_spool_cap(void **state)
+{
+	snprintf(spool_dir, sizeof(spool_dir), "/tmp/http-spool-XXXXXX");
+	assert_non_null(mkdtemp(spool_dir));
+	start(state, (struct config){ .key_max_body_bytes = 64u << 20,
+				      .max_body_spool_bytes = 2u << 20,
+				      .state_dir = spool_dir,
+				      .max_body_bytes = 64u << 20 });
+	return 0;
+}
+
+/* The same, with a state filesystem always below its reserve. */
+static int setup_spool_reserve(void **state)
+{
+	snprintf(spool_dir, sizeof(spool_dir), "/tmp/http-spool-XXXXXX");
+	assert_non_null(mkdtemp(spool_dir));
+	start(state, (struct config){ .key_max_body_bytes = 64u << 20,
+				      .disk_reserve_bytes = 1ull << 60,
+				      .state_dir = spool_dir,
+				      .max_body_bytes = 64u << 20 });
+	return 0;
+}
+
 /* Small caps, the default deadlines. */
 static int setup_caps(void **state)
 {
@@ -896,6 +920,62 @@ static void test_a_large_json_body_is_spooled_and_parsed(void **state)
 	assert_int_equal(names, 0);
 }
 
+/* A JSON body of `len` bytes of "s" to /json; the reply. */
+static char *post_json(int port, size_t len)
+{
+	char *body = malloc(len + 16);
+	memcpy(body, "{\"s\":\"", 6);
+	memset(body + 6, 'b', len);
+	memcpy(body + 6 + len, "\"}", 2);
+	int fd = dial(port);
+	char head[256];
+	snprintf(head, sizeof(head),
+		 "POST /json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
+		 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+		 len + 8);
+	send_text(fd, head);
+	send_all(fd, body, len + 8);
+	char *resp = read_all(fd);
+	close(fd);
+	free(body);
+	return resp;
+}
+
+/* Spool files have one bound for all keys: a large body past it is a 503 to retry, a body
+ * that stays in memory is not, and nothing stays charged. */
+static void test_spool_files_have_a_bound_for_all_keys(void **state)
+{
+	struct server *s = *state;
+	char *resp = post_json(s->port, 3u << 20);
+	assert_non_null(strstr(resp, "HTTP/1.1 503"));
+	assert_non_null(strstr(resp, "Retry-After: 1"));
+	assert_non_null(strstr(resp, "SANDBOX_MAX_BODY_SPOOL_BYTES"));
+	free(resp);
+	resp = post_json(s->port, 1u << 20); /* spooled (past 1 MiB), within the bound */
+	assert_non_null(strstr(resp, "HTTP/1.1 200"));
+	free(resp);
+	resp = post_json(s->port, 512u << 10);
+	assert_non_null(strstr(resp, "HTTP/1.1 200"));
+	free(resp);
+	struct http_stats st = stats();
+	assert_int_equal(st.body_spool, 0);
+	assert_int_equal(st.body_mem, 0);
+}
+
+/* Spool files never take the state filesystem's reserve, which sandboxes' disks were kept
+ * out of; bodies small enough for memory still go through. */
+static void test_spool_files_leave_the_reserve(void **state)
+{
+	struct server *s = *state;
+	char *resp = post_json(s->port, 3u << 20);
+	assert_non_null(strstr(resp, "HTTP/1.1 503"));
+	assert_non_null(strstr(resp, "SANDBOX_DISK_RESERVE_BYTES"));
+	free(resp);
+	resp = post_json(s->port, 512u << 10);
+	assert_non_null(strstr(resp, "HTTP/1.1 200"));
+	free(resp);
+}
+
 static int teardown_budget(void **state)
 {
 	int r = teardown(state);
@@ -1303,6 +1383,10 @@ int main(void)
 						setup_budget, teardown_budget),
 		cmocka_unit_test_setup_teardown(test_a_large_json_body_is_spooled_and_parsed,
 						setup_budget, teardown_budget),
+		cmocka_unit_test_setup_teardown(test_spool_files_have_a_bound_for_all_keys,
+						setup_spool_cap, teardown_budget),
+		cmocka_unit_test_setup_teardown(test_spool_files_leave_the_reserve,
+						setup_spool_reserve, teardown_budget),
 		cmocka_unit_test_setup_teardown(test_per_address_cap_evicts_the_oldest, setup_caps,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_global_cap, setup_global, teardown),
