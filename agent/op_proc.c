@@ -2,8 +2,13 @@
  * that started it: it runs until it ends (or the sandbox does), its output goes into a
  * bounded replay buffer here, in the sandbox's memory, and any number of attach operations,
  * from any connection, stream that buffer from where they ask and then what follows, in
- * order. The process never waits for a reader: a reader that falls more than the buffer
- * behind is told how many bytes it missed (an EVENT "gap") instead of stalling the program.
+ * order. By default the process never waits for a reader: a reader that falls more than the
+ * buffer behind is told how many bytes it missed (an EVENT "gap") instead of stalling the
+ * program. A reader that asks to hold it (attach "hold") is never left behind instead: while
+ * reading more would push out of the buffer what that reader has not been sent, the process's
+ * output is not read, so its pipe fills and its writes wait, as they would on a slow terminal.
+ * A process spawned with "hold" keeps all its output for its first holding reader, which
+ * comes a round trip later, for at most AGENT_FIRST_HOLD_NS.
  *
  * Ended processes are kept (their buffer, status and times) until AGENT_KEEP_ENDED newer
  * ones ended, or until their buffer's room is needed by a new process. */
@@ -26,6 +31,10 @@
 #define CHUNK_MAX        (16u << 10) /* bytes of output per chunk of the buffer */
 #define CHUNK_OVERHEAD   64          /* what a chunk costs beyond its bytes, for the limit */
 #define READ_MAX         (64u << 10)
+/* What appending up to READ_MAX bytes may add to a buffer's count beyond the bytes: the last
+ * chunk's growth to CHUNK_MAX, and the overhead of the new chunks (at least 256 bytes each). */
+#define APPEND_SLACK        (CHUNK_MAX + 8 * (CHUNK_OVERHEAD + 256))
+#define AGENT_FIRST_HOLD_NS (10 * 1000000000LL)
 
 /* A run of output of one stream, at offset `off` of the process's whole output. */
 struct chunk {
@@ -60,6 +69,20 @@ struct proc {
 	uint64_t end_seq; /* order of ending, for keeping the newest ended */
 	unsigned refs;    /* attach and input operations holding it */
 	struct op *writer;
+	struct attach_op *holds;  /* its holding attaches (their hold_next) */
+	int64_t first_hold_until; /* spawned with "hold": all is kept until then, 0: no more */
+};
+
+/* An attach operation: one reader of a process's output (op_attach). */
+struct attach_op {
+	struct op op;
+	struct proc *p;
+	uint64_t pos; /* the next byte of the process's output to send */
+	bool output, follow;
+	bool detached; /* cancelled, or not following: the process goes on */
+	bool hangup;   /* the process is this reader's (a terminal's): it ends with it */
+	bool hold;     /* in p->holds: the process waits for this reader */
+	struct attach_op *hold_next;
 };
 
 struct procs {
@@ -164,6 +187,38 @@ static const struct chunk *buf_find(const struct proc *p, uint64_t off)
 			hi = mid;
 	}
 	return q_at(p, lo);
+}
+
+/* --- holding readers ------------------------------------------------------------------ */
+
+/* The first byte some reader still needs kept, UINT64_MAX when none does. */
+static uint64_t hold_from(const struct proc *p, int64_t now)
+{
+	uint64_t from = p->first_hold_until > now ? 0 : UINT64_MAX;
+	for (const struct attach_op *x = p->holds; x; x = x->hold_next)
+		if (x->pos < from)
+			from = x->pos;
+	return from;
+}
+
+/* How many bytes of output may be read now without pushing out of the buffer what a holding
+ * reader still needs: READ_MAX when no reader holds the process, 0 when it must wait. */
+static size_t read_room(const struct proc *p, int64_t now)
+{
+	uint64_t from = hold_from(p, now);
+	if (from == UINT64_MAX)
+		return READ_MAX;
+	size_t keep = p->held;
+	for (size_t i = 0; i < p->qn; i++) {
+		const struct chunk *c = q_at(p, i);
+		if (c->off + c->len > from)
+			break;
+		keep -= c->cap + CHUNK_OVERHEAD;
+	}
+	if (keep + APPEND_SLACK >= p->limit)
+		return 0;
+	size_t room = p->limit - keep - APPEND_SLACK;
+	return room < READ_MAX ? room : READ_MAX;
 }
 
 /* --- the table ----------------------------------------------------------------------- */
@@ -287,20 +342,25 @@ int procs_poll_fill(struct agent *a, struct pollfd *pfd, int64_t *deadline)
 		p->pfd_out = p->pfd_err = -1;
 		if (p->ended)
 			continue;
-		if (p->out_fd >= 0) {
+		/* A holding reader behind: the output waits in the pipe (read again once the
+		 * reader took some, when this is filled anew). */
+		bool room = read_room(p, now) > 0;
+		if (p->out_fd >= 0 && room) {
 			pfd[n] = (struct pollfd){ .fd = p->out_fd, .events = POLLIN };
 			p->pfd_out = n++;
 		}
-		if (p->err_fd >= 0) {
+		if (p->err_fd >= 0 && room) {
 			pfd[n] = (struct pollfd){ .fd = p->err_fd, .events = POLLIN };
 			p->pfd_err = n++;
 		}
 		int64_t d = INT64_MAX;
-		if (!p->exited && p->timeout_at && !p->term_sent)
+		if (p->first_hold_until > now && !room)
+			d = p->first_hold_until;
+		if (!p->exited && p->timeout_at && !p->term_sent && p->timeout_at < d)
 			d = p->timeout_at;
 		if (!p->exited && p->kill_at && p->kill_at < d)
 			d = p->kill_at;
-		if (p->exited)
+		if (p->exited && room)
 			d = p->out_fd < 0 && p->err_fd < 0 ? now : p->drain_until;
 		if (d < *deadline)
 			*deadline = d;
@@ -308,10 +368,10 @@ int procs_poll_fill(struct agent *a, struct pollfd *pfd, int64_t *deadline)
 	return n;
 }
 
-static void pump(struct proc *p, int *fd, uint8_t type)
+static void pump(struct proc *p, int *fd, uint8_t type, size_t room)
 {
 	uint8_t buf[READ_MAX];
-	ssize_t n = read(*fd, buf, sizeof(buf));
+	ssize_t n = read(*fd, buf, room < sizeof(buf) ? room : sizeof(buf));
 	if (n > 0) {
 		buf_append(p, type, buf, (size_t)n);
 		return;
@@ -332,10 +392,12 @@ void procs_step(struct agent *a, const struct pollfd *pfd, int n)
 		struct proc *p = t->p[i];
 		if (p->ended)
 			continue;
-		if (p->pfd_out >= 0 && p->pfd_out < n && pfd[p->pfd_out].revents)
-			pump(p, &p->out_fd, GUEST_STDOUT);
-		if (p->pfd_err >= 0 && p->pfd_err < n && pfd[p->pfd_err].revents)
-			pump(p, &p->err_fd, GUEST_STDERR);
+		if (p->pfd_out >= 0 && p->pfd_out < n && pfd[p->pfd_out].revents &&
+		    read_room(p, now))
+			pump(p, &p->out_fd, GUEST_STDOUT, read_room(p, now));
+		if (p->pfd_err >= 0 && p->pfd_err < n && pfd[p->pfd_err].revents &&
+		    read_room(p, now))
+			pump(p, &p->err_fd, GUEST_STDERR, read_room(p, now));
 		p->pfd_out = p->pfd_err = -1;
 		if (!p->exited) {
 			if (p->timeout_at && now >= p->timeout_at && !p->term_sent) {
@@ -349,7 +411,10 @@ void procs_step(struct agent *a, const struct pollfd *pfd, int n)
 			continue;
 		}
 		/* Daemons the command left behind may hold its pipes open: after the drain
-		 * period the output ends with the command. */
+		 * period the output ends with the command. The period runs while the output is
+		 * read: a holding reader behind keeps what is still in the pipes. */
+		if (!read_room(p, now))
+			p->drain_until = now + AGENT_DRAIN_NS;
 		if (now >= p->drain_until) {
 			agent_close_fd(&p->out_fd);
 			agent_close_fd(&p->err_fd);
@@ -591,6 +656,8 @@ void op_spawn(struct conn *c, uint32_t ch, const struct req *r)
 	}
 	p->pfd_out = p->pfd_err = -1;
 	p->limit = (size_t)rs->replay_bytes;
+	if (rs->hold)
+		p->first_hold_until = start + AGENT_FIRST_HOLD_NS;
 	p->start_ns = start;
 	p->start_wall_ms = wall_ms();
 	p->grace_ns = rs->x.kill_grace_ms * 1000000LL;
@@ -619,14 +686,17 @@ void op_procs(struct conn *c, uint32_t ch, const struct req *r)
 
 /* --- attach ------------------------------------------------------------------------------ */
 
-struct attach_op {
-	struct op op;
-	struct proc *p;
-	uint64_t pos; /* the next byte of the process's output to send */
-	bool output, follow;
-	bool detached; /* cancelled, or not following: the process goes on */
-	bool hangup;   /* the process is this reader's (a terminal's): it ends with it */
-};
+static void attach_unhold(struct attach_op *x)
+{
+	if (!x->hold)
+		return;
+	for (struct attach_op **pp = &x->p->holds; *pp; pp = &(*pp)->hold_next)
+		if (*pp == x) {
+			*pp = x->hold_next;
+			break;
+		}
+	x->hold = false;
+}
 
 #define AGENT_HANGUP_NS (2000 * 1000000LL)
 
@@ -646,6 +716,7 @@ static void attach_hang_up(struct attach_op *x)
 
 static void attach_finish(struct attach_op *x)
 {
+	attach_unhold(x);
 	struct jw w;
 	jw_init(&w);
 	jw_obj_open(&w);
@@ -734,6 +805,7 @@ static void attach_destroy(struct op *op)
 	struct attach_op *x = (struct attach_op *)op;
 	/* Ended without the process (the host went): a terminal's process goes too. */
 	attach_hang_up(x);
+	attach_unhold(x);
 	x->p->refs--;
 	free(x);
 }
@@ -765,6 +837,14 @@ void op_attach(struct conn *c, uint32_t ch, const struct req *r)
 	int64_t want = r->u.attach.replay_bytes;
 	x->pos = want < 0 || (uint64_t)want >= p->produced - start ? start
 								   : p->produced - (uint64_t)want;
+	/* A holding reader of output it follows: from now on nothing it has not been sent is
+	 * pushed out, and the first one ends the spawn's hold. */
+	if (r->u.attach.hold && x->output && x->follow && !p->ended) {
+		x->hold = true;
+		x->hold_next = p->holds;
+		p->holds = x;
+		p->first_hold_until = 0;
+	}
 	/* The reader learns at once that it is attached (and where it starts). */
 	struct jw w;
 	jw_init(&w);

@@ -166,7 +166,8 @@ static int parse_spawn(const struct json *o, struct req_spawn *s, struct err *er
 			 &s->replay_bytes, err)) < 0 ||
 	    (r = get_int(o, "maxProcesses", 1, 1024, &s->max_procs, err)) < 0 ||
 	    (r = get_int(o, "maxReplayBytes", REQ_MIN_REPLAY_BYTES, 1LL << 32, &s->max_replay,
-			 err)) < 0)
+			 err)) < 0 ||
+	    (r = get_bool(o, "hold", &s->hold, err)) < 0)
 		return r;
 	const struct json *pty = json_get(o, "pty");
 	if (!pty || pty->type == JSON_NULL)
@@ -522,7 +523,8 @@ static int parse_op(const struct json *o, struct req *r, struct err *err)
 				   err)) < 0 ||
 		    (ret = get_bool(o, "output", &r->u.attach.output, err)) < 0)
 			return ret;
-		if ((ret = get_bool(o, "follow", &r->u.attach.follow, err)) < 0)
+		if ((ret = get_bool(o, "follow", &r->u.attach.follow, err)) < 0 ||
+		    (ret = get_bool(o, "hold", &r->u.attach.hold, err)) < 0)
 			return ret;
 		return get_bool(o, "hangup", &r->u.attach.hangup, err);
 	case REQ_SIGNAL:

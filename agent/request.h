@@ -84,6 +84,7 @@ struct req_spawn {
 	int64_t replay_bytes; /* output kept for attach */
 	int64_t max_procs;    /* the session's limit on processes alive (host's setting) */
 	int64_t max_replay;   /* on the replay bytes of all its processes together */
+	bool hold;            /* its output waits for its first holding attach (op_proc.c) */
 };
 
 /* The process an attach, signal, input or resize is about: by pid or by tag. */
@@ -156,6 +157,7 @@ struct req {
 			bool output;          /* stream output (false: only the result) */
 			bool follow;          /* wait for the end (false: what is kept, then end) */
 			bool hangup;          /* the process ends with this attach (a terminal's) */
+			bool hold;            /* the process waits for this reader (op_proc.c) */
 		} attach;
 		struct {
 			struct req_proc_ref ref;

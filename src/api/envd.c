@@ -550,6 +550,7 @@ struct pstream {
 	bool wrote; /* since the last keepalive tick */
 	size_t unacked;
 	bool paused;
+	uint64_t lost; /* bytes of output this reader missed (a gap) */
 	struct envd_hold hold;
 };
 
@@ -675,6 +676,17 @@ static void ps_done(struct ops_call *c, const struct ops_result *r, const struct
 		ps_end_err(p, err);
 		return;
 	}
+	if (p->lost) {
+		/* The client must not take what it got for the command's whole output. */
+		enum connect_code code = CONNECT_DATA_LOSS;
+		char msg[200];
+		snprintf(msg, sizeof(msg),
+			 "%llu bytes of the command's output were lost before they reached this "
+			 "client (its reader fell a whole buffer behind)",
+			 (unsigned long long)p->lost);
+		ps_end(p, &code, msg);
+		return;
+	}
 	if (json_is_true(json_object_get(r->info, "timedOut"))) {
 		enum connect_code code = CONNECT_DEADLINE_EXCEEDED;
 		ps_end(p, &code, "the command's timeout (Connect-Timeout-Ms) passed");
@@ -705,7 +717,16 @@ static void ps_done(struct ops_call *c, const struct ops_result *r, const struct
 	ps_end(p, NULL, NULL);
 }
 
-static const struct ops_attach_cbs ps_cbs = { .on_attached = ps_attached, .on_output = ps_output };
+/* A holding reader has no gaps; an agent that does not know holds still may. */
+static void ps_gap(struct ops_call *c, uint64_t bytes, void *arg)
+{
+	struct pstream *p = arg;
+	p->lost += bytes;
+}
+
+static const struct ops_attach_cbs ps_cbs = { .on_attached = ps_attached,
+					      .on_output = ps_output,
+					      .on_gap = ps_gap };
 
 static void ps_gone(struct http_ctx *ctx, void *arg)
 {
@@ -735,9 +756,10 @@ static void ps_attach(struct pstream *p, const struct ops_proc_ref *ref)
 {
 	struct ops_target t = target_of(p->owner, p->sid);
 	/* A new process's output from its first byte; a re-attach's from now on. */
-	struct ops_attach_opts o = { .replay_bytes = p->connect ? 0 : -1,
-				     .output = true,
-				     .follow = true };
+	/* Every byte, as envd gives its clients: the process waits for a slow one. */
+	struct ops_attach_opts o = {
+		.replay_bytes = p->connect ? 0 : -1, .output = true, .follow = true, .hold = true
+	};
 	struct err e;
 	p->c = ops_attach(&t, ref, &o, &ps_cbs, ps_done, p, &e);
 	if (!p->c)
@@ -883,6 +905,7 @@ static void process_start(struct envd_req *q, json_t *msg)
 	}
 	req.tag = tag ? json_string_value(tag) : NULL;
 	req.stdin_open = !json_is_false(in);
+	req.hold = true; /* its output waits for this stream's attach (ps_attach) */
 	if (pty) {
 		json_t *size = json_object_get(pty, "size");
 		json_t *rows = json_object_get(size, "rows"), *cols = json_object_get(size, "cols");

@@ -1894,6 +1894,8 @@ struct ops_call *ops_spawn(const struct ops_target *t, const struct ops_spawn_re
 	set_user(request, x);
 	if (req->tag)
 		json_object_set_new(request, "tag", json_string(req->tag));
+	if (req->hold)
+		json_object_set_new(request, "hold", json_true());
 	if (req->pty)
 		json_object_set_new(request, "pty",
 				    json_pack("{s:i, s:i}", "rows", req->rows, "cols", req->cols));
@@ -1914,6 +1916,8 @@ struct ops_call *ops_attach(const struct ops_target *t, const struct ops_proc_re
 				    "follow", o->follow, "hangup", o->hangup);
 	if (o->replay_bytes >= 0)
 		json_object_set_new(request, "replayBytes", json_integer(o->replay_bytes));
+	if (o->hold)
+		json_object_set_new(request, "hold", json_true());
 	struct ops_call *c = proc_call(CALL_ATTACH, t, ref, request, done, arg, err);
 	if (c)
 		c->acbs = cbs;

@@ -358,6 +358,9 @@ struct ops_spawn_req {
 	unsigned rows, cols;
 	const char *term;      /* TERM for a terminal; NULL: xterm-256color */
 	uint64_t replay_bytes; /* 0: SANDBOX_PROCESS_REPLAY_BYTES */
+	/* Its output waits for its first attach with `hold` (for at most 10 s): a client that
+	 * starts a command and then attaches to it misses nothing in between. */
+	bool hold;
 };
 /* Starts a background process, creating the session when needed; r->info is the process
  * (pid, tag, command, argv, cwd, envKeys, pty, state, startedAt, endedAt, exitCode, signal,
@@ -376,6 +379,11 @@ struct ops_attach_opts {
 	/* The process ends when this attach does before it (detached, or its connection
 	 * lost): SIGHUP to its group, SIGKILL two seconds later, as a terminal's hangup. */
 	bool hangup;
+	/* The process waits for this reader rather than let it fall behind (no gap): while its
+	 * buffer holds as much as this reader has not taken, its output waits in the pipe and
+	 * its writes block. For a reader that must get every byte (a command run by a client
+	 * that reads all of it); the default lets a slow reader miss bytes instead. */
+	bool hold;
 };
 struct ops_attach_cbs {
 	/* The attach began (before any output), on process pid (optional). */

@@ -152,6 +152,31 @@ describe("commands", () => {
     assert.ok(total - seen[0][0] >= 400, `first piece at ${seen[0][0]} of ${total} ms`);
   });
 
+  test("a large output arrives whole, in order", async () => {
+    const r = await sbx.commands.run("seq 1 300000");
+    const lines = r.stdout.split("\n");
+    assert.equal(lines.length, 300001, `${lines.length - 1} lines`);
+    assert.equal(lines[0], "1");
+    assert.equal(lines[299999], "300000");
+    assert.ok(lines.every((l, i) => i === 300000 || l === String(i + 1)), "lines spliced");
+  });
+
+  test("a slow reader gets every byte: the command waits for it", async () => {
+    // Each piece holds the event loop, so the stream is read far slower than `seq` writes:
+    // the sandbox's buffer (256 KiB) is passed many times over.
+    let pieces = 0;
+    const r = await sbx.commands.run("seq 1 200000", {
+      onStdout: () => {
+        pieces++;
+        const until = Date.now() + 15;
+        while (Date.now() < until);
+      },
+    });
+    const lines = r.stdout.split("\n");
+    assert.equal(lines.length, 200001, `${lines.length - 1} lines in ${pieces} pieces`);
+    assert.equal(lines[199999], "200000");
+  });
+
   test("a failing command is a CommandExitError with its code and stderr", async () => {
     await assert.rejects(
       sbx.commands.run("echo oops >&2; exit 3"),
