@@ -493,9 +493,14 @@ void session_create_done(void *arg)
 		/* The driver left nothing behind: nor does its record. */
 		store_sandbox_delete(j->sandbox_id);
 		/* Whatever the driver's errno, a sandbox that cannot be made is the server's
-		 * failure, not the request's: keep the message, report it as such. */
-		if (j->err.errnum != EAGAIN && j->err.errnum != ETIMEDOUT &&
-		    j->err.errnum != ENOSPC && j->err.errnum != ENOMEM)
+		 * failure, not the request's: keep the message, report it as such. Unless the
+		 * driver said it is the request's (driver.h). */
+		if (j->err.errnum == DRIVER_EREQUEST)
+			j->err.errnum = EINVAL;
+		else if (j->err.errnum == DRIVER_ECONFLICT)
+			j->err.errnum = EBUSY;
+		else if (j->err.errnum != EAGAIN && j->err.errnum != ETIMEDOUT &&
+			 j->err.errnum != ENOSPC && j->err.errnum != ENOMEM)
 			j->err.errnum = EIO;
 		session_mod.last_create_failed = true;
 		err_copy(&session_mod.last_create_error, &j->err);
