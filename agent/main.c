@@ -36,8 +36,18 @@ struct agent_sockaddr_vm {
 
 static struct agent agent;
 
-static void on_signal(int sig)
+/* Whether the agent is PID 1 (of the jail's pid namespace, or of a VM). */
+static bool is_init;
+
+static void on_signal(int sig, siginfo_t *si, void *uc)
 {
+	(void)uc;
+	/* As PID 1, a stop comes from outside the sandbox: from the host, whose processes have
+	 * no pid in the sandbox's namespace (si_pid 0), or from the kernel. A process of the
+	 * sandbox (a command run as root inside, which may signal PID 1 with a handler) is not
+	 * obeyed: only its own session would end. */
+	if (is_init && (sig == SIGTERM || sig == SIGINT) && si && si->si_pid != 0)
+		return;
 	int saved = errno;
 	unsigned char b = (unsigned char)sig;
 	ssize_t k = write(agent.sigpipe[1], &b, 1);
@@ -51,10 +61,11 @@ static int setup_signals(struct agent *a)
 		return -errno;
 	/* A real handler, not signalfd: as PID 1 of a pid namespace, signals with the default
 	 * disposition are dropped before they could be read. */
+	is_init = getpid() == 1;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NOCLDSTOP;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGCHLD, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

@@ -40,6 +40,16 @@ struct sandbox_volume {
  * whatever a guest kernel wrote, and the host's kernel (the jail's mounts) does not parse it. */
 #define DRIVER_XATTR_GUEST_WRITTEN "trusted.agent-sandbox.guest-written"
 
+/* A driver's failure to create a sandbox is the server's, whatever its errno (the system
+ * calls on the way fail with every errno for reasons of the host's), except under these two,
+ * which a driver sets only for what the request asked: DRIVER_EREQUEST, a request the template
+ * cannot meet (a volume's mount point through a symbolic link or a file of the template: the
+ * request's error, 400), and DRIVER_ECONFLICT, a volume this driver cannot use as it is (one a
+ * VM wrote: a conflict with the volume's state, 409). The session layer reports them as such,
+ * with their messages. */
+#define DRIVER_EREQUEST  EBADRQC
+#define DRIVER_ECONFLICT EMEDIUMTYPE
+
 struct sandbox_spec {
 	struct template *tmpl; /* borrowed; the caller holds a reference until create returns */
 	const char *id;        /* unique id ([a-z0-9-], at most 40 chars): names cgroups and dirs */

@@ -324,6 +324,12 @@ static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct
 		exec_finish(x);
 		return;
 	}
+	if (err && err->errnum == ECONNRESET && x->s) {
+		struct err lost;
+		session_lost_reason(x->s, x->oom_before, err, &lost);
+		exec_fail(x, &lost);
+		return;
+	}
 	if (err) {
 		exec_fail(x, err);
 		return;
@@ -340,7 +346,10 @@ static void exec_on_guest_done(struct guest_op *op, json_t *result, const struct
 	r.timed_out = json_is_true(json_object_get(result, "timedOut"));
 	r.cancelled = json_is_true(json_object_get(result, "cancelled"));
 	const struct driver *d = session_driver();
-	r.oom_killed = d->oom_kills && x->s->sb && d->oom_kills(x->s->sb) > x->oom_before;
+	uint64_t ooms = d->oom_kills && x->s->sb ? d->oom_kills(x->s->sb) : 0;
+	r.oom_killed = ooms > x->oom_before;
+	if (r.oom_killed && ooms > x->s->oom_told)
+		x->s->oom_told = ooms;
 	x->phase = EXEC_DONE;
 	x->in_cb++;
 	x->cbs->on_done(x, &r, NULL, x->arg);

@@ -333,6 +333,24 @@ static void fire_waiters(struct session *s, const struct err *err)
 	session_unref(s);
 }
 
+void session_lost_reason(const struct session *s, uint64_t oom_since, const struct err *why,
+			 struct err *ret)
+{
+	const struct driver *d = session_mod.drv;
+	uint64_t ooms = d->oom_kills && s->sb ? d->oom_kills(s->sb) : 0;
+	if (ooms <= oom_since) {
+		err_copy(ret, why);
+		return;
+	}
+	/* A command running as root inside may have raised the agent's oom_score_adj (nothing
+	 * in its user namespace can stop it), which makes the agent the killer's first choice:
+	 * what ended the session is its own memory, said as such. */
+	err_set(ret, why->errnum,
+		"the sandbox ran out of memory: its out-of-memory killer killed %llu of its "
+		"processes and the sandbox's agent is gone with them (%s)",
+		(unsigned long long)(ooms - oom_since), why->msg);
+}
+
 /* The guest connection of a session dropped: the sandbox is dead. The session stays in the
  * table as failed so that its next operation reports why, then it goes. */
 static void on_session_conn_closed(struct guest_conn *c, const struct err *why, void *arg)
@@ -343,8 +361,10 @@ static void on_session_conn_closed(struct guest_conn *c, const struct err *why, 
 	/* Its sandbox is being ended on purpose (hibernate.c). */
 	if (s->hibernating)
 		return;
+	struct err lost;
+	session_lost_reason(s, s->oom_told, why, &lost);
 	err_set(&s->failure, ECONNRESET, "the sandbox of session `%s` stopped unexpectedly (%s)",
-		s->id, why->msg);
+		s->id, lost.msg);
 	log_warn("session", "%s", s->failure.msg);
 	metrics_add(metrics_daemon.vsock_errors_total, 1, "disconnect");
 	bool was_creating = s->state == SESSION_CREATING;
@@ -439,6 +459,7 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 	s->attach_mono_ms = time_mono_ms();
 	s->sb = sb;
 	s->conn = conn;
+	s->oom_told = session_mod.drv->oom_kills ? session_mod.drv->oom_kills(sb) : 0;
 	if (s->next_channel && conn) {
 		guest_conn_set_next_channel(conn, s->next_channel);
 		s->next_channel = 0;
@@ -493,9 +514,14 @@ void session_create_done(void *arg)
 		/* The driver left nothing behind: nor does its record. */
 		store_sandbox_delete(j->sandbox_id);
 		/* Whatever the driver's errno, a sandbox that cannot be made is the server's
-		 * failure, not the request's: keep the message, report it as such. */
-		if (j->err.errnum != EAGAIN && j->err.errnum != ETIMEDOUT &&
-		    j->err.errnum != ENOSPC && j->err.errnum != ENOMEM)
+		 * failure, not the request's: keep the message, report it as such. Unless the
+		 * driver said it is the request's (driver.h). */
+		if (j->err.errnum == DRIVER_EREQUEST)
+			j->err.errnum = EINVAL;
+		else if (j->err.errnum == DRIVER_ECONFLICT)
+			j->err.errnum = EBUSY;
+		else if (j->err.errnum != EAGAIN && j->err.errnum != ETIMEDOUT &&
+			 j->err.errnum != ENOSPC && j->err.errnum != ENOMEM)
 			j->err.errnum = EIO;
 		session_mod.last_create_failed = true;
 		err_copy(&session_mod.last_create_error, &j->err);

@@ -74,6 +74,9 @@ struct session {
 	struct session_charge charge;       /* what its owner's quotas hold for it (admit.c) */
 	struct sandbox *sb;
 	struct guest_conn *conn;
+	/* Its sandbox's OOM kills (driver oom_kills) already told to a client, as a command's
+	 * oomKilled: those after them are news when the agent is lost. */
+	uint64_t oom_told;
 	struct volume_claim *volumes; /* what it mounts (volume.h), NULL: none */
 	json_t *env;                  /* default environment for commands (object) */
 	uint64_t created_ms;          /* wall clock */
@@ -175,6 +178,11 @@ bool session_closing(void);
 int session_reload_templates(struct err *err);
 const struct template_registry *session_templates(void);
 const struct driver *session_driver(void);
+/* Why the session's agent is lost, into ret: `why` (the connection's end), or, when the
+ * sandbox's OOM killer has killed processes since `oom_since` (a count of the driver's
+ * oom_kills), that: the agent went with them, which the connection alone does not say. */
+void session_lost_reason(const struct session *s, uint64_t oom_since, const struct err *why,
+			 struct err *ret);
 
 /* Finds a session (NULL if it does not exist for this owner). */
 struct session *session_find(const char *owner, const char *id);

@@ -27,6 +27,8 @@ bool volume_name_valid(const char *name)
 
 /* The sandbox's own mounts, which a volume may not be at or below. */
 static const char *const reserved[] = { "/proc", "/dev", "/sys", "/run" };
+/* The command user's home: /workspace by a second name (a recursive bind, after the volumes). */
+#define HOME "/home/user"
 
 static bool below(const char *path, const char *dir)
 {
@@ -62,6 +64,13 @@ int volume_path_check(const char *path, struct err *err)
 		if (below(path, reserved[i]))
 			return err_set(err, EINVAL, "a volume cannot be mounted on or below %s",
 				       reserved[i]);
+	/* The home is mounted after the volumes: it would hide one on or below it, and one
+	 * above it (/home) would hide the home's own mount point. */
+	if (below(path, HOME) || below(HOME, path))
+		return err_set(err, EINVAL,
+			       "a volume cannot be mounted on, below or above %s, the workspace's "
+			       "second name: mount it below /workspace, which %s shows",
+			       HOME, HOME);
 	return 0;
 }
 

@@ -15,6 +15,10 @@ import unittest
 import helpers_exec
 from helpers_exec import BASE_ENV, DaemonTestCase, joined, wait_until
 
+# A directory chain of DEPTH names of 200 bytes: a path of 8 KiB, twice PATH_MAX.
+LONG = "d" * 200
+DEPTH = 40
+DOWN = f"for i in $(seq {DEPTH}); do cd -P {LONG} || exit 1; done;"
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > c.tmp && mv c.tmp count; sleep 0.01; done"
 
 
@@ -80,6 +84,25 @@ class JailForkTest(DaemonTestCase):
         before = int(self.stdout_of(sid, "cat count"))
         wait_until(lambda: int(self.stdout_of(sid, "cat count")) > before, 30, 0.1,
                    "the source's counter going on")
+
+    def test_a_tree_deeper_than_path_max_forks_with_its_owners(self):
+        """A chain of directories whose full path is far longer than PATH_MAX (4096): the
+        fork's copy gives every file of it, down to the deepest, the fork's own ids, and
+        follows none of its symlinks (one points at a file of the template)."""
+        sid = self.session()
+        self.run_ok(sid, f"for i in $(seq {DEPTH}); do echo $i > s && ln -s /etc/passwd "
+                    f"link && mkdir {LONG} && cd -P {LONG} || exit 1; done; echo deep > f")
+        forks = self.fork(sid, 1)["sessions"]
+        fid = forks[0]["id"]
+        self.addCleanup(self.d.delete, f"/exec/{fid}", timeout=30)
+        self.assertEqual(self.stdout_of(fid, f"{DOWN} cat f; stat -c '%u %g' f ."),
+                         "deep\n1000 1000\n1000 1000\n")
+        # Every level's own files, the ones read after the deep directory was, too.
+        levels = self.stdout_of(fid, f"for i in $(seq {DEPTH}); do stat -c '%u %g' s link "
+                                f"&& cd -P {LONG} || exit 1; done")
+        self.assertEqual(levels, "1000 1000\n" * (2 * DEPTH))
+        # The template's file a link points at is not the fork's.
+        self.assertEqual(self.stdout_of(fid, "stat -L -c '%u %g' link"), "0 0\n")
 
     def test_a_session_without_a_disk_cannot_fork_and_says_so(self):
         sid = self.session()

@@ -125,6 +125,18 @@ class SnapshotTest(SnapshotCase):
         # The sessions made from it go on.
         self.assertEqual(self.out(a["id"], "cat file"), "a\n")
 
+    def test_a_tree_deeper_than_path_max_it_takes_it_starts_sessions_from(self):
+        """What a snapshot accepts, a session made from it has: a chain of directories whose
+        path is twice PATH_MAX, with the new session's own ids down to its deepest file."""
+        sid = self.source()
+        down = "for i in $(seq 40); do cd -P " + "d" * 200 + " || exit 1; done;"
+        self.out(sid, "for i in $(seq 40); do mkdir " + "d" * 200 + " && cd -P " + "d" * 200 +
+                 " || exit 1; done; echo deep > f")
+        self.snapshot(sid, "deep")
+        s = self.from_snapshot("deep")
+        self.assertEqual(self.out(s["id"], f"{down} cat f; stat -c '%u %g' f"),
+                         "deep\n1000 1000\n")
+
     def test_refusals(self):
         sid = self.source()
         for bad in ("", "-x", ".x", "a/b", "a b", "x" * 64, "ünï"):

@@ -272,6 +272,10 @@ class VolumeTest(VolumeCase):
             [{"name": "target", "path": "/proc/x"}],
             [{"name": "target", "path": "/dev/shm"}],
             [{"name": "target", "path": "/sys"}],
+            # The home, mounted after the volumes, would hide them or lose its mount point.
+            [{"name": "target", "path": "/home"}],
+            [{"name": "target", "path": "/home/user"}],
+            [{"name": "target", "path": "/home/user/x"}],
             [{"name": "target", "path": "/data/../etc"}],
             [{"name": "target", "path": "/data/."}],
             [{"name": "target", "path": "//data"}],
@@ -295,14 +299,38 @@ class VolumeTest(VolumeCase):
         _, status, headers, body = self.create([{"name": "target", "path": "/data"}],
                                                storage="tmpfs", expect=400)
         self.assertJsonError(status, headers, body, 400, "disk")
-        # A path through a symbolic link of the template (busybox's /bin/sh) fails the
-        # creation, and is not followed.
+        # A path through a symbolic link of the template (busybox's /bin/sh) is the client's
+        # error, named, and is not followed.
         _, status, headers, body = self.create([{"name": "target", "path": "/bin/sh/x"}],
-                                               expect=None)
-        self.assertNotEqual(status, 201, body)
+                                               expect=400)
+        self.assertJsonError(status, headers, body, 400, "/bin/sh/x")
+        self.assertIn("symbolic link", body["error"])
+        # Through a symbolic link to a directory (Debian's /bin), and onto a file.
+        for path in ("/bin/sh/x", "/etc/passwd"):
+            _, status, headers, body = self.create([{"name": "target", "path": path}],
+                                                   expect=400, template="python")
+            self.assertJsonError(status, headers, body, 400, path)
         # Nothing stayed claimed: the volume is free for a writer.
         sid, _, _, _ = self.create([{"name": "target", "path": "/data"}])
         self.ok(sid, "touch /data/ok")
+
+    def test_a_volume_a_vm_wrote_is_refused_with_a_clear_409(self):
+        """A volume mounted read-write by a VM (the qemu driver marks its image so) holds what
+        a guest's kernel wrote, which the host's kernel does not mount: asked for in a jail,
+        it is the client's error, named, and stays usable for what may use it."""
+        self.volume("vm-written", size=16 * MiB)
+        images = [i for i in images_in(self.d.state_dir) if i.endswith(".img")]
+        self.assertEqual(len(images), 1, images)
+        # The mark the qemu driver sets on the image when a guest mounts it read-write.
+        os.setxattr(os.path.join(self.d.state_dir, "volumes", images[0]),
+                    "trusted.agent-sandbox.guest-written", b"1")
+        _, status, headers, body = self.create([{"name": "vm-written", "path": "/data"}],
+                                               expect=409)
+        self.assertJsonError(status, headers, body, 409, "VM")
+        # Nothing stayed claimed or attached.
+        self.assertEqual(loops_of(self.d.state_dir), [])
+        status, _, got = self.d.get("/volumes/vm-written", api_key=self.key_a)
+        self.assertEqual((status, got.get("mounts")), (200, []), got)
 
     def test_metrics_count_volumes(self):
         self.volume("counted", size=32 * MiB)

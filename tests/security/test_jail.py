@@ -65,10 +65,10 @@ class JailCase(unittest.TestCase):
         self.addCleanup(self.d.delete, f"/exec/{sid}")
         return sid
 
-    def sh(self, sid, command, timeout_ms=60000):
+    def sh(self, sid, command, timeout_ms=60000, **fields):
         """Runs command with sh -c; (exit code, stdout, stderr)."""
         status, _, body = self.d.post(f"/exec/{sid}/execute",
-                                      {"command": command, "timeout": timeout_ms})
+                                      {"command": command, "timeout": timeout_ms, **fields})
         self.assertEqual(status, 200, body)
         out = "".join(o["data"] for o in body["output"] if o["stream"] == "stdout")
         err = "".join(o["data"] for o in body["output"] if o["stream"] == "stderr")
@@ -116,6 +116,57 @@ class AgentOutOfReachTest(JailCase):
             code, _, _ = self.sh(sid, f"kill -{sig} 1")
             self.assertNotEqual(code, 0, f"SIGTERM{sig} reached the agent")
         self.alive(sid)
+
+    def test_root_inside_cannot_stop_the_agent_with_a_signal(self):
+        """A command run as root inside ("user": "root") may signal PID 1: the signals the
+        agent handles (the kernel drops the others for a namespace's init) come from a
+        process of the sandbox, and the agent obeys a stop only from the host or the
+        kernel."""
+        sid = self.session()
+        code, out, err = self.sh(sid, "for s in TERM INT HUP CHLD PIPE USR1 USR2 ALRM; do "
+                                 "kill -$s 1 || exit 1; done; sleep 0.5; echo sent",
+                                 user="root")
+        self.assertEqual((code, out), (0, "sent\n"), err)
+        self.alive(sid)
+        # Its commands go on running as before.
+        self.assertEqual(self.ok(sid, "sleep 0.2; echo still"), "still\n")
+
+    def test_an_agent_made_the_oom_victim_ends_its_session_saying_so(self):
+        """Root inside can make the agent the first victim of the sandbox's OOM killer
+        (/proc/1/oom_score_adj may be raised without privilege): only its own session
+        suffers, and its end is reported as what it was, not as a bare lost connection."""
+        status, _, body = self.d.post("/exec/", {"template": "base",
+                                                 "resources": {"memoryBytes": 64 * MiB}})
+        self.assertEqual(status, 201, body)
+        sid = body["id"]
+        self.addCleanup(self.d.delete, f"/exec/{sid}")
+        other = self.session()
+        # Four processes growing together, each a smaller victim than the agent is once its
+        # score is raised (after they were started: a child inherits its parent's).
+        status, _, body = self.d.post(f"/exec/{sid}/execute", {
+            "command": "for i in 1 2 3 4; do (sleep 0.5; x=0123456789; while :; do x=$x$x; "
+                       "done) & done; echo 1000 > /proc/1/oom_score_adj; wait",
+            "user": "root", "timeout": 60000}, timeout=120)
+        self.assertEqual(status, 502, body)
+        self.assertIn("out of memory", body.get("error", ""), body)
+        status, _, body = self.d.post(f"/exec/{sid}/execute", {"command": "true"})
+        self.assertEqual(status, 502, body)
+        self.assertIn("agent", body.get("error", ""), body)
+        self.assertIn("out of memory", body.get("error", ""), body)
+        self.alive(other)
+
+    def test_a_command_cannot_fake_an_oom_kill(self):
+        """The OOM killer's line written to the console or the kernel's log by root inside
+        is no OOM kill: the jail counts them in the sandbox's cgroup, on the host."""
+        sid = self.session()
+        line = "Memory cgroup out of memory: Killed process 2 (x) total-vm:1kB"
+        status, _, body = self.d.post(f"/exec/{sid}/execute", {
+            "command": f"for f in /dev/console /dev/kmsg /dev/tty0; do "
+                       f"echo '{line}' > $f 2>/dev/null; done; kill -9 $$",
+            "user": "root"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body.get("signal"), "SIGKILL", body)
+        self.assertNotIn("oomKilled", body)
 
     def test_agent_proc_files_are_closed_to_commands(self):
         sid = self.session()

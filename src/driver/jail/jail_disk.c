@@ -22,7 +22,6 @@
 #include "driver/jail/jail.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -350,64 +349,164 @@ int jail_disk_save(struct jail_disk *d, const char *path, bool durable, const ch
 	return 0;
 }
 
-/* The range shift_ids moves, for its nftw callback (a worker's thread each). */
-static _Thread_local uint32_t shift_from, shift_to;
-static _Thread_local int shift_errno;
-static _Thread_local unsigned shift_seen, shift_moved;
+/* How many directories below the root shift_ids holds open at once. The walk goes as deep as
+ * the disk's tree does (a path's length is no limit of a tree's depth: nftw's paths stop at
+ * PATH_MAX, a sandbox's directories do not), and the daemon's descriptors are shared by every
+ * session: a directory deeper than this from the one being read is let go, and reopened
+ * through its child's ".." when the walk comes back to it. */
+#define SHIFT_OPEN_DIRS 16
 
-static uint32_t shifted(uint32_t id)
+/* A directory of the walk: its stream (NULL while let go), where its reading stood when it was
+ * let go, and its identity, by which it is known again when reopened. */
+struct shift_dir {
+	DIR *d;
+	long pos;
+	dev_t dev;
+	ino_t ino;
+};
+
+struct shift {
+	uint32_t from, to;
+	unsigned seen, moved;
+};
+
+static uint32_t shifted(const struct shift *s, uint32_t id)
 {
-	return id >= shift_from && id - shift_from < JAIL_UID_RANGE ? id - shift_from + shift_to
-								    : id;
+	return id >= s->from && id - s->from < JAIL_UID_RANGE ? id - s->from + s->to : id;
 }
 
-static int shift_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+/* Gives `name` of dfd (st: its own status, not its target's) the ids of the new range; an
+ * empty name is dfd itself. Never through a symlink. */
+static int shift_file(struct shift *s, int dfd, const char *name, const struct stat *st,
+		      struct err *err)
 {
-	(void)type;
-	(void)ftw;
-	shift_seen++;
-	uid_t uid = shifted(st->st_uid);
-	gid_t gid = shifted(st->st_gid);
+	s->seen++;
+	uid_t uid = shifted(s, st->st_uid);
+	gid_t gid = shifted(s, st->st_gid);
 	if (uid == st->st_uid && gid == st->st_gid)
 		return 0;
-	shift_moved++;
-	if (lchown(path, uid, gid) < 0) {
-		shift_errno = errno;
-		return 1;
-	}
-	/* A change of owner clears the set-id bits: they stay what they were. */
-	if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) &&
-	    chmod(path, st->st_mode & 07777) < 0) {
-		shift_errno = errno;
-		return 1;
-	}
+	s->moved++;
+	int r = *name ? fchownat(dfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) : fchown(dfd, uid, gid);
+	/* A change of owner clears the set-id bits: they stay what they were. A symlink has
+	 * none (and fchmodat would follow it). */
+	if (r == 0 && !S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)))
+		r = *name ? fchmodat(dfd, name, st->st_mode & 07777, 0)
+			  : fchmod(dfd, st->st_mode & 07777);
+	if (r < 0)
+		return err_sys(err, errno, "jail: give the copied disk's file %s the sandbox's ids",
+			       *name ? name : "/");
 	return 0;
+}
+
+/* Opens the directory `name` of dfd into *ret, which must be the one st describes (not a
+ * symlink, not another filesystem, not one put in its place). */
+static int shift_open(int dfd, const char *name, const struct stat *st, DIR **ret, struct err *err)
+{
+	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat now;
+	if (fd < 0 || fstat(fd, &now) < 0)
+		return err_sys(err, errno, "jail: open the copied disk's directory %s", name);
+	if (now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+		return err_set(err, EIO,
+			       "jail: the copied disk's directory %s changed under the walk", name);
+	DIR *d = fdopendir(fd);
+	if (!d)
+		return err_sys(err, errno, "jail: read the copied disk's directory %s", name);
+	fd = -1;
+	*ret = d;
+	return 0;
+}
+
+/* Leaves the directory on top of the walk's stack for its parent, reopened (through "..", and
+ * read on from where it stood) if it was let go. */
+static int shift_up(struct shift_dir *stack, size_t depth, struct err *err)
+{
+	struct shift_dir *top = &stack[depth - 1], *up = depth > 1 ? &stack[depth - 2] : NULL;
+	int r = 0;
+	if (up && !up->d) {
+		struct stat st = { .st_dev = up->dev, .st_ino = up->ino };
+		if ((r = shift_open(dirfd(top->d), "..", &st, &up->d, err)) == 0)
+			seekdir(up->d, up->pos);
+	}
+	closedir(top->d);
+	top->d = NULL;
+	return r;
 }
 
 /* Every file of the disk owned by an id of [from, from + JAIL_UID_RANGE) is given the same id
  * of the range at `to`; ids outside it are left. The disk is no sandbox's yet: nothing moves
- * under the walk. */
+ * under the walk. The walk is by descriptors (no path is ever built, so none is too long) and
+ * by a stack of its own (no recursion, so no depth is too deep), with at most
+ * SHIFT_OPEN_DIRS + 1 directories open. */
 static int shift_ids(int mnt, uint32_t from, uint32_t to, struct err *err)
 {
 	if (from == to)
 		return 0;
-	char root[64];
-	snprintf(root, sizeof(root), "/proc/self/fd/%d/.", mnt);
-	shift_from = from;
-	shift_to = to;
-	shift_errno = 0;
-	shift_seen = shift_moved = 0;
-	/* "/.": the mount's root itself, not the descriptor's link to it. */
-	int r = nftw(root, shift_one, 16, FTW_PHYS | FTW_MOUNT);
-	log_debug("jail", "copied disk: %u of %u files given the ids of the range at %u",
-		  shift_moved, shift_seen, to);
-	if (r != 0)
-		return err_sys(err,
-			       shift_errno ? shift_errno
-			       : errno     ? errno
-					   : EIO,
-			       "jail: give the copied disk's files the sandbox's ids");
-	return 0;
+	struct shift s = { .from = from, .to = to };
+	struct stat st;
+	if (fstat(mnt, &st) < 0)
+		return err_sys(err, errno, "jail: the copied disk");
+	/* "." of the mount: a stream of its own (the mount's descriptor is a path's, no open
+	 * directory, and stays the disk's). */
+	DIR *root = NULL;
+	int r = shift_open(mnt, ".", &st, &root, err);
+	if (r < 0)
+		return r;
+	if ((r = shift_file(&s, dirfd(root), "", &st, err)) < 0) {
+		closedir(root);
+		return r;
+	}
+	const dev_t dev = st.st_dev;
+	size_t depth = 1, cap = 32;
+	struct shift_dir *stack = xcalloc(cap, sizeof(*stack));
+	stack[0] = (struct shift_dir){ .d = root, .dev = st.st_dev, .ino = st.st_ino };
+	while (depth > 0) {
+		DIR *d = stack[depth - 1].d;
+		errno = 0;
+		struct dirent *e = readdir(d);
+		if (!e) {
+			if (errno) {
+				r = err_sys(err, errno, "jail: read the copied disk");
+				break;
+			}
+			if ((r = shift_up(stack, depth, err)) < 0)
+				break;
+			depth--;
+			continue;
+		}
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			r = err_sys(err, errno, "jail: the copied disk's file %s", e->d_name);
+			break;
+		}
+		if ((r = shift_file(&s, dirfd(d), e->d_name, &st, err)) < 0)
+			break;
+		/* Not into another filesystem (the disk has none mounted: a guard). */
+		if (!S_ISDIR(st.st_mode) || st.st_dev != dev)
+			continue;
+		DIR *sub = NULL;
+		if ((r = shift_open(dirfd(d), e->d_name, &st, &sub, err)) < 0)
+			break;
+		if (depth == cap) {
+			cap *= 2;
+			stack = xrealloc(stack, cap * sizeof(*stack));
+		}
+		stack[depth++] = (struct shift_dir){ .d = sub, .dev = st.st_dev, .ino = st.st_ino };
+		if (depth - 1 > SHIFT_OPEN_DIRS) {
+			struct shift_dir *far = &stack[depth - 1 - SHIFT_OPEN_DIRS];
+			far->pos = telldir(far->d);
+			closedir(far->d);
+			far->d = NULL;
+		}
+	}
+	for (size_t i = 0; i < depth; i++)
+		if (stack[i].d)
+			closedir(stack[i].d);
+	free(stack);
+	log_debug("jail", "copied disk: %u of %u files given the ids of the range at %u", s.moved,
+		  s.seen, to);
+	return r < 0 ? r : 0;
 }
 
 int jail_disk_clone(const char *state_dir, const char *from, uint32_t from_base, uint32_t uid_base,

@@ -97,7 +97,7 @@ static int mount_image(const char *real, struct err *err)
 	char mark[4];
 	if (fgetxattr(img, DRIVER_XATTR_GUEST_WRITTEN, mark, sizeof(mark)) >= 0)
 		return err_set(
-			err, EPERM,
+			err, DRIVER_ECONFLICT,
 			"this volume was mounted read-write in a VM: its filesystem is what "
 			"a guest's kernel wrote, which the host's kernel does not mount "
 			"(use it with the qemu driver, or copy its files into a new volume)");
@@ -198,7 +198,7 @@ int jail_volume_mountpoint(int root, const char *path, uint32_t uid_base, struct
 		if (next < 0) {
 			int e = errno;
 			if (e == ELOOP || e == ENOTDIR)
-				return err_set(err, ENOTDIR,
+				return err_set(err, DRIVER_EREQUEST,
 					       "volume mount point %s: `%s` is not a directory of "
 					       "the template (a symbolic link or a file)",
 					       path, c);

@@ -34,14 +34,16 @@ static void test_names(void **state)
 static void test_paths(void **state)
 {
 	(void)state;
-	static const char *const good[] = { "/data",        "/mnt/a/b", "/workspace",
-					    "/workspace/v", "/tmp/x",   "/procfs",
-					    "/devices",     "/..x",     "/a.b" };
-	static const char *const bad[] = { "",          "data",    "/",       "//data",
-					   "/data/",    "/a/../b", "/a/./b",  "/..",
-					   "/.",        "/proc",   "/proc/x", "/dev",
-					   "/dev/shm",  "/sys",    "/sys/fs", "/run",
-					   "/run/lock", "/a b",    "/a\tb",   "/caf\xc3\xa9" };
+	static const char *const good[] = { "/data",        "/mnt/a/b",      "/workspace",
+					    "/workspace/v", "/tmp/x",        "/procfs",
+					    "/devices",     "/..x",          "/a.b",
+					    "/home/other",  "/home/username" };
+	static const char *const bad[] = { "",          "data",       "/",           "//data",
+					   "/data/",    "/a/../b",    "/a/./b",      "/..",
+					   "/.",        "/proc",      "/proc/x",     "/dev",
+					   "/dev/shm",  "/sys",       "/sys/fs",     "/run",
+					   "/run/lock", "/a b",       "/a\tb",       "/caf\xc3\xa9",
+					   "/home",     "/home/user", "/home/user/x" };
 	struct err e;
 	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
 		if (volume_path_check(good[i], &e) < 0)
