@@ -36,6 +36,11 @@
  *     no cgroup or user namespace divides: one sandbox could use it up and leave every other
  *     sandbox and the host's own services (databases) with EAGAIN. Programs fall back as on a
  *     kernel without AIO (libaio's callers see ENOSYS; glibc's POSIX AIO uses threads).
+ *   - ioctl: all but TIOCSTI, which pushes bytes into a terminal's input as if typed, and
+ *     gets EIO, as from a kernel with dev.tty.legacy_tiocsti off (6.2 and later; the host's
+ *     setting would otherwise decide, and Debian 12's 6.1 has no such setting). The kernel
+ *     reads the command as 32 bits, so the rule looks at those alone: a command with upper
+ *     bits set must not pass as another.
  *
  * Architectures: x86_64 only. The i386 and x32 entry points (a 64-bit process can make
  * 32-bit system calls with int $0x80) get ENOSYS for everything, as calls from an
@@ -50,6 +55,7 @@
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -168,7 +174,6 @@ static const char *const allowed[] = {
 	"inotify_init",
 	"inotify_init1",
 	"inotify_rm_watch",
-	"ioctl",
 	"ioprio_get",
 	"ioprio_set",
 	"kill",
@@ -447,12 +452,32 @@ static int add_socket_rules(scmp_filter_ctx ctx, struct err *err)
 	return 0;
 }
 
+/* ioctl with any command but TIOCSTI. An unconditional allow would win over any refusal
+ * (libseccomp keeps the unconditional rule of a call alone), and "not equal" compares all
+ * 64 bits, which a caller sets freely. So: one allow for each bit of the low 32 where the
+ * command differs from TIOCSTI's; a TIOCSTI differs in none, and meets the refusal. */
+static int add_ioctl_rules(scmp_filter_ctx ctx, struct err *err)
+{
+	int r;
+	for (unsigned bit = 0; bit < 32; bit++) {
+		scmp_datum_t mask = 1ULL << bit;
+		struct scmp_arg_cmp c = SCMP_A1(SCMP_CMP_MASKED_EQ, mask, (TIOCSTI & mask) ^ mask);
+		if ((r = rule(ctx, "ioctl", SCMP_ACT_ALLOW, 1, &c, err)) < 0)
+			return r;
+	}
+	struct scmp_arg_cmp sti = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI);
+	return rule(ctx, "ioctl", SCMP_ACT_ERRNO(EIO), 1, &sti, err);
+}
+
 static int add_rules(scmp_filter_ctx ctx, struct err *err)
 {
 	int r;
 	for (size_t i = 0; i < ARRAY_SIZE(allowed); i++)
 		if ((r = rule(ctx, allowed[i], SCMP_ACT_ALLOW, 0, NULL, err)) < 0)
 			return r;
+
+	if ((r = add_ioctl_rules(ctx, err)) < 0)
+		return r;
 
 	struct scmp_arg_cmp no_ns = SCMP_A0(SCMP_CMP_MASKED_EQ, NS_FLAGS, 0);
 	if ((r = rule(ctx, "clone", SCMP_ACT_ALLOW, 1, &no_ns, err)) < 0)

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/personality.h>
 #include <sys/ptrace.h>
@@ -166,7 +167,20 @@ static int cmd_sys(const char *name)
 		r = mknod("/tmp/node", S_IFCHR | 0600, makedev(1, 3));
 	else if (strcmp(name, "rawsock") == 0)
 		r = socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
-	else if (strcmp(name, "chroot") == 0)
+	else if (strcmp(name, "tiocsti") == 0) {
+		/* On a pipe: the kernel's answer would be ENOTTY, the filter's comes first. */
+		int fds[2];
+		char c = 'x';
+		r = pipe(fds) < 0 ? -1 : ioctl(fds[0], TIOCSTI, &c);
+	} else if (strcmp(name, "tiocsti_high") == 0) {
+		/* The kernel reads the command as 32 bits: the upper ones must not get it past. */
+		int fds[2];
+		char c = 'x';
+		r = pipe(fds) < 0 ? -1 : (int)syscall(SYS_ioctl, fds[0], (1UL << 32) | TIOCSTI, &c);
+	} else if (strcmp(name, "fionread") == 0) {
+		int fds[2], n = -1;
+		r = pipe(fds) < 0 ? -1 : ioctl(fds[0], FIONREAD, &n);
+	} else if (strcmp(name, "chroot") == 0)
 		r = chroot("/");
 	else
 		return -1;

@@ -468,6 +468,11 @@ static void test_security(void **state)
 		{ "io_uring", ENOSYS },
 		{ "io_setup", ENOSYS },
 		{ "chroot", ENOSYS },
+		/* Faking a terminal's input: refused as by a kernel with legacy_tiocsti off,
+		 * whatever the upper bits of the command; other ioctls pass. */
+		{ "tiocsti", EIO },
+		{ "tiocsti_high", EIO },
+		{ "fionread", 0 },
 		/* Allowed, and refused by the kernel: no CAP_MKNOD, no CAP_NET_RAW. */
 		{ "mknod", EPERM },
 		{ "rawsock", EPERM },
