@@ -1116,8 +1116,13 @@ void api_preview(struct http_ctx *ctx)
 	http_parser_init(&p->parser, HTTP_RESPONSE);
 	p->parser.data = p;
 	/* Visitors of a preview are not its owner's requests: SANDBOX_PREVIEW_MAX_CONNECTIONS
-	 * per session bounds them, not the owner's `streams` quota (which they would use up). */
-	struct ops_target t = { .owner = s->owner, .session_id = s->id, .admitted = true };
+	 * per session bounds them, not the owner's `streams` quota (which they would use up);
+	 * those of a public port without key or token, only a share of it, so that they cannot
+	 * take every connection from the owner (ops_anonymous_connections). */
+	struct ops_target t = { .owner = s->owner,
+				.session_id = s->id,
+				.admitted = true,
+				.anonymous = !owner && !token_good };
 	if (!proxy_connect(p, &t))
 		return;
 	send_head(p, form == FORM_PATH ? rest : ctx->path, query);

@@ -47,6 +47,7 @@ static void target_copy(struct ops_target *dst, const struct ops_target *t)
 	dst->session_id = t->session_id ? xstrdup(t->session_id) : session_new_id();
 	dst->template_name = t->template_name ? xstrdup(t->template_name) : NULL;
 	dst->any_owner = t->any_owner;
+	dst->anonymous = t->anonymous;
 }
 
 static void target_free(struct ops_target *t)
@@ -927,6 +928,7 @@ struct ops_call {
 	bool id_generated;                  /* create: the target named no id */
 	const struct ops_connect_cbs *ncbs; /* connect */
 	bool counted;                       /* connect: counted in its session's proxied */
+	bool counted_anonymous;             /* and in its proxied_anonymous */
 	struct evbuffer *pending;           /* upload: sent before the agent's op started */
 	bool upload_end;                    /* upload: its caller sent all */
 	json_t *checked;                    /* spawn, attach, procs: the agent's answer, checked */
@@ -970,6 +972,8 @@ static void call_free(struct ops_call *c)
 			session_op_end(c->s);
 		if (c->counted && c->s->proxied)
 			c->s->proxied--;
+		if (c->counted_anonymous && c->s->proxied_anonymous)
+			c->s->proxied_anonymous--;
 		session_unref(c->s);
 	}
 	json_decref(c->request);
@@ -1451,8 +1455,22 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 				call_fail(c, &e);
 				return;
 			}
+			if (c->t.anonymous &&
+			    s->proxied_anonymous >= ops_anonymous_connections(O.cfg)) {
+				err_set(&e, EAGAIN,
+					"session `%s` has %u connections from visitors without its "
+					"key or token open, their share of "
+					"SANDBOX_PREVIEW_MAX_CONNECTIONS",
+					s->id, s->proxied_anonymous);
+				call_fail(c, &e);
+				return;
+			}
 			s->proxied++;
 			c->counted = true;
+			if (c->t.anonymous) {
+				s->proxied_anonymous++;
+				c->counted_anonymous = true;
+			}
 		}
 		call_run(c, s);
 		return;
@@ -2024,6 +2042,13 @@ void ops_upload_end(struct ops_call *c)
 }
 
 /* --- the sandbox's own ports -------------------------------------------------------------- */
+
+unsigned ops_anonymous_connections(const struct config *cfg)
+{
+	unsigned cap = cfg->preview_max_connections;
+	unsigned reserved = cap / 4 ? cap / 4 : cap > 1;
+	return cap - reserved;
+}
 
 struct ops_call *ops_connect(const struct ops_target *t, unsigned port,
 			     const struct ops_connect_cbs *cbs, ops_done_fn done, void *arg,

@@ -37,6 +37,11 @@ struct ops_target {
 	 * takes a unit of QUOTA_COMMANDS and a file operation one of QUOTA_FILE_OPS for its
 	 * life, and refuses with EAGAIN when the caller's quota or the server's cap is reached. */
 	bool admitted;
+	/* connect: a visitor without the session's key or token (a public port's). Visitors
+	 * like it have a share of SANDBOX_PREVIEW_MAX_CONNECTIONS of their own, below the cap,
+	 * so that however many hold connections open the key's and the token's holders still
+	 * find room. */
+	bool anonymous;
 };
 
 /* Must be called before any other function (the loop and the limits to apply); calling it
@@ -271,6 +276,10 @@ struct ops_connect_cbs {
 	/* More may be sent now. */
 	void (*on_ready)(struct ops_call *c, void *arg);
 };
+/* How many of a session's SANDBOX_PREVIEW_MAX_CONNECTIONS visitors without key or token may
+ * hold at once (ops_target.anonymous): all but a quarter of them (at least one, from a cap of
+ * two), which stays for the key's and the token's holders. */
+unsigned ops_anonymous_connections(const struct config *cfg);
 struct ops_call *ops_connect(const struct ops_target *t, unsigned port,
 			     const struct ops_connect_cbs *cbs, ops_done_fn done, void *arg,
 			     struct err *err);

@@ -94,10 +94,11 @@ struct session {
 	uint8_t secret[SESSION_SECRET_LEN];
 	uint16_t public_ports[SESSION_PUBLIC_PORTS_MAX];
 	size_t npublic;
-	unsigned proxied;     /* connections to its ports open now */
-	bool transition;      /* a pause or resume runs on a worker (it holds sb) */
-	bool destroy_pending; /* destroyed meanwhile: the sandbox goes when it ends */
-	uint64_t paused_ms;   /* wall clock of the last pause */
+	unsigned proxied;           /* connections to its ports open now */
+	unsigned proxied_anonymous; /* of those, made by visitors without key or token */
+	bool transition;            /* a pause or resume runs on a worker (it holds sb) */
+	bool destroy_pending;       /* destroyed meanwhile: the sandbox goes when it ends */
+	uint64_t paused_ms;         /* wall clock of the last pause */
 	enum session_on_timeout on_timeout;
 	bool auto_paused; /* its last pause was its timeout's (on_timeout) */
 	bool disk_paused; /* frozen by the state filesystem's watch (admit.c) */

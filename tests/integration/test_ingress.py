@@ -477,6 +477,48 @@ class IngressLimitsTest(IngressCase):
         self.assertIn("sent nothing", json.loads(raw)["error"])
 
 
+class IngressPublicCrowdTest(IngressCase):
+    """Anonymous visitors of a public port cannot take every connection from its owner."""
+    daemon_env = {**BASE_ENV, "AUTH_ENABLED": "true", "SANDBOX_WARM_POOL": "0"}
+
+    def test_visitors_without_credentials_leave_room_for_the_owner(self):
+        sid = self.app_session()
+        host = self.host_of(sid)
+        status, _, body = self.d.post(f"/exec/{sid}/preview/public",
+                                      body={"port": PORT, "public": True})
+        self.assertEqual(status, 200, body)
+        # As many visitors as SANDBOX_PREVIEW_MAX_CONNECTIONS (64) and more try to hold a
+        # stream each: three quarters of them get one, the others 429.
+        held, refused = [], 0
+        try:
+            for _ in range(66):
+                c = http.client.HTTPConnection(self.d.host, self.d.port, timeout=60)
+                c.request("GET", "/sse", headers={"Host": host})
+                r = c.getresponse()
+                if r.status == 200:
+                    r.read1(100)
+                    held.append(c)
+                    continue
+                self.assertEqual(r.status, 429)
+                self.assertIn("SANDBOX_PREVIEW_MAX_CONNECTIONS", json.loads(r.read())["error"])
+                refused += 1
+                c.close()
+            # The owner, by key, and a holder of the token still get through.
+            status, _, raw = self.host_request(
+                host, "GET", "/headers", headers={"Authorization": f"Bearer {self.d.api_key}"})
+            self.assertEqual(status, 200, raw)
+            status, _, raw = self.path_request(sid, "GET", "/headers")
+            self.assertEqual(status, 200, raw)
+            token = self.preview(sid)["token"]
+            status, _, raw = self.host_request(host, "GET", "/headers",
+                                               headers={"X-Sandbox-Token": token})
+            self.assertEqual(status, 200, raw)
+            self.assertEqual((len(held), refused), (48, 18))
+        finally:
+            for c in held:
+                c.close()
+
+
 class PublicDomainSettingTest(unittest.TestCase):
     def test_a_domain_that_cannot_hold_preview_names_is_refused_at_start(self):
         import harness
