@@ -132,6 +132,21 @@ static int quota_for_route(struct http_ctx *ctx)
 	return 0;
 }
 
+/* Refuses a Host that is not one of this server's names; -1 when refused. No name leads to
+ * the Unix socket: whatever Host its clients send is theirs to pick. */
+static int host_check(struct http_ctx *ctx, const char *host)
+{
+	if (!host || http_from_unix_socket(ctx) || origin_host_ok(&F.policy, host))
+		return 0;
+	log_warn("api", "refused a request for Host %.100s", host);
+	char msg[400];
+	snprintf(msg, sizeof(msg),
+		 "Forbidden: this server does not answer to the host name `%.100s` "
+		 "(see SANDBOX_ALLOWED_HOSTS)",
+		 host);
+	return refuse(ctx, 403, msg);
+}
+
 int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 {
 	bool cluster = cluster_enabled();
@@ -145,28 +160,25 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 	 * decided by its handler (proxy.c), which knows the key or the token. So is the E2B
 	 * data plane: its callers show the sandbox's envd token (envd.c), from wherever the SDK
 	 * runs. In a cluster, a session of another node's goes there, its token checked there. */
+	const char *host = http_header(ctx, "Host");
 	if (ctx->route == &api_preview_host_route || ctx->route == &api_envd_route) {
+		/* The data plane's header form (E2b-Sandbox-Id) comes under one of the API's own
+		 * names, not a preview name: checked like the API (a page of a rebound name must
+		 * not reach it). Its Origin is not: it takes no credential a browser would add
+		 * by itself (docs/security.md). */
+		if (ctx->route == &api_envd_route && !api_preview_host(host) &&
+		    host_check(ctx, host) < 0)
+			return -1;
 		int c = cluster ? api_cluster_route_anonymous(ctx) : 0;
 		if (c)
 			return c < 0 ? -1 : 0;
 		return auth_http_check(ctx, NULL, arg);
 	}
 	bool preview_path = ctx->route == &api_preview_path_route;
-	const char *host = http_header(ctx, "Host");
-	/* No name leads to the Unix socket: whatever Host its clients send is theirs to pick.
-	 * The path form of previews is under the API's names, so it is checked like the API
+	/* The path form of previews is under the API's names, so it is checked like the API
 	 * (a page of a rebound name must not reach sessions' apps). */
-	if (host && !http_from_unix_socket(ctx)) {
-		if (!origin_host_ok(&F.policy, host)) {
-			log_warn("api", "refused a request for Host %.100s", host);
-			char msg[400];
-			snprintf(msg, sizeof(msg),
-				 "Forbidden: this server does not answer to the host name `%.100s` "
-				 "(see SANDBOX_ALLOWED_HOSTS)",
-				 host);
-			return refuse(ctx, 403, msg);
-		}
-	}
+	if (host_check(ctx, host) < 0)
+		return -1;
 	if (preview_path) {
 		int c = cluster ? api_cluster_route_anonymous(ctx) : 0;
 		if (c)

@@ -518,6 +518,32 @@ class CrossSiteTest(unittest.TestCase):
                                        "Origin": "https://sandbox.example:8080"})
         self.assertEqual(st, 200, body)
 
+    def test_e2b_header_form_names_are_checked(self):
+        """E2B's data plane addressed by E2b-Sandbox-Id comes under the API's own names: a
+        page of a rebound name is refused. Its Origin is not checked: it takes no credential a
+        browser adds by itself, so a page of another site gains nothing there."""
+        self.addCleanup(request, self.d, "DELETE", "/exec/e2bhost", key=self.key)
+        st, _, body = request(self.d, "POST", "/exec", key=self.key,
+                              body={"id": "e2bhost", "template": "base"})
+        self.assertEqual(st, 201, body)
+        st, _, body = request(self.d, "GET", "/exec/e2bhost/preview", key=self.key)
+        self.assertEqual(st, 200, body)
+        sbx = {"E2b-Sandbox-Id": body["name"], "E2b-Sandbox-Port": "49983"}
+        for host in ("evil.example", f"rebind.example:{self.d.port}"):
+            st, _, body = request(self.d, "GET", "/health", headers={**sbx, "Host": host})
+            self.assertEqual(st, 403, (host, body))
+            self.assertIn("SANDBOX_ALLOWED_HOSTS", json.dumps(body))
+        st, _, body = request(self.d, "GET", "/health", headers={**sbx, "Host": "localhost"})
+        self.assertEqual(st, 204, body)
+        # A foreign page with every cookie it could make a browser send reaches nothing
+        # that needs the envd token.
+        token = request(self.d, "GET", "/exec/e2bhost/preview", key=self.key)[2]["token"]
+        st, _, body = request(self.d, "POST", "/process.Process/List", body={},
+                              headers={**sbx, "Host": "localhost",
+                                       "Origin": "https://evil.example",
+                                       "Cookie": f"sandbox_token={token}"})
+        self.assertIn(st, (401, 403), body)
+
     def test_mcp_refusals_are_json_rpc(self):
         st, _, body = request(self.d, "POST", "/mcp", key=self.key, body={},
                               headers={"Origin": "https://evil.example"})
