@@ -480,7 +480,10 @@ static bool attr_is(const char *s, size_t len, const char *name)
 
 /* Set-Cookie: never a Domain (a cookie of one preview must not reach another, or the API),
  * never one named like the preview token's; the path form's Path gets the prefix (no Path:
- * the prefix). */
+ * the prefix), and SameSite=Lax where the app set no SameSite: the path form's pages run as
+ * an opaque origin, whose requests say `Origin: null` whichever site's page sent them, so
+ * the app cannot tell its own from another site's, and some browsers still send a cookie
+ * without SameSite with every cross-site request. */
 static void add_set_cookie(struct proxy *p, const char *v)
 {
 	size_t first = strcspn(v, ";");
@@ -495,7 +498,7 @@ static void add_set_cookie(struct proxy *p, const char *v)
 			return;
 	}
 	_cleanup_(evbuffer_freep) struct evbuffer *b = evbuffer_new();
-	bool had_path = false;
+	bool had_path = false, had_samesite = false;
 	const char *s = v;
 	evbuffer_add(b, s, first);
 	s += first;
@@ -517,12 +520,15 @@ static void add_set_cookie(struct proxy *p, const char *v)
 			s += len;
 			continue;
 		}
+		had_samesite |= attr_is(s, len, "SameSite");
 		size_t sp = strspn(s, " \t");
 		evbuffer_add_printf(b, "; %.*s", (int)(len - sp), s + sp);
 		s += len;
 	}
 	if (p->form == FORM_PATH && !had_path)
 		evbuffer_add_printf(b, "; Path=%s/", p->prefix);
+	if (p->form == FORM_PATH && !had_samesite)
+		evbuffer_add_printf(b, "; SameSite=Lax");
 	evbuffer_add(b, "", 1);
 	http_add_header(p->ctx, "Set-Cookie", (const char *)evbuffer_pullup(b, -1));
 }

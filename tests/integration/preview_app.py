@@ -95,6 +95,7 @@ class App(BaseHTTPRequestHandler):
             self.reply(200, b"ok", "text/plain", [
                 ("Set-Cookie", "a=1; Path=/app; Domain=localhost; HttpOnly"),
                 ("Set-Cookie", "b=2"),
+                ("Set-Cookie", "c=3; samesite=None; Secure"),
                 ("Clear-Site-Data", '"cookies", "storage"'),
             ])
         elif path == "/chunked":

@@ -145,7 +145,11 @@ class IngressTest(IngressCase):
         self.assertEqual(headers["Location"], "https://example.com/x")
         status, headers, _ = self.path_request(sid, "GET", "/cookie")
         cookies = headers.get_all("Set-Cookie")
-        self.assertEqual(cookies, [f"a=1; Path={prefix}/app; HttpOnly", f"b=2; Path={prefix}/"])
+        # Its pages' requests say `Origin: null` from whichever site: a cookie left to the
+        # browser's default is kept from other sites' requests (SameSite=Lax).
+        self.assertEqual(cookies, [f"a=1; Path={prefix}/app; HttpOnly; SameSite=Lax",
+                                   f"b=2; Path={prefix}/; SameSite=Lax",
+                                   f"c=3; samesite=None; Secure; Path={prefix}/"])
         # The path form shares the dashboard's origin: an app cannot clear its storage.
         self.assertIsNone(headers.get("Clear-Site-Data"))
         # The host form leaves Location and Path alone, but no cookie gets a Domain.
@@ -153,7 +157,8 @@ class IngressTest(IngressCase):
         status, headers, _ = self.host_request(host, "GET", "/redirect")
         self.assertEqual(headers["Location"], "/target?x=1")
         status, headers, _ = self.host_request(host, "GET", "/cookie")
-        self.assertEqual(headers.get_all("Set-Cookie"), ["a=1; Path=/app; HttpOnly", "b=2"])
+        self.assertEqual(headers.get_all("Set-Cookie"),
+                         ["a=1; Path=/app; HttpOnly", "b=2", "c=3; samesite=None; Secure"])
         self.assertEqual(headers.get("Clear-Site-Data"), '"cookies", "storage"')
 
     @runner.tag("driver")
@@ -445,6 +450,42 @@ class IngressAccessTest(IngressCase):
         for bad in ({"port": 0, "public": True}, {"port": PORT}, {"port": "80", "public": 1}):
             status, headers, body = self.d.post(f"/exec/{sid}/preview/public", body=bad)
             self.assertJsonError(status, headers, body, 400)
+
+    def test_what_origin_null_can_and_cannot_do(self):
+        """The path form takes `Origin: null` (its own pages run sandboxed, an opaque
+        origin): any page can send that, so it opens nothing by itself. What would let
+        another site's page act is a credential its browser adds, the token's cookie, and
+        that is SameSite=Lax: never sent with another site's POST, fetch or frame."""
+        sid = self.app_session()
+        name = self.preview(sid)["name"]
+        token = self.preview(sid)["token"]
+        null = {"Origin": "null", "Content-Type": "text/plain"}
+        # No credential: refused, as without the Origin.
+        status, headers, body = self.path_request(name, "POST", "/echo", body=b"x",
+                                                  headers=null, api_key="")
+        self.assertJsonError(status, headers, body, 401)
+        # The cookie the token becomes is for the preview's path only, HttpOnly and
+        # SameSite=Lax: a browser sends it with same-site requests and top-level GETs alone.
+        status, headers, _ = self.path_request(name, "GET", f"/headers?sandbox_token={token}",
+                                               api_key="")
+        self.assertEqual(status, 302)
+        self.assertEqual(headers["Set-Cookie"],
+                         f"sandbox_token={token}; Path=/exec/{name}/ports/{PORT}; HttpOnly; "
+                         f"SameSite=Lax")
+        # With it (the preview's own sandboxed pages): the app is reached.
+        status, _, body = self.path_request(name, "POST", "/echo", body=b"x",
+                                            headers={**null, "Cookie": f"sandbox_token={token}"},
+                                            api_key="")
+        self.assertEqual(status, 200, body)
+        # The host form is an origin of its own: `null` is not it.
+        status, _, raw = self.host_request(self.host_of(sid), "POST", "/echo", body=b"x",
+                                           headers={**null, "X-Sandbox-Token": token})
+        self.assertEqual(status, 403, raw)
+        # A public port is open to any page, with or without an Origin: nothing ambient.
+        self.d.post(f"/exec/{sid}/preview/public", body={"port": PORT, "public": True})
+        status, _, body = self.path_request(name, "POST", "/echo", body=b"x", headers=null,
+                                            api_key="")
+        self.assertEqual(status, 200, body)
 
 
 class IngressLimitsTest(IngressCase):
