@@ -48,6 +48,7 @@ struct image_env {
 
 struct agent {
 	struct workspace ws;
+	struct workspace root; /* the sandbox's root, for requests with any_path */
 	struct image_env image_env;
 	bool init;      /* the VM's init: mounts done, may power off */
 	bool pid1;      /* PID 1 (VM or pid namespace): reap every child */
@@ -59,6 +60,13 @@ struct agent {
 	bool as_user;        /* --user: commands (and file operations) run as uid:gid below */
 	unsigned uid, gid;
 };
+
+/* Where a request's paths resolve: the sandbox's whole tree for "anyPath", else the
+ * workspace. */
+static inline const struct workspace *agent_ws(const struct agent *a, bool any_path)
+{
+	return any_path ? &a->root : &a->ws;
+}
 
 struct op_vt {
 	const char *name;

@@ -416,7 +416,7 @@ int main(int argc, char **argv)
 		prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
 	struct err e;
-	if (ws_init(&a->ws, workspace, &e) < 0) {
+	if (ws_init(&a->ws, workspace, &e) < 0 || ws_init_root(&a->root, &e) < 0) {
 		agent_log("%s", e.msg);
 		if (a->init)
 			init_poweroff();

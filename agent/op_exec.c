@@ -574,8 +574,9 @@ pid_t agent_start_command(struct agent *a, const struct req_exec *rx, int in_fd,
 	struct wspath wp = { 0 };
 	_cleanup_close_ int cwd_fd = -1;
 
-	if (wspath_init(&a->ws, rx->cwd ? rx->cwd : ".", &wp, e) < 0 ||
-	    (cwd_fd = ws_open(&a->ws, &wp, O_PATH | O_DIRECTORY, 0, e)) < 0) {
+	const struct workspace *ws = rx->cwd ? agent_ws(a, rx->any_path) : &a->ws;
+	if (wspath_init(ws, rx->cwd ? rx->cwd : ".", &wp, e) < 0 ||
+	    (cwd_fd = ws_open(ws, &wp, O_PATH | O_DIRECTORY, 0, e)) < 0) {
 		if (rx->cwd)
 			err_wrap(e, "cwd");
 		wspath_fini(&wp);

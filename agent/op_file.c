@@ -136,11 +136,11 @@ void op_write(struct conn *c, uint32_t ch, const struct req *r)
 	struct err e;
 	struct wspath wp;
 	const char *base;
-	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->path, &wp, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
-	int dfd = ws_open_parent(&a->ws, &wp, true, &base, &e);
+	int dfd = ws_open_parent(agent_ws(a, r->any_path), &wp, true, &base, &e);
 	if (dfd < 0) {
 		wspath_fini(&wp);
 		conn_error(c, ch, &e);
@@ -409,12 +409,13 @@ void op_read(struct conn *c, uint32_t ch, const struct req *r)
 	struct agent *a = c->a;
 	struct err e;
 	struct wspath wp;
-	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->path, &wp, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
 	/* O_NONBLOCK: opening a FIFO must not hang the agent. */
-	_cleanup_close_ int fd = ws_open(&a->ws, &wp, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, &e);
+	_cleanup_close_ int fd =
+		ws_open(agent_ws(a, r->any_path), &wp, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, &e);
 	if (fd < 0) {
 		wspath_fini(&wp);
 		conn_error(c, ch, &e);

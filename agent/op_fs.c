@@ -161,11 +161,12 @@ void op_list(struct conn *c, uint32_t ch, const struct req *r)
 	struct agent *a = c->a;
 	struct err e;
 	struct wspath wp;
-	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->path, &wp, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
-	_cleanup_close_ int fd = ws_open(&a->ws, &wp, O_RDONLY | O_DIRECTORY, 0, &e);
+	_cleanup_close_ int fd =
+		ws_open(agent_ws(a, r->any_path), &wp, O_RDONLY | O_DIRECTORY, 0, &e);
 	if (fd < 0) {
 		wspath_fini(&wp);
 		conn_error(c, ch, &e);
@@ -199,17 +200,18 @@ void op_stat(struct conn *c, uint32_t ch, const struct req *r)
 	struct wspath wp;
 	struct stat st;
 	const char *base;
-	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->path, &wp, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
 	if (!*wp.rel) {
-		if (fstat(a->ws.fd, &st) < 0) {
+		if (fstat(agent_ws(a, r->any_path)->fd, &st) < 0) {
 			err_sys(&e, errno, "stat `.`");
 			goto fail;
 		}
 	} else {
-		_cleanup_close_ int dfd = ws_open_parent(&a->ws, &wp, false, &base, &e);
+		_cleanup_close_ int dfd =
+			ws_open_parent(agent_ws(a, r->any_path), &wp, false, &base, &e);
 		if (dfd < 0)
 			goto fail;
 		if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -251,7 +253,7 @@ void op_mkdir(struct conn *c, uint32_t ch, const struct req *r)
 	const char *base;
 	_cleanup_close_ int dfd = -1;
 	bool parents = r->u.mkdir.parents;
-	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->path, &wp, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
@@ -262,7 +264,7 @@ void op_mkdir(struct conn *c, uint32_t ch, const struct req *r)
 		}
 		goto ok;
 	}
-	dfd = ws_open_parent(&a->ws, &wp, parents, &base, &e);
+	dfd = ws_open_parent(agent_ws(a, r->any_path), &wp, parents, &base, &e);
 	if (dfd < 0)
 		goto fail;
 	if (mkdirat(dfd, base, 0755) < 0) {
@@ -324,7 +326,7 @@ void op_remove(struct conn *c, uint32_t ch, const struct req *r)
 	const char *base;
 	struct stat st;
 	_cleanup_close_ int dfd = -1;
-	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->path, &wp, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
@@ -332,7 +334,7 @@ void op_remove(struct conn *c, uint32_t ch, const struct req *r)
 		err_set(&e, EPERM, "refusing to remove the workspace root");
 		goto fail;
 	}
-	dfd = ws_open_parent(&a->ws, &wp, false, &base, &e);
+	dfd = ws_open_parent(agent_ws(a, r->any_path), &wp, false, &base, &e);
 	if (dfd < 0)
 		goto fail;
 	if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -369,11 +371,11 @@ void op_rename(struct conn *c, uint32_t ch, const struct req *r)
 	const char *from_base, *to_base;
 	_cleanup_close_ int from_dfd = -1;
 	_cleanup_close_ int to_dfd = -1;
-	if (wspath_init(&a->ws, r->path, &from, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->path, &from, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
-	if (wspath_init(&a->ws, r->u.rename.to, &to, &e) < 0) {
+	if (wspath_init(agent_ws(a, r->any_path), r->u.rename.to, &to, &e) < 0) {
 		wspath_fini(&from);
 		conn_error(c, ch, &e);
 		return;
@@ -382,7 +384,7 @@ void op_rename(struct conn *c, uint32_t ch, const struct req *r)
 		err_set(&e, EPERM, "refusing to move the workspace root or onto it");
 		goto fail;
 	}
-	from_dfd = ws_open_parent(&a->ws, &from, false, &from_base, &e);
+	from_dfd = ws_open_parent(agent_ws(a, r->any_path), &from, false, &from_base, &e);
 	if (from_dfd < 0)
 		goto fail;
 	struct stat st;
@@ -390,7 +392,7 @@ void op_rename(struct conn *c, uint32_t ch, const struct req *r)
 		err_sys(&e, errno, "move `%s`", r->path);
 		goto fail;
 	}
-	to_dfd = ws_open_parent(&a->ws, &to, r->u.rename.parents, &to_base, &e);
+	to_dfd = ws_open_parent(agent_ws(a, r->any_path), &to, r->u.rename.parents, &to_base, &e);
 	if (to_dfd < 0)
 		goto fail;
 	unsigned flags = r->u.rename.overwrite ? 0 : RENAME_NOREPLACE;

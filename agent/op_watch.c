@@ -58,7 +58,8 @@ struct watch_op {
 	bool recursive;
 	unsigned filter;
 	int64_t max_watches;
-	char *root; /* the watched directory's relative path */
+	char *root;                 /* the watched directory's relative path */
+	const struct workspace *ws; /* what root is relative to (agent_ws) */
 	int root_wd;
 	struct watch_dir *dirs;
 	size_t ndirs, cap;
@@ -339,7 +340,7 @@ static void add_new_dir(struct watch_op *x, const char *rel)
 {
 	struct err e;
 	struct wspath wp = { .rel = (char *)rel, .orig = rel };
-	int fd = ws_open(&x->op.conn->a->ws, &wp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, &e);
+	int fd = ws_open(x->ws, &wp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, &e);
 	if (fd < 0)
 		return; /* gone already, or not a directory any more */
 	if (add_tree(x, fd, rel, true, &e) < 0 && !x->failed) {
@@ -596,17 +597,19 @@ void op_watch(struct conn *c, uint32_t ch, const struct req *r)
 	struct agent *a = c->a;
 	struct err e;
 	struct wspath wp;
-	if (wspath_init(&a->ws, r->path, &wp, &e) < 0) {
+	const struct workspace *ws = agent_ws(a, r->any_path);
+	if (wspath_init(ws, r->path, &wp, &e) < 0) {
 		conn_error(c, ch, &e);
 		return;
 	}
-	_cleanup_close_ int fd = ws_open(&a->ws, &wp, O_RDONLY | O_DIRECTORY, 0, &e);
+	_cleanup_close_ int fd = ws_open(ws, &wp, O_RDONLY | O_DIRECTORY, 0, &e);
 	if (fd < 0) {
 		wspath_fini(&wp);
 		conn_error(c, ch, &e);
 		return;
 	}
 	struct watch_op *x = xcalloc(1, sizeof(*x));
+	x->ws = ws;
 	x->recursive = r->u.watch.recursive;
 	x->filter = r->u.watch.events;
 	x->max_watches = r->u.watch.max_watches;

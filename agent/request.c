@@ -115,7 +115,8 @@ static int parse_exec(const struct json *o, struct req_exec *x, struct err *err)
 		}
 	}
 	int r;
-	if ((r = get_str(o, "cwd", false, &x->cwd, err)) < 0)
+	if ((r = get_str(o, "cwd", false, &x->cwd, err)) < 0 ||
+	    (r = get_bool(o, "anyPath", &x->any_path, err)) < 0)
 		return r;
 	/* Who runs it: "root" (the sandbox's own root: in a jail, its user namespace's) or
 	 * "user" (the command user, the default). */
@@ -586,7 +587,8 @@ int req_parse(const void *payload, size_t len, struct req *ret, struct err *err)
 	}
 	ret->op = ops[i].op;
 	ret->op_name = ops[i].name;
-	if ((r = parse_op(o, ret, err)) < 0)
+	if ((r = get_bool(o, "anyPath", &ret->any_path, err)) < 0 ||
+	    (r = parse_op(o, ret, err)) < 0)
 		goto fail;
 	return 0;
 fail:

@@ -72,7 +72,8 @@ struct req_exec {
 	int64_t timeout_ms; /* 0: none */
 	bool stdin_pipe;
 	int64_t kill_grace_ms;
-	bool as_root; /* "user": "root": the sandbox's root, not the command user */
+	bool as_root;  /* "user": "root": the sandbox's root, not the command user */
+	bool any_path; /* "anyPath": cwd is any path of the sandbox, not the workspace's */
 };
 
 /* A background process: a command (x) that outlives its request. */
@@ -128,6 +129,9 @@ struct req {
 	const char *op_name;
 	struct json_doc *doc; /* owns every string below */
 	const char *path; /* write, read, list, stat, mkdir, remove, watch; rename: its source */
+	/* "anyPath": the paths are the sandbox's, resolved from its root with the command
+	 * user's permissions, not confined to the workspace (E2B's filesystem view). */
+	bool any_path;
 	union {
 		struct req_exec exec;
 		struct req_resume resume;

@@ -119,6 +119,10 @@ static int reopen_workspace(struct agent *a, struct err *err)
 	init_home_mount();
 	_cleanup_free_ char *ws = xstrdup(a->ws.path ? a->ws.path : "/workspace");
 	ws_fini(&a->ws);
+	ws_fini(&a->root);
+	int r = ws_init_root(&a->root, err);
+	if (r < 0)
+		return r;
 	return ws_init(&a->ws, ws, err);
 }
 

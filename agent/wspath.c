@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -24,9 +26,13 @@ struct ws_open_how {
 };
 #define WS_RESOLVE_NO_MAGICLINKS 0x02
 #define WS_RESOLVE_BENEATH       0x08
+#define WS_RESOLVE_IN_ROOT       0x10
+#ifndef PROC_SUPER_MAGIC
+#define PROC_SUPER_MAGIC 0x9fa0
+#endif
 
-#define WS_MAX_SYMLINKS          40
-#define WS_MAX_DEPTH             256
+#define WS_MAX_SYMLINKS 40
+#define WS_MAX_DEPTH    256
 
 bool ws_force_walk;
 static bool no_openat2;
@@ -36,6 +42,7 @@ int ws_init(struct workspace *ws, const char *path, struct err *err)
 	ws->path = NULL;
 	ws->alias = NULL;
 	ws->fd = -1;
+	ws->in_root = false;
 	_cleanup_free_ char *abs = realpath(path, NULL);
 	if (!abs)
 		return err_sys(err, errno, "workspace `%s`", path);
@@ -56,6 +63,19 @@ int ws_init(struct workspace *ws, const char *path, struct err *err)
 	}
 	ws->path = TAKE_PTR(abs);
 	ws->fd = fd;
+	return 0;
+}
+
+int ws_init_root(struct workspace *ws, struct err *err)
+{
+	ws->alias = NULL;
+	ws->in_root = true;
+	ws->fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (ws->fd < 0) {
+		ws->path = NULL;
+		return err_sys(err, errno, "open the root");
+	}
+	ws->path = xstrdup("/");
 	return 0;
 }
 
@@ -114,9 +134,12 @@ int wspath_init(const struct workspace *ws, const char *in, struct wspath *ret, 
 		if (n == 1 && s[0] == '.') {
 			/* nothing */
 		} else if (n == 2 && s[0] == '.' && s[1] == '.') {
-			if (depth == 0)
+			if (depth == 0 && ws->in_root)
+				; /* the root's parent is the root */
+			else if (depth == 0)
 				return escape(in, err);
-			o = starts[--depth];
+			else
+				o = starts[--depth];
 		} else {
 			if (n > NAME_MAX)
 				return err_set(err, ENAMETOOLONG,
@@ -184,11 +207,12 @@ static int walk(const struct workspace *ws, const char *rel, int flags, mode_t m
 		const char *c = *cur ? cur : ".";
 
 		if (strcmp(c, "..") == 0) {
-			if (depth == 0) {
+			if (depth == 0 && !ws->in_root) {
 				ret = -EXDEV;
 				goto out;
 			}
-			close(stack[depth--]);
+			if (depth > 0)
+				close(stack[depth--]);
 			c = ".";
 			if (!last) {
 				*e = save;
@@ -251,10 +275,14 @@ static int walk(const struct workspace *ws, const char *rel, int flags, mode_t m
 				ret = -ELOOP;
 				goto out;
 			}
-			if (target[0] == '/' || n == 0) {
+			if (n == 0 || (target[0] == '/' && !ws->in_root)) {
 				ret = n == 0 ? -ENOENT : -EXDEV;
 				goto out;
 			}
+			/* Within the root, an absolute target starts over from it. */
+			if (target[0] == '/')
+				while (depth > 0)
+					close(stack[depth--]);
 			*e = save;
 			char *rest = xasprintf("%s%s", target, e);
 			free(pending);
@@ -293,7 +321,8 @@ static int open_beneath(const struct workspace *ws, const char *rel, int flags, 
 		struct ws_open_how how = {
 			.flags = (uint64_t)(flags | O_CLOEXEC),
 			.mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? mode : 0,
-			.resolve = WS_RESOLVE_BENEATH | WS_RESOLVE_NO_MAGICLINKS,
+			.resolve = (ws->in_root ? WS_RESOLVE_IN_ROOT : WS_RESOLVE_BENEATH) |
+				   WS_RESOLVE_NO_MAGICLINKS,
 		};
 		for (int tries = 0; tries < 16; tries++) {
 			long fd = syscall(SYS_openat2, ws->fd, *rel ? rel : ".", &how, sizeof(how));
@@ -311,12 +340,36 @@ static int open_beneath(const struct workspace *ws, const char *rel, int flags, 
 	return walk(ws, rel, flags, mode);
 }
 
+/* Whether fd is one of the agent's own /proc entries (its environment, memory, descriptors):
+ * reachable by a path of the sandbox's (/proc/self, /proc/1, a symlink to either), and not
+ * the sandbox's to read through the agent, which would read them as itself. */
+static bool agent_proc_entry(int fd)
+{
+	struct statfs sf;
+	if (fstatfs(fd, &sf) < 0 || sf.f_type != PROC_SUPER_MAGIC)
+		return false;
+	char link[64], target[PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return true; /* cannot tell: refused */
+	target[n] = '\0';
+	char mine[32];
+	int ml = snprintf(mine, sizeof(mine), "/proc/%d", (int)getpid());
+	return strncmp(target, mine, (size_t)ml) == 0 && (target[ml] == '\0' || target[ml] == '/');
+}
+
 int ws_open(const struct workspace *ws, const struct wspath *p, int flags, mode_t mode,
 	    struct err *err)
 {
 	int fd = open_beneath(ws, p->rel, flags, mode);
 	if (fd < 0)
 		return map_open_error(p, -fd, err);
+	if (ws->in_root && agent_proc_entry(fd)) {
+		close(fd);
+		return err_set(err, EACCES, "`%s`: permission denied (the sandbox agent's own)",
+			       p->orig);
+	}
 	return fd;
 }
 

@@ -25,6 +25,10 @@ struct workspace {
 	char *alias; /* WS_HOME when it is the workspace's directory too, else NULL */
 	int fd;      /* O_PATH | O_DIRECTORY, opened through the alias when there is one, so that
 		      * a command started there sees its working directory by that name */
+	/* The sandbox's root rather than a workspace (ws_init_root): paths resolve as the
+	 * sandbox's processes resolve them, ".." stops at the root, absolute symlinks are
+	 * followed from it; only the agent's own /proc entries are refused. */
+	bool in_root;
 };
 
 struct wspath {
@@ -36,6 +40,8 @@ struct wspath {
  * directory. */
 int ws_init(struct workspace *ws, const char *path, struct err *err);
 void ws_fini(struct workspace *ws);
+/* Opens the sandbox's root "/" as a workspace of the whole tree (in_root). */
+int ws_init_root(struct workspace *ws, struct err *err);
 
 /* Normalizes `in` into *ret (free with wspath_fini); an absolute path is under the workspace
  * by its path or by its alias. Errors: EINVAL (empty), ENAMETOOLONG,

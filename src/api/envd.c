@@ -15,7 +15,8 @@
  * whether the sandbox runs. A sandbox that does not exist, or is not ready, is E2B's edge
  * answer: 502 {"code": 502, "message": ...}, on every route, streams included.
  *
- * Paths: E2B code names /home/user, the default user's home; here that is the workspace. A
+ * Paths: E2B's are the sandbox's own, any it has, reached with the requesting user's
+ * permissions (ops any_path); /home/user, the default user's home, is the workspace. A
  * relative path is under it; a reply names paths as the request did. */
 #include <errno.h>
 #include <signal.h>
@@ -84,7 +85,7 @@ static void req_free(struct envd_req *q)
 
 static struct ops_target target_of(const char *owner, const char *sid)
 {
-	return (struct ops_target){ .owner = owner, .session_id = sid };
+	return (struct ops_target){ .owner = owner, .session_id = sid, .any_path = true };
 }
 
 static void rest_error(struct http_ctx *ctx, int status, const char *fmt, ...)
@@ -181,24 +182,20 @@ static char *e2b_path(const char *p)
 	return xasprintf(E2B_HOME "/%s", p);
 }
 
-/* The workspace path an E2B path names (/home/user/x -> x, /workspace/x as it is, any other
- * absolute path as it is, for the agent to refuse); caller frees. */
+/* The path the agent is asked for: E2B's absolute path itself, resolved from the sandbox's
+ * root (target_of sets any_path); caller frees. */
 static char *ws_path(const char *e2b)
 {
-	size_t n = strlen(E2B_HOME);
-	if (strncmp(e2b, E2B_HOME, n) == 0 && (e2b[n] == '\0' || e2b[n] == '/')) {
-		const char *rest = e2b + n;
-		while (*rest == '/')
-			rest++;
-		return xstrdup(*rest ? rest : ".");
-	}
 	return xstrdup(e2b);
 }
 
-/* A path of the sandbox's (a process's cwd) in E2B's namespace. */
+/* A process's cwd as the agent gives it, in E2B's namespace: none, or the workspace's
+ * (".", /workspace), is the user's home. */
 static char *from_ws(const char *p)
 {
 	size_t n = strlen(WORKSPACE);
+	if (!p || !strcmp(p, "."))
+		return xstrdup(E2B_HOME);
 	if (strncmp(p, WORKSPACE, n) == 0 && (p[n] == '\0' || p[n] == '/'))
 		return xasprintf(E2B_HOME "%s", p + n);
 	return xstrdup(p);
@@ -973,7 +970,7 @@ static void on_processes(struct ops_call *c, const struct ops_result *r, const s
 		for (size_t k = 1; k < json_array_size(argv); k++)
 			json_array_append(args, json_array_get(argv, k));
 		const char *cwd = json_string_value(json_object_get(p, "cwd"));
-		_cleanup_free_ char *e2b_cwd = from_ws(cwd ? cwd : WORKSPACE);
+		_cleanup_free_ char *e2b_cwd = from_ws(cwd);
 		json_t *config = json_pack("{s:s, s:o, s:{}, s:s}", "cmd",
 					   json_string_value(json_array_get(argv, 0)) ?: "", "args",
 					   args, "envs", "cwd", e2b_cwd);
@@ -1137,7 +1134,12 @@ static json_t *fs_event(const char *root, json_t *event)
 	const char *path = json_string_value(json_object_get(event, "path"));
 	if (!type || !path)
 		return NULL;
-	/* The name relative to the watched directory, as envd gives it. */
+	/* The name relative to the watched directory, as envd gives it; the agent names paths
+	 * from the sandbox's root, without its "/". */
+	while (*root == '/')
+		root++;
+	if (!*root)
+		root = ".";
 	size_t n = strlen(root);
 	const char *rel = path;
 	if (strcmp(root, ".") && strncmp(path, root, n) == 0 && path[n] == '/')
@@ -1642,7 +1644,8 @@ static void dl_done(struct ops_call *c, const struct ops_result *r, const struct
 	http_stream_on_drain(d->ctx, 0, NULL, NULL);
 	if (!d->started) {
 		int status =
-			err->errnum == ENOENT ? 404
+			err->errnum == ENOENT                           ? 404
+			: err->errnum == EACCES || err->errnum == EPERM ? 403
 			: err->errnum == EISDIR || err->errnum == EINVAL || err->errnum == EXDEV
 				? 400
 				: http_status_for_errno(err->errnum);
@@ -1805,6 +1808,8 @@ static int upload_status(int errnum)
 {
 	if (errnum == ENOSPC || errnum == EDQUOT)
 		return 507;
+	if (errnum == EACCES || errnum == EPERM)
+		return 403; /* the user's permissions, as in the sandbox */
 	if (errnum == EINVAL || errnum == EXDEV || errnum == EISDIR || errnum == ENOTDIR)
 		return 400;
 	return http_status_for_errno(errnum);

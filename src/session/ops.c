@@ -48,6 +48,7 @@ static void target_copy(struct ops_target *dst, const struct ops_target *t)
 	dst->template_name = t->template_name ? xstrdup(t->template_name) : NULL;
 	dst->any_owner = t->any_owner;
 	dst->anonymous = t->anonymous;
+	dst->any_path = t->any_path;
 }
 
 static void target_free(struct ops_target *t)
@@ -389,6 +390,8 @@ static void exec_on_session(struct session *s, const struct err *err, void *arg)
 	json_object_set_new(x->request, "env", env);
 
 	struct err e;
+	if (x->t.any_path)
+		json_object_set_new(x->request, "anyPath", json_true());
 	x->op = guest_op_start(s->conn, x->request, &exec_guest_cbs, x, &e);
 	if (!x->op) {
 		exec_fail(x, &e);
@@ -768,6 +771,8 @@ static void watch_start(evutil_socket_t fd, short what, void *arg)
 	}
 	w->s = s;
 	session_ref(s);
+	if (w->t.any_path)
+		json_object_set_new(w->request, "anyPath", json_true());
 	w->op = guest_op_start(s->conn, w->request, &watch_guest_cbs, w, &e);
 	if (!w->op) {
 		watch_finish(w, NULL, &e);
@@ -1357,6 +1362,8 @@ static void call_run(struct ops_call *c, struct session *s)
 			json_object_update(env, req_env);
 		json_object_set_new(c->request, "env", env);
 	}
+	if (c->t.any_path)
+		json_object_set_new(c->request, "anyPath", json_true());
 	c->op = guest_op_start(s->conn, c->request, &call_guest_cbs, c, &e);
 	if (!c->op) {
 		call_fail(c, &e);

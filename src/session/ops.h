@@ -37,6 +37,10 @@ struct ops_target {
 	 * takes a unit of QUOTA_COMMANDS and a file operation one of QUOTA_FILE_OPS for its
 	 * life, and refuses with EAGAIN when the caller's quota or the server's cap is reached. */
 	bool admitted;
+	/* Paths (and a command's cwd) are the sandbox's own, any it has, resolved with the
+	 * command user's permissions; otherwise they are confined to the workspace, relative to
+	 * it (REST and MCP, as the reference has them). E2B's filesystem view. */
+	bool any_path;
 	/* connect: a visitor without the session's key or token (a public port's). Visitors
 	 * like it have a share of SANDBOX_PREVIEW_MAX_CONNECTIONS of their own, below the cap,
 	 * so that however many hold connections open the key's and the token's holders still

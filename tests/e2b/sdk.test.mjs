@@ -261,6 +261,24 @@ describe("files", () => {
     sbx = await create("base");
   });
 
+  test("any path the user may reach, as in E2B: files and commands agree", async () => {
+    await sbx.files.write("/tmp/anywhere.txt", "there");
+    assert.equal((await sbx.commands.run("cat /tmp/anywhere.txt")).stdout, "there");
+    assert.match(await sbx.files.read("/etc/passwd"), /^root:/);
+    assert.equal((await sbx.commands.run("pwd", { cwd: "/tmp" })).stdout, "/tmp\n");
+    const names = (await sbx.files.list("/")).map((e) => e.path);
+    assert.ok(names.includes("/etc") && names.includes("/tmp"), names.join(" "));
+    assert.equal((await sbx.files.getInfo("/tmp/anywhere.txt")).path, "/tmp/anywhere.txt");
+    assert.equal((await sbx.files.getInfo("hello-rel.txt").catch(() => null)), null);
+    await sbx.files.write("hello-rel.txt", "x");
+    assert.equal((await sbx.files.getInfo("hello-rel.txt")).path, "/home/user/hello-rel.txt");
+    // With the user's permissions: root's files are not the user's.
+    await assert.rejects(sbx.files.write("/etc/not-yours", "x"));
+    await assert.rejects(sbx.commands.run("true", { cwd: "/nowhere" }));
+    assert.equal(await sbx.files.exists("/nowhere/at/all"), false);
+    assert.equal(await sbx.files.exists("/etc"), true);
+  });
+
   test("write returns the entry; read by absolute and relative path; commands see it", async () => {
     const w = await sbx.files.write("/home/user/hello.txt", "hello");
     assert.equal(w.path, "/home/user/hello.txt");

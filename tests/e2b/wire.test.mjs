@@ -345,11 +345,29 @@ describe("data plane", () => {
     assert.equal(await back.text(), "Q");
   });
 
-  test("files outside the workspace are refused, not reached", async () => {
+  test("files anywhere the user may reach, with the user's permissions", async () => {
     const r = await fetch(`${BASE}/files?path=/etc/passwd`, { headers: dataHeaders(sbx) });
-    assert.equal(r.status, 400);
+    assert.equal(r.status, 200);
+    assert.match(await r.text(), /^root:/);
+    // ".." is resolved as the sandbox resolves it: this is /etc/x, which `user` may not write.
     const w = await fetch(`${BASE}/files?path=/home/user/../../etc/x`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream" }), body: "x" });
-    assert.equal(w.status, 400);
+    assert.equal(w.status, 403, await w.text());
+    const t = await fetch(`${BASE}/files?path=/tmp/wire-x`, { method: "POST", headers: dataHeaders(sbx, { "Content-Type": "application/octet-stream" }), body: "x" });
+    assert.equal(t.status, 200, await t.text());
+    assert.equal((await run(sbx, "test \"$(cat /tmp/wire-x)\" = x")).exitCode, 0, "a command sees it");
+  });
+
+  test("the sandbox agent's own /proc entries are not served", async () => {
+    for (const path of ["/proc/self/environ", "/proc/1/environ", "/proc/self/maps", "/proc/thread-self/environ"]) {
+      const r = await fetch(`${BASE}/files?path=${path}`, { headers: dataHeaders(sbx) });
+      assert.ok(r.status === 403 || r.status === 404, `${path}: ${r.status}`);
+      const body = await r.text();
+      assert.ok(!body.includes("SANDBOX") && !body.includes("PATH="), `${path}: ${body.slice(0, 80)}`);
+    }
+    // Through a symlink the sandbox made, too.
+    await run(sbx, "ln -sf /proc/self/environ /tmp/agent-env");
+    const r = await fetch(`${BASE}/files?path=/tmp/agent-env`, { headers: dataHeaders(sbx) });
+    assert.equal(r.status, 403);
   });
 
   test("the preview Host form reaches envd", { skip: !DOMAIN && "no SANDBOX_PUBLIC_DOMAIN" }, async () => {
@@ -463,8 +481,8 @@ describe("watchers (CreateWatcher, GetWatcherEvents, RemoveWatcher)", () => {
     await run(sbx, "echo x > afile");
     r = await fsCall(sbx, "CreateWatcher", { path: "afile" });
     assert.ok(["invalid_argument", "failed_precondition"].includes(r.json.code), JSON.stringify(r.json));
-    r = await fsCall(sbx, "CreateWatcher", { path: "/etc" });
-    assert.ok(r.status >= 400 && r.json.code, "outside the workspace");
+    r = await fsCall(sbx, "CreateWatcher", { path: "/root" });
+    assert.equal(r.json.code, "permission_denied", JSON.stringify(r.json));
     r = await fsCall(sbx, "GetWatcherEvents", {});
     assert.equal(r.json.code, "invalid_argument");
     const mine = await fsCall(sbx, "CreateWatcher", { path: "wd" });

@@ -222,6 +222,42 @@ static void test_parent(void **state)
 	wspath_fini(&p);
 }
 
+/* The sandbox's whole tree (E2B's view): any path, ".." stopping at the root, absolute
+ * symlinks followed from it; the agent's own /proc entries refused, by any way there. */
+static void test_root(void **state)
+{
+	struct fixture *f = *state;
+	struct workspace root;
+	struct err e;
+	assert_int_equal(ws_init_root(&root, &e), 0);
+	assert_true(root.in_root);
+	struct fixture rf = *f;
+	rf.ws = root;
+	char p[300];
+	assert_int_equal(try_open(&rf, "/etc/passwd", O_RDONLY), 0);
+	assert_int_equal(try_open(&rf, "/../../etc/passwd", O_RDONLY), 0);
+	assert_int_equal(try_open(&rf, "etc/passwd", O_RDONLY), 0);
+	snprintf(p, sizeof(p), "%s/abs/passwd", f->dir); /* abs -> /etc */
+	assert_int_equal(try_open(&rf, p, O_RDONLY), 0);
+	snprintf(p, sizeof(p), "%s/out", f->dir); /* out -> .. */
+	assert_int_equal(try_open(&rf, p, O_RDONLY | O_DIRECTORY), 0);
+	snprintf(p, sizeof(p), "%s/loop1", f->dir);
+	assert_int_equal(try_open(&rf, p, O_RDONLY), -ELOOP);
+	assert_int_equal(try_open(&rf, "/missing/x", O_RDONLY), -ENOENT);
+	assert_int_equal(try_open(&rf, "/proc/self/environ", O_RDONLY), -EACCES);
+	assert_int_equal(try_open(&rf, "/proc/thread-self/status", O_RDONLY), -EACCES);
+	snprintf(p, sizeof(p), "/proc/%d/maps", (int)getpid());
+	assert_int_equal(try_open(&rf, p, O_RDONLY), -EACCES);
+	snprintf(p, sizeof(p), "/proc/%d", (int)getpid());
+	assert_int_equal(try_open(&rf, p, O_RDONLY | O_DIRECTORY), -EACCES);
+	mk(f->dir, "me", "/proc/self/environ");
+	snprintf(p, sizeof(p), "%s/me", f->dir);
+	assert_int_equal(try_open(&rf, p, O_RDONLY), -EACCES);
+	/* Other /proc entries are the sandbox's, not the agent's. */
+	assert_int_equal(try_open(&rf, "/proc/cpuinfo", O_RDONLY), 0);
+	ws_fini(&root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -230,6 +266,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_parent, setup_openat2, teardown),
 		cmocka_unit_test_setup_teardown(test_open, setup_walk, teardown),
 		cmocka_unit_test_setup_teardown(test_parent, setup_walk, teardown),
+		cmocka_unit_test_setup_teardown(test_root, setup_openat2, teardown),
+		cmocka_unit_test_setup_teardown(test_root, setup_walk, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
