@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "guest/proto.h"
@@ -60,6 +61,18 @@ struct agent {
 	bool as_user;        /* --user: commands (and file operations) run as uid:gid below */
 	unsigned uid, gid;
 };
+
+/* The temporary file a write goes to before it is renamed over its target
+ * (".sandbox-write-<pid>-<n>-<time>.tmp", op_file.c): watches do not show it (op_watch.c). */
+#define AGENT_WRITE_TMP_PREFIX ".sandbox-write-"
+#define AGENT_WRITE_TMP_SUFFIX ".tmp"
+static inline bool agent_is_write_tmp(const char *name)
+{
+	size_t n = strlen(name), p = sizeof(AGENT_WRITE_TMP_PREFIX) - 1,
+	       s = sizeof(AGENT_WRITE_TMP_SUFFIX) - 1;
+	return n > p + s && strncmp(name, AGENT_WRITE_TMP_PREFIX, p) == 0 &&
+	       strcmp(name + n - s, AGENT_WRITE_TMP_SUFFIX) == 0;
+}
 
 /* Where a request's paths resolve: the sandbox's whole tree for "anyPath", else the
  * workspace. */

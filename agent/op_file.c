@@ -2,7 +2,10 @@
  *
  * A write goes to a temporary file in the target's directory and is renamed over the target
  * on EOF, so readers never see a torn file; the temporary file is removed on any failure or
- * cancel. */
+ * cancel. Watches do not show the temporary file (op_watch.c): its rename is the target's
+ * write. A write with anyPath (E2B's) of a file that does not exist yet first makes it, empty,
+ * so that watchers see it created and then written, as E2B's writes are; readers then see it
+ * empty or whole, and it goes again if the write fails. */
 #include "agent.h"
 
 #include <errno.h>
@@ -25,7 +28,20 @@ struct write_op {
 	mode_t mode;
 	int64_t max_bytes; /* -1: none */
 	uint64_t size;
+	bool placed; /* the target made empty first (above): placed_dev/ino */
+	dev_t placed_dev;
+	ino_t placed_ino;
 };
+
+/* Removes the empty target a failed write made, if it is still that file. */
+static void unplace(struct write_op *x)
+{
+	struct stat st;
+	if (x->placed && fstatat(x->dir_fd, x->base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    st.st_dev == x->placed_dev && st.st_ino == x->placed_ino && st.st_size == 0)
+		unlinkat(x->dir_fd, x->base, 0);
+	x->placed = false;
+}
 
 static void write_cleanup(struct write_op *x)
 {
@@ -33,6 +49,7 @@ static void write_cleanup(struct write_op *x)
 		close(x->fd);
 		x->fd = -1;
 		unlinkat(x->dir_fd, x->tmp, 0);
+		unplace(x);
 	}
 }
 
@@ -83,15 +100,18 @@ static void write_eof(struct op *op)
 	if (close(fd) < 0) {
 		err_sys(&e, errno, "write `%s`", x->rel);
 		unlinkat(x->dir_fd, x->tmp, 0);
+		unplace(x);
 		op_error(op, &e);
 		return;
 	}
 	if (renameat(x->dir_fd, x->tmp, x->dir_fd, x->base) < 0) {
 		err_sys(&e, errno, "write `%s`", x->rel);
 		unlinkat(x->dir_fd, x->tmp, 0);
+		unplace(x);
 		op_error(op, &e);
 		return;
 	}
+	x->placed = false;
 	struct jw w;
 	jw_init(&w);
 	jw_obj_open(&w);
@@ -165,8 +185,9 @@ void op_write(struct conn *c, uint32_t ch, const struct req *r)
 	x->max_bytes = r->u.write.max_bytes;
 	static unsigned counter;
 	for (int tries = 0; tries < 16 && x->fd < 0; tries++) {
-		snprintf(x->tmp, sizeof(x->tmp), ".sandbox-write-%x-%x-%x.tmp", (unsigned)getpid(),
-			 ++counter, (unsigned)agent_now_ns());
+		snprintf(x->tmp, sizeof(x->tmp),
+			 AGENT_WRITE_TMP_PREFIX "%x-%x-%x" AGENT_WRITE_TMP_SUFFIX,
+			 (unsigned)getpid(), ++counter, (unsigned)agent_now_ns());
 		x->fd = openat(dfd, x->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (x->fd < 0 && errno != EEXIST)
 			break;
@@ -176,6 +197,17 @@ void op_write(struct conn *c, uint32_t ch, const struct req *r)
 		conn_error(c, ch, &e);
 		write_destroy(&x->op);
 		return;
+	}
+	if (r->any_path) {
+		int pfd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+				 0600);
+		if (pfd >= 0 && fstat(pfd, &st) == 0) {
+			x->placed = true;
+			x->placed_dev = st.st_dev;
+			x->placed_ino = st.st_ino;
+		}
+		if (pfd >= 0)
+			close(pfd);
 	}
 	op_register(c, &x->op, &write_vt, ch);
 }

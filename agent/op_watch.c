@@ -73,6 +73,7 @@ struct watch_op {
 	uint32_t move_cookie;
 	char *move_from;
 	bool move_dir;
+	bool move_tmp; /* move_from is a write's temporary file (agent_is_write_tmp) */
 	int64_t events, overflows;
 	struct err fail; /* a watch that could not be added later (the limit) */
 	bool failed;
@@ -386,7 +387,8 @@ static void settle_move(struct watch_op *x)
 	if (!x->move_pending)
 		return;
 	x->move_pending = false;
-	emit(x, REQ_WATCH_RENAME, x->move_from, x->move_dir, NULL);
+	if (!x->move_tmp)
+		emit(x, REQ_WATCH_RENAME, x->move_from, x->move_dir, NULL);
 	if (x->move_dir && x->recursive)
 		drop_tree(x, x->move_from);
 	free(x->move_from);
@@ -438,6 +440,10 @@ static void handle_event(struct watch_op *x, const struct inotify_event *ev)
 		return;
 	}
 	_cleanup_free_ char *path = join(d->rel, ev->name);
+	/* A write's temporary file is not shown: its rename over the target is the write. */
+	bool tmp = !isdir && agent_is_write_tmp(ev->name);
+	if (tmp && !(ev->mask & IN_MOVED_FROM))
+		return;
 	if (ev->mask & IN_CREATE) {
 		emit(x, REQ_WATCH_CREATE, path, isdir, NULL);
 		if (isdir && x->recursive)
@@ -454,9 +460,15 @@ static void handle_event(struct watch_op *x, const struct inotify_event *ev)
 		x->move_cookie = ev->cookie;
 		x->move_from = path;
 		x->move_dir = isdir;
+		x->move_tmp = tmp;
 		path = NULL;
 	} else if (ev->mask & IN_MOVED_TO) {
-		if (x->move_pending) {
+		if (x->move_pending && x->move_tmp) {
+			emit(x, REQ_WATCH_WRITE, path, false, NULL);
+			x->move_pending = false;
+			free(x->move_from);
+			x->move_from = NULL;
+		} else if (x->move_pending) {
 			emit(x, REQ_WATCH_RENAME, path, isdir, x->move_from);
 			if (isdir && x->recursive && !move_tree(x, x->move_from, path))
 				add_new_dir(x, path); /* gone before its watch was added */

@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   Sandbox,
+  FilesystemEventType,
   CommandExitError,
   TimeoutError,
   NotFoundError,
@@ -355,6 +356,26 @@ describe("files", () => {
     await sbx.files.write("/home/user/w/new.txt", "n");
     await until(() => events.some((e) => e.name === "new.txt"), "the watch event");
     await h.stop();
+  });
+
+  test("watchDir: a write is created then written, as E2B's; no temporary file shows", async () => {
+    await sbx.files.makeDir("/tmp/w2");
+    await sbx.files.write("/tmp/w2/old.txt", "a");
+    const events = [];
+    const h = await sbx.files.watchDir("/tmp/w2", (ev) => events.push(ev), { timeoutMs: 0 });
+    await sbx.files.write("/tmp/w2/new.txt", "n");
+    await sbx.files.write("/tmp/w2/old.txt", "b");
+    await until(() => events.some((e) => e.name === "old.txt" && e.type === FilesystemEventType.WRITE), "the second write");
+    await h.stop();
+    const seen = events.map((e) => `${e.type}:${e.name}`);
+    assert.ok(events.every((e) => e.name === "new.txt" || e.name === "old.txt"), seen.join(" "));
+    const created = seen.indexOf(`${FilesystemEventType.CREATE}:new.txt`);
+    const written = seen.indexOf(`${FilesystemEventType.WRITE}:new.txt`);
+    assert.ok(created >= 0 && written > created, seen.join(" "));
+    assert.ok(!seen.includes(`${FilesystemEventType.CREATE}:old.txt`), seen.join(" "));
+    assert.ok(!events.some((e) => e.type === FilesystemEventType.RENAME), seen.join(" "));
+    assert.equal(await sbx.files.read("/tmp/w2/new.txt"), "n");
+    assert.equal(await sbx.files.read("/tmp/w2/old.txt"), "b");
   });
 
   test("a raw-byte upload (useOctetStream) writes the file", async () => {
