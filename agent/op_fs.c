@@ -6,6 +6,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +37,38 @@ static const char *type_name(mode_t m)
 	return "other";
 }
 
+/* The name the image gives an owner, or its number as text; the last one is kept, as
+ * listings ask for the same few again and again. */
+static const char *owner_name(uid_t uid, bool group)
+{
+	static struct {
+		bool set;
+		unsigned id;
+		char name[64];
+	} last[2];
+	int k = group;
+	if (last[k].set && last[k].id == uid)
+		return last[k].name;
+	char buf[1024];
+	const char *name = NULL;
+	if (group) {
+		struct group gr, *found = NULL;
+		if (getgrgid_r((gid_t)uid, &gr, buf, sizeof(buf), &found) == 0 && found)
+			name = found->gr_name;
+	} else {
+		struct passwd pw, *found = NULL;
+		if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found)
+			name = found->pw_name;
+	}
+	if (name && strlen(name) < sizeof(last[k].name))
+		snprintf(last[k].name, sizeof(last[k].name), "%s", name);
+	else
+		snprintf(last[k].name, sizeof(last[k].name), "%u", (unsigned)uid);
+	last[k].set = true;
+	last[k].id = (unsigned)uid;
+	return last[k].name;
+}
+
 static void put_stat(struct jw *w, const struct stat *st)
 {
 	jw_key(w, "type");
@@ -44,6 +79,24 @@ static void put_stat(struct jw *w, const struct stat *st)
 	jw_int(w, st->st_mode & 07777);
 	jw_key(w, "mtime");
 	jw_timespec(w, (int64_t)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+	jw_key(w, "owner");
+	jw_str(w, owner_name(st->st_uid, false));
+	jw_key(w, "group");
+	jw_str(w, owner_name(st->st_gid, true));
+}
+
+/* A symlink's target, as it is written ("target"), after put_stat. */
+static void put_link(struct jw *w, int dfd, const char *name, const struct stat *st)
+{
+	if (!S_ISLNK(st->st_mode))
+		return;
+	char target[PATH_MAX];
+	ssize_t n = readlinkat(dfd, name, target, sizeof(target) - 1);
+	if (n < 0)
+		return;
+	target[n] = '\0';
+	jw_key(w, "target");
+	jw_str(w, target);
 }
 
 static void send_result(struct conn *c, uint32_t ch, struct jw *w)
@@ -127,6 +180,7 @@ static void list_dir(struct lister *l, int dfd, const char *prefix, int depth)
 		jw_key(&l->w, "name");
 		jw_str(&l->w, names[i]);
 		put_stat(&l->w, &st);
+		put_link(&l->w, dfd, names[i], &st);
 		jw_obj_close(&l->w);
 		if (l->w.len > l->limit) {
 			/* Roll the entry back: the reply must fit one frame. */
@@ -204,14 +258,14 @@ void op_stat(struct conn *c, uint32_t ch, const struct req *r)
 		conn_error(c, ch, &e);
 		return;
 	}
+	_cleanup_close_ int dfd = -1;
 	if (!*wp.rel) {
 		if (fstat(agent_ws(a, r->any_path)->fd, &st) < 0) {
 			err_sys(&e, errno, "stat `.`");
 			goto fail;
 		}
 	} else {
-		_cleanup_close_ int dfd =
-			ws_open_parent(agent_ws(a, r->any_path), &wp, false, &base, &e);
+		dfd = ws_open_parent(agent_ws(a, r->any_path), &wp, false, &base, &e);
 		if (dfd < 0)
 			goto fail;
 		if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -225,6 +279,8 @@ void op_stat(struct conn *c, uint32_t ch, const struct req *r)
 	jw_key(&w, "path");
 	jw_str(&w, shown(&wp));
 	put_stat(&w, &st);
+	if (dfd >= 0)
+		put_link(&w, dfd, base, &st);
 	jw_obj_close(&w);
 	wspath_fini(&wp);
 	send_result(c, ch, &w);

@@ -269,7 +269,44 @@ static json_t *iso_time(double secs)
 	return json_string(buf);
 }
 
-/* EntryInfo from a stat-shaped object {type, size, mode, mtime} of path `e2b`. */
+/* A symlink's target as E2B names it: absolute, a relative one taken from the link's
+ * directory, "." and ".." resolved by name; caller frees. */
+static char *link_target(const char *link, const char *target)
+{
+	_cleanup_free_ char *joined = NULL;
+	if (target[0] != '/') {
+		const char *slash = strrchr(link, '/');
+		int dir = slash ? (int)(slash - link) : 0;
+		joined = xasprintf("%.*s/%s", dir, link, target);
+		target = joined;
+	}
+	char *out = xmalloc(strlen(target) + 2);
+	size_t o = 0;
+	for (const char *s = target; *s;) {
+		while (*s == '/')
+			s++;
+		const char *e = strchrnul(s, '/');
+		size_t n = (size_t)(e - s);
+		if (n == 2 && s[0] == '.' && s[1] == '.') {
+			while (o > 0 && out[o - 1] != '/')
+				o--;
+			if (o > 0)
+				o--;
+		} else if (n && !(n == 1 && s[0] == '.')) {
+			out[o++] = '/';
+			memcpy(out + o, s, n);
+			o += n;
+		}
+		s = e;
+	}
+	if (!o)
+		out[o++] = '/';
+	out[o] = '\0';
+	return out;
+}
+
+/* EntryInfo from a stat-shaped object {type, size, mode, mtime, owner, group, target} of path
+ * `e2b`. */
 static json_t *entry_json(const char *e2b, json_t *st)
 {
 	const char *type = json_string_value(json_object_get(st, "type"));
@@ -285,9 +322,19 @@ static json_t *entry_json(const char *e2b, json_t *st)
 			perm[1 + i] = "rwxrwxrwx"[i];
 	char sz[24];
 	snprintf(sz, sizeof(sz), "%lld", (long long)json_integer_value(size));
+	const char *owner = json_string_value(json_object_get(st, "owner"));
+	const char *group = json_string_value(json_object_get(st, "group"));
 	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s}", "name", base_name(e2b),
 			      "type", file_type(type), "path", e2b, "size", sz, "mode", (int)m,
-			      "permissions", perm, "owner", "user", "group", "user");
+			      "permissions", perm, "owner", owner ? owner : "user", "group",
+			      group ? group : "user");
+	const char *target = json_string_value(json_object_get(st, "target"));
+	if (target && !strcmp(type, "symlink")) {
+		_cleanup_free_ char *abs = link_target(e2b, target);
+		json_t *v = json_string(abs); /* NULL for a name that is not UTF-8: left out */
+		if (v)
+			json_object_set_new(e, "symlinkTarget", v);
+	}
 	json_object_set_new(e, "modifiedTime",
 			    iso_time(json_is_number(mtime) ? json_number_value(mtime) : 0));
 	return e;

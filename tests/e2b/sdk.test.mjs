@@ -358,6 +358,28 @@ describe("files", () => {
     await h.stop();
   });
 
+  test("entries as E2B gives them: owner, mode, permissions; a symlink's target made absolute", async () => {
+    await sbx.files.makeDir("ent");
+    await sbx.files.write("ent/test.txt", "Hello, World!");
+    const [e] = await sbx.files.list("ent", { depth: 1 });
+    assert.equal(e.path, "/home/user/ent/test.txt");
+    assert.equal(e.type, "file");
+    assert.equal(e.mode, 0o644);
+    assert.equal(e.permissions, "-rw-r--r--");
+    assert.equal(e.owner, "user");
+    assert.equal(e.group, "user");
+    assert.equal(e.size, 13);
+    assert.equal(e.symlinkTarget, undefined);
+    await sbx.commands.run("cd ent && ln -s test.txt link.txt");
+    const info = await sbx.files.getInfo("ent/link.txt");
+    assert.equal(info.name, "link.txt");
+    assert.equal(info.symlinkTarget, "/home/user/ent/test.txt");
+    assert.equal(info.type, "symlink");
+    const root = await sbx.files.getInfo("/etc/passwd");
+    assert.equal(root.owner, "root");
+    assert.equal(root.group, "root");
+  });
+
   test("watchDir: a write is created then written, as E2B's; no temporary file shows", async () => {
     await sbx.files.makeDir("/tmp/w2");
     await sbx.files.write("/tmp/w2/old.txt", "a");
