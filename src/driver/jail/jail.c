@@ -471,8 +471,9 @@ static int check_userns_policy(struct err *err)
 				err, EPERM,
 				"jail: AppArmor restricts unprivileged user namespaces "
 				"(kernel.apparmor_restrict_unprivileged_userns = 1) and sandboxd "
-				"runs unconfined: give it a profile that allows `userns,` "
-				"(docs/hosts.md), or sysctl -w "
+				"runs unconfined: it needs the profile /etc/apparmor.d/sandboxd, "
+				"which the package installs and loads where AppArmor 4 accepts it "
+				"(apt's log says why it did not; docs/hosts.md), or sysctl -w "
 				"kernel.apparmor_restrict_unprivileged_userns=0");
 	}
 	return 0;
