@@ -11,7 +11,12 @@
 #   4. a member of the agent-sandbox group runs a command in a session with the CLI over the
 #      socket, with its own key in ~/.config/agent-sandbox/api-key; without a key, or outside
 #      the group, it is refused;
-#   5. SIGTERM stops it cleanly within the unit's TimeoutStopSec.
+#   5. SIGTERM stops it cleanly within the unit's TimeoutStopSec;
+#   6. sandboxd's AppArmor profile: none installed on Debian 12; accepted by AppArmor 4's parser
+#      (trixie's, run from its package); installed and loaded where the kernel restricts user
+#      namespaces (simulated: the sysctl's path given to the package's script, a stand-in
+#      apparmor_parser that records its calls), removed by remove and by purge; refused by
+#      Debian 12's own parser (AppArmor 3.0), which then gets none.
 # docs/install.md lists the unit's options this cannot exercise.
 #
 # Usage: scripts/test-deb.sh [--build] DEB_DIR    (root; needs mmdebstrap and Debian's archive)
@@ -37,6 +42,35 @@ die() {
 
 # The value of a unit option, e.g. unit_opt CapabilityBoundingSet.
 unit_opt() { sed -n "s/^$1=//p" "$root/lib/systemd/system/sandboxd.service" | tail -n 1; }
+
+# aa4_check PROFILE: parses PROFILE with AppArmor 4's apparmor_parser (Debian 13's package,
+# with Debian 13's C library beside it, since Debian 12's is too old for it: both fetched
+# with apt from Debian's archive, extracted, never installed); its version in $aa4_version.
+aa4_check() {
+	local aa4 x out deb
+	aa4=$(mktemp -d)
+	mkdir -p "$aa4/lists/partial" "$aa4/cache/archives/partial" "$aa4/debs"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+		>"$aa4/sources.list"
+	local apt=(-q -o Dir::Etc::SourceList="$aa4/sources.list" -o Dir::Etc::SourceParts=/dev/null
+		-o Dir::State::Lists="$aa4/lists" -o Dir::Cache="$aa4/cache" -o APT::Sandbox::User=root
+		-o Debug::NoLocking=1)
+	if ! out=$({ apt-get "${apt[@]}" update && cd "$aa4/debs" &&
+		apt-get "${apt[@]}" download apparmor libc6; } 2>&1); then
+		rm -rf "$aa4"
+		die "Debian 13's apparmor and libc6 could not be fetched: $(tail -n 3 <<<"$out")"
+	fi
+	x=$aa4/x
+	for deb in "$aa4"/debs/*.deb; do dpkg-deb -x "$deb" "$x"; done
+	local parser=("$x/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path
+		"$x/usr/lib/x86_64-linux-gnu" "$x/usr/sbin/apparmor_parser")
+	aa4_version=$("${parser[@]}" --version | head -n 1)
+	if ! out=$("${parser[@]}" -Q -K -b "$x/etc/apparmor.d" --config-file=/dev/null "$1" 2>&1); then
+		rm -rf "$aa4"
+		die "AppArmor 4's parser refuses $1: $out"
+	fi
+	rm -rf "$aa4"
+}
 
 # Phase 3 to 5, run by the outer phase inside scripts/isolated.sh: ROOT is ready.
 inside() {
@@ -288,6 +322,21 @@ grep -qx 'agent-sandbox:1879048192:67108864' "$root/etc/subgid" ||
 	die "the service is not enabled"
 ok "postinst: account, ranges in /etc/subuid and /etc/subgid, key 0600, base template, enabled"
 
+# AppArmor: Debian 12's kernel has no kernel.apparmor_restrict_unprivileged_userns, and its
+# AppArmor 3.0 cannot read the profile: it stays in /usr/share, inert.
+profile=/usr/share/agent-sandbox/apparmor/sandboxd
+[[ -f $root$profile && -x $root/usr/libexec/agent-sandbox/apparmor-profile ]] ||
+	die "the package holds no AppArmor profile and script"
+[[ ! -e $root/etc/apparmor.d/sandboxd ]] || die "postinst installed the AppArmor profile on Debian 12"
+grep -qi '^agent-sandbox:.*apparmor' "$root/tmp/apt.log" &&
+	die "postinst spoke of AppArmor on Debian 12: $(grep -m1 -i '^agent-sandbox:.*apparmor' "$root/tmp/apt.log")"
+ok "Debian 12: no AppArmor profile installed, nothing said of it"
+attach=$(sed -n 's/^profile sandboxd \([^ ]*\) flags=(unconfined) {$/\1/p' "$root$profile")
+[[ $attach == "$(unit_opt ExecStart)" ]] ||
+	die "the profile is attached to '$attach', the unit starts $(unit_opt ExecStart)"
+aa4_check "$root$profile"
+ok "the profile (attached to $attach) is accepted by AppArmor 4's parser ($aa4_version)"
+
 # A user later added by useradd gets ids outside the registered range.
 chroot "$root" useradd -m carol
 awk -F: '$1 == "carol" && $2 + $3 > 1879048192 && $2 < 1879048192 + 67108864 { bad = 1 } END { exit bad }' \
@@ -313,10 +362,27 @@ ok "sandboxd is /usr/sbin/sandboxd, which the unit starts"
 
 "$here/isolated.sh" "$here/test-deb.sh" --inside "$root" || die "the daemon's checks failed (above)"
 
-# Upgrade in place (the same version again: postinst as on an upgrade), then purge.
+# Upgrade in place (the same version again: postinst as on an upgrade), on a kernel that
+# restricts unprivileged user namespaces: simulated, with the sysctl's path given to the
+# package's script and a stand-in apparmor_parser that records its arguments. Then removal,
+# Debian 12's own AppArmor, and purge.
+printf '1\n' >"$root/tmp/userns-sysctl"
+install -m 0755 /dev/stdin "$root/usr/local/sbin/apparmor_parser" <<'SH'
+#!/bin/sh
+echo "$*" >>/tmp/apparmor_parser.calls
+SH
+# apt_in LOG ARGS...: apt-get in the root, on that simulated kernel (DPkg::Path: apt's PATH for
+# the maintainer scripts, /usr/local/sbin first for the stand-in).
+apt_in() {
+	local log=$1
+	shift
+	chroot "$root" env DEBIAN_FRONTEND=noninteractive AGENT_SANDBOX_USERNS_SYSCTL=/tmp/userns-sysctl \
+		apt-get -y -q -o DPkg::Path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		"$@" >"$root/tmp/$log" 2>&1
+}
+deb=/tmp/debs/$(basename "$root"/tmp/debs/agent-sandbox_*.deb)
 key_before=$(sha256sum <"$root/var/lib/agent-sandbox/state/admin-key")
-chroot "$root" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --reinstall \
-	--no-install-recommends /tmp/debs/*.deb" >"$root/tmp/apt-again.log" 2>&1 || {
+apt_in apt-again.log install --reinstall --no-install-recommends "$deb" || {
 	tail -n 20 "$root/tmp/apt-again.log" >&2
 	die "installing again failed"
 }
@@ -324,10 +390,57 @@ chroot "$root" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --rei
 [[ $(sha256sum <"$root/var/lib/agent-sandbox/state/admin-key") == "$key_before" ]] ||
 	die "installing again changed the admin key file"
 ok "installing again keeps the key and the one registration"
-chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q agent-sandbox \
-	>"$root/tmp/apt-purge.log" 2>&1 || die "purge failed"
+cmp -s "$root$profile" "$root/etc/apparmor.d/sandboxd" ||
+	die "with the restriction, postinst did not install the profile: $(grep -i apparmor "$root/tmp/apt-again.log")"
+if ! grep -qx -- "-Q -K $profile" "$root/tmp/apparmor_parser.calls" ||
+	! grep -qx -- "-r -T -W /etc/apparmor.d/sandboxd" "$root/tmp/apparmor_parser.calls"; then
+	die "postinst did not check, then load, the profile: $(paste -sd ';' "$root/tmp/apparmor_parser.calls")"
+fi
+grep -q 'installed and loaded the AppArmor profile' "$root/tmp/apt-again.log" || die "postinst did not say it loaded the profile"
+ok "with kernel.apparmor_restrict_unprivileged_userns: the profile checked, installed, loaded"
+# The operator's own profile (as docs/hosts.md once told them to write) is left alone.
+printf 'profile sandboxd /usr/sbin/sandboxd flags=(unconfined) {\n  userns,\n}\n' >"$root/tmp/own"
+cp "$root/tmp/own" "$root/etc/apparmor.d/sandboxd"
+chroot "$root" env AGENT_SANDBOX_USERNS_SYSCTL=/tmp/userns-sysctl /usr/libexec/agent-sandbox/apparmor-profile install 2>"$root/tmp/own.log" ||
+	die "apparmor-profile install failed"
+cmp -s "$root/tmp/own" "$root/etc/apparmor.d/sandboxd" || die "the operator's own profile was replaced"
+ok "an operator's own profile is left as it is: $(cat "$root/tmp/own.log")"
+cp "$root$profile" "$root/etc/apparmor.d/sandboxd"
+
+: >"$root/tmp/apparmor_parser.calls"
+apt_in apt-remove.log remove agent-sandbox || die "remove failed: $(tail -n 5 "$root/tmp/apt-remove.log")"
+[[ ! -e $root/etc/apparmor.d/sandboxd ]] || die "remove left the profile in /etc/apparmor.d"
+grep -qx -- "-R /etc/apparmor.d/sandboxd" "$root/tmp/apparmor_parser.calls" ||
+	die "remove did not unload the profile: $(paste -sd ';' "$root/tmp/apparmor_parser.calls")"
+ok "remove unloads the profile and removes it from /etc/apparmor.d"
+
+# Debian 12's AppArmor (3.0) on a kernel with the restriction (a newer kernel from elsewhere):
+# its parser does not read the profile, which is therefore not installed, and a copy left
+# there is taken away, since it would stop the loading of every profile at boot.
+mv "$root/usr/local/sbin/apparmor_parser" "$root/tmp/apparmor_parser.stand-in"
+apt_in apt-apparmor.log install --no-install-recommends apparmor || die "apt-get install apparmor failed: $(tail -n 5 "$root/tmp/apt-apparmor.log")"
+apt_in apt-again2.log install --no-install-recommends "$deb" || {
+	tail -n 20 "$root/tmp/apt-again2.log" >&2
+	die "installing with Debian 12's AppArmor failed"
+}
+# shellcheck disable=SC2016 # dpkg-query's format
+aa3=$(chroot "$root" dpkg-query -W -f='${Version}' apparmor)
+[[ ! -e $root/etc/apparmor.d/sandboxd ]] || die "the profile was installed for AppArmor $aa3"
+grep -q "apparmor_parser does not accept sandboxd's profile" "$root/tmp/apt-again2.log" ||
+	die "postinst did not say why no profile was installed: $(grep -i apparmor "$root/tmp/apt-again2.log")"
+cp "$root$profile" "$root/etc/apparmor.d/sandboxd"
+chroot "$root" env AGENT_SANDBOX_USERNS_SYSCTL=/tmp/userns-sysctl /usr/libexec/agent-sandbox/apparmor-profile install 2>/dev/null
+[[ ! -e $root/etc/apparmor.d/sandboxd ]] || die "a profile Debian 12's AppArmor cannot read was left in /etc/apparmor.d"
+ok "Debian 12's AppArmor ($aa3) refuses the profile: none installed, and postinst says so"
+
+mv "$root/tmp/apparmor_parser.stand-in" "$root/usr/local/sbin/apparmor_parser"
+apt_in apt-again3.log install --reinstall --no-install-recommends "$deb" ||
+	die "installing again failed: $(tail -n 5 "$root/tmp/apt-again3.log")"
+cmp -s "$root$profile" "$root/etc/apparmor.d/sandboxd" || die "the profile was not installed again"
+apt_in apt-purge.log purge agent-sandbox || die "purge failed"
 [[ ! -e $root/var/lib/agent-sandbox ]] || die "purge left /var/lib/agent-sandbox"
 ! grep -q '^agent-sandbox:' "$root/etc/subuid" "$root/etc/subgid" || die "purge left the ranges registered"
-ok "purge removes the state and the ranges' registration"
+[[ ! -e $root/etc/apparmor.d/sandboxd ]] || die "purge left the AppArmor profile"
+ok "purge removes the state, the ranges' registration and the AppArmor profile"
 log "done in $(($(date +%s) - t0)) s"
 echo "$(wc -l <"$TEST_DEB_CHECKS") passed, 0 failed"

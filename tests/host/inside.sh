@@ -313,8 +313,9 @@ loops=$(losetup -a 2>/dev/null | head -n 5)
 
 # --- the integration suite's tests of what differs between drivers (tagged `driver`) and of
 # limits, against the installed sandboxd, each daemon in a delegated transient scope
-# (systemd-run --scope -p Delegate=yes) as the unit runs it; then the jail's escapes, budgets,
-# seccomp and user namespaces (tests/security/test_jail.py). The lifecycle tests run their
+# (systemd-run --scope -p Delegate=yes) as the unit runs it; the templates' filesystem without
+# idmapped mounts (tmpfs before 6.3: said at start, naming tmpfs and 6.3); then the jail's
+# escapes, budgets, seccomp and user namespaces (tests/security/test_jail.py). The lifecycle tests run their
 # daemons as a process started by hand instead (the v2 manager at the hierarchy's root): they
 # kill a daemon while it makes a sandbox and restart another over its state, and a new scope
 # each time would give the second a cgroup of its own, where the first's unrecorded sandbox
@@ -323,7 +324,7 @@ skipped=0
 for spec in driver:scope:test_exec.py driver:scope:test_files.py driver:scope:test_processes.py \
 	driver:scope:test_pause.py driver:hand:test_lifecycle.py driver:scope:test_terminal.py \
 	driver:scope:test_watch.py driver:scope:test_ingress.py all:scope:test_limits.py \
-	security:scope:test_jail.py; do
+	all:scope:test_filesystems.py security:scope:test_jail.py; do
 	file=${spec##*:} kind=${spec%%:*} mode=${spec#*:}
 	mode=${mode%%:*} tags='' dir=/lane/integration scope=1
 	[[ $kind == driver ]] && tags=driver

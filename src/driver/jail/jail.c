@@ -118,7 +118,15 @@ static struct {
 	unsigned cap_last;
 	int sysfs;         /* jail_blank_sysfs */
 	bool force_keeper; /* SANDBOX_KERNEL_FALLBACKS=mount-clone */
+	/* The trial's finding: the templates' filesystem takes no idmapped mounts (said at
+	 * start), or "". */
+	char idmap_warning[ERR_MSG_MAX + 128];
 } host = { .lock = PTHREAD_MUTEX_INITIALIZER, .sysfs = -1 };
+
+const char *jail_idmap_warning(void)
+{
+	return host.idmap_warning;
+}
 
 static unsigned read_cap_last(void)
 {
@@ -336,8 +344,49 @@ static void trial_plan(struct spawn_plan *plan, uint32_t uid_base)
 	spawn_plan_add(plan, SOP_EXIT, "exit");
 }
 
+/* The templates' directory, or the nearest directory above it that exists (none is built
+ * yet): where templates kept as a directory are, on the filesystem they will be on. */
+static char *templates_dir(const struct config *cfg)
+{
+	char *dir = xasprintf("%s/templates", cfg->artifacts_dir ? cfg->artifacts_dir : "");
+	for (;;) {
+		struct stat st;
+		if (*dir && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+			return dir;
+		char *slash = strrchr(dir, '/');
+		if (!slash || slash == dir) {
+			free(dir);
+			return xstrdup(slash ? "/" : ".");
+		}
+		*slash = '\0';
+	}
+}
+
+/* The one filesystem the jail idmaps that is not its own: the templates' (a template kept as
+ * a directory, with no usable image, is idmapped there). Templates' images and volumes are
+ * ext4 filesystems the daemon mounts itself (from 5.12, as mount_setattr); disks are not
+ * idmapped, and resolv.conf is not either. Without support there, the templates' images
+ * stand in: a warning, not a refusal. Any other failure (a kernel without mount_setattr) is
+ * the trial's. */
+static int probe_templates(const struct spawn_plan *plan, int userns, const char *dir,
+			   struct err *err)
+{
+	host.idmap_warning[0] = '\0';
+	struct err why;
+	int r = jail_idmap_probe(plan, userns, dir, &why);
+	if (r < 0)
+		return err_copy(err, &why);
+	if (r > 0)
+		snprintf(host.idmap_warning, sizeof(host.idmap_warning),
+			 "templates are used through their image (rootfs.ext4) alone, and one "
+			 "without a usable image fails at its sessions' creation: %s",
+			 why.msg + (strncmp(why.msg, "jail: ", 6) == 0 ? 6 : 0));
+	return 0;
+}
+
 /* Runs the trial child to its end: through its user namespace's maps, then its verdict. */
-static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *err)
+static int trial_child(struct spawn_plan *plan, uint32_t uid_base, const char *templates,
+		       struct err *err)
 {
 	_cleanup_close_pair_ int sv[2] = { -1, -1 };
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -348,9 +397,13 @@ static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *e
 	int r = spawn_start(plan, JAIL_CLONE_NS | CLONE_NEWNET, -1, &c, err);
 	if (r < 0)
 		return r;
-	/* The idmapped clone of / tests the kernel's support; the child does not attach it. */
-	r = jail_userns_map(plan, &c, sv[0], uid_base, host.sysfs, AT_FDCWD, "/", -1, NULL, NULL,
-			    NULL, NULL, 0, err);
+	/* The idmap is tried on the templates' filesystem; the child gets a clone of / without
+	 * one, which it does not attach. */
+	_cleanup_close_ int userns = jail_userns_enter(plan, &c, sv[0], uid_base, err);
+	r = userns < 0 ? userns : probe_templates(plan, userns, templates, err);
+	if (r == 0)
+		r = jail_userns_send(plan, sv[0], -1, uid_base, host.sysfs, AT_FDCWD, "/", -1, NULL,
+				     NULL, NULL, NULL, 0, err);
 	if (r == 0)
 		r = spawn_wait(plan, &c, SETUP_TIMEOUT_MS, err);
 	if (r < 0)
@@ -363,17 +416,19 @@ static int trial_child(struct spawn_plan *plan, uint32_t uid_base, struct err *e
 }
 
 /* A throwaway child that exercises every kernel feature the jail relies on: the namespaces
- * (a user namespace made as an unprivileged uid, mapped from outside), an idmapped mount, a
- * private mount tree, pivot_root, a procfs made before the switch and the seccomp filter. */
-static int trial_run(struct err *err)
+ * (a user namespace made as an unprivileged uid, mapped from outside), an idmapped mount of
+ * the templates' filesystem, a private mount tree, pivot_root, a procfs made before the switch
+ * and the seccomp filter. */
+static int trial_run(const struct config *cfg, struct err *err)
 {
 	uint32_t uid_base;
 	int r = jail_uid_alloc(&uid_base, err);
 	if (r < 0)
 		return r;
+	_cleanup_free_ char *templates = templates_dir(cfg);
 	struct spawn_plan plan;
 	spawn_plan_init(&plan, "jail");
-	r = trial_child(&plan, uid_base, err);
+	r = trial_child(&plan, uid_base, templates, err);
 	spawn_plan_free(&plan);
 	jail_uid_release(uid_base);
 	if (r < 0 && err) {
@@ -416,8 +471,9 @@ static int check_userns_policy(struct err *err)
 				err, EPERM,
 				"jail: AppArmor restricts unprivileged user namespaces "
 				"(kernel.apparmor_restrict_unprivileged_userns = 1) and sandboxd "
-				"runs unconfined: give it a profile that allows `userns,` "
-				"(docs/hosts.md), or sysctl -w "
+				"runs unconfined: it needs the profile /etc/apparmor.d/sandboxd, "
+				"which the package installs and loads where AppArmor 4 accepts it "
+				"(apt's log says why it did not; docs/hosts.md), or sysctl -w "
 				"kernel.apparmor_restrict_unprivileged_userns=0");
 	}
 	return 0;
@@ -437,7 +493,7 @@ static int jail_probe(const struct config *cfg, struct err *err)
 		return r;
 	if ((r = cgroup_check(&host.cg, err)) < 0 || (r = jail_uid_setup(cfg, err)) < 0)
 		return r;
-	return trial_run(err);
+	return trial_run(cfg, err);
 }
 
 /* SANDBOX_STATE_DIR, where hibernated sandboxes' disks are kept (set by jail_init). */
@@ -494,6 +550,8 @@ static int jail_init(const struct config *cfg, struct err *err)
 		return r;
 	_cleanup_free_ char *cg = cgroup_root_describe(&host.cg);
 	log_info("jail", "cgroups %s", cg);
+	if (host.idmap_warning[0])
+		log_warn("jail", "%s", host.idmap_warning);
 	log_info("jail", "detached mounts are cloned %s",
 		 jail_keep_mode() == JAIL_KEEP_DIRECT
 			 ? "directly (open_tree of a detached mount: Linux 6.15)"

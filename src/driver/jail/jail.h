@@ -177,18 +177,39 @@ void jail_keep_detach(const char *path);
 /* The parent's half of jail_plan_userns: waits for the child to be in its user namespace,
  * writes its uid and gid maps (root inside = uid_base, JAIL_UID_RANGE ids), and sends it a
  * read-only clone of the rootfs (`root_path` below `root_dfd`, or root_dfd itself when the
- * path is ""; the trial run: /) idmapped to that namespace (with a disk, `disk` not NULL: an
- * overlay of that clone and the disk, see jail_disk_overlay), and of `resolv` below
- * `resolv_dfd` (NULL: none) as a read-only file mount. Both are made here, where the
- * daemon's directories can be reached: the child, an unprivileged uid by then, may not be
- * able to look up paths below them. With volumes (a disk's overlay only): makes their mount
- * points in that overlay and sends, in a second message, an idmapped clone of each volume's
- * mount (`vol_mnt`, jail_volume_open's) in order. */
+ * path is "") idmapped to that namespace (with a disk, `disk` not NULL: an overlay of that
+ * clone and the disk, see jail_disk_overlay), and of `resolv` below `resolv_dfd` (NULL: none)
+ * as a read-only file mount. Both are made here, where the daemon's directories can be
+ * reached: the child, an unprivileged uid by then, may not be able to look up paths below
+ * them. With volumes (a disk's overlay only): makes their mount points in that overlay and
+ * sends, in a second message, an idmapped clone of each volume's mount (`vol_mnt`,
+ * jail_volume_open's) in order. jail_userns_enter, then jail_userns_send. */
 int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
 		    uint32_t uid_base, int sysfs, int root_dfd, const char *root_path,
 		    int resolv_dfd, const char *resolv, const struct jail_disk *disk,
 		    const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
 		    struct err *err);
+/* Its first half: the wait and the maps. Returns a descriptor of the child's user namespace
+ * (the caller's to close). */
+int jail_userns_enter(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
+		      uint32_t uid_base, struct err *err);
+/* Its second half: the mounts, made for the namespace `userns` and sent. With userns -1 (the
+ * trial run's) the rootfs is cloned without an idmap. */
+int jail_userns_send(const struct spawn_plan *plan, int agent_fd, int userns, uint32_t uid_base,
+		     int sysfs, int root_dfd, const char *root_path, int resolv_dfd,
+		     const char *resolv, const struct jail_disk *disk,
+		     const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
+		     struct err *err);
+/* Whether the filesystem of `path` takes an idmapped mount for the namespace `userns`: a
+ * clone of it is idmapped (as a template's directory would be) and dropped. 0 when it does;
+ * 1 when its filesystem lacks the kernel's support (mount_setattr's EINVAL), the reason in
+ * err (the filesystem's type, the Linux version that brought its support, this kernel's: "...:
+ * tmpfs has idmapped mounts since Linux 6.3, and this kernel is 6.1.0-18-amd64"); a negative
+ * errno for any other failure, such as a kernel without mount_setattr. */
+int jail_idmap_probe(const struct spawn_plan *plan, int userns, const char *path, struct err *err);
+/* What the start (the trial run) found of the templates' filesystem: "" when it takes
+ * idmapped mounts, else the warning said at start (jail.c). */
+const char *jail_idmap_warning(void);
 
 /* A detached read-only mount of the ext4 image at `path` (a template's rootfs.ext4), mounted
  * on first use and kept for the daemon's life (jail_keep): *ret is a duplicate of its handle,

@@ -28,7 +28,9 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "util/cleanup.h"
@@ -138,14 +140,60 @@ static int write_map(const struct spawn_plan *plan, pid_t pid, const char *file,
 	return 0;
 }
 
-/* A read-only, nosuid, nodev clone of `path` below dfd (dfd itself for ""), not recursive,
- * idmapped to the namespace unless userns is -1. */
-static int detached_tree(const struct spawn_plan *plan, int dfd, const char *path, int userns,
-			 struct err *err)
+/* Filesystems by statfs's f_type (linux/magic.h; ZFS's is its own), with the Linux version
+ * from which they take idmapped mounts (0: none known; the message then says only that this
+ * kernel has none). */
+static const struct {
+	unsigned long magic;
+	const char *name;
+	unsigned major, minor;
+} fs_kinds[] = {
+	{ 0xEF53, "ext4", 5, 12 },         { 0x58465342, "xfs", 5, 12 },
+	{ 0x4d44, "vfat", 5, 12 },         { 0x9123683E, "btrfs", 5, 15 },
+	{ 0x01021994, "tmpfs", 6, 3 },     { 0x858458f6, "ramfs", 0, 0 },
+	{ 0x794c7630, "overlayfs", 0, 0 }, { 0x65735546, "fuse", 0, 0 },
+	{ 0x6969, "nfs", 0, 0 },           { 0x2fc12fc1, "zfs", 0, 0 },
+	{ 0xFF534D42, "cifs", 0, 0 },      { 0xFE534D42, "smb2", 0, 0 },
+	{ 0x01021997, "9p", 0, 0 },        { 0x73717368, "squashfs", 0, 0 },
+};
+
+/* Why the filesystem of `fd` refused an idmapped mount, for a message: its type and the Linux
+ * version that brought its support, or that it has none, with this kernel's release. */
+static void idmap_why(int fd, char *buf, size_t len)
 {
-	_cleanup_close_ int fd = jail_keep_clone(dfd, path, 0);
-	if (fd < 0)
-		return err_sys(err, -fd, "%s: open_tree `%s`", plan->name, path);
+	struct utsname u;
+	const char *release = uname(&u) == 0 ? u.release : "?";
+	struct statfs st;
+	if (fstatfs(fd, &st) < 0) {
+		snprintf(buf, len, "its filesystem has no idmapped mounts on this kernel (%s)",
+			 release);
+		return;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(fs_kinds); i++) {
+		if ((unsigned long)st.f_type != fs_kinds[i].magic)
+			continue;
+		unsigned major = 0, minor = 0;
+		sscanf(release, "%u.%u", &major, &minor);
+		bool older = major < fs_kinds[i].major ||
+			     (major == fs_kinds[i].major && minor < fs_kinds[i].minor);
+		if (fs_kinds[i].major && older)
+			snprintf(buf, len,
+				 "%s has idmapped mounts since Linux %u.%u, and this kernel is %s",
+				 fs_kinds[i].name, fs_kinds[i].major, fs_kinds[i].minor, release);
+		else
+			snprintf(buf, len, "%s has no idmapped mounts on this kernel (%s)",
+				 fs_kinds[i].name, release);
+		return;
+	}
+	snprintf(buf, len,
+		 "its filesystem (statfs type %#lx) has no idmapped mounts on this kernel (%s)",
+		 (unsigned long)st.f_type, release);
+}
+
+/* Makes the clone `fd` read-only, nosuid, nodev and private, idmapped to the namespace unless
+ * userns is -1 (then noexec too). 0, or a negative errno. */
+static int set_attrs(int fd, int userns)
+{
 	/* Private: a clone of a shared mount (a template's directory on a host whose init is
 	 * systemd, which makes every mount shared) would join its peer group, and the mounts
 	 * the sandbox makes on it would propagate to the host, the host's to the sandbox. */
@@ -160,9 +208,55 @@ static int detached_tree(const struct spawn_plan *plan, int dfd, const char *pat
 		attr.attr_set |= MOUNT_ATTR_NOEXEC;
 	}
 	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-		return err_sys(err, errno, "%s: %s mount of `%s`", plan->name,
-			       userns >= 0 ? "idmapped" : "read-only", path);
+		return -errno;
+	return 0;
+}
+
+/* The message of an idmapped mount of `path` (the clone fd) that failed with -e: a filesystem
+ * without them (EINVAL: can_idmap_mount) and a kernel without mount_setattr said by name. */
+static int idmap_error(const struct spawn_plan *plan, int fd, const char *path, int e,
+		       struct err *err)
+{
+	char why[200];
+	if (e == -EINVAL) {
+		idmap_why(fd, why, sizeof(why));
+		return err_set(err, EINVAL, "%s: idmapped mount of `%s`: %s", plan->name, path,
+			       why);
+	}
+	if (e == -ENOSYS)
+		return err_set(err, ENOSYS,
+			       "%s: idmapped mount of `%s`: this kernel has no mount_setattr "
+			       "(Linux 5.12)",
+			       plan->name, path);
+	return err_sys(err, -e, "%s: idmapped mount of `%s`", plan->name, path);
+}
+
+/* A read-only, nosuid, nodev clone of `path` below dfd (dfd itself for ""), not recursive,
+ * idmapped to the namespace unless userns is -1. */
+static int detached_tree(const struct spawn_plan *plan, int dfd, const char *path, int userns,
+			 struct err *err)
+{
+	_cleanup_close_ int fd = jail_keep_clone(dfd, path, 0);
+	if (fd < 0)
+		return err_sys(err, -fd, "%s: open_tree `%s`", plan->name, path);
+	int e = set_attrs(fd, userns);
+	if (e < 0)
+		return userns >= 0
+			       ? idmap_error(plan, fd, path, e, err)
+			       : err_sys(err, -e, "%s: read-only mount of `%s`", plan->name, path);
 	return TAKE_FD(fd);
+}
+
+int jail_idmap_probe(const struct spawn_plan *plan, int userns, const char *path, struct err *err)
+{
+	_cleanup_close_ int fd = jail_keep_clone(AT_FDCWD, path, 0);
+	if (fd < 0)
+		return err_sys(err, -fd, "%s: open_tree `%s`", plan->name, path);
+	int e = set_attrs(fd, userns);
+	if (e == 0)
+		return 0;
+	int r = idmap_error(plan, fd, path, e, err);
+	return e == -EINVAL ? 1 : r;
 }
 
 static int send_fds(const struct spawn_plan *plan, int sock, const int *fds, unsigned n,
@@ -191,14 +285,9 @@ static int send_fds(const struct spawn_plan *plan, int sock, const int *fds, uns
 	return 0;
 }
 
-int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
-		    uint32_t uid_base, int sysfs, int root_dfd, const char *root_path,
-		    int resolv_dfd, const char *resolv, const struct jail_disk *disk,
-		    const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
-		    struct err *err)
+int jail_userns_enter(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
+		      uint32_t uid_base, struct err *err)
 {
-	if (nvol > SANDBOX_VOLUMES_MAX || (nvol && (!disk || disk->mnt < 0)))
-		return err_set(err, EINVAL, "%s: volumes need a disk", plan->name);
 	int r;
 	if ((r = wait_child(plan, c, agent_fd, err)) < 0 ||
 	    (r = write_map(plan, c->pid, "uid_map", uid_base, err)) < 0 ||
@@ -206,9 +295,21 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 		return r;
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)c->pid);
-	_cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+	int userns = open(path, O_RDONLY | O_CLOEXEC);
 	if (userns < 0)
 		return err_sys(err, errno, "%s: open %s", plan->name, path);
+	return userns;
+}
+
+int jail_userns_send(const struct spawn_plan *plan, int agent_fd, int userns, uint32_t uid_base,
+		     int sysfs, int root_dfd, const char *root_path, int resolv_dfd,
+		     const char *resolv, const struct jail_disk *disk,
+		     const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
+		     struct err *err)
+{
+	if (nvol > SANDBOX_VOLUMES_MAX || (nvol && (!disk || disk->mnt < 0)))
+		return err_set(err, EINVAL, "%s: volumes need a disk", plan->name);
+	int r = 0;
 	_cleanup_close_ int tree = detached_tree(plan, root_dfd, root_path, userns, err);
 	if (tree < 0)
 		return tree;
@@ -244,4 +345,19 @@ int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int ag
 	for (unsigned i = 0; i < made; i++)
 		close(vfd[i]);
 	return r < 0 ? r : 0;
+}
+
+int jail_userns_map(const struct spawn_plan *plan, struct spawn_child *c, int agent_fd,
+		    uint32_t uid_base, int sysfs, int root_dfd, const char *root_path,
+		    int resolv_dfd, const char *resolv, const struct jail_disk *disk,
+		    const struct sandbox_volume *vols, const int *vol_mnt, unsigned nvol,
+		    struct err *err)
+{
+	if (nvol > SANDBOX_VOLUMES_MAX || (nvol && (!disk || disk->mnt < 0)))
+		return err_set(err, EINVAL, "%s: volumes need a disk", plan->name);
+	_cleanup_close_ int userns = jail_userns_enter(plan, c, agent_fd, uid_base, err);
+	if (userns < 0)
+		return userns;
+	return jail_userns_send(plan, agent_fd, userns, uid_base, sysfs, root_dfd, root_path,
+				resolv_dfd, resolv, disk, vols, vol_mnt, nvol, err);
 }
