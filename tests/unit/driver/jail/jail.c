@@ -834,7 +834,7 @@ static void expect_failure(struct template *tmpl, const char *agent, const char 
 	assert_null(sb);
 	print_message("expected failure: %s\n", err.msg);
 	if (!strstr(err.msg, want))
-		print_error("want `%s` in `%s`\n", want, err.msg);
+		print_error("want `%s` in `%s`\n", want ? want : "(nothing)", err.msg);
 	assert_non_null(strstr(err.msg, want));
 	assert_gone(id, 0);
 	assert_int_equal(count_fds(), fds);
