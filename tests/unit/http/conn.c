@@ -331,41 +331,39 @@ static int setup_rate(void **state)
 	return 0;
 }
 
-/* A budget of 4 MiB of bodies in flight per key, a state directory for the spool. */
+/* A server whose state directory (for the spool) is a new one in /tmp. */
 static char spool_dir[64];
-static int setup_budget(void **state)
+static void start_spooling(void **state, struct config cfg)
 {
 	snprintf(spool_dir, sizeof(spool_dir), "/tmp/http-spool-XXXXXX");
 	assert_non_null(mkdtemp(spool_dir));
-	start(state, (struct config){ .key_max_body_bytes = 4u << 20,
-				      .state_dir = spool_dir,
-				      .max_body_bytes = 64u << 20 });
+	cfg.state_dir = spool_dir;
+	cfg.max_body_bytes = 64u << 20;
+	start(state, cfg);
+}
+
+/* A budget of 4 MiB of bodies in flight per key. */
+static int setup_budget(void **state)
+{
+	start_spooling(state, (struct config){ .key_max_body_bytes = 4u << 20 });
 	return 0;
 }
 
 static int teardown_budget(void **state);
 
-/* The same, with 2 MiB of spool files for all keys together. */
+/* 2 MiB of spool files for all keys together. */
 static int setup_spool_cap(void **state)
 {
-	snprintf(spool_dir, sizeof(spool_dir), "/tmp/http-spool-XXXXXX");
-	assert_non_null(mkdtemp(spool_dir));
-	start(state, (struct config){ .key_max_body_bytes = 64u << 20,
-				      .max_body_spool_bytes = 2u << 20,
-				      .state_dir = spool_dir,
-				      .max_body_bytes = 64u << 20 });
+	start_spooling(state, (struct config){ .key_max_body_bytes = 64u << 20,
+					       .max_body_spool_bytes = 2u << 20 });
 	return 0;
 }
 
-/* The same, with a state filesystem always below its reserve. */
+/* A state filesystem always below its reserve. */
 static int setup_spool_reserve(void **state)
 {
-	snprintf(spool_dir, sizeof(spool_dir), "/tmp/http-spool-XXXXXX");
-	assert_non_null(mkdtemp(spool_dir));
-	start(state, (struct config){ .key_max_body_bytes = 64u << 20,
-				      .disk_reserve_bytes = 1ull << 60,
-				      .state_dir = spool_dir,
-				      .max_body_bytes = 64u << 20 });
+	start_spooling(state, (struct config){ .key_max_body_bytes = 64u << 20,
+					       .disk_reserve_bytes = 1ull << 60 });
 	return 0;
 }
 
