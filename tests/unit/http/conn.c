@@ -878,46 +878,6 @@ static void test_bodies_in_flight_have_a_budget_per_key(void **state)
 	free(chunk);
 }
 
-/* A large JSON body is spooled to the state directory and parsed from there, whole. */
-static void test_a_large_json_body_is_spooled_and_parsed(void **state)
-{
-	struct server *s = *state;
-	size_t len = 3u << 20;
-	char *body = malloc(len + 16);
-	memcpy(body, "{\"s\":\"", 6);
-	memset(body + 6, 'b', len);
-	memcpy(body + 6 + len, "\"}", 2);
-	int fd = dial(s->port);
-	char head[256];
-	snprintf(head, sizeof(head),
-		 "POST /json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n"
-		 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-		 len + 8);
-	send_text(fd, head);
-	send_all(fd, body, len + 8);
-	char *resp = read_all(fd);
-	assert_non_null(strstr(resp, "HTTP/1.1 200"));
-	char want[64];
-	snprintf(want, sizeof(want), "\"length\": %zu", len);
-	if (!strstr(resp, want))
-		snprintf(want, sizeof(want), "\"length\":%zu", len);
-	assert_non_null(strstr(resp, want));
-	free(resp);
-	close(fd);
-	free(body);
-	/* The spool was made there, and nothing of it has a name. */
-	char dir[128];
-	snprintf(dir, sizeof(dir), "%s/bodies", spool_dir);
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	struct dirent *e;
-	int names = 0;
-	while ((e = readdir(d)))
-		names += e->d_name[0] != '.';
-	closedir(d);
-	assert_int_equal(names, 0);
-}
-
 /* A JSON body of `len` bytes of "s" to /json; the reply. */
 static char *post_json(int port, size_t len)
 {
@@ -937,6 +897,32 @@ static char *post_json(int port, size_t len)
 	close(fd);
 	free(body);
 	return resp;
+}
+
+/* A large JSON body is spooled to the state directory and parsed from there, whole. */
+static void test_a_large_json_body_is_spooled_and_parsed(void **state)
+{
+	struct server *s = *state;
+	size_t len = 3u << 20;
+	char *resp = post_json(s->port, len);
+	assert_non_null(strstr(resp, "HTTP/1.1 200"));
+	char want[64];
+	snprintf(want, sizeof(want), "\"length\": %zu", len);
+	if (!strstr(resp, want))
+		snprintf(want, sizeof(want), "\"length\":%zu", len);
+	assert_non_null(strstr(resp, want));
+	free(resp);
+	/* The spool was made there, and nothing of it has a name. */
+	char dir[128];
+	snprintf(dir, sizeof(dir), "%s/bodies", spool_dir);
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	struct dirent *e;
+	int names = 0;
+	while ((e = readdir(d)))
+		names += e->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(names, 0);
 }
 
 /* Spool files have one bound for all keys: a large body past it is a 503 to retry, a body
