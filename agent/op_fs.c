@@ -323,7 +323,7 @@ void op_mkdir(struct conn *c, uint32_t ch, const struct req *r)
 	dfd = ws_open_parent(agent_ws(a, r->any_path), &wp, parents, &base, &e);
 	if (dfd < 0)
 		goto fail;
-	if (mkdirat(dfd, base, 0755) < 0) {
+	if (ws_mkdirat(agent_ws(a, r->any_path), dfd, base, 0755) < 0) {
 		int er = errno;
 		struct stat st;
 		if (!(er == EEXIST && parents && fstatat(dfd, base, &st, 0) == 0 &&

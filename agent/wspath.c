@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -373,6 +374,35 @@ int ws_open(const struct workspace *ws, const struct wspath *p, int flags, mode_
 	return fd;
 }
 
+int ws_mkdirat(const struct workspace *ws, int dfd, const char *name, mode_t mode)
+{
+	if (!ws->in_root)
+		return mkdirat(dfd, name, mode);
+	/* setfsuid answers with the identity before; asked for -1 it changes nothing. */
+	uid_t uid = (uid_t)setfsuid((uid_t)-1);
+	gid_t gid = (gid_t)setfsgid((gid_t)-1);
+	setfsuid(0);
+	setfsgid(0);
+	int r = mkdirat(dfd, name, mode);
+	int e = errno;
+	if (r == 0) {
+		/* Through a descriptor of a directory: whatever a process of the sandbox puts at
+		 * that name meanwhile, nothing but a directory is given away. */
+		int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 || fchown(fd, uid, gid) < 0) {
+			e = errno;
+			unlinkat(dfd, name, AT_REMOVEDIR);
+			r = -1;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	setfsuid(uid);
+	setfsgid(gid);
+	errno = e;
+	return r;
+}
+
 int ws_open_parent(const struct workspace *ws, const struct wspath *p, bool mkparents,
 		   const char **ret_base, struct err *err)
 {
@@ -411,7 +441,7 @@ int ws_open_parent(const struct workspace *ws, const struct wspath *p, bool mkpa
 				parent[i] = save;
 				return map_open_error(p, -pfd, err);
 			}
-			int r = mkdirat(pfd, name, 0755);
+			int r = ws_mkdirat(ws, pfd, name, 0755);
 			int e = errno;
 			close(pfd);
 			if (r < 0 && e != EEXIST) {

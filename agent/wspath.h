@@ -60,5 +60,12 @@ int ws_open(const struct workspace *ws, const struct wspath *p, int flags, mode_
 int ws_open_parent(const struct workspace *ws, const struct wspath *p, bool mkparents,
 		   const char **ret_base, struct err *err);
 
+/* mkdirat(dfd, name, mode), as E2B's envd makes directories in the sandbox's whole tree
+ * (in_root): as the sandbox's root, then given to the caller's file-system identity, so that
+ * a path's missing directories are made wherever they are asked for and belong to the user
+ * (the API's caller may run anything as root already). In a workspace, as the caller. Returns
+ * 0 or -1 with errno set. */
+int ws_mkdirat(const struct workspace *ws, int dfd, const char *name, mode_t mode);
+
 /* Forces the user-space walk even where openat2 exists (tests). */
 extern bool ws_force_walk;

@@ -273,7 +273,13 @@ describe("files", () => {
     assert.equal((await sbx.files.getInfo("hello-rel.txt").catch(() => null)), null);
     await sbx.files.write("hello-rel.txt", "x");
     assert.equal((await sbx.files.getInfo("hello-rel.txt")).path, "/home/user/hello-rel.txt");
-    // With the user's permissions: root's files are not the user's.
+    // Missing directories are made wherever they are asked for, and are the user's, as E2B's
+    // envd makes them; a file in root's own directory is still not the user's to write.
+    await sbx.files.write("/e2b-made/deeper/f.txt", "made");
+    assert.equal((await sbx.files.getInfo("/e2b-made")).owner, "user");
+    assert.equal(await sbx.files.makeDir("/e2b-dir"), true);
+    assert.equal((await sbx.files.getInfo("/e2b-dir")).owner, "user");
+    assert.equal((await sbx.commands.run("cat /e2b-made/deeper/f.txt")).stdout, "made");
     await assert.rejects(sbx.files.write("/etc/not-yours", "x"));
     await assert.rejects(sbx.commands.run("true", { cwd: "/nowhere" }));
     assert.equal(await sbx.files.exists("/nowhere/at/all"), false);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -255,6 +256,33 @@ static void test_root(void **state)
 	assert_int_equal(try_open(&rf, p, O_RDONLY), -EACCES);
 	/* Other /proc entries are the sandbox's, not the agent's. */
 	assert_int_equal(try_open(&rf, "/proc/cpuinfo", O_RDONLY), 0);
+
+	/* Missing directories are made where the user could not, and given to the user, as
+	 * E2B's envd makes them; in a workspace they are the user's own making. */
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	setfsgid(1000);
+	setfsuid(1000);
+	struct wspath wp;
+	const char *base;
+	snprintf(p, sizeof(p), "%s/made/deeper/file", f->dir);
+	assert_int_equal(wspath_init(&root, p, &wp, &e), 0);
+	int dfd = ws_open_parent(&root, &wp, true, &base, &e);
+	wspath_fini(&wp);
+	assert_int_equal(ws_open_parent(&f->ws, &(struct wspath){ .rel = "mine/file", .orig = "x" },
+					true, &base, &e),
+			 -EACCES);
+	setfsuid(0);
+	setfsgid(0);
+	assert_true(dfd >= 0);
+	close(dfd);
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/made", f->dir);
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_uid, 1000);
+	assert_int_equal(st.st_gid, 1000);
+	snprintf(p, sizeof(p), "%s/made/deeper", f->dir);
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_uid, 1000);
 	ws_fini(&root);
 }
 
