@@ -716,6 +716,17 @@ static void ps_done(struct ops_call *c, const struct ops_result *r, const struct
 {
 	struct pstream *p = arg;
 	p->c = NULL;
+	if (err && err->errnum == ECONNRESET && p->started) {
+		/* The sandbox went under the stream (destroyed, its agent lost): E2B's edge drops
+		 * the connection then, and the SDKs ask the sandbox's health to tell a killed
+		 * sandbox from a network failure. */
+		struct http_ctx *ctx = p->ctx;
+		ctx->on_gone = NULL;
+		http_stream_on_drain(ctx, 0, NULL, NULL);
+		ps_free(p);
+		http_stream_abort(ctx);
+		return;
+	}
 	if (err) {
 		ps_end_err(p, err);
 		return;

@@ -178,6 +178,15 @@ describe("commands", () => {
     assert.equal(lines[199999], "200000");
   });
 
+  test("a sandbox killed under a running command: the SDK's actionable TimeoutError", async () => {
+    const s = await create("base");
+    const cmd = await s.commands.run("sleep 60", { background: true });
+    await s.kill();
+    const err = await cmd.wait().catch((e) => e);
+    assert.ok(err instanceof TimeoutError, String(err));
+    assert.match(err.message, /sandbox was killed or reached its end of life/);
+  });
+
   test("a failing command is a CommandExitError with its code and stderr", async () => {
     await assert.rejects(
       sbx.commands.run("echo oops >&2; exit 3"),
