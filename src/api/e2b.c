@@ -374,7 +374,8 @@ void api_e2b_create(struct http_ctx *ctx)
 struct list_filter {
 	json_t *metadata; /* object of strings every listed sandbox has, or NULL */
 	const char *template_id;
-	bool running, paused; /* the states listed */
+	uint64_t started_after; /* ms: those started then or later (0: any) */
+	bool running, paused;   /* the states listed */
 	json_t *out;
 };
 
@@ -404,6 +405,8 @@ static void collect(struct session *s, void *arg)
 	    !(s->state == SESSION_PAUSED && f->paused))
 		return;
 	if (f->template_id && strcmp(f->template_id, template_id(s)) != 0)
+		return;
+	if (s->created_ms < f->started_after)
 		return;
 	const char *k;
 	json_t *v;
@@ -467,6 +470,17 @@ void api_e2b_list(struct http_ctx *ctx)
 	f.running = !state || strstr(state, "running");
 	f.paused = !state || strstr(state, "paused");
 	f.template_id = http_query(ctx, "template");
+	const char *after = http_query(ctx, "startedAfter");
+	if (after && time_parse_iso8601(after, &f.started_after) < 0) {
+		api_e2b_error(ctx, 400, "\"startedAfter\" must be an ISO 8601 time");
+		return;
+	}
+	/* E2B's order: the newest first, unless asked otherwise. */
+	const char *order = http_query(ctx, "order");
+	if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+		api_e2b_error(ctx, 400, "\"order\" must be asc or desc");
+		return;
+	}
 	long limit = LIST_LIMIT_MAX, offset = 0;
 	const char *lq = http_query(ctx, "limit"), *tq = http_query(ctx, "nextToken");
 	char *end;
@@ -486,7 +500,7 @@ void api_e2b_list(struct http_ctx *ctx)
 	}
 	if (f.running || f.paused)
 		session_foreach(api_owner(ctx), collect, &f);
-	bool desc = http_query(ctx, "order") && !strcmp(http_query(ctx, "order"), "desc");
+	bool desc = !order || !strcmp(order, "desc");
 	/* Another node's part is all of it: the node asked pages the whole. */
 	if (auth_from_peer(ctx)) {
 		http_reply_json(ctx, 200, json_incref(all));

@@ -22,3 +22,8 @@ int time_left_ms(uint64_t deadline);
  * the form the API answers in. */
 #define TIME_ISO_LEN 32
 void time_iso8601(uint64_t ms, char out[TIME_ISO_LEN]);
+/* Reads an ISO 8601 date and time, as clients send one: "YYYY-MM-DDTHH:MM:SS", then an
+ * optional fraction of a second (its first three digits count), then "Z" or an offset
+ * "+HH:MM" / "-HH:MM" (no zone: UTC). 0 with *ms since the epoch, or -EINVAL for anything
+ * else, a date before 1970 or a field out of its range included. */
+int time_parse_iso8601(const char *s, uint64_t *ms);

@@ -82,6 +82,34 @@ describe("lifecycle", () => {
     await other.kill();
   });
 
+  test("list: the newest first (order asc the oldest), startedAfter, a paused one as paused", async () => {
+    const tag = { suite: "e2b-order", run: String(process.pid) };
+    const older = await create("base", { metadata: tag });
+    await new Promise((r) => setTimeout(r, 20));
+    const newer = await create("base", { metadata: tag });
+    await newer.betaPause();
+    try {
+      const p = Sandbox.list({ limit: 1, query: { metadata: tag } });
+      const first = await p.nextItems();
+      assert.equal(first[0].sandboxId, newer.sandboxId);
+      assert.equal(first[0].state, "paused");
+      const second = await p.nextItems();
+      assert.equal(second[0].sandboxId, older.sandboxId);
+      assert.equal(second[0].state, "running");
+      assert.equal(p.hasNext, false);
+      const asc = await Sandbox.list({ order: "asc", query: { metadata: tag } }).nextItems();
+      assert.deepEqual(asc.map((s) => s.sandboxId), [older.sandboxId, newer.sandboxId]);
+      const info = await newer.getInfo();
+      const after = await Sandbox.list({ query: { metadata: tag, startedAfter: info.startedAt } }).nextItems();
+      assert.deepEqual(after.map((s) => s.sandboxId), [newer.sandboxId]);
+      const later = new Date(info.startedAt.getTime() + 1000);
+      assert.equal((await Sandbox.list({ query: { metadata: tag, startedAfter: later } }).nextItems()).length, 0);
+    } finally {
+      await older.kill();
+      await newer.kill();
+    }
+  });
+
   test("connect reaches the same sandbox", async () => {
     const s2 = await Sandbox.connect(sbx.sandboxId);
     assert.equal((await s2.commands.run("echo again")).stdout, "again\n");
