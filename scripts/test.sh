@@ -21,7 +21,8 @@
 #              runner's) so that its daemons and those of the main lane never share a sandbox
 #              network, an nftables table or /run.
 #   4. A table of every suite (lane, seconds, budget, counts), the skipped tests with their
-#      reasons, the time, and the closing line.
+#      reasons, the failed ones (their suites' FAIL and ERROR lines, at most 20 a suite), the
+#      time, and the closing line.
 #
 # Every suite is a script that prints, as its last such line, `N passed, N failed[, N
 # skipped]`, and one `SKIP <test>: <reason>` line per skipped test, and exits non-zero when
@@ -91,9 +92,11 @@ export SANDBOXD=${SANDBOXD:-$root/$asan_build/src/sandboxd}
 mkdir -p "$log_dir"
 results=$log_dir/results
 skips=$log_dir/skips
+failures=$log_dir/failures
 print_lock=$log_dir/.print-lock
 : >"$results"
 : >"$skips"
+: >"$failures"
 start=$SECONDS
 kernel_pid=
 host_image_pid=
@@ -176,6 +179,13 @@ run_suite() {
 		f=$((f + 1))
 	fi
 	grep -E '^SKIP ' "$log" | sed "s/^SKIP /$name: /" >>"$skips"
+	if ((f > 0)); then
+		{
+			[[ -n $note ]] && echo "$name: $note"
+			grep -E '^(FAIL|ERROR|FAILED)[: ]|^not ok |^ *[0-9]+/[0-9]+ .* FAIL |^ FAIL ' "$log" |
+				cut -c1-240 | head -n 20 | sed "s/^ */$name: /"
+		} >>"$failures"
+	fi
 	local line="[$lane] suite $name: $p passed, $f failed"
 	((s > 0)) && line+=", $s skipped"
 	line+=" (${took}s)"
@@ -357,6 +367,10 @@ main() {
 	if [[ -s $skips ]]; then
 		echo "skipped tests:"
 		sed 's/^/  /' "$skips"
+	fi
+	if [[ -s $failures ]]; then
+		echo "failed tests:"
+		sed 's/^/  /' "$failures"
 	fi
 	local passed failed skipped
 	read -r passed failed skipped < <(awk -F'\t' '{ p += $5; f += $6; s += $7 }
