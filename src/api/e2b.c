@@ -770,10 +770,63 @@ void api_e2b_connect(struct http_ctx *ctx)
 	http_reply_json(ctx, 200, sandbox_json(s));
 }
 
+/* A query's unix seconds (start=, end=): *ret in ms; -1 when present and not a number. */
+static int query_seconds(struct http_ctx *ctx, const char *name, uint64_t *ret)
+{
+	const char *q = http_query(ctx, name);
+	if (!q)
+		return 0;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(q, &end, 10);
+	if (!*q || *end || *q == '-' || errno || v > UINT64_MAX / 1000)
+		return -1;
+	*ret = (uint64_t)v * 1000;
+	return 0;
+}
+
+static json_t *metric_json(const struct session_usage *u)
+{
+	json_t *j = json_pack("{s:o, s:I, s:i, s:f, s:I, s:I, s:I, s:I, s:I}", "timestamp",
+			      iso(u->t_ms), "timestampUnix", (json_int_t)(u->t_ms / 1000),
+			      "cpuCount", (int)u->cpu_count, "cpuUsedPct",
+			      u->cpu_pct < 0 ? 0.0 : u->cpu_pct, "memUsed",
+			      (json_int_t)u->memory_bytes, "memTotal", (json_int_t)u->memory_total,
+			      "memCache", (json_int_t)u->cache_bytes, "diskUsed",
+			      (json_int_t)u->disk_used, "diskTotal", (json_int_t)u->disk_total);
+	return j;
+}
+
+/* GET /sandboxes/:id/metrics?start=&end= (unix seconds, both optional): the sandbox's usage
+ * readings in that window, oldest first. A reading is taken now when the window reaches
+ * now (the server reads usage when asked, and keeps the last SESSION_USAGE_KEEP readings:
+ * docs/e2b.md). */
 void api_e2b_metrics(struct http_ctx *ctx)
 {
-	if (path_session(ctx))
-		http_reply_json(ctx, 200, json_array());
+	uint64_t from = 0, to = UINT64_MAX;
+	if (query_seconds(ctx, "start", &from) < 0 || query_seconds(ctx, "end", &to) < 0) {
+		api_e2b_error(ctx, 400, "\"start\" and \"end\" must be unix times in seconds");
+		return;
+	}
+	if (to != UINT64_MAX)
+		to += 999; /* the whole second that `end` names */
+	if (from > to) {
+		api_e2b_error(ctx, 400, "\"start\" is after \"end\"");
+		return;
+	}
+	struct session *s = path_session(ctx);
+	if (!s)
+		return;
+	uint64_t now = time_wall_ms();
+	struct session_usage now_u;
+	if (from <= now && now <= to)
+		(void)session_usage_take(s, &now_u);
+	struct session_usage out[SESSION_USAGE_KEEP];
+	size_t n = session_usage_read(s, from, to, out, SESSION_USAGE_KEEP);
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, metric_json(&out[i]));
+	http_reply_json(ctx, 200, list);
 }
 
 void api_e2b_unsupported(struct http_ctx *ctx)

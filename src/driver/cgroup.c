@@ -619,6 +619,103 @@ uint64_t cgroup_oom_kills(const struct cgroup *cg)
 	return 0;
 }
 
+/* The value of `key` in a flat keyed file ("key value" lines); false when absent. */
+static bool keyed_value(const char *buf, const char *key, uint64_t *ret)
+{
+	size_t n = strlen(key);
+	for (const char *line = buf; line && *line; line = strchr(line, '\n')) {
+		line += *line == '\n';
+		if (strncmp(line, key, n) == 0 && line[n] == ' ') {
+			*ret = strtoull(line + n + 1, NULL, 10);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The single number a file holds. */
+static int read_number(const char *dir, const char *file, uint64_t *ret, struct err *err)
+{
+	_cleanup_free_ char *buf = NULL;
+	int r = cg_read(dir, file, &buf, err);
+	if (r < 0)
+		return r;
+	char *end;
+	errno = 0;
+	*ret = strtoull(buf, &end, 10);
+	if (errno || end == buf)
+		return err_set(err, EIO, "cgroup: `%s/%s` holds no number", dir, file);
+	return 0;
+}
+
+/* A process's CPU time and its waited-for children's (/proc/<pid>/stat: utime, stime, cutime,
+ * cstime), in clock ticks; 0 when it is gone. */
+static uint64_t proc_ticks(const char *pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+	_cleanup_free_ char *buf = NULL;
+	if (cg_read(path, NULL, &buf, NULL) < 0)
+		return 0;
+	const char *p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	/* After the name: field 3 (state) onwards; utime is field 14. */
+	uint64_t sum = 0;
+	for (int field = 3; field <= 17 && p; field++) {
+		p = strchr(p + 1, ' ');
+		if (p && field >= 14)
+			sum += strtoull(p + 1, NULL, 10);
+	}
+	return sum;
+}
+
+/* CPU time of the processes in the cgroup now, for a v1 host whose cpuacct is not mounted
+ * with cpu: what has ended without being waited for inside is not counted. */
+static uint64_t procs_cpu_usec(const char *dir)
+{
+	_cleanup_free_ char *procs = NULL;
+	if (cg_read(dir, "cgroup.procs", &procs, NULL) < 0)
+		return 0;
+	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t ticks = 0;
+	char *save = NULL;
+	for (char *pid = strtok_r(procs, "\n", &save); pid; pid = strtok_r(NULL, "\n", &save))
+		ticks += proc_ticks(pid);
+	return hz > 0 ? ticks * (1000000 / (uint64_t)hz) : 0;
+}
+
+int cgroup_usage(const struct cgroup *cg, struct cgroup_usage *ret, struct err *err)
+{
+	*ret = (struct cgroup_usage){ 0 };
+	const char *mem = cg->ctl[CTL_MEMORY], *cpu = cg->ctl[CTL_CPU];
+	_cleanup_free_ char *stat = NULL;
+	int r;
+	if (cg->version == CGROUP_V2) {
+		if ((r = read_number(mem, "memory.current", &ret->memory_bytes, err)) < 0)
+			return r;
+		if (cg_read(mem, "memory.stat", &stat, NULL) == 0)
+			keyed_value(stat, "file", &ret->cache_bytes);
+		_cleanup_free_ char *cs = NULL;
+		if (cg_read(cpu, "cpu.stat", &cs, NULL) == 0)
+			ret->has_cpu = keyed_value(cs, "usage_usec", &ret->cpu_usec);
+		return 0;
+	}
+	if ((r = read_number(mem, "memory.usage_in_bytes", &ret->memory_bytes, err)) < 0)
+		return r;
+	if (cg_read(mem, "memory.stat", &stat, NULL) == 0)
+		keyed_value(stat, "total_cache", &ret->cache_bytes);
+	uint64_t ns;
+	if (read_number(cpu, "cpuacct.usage", &ns, NULL) == 0) {
+		ret->cpu_usec = ns / 1000;
+	} else {
+		ret->cpu_usec = procs_cpu_usec(mem);
+		ret->approximate = true;
+	}
+	ret->has_cpu = true;
+	return 0;
+}
+
 /* Whether /proc/<pid>/cgroup places the process in a directory ending in `suffix`. */
 static bool pid_in_cgroup(pid_t pid, const char *suffix)
 {

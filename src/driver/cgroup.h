@@ -134,6 +134,22 @@ int cgroup_enter(const struct cgroup *cg, pid_t pid, struct err *err);
 /* How many processes the memory limit has killed (0 when unknown). One small read. */
 uint64_t cgroup_oom_kills(const struct cgroup *cg);
 
+/* What a sandbox's processes use, as its cgroup counts it. */
+struct cgroup_usage {
+	uint64_t cpu_usec;     /* CPU time, since the cgroup was made */
+	uint64_t memory_bytes; /* memory charged, page cache included */
+	uint64_t cache_bytes;  /* of which page cache (file-backed) */
+	bool has_cpu;          /* whether cpu_usec was read */
+	bool approximate;      /* v1 without cpuacct beside cpu: cpu_usec is the sum of its
+				* processes' times now (which can go down when one ends) */
+};
+
+/* Reads the sandbox's usage: v2 memory.current, memory.stat's `file`, cpu.stat's
+ * `usage_usec`; v1 memory.usage_in_bytes, memory.stat's `total_cache`, cpuacct.usage (where
+ * cpuacct is mounted with cpu; else its processes' times from /proc). Fails when the memory
+ * controller's files cannot be read. */
+int cgroup_usage(const struct cgroup *cg, struct cgroup_usage *ret, struct err *err);
+
 /* Kills every process left in the cgroup (cgroup.kill where available, else SIGKILL to each
  * listed pid, repeated until empty within a bounded wait) and removes its directories.
  * Idempotent: directories already gone are fine. Returns the first failure. */

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "driver/cgroup.h"
 #include "template/template.h"
 #include "util/err.h"
 
@@ -121,6 +122,11 @@ struct driver {
 	/* The sandbox's disk: used and total bytes. Negative errno when it has none (or the
 	 * driver keeps none); NULL likewise. Cheap, loop-safe. */
 	int (*disk_usage)(struct sandbox *sb, uint64_t *used, uint64_t *size);
+
+	/* What the sandbox uses now, as the host counts it (its cgroup: for a VM, its VMM's
+	 * CPU time and memory). Negative errno when it cannot tell; NULL likewise. A few small
+	 * reads: loop-safe. */
+	int (*usage)(struct sandbox *sb, struct cgroup_usage *ret);
 
 	/* Freezes the sandbox (pause) or lets it run again: its processes keep their memory and
 	 * use no CPU meanwhile. NULL when the driver cannot. Blocking (briefly): a worker's. */

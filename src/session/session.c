@@ -261,6 +261,7 @@ void session_unref(struct session *s)
 	volume_release(s->volumes);
 	json_decref(s->metadata);
 	json_decref(s->e2b_contexts);
+	session_usage_free(s);
 	free(s->alias);
 	free(s->snapshot);
 	json_decref(s->restored);

@@ -124,9 +124,35 @@ struct session {
 	/* The code interpreter's contexts (api/interp.c): id -> {language, cwd, tag, busy,
 	 * executions}, or NULL. */
 	json_t *e2b_contexts;
+	struct session_usage_log *usage; /* its last readings (usage.c), NULL before the first */
 	int refs;
 	struct session *next;
 };
+
+/* --- usage (usage.c) ----------------------------------------------------------------------
+ * What a session's sandbox uses, read from the host's counters when asked; the last
+ * SESSION_USAGE_KEEP readings are kept (at most one a second). */
+#define SESSION_USAGE_KEEP 32
+
+struct session_usage {
+	uint64_t t_ms;         /* when (wall clock) */
+	unsigned cpu_count;    /* its vCPUs, or its CPU quota rounded up, or the host's */
+	double cpu_pct;        /* of cpu_count, since the reading before (-1: not counted) */
+	uint64_t memory_bytes; /* charged to it, page cache included */
+	uint64_t cache_bytes;  /* of which page cache */
+	uint64_t memory_total; /* its memory limit (or guest RAM, or the host's) */
+	uint64_t disk_used, disk_total;
+};
+
+/* Reads what the session uses now and keeps the reading (a reading under a second old is
+ * returned as it is). -ENOENT while it has no running sandbox (creating, hibernated, gone),
+ * or when the driver cannot tell. */
+int session_usage_take(struct session *s, struct session_usage *ret);
+/* Copies into out (at most max) the kept readings taken between from_ms and to_ms (wall
+ * clock, inclusive), oldest first; returns how many. */
+size_t session_usage_read(const struct session *s, uint64_t from_ms, uint64_t to_ms,
+			  struct session_usage *out, size_t max);
+void session_usage_free(struct session *s);
 
 /* A running command that can be cancelled by id. */
 struct session_exec {

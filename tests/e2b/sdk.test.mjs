@@ -144,6 +144,28 @@ describe("lifecycle", () => {
     await assert.rejects(Sandbox.create("no-such-template"), /400|not found/);
   });
 
+  test("getMetrics: its own usage, a busy command's CPU share, a window of time", async () => {
+    const first = await sbx.getMetrics();
+    assert.ok(first.length >= 1, "a reading is taken when asked");
+    const m = first.at(-1);
+    assert.ok(m.timestamp instanceof Date && Math.abs(m.timestamp.getTime() - Date.now()) < 60_000);
+    assert.ok(m.cpuCount >= 1, `cpuCount ${m.cpuCount}`);
+    assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal, `memUsed ${m.memUsed} of ${m.memTotal}`);
+    assert.ok(m.diskTotal > 0 && m.diskUsed <= m.diskTotal, `disk ${m.diskUsed} of ${m.diskTotal}`);
+    // Two seconds of a busy loop: the next reading counts them.
+    await sbx.commands.run("timeout 2 sh -c 'while :; do :; done'").catch(() => {});
+    const after = await sbx.getMetrics();
+    assert.ok(after.length >= 2, `${after.length} readings`);
+    assert.ok(after.at(-1).cpuUsedPct > 5, `cpuUsedPct ${after.at(-1).cpuUsedPct}`);
+    assert.ok(after.at(-2).timestamp <= after.at(-1).timestamp);
+    // A window in the past holds none of them; one around now holds the newest.
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    assert.deepEqual(await sbx.getMetrics({ start: hourAgo, end: new Date(Date.now() - 1_800_000) }), []);
+    const around = await sbx.getMetrics({ start: hourAgo, end: new Date(Date.now() + 5_000) });
+    assert.ok(around.length >= 2);
+    assert.equal((await Sandbox.getMetrics(sbx.sandboxId)).length >= 2, true);
+  });
+
   test("the default template and the alias of the code interpreter", async () => {
     const d = await create(null);
     assert.equal((await d.getInfo()).templateId, "base");

@@ -110,6 +110,10 @@ describe("control plane", () => {
       [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: "[1," }), 400],
       [fetch(`${BASE}/v2/sandboxes`, { method: "POST", headers: { "X-API-KEY": KEY_A }, body: '{"metadata":{"a":1}}' }), 400],
       [fetch(`${BASE}/v2/sandboxes?limit=0`, { headers: { "X-API-KEY": KEY_A } }), 400],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/metrics?start=abc`, { headers: { "X-API-KEY": KEY_A } }), 400],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/metrics?start=-5`, { headers: { "X-API-KEY": KEY_A } }), 400],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/metrics?start=200&end=100`, { headers: { "X-API-KEY": KEY_A } }), 400],
+      [fetch(`${BASE}/sandboxes/${sbx.sandboxID}/metrics`, { headers: { "X-API-KEY": KEY_B } }), 404],
       [fetch(`${BASE}/v2/sandboxes?nextToken=x`, { headers: { "X-API-KEY": KEY_A } }), 400],
     ];
     for (const [p, status] of cases) {

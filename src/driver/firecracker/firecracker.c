@@ -1126,6 +1126,12 @@ static uint64_t fc_oom_kills(struct sandbox *sb)
 	return vm && vm->cg ? cgroup_oom_kills(vm->cg) : 0;
 }
 
+static int fc_usage(struct sandbox *sb, struct cgroup_usage *ret)
+{
+	struct fc_vm *vm = sb->priv;
+	return vm && vm->cg ? cgroup_usage(vm->cg, ret, NULL) : -ENOENT;
+}
+
 const struct driver driver_firecracker = {
 	.name = "firecracker",
 	.isolation = "vm",
@@ -1137,6 +1143,7 @@ const struct driver driver_firecracker = {
 	.destroy = fc_destroy,
 	.cleanup_stale = fc_cleanup_stale,
 	.oom_kills = fc_oom_kills,
+	.usage = fc_usage,
 	.pause = fc_pause,
 	.hibernate = fc_hibernate,
 	.hibernate_keeps_processes = true,

@@ -1030,6 +1030,12 @@ static int jail_pause(struct sandbox *sb, bool pause, struct err *err)
 	return cgroup_freeze(j->cg, pause, err);
 }
 
+static int jail_usage(struct sandbox *sb, struct cgroup_usage *ret)
+{
+	struct jail *j = sb ? sb->priv : NULL;
+	return j ? cgroup_usage(j->cg, ret, NULL) : -ENOENT;
+}
+
 static int jail_disk_usage_of(struct sandbox *sb, uint64_t *used, uint64_t *size)
 {
 	struct jail *j = sb ? sb->priv : NULL;
@@ -1050,6 +1056,7 @@ const struct driver driver_jail = {
 	.cleanup_stale = jail_cleanup_stale,
 	.oom_kills = jail_oom_kills,
 	.disk_usage = jail_disk_usage_of,
+	.usage = jail_usage,
 	.pause = jail_pause,
 	.hibernate = jail_hibernate,
 	.fork_save = jail_fork_save,

@@ -924,6 +924,12 @@ static uint64_t qemu_oom_kills(struct sandbox *sb)
 	return qemu_vm_guest_oom_kills(q->vm) + cgroup_oom_kills(q->cg);
 }
 
+static int qemu_usage(struct sandbox *sb, struct cgroup_usage *ret)
+{
+	struct qemu_sb *q = sb ? sb->priv : NULL;
+	return q ? cgroup_usage(q->cg, ret, NULL) : -ENOENT;
+}
+
 static int qemu_disk_usage_of(struct sandbox *sb, uint64_t *used, uint64_t *size)
 {
 	struct qemu_sb *q = sb ? sb->priv : NULL;
@@ -1047,6 +1053,7 @@ const struct driver driver_qemu = {
 	.cleanup_stale = qemu_cleanup_stale,
 	.oom_kills = qemu_oom_kills,
 	.disk_usage = qemu_disk_usage_of,
+	.usage = qemu_usage,
 	.pause = qemu_pause,
 	.hibernate = qemu_hibernate,
 	.hibernate_keeps_processes = true,

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -162,6 +163,23 @@ static void test_v2(void **state)
 	put(dir, "memory.events", "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n");
 	assert_int_equal(cgroup_oom_kills(cg), 2);
 
+	/* Usage: memory.current, memory.stat's `file` (not `file_mapped`), cpu.stat's usage. */
+	struct cgroup_usage u;
+	assert_int_equal(cgroup_usage(cg, &u, &err), -ENOENT);
+	put(dir, "memory.current", "garbage\n");
+	assert_int_equal(cgroup_usage(cg, &u, &err), -EIO);
+	put(dir, "memory.current", "1048576\n");
+	assert_int_equal(cgroup_usage(cg, &u, &err), 0);
+	assert_false(u.has_cpu);
+	assert_int_equal(u.memory_bytes, 1048576);
+	put(dir, "memory.stat", "anon 1000\nfile_mapped 7\nfile 8192\n");
+	put(dir, "cpu.stat", "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n");
+	assert_int_equal(cgroup_usage(cg, &u, &err), 0);
+	assert_true(u.has_cpu);
+	assert_false(u.approximate);
+	assert_int_equal(u.cpu_usec, 2500);
+	assert_int_equal(u.cache_bytes, 8192);
+
 	assert_int_equal(cgroup_remove(cg, &err), 0);
 	assert_false(exists(dir));
 	assert_int_equal(cgroup_remove(cg, &err), 0);
@@ -307,6 +325,33 @@ static void test_v1(void **state)
 
 	put(mem, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 5\n");
 	assert_int_equal(cgroup_oom_kills(cg), 5);
+
+	/* Usage: memory.usage_in_bytes, memory.stat's total_cache, cpuacct.usage (ns). */
+	struct cgroup_usage u;
+	put(mem, "memory.usage_in_bytes", "4194304\n");
+	put(mem, "memory.stat", "cache 10\nrss 20\ntotal_cache 12288\n");
+	put(cpu, "cpuacct.usage", "3000000\n");
+	assert_int_equal(cgroup_usage(cg, &u, &err), 0);
+	assert_int_equal(u.memory_bytes, 4194304);
+	assert_int_equal(u.cache_bytes, 12288);
+	assert_true(u.has_cpu);
+	assert_false(u.approximate);
+	assert_int_equal(u.cpu_usec, 3000);
+	/* Without cpuacct beside cpu: the times of the processes it lists (this one, after it
+	 * has used some CPU), an unknown pid counting nothing. */
+	_cleanup_free_ char *acct = xasprintf("%s/cpuacct.usage", cpu);
+	assert_int_equal(unlink(acct), 0);
+	struct timespec t0, t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+	do
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 50000000L);
+	char procs[64];
+	snprintf(procs, sizeof(procs), "%d\n999999999\n", (int)getpid());
+	put(mem, "cgroup.procs", procs);
+	assert_int_equal(cgroup_usage(cg, &u, &err), 0);
+	assert_true(u.has_cpu && u.approximate);
+	assert_true(u.cpu_usec >= 40000);
 
 	assert_int_equal(cgroup_remove(cg, &err), 0);
 	assert_false(exists(mem));
