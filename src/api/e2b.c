@@ -37,6 +37,7 @@
 #include "util/random.h"
 #include "util/text.h"
 #include "util/time.h"
+#include "util/timejson.h"
 
 #define E2B_CLIENT_ID "agent-sandbox"
 /* A list page holds at most this many sandboxes (E2B's own cap). */
@@ -159,18 +160,6 @@ static const char *template_for(const char *id, char *buf, size_t cap)
 	return NULL;
 }
 
-static json_t *iso(uint64_t ms)
-{
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	char buf[96];
-	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-		 (unsigned)(ms % 1000));
-	return json_string(buf);
-}
-
 static const char *template_id(const struct session *s)
 {
 	return s->alias ? s->alias : s->tmpl->name;
@@ -256,8 +245,8 @@ static json_t *listed_json(const struct session *s, bool detail)
 	/* json_pack's O takes a reference; a fresh empty object would leak it. */
 	if (!s->metadata)
 		json_decref(json_object_get(j, "metadata"));
-	json_object_set_new(j, "startedAt", iso(s->created_ms));
-	json_object_set_new(j, "endAt", iso(end_ms(s)));
+	json_object_set_new(j, "startedAt", time_iso8601_json(s->created_ms));
+	json_object_set_new(j, "endAt", time_iso8601_json(end_ms(s)));
 	if (detail) {
 		char envd[SESSION_TOKEN_LEN + 1];
 		session_token(s, SESSION_TOKEN_ENVD, envd);
@@ -788,9 +777,9 @@ static int query_seconds(struct http_ctx *ctx, const char *name, uint64_t *ret)
 static json_t *metric_json(const struct session_usage *u)
 {
 	json_t *j = json_pack("{s:o, s:I, s:i, s:f, s:I, s:I, s:I, s:I, s:I}", "timestamp",
-			      iso(u->t_ms), "timestampUnix", (json_int_t)(u->t_ms / 1000),
-			      "cpuCount", (int)u->cpu_count, "cpuUsedPct",
-			      u->cpu_pct < 0 ? 0.0 : u->cpu_pct, "memUsed",
+			      time_iso8601_json(u->t_ms), "timestampUnix",
+			      (json_int_t)(u->t_ms / 1000), "cpuCount", (int)u->cpu_count,
+			      "cpuUsedPct", u->cpu_pct < 0 ? 0.0 : u->cpu_pct, "memUsed",
 			      (json_int_t)u->memory_bytes, "memTotal", (json_int_t)u->memory_total,
 			      "memCache", (json_int_t)u->cache_bytes, "diskUsed",
 			      (json_int_t)u->disk_used, "diskTotal", (json_int_t)u->disk_total);

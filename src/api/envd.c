@@ -41,6 +41,7 @@
 #include "util/text.h"
 #include "util/random.h"
 #include "util/time.h"
+#include "util/timejson.h"
 #include <zlib.h>
 
 #define E2B_HOME    "/home/user"
@@ -253,20 +254,15 @@ static const char *file_type(const char *t)
 	return "FILE_TYPE_UNSPECIFIED";
 }
 
+/* The agent's modification time (seconds, a guest's number): bounded before it is converted
+ * (year 9999 at most). */
 static json_t *iso_time(double secs)
 {
-	if (secs < 0)
+	if (!(secs > 0))
 		secs = 0;
-	time_t t = (time_t)secs;
-	unsigned ms = (unsigned)((secs - (double)t) * 1000.0);
-	if (ms > 999)
-		ms = 999;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	char buf[96];
-	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-	return json_string(buf);
+	if (secs > 253402300799.0)
+		secs = 253402300799.0;
+	return time_iso8601_json((uint64_t)(secs * 1000.0));
 }
 
 /* A symlink's target as E2B names it: absolute, a relative one taken from the link's

@@ -28,6 +28,7 @@
 #include "util/random.h"
 #include "util/text.h"
 #include "util/time.h"
+#include "util/timejson.h"
 
 #define MARKER \
 	"\x1e" \
@@ -251,19 +252,6 @@ static void line(struct run *r, json_t *obj)
 	http_stream_write(r->ctx, "\n", 1);
 }
 
-static json_t *now_iso(void)
-{
-	uint64_t ms = time_wall_ms();
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	char buf[96];
-	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-		 (unsigned)(ms % 1000));
-	return json_string(buf);
-}
-
 /* Output text of stream si (0 stdout, 1 stderr), cut only between UTF-8 characters. */
 static void text(struct run *r, int si, const uint8_t *data, size_t len, bool flush)
 {
@@ -280,7 +268,7 @@ static void text(struct run *r, int si, const uint8_t *data, size_t len, bool fl
 	size_t tn;
 	_cleanup_free_ char *t = utf8_sanitize(buf, total - tail, &tn);
 	json_t *o = json_pack("{s:s, s:s%}", "type", si ? "stderr" : "stdout", "text", t, tn);
-	json_object_set_new(o, "timestamp", now_iso());
+	json_object_set_new(o, "timestamp", time_iso8601_json(time_wall_ms()));
 	line(r, o);
 }
 

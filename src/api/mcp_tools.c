@@ -21,6 +21,7 @@
 #include "util/signame.h"
 #include "util/log.h"
 #include "util/time.h"
+#include "util/timejson.h"
 #include "util/text.h"
 
 /* What read_file returns at most unless asked for more (an agent rarely wants more). */
@@ -833,13 +834,6 @@ static struct ops_target target(struct mcp_call *c, json_t *args)
 	};
 }
 
-static json_t *iso_now(void)
-{
-	char buf[TIME_ISO_LEN];
-	time_iso8601(time_wall_ms(), buf);
-	return json_string(buf);
-}
-
 /* A session as the output schemas describe it, from its REST shape (session_json()). */
 static json_t *session_shape(json_t *j)
 {
@@ -1054,7 +1048,7 @@ static void t_ping(struct mcp_call *c, json_t *args, const char *version)
 {
 	reply_ok(c,
 		 json_pack("{s:b, s:s, s:s, s:o}", "ok", 1, "server", "agent-sandbox", "version",
-			   SANDBOX_VERSION, "time", iso_now()),
+			   SANDBOX_VERSION, "time", time_iso8601_json(time_wall_ms())),
 		 version);
 }
 

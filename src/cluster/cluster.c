@@ -24,6 +24,7 @@
 #include "util/log.h"
 #include "util/random.h"
 #include "util/time.h"
+#include "util/timejson.h"
 
 #define NODE_NAME_MAX 63
 #define SECRET_MIN    32
@@ -1486,16 +1487,7 @@ static void publish_gauges(void)
 
 static json_t *iso(uint64_t ms)
 {
-	if (!ms)
-		return json_null();
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	char buf[64];
-	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-		 (unsigned)(ms % 1000));
-	return json_string(buf);
+	return ms ? time_iso8601_json(ms) : json_null();
 }
 
 static json_t *node_json(const struct cnode *n)

@@ -21,6 +21,7 @@
 #include "util/log.h"
 #include "util/random.h"
 #include "util/time.h"
+#include "util/timejson.h"
 
 struct session_module session_mod;
 
@@ -996,13 +997,6 @@ size_t session_count(void)
 	return session_mod.nsessions;
 }
 
-static json_t *iso_time(uint64_t ms)
-{
-	char buf[TIME_ISO_LEN];
-	time_iso8601(ms, buf);
-	return json_string(buf);
-}
-
 /* The limits in force, in the request's names. In a VM, memory is the guest's RAM and the
  * vCPUs are its own; in a jail, memory is the cgroup's limit and the CPU bound is the quota
  * alone. */
@@ -1045,9 +1039,9 @@ json_t *session_json(const struct session *s)
 		json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "id", s->id, "template", s->tmpl->name,
 			  "state", session_state_name(s->state), "idleMs", (json_int_t)idle_ms,
 			  "idleTimeout", (json_int_t)s->idle_timeout_s, "running", (int)s->running);
-	json_object_set_new(j, "createdAt", iso_time(s->created_ms));
+	json_object_set_new(j, "createdAt", time_iso8601_json(s->created_ms));
 	json_object_set_new(j, "previewName", json_string(s->preview_name));
-	json_object_set_new(j, "lastActivity", iso_time(time_wall_ms() - idle_ms));
+	json_object_set_new(j, "lastActivity", time_iso8601_json(time_wall_ms() - idle_ms));
 	if (s->state == SESSION_FAILED)
 		json_object_set_new(j, "error", json_string(s->failure.msg));
 	if (s->snapshot)
@@ -1055,7 +1049,7 @@ json_t *session_json(const struct session *s)
 	if (s->restored && json_object_get(s->restored, "processes"))
 		json_object_set(j, "restored", s->restored);
 	if (s->state == SESSION_PAUSED) {
-		json_object_set_new(j, "pausedAt", iso_time(s->paused_ms));
+		json_object_set_new(j, "pausedAt", time_iso8601_json(s->paused_ms));
 		json_object_set_new(j, "pausedBy",
 				    json_string(s->disk_paused   ? "disk"
 						: s->auto_paused ? "timeout"

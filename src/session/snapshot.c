@@ -18,6 +18,7 @@
 #include "util/cleanup.h"
 #include "util/log.h"
 #include "util/time.h"
+#include "util/timejson.h"
 
 struct snapshot {
 	char *owner;
@@ -113,21 +114,15 @@ static void owner_usage(const char *owner, uint64_t *count, uint64_t *bytes)
 		}
 }
 
-static json_t *iso_time(uint64_t ms)
-{
-	char buf[TIME_ISO_LEN];
-	time_iso8601(ms, buf);
-	return json_string(buf);
-}
-
 static json_t *snapshot_json(const struct snapshot *sn, bool with_owner)
 {
-	json_t *j = json_pack(
-		"{s:s, s:O, s:s, s:O, s:I, s:o, s:o, s:b}", "name", sn->name, "template",
-		json_object_get(sn->rec, "template"), "driver", session_mod.drv->name, "session",
-		json_object_get(sn->rec, "session"), "sizeBytes", (json_int_t)sn->bytes,
-		"createdAt", iso_time(sn->created_ms), "expiresAt", iso_time(sn->expires_ms),
-		"processesKept", json_is_true(json_object_get(sn->rec, "processesKept")));
+	json_t *j =
+		json_pack("{s:s, s:O, s:s, s:O, s:I, s:o, s:o, s:b}", "name", sn->name, "template",
+			  json_object_get(sn->rec, "template"), "driver", session_mod.drv->name,
+			  "session", json_object_get(sn->rec, "session"), "sizeBytes",
+			  (json_int_t)sn->bytes, "createdAt", time_iso8601_json(sn->created_ms),
+			  "expiresAt", time_iso8601_json(sn->expires_ms), "processesKept",
+			  json_is_true(json_object_get(sn->rec, "processesKept")));
 	if (with_owner)
 		json_object_set_new(j, "owner", json_string(sn->owner));
 	return j;

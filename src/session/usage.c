@@ -17,7 +17,7 @@
 
 struct session_usage_log {
 	struct session_usage ring[SESSION_USAGE_KEEP];
-	size_t n, head;		    /* readings held; where the next one goes */
+	size_t n, head;             /* readings held; where the next one goes */
 	uint64_t cpu_usec, mono_ms; /* the last reading's CPU counter and monotonic time */
 };
 
@@ -73,10 +73,12 @@ int session_usage_take(struct session *s, struct session_usage *ret)
 	/* The CPU share since the last reading, or over the session's life for its first. */
 	if (u.has_cpu) {
 		uint64_t since_cpu = log && log->n ? log->cpu_usec : 0;
-		uint64_t since_ms = log && log->n ? mono - log->mono_ms
-						  : (v.t_ms > s->created_ms ? v.t_ms - s->created_ms : 0);
+		uint64_t since_ms = log && log->n
+					    ? mono - log->mono_ms
+					    : (v.t_ms > s->created_ms ? v.t_ms - s->created_ms : 0);
 		double used = u.cpu_usec > since_cpu ? (double)(u.cpu_usec - since_cpu) : 0;
-		double pct = since_ms ? used / ((double)since_ms * 1000.0 * v.cpu_count) * 100.0 : 0;
+		double pct =
+			since_ms ? used / ((double)since_ms * 1000.0 * v.cpu_count) * 100.0 : 0;
 		v.cpu_pct = pct > 100.0 ? 100.0 : pct;
 	}
 	uint64_t used, size;
@@ -105,7 +107,8 @@ size_t session_usage_read(const struct session *s, uint64_t from_ms, uint64_t to
 	size_t k = 0;
 	for (size_t i = 0; log && i < log->n && k < max; i++) {
 		const struct session_usage *v =
-			&log->ring[(log->head + SESSION_USAGE_KEEP - log->n + i) % SESSION_USAGE_KEEP];
+			&log->ring[(log->head + SESSION_USAGE_KEEP - log->n + i) %
+				   SESSION_USAGE_KEEP];
 		if (v->t_ms >= from_ms && v->t_ms <= to_ms)
 			out[k++] = *v;
 	}

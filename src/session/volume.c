@@ -28,6 +28,7 @@
 #include "util/random.h"
 #include "util/spawn.h"
 #include "util/time.h"
+#include "util/timejson.h"
 
 /* How long mkfs.ext4 may take on a volume (it takes milliseconds, sparse). */
 #define MKFS_TIMEOUT_MS 60000
@@ -122,13 +123,6 @@ static int row_exec(const char *sql, const char *a, const char *b, struct err *e
 	return 0;
 }
 
-static json_t *iso_time(uint64_t ms)
-{
-	char buf[TIME_ISO_LEN];
-	time_iso8601(ms, buf);
-	return json_string(buf);
-}
-
 static json_t *volume_json(const struct volume *v, bool with_owner)
 {
 	json_t *holders = json_array();
@@ -140,7 +134,7 @@ static json_t *volume_json(const struct volume *v, bool with_owner)
 	json_t *j = json_pack("{s:s, s:I, s:I, s:s, s:o}", "name", v->name, "sizeBytes",
 			      (json_int_t)v->bytes, "allocatedBytes", (json_int_t)allocated,
 			      "state", v->ready ? "ready" : "creating", "mounts", holders);
-	json_object_set_new(j, "createdAt", iso_time(v->created_ms));
+	json_object_set_new(j, "createdAt", time_iso8601_json(v->created_ms));
 	if (with_owner)
 		json_object_set_new(j, "owner", json_string(v->owner));
 	return j;
