@@ -183,13 +183,6 @@ static char *e2b_path(const char *p)
 	return xasprintf(E2B_HOME "/%s", p);
 }
 
-/* The path the agent is asked for: E2B's absolute path itself, resolved from the sandbox's
- * root (target_of sets any_path); caller frees. */
-static char *ws_path(const char *e2b)
-{
-	return xstrdup(e2b);
-}
-
 /* A process's cwd as the agent gives it, in E2B's namespace: none, or the workspace's
  * (".", /workspace), is the user's home. */
 static char *from_ws(const char *p)
@@ -395,9 +388,8 @@ static void on_stat(struct ops_call *c, const struct ops_result *r, const struct
 static void stat_then_reply(struct fs_call *f, const char *e2b)
 {
 	struct ops_target t = target_of(f->owner, f->sid);
-	_cleanup_free_ char *ws = ws_path(e2b);
 	struct err e;
-	if (!ops_stat_path(&t, ws, on_stat, f, &e)) {
+	if (!ops_stat_path(&t, e2b, on_stat, f, &e)) {
 		fs_fail(f, &e);
 	}
 }
@@ -436,9 +428,8 @@ static void on_mkdir_stat(struct ops_call *c, const struct ops_result *r, const 
 		return;
 	}
 	struct ops_target t = target_of(f->owner, f->sid);
-	_cleanup_free_ char *ws = ws_path(f->path);
 	struct err e;
-	if (!ops_make_dir(&t, ws, true, on_made, f, &e)) {
+	if (!ops_make_dir(&t, f->path, true, on_made, f, &e)) {
 		fs_fail(f, &e);
 	}
 }
@@ -531,14 +522,13 @@ static void filesystem_unary(struct envd_req *q, json_t *msg)
 		return;
 	}
 	f->path = e2b_path(json_string_value(pv));
-	_cleanup_free_ char *ws = ws_path(f->path);
 	ctx->on_gone = fs_gone;
 	if (!strcmp(m, "Stat")) {
-		c = ops_stat_path(&t, ws, on_stat, f, &e);
+		c = ops_stat_path(&t, f->path, on_stat, f, &e);
 	} else if (!strcmp(m, "MakeDir")) {
-		c = ops_stat_path(&t, ws, on_mkdir_stat, f, &e);
+		c = ops_stat_path(&t, f->path, on_mkdir_stat, f, &e);
 	} else if (!strcmp(m, "Remove")) {
-		c = ops_remove_path(&t, ws, true, on_removed, f, &e);
+		c = ops_remove_path(&t, f->path, true, on_removed, f, &e);
 	} else if (!strcmp(m, "ListDir")) {
 		json_t *d = connect_field(msg, "depth", NULL);
 		if (d && !json_is_integer(d)) {
@@ -550,7 +540,7 @@ static void filesystem_unary(struct envd_req *q, json_t *msg)
 		f->depth = d ? (int)json_integer_value(d) : 1;
 		if (f->depth < 1)
 			f->depth = 1;
-		c = ops_list_files(&t, ws, f->depth > 1, on_listed_dir, f, &e);
+		c = ops_list_files(&t, f->path, f->depth > 1, on_listed_dir, f, &e);
 	} else if (!strcmp(m, "Move")) {
 		json_t *src = connect_field(msg, "source", NULL);
 		json_t *dst = connect_field(msg, "destination", NULL);
@@ -563,8 +553,7 @@ static void filesystem_unary(struct envd_req *q, json_t *msg)
 		free(f->path);
 		f->path = e2b_path(json_string_value(src));
 		f->path2 = e2b_path(json_string_value(dst));
-		_cleanup_free_ char *from = ws_path(f->path), *to = ws_path(f->path2);
-		c = ops_move_path(&t, from, to, true, on_moved, f, &e);
+		c = ops_move_path(&t, f->path, f->path2, true, on_moved, f, &e);
 	} else {
 		connect_unary_error(ctx, CONNECT_UNIMPLEMENTED,
 				    "filesystem.Filesystem/%s is not supported by this server", m);
@@ -935,11 +924,10 @@ static void process_start(struct envd_req *q, json_t *msg)
 	}
 	req.x.args = argv;
 	req.x.env = envs;
-	_cleanup_free_ char *cwd_ws = NULL;
+	_cleanup_free_ char *cwd_abs = NULL;
 	if (cwd && *json_string_value(cwd)) {
-		_cleanup_free_ char *abs = e2b_path(json_string_value(cwd));
-		cwd_ws = ws_path(abs);
-		req.x.cwd = cwd_ws;
+		cwd_abs = e2b_path(json_string_value(cwd));
+		req.x.cwd = cwd_abs;
 	}
 	/* Connect-Timeout-Ms is the command's lifetime, as envd has it; none: no limit. */
 	const char *tmo = http_header(q->ctx, "Connect-Timeout-Ms");
@@ -1124,7 +1112,6 @@ struct wstream {
 	struct http_ctx *ctx;
 	struct ops_watch *w;
 	char *root; /* the E2B path watched */
-	char *ws;   /* its workspace path ("." for the root) */
 	struct event *keepalive;
 	bool started, wrote;
 	char *owner, *sid;
@@ -1139,7 +1126,6 @@ static void ws_free(struct wstream *s)
 	if (s->keepalive)
 		event_free(s->keepalive);
 	free(s->root);
-	free(s->ws);
 	free(s);
 }
 
@@ -1204,7 +1190,7 @@ static json_t *fs_event(const char *root, json_t *event)
 static void ws_event(struct ops_watch *w, json_t *event, void *arg)
 {
 	struct wstream *s = arg;
-	json_t *e = fs_event(s->ws, event);
+	json_t *e = fs_event(s->root, event);
 	if (e)
 		ws_send(s, json_pack("{s:o}", "filesystem", e));
 }
@@ -1261,9 +1247,8 @@ static void watch_dir(struct envd_req *q, json_t *msg)
 	struct wstream *s = xcalloc(1, sizeof(*s));
 	s->ctx = q->ctx;
 	s->root = e2b_path(json_string_value(pv));
-	s->ws = ws_path(s->root);
 	struct ops_target t = target_of(q->owner, q->sid);
-	struct ops_watch_req req = { .path = s->ws, .recursive = json_is_true(rec) };
+	struct ops_watch_req req = { .path = s->root, .recursive = json_is_true(rec) };
 	const char *tmo = http_header(q->ctx, "Connect-Timeout-Ms");
 	if (tmo)
 		req.timeout_ms = strtoull(tmo, NULL, 10);
@@ -1302,7 +1287,7 @@ static void watch_dir(struct envd_req *q, json_t *msg)
 struct watcher {
 	char id[WATCHER_ID_LEN + 1];
 	char *owner, *sid;
-	char *ws; /* its workspace path */
+	char *path; /* the E2B path watched */
 	bool recursive;
 	struct ops_watch *w;      /* NULL while suspended, or once ended */
 	struct http_ctx *pending; /* CreateWatcher, until the watch is in place */
@@ -1330,7 +1315,7 @@ static void watcher_free(struct watcher *x)
 		x->pending->on_gone = NULL;
 	free(x->owner);
 	free(x->sid);
-	free(x->ws);
+	free(x->path);
 	free(x->end_msg);
 	json_decref(x->events);
 	free(x);
@@ -1370,7 +1355,7 @@ static void wr_event(struct ops_watch *w, json_t *event, void *arg)
 		x->lost++; /* the agent lost some: how many, it cannot say */
 		return;
 	}
-	json_t *e = fs_event(x->ws, event);
+	json_t *e = fs_event(x->path, event);
 	if (!e)
 		return;
 	if (json_array_size(x->events) >= WATCHER_EVENTS_MAX) {
@@ -1418,7 +1403,7 @@ static const struct ops_watch_cbs watcher_cbs = { .on_ready = wr_ready,
 static struct ops_watch *watcher_watch(struct watcher *x, struct err *e)
 {
 	struct ops_target t = target_of(x->owner, x->sid);
-	struct ops_watch_req req = { .path = x->ws, .recursive = x->recursive };
+	struct ops_watch_req req = { .path = x->path, .recursive = x->recursive };
 	return ops_watch(&t, &req, &watcher_cbs, x, e);
 }
 
@@ -1516,8 +1501,7 @@ static void watcher_create(struct envd_req *q, json_t *msg)
 	random_hex(x->id, WATCHER_ID_LEN / 2);
 	x->owner = xstrdup(q->owner);
 	x->sid = xstrdup(q->sid);
-	_cleanup_free_ char *root = e2b_path(json_string_value(pv));
-	x->ws = ws_path(root);
+	x->path = e2b_path(json_string_value(pv));
 	x->recursive = json_is_true(rec);
 	x->events = json_array();
 	struct err e;
@@ -1746,7 +1730,7 @@ static const struct ops_read_cbs dl_cbs = { .on_head = dl_head, .on_data = dl_da
 static void files_get(struct envd_req *q)
 {
 	const char *p = http_query(q->ctx, "path");
-	_cleanup_free_ char *e2b = e2b_path(p), *ws = ws_path(e2b);
+	_cleanup_free_ char *e2b = e2b_path(p);
 	struct download *d = xcalloc(1, sizeof(*d));
 	d->ctx = q->ctx;
 	d->gzip = accepts_gzip(http_header(q->ctx, "Accept-Encoding"));
@@ -1754,7 +1738,7 @@ static void files_get(struct envd_req *q)
 	d->sid = xstrdup(q->sid);
 	struct ops_target t = target_of(q->owner, q->sid);
 	struct err e;
-	d->c = ops_read_stream(&t, ws, false, &dl_cbs, dl_done, d, &e);
+	d->c = ops_read_stream(&t, e2b, false, &dl_cbs, dl_done, d, &e);
 	if (!d->c) {
 		d->ctx->on_gone = NULL;
 		dl_done(NULL, NULL, &e, d);
@@ -1960,14 +1944,13 @@ static int up_begin_file(struct upload *u, const char *path)
 		return -1;
 	}
 	json_object_set_new(u->seen, e2b, json_true());
-	_cleanup_free_ char *ws = ws_path(e2b);
 	struct upart *p = xcalloc(1, sizeof(*p));
 	p->u = u;
 	p->path = xstrdup(e2b);
 	p->index = json_array_size(u->written);
 	struct ops_target t = target_of(u->owner, u->sid);
 	struct err e;
-	p->c = ops_upload(&t, ws, -1, u->max_bytes, &up_cbs, up_done, p, &e);
+	p->c = ops_upload(&t, e2b, -1, u->max_bytes, &up_cbs, up_done, p, &e);
 	if (!p->c) {
 		free(p->path);
 		free(p);
