@@ -101,7 +101,7 @@ static struct {
 	bool stdout_broken;
 	bool eof;
 	unsigned next_internal_id;
-} B;
+} bridge_mod;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -120,17 +120,17 @@ static void logmsg(const char *fmt, ...)
 /* Writes one message as one line; only valid JSON ever reaches stdout. */
 static void emit(json_t *msg)
 {
-	if (B.stdout_broken)
+	if (bridge_mod.stdout_broken)
 		return;
 	char *text = json_dumps(msg, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	if (!text)
 		return;
-	if (B.verbose)
+	if (bridge_mod.verbose)
 		logmsg("<- %.300s", text);
 	if (fputs(text, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout) == EOF) {
 		/* The client closed our stdout: nobody is listening any more. */
-		B.stdout_broken = true;
-		B.stop = 1;
+		bridge_mod.stdout_broken = true;
+		bridge_mod.stop = 1;
 	}
 	free(text);
 }
@@ -170,8 +170,8 @@ static void deliver(struct job *j, json_t *msg)
 		json_t *version =
 			json_object_get(json_object_get(msg, "result"), "protocolVersion");
 		if (json_is_string(version)) {
-			free(B.version);
-			B.version = xstrdup(json_string_value(version));
+			free(bridge_mod.version);
+			bridge_mod.version = xstrdup(json_string_value(version));
 		}
 	}
 	if (!j->internal)
@@ -294,7 +294,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 static void job_free(struct job *j)
 {
 	if (j->easy) {
-		curl_multi_remove_handle(B.multi, j->easy);
+		curl_multi_remove_handle(bridge_mod.multi, j->easy);
 		curl_easy_cleanup(j->easy);
 	}
 	curl_slist_free_all(j->headers);
@@ -310,7 +310,7 @@ static void job_free(struct job *j)
 static void job_reset_reply(struct job *j)
 {
 	if (j->easy) {
-		curl_multi_remove_handle(B.multi, j->easy);
+		curl_multi_remove_handle(bridge_mod.multi, j->easy);
 		curl_easy_cleanup(j->easy);
 		j->easy = NULL;
 	}
@@ -340,7 +340,7 @@ static struct job *job_new(char *body, size_t len)
 
 static void unlink_inflight(struct job *j)
 {
-	for (struct job **pp = &B.inflight; *pp; pp = &(*pp)->next) {
+	for (struct job **pp = &bridge_mod.inflight; *pp; pp = &(*pp)->next) {
 		if (*pp == j) {
 			*pp = j->next;
 			j->next = NULL;
@@ -352,17 +352,17 @@ static void unlink_inflight(struct job *j)
 static void enqueue(struct job *j)
 {
 	j->next = NULL;
-	*B.queue_tail = j;
-	B.queue_tail = &j->next;
+	*bridge_mod.queue_tail = j;
+	bridge_mod.queue_tail = &j->next;
 }
 
 static void flush_queue(void)
 {
-	while (B.queue && (B.state == ST_READY || B.state == ST_NEW)) {
-		struct job *j = B.queue;
-		B.queue = j->next;
-		if (!B.queue)
-			B.queue_tail = &B.queue;
+	while (bridge_mod.queue && (bridge_mod.state == ST_READY || bridge_mod.state == ST_NEW)) {
+		struct job *j = bridge_mod.queue;
+		bridge_mod.queue = j->next;
+		if (!bridge_mod.queue)
+			bridge_mod.queue_tail = &bridge_mod.queue;
 		send_job(j);
 	}
 }
@@ -376,23 +376,23 @@ static void send_job(struct job *j)
 	h = curl_slist_append(h, "Content-Type: application/json");
 	h = curl_slist_append(h, "Accept: application/json, text/event-stream");
 	h = curl_slist_append(h, "Expect:");
-	if (B.auth_header)
-		h = curl_slist_append(h, B.auth_header);
+	if (bridge_mod.auth_header)
+		h = curl_slist_append(h, bridge_mod.auth_header);
 	j->sent_session = false;
-	if (B.session_id && !j->is_initialize) {
-		_cleanup_free_ char *sid = xasprintf("Mcp-Session-Id: %s", B.session_id);
+	if (bridge_mod.session_id && !j->is_initialize) {
+		_cleanup_free_ char *sid = xasprintf("Mcp-Session-Id: %s", bridge_mod.session_id);
 		h = curl_slist_append(h, sid);
 		j->sent_session = true;
 	}
-	if (B.version && !j->is_initialize) {
-		_cleanup_free_ char *pv = xasprintf("MCP-Protocol-Version: %s", B.version);
+	if (bridge_mod.version && !j->is_initialize) {
+		_cleanup_free_ char *pv = xasprintf("MCP-Protocol-Version: %s", bridge_mod.version);
 		h = curl_slist_append(h, pv);
 	}
 	j->headers = h;
-	_cleanup_free_ char *url = xasprintf("%s/mcp", B.base);
+	_cleanup_free_ char *url = xasprintf("%s/mcp", bridge_mod.base);
 	curl_easy_setopt(j->easy, CURLOPT_URL, url);
-	if (B.unix_path)
-		curl_easy_setopt(j->easy, CURLOPT_UNIX_SOCKET_PATH, B.unix_path);
+	if (bridge_mod.unix_path)
+		curl_easy_setopt(j->easy, CURLOPT_UNIX_SOCKET_PATH, bridge_mod.unix_path);
 	curl_easy_setopt(j->easy, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(j->easy, CURLOPT_POST, 1L);
 	curl_easy_setopt(j->easy, CURLOPT_POSTFIELDS, j->body);
@@ -405,10 +405,10 @@ static void send_job(struct job *j)
 	curl_easy_setopt(j->easy, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
 	curl_easy_setopt(j->easy, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(j->easy, CURLOPT_NOSIGNAL, 1L);
-	curl_multi_add_handle(B.multi, j->easy);
-	j->next = B.inflight;
-	B.inflight = j;
-	if (B.verbose)
+	curl_multi_add_handle(bridge_mod.multi, j->easy);
+	j->next = bridge_mod.inflight;
+	bridge_mod.inflight = j;
+	if (bridge_mod.verbose)
 		logmsg("-> %.300s", j->body);
 }
 
@@ -425,9 +425,9 @@ static const char *error_text(json_t *body)
 static void finish_initialize(struct job *j, bool ok)
 {
 	if (ok && j->session_id) {
-		free(B.session_id);
-		B.session_id = xstrdup(j->session_id);
-		B.state = ST_READY;
+		free(bridge_mod.session_id);
+		bridge_mod.session_id = xstrdup(j->session_id);
+		bridge_mod.state = ST_READY;
 		if (j->internal) {
 			/* Ours: the client already said initialized once; the daemon hears it
 			 * again for the new session. */
@@ -439,7 +439,7 @@ static void finish_initialize(struct job *j, bool ok)
 			logmsg("the daemon had lost the MCP session; a new one was initialized");
 		}
 	} else {
-		B.state = ST_NEW;
+		bridge_mod.state = ST_NEW;
 		if (j->internal)
 			logmsg("initializing a new MCP session failed (HTTP %ld)", j->status);
 	}
@@ -450,7 +450,7 @@ static void job_done(struct job *j, CURLcode rc)
 {
 	unlink_inflight(j);
 	if (rc != CURLE_OK && !(j->too_big && rc == CURLE_WRITE_ERROR)) {
-		emit_error(j, -32603, "cannot reach sandboxd at %s: %s", B.base,
+		emit_error(j, -32603, "cannot reach sandboxd at %s: %s", bridge_mod.base,
 			   curl_easy_strerror(rc));
 		if (j->is_initialize)
 			finish_initialize(j, false);
@@ -465,11 +465,11 @@ static void job_done(struct job *j, CURLcode rc)
 		job_free(j);
 		return;
 	}
-	if (j->status == 404 && j->sent_session && !j->resent && B.init_params) {
+	if (j->status == 404 && j->sent_session && !j->resent && bridge_mod.init_params) {
 		/* The daemon forgot the session: make a new one, then send this again. */
 		j->resent = true;
 		job_reset_reply(j);
-		if (B.state == ST_READY)
+		if (bridge_mod.state == ST_READY)
 			start_reinit();
 		enqueue(j);
 		flush_queue();
@@ -522,11 +522,11 @@ static void job_done(struct job *j, CURLcode rc)
 
 static void start_reinit(void)
 {
-	B.state = ST_REINIT;
+	bridge_mod.state = ST_REINIT;
 	json_t *req = json_pack("{s:s, s:s, s:s, s:O}", "jsonrpc", "2.0", "id", "", "method",
-				"initialize", "params", B.init_params);
+				"initialize", "params", bridge_mod.init_params);
 	char idbuf[48];
-	snprintf(idbuf, sizeof(idbuf), "sandbox-mcp-reinit-%u", ++B.next_internal_id);
+	snprintf(idbuf, sizeof(idbuf), "sandbox-mcp-reinit-%u", ++bridge_mod.next_internal_id);
 	json_object_set_new(req, "id", json_string(idbuf));
 	char *text = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
@@ -545,21 +545,21 @@ static void cancel_inflight(json_t *msg)
 	json_t *rid = json_object_get(json_object_get(msg, "params"), "requestId");
 	if (!rid)
 		return;
-	for (struct job *j = B.inflight; j; j = j->next) {
+	for (struct job *j = bridge_mod.inflight; j; j = j->next) {
 		if (j->id && json_equal(j->id, rid) && !j->is_initialize) {
 			unlink_inflight(j);
 			job_free(j);
 			return;
 		}
 	}
-	for (struct job **pp = &B.queue; *pp; pp = &(*pp)->next) {
+	for (struct job **pp = &bridge_mod.queue; *pp; pp = &(*pp)->next) {
 		struct job *j = *pp;
 		if (j->id && json_equal(j->id, rid)) {
 			*pp = j->next;
-			if (!B.queue)
-				B.queue_tail = &B.queue;
-			else if (B.queue_tail == &j->next)
-				B.queue_tail = pp;
+			if (!bridge_mod.queue)
+				bridge_mod.queue_tail = &bridge_mod.queue;
+			else if (bridge_mod.queue_tail == &j->next)
+				bridge_mod.queue_tail = pp;
 			job_free(j);
 			return;
 		}
@@ -579,18 +579,19 @@ static void on_line(char *line, size_t len)
 	if (j->msg && json_is_object(j->msg))
 		cancel_inflight(j->msg);
 	if (j->is_initialize) {
-		json_decref(B.init_params);
+		json_decref(bridge_mod.init_params);
 		json_t *params = json_object_get(j->msg, "params");
-		B.init_params = json_is_object(params) ? json_deep_copy(params) : json_object();
-		free(B.session_id);
-		B.session_id = NULL;
-		free(B.version);
-		B.version = NULL;
-		B.state = ST_INITIALIZING;
+		bridge_mod.init_params =
+			json_is_object(params) ? json_deep_copy(params) : json_object();
+		free(bridge_mod.session_id);
+		bridge_mod.session_id = NULL;
+		free(bridge_mod.version);
+		bridge_mod.version = NULL;
+		bridge_mod.state = ST_INITIALIZING;
 		send_job(j);
 		return;
 	}
-	if (B.state == ST_INITIALIZING || B.state == ST_REINIT) {
+	if (bridge_mod.state == ST_INITIALIZING || bridge_mod.state == ST_REINIT) {
 		enqueue(j);
 		return;
 	}
@@ -601,34 +602,34 @@ static void on_line(char *line, size_t len)
 
 static void on_signal(int sig)
 {
-	B.stop = 1;
+	bridge_mod.stop = 1;
 	int saved = errno;
-	if (write(B.sig_pipe[1], "x", 1) < 0) {
-		/* The loop notices B.stop at its next wake-up anyway. */
+	if (write(bridge_mod.sig_pipe[1], "x", 1) < 0) {
+		/* The loop notices bridge_mod.stop at its next wake-up anyway. */
 	}
 	errno = saved;
 }
 
 static void delete_session(void)
 {
-	if (!B.session_id)
+	if (!bridge_mod.session_id)
 		return;
 	CURL *e = curl_easy_init();
 	if (!e)
 		return;
 	struct curl_slist *h = NULL;
-	_cleanup_free_ char *sid = xasprintf("Mcp-Session-Id: %s", B.session_id);
+	_cleanup_free_ char *sid = xasprintf("Mcp-Session-Id: %s", bridge_mod.session_id);
 	h = curl_slist_append(h, sid);
-	if (B.version) {
-		_cleanup_free_ char *pv = xasprintf("MCP-Protocol-Version: %s", B.version);
+	if (bridge_mod.version) {
+		_cleanup_free_ char *pv = xasprintf("MCP-Protocol-Version: %s", bridge_mod.version);
 		h = curl_slist_append(h, pv);
 	}
-	if (B.auth_header)
-		h = curl_slist_append(h, B.auth_header);
-	_cleanup_free_ char *url = xasprintf("%s/mcp", B.base);
+	if (bridge_mod.auth_header)
+		h = curl_slist_append(h, bridge_mod.auth_header);
+	_cleanup_free_ char *url = xasprintf("%s/mcp", bridge_mod.base);
 	curl_easy_setopt(e, CURLOPT_URL, url);
-	if (B.unix_path)
-		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, B.unix_path);
+	if (bridge_mod.unix_path)
+		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, bridge_mod.unix_path);
 	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)DELETE_TIMEOUT_MS);
@@ -651,7 +652,7 @@ static int parse_args(int argc, char **argv, const char **url, const char **key)
 		} else if (strcmp(argv[i], "--api-key") == 0 && i + 1 < argc) {
 			*key = argv[++i];
 		} else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0) {
-			B.verbose = true;
+			bridge_mod.verbose = true;
 		} else {
 			cli_fail("mcp: unknown option `%s` (see sandbox mcp --help)", argv[i]);
 			return -1;
@@ -671,20 +672,20 @@ static int setup(const char *url, const char *key)
 	if (strncmp(url, "unix:", 5) == 0) {
 		if (!url[5])
 			return cli_fail("mcp: `unix:` needs a socket path (unix:/path/to.sock)");
-		B.unix_path = xstrdup(url + 5);
-		B.base = xstrdup("http://localhost");
+		bridge_mod.unix_path = xstrdup(url + 5);
+		bridge_mod.base = xstrdup("http://localhost");
 	} else if (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0) {
-		B.base = xstrdup(url);
-		size_t n = strlen(B.base);
-		while (n && B.base[n - 1] == '/')
-			B.base[--n] = '\0';
+		bridge_mod.base = xstrdup(url);
+		size_t n = strlen(bridge_mod.base);
+		while (n && bridge_mod.base[n - 1] == '/')
+			bridge_mod.base[--n] = '\0';
 	} else {
 		return cli_fail("mcp: the daemon's URL must be http://..., https://... or "
 				"unix:/path, not `%s`",
 				url);
 	}
 	if (key && *key)
-		B.auth_header = xasprintf("Authorization: Bearer %s", key);
+		bridge_mod.auth_header = xasprintf("Authorization: Bearer %s", key);
 	return 0;
 }
 
@@ -692,7 +693,7 @@ static void drain_multi(void)
 {
 	CURLMsg *m;
 	int left;
-	while ((m = curl_multi_info_read(B.multi, &left))) {
+	while ((m = curl_multi_info_read(bridge_mod.multi, &left))) {
 		if (m->msg != CURLMSG_DONE)
 			continue;
 		char *priv = NULL;
@@ -757,7 +758,7 @@ int cmd_mcp(int argc, char **argv)
 		return 2;
 	if (setup(url, key) != 0)
 		return 2;
-	if (pipe2(B.sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+	if (pipe2(bridge_mod.sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return cli_fail("mcp: pipe: %s", strerror(errno));
 	signal(SIGPIPE, SIG_IGN);
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -765,57 +766,59 @@ int cmd_mcp(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	B.multi = curl_multi_init();
-	B.queue_tail = &B.queue;
-	B.state = ST_NEW;
-	if (B.verbose)
-		logmsg("forwarding to %s/mcp%s%s", B.base, B.unix_path ? " over " : "",
-		       B.unix_path ? B.unix_path : "");
+	bridge_mod.multi = curl_multi_init();
+	bridge_mod.queue_tail = &bridge_mod.queue;
+	bridge_mod.state = ST_NEW;
+	if (bridge_mod.verbose)
+		logmsg("forwarding to %s/mcp%s%s", bridge_mod.base,
+		       bridge_mod.unix_path ? " over " : "",
+		       bridge_mod.unix_path ? bridge_mod.unix_path : "");
 
 	char *line = NULL;
 	size_t line_len = 0;
 	bool discarding = false;
-	while (!B.stop) {
+	while (!bridge_mod.stop) {
 		/* At the end of input, finish what is in flight, then leave. */
-		if (B.eof && !B.inflight && !B.queue)
+		if (bridge_mod.eof && !bridge_mod.inflight && !bridge_mod.queue)
 			break;
 		struct curl_waitfd fds[2] = {
-			{ .fd = B.sig_pipe[0], .events = CURL_WAIT_POLLIN },
+			{ .fd = bridge_mod.sig_pipe[0], .events = CURL_WAIT_POLLIN },
 			{ .fd = STDIN_FILENO, .events = CURL_WAIT_POLLIN },
 		};
 		int running = 0;
-		curl_multi_perform(B.multi, &running);
+		curl_multi_perform(bridge_mod.multi, &running);
 		drain_multi();
-		if (B.stop || (B.eof && !B.inflight && !B.queue))
+		if (bridge_mod.stop ||
+		    (bridge_mod.eof && !bridge_mod.inflight && !bridge_mod.queue))
 			break;
-		curl_multi_poll(B.multi, fds, B.eof ? 1 : 2, 1000, NULL);
-		if (!B.eof && (fds[1].revents & (CURL_WAIT_POLLIN | CURL_WAIT_POLLPRI)))
-			B.eof = !read_stdin(&line, &line_len, &discarding);
-		else if (!B.eof && fds[1].revents)
-			B.eof = !read_stdin(&line, &line_len, &discarding);
+		curl_multi_poll(bridge_mod.multi, fds, bridge_mod.eof ? 1 : 2, 1000, NULL);
+		if (!bridge_mod.eof && (fds[1].revents & (CURL_WAIT_POLLIN | CURL_WAIT_POLLPRI)))
+			bridge_mod.eof = !read_stdin(&line, &line_len, &discarding);
+		else if (!bridge_mod.eof && fds[1].revents)
+			bridge_mod.eof = !read_stdin(&line, &line_len, &discarding);
 	}
 	free(line);
 	/* Whatever is still running is dropped: the daemon cancels it as its client is gone. */
-	while (B.inflight) {
-		struct job *j = B.inflight;
-		B.inflight = j->next;
+	while (bridge_mod.inflight) {
+		struct job *j = bridge_mod.inflight;
+		bridge_mod.inflight = j->next;
 		job_free(j);
 	}
-	while (B.queue) {
-		struct job *j = B.queue;
-		B.queue = j->next;
+	while (bridge_mod.queue) {
+		struct job *j = bridge_mod.queue;
+		bridge_mod.queue = j->next;
 		job_free(j);
 	}
 	delete_session();
-	curl_multi_cleanup(B.multi);
-	json_decref(B.init_params);
-	free(B.session_id);
-	free(B.version);
-	free(B.base);
-	free(B.unix_path);
-	free(B.auth_header);
-	close(B.sig_pipe[0]);
-	close(B.sig_pipe[1]);
+	curl_multi_cleanup(bridge_mod.multi);
+	json_decref(bridge_mod.init_params);
+	free(bridge_mod.session_id);
+	free(bridge_mod.version);
+	free(bridge_mod.base);
+	free(bridge_mod.unix_path);
+	free(bridge_mod.auth_header);
+	close(bridge_mod.sig_pipe[0]);
+	close(bridge_mod.sig_pipe[1]);
 	curl_global_cleanup();
 	return 0;
 }

@@ -48,18 +48,18 @@ static struct {
 	struct event *sigterm, *sigint, *sighup, *grace_timer;
 	bool stopping;
 	int exit_code;
-} D;
+} daemon_mod;
 
 static void on_sessions_gone(void *arg)
 {
 	log_info("sandboxd", "all sandboxes removed; exiting");
-	event_base_loopexit(D.base, NULL);
+	event_base_loopexit(daemon_mod.base, NULL);
 }
 
 static void finish_shutdown(void)
 {
-	if (D.grace_timer)
-		event_del(D.grace_timer);
+	if (daemon_mod.grace_timer)
+		event_del(daemon_mod.grace_timer);
 	session_shutdown(on_sessions_gone, NULL);
 }
 
@@ -68,29 +68,30 @@ static void on_grace_tick(evutil_socket_t fd, short what, void *arg)
 	static unsigned waited_ms;
 	/* Streaming requests end when their sessions go; others get the grace period. */
 	waited_ms += GRACE_TICK_MS;
-	if (http_server_inflight(D.http) == 0 || waited_ms >= D.cfg.shutdown_grace_ms)
+	if (http_server_inflight(daemon_mod.http) == 0 ||
+	    waited_ms >= daemon_mod.cfg.shutdown_grace_ms)
 		finish_shutdown();
 }
 
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
-	if (D.stopping) {
+	if (daemon_mod.stopping) {
 		log_warn("sandboxd", "second signal: exiting now");
-		event_base_loopbreak(D.base);
-		D.exit_code = 1;
+		event_base_loopbreak(daemon_mod.base);
+		daemon_mod.exit_code = 1;
 		return;
 	}
-	D.stopping = true;
+	daemon_mod.stopping = true;
 	notify_stopping();
 	log_info("sandboxd",
 		 "received %s: no new connections, sessions or commands; finishing in-flight "
 		 "requests",
 		 strsignal((int)sig));
-	http_server_stop_accepting(D.http);
+	http_server_stop_accepting(daemon_mod.http);
 	session_grace_begin();
-	D.grace_timer = event_new(D.base, -1, EV_PERSIST, on_grace_tick, NULL);
+	daemon_mod.grace_timer = event_new(daemon_mod.base, -1, EV_PERSIST, on_grace_tick, NULL);
 	struct timeval tv = { .tv_usec = GRACE_TICK_MS * 1000 };
-	event_add(D.grace_timer, &tv);
+	event_add(daemon_mod.grace_timer, &tv);
 }
 
 static void on_sighup(evutil_socket_t sig, short what, void *arg)
@@ -127,9 +128,9 @@ static void on_scrape_http(void *arg)
 {
 	static struct http_stats last;
 	struct http_stats st;
-	if (!D.http)
+	if (!daemon_mod.http)
 		return;
-	http_server_stats(D.http, &st);
+	http_server_stats(daemon_mod.http, &st);
 	metrics_set(metrics_daemon.http_connections, (double)st.connections);
 	metrics_add(metrics_daemon.http_connections_closed, (double)(st.refused - last.refused),
 		    "refused");
@@ -371,44 +372,49 @@ static const struct cluster_hooks cluster_hooks = {
 	.key_ids = key_ids,
 };
 
-/* The HTTP server and its listeners; *ret_port gets the TCP port. D.http is set even when a
- * listener fails, for the caller to free. */
+/* The HTTP server and its listeners; *ret_port gets the TCP port. daemon_mod.http is set even when
+ * a listener fails, for the caller to free. */
 static int serve_http(int *ret_port, struct err *err)
 {
-	D.http = http_server_new(D.base, &D.cfg, api_routes, api_nroutes);
-	front_init(&D.cfg);
-	ui_init(&D.cfg);
-	api_metrics_history_start(D.base);
-	http_server_set_auth(D.http, front_check, NULL);
-	http_server_set_host_router(D.http, api_host_route, NULL);
-	http_server_set_done(D.http, on_http_done, NULL);
+	daemon_mod.http =
+		http_server_new(daemon_mod.base, &daemon_mod.cfg, api_routes, api_nroutes);
+	front_init(&daemon_mod.cfg);
+	ui_init(&daemon_mod.cfg);
+	api_metrics_history_start(daemon_mod.base);
+	http_server_set_auth(daemon_mod.http, front_check, NULL);
+	http_server_set_host_router(daemon_mod.http, api_host_route, NULL);
+	http_server_set_done(daemon_mod.http, on_http_done, NULL);
 	metrics_on_scrape(on_scrape_http, NULL);
-	int r = http_server_listen_tcp(D.http, D.cfg.host, D.cfg.port, ret_port, err);
+	int r = http_server_listen_tcp(daemon_mod.http, daemon_mod.cfg.host, daemon_mod.cfg.port,
+				       ret_port, err);
 	if (r < 0)
 		return r;
-	if (!D.cfg.socket_path)
+	if (!daemon_mod.cfg.socket_path)
 		return 0;
-	r = http_server_listen_unix(D.http, D.cfg.socket_path, err);
-	if (r < 0 || !D.cfg.socket_group || !*D.cfg.socket_group)
+	r = http_server_listen_unix(daemon_mod.http, daemon_mod.cfg.socket_path, err);
+	if (r < 0 || !daemon_mod.cfg.socket_group || !*daemon_mod.cfg.socket_group)
 		return r;
 	/* The socket is 0660: its group is who may connect (and still present a key). */
-	struct group *g = getgrnam(D.cfg.socket_group);
+	struct group *g = getgrnam(daemon_mod.cfg.socket_group);
 	if (!g)
 		return err_set(err, ENOENT, "SANDBOX_SOCKET_GROUP: no group `%s`",
-			       D.cfg.socket_group);
-	if (chown(D.cfg.socket_path, (uid_t)-1, g->gr_gid) < 0)
-		return err_sys(err, errno, "cannot give `%s` to group %s", D.cfg.socket_path,
-			       D.cfg.socket_group);
+			       daemon_mod.cfg.socket_group);
+	if (chown(daemon_mod.cfg.socket_path, (uid_t)-1, g->gr_gid) < 0)
+		return err_sys(err, errno, "cannot give `%s` to group %s",
+			       daemon_mod.cfg.socket_path, daemon_mod.cfg.socket_group);
 	return 0;
 }
 
 static void announce(int port)
 {
-	if (strcmp(D.cfg.host, "127.0.0.1") != 0 && strcmp(D.cfg.host, "localhost") != 0 &&
-	    strcmp(D.cfg.host, "::1") != 0)
-		log_warn("sandboxd", "listening on %s: reachable from other hosts", D.cfg.host);
-	log_info("sandboxd", "listening on http://%s:%d%s%s", D.cfg.host, port,
-		 D.cfg.socket_path ? " and " : "", D.cfg.socket_path ? D.cfg.socket_path : "");
+	if (strcmp(daemon_mod.cfg.host, "127.0.0.1") != 0 &&
+	    strcmp(daemon_mod.cfg.host, "localhost") != 0 &&
+	    strcmp(daemon_mod.cfg.host, "::1") != 0)
+		log_warn("sandboxd", "listening on %s: reachable from other hosts",
+			 daemon_mod.cfg.host);
+	log_info("sandboxd", "listening on http://%s:%d%s%s", daemon_mod.cfg.host, port,
+		 daemon_mod.cfg.socket_path ? " and " : "",
+		 daemon_mod.cfg.socket_path ? daemon_mod.cfg.socket_path : "");
 }
 
 /* The daemon serves on `port`: it says so, shows a first start's key, and writes the port
@@ -421,30 +427,31 @@ static void started(int port)
 	/* The first start's key, once serving: a start that fails before (a busy port) does
 	 * not use up its only showing. Before the port file, which tells scripts it is up. */
 	char url[300];
-	snprintf(url, sizeof(url), "http://%s:%d", D.cfg.host, port);
+	snprintf(url, sizeof(url), "http://%s:%d", daemon_mod.cfg.host, port);
 	/* In a cluster, only the node that began it makes the first key, for every node. */
 	bool first_key = !cluster_enabled() || cluster_first_key_is_ours();
 	if (first_key &&
-	    auth_first_start(&D.cfg, url, cluster_enabled() ? cluster_publish_key_now : NULL, &e) <
-		    0) {
+	    auth_first_start(&daemon_mod.cfg, url,
+			     cluster_enabled() ? cluster_publish_key_now : NULL, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		D.exit_code = 1;
+		daemon_mod.exit_code = 1;
 		on_stop_signal(SIGTERM, 0, NULL);
 	} else if (isatty(STDERR_FILENO)) {
 		fprintf(stderr, "sandboxd is serving on %s; Ctrl-C to stop.\n", url);
 	}
-	if (!D.stopping && D.cfg.port_file && write_port_file(D.cfg.port_file, port, &e) < 0) {
+	if (!daemon_mod.stopping && daemon_mod.cfg.port_file &&
+	    write_port_file(daemon_mod.cfg.port_file, port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
-		D.exit_code = 1;
+		daemon_mod.exit_code = 1;
 		on_stop_signal(SIGTERM, 0, NULL);
 	}
-	if (!D.stopping) {
+	if (!daemon_mod.stopping) {
 		/* After the port file and the first start's key: ready means ready for clients. */
 		char status[512];
 		snprintf(status, sizeof(status), "serving on %s%s%s", url,
-			 D.cfg.socket_path ? " and " : "",
-			 D.cfg.socket_path ? D.cfg.socket_path : "");
+			 daemon_mod.cfg.socket_path ? " and " : "",
+			 daemon_mod.cfg.socket_path ? daemon_mod.cfg.socket_path : "");
 		notify_ready(status);
 	}
 }
@@ -454,28 +461,28 @@ static void started(int port)
  * come before the loop runs wait for it. */
 static void catch_signals(void)
 {
-	D.sigterm = evsignal_new(D.base, SIGTERM, on_stop_signal, NULL);
-	D.sigint = evsignal_new(D.base, SIGINT, on_stop_signal, NULL);
-	D.sighup = evsignal_new(D.base, SIGHUP, on_sighup, NULL);
-	event_add(D.sigterm, NULL);
-	event_add(D.sigint, NULL);
-	event_add(D.sighup, NULL);
+	daemon_mod.sigterm = evsignal_new(daemon_mod.base, SIGTERM, on_stop_signal, NULL);
+	daemon_mod.sigint = evsignal_new(daemon_mod.base, SIGINT, on_stop_signal, NULL);
+	daemon_mod.sighup = evsignal_new(daemon_mod.base, SIGHUP, on_sighup, NULL);
+	event_add(daemon_mod.sigterm, NULL);
+	event_add(daemon_mod.sigint, NULL);
+	event_add(daemon_mod.sighup, NULL);
 }
 
 /* Runs the event loop until the daemon stops; the signal handlers live exactly as long. */
 static void run(void)
 {
-	event_base_dispatch(D.base);
+	event_base_dispatch(daemon_mod.base);
 	/* The handlers go away below: a late signal must not kill the process mid-cleanup. */
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGINT, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
 
-	event_free(D.sigterm);
-	event_free(D.sigint);
-	event_free(D.sighup);
-	if (D.grace_timer)
-		event_free(D.grace_timer);
+	event_free(daemon_mod.sigterm);
+	event_free(daemon_mod.sigint);
+	event_free(daemon_mod.sighup);
+	if (daemon_mod.grace_timer)
+		event_free(daemon_mod.grace_timer);
 }
 
 /* A file moves through the daemon in buffers of up to a few MiB (frames of the agent's, the
@@ -500,23 +507,23 @@ int main(int argc, char **argv)
 	umask(022);
 	malloc_tune();
 
-	if (config_load(&D.cfg, &e) < 0) {
+	if (config_load(&daemon_mod.cfg, &e) < 0) {
 		fprintf(stderr, "sandboxd: invalid configuration:\n%s\n", e.msg);
 		return 2;
 	}
-	if (!preview_domain_ok(D.cfg.public_domain)) {
+	if (!preview_domain_ok(daemon_mod.cfg.public_domain)) {
 		fprintf(stderr,
 			"sandboxd: invalid configuration:\nSANDBOX_PUBLIC_DOMAIN: `%.100s` is not "
 			"a "
 			"domain of lowercase DNS labels (a-z, 0-9, '-', dot-separated)\n",
-			D.cfg.public_domain);
+			daemon_mod.cfg.public_domain);
 		return 2;
 	}
 	/* Before anything else touches the state directory (the crash recovery of sessions
 	 * would take another live daemon's records for a dead one's). */
-	if (store_claim_dir(D.cfg.state_dir, &e) < 0) {
+	if (store_claim_dir(daemon_mod.cfg.state_dir, &e) < 0) {
 		fprintf(stderr, "sandboxd: %s\n", e.msg);
-		config_free(&D.cfg);
+		config_free(&daemon_mod.cfg);
 		return 1;
 	}
 	/* Before any thread: the spawner is a fork of the daemon as it is now (its children
@@ -532,43 +539,44 @@ int main(int argc, char **argv)
 	metrics_init();
 	metrics_process_init();
 	metrics_on_scrape(on_scrape_spawns, NULL);
-	publish_config(&D.cfg);
+	publish_config(&daemon_mod.cfg);
 	guest_set_violation_hook(on_guest_violation);
 	/* A step that fails undoes the ones before it (see the end): a daemon that cannot start
 	 * leaves no nftables table, lock, listener or worker behind. */
 	int rc = 1;
-	D.base = event_base_new();
-	if (!D.base) {
+	daemon_mod.base = event_base_new();
+	if (!daemon_mod.base) {
 		log_error("sandboxd", "cannot create the event loop");
 		goto out_config;
 	}
-	if (loop_pool_start(D.base, D.cfg.workers) < 0) {
+	if (loop_pool_start(daemon_mod.base, daemon_mod.cfg.workers) < 0) {
 		log_error("sandboxd", "cannot start worker threads");
 		goto out_workers; /* what did start */
 	}
-	if (store_open(D.cfg.state_dir, &e) < 0) {
+	if (store_open(daemon_mod.cfg.state_dir, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		goto out_workers;
 	}
 	const struct driver *drv = NULL;
-	if (driver_select(&D.cfg, &drv, &e) < 0) {
+	if (driver_select(&daemon_mod.cfg, &drv, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		goto out_store;
 	}
 	log_info("sandboxd", "driver %s selected (isolation: %s)", drv->name, drv->isolation);
 	/* Before the sessions: the warm pool's first sandboxes need their networks. */
-	if (net_init(D.base, &D.cfg, &e) < 0) {
+	if (net_init(daemon_mod.base, &daemon_mod.cfg, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		goto out_store;
 	}
-	api_init(D.base, &D.cfg, drv->name, drv->isolation);
+	api_init(daemon_mod.base, &daemon_mod.cfg, drv->name, drv->isolation);
 
-	if (auth_init(D.base, &D.cfg, &e) < 0) {
+	if (auth_init(daemon_mod.base, &daemon_mod.cfg, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		goto out_net;
 	}
 	/* The cluster's keys are in the key store before anyone is served. */
-	if (cluster_init(D.base, &D.cfg, drv->name, drv->isolation, &cluster_hooks, &e) < 0) {
+	if (cluster_init(daemon_mod.base, &daemon_mod.cfg, drv->name, drv->isolation,
+			 &cluster_hooks, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		cluster_shutdown();
 		auth_shutdown();
@@ -579,24 +587,24 @@ int main(int argc, char **argv)
 		log_error("sandboxd", "%s", e.msg);
 		goto out_http;
 	}
-	if (session_init(D.base, &D.cfg, drv, &e) < 0) {
+	if (session_init(daemon_mod.base, &daemon_mod.cfg, drv, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		goto out_http;
 	}
 	if (cluster_start(port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
-		D.exit_code = 1;
+		daemon_mod.exit_code = 1;
 		on_stop_signal(SIGTERM, 0, NULL);
 	}
-	notify_init(D.base);
+	notify_init(daemon_mod.base);
 	catch_signals();
 	started(port);
 
 	run();
 	notify_free();
-	rc = D.exit_code;
-	if (D.cfg.port_file)
-		unlink(D.cfg.port_file);
+	rc = daemon_mod.exit_code;
+	if (daemon_mod.cfg.port_file)
+		unlink(daemon_mod.cfg.port_file);
 	/* Undone in reverse order from wherever starting stopped. The workers go first on every
 	 * path (stopping them again is a no-op): a job may still be using the network or the
 	 * store. */
@@ -605,7 +613,7 @@ out_http:
 	/* Its threads' last completions run while the HTTP server is there (they answer
 	 * requests); what they still write to etcd (the sessions' records going) is written. */
 	cluster_shutdown();
-	http_server_free(D.http);
+	http_server_free(daemon_mod.http);
 	cluster_forward_shutdown();
 	auth_shutdown();
 	front_shutdown();
@@ -623,10 +631,10 @@ out_store:
 	store_close();
 out_workers:
 	loop_pool_stop();
-	event_base_free(D.base);
+	event_base_free(daemon_mod.base);
 out_config:
 	spawner_stop();
-	config_free(&D.cfg);
+	config_free(&daemon_mod.cfg);
 	metrics_reset();
 	return rc;
 }

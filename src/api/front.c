@@ -27,7 +27,7 @@
 
 static struct {
 	struct origin_policy policy;
-} F;
+} front_mod;
 
 void front_init(const struct config *cfg)
 {
@@ -36,8 +36,8 @@ void front_init(const struct config *cfg)
 	char self[256] = "";
 	if (gethostname(self, sizeof(self) - 1) < 0)
 		self[0] = '\0';
-	size_t dropped =
-		origin_policy_init(&F.policy, cfg->host, self, cfg->allowed_hosts, origins, 2);
+	size_t dropped = origin_policy_init(&front_mod.policy, cfg->host, self, cfg->allowed_hosts,
+					    origins, 2);
 	if (!origin_is_loopback_address(cfg->host) && !(cfg->allowed_hosts && *cfg->allowed_hosts))
 		log_info("api",
 			 "listening on %s: requests must name this server by an IP address, "
@@ -53,7 +53,7 @@ void front_init(const struct config *cfg)
 
 void front_shutdown(void)
 {
-	origin_policy_free(&F.policy);
+	origin_policy_free(&front_mod.policy);
 }
 
 static bool is_mcp_route(const struct http_route *r)
@@ -136,7 +136,7 @@ static int quota_for_route(struct http_ctx *ctx)
  * the Unix socket: whatever Host its clients send is theirs to pick. */
 static int host_check(struct http_ctx *ctx, const char *host)
 {
-	if (!host || http_from_unix_socket(ctx) || origin_host_ok(&F.policy, host))
+	if (!host || http_from_unix_socket(ctx) || origin_host_ok(&front_mod.policy, host))
 		return 0;
 	log_warn("api", "refused a request for Host %.100s", host);
 	char msg[400];
@@ -186,7 +186,7 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 		return auth_http_check(ctx, NULL, arg);
 	}
 	const char *origin = http_header(ctx, "Origin");
-	if (origin && !origin_ok(&F.policy, origin, host)) {
+	if (origin && !origin_ok(&front_mod.policy, origin, host)) {
 		log_warn("api", "refused a request from Origin %.100s", origin);
 		char msg[400];
 		snprintf(msg, sizeof(msg),
@@ -197,7 +197,7 @@ int front_check(struct http_ctx *ctx, const char *scope, void *arg)
 	/* A browser that sent no Origin (a GET, say) still says where the request comes from. */
 	const char *site = http_header(ctx, "Sec-Fetch-Site");
 	if (!origin && site && strcasecmp(site, "same-origin") != 0 &&
-	    strcasecmp(site, "none") != 0 && !F.policy.origins.any) {
+	    strcasecmp(site, "none") != 0 && !front_mod.policy.origins.any) {
 		log_warn("api", "refused a %.20s request without an Origin", site);
 		return refuse(ctx, 403,
 			      "Forbidden: cross-site requests are not allowed (see "

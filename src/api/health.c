@@ -18,7 +18,7 @@ static struct {
 	const char *driver;
 	const char *isolation;
 	struct timespec started;
-} H;
+} health_mod;
 
 const struct config *api_cfg;
 struct event_base *api_base;
@@ -28,10 +28,10 @@ void api_init(struct event_base *base, const struct config *cfg, const char *dri
 {
 	api_base = base;
 	api_cfg = cfg;
-	H.cfg = cfg;
-	H.driver = driver_name;
-	H.isolation = isolation;
-	clock_gettime(CLOCK_MONOTONIC, &H.started);
+	health_mod.cfg = cfg;
+	health_mod.driver = driver_name;
+	health_mod.isolation = isolation;
+	clock_gettime(CLOCK_MONOTONIC, &health_mod.started);
 	/* Every transport's routes act through ops: set it up before any of them runs. */
 	ops_init(base, cfg);
 }
@@ -40,15 +40,15 @@ static double uptime(void)
 {
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (double)(now.tv_sec - H.started.tv_sec) +
-	       (double)(now.tv_nsec - H.started.tv_nsec) / 1e9;
+	return (double)(now.tv_sec - health_mod.started.tv_sec) +
+	       (double)(now.tv_nsec - health_mod.started.tv_nsec) / 1e9;
 }
 
 /* Whether the caller may see the server's figures: without authentication everyone may;
  * with it, a key with the metrics or admin scope (the same figures are in /metrics). */
 static bool may_see_figures(struct http_ctx *ctx)
 {
-	if (!H.cfg->auth_enabled)
+	if (!health_mod.cfg->auth_enabled)
 		return true;
 	const struct auth_identity *id = auth_identity(ctx);
 	return id && (id->scopes & (KEYS_SCOPE_METRICS | KEYS_SCOPE_ADMIN));
@@ -56,9 +56,9 @@ static bool may_see_figures(struct http_ctx *ctx)
 
 void api_health(struct http_ctx *ctx)
 {
-	json_t *body =
-		json_pack("{s:s, s:f, s:s, s:s, s:s}", "status", "ok", "uptime", uptime(),
-			  "version", SANDBOX_VERSION, "driver", H.driver, "isolation", H.isolation);
+	json_t *body = json_pack("{s:s, s:f, s:s, s:s, s:s}", "status", "ok", "uptime", uptime(),
+				 "version", SANDBOX_VERSION, "driver", health_mod.driver,
+				 "isolation", health_mod.isolation);
 	if (may_see_figures(ctx)) {
 		json_object_set_new(body, "sessions", json_integer((json_int_t)session_count()));
 		json_object_set_new(body, "warmPool",
@@ -121,7 +121,7 @@ void api_ready(struct http_ctx *ctx)
 	if (!templates_ok)
 		json_array_append_new(failing, json_pack("{s:s, s:s}", "check", "templates",
 							 "error", "no template is loaded"));
-	bool capacity_ok = session_count() < H.cfg->max_sessions;
+	bool capacity_ok = session_count() < health_mod.cfg->max_sessions;
 	json_object_set_new(checks, "capacity", json_boolean(capacity_ok));
 	if (!capacity_ok)
 		json_array_append_new(failing, json_pack("{s:s, s:s}", "check", "capacity", "error",
@@ -131,7 +131,7 @@ void api_ready(struct http_ctx *ctx)
 	json_t *body = json_pack("{s:s, s:o, s:o}", "status", ok ? "ready" : "not_ready", "checks",
 				 checks, "failing", failing);
 	struct room_state st;
-	if (room_state(H.cfg->state_dir, &st) == 0)
+	if (room_state(health_mod.cfg->state_dir, &st) == 0)
 		json_object_set_new(body, "stateDisk",
 				    json_pack("{s:I, s:I, s:I}", "freeBytes", (json_int_t)st.free,
 					      "sizeBytes", (json_int_t)st.size, "reserveBytes",

@@ -37,7 +37,7 @@ static struct {
 	struct event *keepalive;
 	struct post *posts;     /* POSTs answering with an SSE stream */
 	struct stream *streams; /* HTTP+SSE session streams */
-} T;
+} mcp_mod;
 
 static char *dump(json_t *msg)
 {
@@ -65,13 +65,13 @@ static void keepalive_tick(evutil_socket_t fd, short what, void *arg);
 
 static void transport_init(void)
 {
-	if (T.ready)
+	if (mcp_mod.ready)
 		return;
-	T.ready = true;
+	mcp_mod.ready = true;
 	mcp_init();
-	T.keepalive = event_new(api_base, -1, EV_PERSIST, keepalive_tick, NULL);
+	mcp_mod.keepalive = event_new(api_base, -1, EV_PERSIST, keepalive_tick, NULL);
 	struct timeval tv = { .tv_sec = KEEPALIVE_S };
-	event_add(T.keepalive, &tv);
+	event_add(mcp_mod.keepalive, &tv);
 }
 
 /* The check before a message is read (the front door checked Origin): the protocol version
@@ -184,7 +184,7 @@ struct post {
 
 static void post_unlist(struct post *p)
 {
-	for (struct post **pp = &T.posts; *pp; pp = &(*pp)->next) {
+	for (struct post **pp = &mcp_mod.posts; *pp; pp = &(*pp)->next) {
 		if (*pp == p) {
 			*pp = p->next;
 			return;
@@ -196,8 +196,8 @@ static void post_start_stream(struct post *p)
 {
 	p->streaming = true;
 	p->last_write_ms = time_mono_ms();
-	p->next = T.posts;
-	T.posts = p;
+	p->next = mcp_mod.posts;
+	mcp_mod.posts = p;
 	http_stream_start(p->ctx, 200, "text/event-stream");
 	/* Answers collected so far (a batch) go first. */
 	size_t i;
@@ -393,7 +393,7 @@ struct stream {
 
 static void stream_unlist(struct stream *st)
 {
-	for (struct stream **pp = &T.streams; *pp; pp = &(*pp)->next) {
+	for (struct stream **pp = &mcp_mod.streams; *pp; pp = &(*pp)->next) {
 		if (*pp == st) {
 			*pp = st->next;
 			return;
@@ -480,8 +480,8 @@ static void sse_open(struct http_ctx *ctx, const char *post_path)
 	st->s = s;
 	mcp_session_ref(s);
 	mcp_session_attach_stream(s, &st->sink);
-	st->next = T.streams;
-	T.streams = st;
+	st->next = mcp_mod.streams;
+	mcp_mod.streams = st;
 	st->last_write_ms = time_mono_ms();
 	ctx->on_gone = stream_gone;
 	ctx->on_gone_arg = st;
@@ -524,13 +524,13 @@ static void keepalive_tick(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t now = time_mono_ms();
 	static const char comment[] = ": keepalive\n\n";
-	for (struct post *p = T.posts; p; p = p->next) {
+	for (struct post *p = mcp_mod.posts; p; p = p->next) {
 		if (now - p->last_write_ms >= KEEPALIVE_S * 1000) {
 			http_stream_write(p->ctx, comment, sizeof(comment) - 1);
 			p->last_write_ms = now;
 		}
 	}
-	for (struct stream *st = T.streams; st; st = st->next) {
+	for (struct stream *st = mcp_mod.streams; st; st = st->next) {
 		if (now - st->last_write_ms >= KEEPALIVE_S * 1000) {
 			http_stream_write(st->ctx, comment, sizeof(comment) - 1);
 			st->last_write_ms = now;

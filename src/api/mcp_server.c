@@ -57,12 +57,12 @@ static struct {
 	struct mcp_session *sessions;
 	unsigned nsessions;
 	struct event *sweep;
-} G;
+} mcp_server_mod;
 
 static void sweep(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t now = time_mono_ms();
-	struct mcp_session *s = G.sessions;
+	struct mcp_session *s = mcp_server_mod.sessions;
 	while (s) {
 		struct mcp_session *next = s->next;
 		/* An HTTP+SSE session lives as long as its stream: the open stream is its
@@ -76,25 +76,25 @@ static void sweep(evutil_socket_t fd, short what, void *arg)
 
 void mcp_init(void)
 {
-	if (G.ready)
+	if (mcp_server_mod.ready)
 		return;
-	G.ready = true;
+	mcp_server_mod.ready = true;
 	mcp_settings.idle_timeout_s = api_cfg ? api_cfg->mcp_session_timeout_s : 1800;
 	mcp_settings.max_sessions = api_cfg ? api_cfg->mcp_max_sessions : 256;
 	mcp_settings.max_inflight = 32;
-	G.sweep = event_new(api_base, -1, EV_PERSIST, sweep, NULL);
+	mcp_server_mod.sweep = event_new(api_base, -1, EV_PERSIST, sweep, NULL);
 	unsigned ms = api_cfg ? api_cfg->mcp_sweep_interval_ms : 5000;
 	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
-	event_add(G.sweep, &tv);
+	event_add(mcp_server_mod.sweep, &tv);
 }
 
 /* --- sessions ----------------------------------------------------------------------- */
 
 struct mcp_session *mcp_session_new(const char *owner, struct err *err, int *ret_status)
 {
-	if (G.nsessions >= mcp_settings.max_sessions)
+	if (mcp_server_mod.nsessions >= mcp_settings.max_sessions)
 		sweep(-1, 0, NULL);
-	if (G.nsessions >= mcp_settings.max_sessions) {
+	if (mcp_server_mod.nsessions >= mcp_settings.max_sessions) {
 		err_set(err, EAGAIN,
 			"The server is at its limit of %u MCP sessions; end one (DELETE /mcp) or "
 			"wait for idle ones to expire",
@@ -118,9 +118,9 @@ struct mcp_session *mcp_session_new(const char *owner, struct err *err, int *ret
 	s->quota_held = true;
 	s->refs = 1; /* the table's */
 	s->active_ms = time_mono_ms();
-	s->next = G.sessions;
-	G.sessions = s;
-	G.nsessions++;
+	s->next = mcp_server_mod.sessions;
+	mcp_server_mod.sessions = s;
+	mcp_server_mod.nsessions++;
 	return s;
 }
 
@@ -128,7 +128,7 @@ struct mcp_session *mcp_session_find(const char *id, const char *owner)
 {
 	if (!id)
 		return NULL;
-	for (struct mcp_session *s = G.sessions; s; s = s->next)
+	for (struct mcp_session *s = mcp_server_mod.sessions; s; s = s->next)
 		if (strcmp(s->id, id) == 0 && strcmp(s->owner, owner ? owner : "") == 0)
 			return s;
 	return NULL;
@@ -175,10 +175,10 @@ void mcp_session_end(struct mcp_session *s, const char *why)
 	if (s->ended)
 		return;
 	s->ended = true;
-	for (struct mcp_session **pp = &G.sessions; *pp; pp = &(*pp)->next) {
+	for (struct mcp_session **pp = &mcp_server_mod.sessions; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
-			G.nsessions--;
+			mcp_server_mod.nsessions--;
 			break;
 		}
 	}

@@ -19,20 +19,20 @@ static struct {
 	struct ui_assets assets;
 	bool loaded;
 	char *dir;
-} U;
+} ui_mod;
 
 void ui_init(const struct config *cfg)
 {
 	ui_shutdown();
 	struct err e;
-	int n = ui_assets_load(&U.assets, cfg->ui_dir, &e);
-	U.dir = strdup(cfg->ui_dir);
+	int n = ui_assets_load(&ui_mod.assets, cfg->ui_dir, &e);
+	ui_mod.dir = strdup(cfg->ui_dir);
 	if (n < 0) {
 		log_info("api", "no dashboard at /ui: %s (SANDBOX_UI_DIR)", e.msg);
 		return;
 	}
-	U.loaded = ui_assets_find(&U.assets, "index.html") != NULL;
-	if (!U.loaded)
+	ui_mod.loaded = ui_assets_find(&ui_mod.assets, "index.html") != NULL;
+	if (!ui_mod.loaded)
 		log_info("api", "no dashboard at /ui: `%s` has no index.html (SANDBOX_UI_DIR)",
 			 cfg->ui_dir);
 	else
@@ -41,10 +41,10 @@ void ui_init(const struct config *cfg)
 
 void ui_shutdown(void)
 {
-	ui_assets_free(&U.assets);
-	free(U.dir);
-	U.dir = NULL;
-	U.loaded = false;
+	ui_assets_free(&ui_mod.assets);
+	free(ui_mod.dir);
+	ui_mod.dir = NULL;
+	ui_mod.loaded = false;
 }
 
 static void security_headers(struct http_ctx *ctx)
@@ -72,14 +72,14 @@ static void security_headers(struct http_ctx *ctx)
 static void serve(struct http_ctx *ctx, const char *name)
 {
 	security_headers(ctx);
-	if (!U.loaded) {
+	if (!ui_mod.loaded) {
 		http_reply_error(ctx, 404,
 				 "The dashboard is not installed: `%s` has no index.html "
 				 "(SANDBOX_UI_DIR)",
-				 U.dir ? U.dir : "");
+				 ui_mod.dir ? ui_mod.dir : "");
 		return;
 	}
-	const struct ui_asset *a = ui_assets_find(&U.assets, name);
+	const struct ui_asset *a = ui_assets_find(&ui_mod.assets, name);
 	if (!a) {
 		http_reply_error(ctx, 404, "No such file in the dashboard");
 		return;

@@ -16,11 +16,11 @@ struct ticket {
 	uint64_t expires_ms;
 };
 
-static struct ticket T[TICKET_MAX];
+static struct ticket ticket_slots[TICKET_MAX];
 
 void ticket_reset(void)
 {
-	memset(T, 0, sizeof(T));
+	memset(ticket_slots, 0, sizeof(ticket_slots));
 }
 
 int ticket_issue(const char *owner, unsigned scopes, const char *session_id,
@@ -30,7 +30,7 @@ int ticket_issue(const char *owner, unsigned scopes, const char *session_id,
 	struct ticket *slot = NULL;
 	size_t mine = 0;
 	for (size_t i = 0; i < TICKET_MAX; i++) {
-		struct ticket *t = &T[i];
+		struct ticket *t = &ticket_slots[i];
 		if (t->secret[0] && t->expires_ms <= now)
 			t->secret[0] = '\0';
 		if (!t->secret[0]) {
@@ -61,7 +61,7 @@ bool ticket_take(const char *ticket, const char *session_id, char owner[40], uns
 		return false;
 	uint64_t now = time_mono_ms();
 	for (size_t i = 0; i < TICKET_MAX; i++) {
-		struct ticket *t = &T[i];
+		struct ticket *t = &ticket_slots[i];
 		if (!t->secret[0] || !auth_secure_equal(t->secret, ticket))
 			continue;
 		/* Found: whatever else is wrong, it is used up. */

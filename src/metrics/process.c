@@ -13,7 +13,7 @@
 static struct {
 	struct metric *cpu, *rss, *vsz, *fds, *max_fds, *start;
 	double start_time;
-} P;
+} process_mod;
 
 static double boot_time(void)
 {
@@ -34,8 +34,8 @@ static void refresh_memory(void)
 	unsigned long size, resident;
 	if (f && fscanf(f, "%lu %lu", &size, &resident) == 2) {
 		long page = sysconf(_SC_PAGESIZE);
-		metrics_set(P.vsz, (double)size * (double)page);
-		metrics_set(P.rss, (double)resident * (double)page);
+		metrics_set(process_mod.vsz, (double)size * (double)page);
+		metrics_set(process_mod.rss, (double)resident * (double)page);
 	}
 }
 
@@ -48,22 +48,22 @@ static void refresh_fds(void)
 	int n = -1; /* the directory's own fd */
 	while (readdir(d))
 		n++;
-	metrics_set(P.fds, (double)(n - 2)); /* "." and ".." */
+	metrics_set(process_mod.fds, (double)(n - 2)); /* "." and ".." */
 }
 
 static void refresh(void *arg)
 {
 	struct rusage ru;
 	if (getrusage(RUSAGE_SELF, &ru) == 0)
-		metrics_set(P.cpu, (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-					   (double)ru.ru_stime.tv_sec +
-					   (double)ru.ru_stime.tv_usec / 1e6);
+		metrics_set(process_mod.cpu,
+			    (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+				    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
 	refresh_memory();
 	refresh_fds();
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
-		metrics_set(P.max_fds, (double)rl.rlim_cur);
-	metrics_set(P.start, P.start_time);
+		metrics_set(process_mod.max_fds, (double)rl.rlim_cur);
+	metrics_set(process_mod.start, process_mod.start_time);
 }
 
 /* Field 22 of /proc/self/stat: start time in clock ticks since boot. */
@@ -85,13 +85,17 @@ static double start_time(void)
 
 void metrics_process_init(void)
 {
-	P.cpu = metrics_counter("process_cpu_seconds_total", "User and system CPU seconds", NULL);
-	P.rss = metrics_gauge("process_resident_memory_bytes", "Resident memory in bytes", NULL);
-	P.vsz = metrics_gauge("process_virtual_memory_bytes", "Virtual memory in bytes", NULL);
-	P.fds = metrics_gauge("process_open_fds", "Open file descriptors", NULL);
-	P.max_fds = metrics_gauge("process_max_fds", "File descriptor limit", NULL);
-	P.start = metrics_gauge("process_start_time_seconds",
-				"Start time of the process since the epoch in seconds", NULL);
-	P.start_time = start_time();
+	process_mod.cpu =
+		metrics_counter("process_cpu_seconds_total", "User and system CPU seconds", NULL);
+	process_mod.rss =
+		metrics_gauge("process_resident_memory_bytes", "Resident memory in bytes", NULL);
+	process_mod.vsz =
+		metrics_gauge("process_virtual_memory_bytes", "Virtual memory in bytes", NULL);
+	process_mod.fds = metrics_gauge("process_open_fds", "Open file descriptors", NULL);
+	process_mod.max_fds = metrics_gauge("process_max_fds", "File descriptor limit", NULL);
+	process_mod.start =
+		metrics_gauge("process_start_time_seconds",
+			      "Start time of the process since the epoch in seconds", NULL);
+	process_mod.start_time = start_time();
 	metrics_on_scrape(refresh, NULL);
 }

@@ -60,7 +60,7 @@ static struct {
 	struct net_resolver *resolvers; /* every one, for make_room */
 	uint8_t rnd[256];
 	size_t rnd_left;
-} G;
+} resolver_mod;
 
 struct tcp_client;
 
@@ -115,12 +115,13 @@ struct net_resolver {
 
 static uint16_t random_id(void)
 {
-	if (G.rnd_left < 2) {
-		random_bytes(G.rnd, sizeof(G.rnd));
-		G.rnd_left = sizeof(G.rnd);
+	if (resolver_mod.rnd_left < 2) {
+		random_bytes(resolver_mod.rnd, sizeof(resolver_mod.rnd));
+		resolver_mod.rnd_left = sizeof(resolver_mod.rnd);
 	}
-	G.rnd_left -= 2;
-	return (uint16_t)(G.rnd[G.rnd_left] << 8 | G.rnd[G.rnd_left + 1]);
+	resolver_mod.rnd_left -= 2;
+	return (uint16_t)(resolver_mod.rnd[resolver_mod.rnd_left] << 8 |
+			  resolver_mod.rnd[resolver_mod.rnd_left + 1]);
 }
 
 static void count(const char *decision, const char *reason)
@@ -130,7 +131,7 @@ static void count(const char *decision, const char *reason)
 
 unsigned net_resolver_pending_total(void)
 {
-	return G.pending_total;
+	return resolver_mod.pending_total;
 }
 
 /* --- upstream servers --------------------------------------------------------------- */
@@ -201,20 +202,20 @@ int net_resolver_set_upstreams(const char *list, struct err *err)
 		if (n == MAX_UPSTREAMS)
 			return err_set(err, E2BIG, "VM_DNS_UPSTREAM: at most %d servers",
 				       MAX_UPSTREAMS);
-		int r = parse_upstream(item, &G.v[n], err);
+		int r = parse_upstream(item, &resolver_mod.v[n], err);
 		if (r < 0)
 			return r;
 		n++;
 	}
 	if (n == 0)
 		return err_set(err, EINVAL, "VM_DNS_UPSTREAM: no server given");
-	G.n = n;
+	resolver_mod.n = n;
 	return 0;
 }
 
 void net_resolver_clear_upstreams(void)
 {
-	G.n = 0;
+	resolver_mod.n = 0;
 }
 
 /* --- answers to the sandbox --------------------------------------------------------- */
@@ -344,14 +345,14 @@ static int allow_addrs(struct net_resolver *r, const struct dns_addr *a, size_t 
 static struct group *group_get(const char *name)
 {
 	struct group *g;
-	for (g = G.groups; g; g = g->next)
+	for (g = resolver_mod.groups; g; g = g->next)
 		if (!strcmp(g->name, name))
 			break;
 	if (!g) {
 		g = xcalloc(1, sizeof(*g));
 		g->name = xstrdup(name);
-		g->next = G.groups;
-		G.groups = g;
+		g->next = resolver_mod.groups;
+		resolver_mod.groups = g;
 	}
 	g->nresolvers++;
 	return g;
@@ -361,7 +362,7 @@ static void group_put(struct group *g)
 {
 	if (--g->nresolvers)
 		return;
-	for (struct group **pp = &G.groups; *pp; pp = &(*pp)->next)
+	for (struct group **pp = &resolver_mod.groups; *pp; pp = &(*pp)->next)
 		if (*pp == g) {
 			*pp = g->next;
 			break;
@@ -396,12 +397,12 @@ static void pending_count(struct net_resolver *r, int d)
 		if (r->npending++ == 0)
 			g->nactive++;
 		g->npending++;
-		G.pending_total++;
+		resolver_mod.pending_total++;
 	} else {
 		if (--r->npending == 0)
 			g->nactive--;
 		g->npending--;
-		G.pending_total--;
+		resolver_mod.pending_total--;
 	}
 }
 
@@ -415,7 +416,7 @@ static unsigned at_least_floor(unsigned n)
 static unsigned group_limit(const struct group *g, const struct net_resolver *asking)
 {
 	unsigned active = 0;
-	for (const struct group *x = G.groups; x; x = x->next)
+	for (const struct group *x = resolver_mod.groups; x; x = x->next)
 		active += x->npending > 0 || x == g || x == asking->group;
 	return at_least_floor(PENDING_TOTAL / (active ? active : 1));
 }
@@ -440,7 +441,7 @@ static bool make_room(const struct net_resolver *r)
 	/* The owner most beyond its share, else r's own (r and its owner are within theirs). */
 	struct group *worst = r->group;
 	long most = 0;
-	for (struct group *g = G.groups; g; g = g->next) {
+	for (struct group *g = resolver_mod.groups; g; g = g->next) {
 		long over = (long)g->npending - (long)group_limit(g, r);
 		if (over > most) {
 			most = over;
@@ -451,7 +452,7 @@ static bool make_room(const struct net_resolver *r)
 	struct net_resolver *victim = NULL;
 	long vmost = 0;
 	unsigned held = 0;
-	for (struct net_resolver *x = G.resolvers; x; x = x->next_all) {
+	for (struct net_resolver *x = resolver_mod.resolvers; x; x = x->next_all) {
 		if (x->group != worst || x == r || !x->npending)
 			continue;
 		long over = (long)x->npending - (long)resolver_limit(x, r);
@@ -506,7 +507,7 @@ static void on_upstream(evutil_socket_t fd, short what, void *arg);
 /* Sends the query to the next server with a fresh socket and id. */
 static int attempt(struct pending *p)
 {
-	const struct upstream *u = &G.v[p->attempt % G.n];
+	const struct upstream *u = &resolver_mod.v[p->attempt % resolver_mod.n];
 	p->attempt++;
 	if (p->ev) {
 		event_free(p->ev);
@@ -615,9 +616,9 @@ static void handle_query(struct net_resolver *r, struct tcp_client *tc, const st
 	/* The budget (PENDING_TOTAL) is shared fairly: an owner may hold its share, a sandbox
 	 * its share of its owner's, and one within its share takes a slot from the one most
 	 * beyond its own when the budget is spent. */
-	if (G.n == 0 || r->npending >= resolver_limit(r, r) ||
+	if (resolver_mod.n == 0 || r->npending >= resolver_limit(r, r) ||
 	    r->group->npending >= group_limit(r->group, r) ||
-	    (G.pending_total >= PENDING_TOTAL && !make_room(r))) {
+	    (resolver_mod.pending_total >= PENDING_TOTAL && !make_room(r))) {
 		count("error", "dns_busy");
 		reply_error(r, tc, peer, peer_len, msg, len, qend, DNS_RCODE_SERVFAIL);
 		return;
@@ -758,8 +759,8 @@ struct net_resolver *net_resolver_new(struct event_base *base, int udp_fd, int t
 	struct net_resolver *r = xcalloc(1, sizeof(*r));
 	r->base = base;
 	r->group = group_get(owner ? owner : "");
-	r->next_all = G.resolvers;
-	G.resolvers = r;
+	r->next_all = resolver_mod.resolvers;
+	resolver_mod.resolvers = r;
 	r->policy = policy;
 	snprintf(r->ifname, sizeof(r->ifname), "%s", ifname);
 	r->udp_fd = udp_fd;
@@ -781,7 +782,7 @@ void net_resolver_free(struct net_resolver *r)
 		return;
 	while (r->pending)
 		pending_free(r->pending);
-	for (struct net_resolver **pp = &G.resolvers; *pp; pp = &(*pp)->next_all)
+	for (struct net_resolver **pp = &resolver_mod.resolvers; *pp; pp = &(*pp)->next_all)
 		if (*pp == r) {
 			*pp = r->next_all;
 			break;

@@ -33,12 +33,12 @@
 static struct {
 	struct event_base *base;
 	const struct config *cfg;
-} O;
+} ops_mod;
 
 void ops_init(struct event_base *base, const struct config *cfg)
 {
-	O.base = base;
-	O.cfg = cfg;
+	ops_mod.base = base;
+	ops_mod.cfg = cfg;
 }
 
 static void target_copy(struct ops_target *dst, const struct ops_target *t)
@@ -157,7 +157,7 @@ static int admit(const struct ops_target *t, enum quota_kind k, bool *held, stru
  * started an operation has returned its handle. */
 static struct event *defer(event_callback_fn fn, void *arg)
 {
-	struct event *ev = evtimer_new(O.base, fn, arg);
+	struct event *ev = evtimer_new(ops_mod.base, fn, arg);
 	struct timeval tv = { 0, 0 };
 	evtimer_add(ev, &tv);
 	return ev;
@@ -516,7 +516,7 @@ struct ops_exec *ops_execute(const struct ops_target *t, const struct ops_exec_r
 		err_set(err, EINVAL, "\"command\" is required");
 		return NULL;
 	}
-	uint64_t timeout = req->has_timeout ? req->timeout_ms : O.cfg->default_timeout_ms;
+	uint64_t timeout = req->has_timeout ? req->timeout_ms : ops_mod.cfg->default_timeout_ms;
 	if (timeout > EXEC_MAX_TIMEOUT_MS) {
 		err_set(err, EINVAL, "\"timeout\" must be at most %llu ms (a week)",
 			(unsigned long long)EXEC_MAX_TIMEOUT_MS);
@@ -782,9 +782,9 @@ static void watch_start(evutil_socket_t fd, short what, void *arg)
 	watches_open++;
 	metrics_set(metrics_daemon.watches_active, watches_open);
 	/* An agent that never says the watch is in place holds nothing for long. */
-	guest_op_set_timeout(w->op, O.cfg->file_op_timeout_ms, "watch");
+	guest_op_set_timeout(w->op, ops_mod.cfg->file_op_timeout_ms, "watch");
 	if (w->timeout_ms) {
-		w->timer = evtimer_new(O.base, watch_on_timer, w);
+		w->timer = evtimer_new(ops_mod.base, watch_on_timer, w);
 		struct timeval tv = { .tv_sec = (time_t)(w->timeout_ms / 1000),
 				      .tv_usec = (suseconds_t)(w->timeout_ms % 1000) * 1000 };
 		evtimer_add(w->timer, &tv);
@@ -835,8 +835,9 @@ struct ops_watch *ops_watch(const struct ops_target *t, const struct ops_watch_r
 	w->cbs = cbs;
 	w->arg = arg;
 	w->timeout_ms = req->timeout_ms;
-	w->request = json_pack("{s:s, s:s, s:b, s:i}", "op", "watch", "path", req->path,
-			       "recursive", req->recursive, "maxWatches", O.cfg->watch_max_dirs);
+	w->request =
+		json_pack("{s:s, s:s, s:b, s:i}", "op", "watch", "path", req->path, "recursive",
+			  req->recursive, "maxWatches", ops_mod.cfg->watch_max_dirs);
 	if (req->events && json_is_array(req->events))
 		json_object_set(w->request, "events", req->events);
 	w->start_ev = defer(watch_start, w);
@@ -1393,11 +1394,11 @@ static void call_run(struct ops_call *c, struct session *s)
 			guest_op_eof(c->op);
 		/* Until it is made; then as long as its caller wants (the proxy bounds idleness).
 		 */
-		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "connection");
+		guest_op_set_timeout(c->op, ops_mod.cfg->file_op_timeout_ms, "connection");
 		return;
 	}
 	if (c->kind != CALL_ATTACH)
-		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms,
+		guest_op_set_timeout(c->op, ops_mod.cfg->file_op_timeout_ms,
 				     c->kind >= CALL_SPAWN ? "process operation"
 							   : "file operation");
 	if (c->kind == CALL_WRITE || c->kind == CALL_INPUT) {
@@ -1454,7 +1455,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 			return;
 		}
 		if (c->kind == CALL_CONNECT) {
-			if (s->proxied >= O.cfg->preview_max_connections) {
+			if (s->proxied >= ops_mod.cfg->preview_max_connections) {
 				err_set(&e, EAGAIN,
 					"session `%s` has %u connections to its ports open, its "
 					"limit (SANDBOX_PREVIEW_MAX_CONNECTIONS)",
@@ -1463,7 +1464,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 				return;
 			}
 			if (c->t.anonymous &&
-			    s->proxied_anonymous >= ops_anonymous_connections(O.cfg)) {
+			    s->proxied_anonymous >= ops_anonymous_connections(ops_mod.cfg)) {
 				err_set(&e, EAGAIN,
 					"session `%s` has %u connections from visitors without its "
 					"key or token open, their share of "
@@ -1557,7 +1558,7 @@ struct ops_call *ops_write_file(const struct ops_target *t, const char *path, ui
 	c->data = data;
 	c->len = len;
 	c->request = json_pack("{s:s, s:s, s:I}", "op", "write", "path", path, "maxBytes",
-			       (json_int_t)O.cfg->max_body_bytes);
+			       (json_int_t)ops_mod.cfg->max_body_bytes);
 	if (mode >= 0)
 		json_object_set_new(c->request, "mode", json_integer(mode));
 	return c;
@@ -1568,8 +1569,8 @@ struct ops_call *ops_read_file(const struct ops_target *t, const char *path, siz
 {
 	if (check_target(t, false, err) < 0 || check_path(path, err) < 0)
 		return NULL;
-	if (max_bytes == 0 || max_bytes > O.cfg->max_read_bytes)
-		max_bytes = O.cfg->max_read_bytes;
+	if (max_bytes == 0 || max_bytes > ops_mod.cfg->max_read_bytes)
+		max_bytes = ops_mod.cfg->max_read_bytes;
 	bool held;
 	if (admit(t, QUOTA_FILE_OPS, &held, err) < 0)
 		return NULL;
@@ -1591,7 +1592,7 @@ struct ops_call *ops_read_stream(const struct ops_target *t, const char *path, b
 	struct ops_call *c = call_new(CALL_READ, t, path, done, arg);
 	c->rcbs = cbs;
 	c->check_text = check_text;
-	c->max_bytes = O.cfg->max_read_bytes;
+	c->max_bytes = ops_mod.cfg->max_read_bytes;
 	c->request = json_pack("{s:s, s:s, s:I, s:b, s:b}", "op", "read", "path", path, "maxBytes",
 			       (json_int_t)c->max_bytes, "info", 1, "checkText", check_text);
 	return c;
@@ -1603,7 +1604,7 @@ void ops_call_consumed(struct ops_call *c, size_t n)
 		return;
 	guest_op_consumed(c->op, n);
 	if (c->kind == CALL_READ && c->rcbs) /* the agent has credit: it owes the rest */
-		guest_op_set_timeout(c->op, O.cfg->file_op_timeout_ms, "file operation");
+		guest_op_set_timeout(c->op, ops_mod.cfg->file_op_timeout_ms, "file operation");
 }
 
 struct ops_call *ops_list_files(const struct ops_target *t, const char *path, bool recursive,
@@ -1902,7 +1903,7 @@ struct ops_call *ops_spawn(const struct ops_target *t, const struct ops_spawn_re
 		err_set(err, EINVAL, "a terminal has 1 to %d rows and columns", OPS_TERMINAL_MAX);
 		return NULL;
 	}
-	uint64_t replay = req->replay_bytes ? req->replay_bytes : O.cfg->process_replay_bytes;
+	uint64_t replay = req->replay_bytes ? req->replay_bytes : ops_mod.cfg->process_replay_bytes;
 	if (replay < OPS_REPLAY_MIN || replay > OPS_REPLAY_MAX) {
 		err_set(err, EINVAL, "\"replayBytes\" must be between %u and %u", OPS_REPLAY_MIN,
 			OPS_REPLAY_MAX);
@@ -1913,11 +1914,12 @@ struct ops_call *ops_spawn(const struct ops_target *t, const struct ops_spawn_re
 	json_t *argv = NULL;
 	if (build_argv(x, &argv, err) < 0)
 		return NULL;
-	json_t *request = json_pack(
-		"{s:s, s:o, s:I, s:b, s:I, s:I, s:I}", "op", "spawn", "argv", argv, "timeoutMs",
-		(json_int_t)(x->has_timeout ? x->timeout_ms : 0), "stdin", req->stdin_open,
-		"replayBytes", (json_int_t)replay, "maxProcesses", (json_int_t)O.cfg->max_processes,
-		"maxReplayBytes", (json_int_t)O.cfg->session_replay_bytes);
+	json_t *request =
+		json_pack("{s:s, s:o, s:I, s:b, s:I, s:I, s:I}", "op", "spawn", "argv", argv,
+			  "timeoutMs", (json_int_t)(x->has_timeout ? x->timeout_ms : 0), "stdin",
+			  req->stdin_open, "replayBytes", (json_int_t)replay, "maxProcesses",
+			  (json_int_t)ops_mod.cfg->max_processes, "maxReplayBytes",
+			  (json_int_t)ops_mod.cfg->session_replay_bytes);
 	json_t *env = x->env && json_is_object(x->env) ? json_deep_copy(x->env) : json_object();
 	if (req->pty && !json_object_get(env, "TERM"))
 		json_object_set_new(env, "TERM",

@@ -64,7 +64,7 @@ static struct {
 	pid_t pid;        /* the spawner's while it is there, or a lost one's not yet reaped */
 	uint64_t lost_at; /* when it was lost (time_mono_ms); 0: never started */
 	_Atomic uint64_t via, direct;
-} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .sock = -1 };
+} spawner_mod = { .lock = PTHREAD_MUTEX_INITIALIZER, .sock = -1 };
 
 static int start_locked(struct err *err);
 
@@ -181,15 +181,15 @@ static unsigned char *encode(const struct spawn_plan *p, uint64_t flags, bool cg
 /* Reaps a lost spawner if it is gone; true when there is none left to reap. Locked. */
 static bool reap_lost(void)
 {
-	if (S.pid <= 0)
+	if (spawner_mod.pid <= 0)
 		return true;
 	pid_t r;
 	do
-		r = waitpid(S.pid, NULL, WNOHANG);
+		r = waitpid(spawner_mod.pid, NULL, WNOHANG);
 	while (r < 0 && errno == EINTR);
 	if (r == 0)
 		return false;
-	S.pid = 0;
+	spawner_mod.pid = 0;
 	return true;
 }
 
@@ -199,10 +199,10 @@ static void lost(const char *why)
 {
 	log_warn("spawn",
 		 "the spawner (pid %d) %s; children are cloned by the daemon until it is replaced",
-		 (int)S.pid, why);
-	close(TAKE_FD(S.sock));
-	kill(S.pid, SIGKILL);
-	S.lost_at = time_mono_ms();
+		 (int)spawner_mod.pid, why);
+	close(TAKE_FD(spawner_mod.sock));
+	kill(spawner_mod.pid, SIGKILL);
+	spawner_mod.lost_at = time_mono_ms();
 	reap_lost();
 }
 
@@ -210,16 +210,16 @@ static void lost(const char *why)
  * Locked. */
 static void maybe_restart(void)
 {
-	if (S.sock >= 0 || !S.lost_at || time_mono_ms() - S.lost_at < SPAWNER_RESTART_MS ||
-	    !reap_lost())
+	if (spawner_mod.sock >= 0 || !spawner_mod.lost_at ||
+	    time_mono_ms() - spawner_mod.lost_at < SPAWNER_RESTART_MS || !reap_lost())
 		return;
 	struct err e = { 0 };
 	if (start_locked(&e) < 0) {
 		log_warn("spawn", "%s", e.msg);
-		S.lost_at = time_mono_ms();
+		spawner_mod.lost_at = time_mono_ms();
 		return;
 	}
-	log_info("spawn", "a new spawner (pid %d) replaces the one lost", (int)S.pid);
+	log_info("spawn", "a new spawner (pid %d) replaces the one lost", (int)spawner_mod.pid);
 }
 
 /* One message with nfd descriptors attached (SCM_RIGHTS); 0 or a negative errno. Used on
@@ -255,7 +255,7 @@ static int send_fds(int sock, const void *msg, size_t len, const int *fds, size_
 static int recv_reply(struct reply *rep, int *pidfd)
 {
 	*pidfd = -1;
-	struct pollfd pfd = { .fd = S.sock, .events = POLLIN };
+	struct pollfd pfd = { .fd = spawner_mod.sock, .events = POLLIN };
 	uint64_t deadline = time_deadline(SPAWNER_TIMEOUT_MS);
 	int r;
 	do
@@ -267,7 +267,7 @@ static int recv_reply(struct reply *rep, int *pidfd)
 		return -ETIMEDOUT;
 	size_t nfd;
 	int mflags;
-	ssize_t n = spawn_recv_fds(S.sock, rep, sizeof(*rep), pidfd, 1, &nfd, &mflags);
+	ssize_t n = spawn_recv_fds(spawner_mod.sock, rep, sizeof(*rep), pidfd, 1, &nfd, &mflags);
 	if (n < 0)
 		return (int)n;
 	if (!nfd)
@@ -283,17 +283,17 @@ static int recv_reply(struct reply *rep, int *pidfd)
 bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long *pid, int *pidfd,
 		   bool *placed)
 {
-	pthread_mutex_lock(&S.lock);
+	pthread_mutex_lock(&spawner_mod.lock);
 	maybe_restart();
 	size_t len = 0;
 	_cleanup_free_ unsigned char *msg =
-		S.sock >= 0 ? encode(plan, flags, cgroup_fd >= 0, &len) : NULL;
+		spawner_mod.sock >= 0 ? encode(plan, flags, cgroup_fd >= 0, &len) : NULL;
 	_cleanup_close_pair_ int gate[2] = { -1, -1 };
 	if (msg && pipe2(gate, O_CLOEXEC) < 0)
 		msg = (free(msg), NULL);
 	if (!msg) {
-		pthread_mutex_unlock(&S.lock);
-		atomic_fetch_add(&S.direct, 1);
+		pthread_mutex_unlock(&spawner_mod.lock);
+		atomic_fetch_add(&spawner_mod.direct, 1);
 		return false;
 	}
 	int fds[SPAWN_MSG_MAX_FDS];
@@ -305,7 +305,7 @@ bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long 
 	if (cgroup_fd >= 0)
 		fds[nfd++] = cgroup_fd;
 
-	int r = send_fds(S.sock, msg, len, fds, nfd);
+	int r = send_fds(spawner_mod.sock, msg, len, fds, nfd);
 	if (r == -EPIPE || r == -ECONNRESET)
 		lost("is gone");
 	struct reply rep;
@@ -317,8 +317,8 @@ bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long 
 	if (r < 0) {
 		/* Not cloned, or cloned and held at the gate, which closes below: the child ends
 		 * before its first step. Either way the daemon clones it itself. */
-		pthread_mutex_unlock(&S.lock);
-		atomic_fetch_add(&S.direct, 1);
+		pthread_mutex_unlock(&spawner_mod.lock);
+		atomic_fetch_add(&spawner_mod.direct, 1);
 		return false;
 	}
 	if (rep.pid > 0) {
@@ -331,23 +331,23 @@ bool spawner_clone(struct spawn_plan *plan, uint64_t flags, int cgroup_fd, long 
 	}
 	*pid = rep.pid;
 	*placed = rep.placed != 0;
-	atomic_fetch_add(&S.via, 1);
-	pthread_mutex_unlock(&S.lock);
+	atomic_fetch_add(&spawner_mod.via, 1);
+	pthread_mutex_unlock(&spawner_mod.lock);
 	return true;
 }
 
 pid_t spawner_pid(void)
 {
-	pthread_mutex_lock(&S.lock);
-	pid_t pid = S.sock >= 0 ? S.pid : 0;
-	pthread_mutex_unlock(&S.lock);
+	pthread_mutex_lock(&spawner_mod.lock);
+	pid_t pid = spawner_mod.sock >= 0 ? spawner_mod.pid : 0;
+	pthread_mutex_unlock(&spawner_mod.lock);
 	return pid;
 }
 
 void spawner_counts(uint64_t *via_spawner, uint64_t *direct)
 {
-	*via_spawner = atomic_load(&S.via);
-	*direct = atomic_load(&S.direct);
+	*via_spawner = atomic_load(&spawner_mod.via);
+	*direct = atomic_load(&spawner_mod.direct);
 }
 
 /*
@@ -532,30 +532,30 @@ static int start_locked(struct err *err)
 		close(sv[0]);
 		return err_sys(err, e, "spawner: fork");
 	}
-	S.sock = sv[0];
-	S.pid = pid;
+	spawner_mod.sock = sv[0];
+	spawner_mod.pid = pid;
 	return 0;
 }
 
 int spawner_start(struct err *err)
 {
-	pthread_mutex_lock(&S.lock);
-	int r = S.sock >= 0 ? 0 : start_locked(err);
-	pthread_mutex_unlock(&S.lock);
+	pthread_mutex_lock(&spawner_mod.lock);
+	int r = spawner_mod.sock >= 0 ? 0 : start_locked(err);
+	pthread_mutex_unlock(&spawner_mod.lock);
 	return r;
 }
 
 void spawner_stop(void)
 {
-	pthread_mutex_lock(&S.lock);
-	if (S.sock >= 0) {
-		close(TAKE_FD(S.sock));
-		kill(S.pid, SIGKILL);
+	pthread_mutex_lock(&spawner_mod.lock);
+	if (spawner_mod.sock >= 0) {
+		close(TAKE_FD(spawner_mod.sock));
+		kill(spawner_mod.pid, SIGKILL);
 	}
-	if (S.pid > 0)
-		while (waitpid(S.pid, NULL, 0) < 0 && errno == EINTR)
+	if (spawner_mod.pid > 0)
+		while (waitpid(spawner_mod.pid, NULL, 0) < 0 && errno == EINTR)
 			;
-	S.pid = 0;
-	S.lost_at = 0;
-	pthread_mutex_unlock(&S.lock);
+	spawner_mod.pid = 0;
+	spawner_mod.lost_at = 0;
+	pthread_mutex_unlock(&spawner_mod.lock);
 }

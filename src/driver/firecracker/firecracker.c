@@ -102,7 +102,7 @@ static struct {
 	bool have_cgroots;
 	char *saved_dir;          /* SANDBOX_STATE_DIR/fc-saved: saved VMs */
 	const struct config *cfg; /* for what the driver is called without it (saves) */
-} F = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} fc_mod = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void tap_netns_remove(const char *path);
 
@@ -140,17 +140,17 @@ static int fc_init(const struct config *cfg, struct err *err)
 	int r = fs_mkdir_p(cfg->fc_jail_base, 0711);
 	if (r < 0)
 		return err_sys(err, -r, "cannot create `%s`", cfg->fc_jail_base);
-	pthread_mutex_lock(&F.lock);
-	F.cfg = cfg;
-	free(F.saved_dir);
-	F.saved_dir = xasprintf("%s/fc-saved", cfg->state_dir);
-	if (!F.have_cgroots) {
-		r = cgroup_root_detect(CGROUP_ROOT, &F.cgroots, err);
+	pthread_mutex_lock(&fc_mod.lock);
+	fc_mod.cfg = cfg;
+	free(fc_mod.saved_dir);
+	fc_mod.saved_dir = xasprintf("%s/fc-saved", cfg->state_dir);
+	if (!fc_mod.have_cgroots) {
+		r = cgroup_root_detect(CGROUP_ROOT, &fc_mod.cgroots, err);
 		if (r == 0)
-			r = cgroup_init(&F.cgroots, err);
-		F.have_cgroots = r == 0;
+			r = cgroup_init(&fc_mod.cgroots, err);
+		fc_mod.have_cgroots = r == 0;
 	}
-	pthread_mutex_unlock(&F.lock);
+	pthread_mutex_unlock(&fc_mod.lock);
 	return r;
 }
 
@@ -407,7 +407,7 @@ static int vm_launch(const struct config *cfg, struct fc_vm *vm, const char *id,
 		log_warn("firecracker", "sandbox %s: no pid file from the jailer", id);
 	/* The jailer has handed over to Firecracker in its new pid namespace. */
 	waitpid(vm->jailer, NULL, WNOHANG);
-	if (F.have_cgroots && cgroup_open(&F.cgroots, id, &vm->cg, NULL) < 0)
+	if (fc_mod.have_cgroots && cgroup_open(&fc_mod.cgroots, id, &vm->cg, NULL) < 0)
 		vm->cg = NULL;
 	return fc_api_version(vm->api_sock, &vm->version, err);
 }
@@ -697,8 +697,8 @@ static int snapshot_install(const char *dir, const char *tmp, json_t *meta, stru
 	return r;
 }
 
-/* Builds the template's snapshot unless the one it has was made from `want`. Called with F.lock
- * held; the template's lock file keeps other daemons out. */
+/* Builds the template's snapshot unless the one it has was made from `want`. Called with
+ * fc_mod.lock held; the template's lock file keeps other daemons out. */
 static int snapshot_ensure(const struct config *cfg, struct template *t,
 			   const struct sandbox_limits *l, const json_t *want, struct err *err)
 {
@@ -740,9 +740,9 @@ static int fc_prepare(const struct config *cfg, struct template *t, struct err *
 	if (r < 0)
 		return r;
 	json_auto_t *want = snapshot_identity(cfg, t, &l, &v);
-	pthread_mutex_lock(&F.lock);
+	pthread_mutex_lock(&fc_mod.lock);
 	r = snapshot_ensure(cfg, t, &l, want, err);
-	pthread_mutex_unlock(&F.lock);
+	pthread_mutex_unlock(&fc_mod.lock);
 	return r;
 }
 
@@ -781,8 +781,8 @@ static int restore(const struct config *cfg, struct fc_vm *vm, const struct temp
 /* A save's directory, by a name checked like a sandbox id. */
 static char *saved_path(const char *name, const char *file)
 {
-	return file ? xasprintf("%s/%s/%s", F.saved_dir, name, file)
-		    : xasprintf("%s/%s", F.saved_dir, name);
+	return file ? xasprintf("%s/%s/%s", fc_mod.saved_dir, name, file)
+		    : xasprintf("%s/%s", fc_mod.saved_dir, name);
 }
 
 static json_t *file_identity(const struct stat *st)
@@ -872,11 +872,11 @@ static int save_vm(struct sandbox *sb, const char *name, bool fork, bool durable
 	if (!cgroup_id_valid(name))
 		return err_set(err, EINVAL, "firecracker: sandbox id `%s` is too long to save",
 			       sb->id);
-	int r = fs_mkdir_p(F.saved_dir, 0700);
+	int r = fs_mkdir_p(fc_mod.saved_dir, 0700);
 	if (r < 0)
-		return err_sys(err, -r, "firecracker: cannot create `%s`", F.saved_dir);
+		return err_sys(err, -r, "firecracker: cannot create `%s`", fc_mod.saved_dir);
 	_cleanup_free_ char *final = saved_path(name, NULL);
-	_cleanup_free_ char *tmp = xasprintf("%s/.tmp-%s", F.saved_dir, name);
+	_cleanup_free_ char *tmp = xasprintf("%s/.tmp-%s", fc_mod.saved_dir, name);
 	fs_rm_rf(tmp, NULL);
 	if (mkdir(tmp, 0700) < 0)
 		return err_sys(err, errno, "firecracker: cannot create `%s`", tmp);
@@ -888,7 +888,7 @@ static int save_vm(struct sandbox *sb, const char *name, bool fork, bool durable
 		r = err_sys(err, errno, "firecracker: rename `%s`", tmp);
 	if (r == 0) {
 		if (durable)
-			sync_path(F.saved_dir, NULL);
+			sync_path(fc_mod.saved_dir, NULL);
 		*ret_keep = keep;
 		return 0;
 	}
@@ -1099,7 +1099,7 @@ static void fc_hibernated_discard(const json_t *keep)
 /* Removes what no record names: a save a crash orphaned, one half made. */
 static void fc_hibernated_sweep(json_t *const *keeps, size_t n)
 {
-	_cleanup_closedir_ DIR *d = F.saved_dir ? opendir(F.saved_dir) : NULL;
+	_cleanup_closedir_ DIR *d = fc_mod.saved_dir ? opendir(fc_mod.saved_dir) : NULL;
 	if (!d)
 		return;
 	struct dirent *de;
@@ -1113,7 +1113,7 @@ static void fc_hibernated_sweep(json_t *const *keeps, size_t n)
 		}
 		if (named)
 			continue;
-		_cleanup_free_ char *p = xasprintf("%s/%s", F.saved_dir, de->d_name);
+		_cleanup_free_ char *p = xasprintf("%s/%s", fc_mod.saved_dir, de->d_name);
 		log_info("firecracker", "removing `%s`: no session or snapshot keeps it", p);
 		if (fs_rm_rf(p, NULL) < 0)
 			log_warn("firecracker", "cannot remove `%s`", p);

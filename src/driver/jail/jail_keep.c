@@ -51,7 +51,7 @@ static struct {
 	unsigned next;               /* the next slot's number */
 	int start_ret;               /* the keeper's start: 0, or a negative errno */
 	bool started;
-} K = {
+} keeper_mod = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
 	.dir = -1,
@@ -97,33 +97,33 @@ static int keeper_setup(void)
 	    fchdir(t) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
 	    umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
 		return -errno;
-	K.dir = TAKE_FD(t);
+	keeper_mod.dir = TAKE_FD(t);
 	return 0;
 }
 
 static void *keeper_main(void *arg)
 {
 	(void)arg;
-	pthread_mutex_lock(&K.lock);
-	K.start_ret = keeper_setup();
-	K.started = true;
-	pthread_cond_broadcast(&K.cond);
-	if (K.start_ret < 0) {
-		pthread_mutex_unlock(&K.lock);
+	pthread_mutex_lock(&keeper_mod.lock);
+	keeper_mod.start_ret = keeper_setup();
+	keeper_mod.started = true;
+	pthread_cond_broadcast(&keeper_mod.cond);
+	if (keeper_mod.start_ret < 0) {
+		pthread_mutex_unlock(&keeper_mod.lock);
 		return NULL;
 	}
 	for (;;) {
-		while (!K.pending)
-			pthread_cond_wait(&K.cond, &K.lock);
-		struct keeper_call *c = K.pending;
-		K.pending = NULL;
+		while (!keeper_mod.pending)
+			pthread_cond_wait(&keeper_mod.cond, &keeper_mod.lock);
+		struct keeper_call *c = keeper_mod.pending;
+		keeper_mod.pending = NULL;
 		/* Unlocked: fn may ask for the mode, and callers may queue meanwhile. */
-		pthread_mutex_unlock(&K.lock);
+		pthread_mutex_unlock(&keeper_mod.lock);
 		int ret = c->fn(c->arg);
-		pthread_mutex_lock(&K.lock);
+		pthread_mutex_lock(&keeper_mod.lock);
 		c->ret = ret;
 		c->done = true;
-		pthread_cond_broadcast(&K.cond);
+		pthread_cond_broadcast(&keeper_mod.cond);
 	}
 	return NULL;
 }
@@ -131,27 +131,27 @@ static void *keeper_main(void *arg)
 /* Runs c->fn on the keeper thread and returns what it returned. */
 static int keeper_run(struct keeper_call *c)
 {
-	pthread_mutex_lock(&K.lock);
-	while (K.pending)
-		pthread_cond_wait(&K.cond, &K.lock);
-	K.pending = c;
-	pthread_cond_broadcast(&K.cond);
+	pthread_mutex_lock(&keeper_mod.lock);
+	while (keeper_mod.pending)
+		pthread_cond_wait(&keeper_mod.cond, &keeper_mod.lock);
+	keeper_mod.pending = c;
+	pthread_cond_broadcast(&keeper_mod.cond);
 	while (!c->done)
-		pthread_cond_wait(&K.cond, &K.lock);
-	pthread_mutex_unlock(&K.lock);
+		pthread_cond_wait(&keeper_mod.cond, &keeper_mod.lock);
+	pthread_mutex_unlock(&keeper_mod.lock);
 	return c->ret;
 }
 
 int jail_keep_attach(int mnt, char *path, size_t len, struct err *err)
 {
 	char name[16];
-	snprintf(name, sizeof(name), "%u", K.next++);
+	snprintf(name, sizeof(name), "%u", keeper_mod.next++);
 	snprintf(path, len, "/%s", name);
-	if (mkdirat(K.dir, name, 0700) < 0)
+	if (mkdirat(keeper_mod.dir, name, 0700) < 0)
 		return err_sys(err, errno, "jail: a mount point in the keeper's tmpfs");
-	if (syscall(SYS_move_mount, mnt, "", K.dir, name, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+	if (syscall(SYS_move_mount, mnt, "", keeper_mod.dir, name, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
 		int e = errno;
-		unlinkat(K.dir, name, AT_REMOVEDIR);
+		unlinkat(keeper_mod.dir, name, AT_REMOVEDIR);
 		return err_sys(err, e, "jail: attach a mount in the keeper's namespace");
 	}
 	return 0;
@@ -201,7 +201,7 @@ static int do_release(void *arg)
 	struct stat want;
 	if (fstat(a->fd, &want) < 0)
 		return -errno;
-	_cleanup_close_ int d = openat(K.dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int d = openat(keeper_mod.dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = d < 0 ? NULL : fdopendir(d);
 	if (!dir)
 		return -errno;
@@ -210,7 +210,7 @@ static int do_release(void *arg)
 	int r = -ENOENT;
 	while ((e = readdir(dir))) {
 		struct stat st;
-		if (e->d_name[0] == '.' || fstatat(K.dir, e->d_name, &st, 0) < 0 ||
+		if (e->d_name[0] == '.' || fstatat(keeper_mod.dir, e->d_name, &st, 0) < 0 ||
 		    st.st_dev != want.st_dev || st.st_ino != want.st_ino)
 			continue;
 		char path[300];
@@ -233,9 +233,9 @@ int jail_keep_call(int (*fn)(void *arg), void *arg)
 
 int jail_keep_init(bool force_thread, struct err *err)
 {
-	pthread_mutex_lock(&K.lock);
-	bool probed = K.probed;
-	pthread_mutex_unlock(&K.lock);
+	pthread_mutex_lock(&keeper_mod.lock);
+	bool probed = keeper_mod.probed;
+	pthread_mutex_unlock(&keeper_mod.lock);
 	if (probed)
 		return 0;
 	_cleanup_close_ int t = detached_tmpfs();
@@ -249,25 +249,25 @@ int jail_keep_init(bool force_thread, struct err *err)
 		mode = JAIL_KEEP_THREAD;
 	else if (c < 0)
 		return err_sys(err, -c, "jail: clone a detached mount (open_tree: Linux 5.2)");
-	pthread_mutex_lock(&K.lock);
+	pthread_mutex_lock(&keeper_mod.lock);
 	int r = 0;
-	if (mode == JAIL_KEEP_THREAD && !K.started) {
-		int e = pthread_create(&K.thread, NULL, keeper_main, NULL);
+	if (mode == JAIL_KEEP_THREAD && !keeper_mod.started) {
+		int e = pthread_create(&keeper_mod.thread, NULL, keeper_main, NULL);
 		if (e) {
-			pthread_mutex_unlock(&K.lock);
+			pthread_mutex_unlock(&keeper_mod.lock);
 			return err_sys(err, e, "jail: start the mount keeper's thread");
 		}
-		pthread_detach(K.thread);
-		while (!K.started)
-			pthread_cond_wait(&K.cond, &K.lock);
+		pthread_detach(keeper_mod.thread);
+		while (!keeper_mod.started)
+			pthread_cond_wait(&keeper_mod.cond, &keeper_mod.lock);
 	}
 	if (mode == JAIL_KEEP_THREAD)
-		r = K.start_ret;
+		r = keeper_mod.start_ret;
 	if (r == 0) {
-		__atomic_store_n(&K.mode, mode, __ATOMIC_RELEASE);
-		K.probed = true;
+		__atomic_store_n(&keeper_mod.mode, mode, __ATOMIC_RELEASE);
+		keeper_mod.probed = true;
 	}
-	pthread_mutex_unlock(&K.lock);
+	pthread_mutex_unlock(&keeper_mod.lock);
 	if (r < 0)
 		return err_sys(
 			err, -r,
@@ -280,7 +280,7 @@ int jail_keep_init(bool force_thread, struct err *err)
 enum jail_keep_mode jail_keep_mode(void)
 {
 	/* Set once, by jail_keep_init, before any mount is kept. */
-	return __atomic_load_n(&K.mode, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&keeper_mod.mode, __ATOMIC_ACQUIRE);
 }
 
 int jail_keep(int mnt, struct err *err)

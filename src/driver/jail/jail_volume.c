@@ -44,7 +44,7 @@ struct open_volume {
 static struct {
 	pthread_mutex_t lock;
 	struct open_volume *open;
-} V = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} jail_volume_mod = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Whether a loop device is attached to the image (its backing file, as the kernel names it). */
 static bool loop_holds(const char *real)
@@ -114,9 +114,9 @@ int jail_volume_open(const char *image, int *ret, struct err *err)
 	char real[PATH_MAX];
 	if (!realpath(image, real))
 		return err_sys(err, errno, "jail: volume image");
-	pthread_mutex_lock(&V.lock);
+	pthread_mutex_lock(&jail_volume_mod.lock);
 	struct open_volume *v;
-	for (v = V.open; v; v = v->next)
+	for (v = jail_volume_mod.open; v; v = v->next)
 		if (strcmp(v->image, real) == 0)
 			break;
 	int r = 0;
@@ -133,13 +133,13 @@ int jail_volume_open(const char *image, int *ret, struct err *err)
 			v->image = xstrdup(real);
 			v->mnt = mnt;
 			v->refs = 1;
-			v->next = V.open;
-			V.open = v;
+			v->next = jail_volume_mod.open;
+			jail_volume_mod.open = v;
 		}
 	}
 	if (r == 0)
 		*ret = v->mnt;
-	pthread_mutex_unlock(&V.lock);
+	pthread_mutex_unlock(&jail_volume_mod.lock);
 	return r;
 }
 
@@ -148,8 +148,8 @@ void jail_volume_close(const char *image)
 	char real[PATH_MAX];
 	if (!realpath(image, real))
 		return;
-	pthread_mutex_lock(&V.lock);
-	for (struct open_volume **pp = &V.open; *pp; pp = &(*pp)->next) {
+	pthread_mutex_lock(&jail_volume_mod.lock);
+	for (struct open_volume **pp = &jail_volume_mod.open; *pp; pp = &(*pp)->next) {
 		struct open_volume *v = *pp;
 		if (strcmp(v->image, real) != 0)
 			continue;
@@ -161,7 +161,7 @@ void jail_volume_close(const char *image)
 		}
 		break;
 	}
-	pthread_mutex_unlock(&V.lock);
+	pthread_mutex_unlock(&jail_volume_mod.lock);
 }
 
 int jail_volume_clone(int mnt, int userns, bool read_only, struct err *err)

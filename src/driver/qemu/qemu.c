@@ -71,7 +71,7 @@ static struct {
 	struct qemu_host h;
 	char *state_dir;   /* SANDBOX_STATE_DIR: hibernated VMs are kept in it */
 	char kvm_why[160]; /* why KVM is not used, for the log and for auto's verdict */
-} Q = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} qemu_mod = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* --- small host facts ------------------------------------------------------------------ */
 
@@ -288,9 +288,9 @@ static int probe_host(const struct config *cfg, struct qemu_host *h, struct err 
 		h->accel = QEMU_ACCEL_KVM;
 	} else if (strcmp(want, "tcg") == 0) {
 		h->accel = QEMU_ACCEL_TCG;
-		snprintf(Q.kvm_why, sizeof(Q.kvm_why), "SANDBOX_QEMU_ACCEL=tcg");
+		snprintf(qemu_mod.kvm_why, sizeof(qemu_mod.kvm_why), "SANDBOX_QEMU_ACCEL=tcg");
 	} else {
-		h->accel = kvm_usable(cfg->run_dir, h, Q.kvm_why, sizeof(Q.kvm_why))
+		h->accel = kvm_usable(cfg->run_dir, h, qemu_mod.kvm_why, sizeof(qemu_mod.kvm_why))
 				   ? QEMU_ACCEL_KVM
 				   : QEMU_ACCEL_TCG;
 	}
@@ -302,33 +302,34 @@ static int probe_host(const struct config *cfg, struct qemu_host *h, struct err 
 	return 0;
 }
 
-/* Learns the host's facts into Q.h. Called with Q.lock held. */
+/* Learns the host's facts into qemu_mod.h. Called with qemu_mod.lock held. */
 static int probe_locked(const struct config *cfg, struct err *err)
 {
 	_cleanup_(host_clear) struct qemu_host h = { 0 };
 	int r = probe_host(cfg, &h, err);
 	if (r < 0)
 		return r;
-	Q.h = TAKE_STRUCT(h);
-	Q.probed = true;
-	log_info("qemu", "%s, %s%s%s, agent channel %s", Q.h.qemu_version,
-		 Q.h.accel == QEMU_ACCEL_KVM ? "KVM" : "TCG (full emulation)",
-		 Q.h.accel == QEMU_ACCEL_TCG ? ": " : "",
-		 Q.h.accel == QEMU_ACCEL_TCG ? Q.kvm_why : "", qemu_channel_name(Q.h.channel));
+	qemu_mod.h = TAKE_STRUCT(h);
+	qemu_mod.probed = true;
+	log_info("qemu", "%s, %s%s%s, agent channel %s", qemu_mod.h.qemu_version,
+		 qemu_mod.h.accel == QEMU_ACCEL_KVM ? "KVM" : "TCG (full emulation)",
+		 qemu_mod.h.accel == QEMU_ACCEL_TCG ? ": " : "",
+		 qemu_mod.h.accel == QEMU_ACCEL_TCG ? qemu_mod.kvm_why : "",
+		 qemu_channel_name(qemu_mod.h.channel));
 	return 0;
 }
 
 static int qemu_probe(const struct config *cfg, struct err *err)
 {
-	pthread_mutex_lock(&Q.lock);
-	int r = Q.probed ? 0 : probe_locked(cfg, err);
+	pthread_mutex_lock(&qemu_mod.lock);
+	int r = qemu_mod.probed ? 0 : probe_locked(cfg, err);
 	/* Chosen automatically only as a hardware VM: without KVM the jail is faster, and
 	 * TCG is for those who ask for it. */
-	if (r == 0 && strcmp(cfg->driver, "auto") == 0 && Q.h.accel != QEMU_ACCEL_KVM)
+	if (r == 0 && strcmp(cfg->driver, "auto") == 0 && qemu_mod.h.accel != QEMU_ACCEL_KVM)
 		r = err_set(err, ENODEV,
 			    "no usable KVM (%s); SANDBOX_DRIVER=qemu runs it under TCG emulation",
-			    Q.kvm_why);
-	pthread_mutex_unlock(&Q.lock);
+			    qemu_mod.kvm_why);
+	pthread_mutex_unlock(&qemu_mod.lock);
 	return r;
 }
 
@@ -353,48 +354,48 @@ static void sweep_builds(const struct qemu_host *h)
 	}
 }
 
-/* The run directories, the cgroup parent, and what dead builds left. Called with Q.lock
+/* The run directories, the cgroup parent, and what dead builds left. Called with qemu_mod.lock
  * held. */
 static int init_locked(const struct config *cfg, struct err *err)
 {
 	if (mkdir(cfg->run_dir, 0755) < 0 && errno != EEXIST)
 		return err_sys(err, errno, "qemu: creating `%s`", cfg->run_dir);
-	if (mkdir(Q.h.run_dir, 0700) < 0 && errno != EEXIST)
-		return err_sys(err, errno, "qemu: creating `%s`", Q.h.run_dir);
-	int r = cgroup_init(&Q.h.cg, err);
+	if (mkdir(qemu_mod.h.run_dir, 0700) < 0 && errno != EEXIST)
+		return err_sys(err, errno, "qemu: creating `%s`", qemu_mod.h.run_dir);
+	int r = cgroup_init(&qemu_mod.h.cg, err);
 	if (r < 0)
 		return r;
-	sweep_builds(&Q.h);
-	free(Q.state_dir);
-	Q.state_dir = xstrdup(cfg->state_dir);
-	qemu_keep_sweep(Q.state_dir);
-	Q.initialised = true;
+	sweep_builds(&qemu_mod.h);
+	free(qemu_mod.state_dir);
+	qemu_mod.state_dir = xstrdup(cfg->state_dir);
+	qemu_keep_sweep(qemu_mod.state_dir);
+	qemu_mod.initialised = true;
 	return 0;
 }
 
 static int qemu_init(const struct config *cfg, struct err *err)
 {
-	pthread_mutex_lock(&Q.lock);
+	pthread_mutex_lock(&qemu_mod.lock);
 	int r = 0;
-	if (!Q.probed)
+	if (!qemu_mod.probed)
 		r = err_set(err, EINVAL, "qemu: not probed");
-	else if (!Q.initialised)
+	else if (!qemu_mod.initialised)
 		r = init_locked(cfg, err);
-	pthread_mutex_unlock(&Q.lock);
+	pthread_mutex_unlock(&qemu_mod.lock);
 	return r;
 }
 
 /* The host facts, once init has run (read-only from then on: no lock needed). */
 static const struct qemu_host *host(struct err *err)
 {
-	pthread_mutex_lock(&Q.lock);
-	bool ok = Q.initialised;
-	pthread_mutex_unlock(&Q.lock);
+	pthread_mutex_lock(&qemu_mod.lock);
+	bool ok = qemu_mod.initialised;
+	pthread_mutex_unlock(&qemu_mod.lock);
 	if (!ok) {
 		err_set(err, EINVAL, "qemu: the driver is not initialised");
 		return NULL;
 	}
-	return &Q.h;
+	return &qemu_mod.h;
 }
 
 /* --- prepare, create, destroy ------------------------------------------------------------ */
@@ -527,8 +528,8 @@ static int source_saved(const struct qemu_host *h, const struct qemu_want *w,
 	*src = (struct boot_source){
 		.restore = true, .saved = true, .rootfs_fd = -1, .ram_fd = -1
 	};
-	int r = qemu_keep_open(h, Q.state_dir, spec->hibernated, spec->tmpl->rootfs_img, &src->kept,
-			       err);
+	int r = qemu_keep_open(h, qemu_mod.state_dir, spec->hibernated, spec->tmpl->rootfs_img,
+			       &src->kept, err);
 	if (r < 0)
 		return err_wrap(err, "resuming");
 	struct err why;
@@ -568,7 +569,7 @@ static int boot(struct qemu_vm *vm, const struct qemu_want *w, struct boot_sourc
 		 * the save now, before the guest changes its disk. */
 		const char *old = json_string_value(json_object_get(spec->hibernated, "sandbox"));
 		if (!src->kept.fork &&
-		    (r = qemu_keep_consume(Q.state_dir, old, spec->id, &src->disk_named,
+		    (r = qemu_keep_consume(qemu_mod.state_dir, old, spec->id, &src->disk_named,
 					   &src->rootfs_named, err)) < 0)
 			return r;
 		if ((r = qemu_vm_run_state(vm, true, RESUME_TIMEOUT_MS, err)) < 0)
@@ -846,7 +847,7 @@ static void qemu_destroy(struct sandbox *sb)
 			close(q->disk_fd);
 		/* A hibernation linked them in its saved VM first, when it had one. */
 		if (q->disk_named || q->rootfs_named)
-			qemu_keep_remove_live(Q.state_dir, sb->id);
+			qemu_keep_remove_live(qemu_mod.state_dir, sb->id);
 		free(q->rootfs_path);
 		if (q->rootfs_fd >= 0)
 			close(q->rootfs_fd);
@@ -984,7 +985,7 @@ static int save_whole(struct sandbox *sb, const char *name, bool fork, bool dura
 		.host_cpu = h->accel == QEMU_ACCEL_KVM ? h->host_cpu : "",
 	};
 	int64_t t0 = time_mono_ms();
-	int r = qemu_keep_save(q->vm, Q.state_dir, &what, ret_keep, err);
+	int r = qemu_keep_save(q->vm, qemu_mod.state_dir, &what, ret_keep, err);
 	/* As it was: running unless it had been frozen (a hibernation ends it next). */
 	struct err e;
 	if ((r < 0 || fork) && !q->frozen && qemu_vm_run_state(q->vm, true, 5000, &e) < 0)
@@ -1022,7 +1023,7 @@ static int qemu_fork_save(struct sandbox *sb, bool durable, json_t **ret_keep, s
 static int qemu_hibernated_claim(const json_t *keep, struct err *err)
 {
 	const struct qemu_host *h = host(err);
-	return h ? qemu_keep_check(Q.state_dir, keep, err) : -err->errnum;
+	return h ? qemu_keep_check(qemu_mod.state_dir, keep, err) : -err->errnum;
 }
 
 static void qemu_hibernated_sweep(json_t *const *keeps, size_t n)
@@ -1030,13 +1031,13 @@ static void qemu_hibernated_sweep(json_t *const *keeps, size_t n)
 	const char **names = xcalloc(n ? n : 1, sizeof(*names));
 	for (size_t i = 0; i < n; i++)
 		names[i] = json_string_value(json_object_get(keeps[i], "sandbox"));
-	qemu_keep_sweep_orphans(Q.state_dir, names, n);
+	qemu_keep_sweep_orphans(qemu_mod.state_dir, names, n);
 	free(names);
 }
 
 static void qemu_hibernated_discard(const json_t *keep)
 {
-	qemu_keep_remove(Q.state_dir, json_string_value(json_object_get(keep, "sandbox")));
+	qemu_keep_remove(qemu_mod.state_dir, json_string_value(json_object_get(keep, "sandbox")));
 }
 
 const struct driver driver_qemu = {

@@ -61,7 +61,7 @@ static struct {
 	char *kernel_path;
 	struct stat kernel_st;
 	char kernel_sha[65];
-} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .build = PTHREAD_MUTEX_INITIALIZER };
+} snap_mod = { .lock = PTHREAD_MUTEX_INITIALIZER, .build = PTHREAD_MUTEX_INITIALIZER };
 
 static bool same_file(const struct stat *a, const struct stat *b)
 {
@@ -101,22 +101,23 @@ static int kernel_sha(const char *path, struct stat *st, char out[65], struct er
 			err, errno,
 			"qemu: no guest kernel at `%s` (build it with guest/kernel/build.sh)",
 			path);
-	pthread_mutex_lock(&S.lock);
-	bool hit = S.kernel_path && strcmp(S.kernel_path, path) == 0 && same_file(&S.kernel_st, st);
+	pthread_mutex_lock(&snap_mod.lock);
+	bool hit = snap_mod.kernel_path && strcmp(snap_mod.kernel_path, path) == 0 &&
+		   same_file(&snap_mod.kernel_st, st);
 	if (hit)
-		memcpy(out, S.kernel_sha, 65);
-	pthread_mutex_unlock(&S.lock);
+		memcpy(out, snap_mod.kernel_sha, 65);
+	pthread_mutex_unlock(&snap_mod.lock);
 	if (hit)
 		return 0;
 	int r = hash_file(path, (size_t)st->st_size, out, err);
 	if (r < 0)
 		return r;
-	pthread_mutex_lock(&S.lock);
-	free(S.kernel_path);
-	S.kernel_path = xstrdup(path);
-	S.kernel_st = *st;
-	memcpy(S.kernel_sha, out, 65);
-	pthread_mutex_unlock(&S.lock);
+	pthread_mutex_lock(&snap_mod.lock);
+	free(snap_mod.kernel_path);
+	snap_mod.kernel_path = xstrdup(path);
+	snap_mod.kernel_st = *st;
+	memcpy(snap_mod.kernel_sha, out, 65);
+	pthread_mutex_unlock(&snap_mod.lock);
 	return 0;
 }
 
@@ -172,7 +173,7 @@ int qemu_key_build(const struct qemu_host *h, const struct qemu_want *w, const j
 
 static struct seen *seen_find(const char *tdir)
 {
-	for (struct seen *s = S.seen; s; s = s->next)
+	for (struct seen *s = snap_mod.seen; s; s = s->next)
 		if (strcmp(s->tdir, tdir) == 0)
 			return s;
 	return NULL;
@@ -187,10 +188,10 @@ static json_t *meta_load(const char *tdir, int dirfd, struct err *err)
 		err_set(err, ENOENT, "there is none");
 		return NULL;
 	}
-	pthread_mutex_lock(&S.lock);
+	pthread_mutex_lock(&snap_mod.lock);
 	struct seen *s = seen_find(tdir);
 	json_t *meta = s && same_file(&s->meta_st, &st) ? json_incref(s->meta) : NULL;
-	pthread_mutex_unlock(&S.lock);
+	pthread_mutex_unlock(&snap_mod.lock);
 	if (meta)
 		return meta;
 
@@ -202,18 +203,18 @@ static json_t *meta_load(const char *tdir, int dirfd, struct err *err)
 			fd >= 0 ? jerr.text : strerror(errno));
 		return NULL;
 	}
-	pthread_mutex_lock(&S.lock);
+	pthread_mutex_lock(&snap_mod.lock);
 	s = seen_find(tdir);
 	if (!s) {
 		s = xcalloc(1, sizeof(*s));
 		s->tdir = xstrdup(tdir);
-		s->next = S.seen;
-		S.seen = s;
+		s->next = snap_mod.seen;
+		snap_mod.seen = s;
 	}
 	json_decref(s->meta);
 	s->meta = json_incref(meta);
 	s->meta_st = st;
-	pthread_mutex_unlock(&S.lock);
+	pthread_mutex_unlock(&snap_mod.lock);
 	return meta;
 }
 
@@ -372,7 +373,7 @@ struct sealed_ram {
 static struct {
 	pthread_mutex_t lock; /* held while a copy is made: one at a time */
 	struct sealed_ram *list;
-} R = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} sealed_mod = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static int sealed_copy(const char *tdir, int file, const struct stat *st, int *ret, struct err *err)
 {
@@ -394,10 +395,10 @@ static int sealed_copy(const char *tdir, int file, const struct stat *st, int *r
 
 /* Drops the memfds of other templates whose snapshot RAM file is gone or was replaced (the
  * template removed or rebuilt), so that they do not hold their memory for the daemon's life;
- * clones running from them keep their own descriptors. Called with R.lock held. */
+ * clones running from them keep their own descriptors. Called with sealed_mod.lock held. */
 static void prune_sealed(const char *keep)
 {
-	for (struct sealed_ram **pp = &R.list; *pp;) {
+	for (struct sealed_ram **pp = &sealed_mod.list; *pp;) {
 		struct sealed_ram *e = *pp;
 		_cleanup_free_ char *path =
 			xasprintf("%s/" QEMU_SNAP_DIR "/" QEMU_SNAP_RAM, e->tdir);
@@ -420,9 +421,9 @@ static int sealed_ram(const char *tdir, int file, int *ret, struct err *err)
 	struct stat st;
 	if (fstat(file, &st) < 0)
 		return err_sys(err, errno, "qemu: the snapshot's RAM");
-	pthread_mutex_lock(&R.lock);
+	pthread_mutex_lock(&sealed_mod.lock);
 	prune_sealed(tdir);
-	struct sealed_ram *e = R.list;
+	struct sealed_ram *e = sealed_mod.list;
 	while (e && strcmp(e->tdir, tdir) != 0)
 		e = e->next;
 	int r = 0;
@@ -434,8 +435,8 @@ static int sealed_ram(const char *tdir, int file, int *ret, struct err *err)
 			if (!e) {
 				e = xcalloc(1, sizeof(*e));
 				e->tdir = xstrdup(tdir);
-				e->next = R.list;
-				R.list = e;
+				e->next = sealed_mod.list;
+				sealed_mod.list = e;
 			} else {
 				close(e->fd);
 			}
@@ -447,7 +448,7 @@ static int sealed_ram(const char *tdir, int file, int *ret, struct err *err)
 	}
 	if (r == 0 && (*ret = fcntl(e->fd, F_DUPFD_CLOEXEC, 3)) < 0)
 		r = err_sys(err, errno, "qemu: dup");
-	pthread_mutex_unlock(&R.lock);
+	pthread_mutex_unlock(&sealed_mod.lock);
 	return r;
 }
 
@@ -574,7 +575,7 @@ static void sweep_tmp(const char *tdir)
 	}
 }
 
-/* Builds the snapshot unless another builder did meanwhile. Called with S.build held; takes
+/* Builds the snapshot unless another builder did meanwhile. Called with snap_mod.build held; takes
  * the template's build lock, which keeps other daemons out. */
 static int prepare_locked(const struct qemu_host *h, const struct qemu_want *w, struct err *err)
 {
@@ -608,9 +609,9 @@ int qemu_snap_prepare(const struct qemu_host *h, const struct qemu_want *w, stru
 		return 0;
 	if (!build_mends(r))
 		return err_copy(err, &why);
-	pthread_mutex_lock(&S.build);
+	pthread_mutex_lock(&snap_mod.build);
 	r = prepare_locked(h, w, err);
-	pthread_mutex_unlock(&S.build);
+	pthread_mutex_unlock(&snap_mod.build);
 	return r;
 }
 
