@@ -247,6 +247,12 @@ static json_t *listed_json(const struct session *s, bool detail)
 		json_decref(json_object_get(j, "metadata"));
 	json_object_set_new(j, "startedAt", time_iso8601_json(s->created_ms));
 	json_object_set_new(j, "endAt", time_iso8601_json(end_ms(s)));
+	/* E2B's lifecycle: what its timeout does, and whether traffic wakes it. */
+	json_object_set_new(
+		j, "lifecycle",
+		json_pack("{s:s, s:b}", "onTimeout",
+			  s->on_timeout == SESSION_ON_TIMEOUT_DESTROY ? "kill" : "pause",
+			  "autoResume", s->auto_resume));
 	if (detail) {
 		char envd[SESSION_TOKEN_LEN + 1];
 		session_token(s, SESSION_TOKEN_ENVD, envd);
@@ -270,6 +276,47 @@ static struct session *path_session(struct http_ctx *ctx)
 }
 
 /* --- create ------------------------------------------------------------------------ */
+
+/* E2B's lifecycle at creation: autoPause (what the timeout does), autoPauseMemory (false: its
+ * files are enough, as this server's hibernation keeps them; true or absent: its processes
+ * too) and autoResume ({"enabled": bool}, or a bool). 400 having replied when malformed or
+ * contradictory, as E2B's SDKs refuse it. */
+static int body_lifecycle(struct http_ctx *ctx, json_t *body, enum session_on_timeout *on_timeout,
+			  bool *auto_resume)
+{
+	json_t *ap = json_object_get(body, "autoPause"),
+	       *mem = json_object_get(body, "autoPauseMemory");
+	json_t *ar = json_object_get(body, "autoResume");
+	*on_timeout = SESSION_ON_TIMEOUT_DESTROY;
+	*auto_resume = false;
+	if ((ap && !json_is_boolean(ap) && !json_is_null(ap)) ||
+	    (mem && !json_is_boolean(mem) && !json_is_null(mem))) {
+		api_e2b_error(ctx, 400, "\"autoPause\" and \"autoPauseMemory\" must be booleans");
+		return -1;
+	}
+	if (json_is_object(ar))
+		ar = json_object_get(ar, "enabled");
+	if (ar && !json_is_boolean(ar) && !json_is_null(ar)) {
+		api_e2b_error(ctx, 400, "\"autoResume\" must be {\"enabled\": boolean}");
+		return -1;
+	}
+	bool pause = json_is_true(ap), files_only = json_is_false(mem);
+	*auto_resume = json_is_true(ar);
+	if (*auto_resume && !pause) {
+		api_e2b_error(ctx, 400, "\"autoResume\" needs \"autoPause\": true");
+		return -1;
+	}
+	if (*auto_resume && files_only) {
+		api_e2b_error(ctx, 400,
+			      "\"autoResume\" cannot wake a sandbox paused without its memory "
+			      "(\"autoPauseMemory\": false): resume it with connect");
+		return -1;
+	}
+	if (pause)
+		*on_timeout =
+			files_only ? SESSION_ON_TIMEOUT_PAUSE : SESSION_ON_TIMEOUT_PAUSE_MEMORY;
+	return 0;
+}
 
 struct create_req {
 	struct http_ctx *ctx;
@@ -330,10 +377,13 @@ void api_e2b_create(struct http_ctx *ctx)
 		return;
 	}
 	json_t *metadata, *env;
+	enum session_on_timeout on_timeout;
+	bool auto_resume;
 	/* E2B's default when the client sends none: 15 seconds. */
 	int64_t timeout = body_timeout(ctx, body, 15);
 	if (timeout < 0 || body_strings(ctx, body, "metadata", &metadata) < 0 ||
-	    body_strings(ctx, body, "envVars", &env) < 0)
+	    body_strings(ctx, body, "envVars", &env) < 0 ||
+	    body_lifecycle(ctx, body, &on_timeout, &auto_resume) < 0)
 		return;
 	struct err e;
 	if (ops_check_env(env, &e) < 0) {
@@ -344,7 +394,12 @@ void api_e2b_create(struct http_ctx *ctx)
 	random_hex(id, 10);
 	struct ops_target t = { .owner = api_owner(ctx), .session_id = id, .template_name = tmpl };
 	/* Random, and E2B's clients build host names from it: the preview name is the id. */
-	struct ops_session_opts o = { .env = env, .id_generated = true };
+	struct ops_session_opts o = {
+		.env = env,
+		.id_generated = true,
+		.on_timeout = on_timeout,
+		.auto_resume = auto_resume,
+	};
 	struct create_req *q = xcalloc(1, sizeof(*q));
 	q->ctx = ctx;
 	q->timeout_s = timeout;

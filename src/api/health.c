@@ -34,6 +34,8 @@ void api_init(struct event_base *base, const struct config *cfg, const char *dri
 	clock_gettime(CLOCK_MONOTONIC, &health_mod.started);
 	/* Every transport's routes act through ops: set it up before any of them runs. */
 	ops_init(base, cfg);
+	/* A timeout's pause ends the E2B clients' streams and watches first, as theirs does. */
+	session_set_suspend_hook(api_envd_suspend);
 }
 
 static double uptime(void)

@@ -120,6 +120,7 @@ static void start_fork(struct fork_job *j, unsigned i)
 	f->charge = j->charge;
 	f->idle_timeout_s = p->idle_timeout_s;
 	f->on_timeout = p->on_timeout;
+	f->auto_resume = p->auto_resume;
 	json_decref(f->env);
 	f->env = json_deep_copy(p->env);
 	if (p->egress_spec)

@@ -55,13 +55,14 @@ static json_t *record_of(const struct session *s)
 			  "template", s->tmpl->name, "kept", s->kept, "env", s->env, "createdMs",
 			  (json_int_t)s->created_ms, "pausedMs", (json_int_t)s->paused_ms,
 			  "idleTimeout", (json_int_t)s->idle_timeout_s, "onTimeout",
-			  s->on_timeout == SESSION_ON_TIMEOUT_PAUSE ? "pause" : "destroy",
-			  "autoPaused", s->auto_paused, "resources", "memoryBytes",
-			  (json_int_t)r->memory_bytes, "cpuQuotaUs", (json_int_t)r->cpu_quota_us,
-			  "diskBytes", (json_int_t)r->workspace_bytes, "pidsMax",
-			  (json_int_t)r->pids_max, "storage", (int)r->storage);
+			  session_on_timeout_name(s->on_timeout), "autoPaused", s->auto_paused,
+			  "resources", "memoryBytes", (json_int_t)r->memory_bytes, "cpuQuotaUs",
+			  (json_int_t)r->cpu_quota_us, "diskBytes", (json_int_t)r->workspace_bytes,
+			  "pidsMax", (json_int_t)r->pids_max, "storage", (int)r->storage);
 	if (s->next_channel)
 		json_object_set_new(j, "nextChannel", json_integer(s->next_channel));
+	if (s->auto_resume)
+		json_object_set_new(j, "autoResume", json_true());
 	/* What its clients hold: its preview name and the tokens made from its secret (the
 	 * state database is root's alone, as the keys' are), and the E2B API's view of it. */
 	char secret[2 * SESSION_SECRET_LEN + 1];
@@ -411,8 +412,8 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 	if (uint_of(rec, "idleTimeout"))
 		s->idle_timeout_s = (unsigned)uint_of(rec, "idleTimeout");
 	const char *ot = json_string_value(json_object_get(rec, "onTimeout"));
-	s->on_timeout = ot && strcmp(ot, "pause") == 0 ? SESSION_ON_TIMEOUT_PAUSE
-						       : SESSION_ON_TIMEOUT_DESTROY;
+	s->on_timeout = session_on_timeout_parse(ot);
+	s->auto_resume = json_is_true(json_object_get(rec, "autoResume"));
 	json_t *env = json_object_get(rec, "env");
 	if (json_is_object(env)) {
 		json_decref(s->env);

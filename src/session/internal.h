@@ -39,6 +39,8 @@ struct session_module {
 	void *shutdown_arg;
 	struct err last_create_error;
 	bool last_create_failed;
+	/* session_set_suspend_hook() */
+	void (*suspend_hook)(const char *owner, const char *id);
 };
 
 extern struct session_module session_mod;

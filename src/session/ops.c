@@ -923,6 +923,7 @@ struct ops_call {
 	struct utf8_stream text_check;
 	unsigned idle_timeout_s; /* create */
 	enum session_on_timeout on_timeout;
+	bool auto_resume;
 	json_t *env;
 	json_t *egress;               /* create: the session's own egress policy, or NULL */
 	struct volume_mounts volumes; /* create: what it mounts */
@@ -1492,6 +1493,7 @@ static void call_start(evutil_socket_t fd, short what, void *arg)
 		}
 		opts.idle_timeout_s = c->idle_timeout_s;
 		opts.on_timeout = c->on_timeout;
+		opts.auto_resume = c->auto_resume;
 		opts.id_generated = c->id_generated;
 		opts.env = c->env;
 		opts.resources = c->has_resources ? &c->resources : NULL;
@@ -1729,6 +1731,7 @@ struct ops_call *ops_create_session(const struct ops_target *t, const struct ops
 	c->egress = o->egress && !json_is_null(o->egress) ? json_deep_copy(o->egress) : NULL;
 	c->idle_timeout_s = o->idle_timeout_s;
 	c->on_timeout = o->on_timeout;
+	c->auto_resume = o->auto_resume;
 	c->env = o->env && json_is_object(o->env) ? json_deep_copy(o->env) : NULL;
 	if (o->resources) {
 		c->resources = *o->resources;

@@ -244,7 +244,8 @@ struct ops_session_opts {
 	unsigned idle_timeout_s; /* 0: the server's */
 	/* What its idle timeout (and the E2B API's deadline) do: destroy it, or pause it. */
 	enum session_on_timeout on_timeout;
-	json_t *env; /* borrowed object of strings (copied), or NULL */
+	bool auto_resume; /* session_create_opts.auto_resume */
+	json_t *env;      /* borrowed object of strings (copied), or NULL */
 	/* Copied; NULL: the server's limits. It may only tighten them (EINVAL otherwise). */
 	const struct session_resources *resources;
 	/* Borrowed (copied); NULL: the server's egress policy. An object {dns, dest, bandwidth}

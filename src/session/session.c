@@ -829,6 +829,7 @@ void session_get_or_create(const char *owner, const char *id,
 	s->idle_timeout_s = opts && opts->idle_timeout_s ? opts->idle_timeout_s
 							 : session_mod.cfg->idle_timeout_s;
 	s->on_timeout = opts ? opts->on_timeout : SESSION_ON_TIMEOUT_DESTROY;
+	s->auto_resume = opts && opts->auto_resume;
 	s->env = opts && json_is_object(opts->env) ? json_deep_copy(opts->env) : json_object();
 	if (sn) {
 		/* The snapshot's environment, with what the request adds over it. */
@@ -1081,7 +1082,9 @@ json_t *session_json(const struct session *s)
 	}
 	json_object_set_new(
 		j, "onTimeout",
-		json_string(s->on_timeout == SESSION_ON_TIMEOUT_PAUSE ? "pause" : "destroy"));
+		json_string(s->on_timeout == SESSION_ON_TIMEOUT_DESTROY ? "destroy" : "pause"));
+	if (s->auto_resume)
+		json_object_set_new(j, "autoResume", json_true());
 	/* Whether its sandbox has a network (see /health for why not). */
 	struct net_sandbox_info ni;
 	bool networked = s->sb && s->sandbox_id && net_sandbox_info(s->sandbox_id, &ni) == 0;
@@ -1120,23 +1123,58 @@ static void on_auto_paused(struct session *s, const struct err *err, void *arg)
 		session_destroy(s, why);
 }
 
+static const char *const on_timeout_names[] = {
+	[SESSION_ON_TIMEOUT_DESTROY] = "destroy",
+	[SESSION_ON_TIMEOUT_PAUSE] = "pause",
+	[SESSION_ON_TIMEOUT_PAUSE_MEMORY] = "pauseMemory",
+};
+
+const char *session_on_timeout_name(enum session_on_timeout t)
+{
+	return (size_t)t < sizeof(on_timeout_names) / sizeof(on_timeout_names[0])
+		       ? on_timeout_names[t]
+		       : "destroy";
+}
+
+enum session_on_timeout session_on_timeout_parse(const char *name)
+{
+	for (size_t i = 0; name && i < sizeof(on_timeout_names) / sizeof(on_timeout_names[0]); i++)
+		if (strcmp(name, on_timeout_names[i]) == 0)
+			return (enum session_on_timeout)i;
+	return SESSION_ON_TIMEOUT_DESTROY;
+}
+
+void session_set_suspend_hook(void (*fn)(const char *owner, const char *id))
+{
+	session_mod.suspend_hook = fn;
+}
+
 /* A session's own timeout fired: it is destroyed, or paused when it asked for that. */
 static void session_timeout(struct session *s, const char *why)
 {
-	if (s->on_timeout != SESSION_ON_TIMEOUT_PAUSE || s->state != SESSION_READY) {
+	if (s->on_timeout == SESSION_ON_TIMEOUT_DESTROY || s->state != SESSION_READY) {
 		session_destroy(s, why);
 		return;
 	}
-	/* Operations in flight keep it from being paused: the timeout fires again once they
-	 * ended (an idle session has none). */
-	if (s->running || s->transition)
+	/* A pause or resume under way: the timeout fires again once it ended. */
+	if (s->transition)
 		return;
-	/* Hibernated where it can be (no memory while paused), else frozen. */
-	bool hibernate = session_can_hibernate(s);
+	/* What clients hold open ends first (an idle session holds nothing; a deadline, the
+	 * E2B API's, passes whatever is open, as E2B's does); the operations it ended are over
+	 * in the agent by a later round of the reaper, which tries again. */
+	if (s->running && session_mod.suspend_hook)
+		session_mod.suspend_hook(s->owner, s->id);
+	if (s->running)
+		return;
+	/* Hibernated where it can be (no memory while paused), else frozen; as E2B's pause when
+	 * its processes are to carry on (hibernated where they do, qemu; else frozen). */
+	enum session_pause_mode mode = s->on_timeout == SESSION_ON_TIMEOUT_PAUSE_MEMORY
+					       ? SESSION_PAUSE_KEEP
+				       : session_can_hibernate(s) ? SESSION_PAUSE_HIBERNATE
+								  : SESSION_PAUSE_FREEZE;
 	log_info("session", "session %s: %s: %s it (onTimeout pause)", s->id, why,
-		 hibernate ? "hibernating" : "pausing");
-	session_pause_mode(s, true, hibernate ? SESSION_PAUSE_HIBERNATE : SESSION_PAUSE_FREEZE,
-			   on_auto_paused, (void *)why);
+		 mode == SESSION_PAUSE_HIBERNATE ? "hibernating" : "pausing");
+	session_pause_mode(s, true, mode, on_auto_paused, (void *)why);
 }
 
 static void on_reap(evutil_socket_t fd, short what, void *arg)

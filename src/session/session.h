@@ -40,11 +40,19 @@ enum session_storage {
 };
 
 /* What a session's own timeouts (its idle timeout, the E2B API's deadline) do when they fire:
- * destroy it (the default) or pause it (docs/lifecycle.md). */
+ * destroy it (the default) or pause it (docs/lifecycle.md): hibernated where it can be (a
+ * jail's hibernation keeps its files, not its processes), else frozen; or frozen, its
+ * processes kept running from memory when it resumes (PAUSE_MEMORY, E2B's default pause). */
 enum session_on_timeout {
 	SESSION_ON_TIMEOUT_DESTROY,
 	SESSION_ON_TIMEOUT_PAUSE,
+	SESSION_ON_TIMEOUT_PAUSE_MEMORY,
 };
+
+/* Its name in the state database ("destroy", "pause", "pauseMemory"), and back (DESTROY for
+ * anything else). */
+const char *session_on_timeout_name(enum session_on_timeout t);
+enum session_on_timeout session_on_timeout_parse(const char *name);
 
 struct session_resources {
 	uint64_t memory_bytes;
@@ -100,6 +108,7 @@ struct session {
 	bool destroy_pending;       /* destroyed meanwhile: the sandbox goes when it ends */
 	uint64_t paused_ms;         /* wall clock of the last pause */
 	enum session_on_timeout on_timeout;
+	bool auto_resume; /* session_create_opts.auto_resume */
 	bool auto_paused; /* its last pause was its timeout's (on_timeout) */
 	bool disk_paused; /* frozen by the state filesystem's watch (admit.c) */
 	/* Hibernation (hibernate.c): paused with no sandbox at all, its disk kept by the driver
@@ -169,7 +178,10 @@ struct session_create_opts {
 	const char *template_name;                 /* NULL: the default template */
 	unsigned idle_timeout_s;                   /* 0: the server default */
 	enum session_on_timeout on_timeout;        /* what its timeouts do */
-	json_t *env;                               /* borrowed, object or NULL */
+	/* A paused one is resumed by a request to one of its ports (preview.h), as by an
+	 * explicit resume. */
+	bool auto_resume;
+	json_t *env; /* borrowed, object or NULL */
 	/* Borrowed, NULL: the server's egress policy. An object {dns, dest, bandwidth} merged
 	 * into it by net_policy_merge (net/policy.h): it may only tighten it, and a looser one
 	 * fails the creation (EINVAL, with the reason). */
@@ -293,6 +305,11 @@ enum session_pause_mode {
 	SESSION_PAUSE_HIBERNATE,
 	SESSION_PAUSE_KEEP,
 };
+
+/* Sets what a timeout's pause calls first, so that a transport ends what its clients hold
+ * open in the session (streams, watches) as its own pause does: their operations in flight
+ * would keep it from pausing. */
+void session_set_suspend_hook(void (*fn)(const char *owner, const char *id));
 
 /* Whether the session can be hibernated now, as far as its sandbox goes (a driver that can,
  * a disk where the driver keeps only that, no volumes). */

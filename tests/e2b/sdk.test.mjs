@@ -532,6 +532,21 @@ describe("pause and resume", () => {
     assert.equal((await again.commands.run("echo back")).stdout, "back\n");
   });
 
+  test("lifecycle onTimeout pause: its timeout pauses it, processes kept; connect wakes it", async () => {
+    const sbx = await create("base", { timeoutMs: 3_000, lifecycle: { onTimeout: "pause" } });
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: "pause", autoResume: false });
+    const h = await sbx.commands.run("sleep 600", { background: true, timeoutMs: 0 });
+    await until(async () => (await sbx.getInfo()).state === "paused", "the timeout's pause", 300);
+    assert.equal(await sbx.isRunning(), false);
+    await sbx.connect({ timeoutMs: 60_000 });
+    assert.equal((await sbx.getInfo()).state, "running");
+    // Paused with its memory (E2B's default): the process is still there.
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid), "the process lives");
+    const plain = await create("base");
+    assert.deepEqual((await plain.getInfo()).lifecycle, { onTimeout: "kill", autoResume: false });
+    await plain.kill();
+  });
+
   test("a paused sandbox can be killed, and one that is not there is not found", async () => {
     const sbx = await create("base");
     assert.equal(await Sandbox.pause(sbx.sandboxId), true);
