@@ -86,7 +86,7 @@ static sqlite3 *open_db(const char *dir, bool create)
 	sqlite3_busy_timeout(db, 5000);
 	sqlite3_exec(db, "PRAGMA journal_mode=WAL;", NULL, NULL, NULL);
 	struct err e;
-	if (keys_init(db, &e) < 0) {
+	if (store_migrate(db, &e) < 0) {
 		cli_fail("%s", e.msg);
 		sqlite3_close(db);
 		return NULL;

@@ -76,9 +76,8 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 int auth_init(struct event_base *base, const struct config *cfg, struct err *err)
 {
 	A.cfg = cfg;
-	int r = keys_init(store_db(), err);
-	if (r < 0)
-		return r;
+	if (!store_db())
+		return err_set(err, EIO, "the key store is not open");
 	A.flush = event_new(base, -1, EV_PERSIST, on_flush, NULL);
 	struct timeval tv = { .tv_sec = LAST_USED_FLUSH_S };
 	event_add(A.flush, &tv);
@@ -201,12 +200,11 @@ int auth_init_admin_key(const struct config *cfg, char *path, size_t cap, bool *
 {
 	*ret_created = false;
 	path[0] = '\0';
-	int r = keys_init(store_db(), err);
-	if (r < 0)
-		return r;
+	if (!store_db())
+		return err_set(err, EIO, "the key store is not open");
 	struct key_info k;
 	_cleanup_free_ char *secret = NULL;
-	r = create_first_admin_key(cfg, "admin (created at installation)", &k, &secret, err);
+	int r = create_first_admin_key(cfg, "admin (created at installation)", &k, &secret, err);
 	if (r <= 0)
 		return r;
 	keep_key_file(cfg, secret, path, cap);

@@ -10,39 +10,7 @@
 #include "util/random.h"
 #include "util/sha256.h"
 
-static const char schema[] = "CREATE TABLE IF NOT EXISTS api_keys ("
-			     "  id TEXT PRIMARY KEY,"
-			     "  name TEXT NOT NULL,"
-			     "  prefix TEXT NOT NULL,"
-			     "  hash TEXT NOT NULL UNIQUE,"
-			     "  scopes INTEGER NOT NULL,"
-			     "  rate_limit INTEGER NOT NULL DEFAULT 0,"
-			     "  created INTEGER NOT NULL,"
-			     "  last_used INTEGER NOT NULL DEFAULT 0,"
-			     "  expires INTEGER NOT NULL DEFAULT 0,"
-			     "  enabled INTEGER NOT NULL DEFAULT 1,"
-			     "  quotas TEXT NOT NULL DEFAULT ''"
-			     ");";
-
 static const char *const scope_names[] = { "exec", "admin", "metrics" };
-
-int keys_init(sqlite3 *db, struct err *err)
-{
-	_cleanup_sqlite_free_ char *msg = NULL;
-	if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK)
-		return err_set(err, EIO, "cannot create the key table: %s", msg ? msg : "?");
-	/* A table from before quotas: add the column (its keys get the defaults). */
-	_cleanup_stmt_ sqlite3_stmt *probe = NULL;
-	if (sqlite3_prepare_v2(db, "SELECT quotas FROM api_keys LIMIT 0", -1, &probe, NULL) ==
-	    SQLITE_OK)
-		return 0;
-	_cleanup_sqlite_free_ char *msg2 = NULL;
-	if (sqlite3_exec(db, "ALTER TABLE api_keys ADD COLUMN quotas TEXT NOT NULL DEFAULT ''",
-			 NULL, NULL, &msg2) != SQLITE_OK)
-		return err_set(err, EIO, "cannot add quotas to the key table: %s",
-			       msg2 ? msg2 : "?");
-	return 0;
-}
 
 int keys_parse_scopes(const char *s, unsigned *ret, struct err *err)
 {

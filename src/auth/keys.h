@@ -30,8 +30,7 @@ struct key_info {
 	struct quota_set quotas; /* its own quotas (QUOTA_DEFAULT where it has none) */
 };
 
-/* Creates the keys table if needed. */
-int keys_init(sqlite3 *db, struct err *err);
+/* The table is the store's schema's (src/store/schema.c): api_keys. */
 
 /* Parses "exec,admin" into a scope mask; unknown scopes are EINVAL naming the scope. */
 int keys_parse_scopes(const char *s, unsigned *ret, struct err *err);

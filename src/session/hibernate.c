@@ -27,8 +27,6 @@
 static const struct store_records table = {
 	.table = "hibernated_sessions",
 	.key = "id",
-	.schema = "CREATE TABLE IF NOT EXISTS hibernated_sessions (owner TEXT NOT NULL, id TEXT "
-		  "NOT NULL, record TEXT NOT NULL, PRIMARY KEY (owner, id))",
 };
 
 bool session_has_disk(const struct session *s)

@@ -39,8 +39,6 @@ static struct snapshot *all;
 static const struct store_records table = {
 	.table = "snapshots",
 	.key = "name",
-	.schema = "CREATE TABLE IF NOT EXISTS snapshots (owner TEXT NOT NULL, name TEXT NOT NULL, "
-		  "record TEXT NOT NULL, PRIMARY KEY (owner, name))",
 };
 
 static int row_insert(const struct snapshot *sn, struct err *err)

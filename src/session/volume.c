@@ -67,11 +67,6 @@ static struct {
 	struct volume *all;
 } M;
 
-static const char schema[] = "CREATE TABLE IF NOT EXISTS volumes ("
-			     "id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL, "
-			     "size_bytes INTEGER NOT NULL, created_ms INTEGER NOT NULL, "
-			     "state TEXT NOT NULL, UNIQUE(owner, name))";
-
 /* --- the table -------------------------------------------------------------------------- */
 
 static void volume_free(struct volume *v)
@@ -175,9 +170,8 @@ int volume_init(const struct config *cfg, struct err *err)
 	if (fs_mkdir_p(M.dir, 0700) < 0)
 		return err_sys(err, errno, "volume: make %s", M.dir);
 	sqlite3 *db = store_db();
-	_cleanup_sqlite_free_ char *msg = NULL;
-	if (!db || sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK)
-		return err_set(err, EIO, "volume: %s", msg ? msg : "the store is not open");
+	if (!db)
+		return err_set(err, EIO, "volume: the store is not open");
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db,
 			       "SELECT id, owner, name, size_bytes, created_ms, state FROM volumes",

@@ -15,15 +15,6 @@
 static sqlite3 *db;
 static char *state_dir;
 
-static const char schema[] = "CREATE TABLE IF NOT EXISTS sandboxes ("
-			     "  id TEXT PRIMARY KEY,"
-			     "  driver TEXT NOT NULL,"
-			     "  owner TEXT,"
-			     "  session_id TEXT,"
-			     "  record TEXT NOT NULL,"
-			     "  created INTEGER NOT NULL DEFAULT (strftime('%s','now'))"
-			     ");";
-
 int store_prepare_dir(const char *dir, struct err *err)
 {
 	int r = fs_mkdir_p(dir, 0700);
@@ -130,9 +121,14 @@ int store_open(const char *dir, struct err *err)
 	if (sqlite3_exec(db,
 			 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
 			 "PRAGMA wal_autocheckpoint=256; PRAGMA journal_size_limit=1048576;",
-			 NULL, NULL, &msg) != SQLITE_OK ||
-	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+			 NULL, NULL, &msg) != SQLITE_OK) {
 		r = err_set(err, EIO, "cannot initialise `%s`: %s", path, msg ? msg : "?");
+		store_close();
+		return r;
+	}
+	r = store_migrate(db, err);
+	if (r < 0) {
+		err_wrap(err, "the state database `%s`", path);
 		store_close();
 		return r;
 	}
@@ -220,20 +216,15 @@ int store_check_writable(struct err *err)
 
 /* --- records owned by a key ------------------------------------------------------------ */
 
-int store_records_ensure(const struct store_records *t, struct err *err)
+static int records_open(struct err *err)
 {
-	_cleanup_sqlite_free_ char *msg = NULL;
-	if (!db)
-		return err_set(err, EROFS, "store: not open");
-	if (sqlite3_exec(db, t->schema, NULL, NULL, &msg) != SQLITE_OK)
-		return err_set(err, EROFS, "store: %s", msg ? msg : "cannot create a table");
-	return 0;
+	return db ? 0 : err_set(err, EROFS, "store: not open");
 }
 
 int store_records_put(const struct store_records *t, const char *owner, const char *name,
 		      const json_t *record, bool replace, struct err *err)
 {
-	int r = store_records_ensure(t, err);
+	int r = records_open(err);
 	if (r < 0)
 		return r;
 	_cleanup_free_ char *text = json_dumps(record, JSON_COMPACT);
@@ -254,7 +245,7 @@ int store_records_put(const struct store_records *t, const char *owner, const ch
 void store_records_delete(const struct store_records *t, const char *owner, const char *name)
 {
 	struct err e;
-	if (store_records_ensure(t, &e) < 0)
+	if (records_open(&e) < 0)
 		return;
 	_cleanup_free_ char *sql =
 		xasprintf("DELETE FROM %s WHERE owner = ? AND %s = ?", t->table, t->key);
@@ -271,7 +262,7 @@ void store_records_delete(const struct store_records *t, const char *owner, cons
 int store_records_foreach(const struct store_records *t, store_records_fn fn, void *arg,
 			  struct err *err)
 {
-	int r = store_records_ensure(t, err);
+	int r = records_open(err);
 	if (r < 0)
 		return r;
 	_cleanup_free_ char *sql = xasprintf("SELECT owner, %s, record FROM %s", t->key, t->table);

@@ -25,7 +25,20 @@ static inline void store_sqlite_freep(char **msg)
 #define _cleanup_stmt_        __attribute__((cleanup(store_finalizep)))
 #define _cleanup_sqlite_free_ __attribute__((cleanup(store_sqlite_freep)))
 
+/* Opens SANDBOX_STATE_DIR/sandboxd.db and brings its schema to STORE_SCHEMA_VERSION
+ * (store_migrate). Refused, with the reason, when the file is not a database or when its
+ * schema is newer than this release's. */
 int store_open(const char *state_dir, struct err *err);
+
+/* The schema (src/store/schema.c): one for the whole database, its version in `PRAGMA
+ * user_version`. No module creates or changes a table itself. */
+#define STORE_SCHEMA_VERSION 1
+/* Runs the migrations from the database's version to STORE_SCHEMA_VERSION, each step in a
+ * transaction of its own; EPROTONOSUPPORT (the message naming both versions) for a database
+ * newer than this release, EPROTO for one whose tables are not ours. */
+int store_migrate(sqlite3 *db, struct err *err);
+/* The database's schema version (its user_version). */
+int store_schema_version(sqlite3 *db, int *ret, struct err *err);
 /* Makes the state directory (0700, also when it exists) and its database files (0600, the
  * database created empty when missing): store_open() does it, and so does the CLI before it
  * opens the key store itself. */
@@ -38,7 +51,7 @@ void store_close(void);
  * holds it. The lock stays for the life of the process; store_open() and the CLI's own opening
  * of the key store neither need nor take it. */
 int store_claim_dir(const char *state_dir, struct err *err);
-/* The open database (for modules that keep their own tables). */
+/* The open database (for modules that keep their own tables in the schema). */
 sqlite3 *store_db(void);
 
 int store_sandbox_put(const char *sandbox_id, const char *driver, const char *owner,
@@ -47,16 +60,13 @@ int store_sandbox_delete(const char *sandbox_id);
 typedef void (*store_sandbox_fn)(const char *sandbox_id, const char *driver, json_t *record,
 				 void *arg);
 int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err);
-/* Tables of records owned by a key: `table` (a name of ours, never a client's) with columns
- * owner, `key` (the record's name among the owner's) and record (JSON text), made from
- * `schema` (its CREATE TABLE IF NOT EXISTS) when missing. EROFS when the store is not open
- * or does not write. */
+/* Tables of records owned by a key: `table` (a name of ours, never a client's, and a table of
+ * the schema) with columns owner, `key` (the record's name among the owner's) and record
+ * (JSON text). EROFS when the store is not open or does not write. */
 struct store_records {
 	const char *table;
 	const char *key;
-	const char *schema;
 };
-int store_records_ensure(const struct store_records *t, struct err *err);
 /* Writes the owner's record `name` (replace: over one of that name; else EROFS when there
  * is one). */
 int store_records_put(const struct store_records *t, const char *owner, const char *name,

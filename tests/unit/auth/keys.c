@@ -13,6 +13,7 @@
 
 #include "auth/auth.h"
 #include "auth/keys.h"
+#include "store/store.h"
 
 #define HASH64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
@@ -21,7 +22,7 @@ static int setup(void **state)
 	sqlite3 *db;
 	assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
 	struct err e;
-	assert_int_equal(keys_init(db, &e), 0);
+	assert_int_equal(store_migrate(db, &e), 0);
 	*state = db;
 	return 0;
 }
@@ -135,7 +136,7 @@ static void test_rows_move_between_stores(void **state)
 	sqlite3 *db = *state, *other;
 	struct err e;
 	assert_int_equal(sqlite3_open(":memory:", &other), SQLITE_OK);
-	assert_int_equal(keys_init(other, &e), 0);
+	assert_int_equal(store_migrate(other, &e), 0);
 	struct key_info k, got;
 	char *secret = NULL;
 	assert_int_equal(
