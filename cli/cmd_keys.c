@@ -1,5 +1,7 @@
 /* sandbox keys: API key management, through the daemon's /admin/keys when it is named
- * (--url or $SANDBOX_URL), otherwise on its database directly (safe while it runs). */
+ * (--url or $SANDBOX_URL) or when a daemon holds the state directory; on the database
+ * directly only when no daemon runs on it (the CLI then holds the directory's claim). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +37,13 @@ void cmd_keys_help(void)
 	       "With --url URL or $SANDBOX_URL (http://host:port or unix:/path) the daemon does "
 	       "it\n"
 	       "through /admin/keys, with an admin key (--api-key or $SANDBOX_API_KEY). Without\n"
-	       "them the daemon's database is opened directly, and named on stderr: the one in\n"
-	       "--state-dir DIR or $SANDBOX_STATE_DIR (default %s); only create\n"
-	       "makes it when missing (keys made before the daemon's first start), and\n"
-	       "AUTH_KEY_PREFIX (default %s) is then the prefix of new secrets.\n\n"
+	       "them the state directory decides (--state-dir DIR or $SANDBOX_STATE_DIR, default\n"
+	       "%s), and stderr says which: while a daemon runs on it, through\n"
+	       "that daemon (at the address it noted there) with your key, else the directory's\n"
+	       "admin-key; the daemon's database is never opened beside it. When none runs, the\n"
+	       "database directly, claiming the directory meanwhile (no daemon starts during the\n"
+	       "command); only create makes it when missing (keys made before the daemon's first\n"
+	       "start), and AUTH_KEY_PREFIX (default %s) is then the prefix of new secrets.\n\n"
 	       "options: --json for machine-readable output\n",
 	       DEFAULT_STATE_DIR, DEFAULT_PREFIX);
 }
@@ -49,49 +54,62 @@ struct keys_store {
 	sqlite3 *db;
 };
 
-/* Opens the database in dir (else $SANDBOX_STATE_DIR, else the default), saying which on
- * stderr. Only create may make one that is missing (keys made before the daemon's first
- * start); the other actions on a missing one fail, naming it. */
-static sqlite3 *open_db(const char *dir, bool create)
+/* The first line of the state directory's admin-key file (the first start's or the
+ * package's), or NULL: the key of last resort for a root user who has none of their own. */
+static char *state_admin_key(const char *dir)
+{
+	_cleanup_free_ char *path = xasprintf("%s/admin-key", dir);
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	char line[256];
+	if (!f || !fgets(line, sizeof(line), f))
+		return NULL;
+	line[strcspn(line, "\r\n")] = '\0';
+	return *line ? xstrdup(line) : NULL;
+}
+
+/* Finds the keys of the state directory dir (else $SANDBOX_STATE_DIR, else the default) when
+ * no daemon was named, saying which way on stderr. When no daemon holds the directory, the
+ * CLI claims it as a daemon would (so that none starts meanwhile) and opens its database;
+ * only create may make one that is missing (keys made before the daemon's first start).
+ * When a daemon holds it, the CLI never opens its database (the daemon's requests would wait
+ * on its lock) and goes through the daemon's /admin/keys at the address the daemon noted in
+ * the lock file (else the CLI's default), with the caller's key, else the directory's
+ * admin-key. 0, or 1 after a message. */
+static int find_store(struct keys_store *st, const char *dir, bool create, const char *key)
 {
 	if (!dir || !*dir)
 		dir = getenv("SANDBOX_STATE_DIR");
 	if (!dir || !*dir)
 		dir = DEFAULT_STATE_DIR;
 	_cleanup_free_ char *path = xasprintf("%s/sandboxd.db", dir);
+	if (access(path, F_OK) < 0 && errno == ENOENT && !create)
+		return cli_fail("no key store at `%s` (name the daemon's state directory with "
+				"--state-dir or $SANDBOX_STATE_DIR, or the daemon with --url)",
+				path);
 	bool missing = access(path, F_OK) < 0;
-	if (missing && !create) {
-		cli_fail("no key store at `%s` (name the daemon's state directory with "
-			 "--state-dir or $SANDBOX_STATE_DIR, or the daemon with --url)",
-			 path);
-		return NULL;
-	}
-	fprintf(stderr,
-		"sandbox: %s the key store %s (--url or $SANDBOX_URL to go through the "
-		"daemon instead)\n",
-		missing ? "creating" : "using", path);
-	struct err pe;
-	if (missing && store_prepare_dir(dir, &pe) < 0) {
-		cli_fail("%s", pe.msg);
-		return NULL;
-	}
-	sqlite3 *db = NULL;
-	int flags = SQLITE_OPEN_READWRITE | (missing ? SQLITE_OPEN_CREATE : 0);
-	if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
-		cli_fail("cannot open the key store `%s`: %s (are you root?)", path,
-			 db ? sqlite3_errmsg(db) : "out of memory");
-		sqlite3_close(db);
-		return NULL;
-	}
-	sqlite3_busy_timeout(db, 5000);
-	sqlite3_exec(db, "PRAGMA journal_mode=WAL;", NULL, NULL, NULL);
 	struct err e;
-	if (store_migrate(db, &e) < 0) {
-		cli_fail("%s", e.msg);
-		sqlite3_close(db);
-		return NULL;
+	int r = store_claim_dir(dir, &e);
+	if (r == 0) {
+		fprintf(stderr,
+			"sandbox: no daemon uses %s: %s the key store %s directly (--url or "
+			"$SANDBOX_URL to go through a daemon instead)\n",
+			dir, missing ? "creating" : "using", path);
+		if (store_open(dir, &e) < 0)
+			return cli_fail("%s", e.msg);
+		st->db = store_db();
+		return 0;
 	}
-	return db;
+	if (r != -EBUSY && r != -EACCES && r != -EPERM)
+		return cli_fail("%s", e.msg);
+	_cleanup_free_ char *url = store_claimant_url(dir);
+	if (!key || !*key)
+		key = getenv("SANDBOX_API_KEY");
+	_cleanup_free_ char *own = key && *key ? NULL : state_admin_key(dir);
+	st->http = client_new(url, own ? own : key);
+	fprintf(stderr, "sandbox: %s %s: going through the daemon at %s\n",
+		r == -EBUSY ? "a daemon uses the key store" : "cannot claim the key store", path,
+		client_url(st->http));
+	return 0;
 }
 
 static const char *prefix(void)
@@ -409,6 +427,10 @@ int cmd_keys(int argc, char **argv)
 {
 	const char *url = getenv("SANDBOX_URL");
 	bool http = cli_flag(argc, argv, "--url") || (url && *url);
+	const char *api_key = NULL;
+	for (int i = 1; i + 1 < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "--api-key") == 0)
+			api_key = argv[i + 1];
 	struct client *c = cli_client(&argc, argv);
 	const char *state_dir = take_state_dir(&argc, argv);
 	if (argc < 2) {
@@ -438,8 +460,8 @@ int cmd_keys(int argc, char **argv)
 	struct keys_store st = { 0 };
 	if (rc == 0 && http)
 		st.http = c, c = NULL;
-	else if (rc == 0 && !(st.db = open_db(state_dir, strcmp(action, "create") == 0)))
-		rc = 1;
+	else if (rc == 0)
+		rc = find_store(&st, state_dir, strcmp(action, "create") == 0, api_key);
 	json_t *r = NULL;
 	struct err e;
 	if (rc == 0 && keys_do(&st, action, id, body, &r, &e) < 0)
@@ -450,7 +472,8 @@ int cmd_keys(int argc, char **argv)
 		print_result(action, id, r);
 	json_decref(r);
 	json_decref(body);
-	sqlite3_close(st.db);
+	if (st.db)
+		store_close();
 	client_free(st.http);
 	client_free(c);
 	return rc;

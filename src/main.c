@@ -232,7 +232,9 @@ static int init_admin_key(void)
 	}
 	char path[PATH_MAX];
 	bool created = false;
-	if (store_open(cfg.state_dir, &e) < 0 ||
+	/* Claimed like the daemon does: no daemon starts beside it, and none runs while it opens
+	 * (and migrates) the database. */
+	if (store_claim_dir(cfg.state_dir, &e) < 0 || store_open(cfg.state_dir, &e) < 0 ||
 	    auth_init_admin_key(&cfg, path, sizeof(path), &created, &e) < 0) {
 		fprintf(stderr, "sandboxd: %s\n", e.msg);
 	} else {
@@ -439,8 +441,21 @@ static void started(int port)
 	} else if (isatty(STDERR_FILENO)) {
 		fprintf(stderr, "sandboxd is serving on %s; Ctrl-C to stop.\n", url);
 	}
-	if (!daemon_mod.stopping && daemon_mod.cfg.port_file &&
-	    write_port_file(daemon_mod.cfg.port_file, port, &e) < 0) {
+	/* Where `sandbox keys` finds this daemon when it names none (docs/cli.md): the local
+	 * socket when there is one, else the HTTP port (on the loopback when it listens on all
+	 * addresses). */
+	char local[PATH_MAX + 8];
+	if (daemon_mod.cfg.socket_path)
+		snprintf(local, sizeof(local), "unix:%s", daemon_mod.cfg.socket_path);
+	else if (strcmp(daemon_mod.cfg.host, "0.0.0.0") == 0 || strcmp(daemon_mod.cfg.host, "::") == 0)
+		snprintf(local, sizeof(local), "http://127.0.0.1:%d", port);
+	else if (strchr(daemon_mod.cfg.host, ':'))
+		snprintf(local, sizeof(local), "http://[%s]:%d", daemon_mod.cfg.host, port);
+	else
+		snprintf(local, sizeof(local), "%s", url);
+	if (store_claim_note_url(local, &e) < 0)
+		log_warn("sandboxd", "%s", e.msg);
+	if (!daemon_mod.stopping && daemon_mod.cfg.port_file && write_port_file(daemon_mod.cfg.port_file, port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
 		daemon_mod.exit_code = 1;

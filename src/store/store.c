@@ -98,6 +98,37 @@ int store_claim_dir(const char *dir, struct err *err)
 	return 0;
 }
 
+int store_claim_note_url(const char *url, struct err *err)
+{
+	if (claim_fd < 0)
+		return err_set(err, EBADF, "the state directory is not claimed");
+	char buf[600];
+	int n = snprintf(buf, sizeof(buf), "%d\n%s\n", (int)getpid(), url);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return err_set(err, ENAMETOOLONG, "the address `%.64s...` is too long", url);
+	if (pwrite(claim_fd, buf, (size_t)n, 0) != n)
+		return err_sys(err, errno, "cannot write the state directory's lock file");
+	return 0;
+}
+
+char *store_claimant_url(const char *dir)
+{
+	_cleanup_free_ char *path = xasprintf("%s/sandboxd.lock", dir);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	char buf[600];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	char *line = strchr(buf, '\n');
+	if (!line || !*++line)
+		return NULL;
+	line[strcspn(line, "\n")] = '\0';
+	return *line ? xstrdup(line) : NULL;
+}
+
 int store_open(const char *dir, struct err *err)
 {
 	int r = store_prepare_dir(dir, err);

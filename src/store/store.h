@@ -51,6 +51,12 @@ void store_close(void);
  * holds it. The lock stays for the life of the process; store_open() and the CLI's own opening
  * of the key store neither need nor take it. */
 int store_claim_dir(const char *state_dir, struct err *err);
+/* Writes the claimant's address (a URL its clients reach it at: unix:/path or http://...)
+ * into the claim's lock file, on the line after its pid: how `sandbox keys` finds the daemon
+ * that holds the state directory. */
+int store_claim_note_url(const char *url, struct err *err);
+/* The address a claimant of dir noted (caller frees), or NULL when none is readable. */
+char *store_claimant_url(const char *dir);
 /* The open database (for modules that keep their own tables in the schema). */
 sqlite3 *store_db(void);
 

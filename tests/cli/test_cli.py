@@ -394,16 +394,53 @@ class CliTest(unittest.TestCase):
             self.assertNotIn(k["id"], [x["id"] for x in json.loads(p.stdout)["keys"]])
             self.assertEqual(os.listdir(d), [])
 
-    def test_keys_without_a_daemon_name_their_store(self):
-        env = {n: v for n, v in self.env.items() if n != "SANDBOX_URL"}
-        p = subprocess.run([CLI, "keys", "list", "--json"], env=env, capture_output=True,
-                           timeout=30)
-        self.assertEqual(p.returncode, 0, p.stderr)
+    def test_keys_go_through_the_daemon_that_holds_the_state_directory(self):
+        # No URL and no key: the daemon holds the state directory, so the CLI goes through
+        # its /admin/keys (at the address it noted in the lock file, with the directory's
+        # admin-key), never opening the database beside it.
+        env = {n: v for n, v in self.env.items() if n not in ("SANDBOX_URL", "SANDBOX_API_KEY")}
+        env["HOME"] = tempfile.mkdtemp(prefix="sandbox-cli-home-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", env["HOME"]]))
+        env.pop("XDG_CONFIG_HOME", None)
+        # A prefix the CLI would give its own keys: the daemon's prefix shows who made it.
+        env["AUTH_KEY_PREFIX"] = "cliown_"
+        run = lambda *a: subprocess.run([CLI, *a], env=env, capture_output=True, timeout=30)
         db = os.path.join(self.daemon.state_dir, "sandboxd.db")
-        self.assertIn(db.encode(), p.stderr)
-        self.assertTrue(json.loads(p.stdout)["keys"])
-        # A state directory without a database is an error naming it, and stays empty.
+        p = run("keys", "create", "via-daemon", "--scopes", "exec", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"a daemon uses the key store " + db.encode(), p.stderr)
+        self.assertIn(f"going through the daemon at http://127.0.0.1:{self.daemon.port}".encode(),
+                      p.stderr)
+        k = json.loads(p.stdout)
+        self.assertFalse(k["key"].startswith("cliown_"), k["key"])
+        self.assertIn("usage", k)  # only the daemon's reply has it
+        # In the daemon's list at once, and the key works.
+        status, _, body = self.daemon.get("/admin/keys")
+        self.assertEqual(status, 200)
+        self.assertIn(k["id"], [x["id"] for x in body["keys"]])
+        r = subprocess.run([CLI, "templates"], env=dict(self.env, SANDBOX_API_KEY=k["key"]),
+                           capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p = run("keys", "list", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(k["id"], [x["id"] for x in json.loads(p.stdout)["keys"]])
+        p = run("keys", "revoke", k["id"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        status, _, body = self.daemon.get("/admin/keys")
+        self.assertEqual([x["enabled"] for x in body["keys"] if x["id"] == k["id"]], [False])
+        r = subprocess.run([CLI, "templates"], env=dict(self.env, SANDBOX_API_KEY=k["key"]),
+                           capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"revoked", r.stderr)
+        # A key of the caller's own is used over the directory's; a bad one is the daemon's 401.
+        p = run("keys", "list", "--api-key", "sk_test_nope")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"going through the daemon", p.stderr)
+
+    def test_keys_without_a_daemon_open_the_store_and_claim_it(self):
+        env = {n: v for n, v in self.env.items() if n not in ("SANDBOX_URL", "SANDBOX_API_KEY")}
         with tempfile.TemporaryDirectory() as d:
+            # A state directory without a database is an error naming it, and stays empty.
             p = subprocess.run([CLI, "keys", "--state-dir", d, "list"], env=env,
                                capture_output=True, timeout=30)
             self.assertEqual(p.returncode, 1)
@@ -411,15 +448,41 @@ class CliTest(unittest.TestCase):
             self.assertIn(b"no key store", p.stderr)
             self.assertEqual(os.listdir(d), [])
             # Only create makes one (keys made before a daemon's first start), and says so.
-            p = subprocess.run([CLI, "keys", "create", "early", "--state-dir", d], env=env,
-                               capture_output=True, timeout=30)
+            p = subprocess.run([CLI, "keys", "create", "early", "--scopes", "exec,admin",
+                                "--json", "--state-dir", d], env=env, capture_output=True,
+                               timeout=30)
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn(b"creating the key store " + os.path.join(d, "sandboxd.db").encode(),
                           p.stderr)
-            p = subprocess.run([CLI, "keys", "list"], env=dict(env, SANDBOX_STATE_DIR=d),
+            early = json.loads(p.stdout)
+            env_d = dict(env, SANDBOX_STATE_DIR=d)
+            p = subprocess.run([CLI, "keys", "create", "other", "--json"], env=env_d,
                                capture_output=True, timeout=30)
             self.assertEqual(p.returncode, 0, p.stderr)
+            other = json.loads(p.stdout)
+            p = subprocess.run([CLI, "keys", "revoke", other["id"]], env=env_d,
+                               capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            p = subprocess.run([CLI, "keys", "list"], env=env_d, capture_output=True,
+                               timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(b"using the key store", p.stderr)
             self.assertIn(b"early", p.stdout)
+            self.assertRegex(p.stdout.decode(), other["id"] + r".* revoked ")
+            # The schema the CLI made is the daemon's: one started on it takes the keys
+            # (no first key of its own), and the CLI then goes through it.
+            daemon = harness.Daemon(env={"SANDBOX_STATE_DIR": d, "SANDBOX_WARM_POOL": "0"})
+            daemon.start()
+            try:
+                status, _, body = daemon.get("/admin/keys", api_key=early["key"])
+                self.assertEqual(status, 200, body)
+                self.assertEqual(sorted(x["name"] for x in body["keys"]), ["early", "other"])
+                p = subprocess.run([CLI, "keys", "list", "--api-key", early["key"]],
+                                   env=env_d, capture_output=True, timeout=30)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn(b"going through the daemon", p.stderr)
+            finally:
+                daemon.stop()
 
     def test_create_with_template_timeout_env_and_resources(self):
         p = self.cli("create", "c6", "--template", "base", "--idle-timeout", "10m",
