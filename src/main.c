@@ -572,6 +572,7 @@ int main(int argc, char **argv)
 		log_error("sandboxd", "%s", e.msg);
 		goto out_workers;
 	}
+	store_set_event_base(daemon_mod.base);
 	const struct driver *drv = NULL;
 	if (driver_select(&daemon_mod.cfg, &drv, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);

@@ -62,8 +62,13 @@ void auth_flush_last_used(void)
 	sqlite3 *db = store_db();
 	for (size_t i = 0; i < A.nbuckets; i++) {
 		struct bucket *b = &A.buckets[i];
-		if (b->dirty && db)
-			keys_touch(db, b->key_id, b->last_used);
+		if (!b->dirty || !db)
+			continue;
+		/* Kept for the next flush while the database is locked (another process
+		 * writing it): the loop does not wait for it. */
+		int r = keys_touch(db, b->key_id, b->last_used);
+		if (r < 0 && r != -ENOENT)
+			break;
 		b->dirty = false;
 	}
 }

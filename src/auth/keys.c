@@ -52,6 +52,12 @@ static char *new_secret(const char *prefix)
 
 static int db_error(sqlite3 *db, struct err *err, const char *what)
 {
+	/* The daemon waits only a moment for another process's lock (store.c): a 503. */
+	if ((sqlite3_errcode(db) & 0xff) == SQLITE_BUSY)
+		return err_set(err, EROFS,
+			       "key store: %s: the database is locked by another process; try "
+			       "again",
+			       what);
 	return err_set(err, EIO, "key store: %s: %s", what, sqlite3_errmsg(db));
 }
 

@@ -157,8 +157,8 @@ static void pool_create_done(void *arg)
 		e->pool = p;
 		e->sb = j->sb;
 		struct err perr;
-		if (store_sandbox_put(j->sb->id, session_mod.drv->name, NULL, NULL, j->sb->record,
-				      &perr) < 0)
+		if (store_sandbox_update(j->sb->id, session_mod.drv->name, NULL, NULL,
+					 j->sb->record, &perr) < 0)
 			log_warn("session", "cannot record sandbox %s: %s", j->sb->id, perr.msg);
 		e->conn = session_conn_new(TAKE_FD(j->sb->agent_fd), on_pool_conn_closed, e);
 		e->next = p->entries;

@@ -8,12 +8,42 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "util/cleanup.h"
 #include "util/fs.h"
 #include "util/log.h"
 
 static sqlite3 *db;
 static char *state_dir;
+
+/* How long a statement of the event loop waits for another connection's write lock: a few
+ * milliseconds, so that another process holding the lock (an sqlite3 shell, a backup that
+ * writes) never stalls the loop and with it every request. Opening (the migrations, before
+ * the daemon serves) and closing (the queue's last writes) wait for STORE_OPEN_BUSY_MS. */
+#define STORE_LOOP_BUSY_MS 20
+#define STORE_OPEN_BUSY_MS 5000
+/* How often queued writes are tried again while the lock is held. */
+#define STORE_RETRY_MS 100
+
+/* Writes of sandbox records that found the database locked, in the order they were asked
+ * for: tried again from a timer, and every later one of them goes behind them. */
+struct pending {
+	struct pending *next;
+	char *id;
+	bool del;
+	char *driver, *owner, *session_id, *text; /* a put's */
+};
+
+static struct {
+	struct pending *head, **tail;
+	size_t n;
+	struct event_base *base;
+	struct event *retry;
+} Q = { .tail = &Q.head };
+
+static void pending_free(struct pending *p);
+static int flush_queue(void);
 
 int store_prepare_dir(const char *dir, struct err *err)
 {
@@ -143,7 +173,7 @@ int store_open(const char *dir, struct err *err)
 		db = NULL;
 		return r;
 	}
-	sqlite3_busy_timeout(db, 5000);
+	sqlite3_busy_timeout(db, STORE_OPEN_BUSY_MS);
 	_cleanup_sqlite_free_ char *msg = NULL;
 	/* WAL with synchronous=NORMAL: a record survives the process's death, with no fsync per
 	 * write (only a power loss can take the last ones). The log is checkpointed every 256
@@ -163,12 +193,31 @@ int store_open(const char *dir, struct err *err)
 		store_close();
 		return r;
 	}
+	sqlite3_busy_timeout(db, STORE_LOOP_BUSY_MS);
 	state_dir = xstrdup(dir);
 	return 0;
 }
 
 void store_close(void)
 {
+	if (db && Q.head) {
+		/* The last queued writes may wait for the lock: the daemon is stopping. */
+		sqlite3_busy_timeout(db, STORE_OPEN_BUSY_MS);
+		struct event *retry = TAKE_PTR(Q.retry);
+		if (flush_queue() < 0)
+			log_warn("store", "%zu write(s) of sandbox records were not made: the "
+					  "database stayed locked",
+				 Q.n);
+		Q.retry = retry;
+	}
+	while (Q.head) {
+		struct pending *p = Q.head;
+		Q.head = p->next;
+		pending_free(p);
+	}
+	Q.tail = &Q.head;
+	Q.n = 0;
+	store_set_event_base(NULL);
 	if (db)
 		sqlite3_close(db);
 	db = NULL;
@@ -181,34 +230,157 @@ sqlite3 *store_db(void)
 	return db;
 }
 
-int store_sandbox_put(const char *sandbox_id, const char *driver, const char *owner,
-		      const char *session_id, json_t *record, struct err *err)
+/* One write of a sandbox record: SQLITE_DONE, SQLITE_BUSY when the database is locked, or
+ * another code. */
+static int put_row(const char *sandbox_id, const char *driver, const char *owner,
+		   const char *session_id, const char *text)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db,
-			       "INSERT OR REPLACE INTO sandboxes(id, driver, owner, session_id, "
-			       "record) VALUES (?,?,?,?,?)",
-			       -1, &st, NULL) != SQLITE_OK)
-		return err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
-	char *text = record ? json_dumps(record, JSON_COMPACT) : xstrdup("{}");
+	int rc = sqlite3_prepare_v2(db,
+				    "INSERT OR REPLACE INTO sandboxes(id, driver, owner, session_id, "
+				    "record) VALUES (?,?,?,?,?)",
+				    -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return rc;
 	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, driver, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 4, session_id, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 5, text, -1, free);
-	if (sqlite3_step(st) != SQLITE_DONE)
+	sqlite3_bind_text(st, 5, text, -1, SQLITE_STATIC);
+	return sqlite3_step(st);
+}
+
+static int delete_row(const char *sandbox_id)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int rc = sqlite3_prepare_v2(db, "DELETE FROM sandboxes WHERE id = ?", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return rc;
+	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+	return sqlite3_step(st);
+}
+
+static bool locked(int rc)
+{
+	return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+}
+
+static void pending_free(struct pending *p)
+{
+	free(p->id);
+	free(p->driver);
+	free(p->owner);
+	free(p->session_id);
+	free(p->text);
+	free(p);
+}
+
+static void arm_retry(void)
+{
+	static const struct timeval tv = { .tv_usec = STORE_RETRY_MS * 1000 };
+	if (Q.retry && !evtimer_pending(Q.retry, NULL))
+		evtimer_add(Q.retry, &tv);
+}
+
+/* Writes the queue's entries in order until the lock stops one: 0 when it is empty. */
+static int flush_queue(void)
+{
+	while (Q.head) {
+		struct pending *p = Q.head;
+		int rc = p->del ? delete_row(p->id)
+				: put_row(p->id, p->driver, p->owner, p->session_id, p->text);
+		if (locked(rc)) {
+			arm_retry();
+			return -EAGAIN;
+		}
+		if (rc != SQLITE_DONE)
+			log_warn("store", "cannot %s the record of sandbox %s: %s",
+				 p->del ? "delete" : "write", p->id, sqlite3_errmsg(db));
+		Q.head = p->next;
+		if (!Q.head)
+			Q.tail = &Q.head;
+		Q.n--;
+		pending_free(p);
+	}
+	return 0;
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+	if (flush_queue() == 0)
+		log_info("store", "the queued writes of sandbox records are done");
+}
+
+static void enqueue(struct pending *p)
+{
+	if (!Q.head)
+		log_warn("store",
+			 "the state database is locked by another process: writes of sandbox "
+			 "records are queued and retried every %d ms",
+			 STORE_RETRY_MS);
+	*Q.tail = p;
+	Q.tail = &p->next;
+	Q.n++;
+	arm_retry();
+}
+
+void store_set_event_base(struct event_base *base)
+{
+	if (Q.retry)
+		event_free(Q.retry);
+	Q.retry = NULL;
+	Q.base = base;
+	if (base)
+		Q.retry = evtimer_new(base, on_retry, NULL);
+}
+
+size_t store_queued_writes(void)
+{
+	return Q.n;
+}
+
+int store_sandbox_put(const char *sandbox_id, const char *driver, const char *owner,
+		      const char *session_id, json_t *record, struct err *err)
+{
+	_cleanup_free_ char *text = record ? json_dumps(record, JSON_COMPACT) : xstrdup("{}");
+	int rc = put_row(sandbox_id, driver, owner, session_id, text);
+	if (rc != SQLITE_DONE)
+		return err_set(err, locked(rc) ? EAGAIN : EIO, "store: %s", sqlite3_errmsg(db));
+	return 0;
+}
+
+int store_sandbox_update(const char *sandbox_id, const char *driver, const char *owner,
+			 const char *session_id, json_t *record, struct err *err)
+{
+	_cleanup_free_ char *text = record ? json_dumps(record, JSON_COMPACT) : xstrdup("{}");
+	/* Behind the writes queued before it, so that they land in order. */
+	int rc = Q.head ? SQLITE_BUSY : put_row(sandbox_id, driver, owner, session_id, text);
+	if (locked(rc) && Q.retry) {
+		struct pending *p = xcalloc(1, sizeof(*p));
+		p->id = xstrdup(sandbox_id);
+		p->driver = xstrdup(driver);
+		p->owner = owner ? xstrdup(owner) : NULL;
+		p->session_id = session_id ? xstrdup(session_id) : NULL;
+		p->text = TAKE_PTR(text);
+		enqueue(p);
+		return 0;
+	}
+	if (rc != SQLITE_DONE)
 		return err_set(err, EIO, "store: %s", sqlite3_errmsg(db));
 	return 0;
 }
 
 int store_sandbox_delete(const char *sandbox_id)
 {
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "DELETE FROM sandboxes WHERE id = ?", -1, &st, NULL) !=
-	    SQLITE_OK)
-		return -EIO;
-	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-	return sqlite3_step(st) == SQLITE_DONE ? 0 : -EIO;
+	int rc = Q.head ? SQLITE_BUSY : delete_row(sandbox_id);
+	if (locked(rc) && Q.retry) {
+		struct pending *p = xcalloc(1, sizeof(*p));
+		p->id = xstrdup(sandbox_id);
+		p->del = true;
+		enqueue(p);
+		return 0;
+	}
+	return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
 int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err)

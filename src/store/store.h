@@ -62,7 +62,20 @@ sqlite3 *store_db(void);
 
 int store_sandbox_put(const char *sandbox_id, const char *driver, const char *owner,
 		      const char *session_id, json_t *record, struct err *err);
+/* store_sandbox_put() writes at once or fails (EAGAIN while another process holds the
+ * database's write lock): for a record that must exist before its sandbox does. The event
+ * loop never waits more than a few milliseconds for that lock. store_sandbox_update() and
+ * store_sandbox_delete() instead queue a write the lock stops, in order, and retry it from a
+ * timer (once store_set_event_base() gave one; store_close() makes what is left, waiting for
+ * the lock): for the records of sandboxes that exist, whose writes need not hold up the
+ * request that asks for them. */
+int store_sandbox_update(const char *sandbox_id, const char *driver, const char *owner,
+			 const char *session_id, json_t *record, struct err *err);
 int store_sandbox_delete(const char *sandbox_id);
+struct event_base;
+void store_set_event_base(struct event_base *base);
+/* Writes waiting in the queue. */
+size_t store_queued_writes(void);
 typedef void (*store_sandbox_fn)(const char *sandbox_id, const char *driver, json_t *record,
 				 void *arg);
 int store_sandbox_foreach(store_sandbox_fn fn, void *arg, struct err *err);
