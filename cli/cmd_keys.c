@@ -106,9 +106,10 @@ static int find_store(struct keys_store *st, const char *dir, bool create, const
 		key = getenv("SANDBOX_API_KEY");
 	_cleanup_free_ char *own = key && *key ? NULL : state_admin_key(dir);
 	st->http = client_new(url, own ? own : key);
-	fprintf(stderr, "sandbox: %s %s: going through the daemon at %s\n",
+	fprintf(stderr, "sandbox: %s %s: going through the daemon at %s%s\n",
 		r == -EBUSY ? "a daemon uses the key store" : "cannot claim the key store", path,
-		client_url(st->http));
+		client_url(st->http),
+		url || r != -EBUSY ? "" : " (it noted no address of its own; --url names another)");
 	return 0;
 }
 

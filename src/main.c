@@ -233,9 +233,16 @@ static int init_admin_key(void)
 	char path[PATH_MAX];
 	bool created = false;
 	/* Claimed like the daemon does: no daemon starts beside it, and none runs while it opens
-	 * (and migrates) the database. */
-	if (store_claim_dir(cfg.state_dir, &e) < 0 || store_open(cfg.state_dir, &e) < 0 ||
-	    auth_init_admin_key(&cfg, path, sizeof(path), &created, &e) < 0) {
+	 * (and migrates) the database. A daemon that runs made the first key itself at its
+	 * start, when the store had none: nothing to do (an upgrade's postinst). */
+	int r = store_claim_dir(cfg.state_dir, &e);
+	if (r == -EBUSY) {
+		printf("sandboxd: a running sandboxd holds %s (its start made a first key when the "
+		       "key store had none); none was created\n",
+		       cfg.state_dir);
+		rc = 0;
+	} else if (r < 0 || store_open(cfg.state_dir, &e) < 0 ||
+		   auth_init_admin_key(&cfg, path, sizeof(path), &created, &e) < 0) {
 		fprintf(stderr, "sandboxd: %s\n", e.msg);
 	} else {
 		if (created)

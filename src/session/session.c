@@ -470,8 +470,8 @@ static void session_attach(struct session *s, struct sandbox *sb, struct guest_c
 	s->sandbox_id = xstrdup(sb->id);
 	net_sandbox_set_owner(sb->id, s->owner);
 	struct err e;
-	if (store_sandbox_update(sb->id, session_mod.drv->name, s->owner, s->id, sb->record,
-				 &e) < 0)
+	if (store_sandbox_update(sb->id, session_mod.drv->name, s->owner, s->id, sb->record, &e) <
+	    0)
 		log_warn("session", "cannot record sandbox %s: %s", sb->id, e.msg);
 
 	struct timespec now;

@@ -174,6 +174,15 @@ int store_open(const char *dir, struct err *err)
 		return r;
 	}
 	sqlite3_busy_timeout(db, STORE_OPEN_BUSY_MS);
+	/* A newer release's database is left exactly as it is, its journal mode included
+	 * (store_migrate checks again, in its transaction). */
+	int version;
+	if (store_schema_version(db, &version, err) < 0 ||
+	    (version > STORE_SCHEMA_VERSION && store_migrate(db, err) < 0)) {
+		r = err_wrap(err, "the state database `%s`", path);
+		store_close();
+		return r;
+	}
 	_cleanup_sqlite_free_ char *msg = NULL;
 	/* WAL with synchronous=NORMAL: a record survives the process's death, with no fsync per
 	 * write (only a power loss can take the last ones). The log is checkpointed every 256
@@ -205,8 +214,9 @@ void store_close(void)
 		sqlite3_busy_timeout(db, STORE_OPEN_BUSY_MS);
 		struct event *retry = TAKE_PTR(Q.retry);
 		if (flush_queue() < 0)
-			log_warn("store", "%zu write(s) of sandbox records were not made: the "
-					  "database stayed locked",
+			log_warn("store",
+				 "%zu write(s) of sandbox records were not made: the "
+				 "database stayed locked",
 				 Q.n);
 		Q.retry = retry;
 	}
@@ -236,10 +246,11 @@ static int put_row(const char *sandbox_id, const char *driver, const char *owner
 		   const char *session_id, const char *text)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int rc = sqlite3_prepare_v2(db,
-				    "INSERT OR REPLACE INTO sandboxes(id, driver, owner, session_id, "
-				    "record) VALUES (?,?,?,?,?)",
-				    -1, &st, NULL);
+	int rc = sqlite3_prepare_v2(
+		db,
+		"INSERT OR REPLACE INTO sandboxes(id, driver, owner, session_id, "
+		"record) VALUES (?,?,?,?,?)",
+		-1, &st, NULL);
 	if (rc != SQLITE_OK)
 		return rc;
 	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);

@@ -1,4 +1,5 @@
-/* store: the daemon's SQLite database (WAL) under SANDBOX_STATE_DIR.
+/* store: the daemon's SQLite database (WAL) under SANDBOX_STATE_DIR, with one versioned
+ * schema (schema.c).
  *
  * It remembers every sandbox the daemon created, so that a restarted daemon removes
  * exactly what it had made and nothing else. Loop thread only; every statement is short. */
@@ -40,16 +41,16 @@ int store_migrate(sqlite3 *db, struct err *err);
 /* The database's schema version (its user_version). */
 int store_schema_version(sqlite3 *db, int *ret, struct err *err);
 /* Makes the state directory (0700, also when it exists) and its database files (0600, the
- * database created empty when missing): store_open() does it, and so does the CLI before it
- * opens the key store itself. */
+ * database created empty when missing): store_open() and store_claim_dir() do it. */
 int store_prepare_dir(const char *state_dir, struct err *err);
 void store_close(void);
 /* Claims the state directory for this process: an exclusive lock on its `sandboxd.lock`
  * (an open file description lock, so no child inherits it past its descriptors being closed,
  * and the kernel drops it when the process dies, however it dies), holding the claimant's pid.
  * EBUSY, saying "another sandboxd (pid N) uses this state directory", while another process
- * holds it. The lock stays for the life of the process; store_open() and the CLI's own opening
- * of the key store neither need nor take it. */
+ * holds it. The lock stays for the life of the process. The daemon takes it first thing;
+ * `sandbox keys` and `sandboxd --init-admin-key` take it before they open the database, so
+ * that none opens it beside a running daemon (the CLI goes through the daemon's API then). */
 int store_claim_dir(const char *state_dir, struct err *err);
 /* Writes the claimant's address (a URL its clients reach it at: unix:/path or http://...)
  * into the claim's lock file, on the line after its pid: how `sandbox keys` finds the daemon

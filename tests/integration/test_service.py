@@ -214,8 +214,10 @@ class StateDirClaimTest(unittest.TestCase):
         p = subprocess.run([harness.sandboxd_path(), "--init-admin-key"],
                            env=quiet_env(SANDBOX_STATE_DIR=first.state_dir),
                            capture_output=True, text=True, timeout=WAIT)
+        # It does not open the database the daemon holds: the daemon made its key.
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("has keys already", p.stdout)
+        self.assertIn(f"a running sandboxd holds {first.state_dir}", p.stdout)
+        self.assertIn("none was created", p.stdout)
 
     def test_restart_after_sigkill_with_sandboxes_running(self):
         """The claim dies with the daemon: no sandbox, spawner or helper inherits it."""
@@ -225,8 +227,10 @@ class StateDirClaimTest(unittest.TestCase):
         second = self.start(SANDBOX_STATE_DIR=first.state_dir, SANDBOX_RUN_DIR=first.run_dir)
         second.api_key = first.api_key
         self.assertEqual(self.run_ok(second, "after", "echo ok"), "ok\n")
+        # The claimant's pid, then the address it serves at (where `sandbox keys` finds it).
         with open(os.path.join(first.state_dir, "sandboxd.lock")) as f:
-            self.assertEqual(f.read().strip(), str(second.proc.pid))
+            self.assertEqual(f.read().split("\n"),
+                             [str(second.proc.pid), f"http://127.0.0.1:{second.port}", ""])
 
 
 class DefaultsTest(unittest.TestCase):

@@ -23,61 +23,61 @@
 /* --- the schemas of earlier releases, as their modules created them ------------------ */
 
 /* src/store/store.c, from the first release on. */
-#define OLD_SANDBOXES                                                                      \
+#define OLD_SANDBOXES                                                                         \
 	"CREATE TABLE IF NOT EXISTS sandboxes (  id TEXT PRIMARY KEY,  driver TEXT NOT NULL," \
-	"  owner TEXT,  session_id TEXT,  record TEXT NOT NULL,  created INTEGER NOT NULL "  \
+	"  owner TEXT,  session_id TEXT,  record TEXT NOT NULL,  created INTEGER NOT NULL "   \
 	"DEFAULT (strftime('%s','now')));"
 /* src/auth/keys.c before per-key quotas (b975dce .. 5f8900f). */
-#define OLD_KEYS_NO_QUOTAS                                                                \
-	"CREATE TABLE IF NOT EXISTS api_keys (  id TEXT PRIMARY KEY,  name TEXT NOT NULL,"  \
-	"  prefix TEXT NOT NULL,  hash TEXT NOT NULL UNIQUE,  scopes INTEGER NOT NULL,"     \
-	"  rate_limit INTEGER NOT NULL DEFAULT 0,  created INTEGER NOT NULL,"               \
-	"  last_used INTEGER NOT NULL DEFAULT 0,  expires INTEGER NOT NULL DEFAULT 0,"      \
+#define OLD_KEYS_NO_QUOTAS                                                                 \
+	"CREATE TABLE IF NOT EXISTS api_keys (  id TEXT PRIMARY KEY,  name TEXT NOT NULL," \
+	"  prefix TEXT NOT NULL,  hash TEXT NOT NULL UNIQUE,  scopes INTEGER NOT NULL,"    \
+	"  rate_limit INTEGER NOT NULL DEFAULT 0,  created INTEGER NOT NULL,"              \
+	"  last_used INTEGER NOT NULL DEFAULT 0,  expires INTEGER NOT NULL DEFAULT 0,"     \
 	"  enabled INTEGER NOT NULL DEFAULT 1);"
 /* src/auth/keys.c with quotas (5f8900f on). */
-#define OLD_KEYS_QUOTAS                                                                   \
-	"CREATE TABLE IF NOT EXISTS api_keys (  id TEXT PRIMARY KEY,  name TEXT NOT NULL,"  \
-	"  prefix TEXT NOT NULL,  hash TEXT NOT NULL UNIQUE,  scopes INTEGER NOT NULL,"     \
-	"  rate_limit INTEGER NOT NULL DEFAULT 0,  created INTEGER NOT NULL,"               \
-	"  last_used INTEGER NOT NULL DEFAULT 0,  expires INTEGER NOT NULL DEFAULT 0,"      \
+#define OLD_KEYS_QUOTAS                                                                    \
+	"CREATE TABLE IF NOT EXISTS api_keys (  id TEXT PRIMARY KEY,  name TEXT NOT NULL," \
+	"  prefix TEXT NOT NULL,  hash TEXT NOT NULL UNIQUE,  scopes INTEGER NOT NULL,"    \
+	"  rate_limit INTEGER NOT NULL DEFAULT 0,  created INTEGER NOT NULL,"              \
+	"  last_used INTEGER NOT NULL DEFAULT 0,  expires INTEGER NOT NULL DEFAULT 0,"     \
 	"  enabled INTEGER NOT NULL DEFAULT 1,  quotas TEXT NOT NULL DEFAULT '');"
 /* The quotas column as an older table got it at start (keys_init's ALTER TABLE). */
 #define OLD_KEYS_ALTERED \
 	OLD_KEYS_NO_QUOTAS "ALTER TABLE api_keys ADD COLUMN quotas TEXT NOT NULL DEFAULT '';"
 /* src/session/hibernate.c (ea864ad on). */
-#define OLD_HIBERNATED                                                                    \
-	"CREATE TABLE IF NOT EXISTS hibernated_sessions (owner TEXT NOT NULL, id TEXT NOT "  \
+#define OLD_HIBERNATED                                                                      \
+	"CREATE TABLE IF NOT EXISTS hibernated_sessions (owner TEXT NOT NULL, id TEXT NOT " \
 	"NULL, record TEXT NOT NULL, PRIMARY KEY (owner, id));"
 /* src/session/snapshot.c (55120a1 on). */
 #define OLD_SNAPSHOTS                                                                     \
-	"CREATE TABLE IF NOT EXISTS snapshots (owner TEXT NOT NULL, name TEXT NOT NULL, "    \
+	"CREATE TABLE IF NOT EXISTS snapshots (owner TEXT NOT NULL, name TEXT NOT NULL, " \
 	"record TEXT NOT NULL, PRIMARY KEY (owner, name));"
 /* src/session/volume.c (f21c4d6 on). */
-#define OLD_VOLUMES                                                                       \
+#define OLD_VOLUMES                                                                           \
 	"CREATE TABLE IF NOT EXISTS volumes (id TEXT PRIMARY KEY, owner TEXT NOT NULL, name " \
-	"TEXT NOT NULL, size_bytes INTEGER NOT NULL, created_ms INTEGER NOT NULL, state "    \
+	"TEXT NOT NULL, size_bytes INTEGER NOT NULL, created_ms INTEGER NOT NULL, state "     \
 	"TEXT NOT NULL, UNIQUE(owner, name));"
 
-#define ROWS_SANDBOXES                                                                    \
-	"INSERT INTO sandboxes(id, driver, owner, session_id, record) VALUES "               \
+#define ROWS_SANDBOXES                                                         \
+	"INSERT INTO sandboxes(id, driver, owner, session_id, record) VALUES " \
 	"('sb_1', 'jail', 'key_a', 's_1', '{\"pid\":42}'), ('sb_2', 'qemu', NULL, NULL, '{}');"
-#define ROWS_KEYS_NO_QUOTAS                                                               \
-	"INSERT INTO api_keys VALUES ('key_a', 'alice', 'sk_test_abcd', "                    \
+#define ROWS_KEYS_NO_QUOTAS                                                                      \
+	"INSERT INTO api_keys VALUES ('key_a', 'alice', 'sk_test_abcd', "                        \
 	"'0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 3, 60, 1700000000," \
-	" 1700000100, 0, 1), ('key_b', 'bob', 'sk_test_efgh', "                              \
-	"'1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 1, 0, 1700000001," \
+	" 1700000100, 0, 1), ('key_b', 'bob', 'sk_test_efgh', "                                  \
+	"'1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 1, 0, 1700000001,"  \
 	" 0, 0, 0);"
-#define ROWS_KEYS_QUOTAS                                                                  \
-	"INSERT INTO api_keys VALUES ('key_a', 'alice', 'sk_test_abcd', "                    \
+#define ROWS_KEYS_QUOTAS                                                                         \
+	"INSERT INTO api_keys VALUES ('key_a', 'alice', 'sk_test_abcd', "                        \
 	"'0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 3, 60, 1700000000," \
-	" 1700000100, 0, 1, '{\"sessions\":7}'), ('key_b', 'bob', 'sk_test_efgh', "         \
-	"'1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 1, 0, 1700000001," \
+	" 1700000100, 0, 1, '{\"sessions\":7}'), ('key_b', 'bob', 'sk_test_efgh', "              \
+	"'1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 1, 0, 1700000001,"  \
 	" 0, 0, 0, '');"
-#define ROWS_HIBERNATED                                                                   \
+#define ROWS_HIBERNATED \
 	"INSERT INTO hibernated_sessions VALUES ('key_a', 's_9', '{\"template\":\"base\"}');"
 #define ROWS_SNAPSHOTS "INSERT INTO snapshots VALUES ('key_a', 'snap1', '{\"bytes\":1}');"
-#define ROWS_VOLUMES                                                                      \
-	"INSERT INTO volumes VALUES ('vol_1', 'key_a', 'data', 1048576, 1700000000000, "     \
+#define ROWS_VOLUMES                                                                     \
+	"INSERT INTO volumes VALUES ('vol_1', 'key_a', 'data', 1048576, 1700000000000, " \
 	"'ready');"
 
 /* --- helpers ----------------------------------------------------------------------------- */
@@ -420,9 +420,9 @@ static void test_foreign_table_refused(void **state)
 	sqlite3 *db;
 	assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
 	sqlite3_stmt *st;
-	assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema", -1, &st,
-					    NULL),
-			 SQLITE_OK);
+	assert_int_equal(
+		sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema", -1, &st, NULL),
+		SQLITE_OK);
 	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
 	assert_int_equal(sqlite3_column_int(st, 0), 1);
 	sqlite3_finalize(st);
