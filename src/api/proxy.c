@@ -8,7 +8,7 @@
  * Each client request gets its own connection to the app (ops_connect: made by the sandbox's
  * agent on its loopback, so a jail and a VM work alike, networking on or off, and nothing
  * but that sandbox is reachable). The request goes out with `Connection: close`, its body
- * streamed with the framing it came with; the response is parsed (http_parser) so that its
+ * streamed with the framing it came with; the response is read (http/upstream.h) so that its
  * head can be rewritten and its body re-framed toward our client, who keeps its keep-alive
  * connection. A 101 answer to an Upgrade hands both connections over to a byte relay. Flow
  * control both ways: the client's body is read only as fast as the agent takes it, and the
@@ -27,7 +27,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <http_parser.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@
 #include "api/api.h"
 #include "api/host.h"
 #include "auth/auth.h"
+#include "http/upstream.h"
 #include "metrics/metrics.h"
 #include "session/ops.h"
 #include "session/preview.h"
@@ -45,10 +45,8 @@
 #include "util/log.h"
 #include "util/text.h"
 
-#define PROXY_HIGH        (1u << 20) /* bytes toward a client past which credit is held */
-#define PROXY_MAX_HEADERS 100
-#define PROXY_MAX_HEAD    (64u << 10) /* an app's response head */
-#define PROXY_COOKIE      "sandbox_token"
+#define PROXY_HIGH   (1u << 20) /* bytes toward a client past which credit is held */
+#define PROXY_COOKIE "sandbox_token"
 
 enum proxy_form { FORM_HOST, FORM_PATH, FORM_FORWARD };
 
@@ -70,16 +68,9 @@ struct proxy {
 	bool body_chunked; /* the request's body goes out chunked */
 	bool body_ended;
 	/* the app's response */
-	http_parser parser;
-	char *names[PROXY_MAX_HEADERS], *values[PROXY_MAX_HEADERS];
-	size_t nh;
-	size_t head_bytes;
-	bool in_value;
+	struct upstream_reader reader;
 	bool head_done; /* its head was taken (sent on, or the upgrade begun) */
-	bool message_done;
-	bool failed;            /* a reply was made from a failure: ignore what follows */
-	size_t held;            /* credit held back while our client is slow */
-	unsigned informational; /* 1xx answers dropped so far */
+	size_t held;    /* credit held back while our client is slow */
 	struct event *idle;
 	/* after a 101: the client's connection, relayed as bytes */
 	struct bufferevent *bev;
@@ -121,10 +112,7 @@ static void proxy_free(struct proxy *p)
 		ops_call_detach(p->call);
 	if (p->idle)
 		event_free(p->idle);
-	for (size_t i = 0; i < p->nh; i++) {
-		free(p->names[i]);
-		free(p->values[i]);
-	}
+	upstream_reader_free(&p->reader);
 	if (p->bev)
 		bufferevent_free(p->bev);
 	metrics_add(metrics_daemon.preview_connections, -1);
@@ -189,19 +177,10 @@ static bool ieq(const char *a, const char *b)
 	return strcasecmp(a, b) == 0;
 }
 
-static bool dropped_request_header(const char *name, const char *connection)
+/* Besides the hop-by-hop headers: every credential, and what we say of the client ourselves. */
+static bool dropped_request_header(const char *name)
 {
 	static const char *const drop[] = {
-		"Connection",
-		"Keep-Alive",
-		"Proxy-Connection",
-		"Proxy-Authorization",
-		"TE",
-		"Trailer",
-		"Transfer-Encoding",
-		"Upgrade",
-		"Content-Length",
-		"Expect",
 		"Authorization",
 		"X-API-Key",
 		"X-Sandbox-Token",
@@ -212,13 +191,11 @@ static bool dropped_request_header(const char *name, const char *connection)
 		"X-Forwarded-Host",
 		"X-Forwarded-Proto",
 		"X-Forwarded-Prefix",
-		"Cookie",
 	};
 	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
 		if (ieq(name, drop[i]))
 			return true;
-	/* A client names hop-by-hop headers in Connection, but not the app's Host. */
-	return connection && !ieq(name, "Host") && token_listed(connection, name);
+	return false;
 }
 
 /* A Cookie header's value without the token's cookie ("" when nothing else is left). */
@@ -281,55 +258,51 @@ static bool query_value(const char *q, const char *name, char *out, size_t cap)
 	return false;
 }
 
-/* Sends the request's head to the app. */
-static void send_head(struct proxy *p, const char *target_path, const char *query)
+/* The client's Cookie without the token's cookie; the credentials go. */
+static enum upstream_header head_filter(const char *name, const char *value, struct evbuffer *out,
+					void *arg)
 {
-	struct http_ctx *ctx = p->ctx;
-	_cleanup_(evbuffer_freep) struct evbuffer *b = evbuffer_new();
-	evbuffer_add_printf(b, "%s %s", http_method(ctx), *target_path ? target_path : "/");
-	query_without_secrets(query, b);
-	evbuffer_add(b, " HTTP/1.1\r\n", 11);
-	const char *connection = http_header(ctx, "Connection");
-	size_t n = http_header_count(ctx);
-	for (size_t i = 0; i < n; i++) {
-		const char *name, *value;
-		http_header_at(ctx, i, &name, &value);
-		if (ieq(name, "Cookie")) {
-			_cleanup_(evbuffer_freep) struct evbuffer *c = evbuffer_new();
-			cookie_without_token(value, c);
-			if (evbuffer_get_length(c)) {
-				evbuffer_add(b, "Cookie: ", 8);
-				evbuffer_add_buffer(b, c);
-				evbuffer_add(b, "\r\n", 2);
-			}
-			continue;
+	if (ieq(name, "Cookie")) {
+		_cleanup_(evbuffer_freep) struct evbuffer *c = evbuffer_new();
+		cookie_without_token(value, c);
+		if (evbuffer_get_length(c)) {
+			evbuffer_add(out, "Cookie: ", 8);
+			evbuffer_add_buffer(out, c);
+			evbuffer_add(out, "\r\n", 2);
 		}
-		if (dropped_request_header(name, connection))
-			continue;
-		evbuffer_add_printf(b, "%s: %s\r\n", name, value);
+		return UPSTREAM_DROP;
 	}
-	const char *host = http_header(ctx, "Host");
+	return dropped_request_header(name) ? UPSTREAM_DROP : UPSTREAM_KEEP;
+}
+
+static void head_extra(struct evbuffer *b, void *arg)
+{
+	struct proxy *p = arg;
+	const char *host = http_header(p->ctx, "Host");
 	evbuffer_add_printf(b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n",
-			    http_peer(ctx));
+			    http_peer(p->ctx));
 	if (host)
 		evbuffer_add_printf(b, "X-Forwarded-Host: %s\r\n", host);
 	if (p->form == FORM_PATH)
 		evbuffer_add_printf(b, "X-Forwarded-Prefix: %s\r\n", p->prefix);
-	uint64_t length;
-	bool chunked;
-	http_body_framing(ctx, &length, &chunked);
-	if (chunked) {
-		evbuffer_add(b, "Transfer-Encoding: chunked\r\n", 28);
-		p->body_chunked = true;
-	} else if (length) {
-		evbuffer_add_printf(b, "Content-Length: %llu\r\n", (unsigned long long)length);
-	}
-	if (p->upgrade)
-		evbuffer_add_printf(b, "Connection: Upgrade\r\nUpgrade: %s\r\n",
-				    http_header(ctx, "Upgrade"));
-	else
-		evbuffer_add(b, "Connection: close\r\n", 19);
-	evbuffer_add(b, "\r\n", 2);
+}
+
+/* Sends the request's head to the app. */
+static void send_head(struct proxy *p, const char *target_path, const char *query)
+{
+	_cleanup_(evbuffer_freep) struct evbuffer *t = evbuffer_new();
+	evbuffer_add_printf(t, "%s", *target_path ? target_path : "/");
+	query_without_secrets(query, t);
+	evbuffer_add(t, "", 1);
+	struct upstream_request r = {
+		.target = (const char *)evbuffer_pullup(t, -1),
+		.filter = head_filter,
+		.extra = head_extra,
+		.arg = p,
+		.upgrade = p->upgrade,
+	};
+	_cleanup_(evbuffer_freep) struct evbuffer *b = evbuffer_new();
+	p->body_chunked = upstream_write_head(b, p->ctx, &r);
 	size_t len = evbuffer_get_length(b);
 	metrics_add(metrics_daemon.preview_bytes_total, (double)len, "in");
 	ops_connect_send(p->call, evbuffer_pullup(b, -1), len);
@@ -340,8 +313,7 @@ static int body_data(struct http_ctx *ctx, const uint8_t *data, size_t len, void
 	struct proxy *p = arg;
 	if (p->body_chunked) {
 		char hdr[24];
-		int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
-		ops_connect_send(p->call, hdr, (size_t)n);
+		ops_connect_send(p->call, hdr, upstream_chunk_header(hdr, len));
 	}
 	ops_connect_send(p->call, data, len);
 	if (p->body_chunked)
@@ -364,65 +336,6 @@ static void body_end(struct http_ctx *ctx, void *arg)
 static const struct http_body_ops body_ops = { .data = body_data, .end = body_end };
 
 /* --- the app's response ------------------------------------------------------------------ */
-
-static int on_header_field(http_parser *hp, const char *at, size_t len)
-{
-	struct proxy *p = hp->data;
-	if ((p->head_bytes += len) > PROXY_MAX_HEAD)
-		return -1;
-	if (p->in_value || p->nh == 0) {
-		if (p->nh == PROXY_MAX_HEADERS)
-			return -1;
-		p->names[p->nh] = xstrdup("");
-		p->values[p->nh] = xstrdup("");
-		p->nh++;
-		p->in_value = false;
-	}
-	char **s = &p->names[p->nh - 1];
-	size_t old = strlen(*s);
-	*s = xrealloc(*s, old + len + 1);
-	memcpy(*s + old, at, len);
-	(*s)[old + len] = '\0';
-	return 0;
-}
-
-static int on_header_value(http_parser *hp, const char *at, size_t len)
-{
-	struct proxy *p = hp->data;
-	if ((p->head_bytes += len) > PROXY_MAX_HEAD || p->nh == 0)
-		return -1;
-	p->in_value = true;
-	char **s = &p->values[p->nh - 1];
-	size_t old = strlen(*s);
-	*s = xrealloc(*s, old + len + 1);
-	memcpy(*s + old, at, len);
-	(*s)[old + len] = '\0';
-	return 0;
-}
-
-static void headers_clear(struct proxy *p)
-{
-	for (size_t i = 0; i < p->nh; i++) {
-		free(p->names[i]);
-		free(p->values[i]);
-	}
-	p->nh = 0;
-	p->head_bytes = 0;
-	p->in_value = false;
-}
-
-static bool dropped_response_header(const char *name, const char *connection)
-{
-	static const char *const drop[] = {
-		"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
-		"TE",         "Trailer",    "Upgrade",          "Content-Length",
-		"Date"
-	};
-	for (size_t i = 0; i < sizeof(drop) / sizeof(*drop); i++)
-		if (ieq(name, drop[i]))
-			return true;
-	return connection && token_listed(connection, name);
-}
 
 /* Location, path form: an absolute path (or a URL of the app's own host) gets the prefix. */
 static void add_location(struct proxy *p, const char *v)
@@ -533,19 +446,16 @@ static void add_set_cookie(struct proxy *p, const char *v)
 	http_add_header(p->ctx, "Set-Cookie", (const char *)evbuffer_pullup(b, -1));
 }
 
-static void add_response_headers(struct proxy *p)
+static void add_response_headers(struct proxy *p, const struct upstream_answer *a)
 {
-	const char *connection = NULL;
-	for (size_t i = 0; i < p->nh; i++)
-		if (ieq(p->names[i], "Connection"))
-			connection = p->values[i];
-	for (size_t i = 0; i < p->nh; i++) {
-		const char *n = p->names[i], *v = p->values[i];
-		if (p->parser.status_code == 101 && (ieq(n, "Upgrade") || ieq(n, "Connection"))) {
+	for (size_t i = 0; i < a->nheaders; i++) {
+		const char *n, *v;
+		upstream_reader_header_at(&p->reader, i, &n, &v);
+		if (a->upgrade && (ieq(n, "Upgrade") || ieq(n, "Connection"))) {
 			http_add_header(p->ctx, n, v);
 			continue;
 		}
-		if (dropped_response_header(n, connection))
+		if (upstream_hop_response_header(n, a->connection))
 			continue;
 		/* The path form is served from the API's origin: an app may not clear what the
 		 * dashboard keeps there (its key), nor set what applies to the whole origin. */
@@ -566,61 +476,28 @@ static void add_response_headers(struct proxy *p)
 				"sandbox allow-scripts allow-forms allow-popups");
 }
 
-static int on_headers_complete(http_parser *hp)
+static int on_answer_head(const struct upstream_answer *a, void *arg)
 {
-	struct proxy *p = hp->data;
-	int status = hp->status_code;
-	if (status >= 100 && status < 200 && status != 101)
-		/* informational: dropped, the real answer follows (an app that sends nothing
-		 * else is answered 502) */
-		return ++p->informational > 16 ? -1 : 0;
-	if (status == 101 && !p->upgrade)
-		return -1;
+	struct proxy *p = arg;
 	p->head_done = true;
-	add_response_headers(p);
-	if (status == 101)
-		return 0; /* the parser stops at the head: what follows is the new protocol's */
-	int64_t length;
-	bool head = !strcmp(http_method(p->ctx), "HEAD");
-	if (status == 204 || status == 304)
-		length = HTTP_LENGTH_NONE;
-	else if (!(hp->flags & F_CHUNKED) && hp->content_length != ULLONG_MAX)
-		length = (int64_t)hp->content_length;
-	else
-		length = head ? HTTP_LENGTH_NONE : HTTP_LENGTH_CHUNKED;
-	count(p, status);
-	http_stream_start_raw(p->ctx, status, length);
-	/* A HEAD's answer has no body, whatever its Content-Length says. */
-	return head ? 1 : 0;
+	add_response_headers(p, a);
+	if (a->upgrade)
+		return 0; /* what follows is the new protocol's */
+	count(p, a->status);
+	http_stream_start_raw(p->ctx, a->status, a->length);
+	return 0;
 }
 
-static int on_body(http_parser *hp, const char *at, size_t len)
+static int on_answer_body(const char *at, size_t len, void *arg)
 {
-	struct proxy *p = hp->data;
+	struct proxy *p = arg;
 	http_stream_write(p->ctx, at, len);
 	return 0;
 }
 
-static int on_message_complete(http_parser *hp)
-{
-	struct proxy *p = hp->data;
-	if (!p->head_done) {
-		headers_clear(p); /* an informational answer ended */
-		return 0;
-	}
-	if (hp->upgrade)
-		return 0; /* a 101: the relay takes over */
-	p->message_done = true;
-	http_parser_pause(hp, 1);
-	return 0;
-}
-
-static const http_parser_settings response_settings = {
-	.on_header_field = on_header_field,
-	.on_header_value = on_header_value,
-	.on_headers_complete = on_headers_complete,
-	.on_body = on_body,
-	.on_message_complete = on_message_complete,
+static const struct upstream_reader_cbs answer_cbs = {
+	.on_head = on_answer_head,
+	.on_body = on_answer_body,
 };
 
 static void on_client_drained(struct http_ctx *ctx, void *arg)
@@ -655,25 +532,25 @@ static void on_app_data(struct ops_call *c, const uint8_t *data, size_t len, voi
 			ops_call_consumed(c, len);
 		return;
 	}
-	if (!p->ctx || p->message_done) {
+	if (!p->ctx || p->reader.done) {
 		ops_call_consumed(c, len);
 		return;
 	}
-	size_t n = http_parser_execute(&p->parser, &response_settings, (const char *)data, len);
-	if (p->message_done) {
-		proxy_complete(p);
-		return;
-	}
-	if (p->parser.upgrade && p->head_done) {
-		ops_call_consumed(c, len);
-		relay_start(p, data + n, len - n);
-		return;
-	}
-	if (HTTP_PARSER_ERRNO(&p->parser) != HPE_OK || n != len) {
+	ssize_t n = upstream_reader_feed(&p->reader, (const char *)data, len);
+	if (n < 0) {
 		proxy_fail(p, 502,
 			   "port %u of session `%s` answered with something that is not "
 			   "HTTP/1.1 (%s)",
-			   p->port, p->sid, http_errno_description(HTTP_PARSER_ERRNO(&p->parser)));
+			   p->port, p->sid, p->reader.why);
+		return;
+	}
+	if (p->reader.upgraded) {
+		ops_call_consumed(c, len);
+		relay_start(p, data + n, len - (size_t)n);
+		return;
+	}
+	if (p->reader.done) {
+		proxy_complete(p);
 		return;
 	}
 	if (p->ctx && http_stream_pending(p->ctx) >= PROXY_HIGH) {
@@ -748,9 +625,9 @@ static void on_app_done(struct ops_call *c, const struct ops_result *r, const st
 		return;
 	}
 	/* The app closed its side: a body that ends with the connection ends now. */
-	if (p->ctx && !p->message_done)
-		http_parser_execute(&p->parser, &response_settings, NULL, 0);
-	if (p->message_done) {
+	if (p->ctx && !p->reader.done)
+		upstream_reader_eof(&p->reader);
+	if (p->reader.done && !p->reader.upgraded) {
 		proxy_complete(p);
 		return;
 	}
@@ -856,6 +733,7 @@ static struct proxy *proxy_new(struct http_ctx *ctx, enum proxy_form form, unsig
 	p->port = port;
 	snprintf(p->sid, sizeof(p->sid), "%s", sid);
 	p->idle = evtimer_new(api_base, on_idle, p);
+	upstream_reader_init(&p->reader, &answer_cbs, p, false, false);
 	return p;
 }
 
@@ -1119,8 +997,8 @@ void api_preview(struct http_ctx *ctx)
 	struct proxy *p = proxy_new(ctx, form, port, s->id);
 	snprintf(p->prefix, sizeof(p->prefix), "%s", prefix);
 	p->upgrade = http_upgrade_requested(ctx) && http_header(ctx, "Upgrade");
-	http_parser_init(&p->parser, HTTP_RESPONSE);
-	p->parser.data = p;
+	upstream_reader_init(&p->reader, &answer_cbs, p, !strcmp(http_method(ctx), "HEAD"),
+			     p->upgrade);
 	/* Visitors of a preview are not its owner's requests: SANDBOX_PREVIEW_MAX_CONNECTIONS
 	 * per session bounds them, not the owner's `streams` quota (which they would use up);
 	 * those of a public port without key or token, only a share of it, so that they cannot

@@ -5,7 +5,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <http_parser.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -18,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "http/upstream.h"
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "util/bev.h"
@@ -26,10 +26,8 @@
 #include "util/text.h"
 #include "util/time.h"
 
-#define FWD_HIGH        (1u << 20) /* bytes queued toward one side past which the other waits */
-#define FWD_LOW         (256u << 10)
-#define FWD_MAX_HEADERS 100
-#define FWD_MAX_HEAD    (64u << 10)
+#define FWD_HIGH (1u << 20) /* bytes queued toward one side past which the other waits */
+#define FWD_LOW  (256u << 10)
 
 struct fwd {
 	struct http_ctx *ctx; /* NULL once the reply is out or the client is gone */
@@ -50,10 +48,8 @@ struct fwd {
 	bool body_ended;
 	bool upgrade;
 	/* the other node's answer */
-	http_parser parser;
-	char *names[FWD_MAX_HEADERS], *values[FWD_MAX_HEADERS];
-	size_t nh, head_bytes;
-	bool in_value, head_done, message_done, failed;
+	struct upstream_reader reader;
+	bool head_done;
 	/* after a 101: the client's connection, relayed as bytes */
 	struct bufferevent *client;
 	bool client_eof, peer_eof;
@@ -89,10 +85,7 @@ static void fwd_free(struct fwd *f)
 		bufferevent_free(f->peer);
 	if (f->client)
 		bufferevent_free(f->client);
-	for (size_t i = 0; i < f->nh; i++) {
-		free(f->names[i]);
-		free(f->values[i]);
-	}
+	upstream_reader_free(&f->reader);
 	free(f->host);
 	free(f);
 }
@@ -130,81 +123,50 @@ static void fwd_fail(struct fwd *f, int status, const char *fmt, ...)
 
 /* --- the request toward the other node ------------------------------------------------ */
 
-static bool hop_by_hop(const char *name, const char *connection)
+/* Besides the hop-by-hop headers: ours, which only this node sets, and the key of a caller
+ * this node vouches for (it does not cross the link between the nodes). */
+static enum upstream_header head_filter(const char *name, const char *value, struct evbuffer *out,
+					void *arg)
 {
-	static const char *const drop[] = {
-		"Connection", "Keep-Alive",     "Proxy-Connection",  "Proxy-Authorization",
-		"TE",         "Trailer",        "Transfer-Encoding", "Upgrade",
-		"Expect",     "Content-Length", CLUSTER_PEER_HEADER, "X-Forwarded-For",
-	};
-	for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
-		if (!strcasecmp(name, drop[i]))
-			return true;
-	return connection && strcasecmp(name, "Host") != 0 && token_listed(connection, name);
+	struct fwd *f = arg;
+	if (!strcasecmp(name, CLUSTER_PEER_HEADER) || !strcasecmp(name, "X-Forwarded-For"))
+		return UPSTREAM_DROP;
+	if (f->identity && (!strcasecmp(name, "Authorization") || !strcasecmp(name, "X-API-Key")))
+		return UPSTREAM_DROP;
+	return UPSTREAM_KEEP;
+}
+
+static void head_extra(struct evbuffer *out, void *arg)
+{
+	struct fwd *f = arg;
+	struct http_ctx *ctx = f->ctx;
+	_cleanup_free_ char *sig =
+		cluster_peer_sign(f->node, http_method(ctx), http_target(ctx),
+				  f->identity ? f->owner : "", f->identity ? f->scopes : 0);
+	evbuffer_add_printf(out, CLUSTER_PEER_HEADER ": %s\r\nX-Forwarded-For: %s\r\n", sig,
+			    http_peer(ctx));
 }
 
 static void send_head(struct fwd *f)
 {
-	struct http_ctx *ctx = f->ctx;
-	struct evbuffer *out = bufferevent_get_output(f->peer);
-	const char *target = http_target(ctx);
-	evbuffer_add_printf(out, "%s %s HTTP/1.1\r\n", http_method(ctx), target);
-	const char *connection = http_header(ctx, "Connection");
-	size_t n = http_header_count(ctx);
-	for (size_t i = 0; i < n; i++) {
-		const char *name, *value;
-		http_header_at(ctx, i, &name, &value);
-		if (hop_by_hop(name, connection))
-			continue;
-		/* A caller this node vouches for needs no key there: the key does not cross the
-		 * link between the nodes. */
-		if (f->identity &&
-		    (!strcasecmp(name, "Authorization") || !strcasecmp(name, "X-API-Key")))
-			continue;
-		evbuffer_add_printf(out, "%s: %s\r\n", name, value);
-	}
-	_cleanup_free_ char *sig =
-		cluster_peer_sign(f->node, http_method(ctx), target, f->identity ? f->owner : "",
-				  f->identity ? f->scopes : 0);
-	evbuffer_add_printf(out, CLUSTER_PEER_HEADER ": %s\r\nX-Forwarded-For: %s\r\n", sig,
-			    http_peer(ctx));
-	uint64_t length = 0;
-	bool chunked = false;
-	if (f->buffered) {
-		http_body(ctx, &length);
-	} else {
-		http_body_framing(ctx, &length, &chunked);
-	}
-	if (chunked) {
-		evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
-		f->body_chunked = true;
-	} else if (length) {
-		evbuffer_add_printf(out, "Content-Length: %llu\r\n", (unsigned long long)length);
-	}
-	if (f->upgrade)
-		evbuffer_add_printf(out, "Connection: Upgrade\r\nUpgrade: %s\r\n",
-				    http_header(ctx, "Upgrade"));
-	else
-		evbuffer_add(out, "Connection: close\r\n", 19);
-	evbuffer_add(out, "\r\n", 2);
-	if (f->buffered) {
-		size_t len;
-		const uint8_t *body = http_body(ctx, &len);
-		if (len)
-			evbuffer_add(out, body, len);
+	struct upstream_request r = {
+		.target = http_target(f->ctx),
+		.filter = head_filter,
+		.extra = head_extra,
+		.arg = f,
+		.buffered = f->buffered,
+		.upgrade = f->upgrade,
+	};
+	f->body_chunked = upstream_write_head(bufferevent_get_output(f->peer), f->ctx, &r);
+	if (f->buffered)
 		f->body_ended = true;
-	}
 }
 
 static int body_data(struct http_ctx *ctx, const uint8_t *data, size_t len, void *arg)
 {
 	struct fwd *f = arg;
 	struct evbuffer *out = bufferevent_get_output(f->peer);
-	if (f->body_chunked)
-		evbuffer_add_printf(out, "%zx\r\n", len);
-	evbuffer_add(out, data, len);
-	if (f->body_chunked)
-		evbuffer_add(out, "\r\n", 2);
+	upstream_body_piece(out, data, len, f->body_chunked);
 	if (evbuffer_get_length(out) >= FWD_HIGH || !f->connected)
 		http_body_pause(ctx);
 	return 0;
@@ -214,8 +176,7 @@ static void body_end(struct http_ctx *ctx, void *arg)
 {
 	struct fwd *f = arg;
 	f->body_ended = true;
-	if (f->body_chunked)
-		evbuffer_add(bufferevent_get_output(f->peer), "0\r\n\r\n", 5);
+	upstream_body_end(bufferevent_get_output(f->peer), f->body_chunked);
 	/* Nothing more to hold back: reading on is what lets a client that leaves be seen. */
 	http_body_resume(ctx);
 }
@@ -224,128 +185,52 @@ static const struct http_body_ops body_ops = { .data = body_data, .end = body_en
 
 /* --- the answer ----------------------------------------------------------------------- */
 
-static int append(char **s, const char *at, size_t len)
+static int on_answer_head(const struct upstream_answer *a, void *arg)
 {
-	size_t old = strlen(*s);
-	*s = xrealloc(*s, old + len + 1);
-	memcpy(*s + old, at, len);
-	(*s)[old + len] = '\0';
-	return 0;
-}
-
-static int on_header_field(http_parser *hp, const char *at, size_t len)
-{
-	struct fwd *f = hp->data;
-	if ((f->head_bytes += len) > FWD_MAX_HEAD)
-		return -1;
-	if (f->in_value || f->nh == 0) {
-		if (f->nh == FWD_MAX_HEADERS)
-			return -1;
-		f->names[f->nh] = xstrdup("");
-		f->values[f->nh] = xstrdup("");
-		f->nh++;
-		f->in_value = false;
-	}
-	return append(&f->names[f->nh - 1], at, len);
-}
-
-static int on_header_value(http_parser *hp, const char *at, size_t len)
-{
-	struct fwd *f = hp->data;
-	if ((f->head_bytes += len) > FWD_MAX_HEAD || f->nh == 0)
-		return -1;
-	f->in_value = true;
-	return append(&f->values[f->nh - 1], at, len);
-}
-
-static bool dropped_response_header(const char *name, const char *connection)
-{
-	static const char *const drop[] = {
-		"Connection", "Keep-Alive",   "Proxy-Connection", "Transfer-Encoding",
-		"TE",         "Trailer",      "Upgrade",          "Content-Length",
-		"Date",       "X-Request-Id",
-	};
-	for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
-		if (!strcasecmp(name, drop[i]))
-			return true;
-	return connection && token_listed(connection, name);
-}
-
-static void relay_start(struct fwd *f);
-
-static int on_headers_complete(http_parser *hp)
-{
-	struct fwd *f = hp->data;
+	struct fwd *f = arg;
 	struct http_ctx *ctx = f->ctx;
 	if (!ctx)
 		return -1;
-	int status = (int)hp->status_code;
-	if (status < 200 && status != 101)
-		return -1; /* interim answers are not sent on (Expect is not forwarded) */
-	const char *connection = NULL;
-	for (size_t i = 0; i < f->nh; i++)
-		if (!strcasecmp(f->names[i], "Connection"))
-			connection = f->values[i];
-	for (size_t i = 0; i < f->nh; i++)
-		if (!dropped_response_header(f->names[i], connection))
-			http_add_header(ctx, f->names[i], f->values[i]);
+	for (size_t i = 0; i < a->nheaders; i++) {
+		const char *name, *value;
+		upstream_reader_header_at(&f->reader, i, &name, &value);
+		if (!upstream_hop_response_header(name, a->connection) &&
+		    strcasecmp(name, "X-Request-Id") != 0)
+			http_add_header(ctx, name, value);
+	}
 	metrics_observe(metrics_daemon.cluster_forward_duration,
 			(double)(time_mono_ns() - f->start_ns) / 1e9, f->kind);
 	count(f, "success");
 	f->head_done = true;
-	if (status == 101) {
-		if (!f->upgrade)
-			return -1;
+	if (a->upgrade) {
 		http_add_header(ctx, "Connection", "Upgrade");
-		for (size_t i = 0; i < f->nh; i++)
-			if (!strcasecmp(f->names[i], "Upgrade"))
-				http_add_header(ctx, "Upgrade", f->values[i]);
-		return 2; /* the rest is the relay's (http_parser stops at an upgrade) */
+		for (size_t i = 0; i < a->nheaders; i++) {
+			const char *name, *value;
+			upstream_reader_header_at(&f->reader, i, &name, &value);
+			if (!strcasecmp(name, "Upgrade"))
+				http_add_header(ctx, "Upgrade", value);
+		}
+		return 0; /* the rest is the relay's */
 	}
-	int64_t length;
-	if (status == 204 || status == 304)
-		length = HTTP_LENGTH_NONE;
-	else if (hp->flags & F_CHUNKED)
-		length = HTTP_LENGTH_CHUNKED;
-	else if (hp->content_length != ULLONG_MAX)
-		length = (int64_t)hp->content_length;
-	else
-		length = HTTP_LENGTH_CHUNKED; /* to the connection's end: re-framed */
-	http_stream_start_raw(ctx, status, length);
-	/* A HEAD's answer has no body whatever its headers say. */
-	return ctx->head_only ? 1 : 0;
+	http_stream_start_raw(ctx, a->status, a->length);
+	return 0;
 }
 
-static void on_client_drained(struct http_ctx *ctx, void *arg);
-
-static int on_body(http_parser *hp, const char *at, size_t len)
+static int on_answer_body(const char *at, size_t len, void *arg)
 {
-	struct fwd *f = hp->data;
+	struct fwd *f = arg;
 	if (!f->ctx)
 		return -1;
 	http_stream_write(f->ctx, at, len);
-	if (http_stream_pending(f->ctx) >= FWD_HIGH) {
-		bufferevent_disable(f->peer, EV_READ);
-		http_stream_on_drain(f->ctx, FWD_LOW, on_client_drained, f);
-		http_parser_pause(hp, 1);
-	}
 	return 0;
 }
 
-static int on_message_complete(http_parser *hp)
-{
-	struct fwd *f = hp->data;
-	f->message_done = true;
-	return 0;
-}
-
-static const http_parser_settings answer_settings = {
-	.on_header_field = on_header_field,
-	.on_header_value = on_header_value,
-	.on_headers_complete = on_headers_complete,
-	.on_body = on_body,
-	.on_message_complete = on_message_complete,
+static const struct upstream_reader_cbs answer_cbs = {
+	.on_head = on_answer_head,
+	.on_body = on_answer_body,
 };
+
+static void on_client_drained(struct http_ctx *ctx, void *arg);
 
 /* The answer is whole: our client's reply ends, and with it f. */
 static void fwd_complete(struct fwd *f)
@@ -360,51 +245,48 @@ static void fwd_complete(struct fwd *f)
 	fwd_free(f);
 }
 
-/* Feeds what the other node sent to the parser. Returns false once f is gone. */
+static void relay_start(struct fwd *f);
+
+/* Feeds what the other node sent to the reader. Returns false once f is gone. */
 static bool feed(struct fwd *f, bool eof)
 {
 	struct evbuffer *in = bufferevent_get_input(f->peer);
-	for (;;) {
-		size_t avail = evbuffer_get_length(in);
-		if (!avail && !eof)
-			return true;
-		const char *data = avail ? (const char *)evbuffer_pullup(in, -1) : NULL;
-		size_t used = http_parser_execute(&f->parser, &answer_settings, data, avail);
-		enum http_errno e = HTTP_PARSER_ERRNO(&f->parser);
-		if (e == HPE_PAUSED) {
-			evbuffer_drain(in, used);
-			return true; /* on_client_drained goes on */
-		}
-		if (f->parser.upgrade && f->head_done) {
-			evbuffer_drain(in, used);
-			relay_start(f);
-			return false;
-		}
-		if (e != HPE_OK) {
+	size_t avail = evbuffer_get_length(in);
+	if (avail) {
+		ssize_t used = upstream_reader_feed(&f->reader,
+						    (const char *)evbuffer_pullup(in, -1), avail);
+		if (used < 0) {
 			fwd_fail(f, 502, "node %s sent a malformed answer (%s)", f->node,
-				 http_errno_name(e));
+				 f->reader.why);
 			return false;
 		}
-		evbuffer_drain(in, used);
-		if (f->message_done) {
-			fwd_complete(f);
-			return false;
-		}
-		if (!avail || used == 0) {
-			if (eof)
-				fwd_fail(f, 502,
-					 "node %s closed the connection before its answer "
-					 "was complete",
-					 f->node);
-			return !eof;
-		}
+		evbuffer_drain(in, (size_t)used);
 	}
+	if (!f->reader.done && eof && upstream_reader_eof(&f->reader) < 0) {
+		fwd_fail(f, 502, "node %s closed the connection before its answer was complete",
+			 f->node);
+		return false;
+	}
+	if (f->reader.upgraded) {
+		relay_start(f);
+		return false;
+	}
+	if (f->reader.done) {
+		fwd_complete(f);
+		return false;
+	}
+	/* Our client is slow: the other node waits until it took most of what is queued. */
+	if (f->ctx && http_stream_pending(f->ctx) >= FWD_HIGH) {
+		bufferevent_disable(f->peer, EV_READ);
+		http_stream_on_drain(f->ctx, FWD_LOW, on_client_drained, f);
+	}
+	return true;
 }
 
 static void on_client_drained(struct http_ctx *ctx, void *arg)
 {
 	struct fwd *f = arg;
-	http_parser_pause(&f->parser, 0);
+	http_stream_on_drain(ctx, 0, NULL, NULL);
 	bufferevent_enable(f->peer, EV_READ);
 	feed(f, false);
 }
@@ -602,8 +484,7 @@ static void fwd_start(struct fwd *f, const struct sockaddr *sa, socklen_t len)
 	unsigned ms = cluster_timeout_ms();
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 	bufferevent_set_timeouts(f->peer, &tv, &tv);
-	f->parser.data = f;
-	http_parser_init(&f->parser, HTTP_RESPONSE);
+	upstream_reader_init(&f->reader, &answer_cbs, f, ctx->head_only, f->upgrade);
 	send_head(f);
 	if (!sa) {
 		fwd_fail(f, 502, "node %s's address `%s` could not be resolved", f->node, f->host);

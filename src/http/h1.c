@@ -27,7 +27,7 @@ static int fail(struct h1 *h, int status)
 static int add_header_bytes(struct h1 *h, size_t len)
 {
 	h->header_bytes += len;
-	return h->header_bytes > H1_MAX_HEADER ? fail(h, 431) : 0;
+	return h->header_bytes > h->max_header ? fail(h, 431) : 0;
 }
 
 /* Appends to the store, keeping room for a NUL after it. Bounded by the callers' limits. */
@@ -164,14 +164,14 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 		store_end(h); /* the name's */
 		size_t i = h->head.nheaders;
 		const char *name = h->store + h->name_at[i];
-		if (once_only(name) && h1_header(h, name))
+		if (!h->response && once_only(name) && h1_header(h, name))
 			return fail(h, 400);
 		h->value_at[i] = (uint32_t)h->store_len;
 		h->in_value = true;
 		h->value_len = 0;
 		h->name_len = 0;
 	}
-	if (len > H1_MAX_VALUE - h->value_len)
+	if (len > h->max_value - h->value_len)
 		return fail(h, 431);
 	store_add(h, at, len);
 	h->value_len += len;
@@ -188,6 +188,23 @@ static int on_headers_complete(http_parser *p)
 	head->target = h->store;
 	head->http_major = p->http_major;
 	head->http_minor = p->http_minor;
+	head->keep_alive = http_should_keep_alive(p) != 0;
+	head->upgrade = p->upgrade != 0;
+	if (h->response) {
+		head->status = (int)p->status_code;
+		head->chunked = (p->flags & F_CHUNKED) != 0;
+		head->content_length = (p->flags & F_CONTENTLENGTH) ? p->content_length : 0;
+		/* A 101 switches protocols whatever headers came with it. */
+		head->upgrade = head->upgrade || head->status == 101;
+		int status = h->cb->on_head ? h->cb->on_head(head, h->arg) : 0;
+		if (status)
+			return fail(h, status);
+		/* RFC 9112 6.3: the answer to a HEAD, a 1xx (101: what follows is the new
+		 * protocol's), a 204 and a 304 have no body, whatever their heads say (http_parser
+		 * would read one that a Content-Length or chunked announces). */
+		bool bodiless = head->status < 200 || head->status == 204 || head->status == 304;
+		return h->skip_body || bodiless ? 1 : 0;
+	}
 	head->host = h1_header(h, "host");
 	/* RFC 9112 3.2: a 1.1 request without Host is refused. */
 	if (p->http_major == 1 && p->http_minor >= 1 && !head->host)
@@ -202,8 +219,6 @@ static int on_headers_complete(http_parser *p)
 	head->method = (enum http_method)p->method;
 	head->chunked = (p->flags & F_CHUNKED) != 0;
 	head->content_length = (p->flags & F_CONTENTLENGTH) ? p->content_length : 0;
-	head->keep_alive = http_should_keep_alive(p) != 0;
-	head->upgrade = p->upgrade != 0;
 	int status = h->cb->on_head ? h->cb->on_head(head, h->arg) : 0;
 	if (status)
 		return fail(h, status);
@@ -253,6 +268,20 @@ void h1_init(struct h1 *h, const struct h1_callbacks *cb, void *arg, uint64_t ma
 	h->cb = cb;
 	h->arg = arg;
 	h->max_body = max_body;
+	h->max_value = H1_MAX_VALUE;
+	h->max_header = H1_MAX_HEADER;
+}
+
+void h1_init_response(struct h1 *h, const struct h1_callbacks *cb, void *arg, bool head_request,
+		      size_t max_header, size_t max_value)
+{
+	h1_init(h, cb, arg, UINT64_MAX);
+	http_parser_init(&h->parser, HTTP_RESPONSE);
+	h->parser.data = h;
+	h->response = true;
+	h->skip_body = head_request;
+	h->max_header = max_header;
+	h->max_value = max_value;
 }
 
 void h1_set_max_body(struct h1 *h, uint64_t max_body)
@@ -344,5 +373,7 @@ int h1_eof(struct h1 *h)
 	if (h->status)
 		return -h->status;
 	/* http_parser accepts EOF only between requests (HPE_INVALID_EOF_STATE within one). */
-	return HTTP_PARSER_ERRNO(&h->parser) == HPE_OK ? 0 : -400;
+	if (HTTP_PARSER_ERRNO(&h->parser) == HPE_OK || (h->ended && h->response))
+		return 0;
+	return -400;
 }

@@ -40,6 +40,7 @@ struct h1_head {
 	bool upgrade;         /* Upgrade (WebSocket) or CONNECT: after on_end the connection's bytes
 			       * are another protocol's, and h1_next must not be called */
 	size_t nheaders;
+	int status; /* a response's status (h1_init_response); 0 for a request */
 };
 
 struct h1_callbacks {
@@ -73,10 +74,24 @@ struct h1 {
 	int status;     /* the status a failure asks for, once failed */
 	bool started;   /* bytes of a request were fed since h1_next */
 	bool ended;     /* on_end was called; h1_next before feeding more */
+	/* h1_init_response: */
+	bool response;     /* reads responses: no target, Host, Expect or once-only checks */
+	bool skip_body;    /* the answer to a HEAD: no body whatever its head says */
+	size_t max_value;  /* a header's value (H1_MAX_VALUE for requests) */
+	size_t max_header; /* the header block (H1_MAX_HEADER for requests) */
 };
 
 /* Prepares h for a new connection: bodies over max_body bytes are refused with 413. */
 void h1_init(struct h1 *h, const struct h1_callbacks *cb, void *arg, uint64_t max_body);
+
+/* Prepares h to read an upstream's responses (http/upstream.c) instead of requests: a head
+ * (status line and headers, head.status) of at most max_header bytes, each value at most
+ * max_value, then its body (unbounded) as http_parser frames it; a 1xx but 101 is a response
+ * of its own (on_head, on_end, then h1_next for the final one). With head_request, the answer
+ * has no body whatever its head says. Failures return -400 (malformed, or cut short at EOF),
+ * -431 (a head too large) or on_head's status. */
+void h1_init_response(struct h1 *h, const struct h1_callbacks *cb, void *arg, bool head_request,
+		      size_t max_header, size_t max_value);
 
 /* Changes the body limit of the request under way (from on_head: a route's own limit). */
 void h1_set_max_body(struct h1 *h, uint64_t max_body);
