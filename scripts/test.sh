@@ -295,7 +295,8 @@ suite_build() {
 }
 
 # suite format: clang-format over the tracked C sources, and the layering of src/'s modules
-# (scripts/check-layers.py: no include cycle, drivers below sessions and networking).
+# (scripts/check-layers.py: each module includes only modules below it in the order of
+# docs/architecture.md, no include cycle; and its self-test, that an upward include fails).
 suite_format() {
 	local log="$log_dir/format.log" files t0=$SECONDS p=0 f=0
 	chosen format || return 0
@@ -310,7 +311,8 @@ suite_format() {
 			sed 's/^/not formatted: /')"
 		f=$((f + 1))
 	fi
-	if python3 scripts/check-layers.py src >"$log_dir/layers.log" 2>&1; then
+	if python3 scripts/check-layers.py --self-test >"$log_dir/layers.log" 2>&1 &&
+		python3 scripts/check-layers.py src >>"$log_dir/layers.log" 2>&1; then
 		p=$((p + 1))
 	else
 		say "layering of src/:" "$(cat "$log_dir/layers.log")"

@@ -52,7 +52,7 @@ struct config {
 	uint64_t session_replay_bytes; /* SANDBOX_SESSION_REPLAY_BYTES, default 32 MiB */
 	unsigned max_watches;          /* SANDBOX_MAX_WATCHES: watch streams open at once, 64 */
 	unsigned watch_max_dirs; /* SANDBOX_WATCH_MAX_DIRS: directories one watch covers, 8192 */
-	/* What one key may hold at once unless it has its own quota (auth/quota.h); 0 = no
+	/* What one key may hold at once unless it has its own quota (session/quota.h); 0 = no
 	   quota. Each defaults to a quarter of the server's cap for the kind. */
 	unsigned key_max_sessions;     /* SANDBOX_KEY_MAX_SESSIONS */
 	unsigned key_max_commands;     /* SANDBOX_KEY_MAX_COMMANDS */

@@ -15,10 +15,10 @@
 
 #include "api/api.h"
 #include "api/host.h"
-#include "auth/auth.h"
+#include "api/auth.h"
 #include "auth/keys.h"
 #include "cluster/cluster.h"
-#include "cluster/forward.h"
+#include "api/forward.h"
 #include "config.h"
 #include "driver/driver.h"
 #include "guest/client.h"

@@ -5,9 +5,9 @@
 #include <time.h>
 
 #include "api/api.h"
-#include "auth/auth.h"
+#include "api/auth.h"
 #include "auth/keys.h"
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "cluster/cluster.h"
 #include "store/store.h"
 #include "util/cleanup.h"

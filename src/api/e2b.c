@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "auth/auth.h"
+#include "api/auth.h"
 #include "cluster/cluster.h"
 #include "api/cluster.h"
 #include "session/ops.h"

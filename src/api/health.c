@@ -5,7 +5,7 @@
 #include "api/api.h"
 #include "driver/room.h"
 #include "cluster/cluster.h"
-#include "auth/auth.h"
+#include "api/auth.h"
 #include "auth/keys.h"
 #include "session/ops.h"
 #include "net/net.h"

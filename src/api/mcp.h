@@ -137,7 +137,7 @@ extern struct mcp_settings mcp_settings;
 void mcp_init(void);
 
 /* Creates an MCP session for `owner`; NULL with err set and *ret_status the reply's status:
- * 503 at the server's limit of sessions, 429 at the key's quota (auth/quota.h). */
+ * 503 at the server's limit of sessions, 429 at the key's quota (session/quota.h). */
 struct mcp_session *mcp_session_new(const char *owner, struct err *err, int *ret_status);
 /* The live session `id` of `owner`, or NULL (expired, ended, never existed, or another
  * owner's: the same answer, so that ids do not leak). */

@@ -15,7 +15,7 @@
 #include "api/api.h"
 #include "api/cluster.h"
 #include "api/mcp.h"
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "cluster/cluster.h"
 #include "util/cleanup.h"
 #include "util/log.h"

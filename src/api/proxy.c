@@ -35,7 +35,7 @@
 
 #include "api/api.h"
 #include "api/host.h"
-#include "auth/auth.h"
+#include "api/auth.h"
 #include "http/upstream.h"
 #include "metrics/metrics.h"
 #include "session/ops.h"

@@ -22,7 +22,7 @@
 #include "api/api.h"
 #include "cluster/cluster.h"
 #include "api/ws_control.h"
-#include "auth/auth.h"
+#include "api/auth.h"
 #include "auth/ticket.h"
 #include "session/ops.h"
 #include "util/cleanup.h"

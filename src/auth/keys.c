@@ -445,3 +445,12 @@ int keys_keep_only(sqlite3 *db, const char *const *ids, size_t n, struct err *er
 		return err_set(err, EIO, "key store: %s", msg2 ? msg2 : "?");
 	return 0;
 }
+
+bool auth_secure_equal(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char diff = (unsigned char)(la != lb);
+	for (size_t i = 0; i < la; i++)
+		diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+	return diff == 0;
+}

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "util/err.h"
 
 #define KEYS_SCOPE_EXEC    1u
@@ -51,7 +51,7 @@ int keys_count(sqlite3 *db, int64_t *ret);
 /* Calls fn for every key, oldest first. */
 int keys_foreach(sqlite3 *db, void (*fn)(const struct key_info *k, void *arg), void *arg,
 		 struct err *err);
-/* Replaces a key's own quotas (see auth/quota.h) or its rate limit; ENOENT for no such key. */
+/* Replaces a key's own quotas (see session/quota.h) or its rate limit; ENOENT for no such key. */
 int keys_set_quotas(sqlite3 *db, const char *id, const struct quota_set *q, struct err *err);
 int keys_set_rate_limit(sqlite3 *db, const char *id, int64_t rate_limit, struct err *err);
 int keys_touch(sqlite3 *db, const char *id, int64_t when);
@@ -69,3 +69,6 @@ int keys_keep_only(sqlite3 *db, const char *const *ids, size_t n, struct err *er
 #define KEYS_MAX_LIFETIME_S (100LL * 365 * 86400)
 /* Parses "30d", "12h", "90m", "3600s" or plain seconds, at most KEYS_MAX_LIFETIME_S. */
 int keys_parse_duration(const char *s, int64_t *ret_seconds);
+
+/* Constant-time string equality. */
+bool auth_secure_equal(const char *a, const char *b);

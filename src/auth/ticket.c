@@ -1,10 +1,11 @@
 /* ticket: see ticket.h. */
 #include "auth/ticket.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "auth/auth.h"
+#include "auth/keys.h"
 #include "util/random.h"
 #include "util/time.h"
 

@@ -1,5 +1,5 @@
 /* upstream: what a relay of one client request to an upstream HTTP/1.1 server needs, whatever
- * carries its bytes (a socket to another node, cluster/forward.c; a channel of a sandbox's
+ * carries its bytes (a socket to another node, api/forward.c; a channel of a sandbox's
  * agent to one of its ports, api/proxy.c).
  *
  * Toward the upstream, upstream_write_head() writes the request's head: its method and target,

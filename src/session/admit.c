@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <sys/resource.h>
 
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "driver/room.h"
 #include "metrics/metrics.h"
 #include "session/internal.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "loop.h"
 #include "metrics/metrics.h"
 #include "net/net.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "guest/event.h"
 #include "guest/proto.h"
 #include "metrics/metrics.h"

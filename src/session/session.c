@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "cluster/cluster.h"
 #include "loop.h"
 #include "metrics/metrics.h"

@@ -63,7 +63,7 @@ struct session_resources {
 };
 
 /* What a session holds of its owner's quotas beyond its unit of `sessions`: its memory
- * limit and its disk's size (auth/quota.h, QUOTA_MEMORY and QUOTA_DISK). */
+ * limit and its disk's size (session/quota.h, QUOTA_MEMORY and QUOTA_DISK). */
 struct session_charge {
 	uint64_t memory, disk;
 };

@@ -3,7 +3,7 @@ carry a key in any of the accepted ways and from a chosen client address, the `s
 CLI on a daemon's database, and checks of JSON error bodies. Standard library only; built on
 tests/integration/harness.py.
 
-Failed authentications are throttled per client address (30 in 60 s, see src/auth/auth.c),
+Failed authentications are throttled per client address (30 in 60 s, see src/api/auth.c),
 so tests that fail on purpose send from addresses of their own: every 127.0.0.0/8 address
 reaches the daemon's 127.0.0.1 listener, and fresh_address() hands out a new one each call.
 """
@@ -36,7 +36,7 @@ UNKNOWN_KEY = PREFIX + "0123456789abcdef" * 2
 # on (the default).
 BASE_ENV = {"SANDBOX_DEFAULT_TEMPLATE": TEMPLATE, "SANDBOX_WARM_POOL": "1"}
 
-# Limits of src/auth/auth.c that the tests rely on.
+# Limits of src/api/auth.c that the tests rely on.
 FAIL_LIMIT = 30
 FAIL_WINDOW_S = 60
 LAST_USED_FLUSH_S = 30

@@ -11,7 +11,6 @@
 
 #include <cmocka.h>
 
-#include "auth/auth.h"
 #include "auth/keys.h"
 #include "store/store.h"
 

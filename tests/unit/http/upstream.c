@@ -1,5 +1,5 @@
 /* Tests of src/http/upstream.c's reader of an upstream's answer: what the relays of previews
- * (api/proxy.c) and of cluster forwarding (cluster/forward.c) make of what an upstream sends.
+ * (api/proxy.c) and of cluster forwarding (api/forward.c) make of what an upstream sends.
  * Each answer is fed whole, in pieces of 7 bytes and a byte at a time (a slow upstream), and
  * must come out the same: malformed heads and oversize ones fail with a reason, an upstream
  * that closes mid-body fails, one whose body ends with the connection does not, informational
@@ -117,7 +117,8 @@ static struct run *check(const char *data, size_t len, bool eof, bool head_reque
 			assert_string_equal(x.seen.headers, first.seen.headers);
 			assert_int_equal(x.seen.body_len, first.seen.body_len);
 			assert_memory_equal(x.seen.body, first.seen.body, x.seen.body_len);
-			assert_int_equal(x.used, first.used);
+			if (want != FAILED) /* where a failure is seen depends on the pieces */
+				assert_int_equal(x.used, first.used);
 		}
 	}
 	return &first;
@@ -211,6 +212,8 @@ static void test_oversize(void **state)
 	/* A head past UPSTREAM_MAX_HEAD, in one value and in many headers. */
 	size_t big = UPSTREAM_MAX_HEAD + 100;
 	char *s = malloc(big + 100);
+	if (!s)
+		abort();
 	int n = sprintf(s, "HTTP/1.1 200 OK\r\nX-Big: ");
 	memset(s + n, 'a', big);
 	strcpy(s + n + big, "\r\n\r\n");

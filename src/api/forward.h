@@ -1,4 +1,7 @@
-/* forward: a request for a session of another node, sent on to that node (docs/cluster.md).
+/* forward: a request for a session of another node, sent on to that node (docs/cluster.md):
+ * an HTTP relay over http/upstream.h, here in api/ beside api/cluster.c, which decides at
+ * each request's head which node serves it; cluster/ gives it the nodes, the event base,
+ * the timeout and the peer's signature.
  *
  * The request goes to the node's advertised URL over a connection of its own, with its
  * method, target and headers (but the hop-by-hop ones), its body streamed as it comes with

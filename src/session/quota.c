@@ -1,4 +1,4 @@
-#include "auth/quota.h"
+#include "session/quota.h"
 
 #include <errno.h>
 #include <stdio.h>

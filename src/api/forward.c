@@ -1,4 +1,4 @@
-#include "cluster/forward.h"
+#include "api/forward.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

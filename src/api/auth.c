@@ -1,4 +1,4 @@
-#include "auth/auth.h"
+#include "api/auth.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,8 +12,7 @@
 
 #include "auth/keys.h"
 #include "auth/ticket.h"
-#include "auth/quota.h"
-#include "auth/ticket.h"
+#include "session/quota.h"
 #include "store/store.h"
 #include "util/cleanup.h"
 #include "util/log.h"
@@ -47,15 +46,6 @@ static struct {
 	struct failure fails[FAIL_TABLE];
 	struct event *flush;
 } A;
-
-bool auth_secure_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char diff = (unsigned char)(la != lb);
-	for (size_t i = 0; i < la; i++)
-		diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-	return diff == 0;
-}
 
 void auth_flush_last_used(void)
 {

@@ -1,4 +1,4 @@
-/* Tests of src/auth/quota.c: the one admission function for what callers hold at once. */
+/* Tests of src/session/quota.c: the one admission function for what callers hold at once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "auth/keys.h"
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "store/store.h"
 
 static struct config cfg;

@@ -1,12 +1,15 @@
 /* auth: who is calling. Authenticates each routed request by API key, checks the route's
  * scope, applies the key's rate limit and throttles failed attempts per client address.
- * The identity it attaches to the request is what session ownership is keyed on. */
+ * The identity it attaches to the request is what session ownership is keyed on.
+ *
+ * The HTTP side of authentication, over what src/auth/ keeps without knowing of HTTP (the
+ * keys in SQLite, keys.h; WebSocket tickets, ticket.h). */
 #pragma once
 
 #include <event2/event.h>
 #include <stdbool.h>
 
-#include "auth/quota.h"
+#include "session/quota.h"
 #include "config.h"
 #include "http/http.h"
 #include "util/err.h"
@@ -64,6 +67,3 @@ bool auth_is_admin(struct http_ctx *ctx);
 /* Whether another node of the cluster forwarded the request (front.c checked its signature):
  * it is served here and nowhere else, and a listing gives this node's part only. */
 bool auth_from_peer(struct http_ctx *ctx);
-
-/* Constant-time string equality. */
-bool auth_secure_equal(const char *a, const char *b);
