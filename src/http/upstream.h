@@ -15,7 +15,13 @@
  * the client with (http_stream_start_raw), then the body, then its end (the upstream's end of
  * file for a body that ends with the connection). A 101 to a request that asked for an upgrade
  * ends the reader: what follows is the tunnel's. Every failure is the upstream's, told with a
- * sentence for a 502 (r->why). The reader does no I/O: its caller feeds it. */
+ * sentence for a 502 (r->why). The reader does no I/O: its caller feeds it.
+ *
+ * upstream_open() (upstream_conn.c) does all of it over a socket of its own (TCP or unix):
+ * the connection, the body both ways with back-pressure, timeouts, the tunnel after a 101,
+ * and failures handed to the caller to answer (api/forward.c). A relay whose bytes go another
+ * way (api/proxy.c: a channel of the sandbox's agent connection) uses the writer and the
+ * reader above with its own transport. */
 #pragma once
 
 #include <event2/buffer.h>
@@ -117,3 +123,47 @@ int upstream_reader_eof(struct upstream_reader *r);
 /* The i-th header of the final head (i < nheaders), from on_head on. */
 void upstream_reader_header_at(const struct upstream_reader *r, size_t i, const char **name,
 			       const char **value);
+
+/* --- a connection of its own ----------------------------------------------------------------
+ *
+ * upstream_open() relays ctx's request to an upstream over a socket of its own (TCP or a unix
+ * socket), non-blocking on `base`: the head goes out first, the body (streamed, or
+ * buffered) as the upstream takes it, the answer's body as the client takes it (each way at
+ * most about UPSTREAM_HIGH queued), a 101 turns both connections into a byte tunnel (each side's
+ * end passed on as a half-close). The caller writes the answer's headers (on_head); a failure
+ * before the answer's head went out is the caller's to answer (on_fail: a 502, or a 504 when
+ * the upstream sent nothing for idle_timeout_ms), one after it cuts the reply. on_done comes
+ * last, once, whatever happened (and not after upstream_close). */
+
+#define UPSTREAM_HIGH (1u << 20) /* bytes queued toward one side past which the other waits */
+#define UPSTREAM_LOW  (256u << 10)
+
+struct upstream_conn;
+
+struct upstream_conn_cbs {
+	/* The final head: add its headers to the client's reply (upstream_reader_header_at on
+	 * r); for a 101, the Connection and Upgrade to send. Returns 0, or -1 to refuse (502). */
+	int (*on_head)(const struct upstream_answer *a, const struct upstream_reader *r, void *arg);
+	/* The client is to be answered with status and why (a sentence to put after the
+	 * upstream's name): the caller replies on ctx. */
+	void (*on_fail)(struct http_ctx *ctx, int status, const char *why, void *arg);
+	/* The relay is over. */
+	void (*on_done)(void *arg);
+};
+
+struct upstream_conn_cfg {
+	struct event_base *base;
+	const struct sockaddr *addr; /* AF_INET, AF_INET6 or AF_UNIX */
+	socklen_t addrlen;
+	unsigned connect_timeout_ms; /* 0: none */
+	unsigned idle_timeout_ms;    /* until the answer's head, between bytes; 0: none */
+	const struct upstream_request *request;
+};
+
+/* Starts the relay; ctx belongs to it until on_done (or on_fail). NULL after on_fail and
+ * on_done when the connection cannot even be started. */
+struct upstream_conn *upstream_open(struct http_ctx *ctx, const struct upstream_conn_cfg *cfg,
+				    const struct upstream_conn_cbs *cb, void *arg);
+
+/* Ends a relay without any callback (the HTTP server is gone). */
+void upstream_close(struct upstream_conn *u);
