@@ -194,7 +194,7 @@ static const struct var vars[] = {
 	{ "MCP_AUTH_TOKEN", V_STRING, F(mcp_auth_token), NULL },
 
 	{ "E2B_TEMPLATE_ALIASES", V_STRING, F(e2b_template_aliases),
-	  "code-interpreter-v1=code-interpreter,code-interpreter-v1=python" },
+	  "base=code-interpreter,code-interpreter-v1=code-interpreter,code-interpreter-v1=python" },
 	{ "E2B_ENVD_VERSION", V_STRING, F(e2b_envd_version), "0.5.7" },
 
 	{ "FIRECRACKER_BIN", V_PATH, F(fc_bin), "/usr/local/bin/firecracker" },

@@ -212,6 +212,7 @@ struct config {
 
 	/* the E2B-compatible API (docs/e2b.md) */
 	char *e2b_template_aliases; /* E2B_TEMPLATE_ALIASES: "alias=template,...", default
+				       base=code-interpreter (else the template base),
 				       code-interpreter-v1=code-interpreter, else python */
 	char *e2b_envd_version;     /* E2B_ENVD_VERSION: what create reports, default 0.5.7 */
 

@@ -17,8 +17,9 @@
  * A sandbox is a session of the caller's. Those made here have an E2B-shaped id (20
  * lowercase hex digits: a DNS label, so that its preview host names work), an absolute
  * deadline instead of the idle timeout, the client's metadata and the template id it asked
- * for (an alias from E2B_TEMPLATE_ALIASES, or the template's own name). The tokens given
- * out are the session's token views (session/preview.h). */
+ * for (an alias from E2B_TEMPLATE_ALIASES, or the template's own name; a request without
+ * one asks for E2B's default, "base"). The tokens given out are the session's token views
+ * (session/preview.h). */
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -137,13 +138,13 @@ static int body_strings(struct http_ctx *ctx, json_t *body, const char *key, jso
 	return 0;
 }
 
-/* The template a client's templateID names: a template's own name, else an alias of
- * E2B_TEMPLATE_ALIASES ("alias=name,...": of an alias's pairs, the first whose template is
- * there). NULL when neither. */
+/* The template a client's templateID names: an alias of E2B_TEMPLATE_ALIASES
+ * ("alias=name,...": of an alias's pairs, the first whose template is there), else a
+ * template's own name. NULL when neither. Aliases come first so that a name can mean what it
+ * means to E2B's clients: E2B's "base" has Python, Node.js, git and curl, so by default it is
+ * code-interpreter where that is built, and our busybox base only where it is not. */
 static const char *template_for(const char *id, char *buf, size_t cap)
 {
-	if (template_find(session_templates(), id))
-		return id;
 	const char *list = api_cfg->e2b_template_aliases ? api_cfg->e2b_template_aliases : "";
 	size_t idn = strlen(id);
 	for (const char *p = list; *p;) {
@@ -157,6 +158,8 @@ static const char *template_for(const char *id, char *buf, size_t cap)
 		}
 		p += n + (end ? 1 : 0);
 	}
+	if (template_find(session_templates(), id))
+		return id;
 	return NULL;
 }
 

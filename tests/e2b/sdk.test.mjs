@@ -178,6 +178,64 @@ describe("lifecycle", () => {
   });
 });
 
+// E2B's default template, "base" (what Sandbox.create() makes), has Python with pip,
+// Node.js with npm, git and curl: here it is the code-interpreter template (docs/e2b.md).
+const noCI = !process.env.E2B_TEST_CI_TEMPLATE && "the code-interpreter template is not built (run.sh says why)";
+
+describe("E2B's default template", { skip: noCI }, () => {
+  const run = async (sbx, cmd) => {
+    const r = await sbx.commands.run(cmd);
+    assert.equal(r.exitCode, 0, `${cmd}: ${r.stderr}`);
+    return r.stdout.trim();
+  };
+
+  // What E2B's users run first in E2B's base: its tools, each doing something.
+  async function hasTheTools(sbx) {
+    assert.equal((await sbx.getInfo()).templateId, "base");
+    assert.equal(await run(sbx, "python3 -c 'print(6 * 7)'"), "42");
+    assert.match(await run(sbx, "pip --version"), /^pip \d+/);
+    assert.equal(await run(sbx, "node -e 'console.log(6 * 7)'"), "42");
+    assert.match(await run(sbx, "npm --version"), /^\d+\.\d+\.\d+$/);
+    assert.match(await run(sbx, "git --version"), /^git version 2\./);
+    assert.match(await run(sbx, "curl --version"), /^curl \d/);
+    await sbx.files.write("/home/user/hi.txt", "hi from curl\n");
+    assert.equal(await run(sbx, "curl -sS file:///home/user/hi.txt"), "hi from curl");
+    assert.equal(await run(sbx, "mkdir pkg && cd pkg && npm init -y >/dev/null && node -p 'require(\"./package.json\").name'"), "pkg");
+  }
+
+  test("Sandbox.create() with no template has python3, pip, node, npm, git and curl", async () => {
+    await hasTheTools(await create());
+  });
+
+  test("so has templateID base, named", async () => {
+    await hasTheTools(await create("base"));
+  });
+
+  test("git init and commit in /home/user, as E2B's git tests do them", async () => {
+    const sbx = await create();
+    assert.equal(await run(sbx, "pwd"), "/home/user");
+    assert.equal(await run(sbx, "echo $HOME"), "/home/user");
+    // The SDK's git module: an identity per commit, none configured.
+    await sbx.git.init("/home/user/repo", { initialBranch: "main" });
+    await sbx.files.write("/home/user/repo/README.md", "hello\n");
+    await sbx.git.add("/home/user/repo");
+    await sbx.git.commit("/home/user/repo", "Initial commit", {
+      authorName: "Sandbox Bot",
+      authorEmail: "sandbox@example.com",
+    });
+    assert.equal(await run(sbx, "git -C repo log -1 --pretty='%an <%ae> %s'"),
+      "Sandbox Bot <sandbox@example.com> Initial commit");
+    assert.equal(await run(sbx, "git -C repo symbolic-ref --short HEAD"), "main");
+    // A global identity goes to the user's home, and plain git commands use it.
+    await sbx.git.configureUser("Sandbox Bot", "sandbox@example.com");
+    assert.match(await sbx.files.read("/home/user/.gitconfig"), /name = Sandbox Bot/);
+    assert.equal(await run(sbx, "git init -q plain && cd plain && echo x > x && git add x && " +
+      "git commit -qm one && git log --pretty='%ae %s'"), "sandbox@example.com one");
+    // The files are the user's: the commands' user owns what git made.
+    assert.equal(await run(sbx, "stat -c %U repo/.git plain/.git | sort -u"), await run(sbx, "id -un"));
+  });
+});
+
 describe("commands", () => {
   let sbx;
   before(async () => {

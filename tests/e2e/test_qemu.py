@@ -31,6 +31,9 @@ ENV = {
     "AUTH_ENABLED": "false",
     "SANDBOX_DEFAULT_TEMPLATE": TEMPLATE,
     "SANDBOX_WARM_POOL": "0",
+    # E2B's base too (the tests that pause through the E2B API): by default it is the
+    # code-interpreter template where that is built, an 800 MiB Debian system.
+    "E2B_TEMPLATE_ALIASES": f"base={TEMPLATE}",
 }
 
 
