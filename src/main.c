@@ -454,7 +454,8 @@ static void started(int port)
 	char local[PATH_MAX + 8];
 	if (daemon_mod.cfg.socket_path)
 		snprintf(local, sizeof(local), "unix:%s", daemon_mod.cfg.socket_path);
-	else if (strcmp(daemon_mod.cfg.host, "0.0.0.0") == 0 || strcmp(daemon_mod.cfg.host, "::") == 0)
+	else if (strcmp(daemon_mod.cfg.host, "0.0.0.0") == 0 ||
+		 strcmp(daemon_mod.cfg.host, "::") == 0)
 		snprintf(local, sizeof(local), "http://127.0.0.1:%d", port);
 	else if (strchr(daemon_mod.cfg.host, ':'))
 		snprintf(local, sizeof(local), "http://[%s]:%d", daemon_mod.cfg.host, port);
@@ -462,7 +463,8 @@ static void started(int port)
 		snprintf(local, sizeof(local), "%s", url);
 	if (store_claim_note_url(local, &e) < 0)
 		log_warn("sandboxd", "%s", e.msg);
-	if (!daemon_mod.stopping && daemon_mod.cfg.port_file && write_port_file(daemon_mod.cfg.port_file, port, &e) < 0) {
+	if (!daemon_mod.stopping && daemon_mod.cfg.port_file &&
+	    write_port_file(daemon_mod.cfg.port_file, port, &e) < 0) {
 		log_error("sandboxd", "%s", e.msg);
 		/* Sessions exist now (the warm pool): stop as on SIGTERM. */
 		daemon_mod.exit_code = 1;

@@ -156,6 +156,9 @@ void api_envd_release(struct envd_hold *h);
  * watch again. */
 void api_envd_suspend(const char *owner, const char *sid);
 void api_envd_resumed(const char *owner, const char *sid);
+/* A paused session its traffic resumed (autoResume): its E2B clients' watchers watch again
+ * and its deadline runs again, as long as it last was from then. */
+void api_e2b_woken(struct session *s);
 /* Frees the watchers left (at exit, after the sessions are gone). */
 void api_envd_shutdown(void);
 /* The code interpreter's routes (interp.c), for a request envd.c admitted to port 49999 of

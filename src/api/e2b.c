@@ -200,6 +200,16 @@ static void set_deadline(struct session *s, int64_t seconds, bool extend_only)
 	if (extend_only && !s->deadline_ms && end_ms(s) >= d)
 		return;
 	s->deadline_ms = d;
+	s->deadline_span_s = seconds > 0 && seconds <= UINT32_MAX ? (uint32_t)seconds : 0;
+}
+
+void api_e2b_woken(struct session *s)
+{
+	api_envd_resumed(s->owner, s->id);
+	/* Its deadline had passed (that paused it): it runs again for as long as it last
+	 * did (E2B's default timeout when it never had one). */
+	if (s->deadline_ms)
+		set_deadline(s, s->deadline_span_s ? s->deadline_span_s : 15, false);
 }
 
 /* E2B_ENVD_VERSION when it is x.y.z (the SDKs compare it and throw on anything else), else

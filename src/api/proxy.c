@@ -879,6 +879,100 @@ static bool origin_allowed(struct http_ctx *ctx, const struct session *s, enum p
 	       !strcmp(ph.name, s->preview_name);
 }
 
+/* --- waking a paused session --------------------------------------------------------
+ *
+ * A request the preview would serve that reaches a paused session created with autoResume
+ * (E2B's lifecycle) resumes it and waits, then goes on as if it had come then. The check of
+ * who may reach the port runs first, as for a running session; concurrent requests wait for
+ * the same resume. */
+#define WAKE_STEP_MS 50
+#define WAKE_MAX_MS  60000
+
+struct wake {
+	struct http_ctx *ctx;
+	char *owner, *sid;
+	struct event *timer;
+	unsigned waited_ms;
+	bool asked, gone;
+};
+
+static void wake_free(struct wake *w)
+{
+	if (w->timer)
+		event_free(w->timer);
+	if (!w->gone)
+		w->ctx->on_gone = NULL;
+	http_ctx_release(w->ctx);
+	free(w->owner);
+	free(w->sid);
+	free(w);
+}
+
+static void wake_gone(struct http_ctx *ctx, void *arg)
+{
+	struct wake *w = arg;
+	w->gone = true;
+}
+
+static void wake_resumed(struct session *s, const struct err *err, void *arg)
+{
+	/* Whatever came of it, the next step looks at the session as it is. */
+	if (!err && s)
+		api_e2b_woken(s);
+}
+
+static void wake_step(evutil_socket_t fd, short what, void *arg)
+{
+	struct wake *w = arg;
+	if (w->gone) {
+		wake_free(w);
+		return;
+	}
+	struct ops_target t = { .owner = w->owner, .session_id = w->sid };
+	struct err e;
+	struct session *s = session_find(w->owner, w->sid);
+	if (s && s->state == SESSION_READY && !s->transition) {
+		struct http_ctx *ctx = w->ctx;
+		ctx->on_gone = NULL;
+		w->gone = true; /* on_gone is the preview's from here */
+		api_preview(ctx);
+		wake_free(w);
+		return;
+	}
+	if (!s || (s->state != SESSION_PAUSED && !s->transition) || w->waited_ms >= WAKE_MAX_MS) {
+		http_reply_error(w->ctx, s ? 503 : 404,
+				 s ? "Session `%.80s` could not be resumed in time"
+				   : "No session has the preview name `%.80s`",
+				 w->sid);
+		wake_free(w);
+		return;
+	}
+	if (s->state == SESSION_PAUSED && !s->transition && !w->asked) {
+		w->asked = true;
+		log_info("proxy", "session %s: a request to its port resumes it (autoResume)",
+			 s->id);
+		if (ops_pause_session_mode(&t, false, SESSION_PAUSE_FREEZE, wake_resumed, NULL,
+					   &e) < 0)
+			log_warn("proxy", "session %s: cannot resume it: %s", s->id, e.msg);
+	}
+	w->waited_ms += WAKE_STEP_MS;
+	struct timeval tv = { 0, WAKE_STEP_MS * 1000 };
+	evtimer_add(w->timer, &tv);
+}
+
+static void wake_then_serve(struct http_ctx *ctx, struct session *s)
+{
+	struct wake *w = xcalloc(1, sizeof(*w));
+	w->ctx = ctx;
+	w->owner = xstrdup(s->owner);
+	w->sid = xstrdup(s->id);
+	w->timer = evtimer_new(api_base, wake_step, w);
+	http_ctx_hold(ctx);
+	ctx->on_gone = wake_gone;
+	ctx->on_gone_arg = w;
+	wake_step(-1, 0, w);
+}
+
 void api_preview(struct http_ctx *ctx)
 {
 	const char *host = http_header(ctx, "Host");
@@ -927,7 +1021,9 @@ void api_preview(struct http_ctx *ctx)
 		return;
 	}
 	const char *name = form == FORM_HOST ? h.name : id;
-	if (!s || s->state != SESSION_READY) {
+	/* A paused one that asked to be woken by its traffic: after the check of who may. */
+	bool wake = s && s->auto_resume && (s->state == SESSION_PAUSED || s->transition);
+	if (!wake && (!s || s->state != SESSION_READY)) {
 		/* Without a key, whether a name exists is not told (401 as for one that does). */
 		if (!who && api_cfg->auth_enabled)
 			http_reply_error(
@@ -958,6 +1054,10 @@ void api_preview(struct http_ctx *ctx)
 				ctx, 401,
 				"This preview needs the session's key or its preview token "
 				"(see docs/ingress.md)");
+		return;
+	}
+	if (wake) {
+		wake_then_serve(ctx, s);
 		return;
 	}
 	char prefix[200];

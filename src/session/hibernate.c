@@ -70,6 +70,8 @@ static json_t *record_of(const struct session *s)
 	json_object_set_new(j, "secret", json_string(secret));
 	if (s->deadline_ms)
 		json_object_set_new(j, "deadlineMs", json_integer((json_int_t)s->deadline_ms));
+	if (s->deadline_span_s)
+		json_object_set_new(j, "deadlineSpanS", json_integer(s->deadline_span_s));
 	if (s->metadata)
 		json_object_set(j, "metadata", s->metadata);
 	if (s->alias)
@@ -391,6 +393,9 @@ static bool restore_one(const char *owner, const char *id, json_t *rec, struct e
 		has_secret ? secret : NULL);
 	s->state = SESSION_PAUSED;
 	s->deadline_ms = uint_of(rec, "deadlineMs");
+	s->deadline_span_s = uint_of(rec, "deadlineSpanS") <= UINT32_MAX
+				     ? (uint32_t)uint_of(rec, "deadlineSpanS")
+				     : 0;
 	json_t *meta = json_object_get(rec, "metadata");
 	if (json_is_object(meta))
 		s->metadata = json_deep_copy(meta);

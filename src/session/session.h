@@ -128,6 +128,7 @@ struct session {
 	 * replaces the idle timeout, the client's metadata (object of strings) and the template
 	 * id it asked for (an alias of tmpl's name, or NULL). */
 	uint64_t deadline_ms;
+	uint32_t deadline_span_s; /* how far ahead the deadline was last set */
 	json_t *metadata;
 	char *alias;
 	/* The code interpreter's contexts (api/interp.c): id -> {language, cwd, tag, busy,

@@ -427,6 +427,54 @@ describe("data plane", () => {
     assert.notEqual(denied[0], 200);
     reader.cancel();
   });
+
+  test("autoResume: a request to a port of the paused sandbox resumes it; a stranger's does not", { skip: !DOMAIN && "no SANDBOX_PUBLIC_DOMAIN" }, async () => {
+    const made = await createRaw(KEY_A, { templateID: "python", timeout: 3, autoPause: true, autoResume: { enabled: true } });
+    assert.equal(made.status, 201);
+    const py = made.body;
+    const info = async () => (await fetch(`${BASE}/sandboxes/${py.sandboxID}`, { headers: { "X-API-KEY": KEY_A } })).json();
+    assert.deepEqual((await info()).lifecycle, { onTimeout: "pause", autoResume: true });
+    const start = await fetch(`${BASE}/process.Process/Start`, {
+      method: "POST",
+      headers: dataHeaders(py, { "Content-Type": "application/connect+json" }),
+      body: envelope({ process: { cmd: "/bin/sh", args: ["-c", "echo awake > index.html; python3 -m http.server 8000"] }, stdin: false }),
+    });
+    start.body.getReader().read();
+    const u = new URL(BASE);
+    const get = (headers) =>
+      new Promise((resolve, reject) => {
+        const req = http.request({ host: u.hostname, port: u.port, path: "/index.html", headers: { Host: `8000-${py.sandboxID}.${DOMAIN}`, ...headers } }, (res) => {
+          let b = "";
+          res.on("data", (d) => (b += d));
+          res.on("end", () => resolve([res.statusCode, b]));
+        });
+        req.on("error", reject);
+        req.end();
+      });
+    const token = { "E2B-Traffic-Access-Token": py.trafficAccessToken };
+    let got = [0, ""];
+    for (let i = 0; i < 100 && got[0] !== 200; i++) {
+      got = await get(token);
+      if (got[0] !== 200) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.deepEqual(got, [200, "awake\n"]);
+    let state = "";
+    for (let i = 0; i < 300 && state !== "paused"; i++) {
+      state = (await info()).state;
+      if (state !== "paused") await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(state, "paused", "its timeout paused it");
+    // Another sandbox's token neither reaches it nor wakes it.
+    const stranger = await get({ "E2B-Traffic-Access-Token": sbx.trafficAccessToken });
+    assert.notEqual(stranger[0], 200);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal((await info()).state, "paused", "a stranger's request did not wake it");
+    // Its own traffic does: the request waits for the resume and is served.
+    assert.deepEqual(await get(token), [200, "awake\n"]);
+    const after = await info();
+    assert.equal(after.state, "running");
+    assert.ok(Date.parse(after.endAt) > Date.now(), "its deadline runs again from the resume");
+  });
 });
 
 // A unary call of the data plane: {status, json}.
