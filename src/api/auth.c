@@ -45,13 +45,13 @@ static struct {
 	size_t nbuckets;
 	struct failure fails[FAIL_TABLE];
 	struct event *flush;
-} A;
+} auth_mod;
 
 void auth_flush_last_used(void)
 {
 	sqlite3 *db = store_db();
-	for (size_t i = 0; i < A.nbuckets; i++) {
-		struct bucket *b = &A.buckets[i];
+	for (size_t i = 0; i < auth_mod.nbuckets; i++) {
+		struct bucket *b = &auth_mod.buckets[i];
 		if (!b->dirty || !db)
 			continue;
 		/* Kept for the next flush while the database is locked (another process
@@ -70,12 +70,12 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
 int auth_init(struct event_base *base, const struct config *cfg, struct err *err)
 {
-	A.cfg = cfg;
+	auth_mod.cfg = cfg;
 	if (!store_db())
 		return err_set(err, EIO, "the key store is not open");
-	A.flush = event_new(base, -1, EV_PERSIST, on_flush, NULL);
+	auth_mod.flush = event_new(base, -1, EV_PERSIST, on_flush, NULL);
 	struct timeval tv = { .tv_sec = LAST_USED_FLUSH_S };
-	event_add(A.flush, &tv);
+	event_add(auth_mod.flush, &tv);
 	if (cfg->mcp_auth_token && *cfg->mcp_auth_token)
 		log_warn("auth", "MCP_AUTH_TOKEN is deprecated: create an API key with the exec "
 				 "scope and use it as the bearer token instead");
@@ -217,12 +217,12 @@ int auth_init_admin_key(const struct config *cfg, char *path, size_t cap, bool *
 void auth_shutdown(void)
 {
 	auth_flush_last_used();
-	if (A.flush)
-		event_free(A.flush);
-	A.flush = NULL;
-	free(A.buckets);
-	A.buckets = NULL;
-	A.nbuckets = 0;
+	if (auth_mod.flush)
+		event_free(auth_mod.flush);
+	auth_mod.flush = NULL;
+	free(auth_mod.buckets);
+	auth_mod.buckets = NULL;
+	auth_mod.nbuckets = 0;
 }
 
 const struct auth_identity *auth_identity(struct http_ctx *ctx)
@@ -239,7 +239,7 @@ bool auth_from_peer(struct http_ctx *ctx)
 
 bool auth_is_admin(struct http_ctx *ctx)
 {
-	if (!A.cfg->auth_enabled)
+	if (!auth_mod.cfg->auth_enabled)
 		return true;
 	const struct auth_identity *id = auth_identity(ctx);
 	return id && (id->scopes & KEYS_SCOPE_ADMIN);
@@ -277,9 +277,9 @@ static const char *request_secret(struct http_ctx *ctx)
 
 static struct failure *failure_slot(const char *addr, bool create)
 {
-	struct failure *oldest = &A.fails[0];
+	struct failure *oldest = &auth_mod.fails[0];
 	for (size_t i = 0; i < FAIL_TABLE; i++) {
-		struct failure *f = &A.fails[i];
+		struct failure *f = &auth_mod.fails[i];
 		if (f->addr[0] && strcmp(f->addr, addr) == 0)
 			return f;
 		if (f->window_start_ns < oldest->window_start_ns)
@@ -347,15 +347,16 @@ static int deny(struct http_ctx *ctx, int status, const char *msg)
 
 static struct bucket *bucket_for(const struct key_info *k)
 {
-	for (size_t i = 0; i < A.nbuckets; i++)
-		if (strcmp(A.buckets[i].key_id, k->id) == 0)
-			return &A.buckets[i];
-	if (A.nbuckets == MAX_BUCKETS) {
+	for (size_t i = 0; i < auth_mod.nbuckets; i++)
+		if (strcmp(auth_mod.buckets[i].key_id, k->id) == 0)
+			return &auth_mod.buckets[i];
+	if (auth_mod.nbuckets == MAX_BUCKETS) {
 		auth_flush_last_used();
-		A.nbuckets = 0; /* forget idle buckets: they refill to full anyway */
+		auth_mod.nbuckets = 0; /* forget idle buckets: they refill to full anyway */
 	}
-	A.buckets = xrealloc(A.buckets, (A.nbuckets + 1) * sizeof(*A.buckets));
-	struct bucket *b = &A.buckets[A.nbuckets++];
+	auth_mod.buckets =
+		xrealloc(auth_mod.buckets, (auth_mod.nbuckets + 1) * sizeof(*auth_mod.buckets));
+	struct bucket *b = &auth_mod.buckets[auth_mod.nbuckets++];
 	memset(b, 0, sizeof(*b));
 	snprintf(b->key_id, sizeof(b->key_id), "%s", k->id);
 	b->tokens = (double)k->rate_limit;
@@ -496,7 +497,7 @@ static int valid_key(const char *secret, struct key_info *k, int *status, const 
 static int anonymous_route(struct http_ctx *ctx)
 {
 	set_identity(ctx, "", 0);
-	if (!A.cfg->auth_enabled)
+	if (!auth_mod.cfg->auth_enabled)
 		return 0;
 	const char *secret = header_secret(ctx);
 	unsigned retry;
@@ -558,7 +559,7 @@ int auth_peer_vouched(struct http_ctx *ctx, const char *scope, const char *key_i
 	struct err e;
 	/* The deprecated single MCP token: a caller of MCP routes, where it is set here too. */
 	if (!strcmp(key_id, "mcp-token")) {
-		const char *token = A.cfg->mcp_auth_token;
+		const char *token = auth_mod.cfg->mcp_auth_token;
 		if (!token || !*token || !ctx->route || !is_mcp_route(ctx->route->pattern))
 			return deny(ctx, 401, "MCP_AUTH_TOKEN is not accepted here");
 		set_identity(ctx, "mcp-token", KEYS_SCOPE_EXEC);
@@ -588,9 +589,9 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 	const char *ticket = ctx->route && (ctx->route->flags & HTTP_ROUTE_TICKET)
 				     ? http_query(ctx, "ticket")
 				     : NULL;
-	if (ticket && A.cfg->auth_enabled)
+	if (ticket && auth_mod.cfg->auth_enabled)
 		return ticket_check(ctx, scope, ticket);
-	if (!A.cfg->auth_enabled) {
+	if (!auth_mod.cfg->auth_enabled) {
 		set_identity(ctx, "", 0);
 		return 0;
 	}
@@ -605,7 +606,7 @@ int auth_http_check(struct http_ctx *ctx, const char *scope, void *arg)
 	}
 
 	/* The deprecated single MCP token admits MCP requests only. */
-	const char *token = A.cfg->mcp_auth_token;
+	const char *token = auth_mod.cfg->mcp_auth_token;
 	if (token && *token && ctx->route && is_mcp_route(ctx->route->pattern) &&
 	    auth_secure_equal(secret, token)) {
 		set_identity(ctx, "mcp-token", KEYS_SCOPE_EXEC);

@@ -93,21 +93,21 @@ static struct {
 	struct htab keyrevs;
 	struct keyrev *keyrev_list;
 	struct crec *rec_list;
-} C;
+} cluster_mod;
 
 bool cluster_enabled(void)
 {
-	return C.on;
+	return cluster_mod.on;
 }
 
 const char *cluster_node_name(void)
 {
-	return C.name;
+	return cluster_mod.name;
 }
 
 bool cluster_first_key_is_ours(void)
 {
-	return C.on && C.first_key_ours;
+	return cluster_mod.on && cluster_mod.first_key_ours;
 }
 
 static void count_etcd(const char *op, int r)
@@ -139,7 +139,7 @@ static const char *owner_seg(const char *owner)
 
 static char *rec_key(const char *owner, const char *id)
 {
-	return xasprintf("%ssessions/%s/%s", C.prefix, owner_seg(owner), id);
+	return xasprintf("%ssessions/%s/%s", cluster_mod.prefix, owner_seg(owner), id);
 }
 
 static uint64_t rec_hash(const char *owner, const char *id)
@@ -151,7 +151,8 @@ static uint64_t rec_hash(const char *owner, const char *id)
 
 static struct cnode *node_get(const char *name)
 {
-	for (struct hlink *l = htab_first(&C.nodes, htab_hash_str(name)); l; l = htab_next(l)) {
+	for (struct hlink *l = htab_first(&cluster_mod.nodes, htab_hash_str(name)); l;
+	     l = htab_next(l)) {
 		struct cnode *n = htab_entry(l, struct cnode, link);
 		if (!strcmp(n->name, name))
 			return n;
@@ -181,9 +182,9 @@ static struct cnode *node_make(const char *name)
 		return n;
 	n = xcalloc(1, sizeof(*n));
 	n->name = xstrdup(name);
-	n->next = C.node_list;
-	C.node_list = n;
-	htab_insert(&C.nodes, &n->link, htab_hash_str(name));
+	n->next = cluster_mod.node_list;
+	cluster_mod.node_list = n;
+	htab_insert(&cluster_mod.nodes, &n->link, htab_hash_str(name));
 	node_sync_pub(n);
 	return n;
 }
@@ -290,7 +291,7 @@ static void node_put(const char *name, const char *value, size_t len, const stru
 	n->port = port;
 	json_decref(n->info);
 	n->info = json_incref(j);
-	if (!n->up && strcmp(name, C.name) != 0)
+	if (!n->up && strcmp(name, cluster_mod.name) != 0)
 		log_info("cluster", "node %s is up at %s", name, url);
 	n->up = true;
 	n->down_ms = 0;
@@ -319,7 +320,8 @@ static void cordon_set(const char *name, bool on)
 static struct crec *rec_get(const char *owner, const char *id)
 {
 	const char *o = owner_seg(owner);
-	for (struct hlink *l = htab_first(&C.recs, rec_hash(owner, id)); l; l = htab_next(l)) {
+	for (struct hlink *l = htab_first(&cluster_mod.recs, rec_hash(owner, id)); l;
+	     l = htab_next(l)) {
 		struct crec *r = htab_entry(l, struct crec, by_key);
 		if (!strcmp(r->owner, o) && !strcmp(r->id, id))
 			return r;
@@ -332,14 +334,14 @@ static void rec_free(struct crec *r)
 	struct cnode *n = node_get(r->node);
 	if (n && n->nrecs)
 		n->nrecs--;
-	htab_remove(&C.recs, &r->by_key);
-	htab_remove(&C.ids, &r->by_id);
+	htab_remove(&cluster_mod.recs, &r->by_key);
+	htab_remove(&cluster_mod.ids, &r->by_id);
 	if (r->preview)
-		htab_remove(&C.previews, &r->by_preview);
+		htab_remove(&cluster_mod.previews, &r->by_preview);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
-		C.rec_list = r->next;
+		cluster_mod.rec_list = r->next;
 	if (r->next)
 		r->next->prev = r->prev;
 	free(r->owner);
@@ -398,14 +400,14 @@ static void rec_put(const char *rest, const char *value, size_t len)
 	r->node = xstrdup(node);
 	r->preview = preview && *preview ? xstrdup(preview) : NULL;
 	r->seen = true;
-	htab_insert(&C.recs, &r->by_key, rec_hash(o, id));
-	htab_insert(&C.ids, &r->by_id, htab_hash_str(id));
+	htab_insert(&cluster_mod.recs, &r->by_key, rec_hash(o, id));
+	htab_insert(&cluster_mod.ids, &r->by_id, htab_hash_str(id));
 	if (r->preview)
-		htab_insert(&C.previews, &r->by_preview, htab_hash_str(r->preview));
-	r->next = C.rec_list;
-	if (C.rec_list)
-		C.rec_list->prev = r;
-	C.rec_list = r;
+		htab_insert(&cluster_mod.previews, &r->by_preview, htab_hash_str(r->preview));
+	r->next = cluster_mod.rec_list;
+	if (cluster_mod.rec_list)
+		cluster_mod.rec_list->prev = r;
+	cluster_mod.rec_list = r;
 	node_make(node)->nrecs++; /* a record may name a node not seen yet */
 }
 
@@ -431,7 +433,8 @@ struct keyrev {
 
 static struct keyrev *keyrev_get(const char *id)
 {
-	for (struct hlink *l = htab_first(&C.keyrevs, htab_hash_str(id)); l; l = htab_next(l)) {
+	for (struct hlink *l = htab_first(&cluster_mod.keyrevs, htab_hash_str(id)); l;
+	     l = htab_next(l)) {
 		struct keyrev *k = htab_entry(l, struct keyrev, link);
 		if (!strcmp(k->id, id))
 			return k;
@@ -447,9 +450,9 @@ static void keyrev_set(const char *id, int64_t rev)
 			return;
 		k = xcalloc(1, sizeof(*k));
 		snprintf(k->id, sizeof(k->id), "%s", id);
-		htab_insert(&C.keyrevs, &k->link, htab_hash_str(id));
-		k->next = C.keyrev_list;
-		C.keyrev_list = k;
+		htab_insert(&cluster_mod.keyrevs, &k->link, htab_hash_str(id));
+		k->next = cluster_mod.keyrev_list;
+		cluster_mod.keyrev_list = k;
 	}
 	k->rev = rev;
 }
@@ -459,8 +462,8 @@ static void keyrev_drop(const char *id)
 	struct keyrev *k = keyrev_get(id);
 	if (!k)
 		return;
-	htab_remove(&C.keyrevs, &k->link);
-	for (struct keyrev **pp = &C.keyrev_list; *pp; pp = &(*pp)->next)
+	htab_remove(&cluster_mod.keyrevs, &k->link);
+	for (struct keyrev **pp = &cluster_mod.keyrev_list; *pp; pp = &(*pp)->next)
 		if (*pp == k) {
 			*pp = k->next;
 			break;
@@ -472,7 +475,7 @@ static void key_del(const char *id)
 {
 	struct err e;
 	keyrev_drop(id);
-	if (C.hooks.key_delete(id, &e) < 0 && e.errnum != ENOENT)
+	if (cluster_mod.hooks.key_delete(id, &e) < 0 && e.errnum != ENOENT)
 		log_warn("cluster", "cannot delete key `%.40s`: %s", id, e.msg);
 }
 
@@ -489,7 +492,7 @@ static void key_put(const char *id, const char *value, size_t len, int64_t rev)
 		key_del(id);
 		return;
 	}
-	if (C.hooks.key_apply(row, &e) < 0) {
+	if (cluster_mod.hooks.key_apply(row, &e) < 0) {
 		log_warn("cluster", "key record `%.40s`: %s: the key is removed here", id, e.msg);
 		key_del(id);
 		return;
@@ -502,8 +505,8 @@ static void key_put(const char *id, const char *value, size_t len, int64_t rev)
 static void apply(enum etcd_event_type t, const char *key, const char *value, size_t len,
 		  int64_t mod_rev, const struct addr *addr)
 {
-	size_t pl = strlen(C.prefix);
-	if (strncmp(key, C.prefix, pl) != 0)
+	size_t pl = strlen(cluster_mod.prefix);
+	if (strncmp(key, cluster_mod.prefix, pl) != 0)
 		return;
 	const char *rest = key + pl;
 	bool put = t == ETCD_EVENT_PUT;
@@ -531,36 +534,36 @@ static void apply(enum etcd_event_type t, const char *key, const char *value, si
  * nodes' addresses resolved, parallel to kvs, or NULL at start). */
 static void apply_all(const struct etcd_kvs *kvs, const struct addr *addrs)
 {
-	for (struct cnode *n = C.node_list; n; n = n->next) {
+	for (struct cnode *n = cluster_mod.node_list; n; n = n->next) {
 		n->seen = false;
 		n->cordoned = false;
 	}
-	for (struct crec *r = C.rec_list; r; r = r->next)
+	for (struct crec *r = cluster_mod.rec_list; r; r = r->next)
 		r->seen = false;
-	size_t pl = strlen(C.prefix);
+	size_t pl = strlen(cluster_mod.prefix);
 	_cleanup_free_ const char **ids = xcalloc(kvs->n + 1, sizeof(*ids));
 	size_t nids = 0;
 	for (size_t i = 0; i < kvs->n; i++) {
 		const struct etcd_kv *kv = &kvs->v[i];
 		apply(ETCD_EVENT_PUT, kv->key, kv->value, kv->value_len, kv->mod_rev,
 		      addrs ? &addrs[i] : NULL);
-		if (!strncmp(kv->key, C.prefix, pl) && !strncmp(kv->key + pl, "keys/", 5))
+		if (!strncmp(kv->key, cluster_mod.prefix, pl) && !strncmp(kv->key + pl, "keys/", 5))
 			ids[nids++] = kv->key + pl + 5;
 	}
-	for (struct cnode *n = C.node_list; n; n = n->next) {
+	for (struct cnode *n = cluster_mod.node_list; n; n = n->next) {
 		if (!n->seen && n->up) {
 			n->up = false;
 			n->down_ms = time_wall_ms();
 		}
 		node_sync_pub(n);
 	}
-	for (struct crec *r = C.rec_list, *next; r; r = next) {
+	for (struct crec *r = cluster_mod.rec_list, *next; r; r = next) {
 		next = r->next;
 		if (!r->seen)
 			rec_free(r);
 	}
 	struct err e;
-	if (C.hooks.keys_keep_only(ids, nids, &e) < 0)
+	if (cluster_mod.hooks.keys_keep_only(ids, nids, &e) < 0)
 		log_warn("cluster", "cannot settle the key store: %s", e.msg);
 }
 
@@ -602,8 +605,8 @@ static void job_free(struct job *j)
 static void io_work(void *arg)
 {
 	struct job *j = arg;
-	struct etcd_client *c = C.io_c;
-	if (atomic_load(&C.abandon)) {
+	struct etcd_client *c = cluster_mod.io_c;
+	if (atomic_load(&cluster_mod.abandon)) {
 		j->result = err_set(&j->err, ECANCELED, "the node is stopping without etcd");
 		return;
 	}
@@ -634,12 +637,13 @@ static void io_work(void *arg)
 		/* One transaction: the record is still the one read, and (another node's) that
 		 * node's own record is gone from etcd, its lease ended: never on this node's
 		 * view of it alone. */
-		_cleanup_free_ char *nk = xasprintf("%snodes/%s", C.prefix, j->other_node);
+		_cleanup_free_ char *nk =
+			xasprintf("%snodes/%s", cluster_mod.prefix, j->other_node);
 		struct etcd_cmp cmps[2] = { { j->key, true, j->mod_rev }, { nk, false, 0 } };
 		bool ok = false;
 		j->result = etcd_put_if(c, j->key, j->value, strlen(j->value), cmps,
-					strcmp(j->other_node, C.name) ? 2 : 1, &ok, NULL, NULL,
-					&j->err);
+					strcmp(j->other_node, cluster_mod.name) ? 2 : 1, &ok, NULL,
+					NULL, &j->err);
 		if (j->result == 0 && !ok)
 			j->result = err_set(&j->err, EEXIST,
 					    "session `%s` is on node `%s`, which is up", j->key,
@@ -679,7 +683,7 @@ static void io_work(void *arg)
 		if (j->result == 0 && !ok) {
 			json_auto_t *v = json_loadb(old.value, old.value_len, 0, NULL);
 			const char *node = json_string_value(json_object_get(v, "node"));
-			if (node && !strcmp(node, C.name)) {
+			if (node && !strcmp(node, cluster_mod.name)) {
 				struct etcd_cmp same = { j->key, true, old.mod_rev };
 				j->result = etcd_put_if(c, j->key, j->value, strlen(j->value),
 							&same, 1, &ok, NULL, NULL, &j->err);
@@ -702,7 +706,7 @@ static void io_work(void *arg)
 			json_auto_t *v = json_loadb(kvs.v[0].value, kvs.v[0].value_len, 0, NULL);
 			const char *node = json_string_value(json_object_get(v, "node"));
 			bool deleted;
-			if (node && !strcmp(node, C.name))
+			if (node && !strcmp(node, cluster_mod.name))
 				j->result = etcd_delete_if(c, j->key, kvs.v[0].mod_rev, &deleted,
 							   &j->err);
 		}
@@ -735,15 +739,15 @@ static struct job *job_new(enum job_kind kind, const char *op, char *key, char *
 
 static void submit(struct job *j)
 {
-	loop_pool_submit(C.io, io_work, io_done, j);
+	loop_pool_submit(cluster_mod.io, io_work, io_done, j);
 }
 
 /* --- sessions ------------------------------------------------------------------------- */
 
 static char *rec_value(const char *preview, const char *template)
 {
-	json_auto_t *v =
-		json_pack("{s:s, s:I}", "node", C.name, "created", (json_int_t)time_wall_ms());
+	json_auto_t *v = json_pack("{s:s, s:I}", "node", cluster_mod.name, "created",
+				   (json_int_t)time_wall_ms());
 	if (preview && *preview)
 		json_object_set_new(v, "preview", json_string(preview));
 	if (template)
@@ -794,8 +798,8 @@ static void claim_job_done(void *arg)
 		/* A record of ours that this node's start did not clear yet (the session it
 		 * named is not here any more), or of a node that is not up by our tables: taken
 		 * over if etcd agrees (transaction: that node's own record is gone). */
-		if (!strcmp(j->other_node, C.name) || !n || !n->up) {
-			if (strcmp(j->other_node, C.name) != 0)
+		if (!strcmp(j->other_node, cluster_mod.name) || !n || !n->up) {
+			if (strcmp(j->other_node, cluster_mod.name) != 0)
 				log_info("cluster",
 					 "session %s of node %s, which is not up, is replaced by a "
 					 "new "
@@ -841,16 +845,16 @@ void cluster_session_claim(const char *owner, const char *id, const char *previe
 			   const char *template, void (*done)(const struct err *err, void *arg),
 			   void *arg)
 {
-	if (!C.on || !C.io) {
+	if (!cluster_mod.on || !cluster_mod.io) {
 		done(NULL, arg);
 		return;
 	}
-	if (!C.store_ok) {
+	if (!cluster_mod.store_ok) {
 		struct err e;
 		err_set(&e, EROFS,
 			"the cluster's store (etcd) is not answering this node, so no session can "
 			"be recorded: %s",
-			C.store_why);
+			cluster_mod.store_why);
 		count_etcd("claim", -1);
 		done(&e, arg);
 		return;
@@ -863,13 +867,13 @@ void cluster_session_claim(const char *owner, const char *id, const char *previe
 	c->arg = arg;
 	struct job *j = job_new(J_CLAIM, "claim", rec_key(owner, id), rec_value(preview, template));
 	j->arg = c;
-	loop_pool_submit(C.io, io_work, claim_job_done, j);
+	loop_pool_submit(cluster_mod.io, io_work, claim_job_done, j);
 }
 
 void cluster_session_put(const char *owner, const char *id, const char *preview,
 			 const char *template)
 {
-	if (!C.on || !C.io)
+	if (!cluster_mod.on || !cluster_mod.io)
 		return;
 	rec_note_ours(owner, id, preview);
 	submit(job_new(J_PUT_MINE, "put", rec_key(owner, id), rec_value(preview, template)));
@@ -877,10 +881,10 @@ void cluster_session_put(const char *owner, const char *id, const char *preview,
 
 void cluster_session_gone(const char *owner, const char *id)
 {
-	if (!C.on || !C.io)
+	if (!cluster_mod.on || !cluster_mod.io)
 		return;
 	struct crec *r = rec_get(owner, id);
-	if (r && !strcmp(r->node, C.name))
+	if (r && !strcmp(r->node, cluster_mod.name))
 		rec_free(r);
 	submit(job_new(J_FORGET_MINE, "delete", rec_key(owner, id), NULL));
 }
@@ -889,12 +893,12 @@ enum cluster_where cluster_session_where(const char *owner, const char *id,
 					 const struct cluster_node **ret_node)
 {
 	*ret_node = NULL;
-	if (!C.on)
+	if (!cluster_mod.on)
 		return CLUSTER_UNKNOWN;
 	struct crec *r = rec_get(owner, id);
 	if (!r)
 		return CLUSTER_UNKNOWN;
-	if (!strcmp(r->node, C.name))
+	if (!strcmp(r->node, cluster_mod.name))
 		return CLUSTER_LOCAL;
 	struct cnode *n = node_make(r->node);
 	*ret_node = &n->pub;
@@ -904,13 +908,14 @@ enum cluster_where cluster_session_where(const char *owner, const char *id,
 enum cluster_where cluster_preview_where(const char *name, const struct cluster_node **ret_node)
 {
 	*ret_node = NULL;
-	if (!C.on || !name)
+	if (!cluster_mod.on || !name)
 		return CLUSTER_UNKNOWN;
-	for (struct hlink *l = htab_first(&C.previews, htab_hash_str(name)); l; l = htab_next(l)) {
+	for (struct hlink *l = htab_first(&cluster_mod.previews, htab_hash_str(name)); l;
+	     l = htab_next(l)) {
 		struct crec *r = htab_entry(l, struct crec, by_preview);
 		if (strcmp(r->preview, name) != 0)
 			continue;
-		if (!strcmp(r->node, C.name))
+		if (!strcmp(r->node, cluster_mod.name))
 			return CLUSTER_LOCAL;
 		struct cnode *n = node_make(r->node);
 		*ret_node = &n->pub;
@@ -922,14 +927,15 @@ enum cluster_where cluster_preview_where(const char *name, const struct cluster_
 enum cluster_where cluster_session_where_any(const char *id, const struct cluster_node **ret_node)
 {
 	*ret_node = NULL;
-	if (!C.on || !id)
+	if (!cluster_mod.on || !id)
 		return CLUSTER_UNKNOWN;
 	struct cnode *remote = NULL, *gone = NULL;
-	for (struct hlink *l = htab_first(&C.ids, htab_hash_str(id)); l; l = htab_next(l)) {
+	for (struct hlink *l = htab_first(&cluster_mod.ids, htab_hash_str(id)); l;
+	     l = htab_next(l)) {
 		struct crec *r = htab_entry(l, struct crec, by_id);
 		if (strcmp(r->id, id) != 0)
 			continue;
-		if (!strcmp(r->node, C.name))
+		if (!strcmp(r->node, cluster_mod.name))
 			return CLUSTER_LOCAL;
 		struct cnode *n = node_make(r->node);
 		if (n->up && !remote)
@@ -950,56 +956,39 @@ enum cluster_where cluster_session_where_any(const char *id, const struct cluste
 
 struct event_base *cluster_event_base(void)
 {
-	return C.base;
+	return cluster_mod.base;
 }
 
 unsigned cluster_timeout_ms(void)
 {
-	return C.cfg ? C.cfg->cluster_timeout_ms : 2000;
+	return cluster_mod.cfg ? cluster_mod.cfg->cluster_timeout_ms : 2000;
 }
 
 bool cluster_stopping(void)
 {
-	return atomic_load(&C.stop);
+	return atomic_load(&cluster_mod.stop);
 }
 
 void cluster_peers_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
 {
-	loop_pool_submit(C.peers, work, done, arg);
+	loop_pool_submit(cluster_mod.peers, work, done, arg);
 }
 
 void cluster_calls_submit(void (*work)(void *arg), void (*done)(void *arg), void *arg)
 {
-	loop_pool_submit(C.calls, work, done, arg);
+	loop_pool_submit(cluster_mod.calls, work, done, arg);
 }
 
 const struct cluster_node *cluster_node_find(const char *name)
 {
-	struct cnode *n = C.on ? node_get(name) : NULL;
+	struct cnode *n = cluster_mod.on ? node_get(name) : NULL;
 	return n ? &n->pub : NULL;
 }
 
 void cluster_foreach_node(void (*fn)(const struct cluster_node *n, void *arg), void *arg)
 {
-	for (struct cnode *n = C.node_list; n; n = n->next)
+	for (struct cnode *n = cluster_mod.node_list; n; n = n->next)
 		fn(&n->pub, arg);
-}
-
-void cluster_foreach_remote_session(const char *owner,
-				    void (*fn)(const char *owner, const char *id,
-					       const struct cluster_node *n, void *arg),
-				    void *arg)
-{
-	const char *o = owner ? owner_seg(owner) : NULL;
-	for (struct crec *r = C.rec_list; r; r = r->next) {
-		if (o && strcmp(r->owner, o) != 0)
-			continue;
-		if (!strcmp(r->node, C.name))
-			continue;
-		struct cnode *n = node_get(r->node);
-		if (n && n->up)
-			fn(strcmp(r->owner, "-") ? r->owner : "", r->id, &n->pub, arg);
-	}
 }
 
 /* --- placement ------------------------------------------------------------------------ */
@@ -1055,7 +1044,7 @@ const struct cluster_node *cluster_place(const char *template, const json_t *sel
 	struct cnode *best = NULL;
 	double best_load = 0;
 	size_t up = 0, fitting = 0;
-	for (struct cnode *n = C.node_list; n; n = n->next) {
+	for (struct cnode *n = cluster_mod.node_list; n; n = n->next) {
 		if (!n->up || !n->info)
 			continue;
 		up++;
@@ -1067,9 +1056,10 @@ const struct cluster_node *cluster_place(const char *template, const json_t *sel
 		if (cap > 0 && (json_int_t)n->nrecs >= cap)
 			continue;
 		double load = load_of(n);
-		bool self = !strcmp(n->name, C.name);
+		bool self = !strcmp(n->name, cluster_mod.name);
 		if (!best || load < best_load - 1e-9 ||
-		    (load <= best_load + 1e-9 && self && strcmp(best->name, C.name) != 0)) {
+		    (load <= best_load + 1e-9 && self &&
+		     strcmp(best->name, cluster_mod.name) != 0)) {
 			best = n;
 			best_load = load;
 		}
@@ -1116,11 +1106,11 @@ static void cordon_done(const struct err *err, void *arg)
 void cluster_cordon(const char *name, bool on, void (*done)(const struct err *err, void *arg),
 		    void *arg)
 {
-	char *key = xasprintf("%scordon/%s", C.prefix, name);
+	char *key = xasprintf("%scordon/%s", cluster_mod.prefix, name);
 	struct job *j;
 	if (on) {
-		json_auto_t *v =
-			json_pack("{s:I, s:s}", "at", (json_int_t)time_wall_ms(), "by", C.name);
+		json_auto_t *v = json_pack("{s:I, s:s}", "at", (json_int_t)time_wall_ms(), "by",
+					   cluster_mod.name);
 		j = job_new(J_PUT, "cordon", key, json_dumps(v, JSON_COMPACT));
 	} else {
 		j = job_new(J_DELETE, "cordon", key, NULL);
@@ -1183,7 +1173,7 @@ static void key_job_done(void *arg)
 		kc->done(&j->err, kc->arg);
 		struct job *r = job_new(J_KEY_READ, "key", TAKE_PTR(j->key), NULL);
 		snprintf(r->other_node, sizeof(r->other_node), "%s", id);
-		loop_pool_submit(C.io, io_work, key_read_done, r);
+		loop_pool_submit(cluster_mod.io, io_work, key_read_done, r);
 	}
 	free(kc);
 	job_free(j);
@@ -1193,17 +1183,17 @@ static void key_job_done(void *arg)
 
 static char *key_key(const char *id)
 {
-	return xasprintf("%skeys/%s", C.prefix, id);
+	return xasprintf("%skeys/%s", cluster_mod.prefix, id);
 }
 
 int cluster_publish_key_now(const char *id, struct err *err)
 {
 	/* A client of its own: the io thread may be using its own meanwhile. */
 	struct etcd_client *c = NULL;
-	int r = etcd_new(&C.eo, &c, err);
+	int r = etcd_new(&cluster_mod.eo, &c, err);
 	if (r < 0)
 		return r;
-	json_auto_t *row = C.hooks.key_row(id, err);
+	json_auto_t *row = cluster_mod.hooks.key_row(id, err);
 	_cleanup_free_ char *key = key_key(id);
 	if (!row) {
 		r = err->errnum == ENOENT ? etcd_delete(c, key, false, NULL, err) : -err->errnum;
@@ -1219,7 +1209,7 @@ int cluster_publish_key_now(const char *id, struct err *err)
 void cluster_publish_key(const char *id, void (*done)(const struct err *err, void *arg), void *arg)
 {
 	struct err e;
-	json_auto_t *row = C.hooks.key_row(id, &e);
+	json_auto_t *row = cluster_mod.hooks.key_row(id, &e);
 	if (!row && e.errnum != ENOENT) {
 		done(&e, arg);
 		return;
@@ -1234,20 +1224,21 @@ void cluster_publish_key(const char *id, void (*done)(const struct err *err, voi
 	kc->arg = arg;
 	j->done = NULL;
 	j->arg = kc;
-	loop_pool_submit(C.io, io_work, key_job_done, j);
+	loop_pool_submit(cluster_mod.io, io_work, key_job_done, j);
 }
 
 /* --- the node's own record and its lease ---------------------------------------------- */
 
 static char *node_record(void)
 {
-	json_auto_t *j =
-		json_pack("{s:s, s:s, s:s, s:s, s:O, s:I, s:s, s:I, s:s}", "name", C.name, "url",
-			  C.url, "driver", C.driver, "isolation", C.isolation, "labels", C.labels,
-			  "capacity", (json_int_t)C.cfg->max_sessions, "version", SANDBOX_VERSION,
-			  "startedAt", (json_int_t)C.started_ms, "instance", C.instance);
+	json_auto_t *j = json_pack(
+		"{s:s, s:s, s:s, s:s, s:O, s:I, s:s, s:I, s:s}", "name", cluster_mod.name, "url",
+		cluster_mod.url, "driver", cluster_mod.driver, "isolation", cluster_mod.isolation,
+		"labels", cluster_mod.labels, "capacity", (json_int_t)cluster_mod.cfg->max_sessions,
+		"version", SANDBOX_VERSION, "startedAt", (json_int_t)cluster_mod.started_ms,
+		"instance", cluster_mod.instance);
 	/* Its templates, sessions and free memory, as the sessions' layer counts them. */
-	C.hooks.node_figures(j);
+	cluster_mod.hooks.node_figures(j);
 	return json_dumps(j, JSON_COMPACT);
 }
 
@@ -1261,8 +1252,8 @@ struct lease_job {
 static void lease_work(void *arg)
 {
 	struct lease_job *l = arg;
-	struct etcd_client *c = C.lease_c;
-	_cleanup_free_ char *key = xasprintf("%snodes/%s", C.prefix, C.name);
+	struct etcd_client *c = cluster_mod.lease_c;
+	_cleanup_free_ char *key = xasprintf("%snodes/%s", cluster_mod.prefix, cluster_mod.name);
 	int r = 0;
 	bool fresh = false;
 	if (l->lease) {
@@ -1274,7 +1265,7 @@ static void lease_work(void *arg)
 			return;
 	}
 	if (!l->lease) {
-		r = etcd_lease_grant(c, C.cfg->cluster_lease_ttl_s, &l->lease, &l->err);
+		r = etcd_lease_grant(c, cluster_mod.cfg->cluster_lease_ttl_s, &l->lease, &l->err);
 		count_etcd("lease", r);
 		if (r < 0)
 			return;
@@ -1282,7 +1273,7 @@ static void lease_work(void *arg)
 	}
 	/* The record is written when it changed (or under a new lease): a renewal alone makes
 	 * no revision, so an idle cluster does not grow etcd's history. */
-	if (!fresh && C.lease_last && !strcmp(C.lease_last, l->record)) {
+	if (!fresh && cluster_mod.lease_last && !strcmp(cluster_mod.lease_last, l->record)) {
 		l->renewed = true;
 		return;
 	}
@@ -1296,8 +1287,8 @@ static void lease_work(void *arg)
 		}
 		return;
 	}
-	free(C.lease_last);
-	C.lease_last = xstrdup(l->record);
+	free(cluster_mod.lease_last);
+	cluster_mod.lease_last = xstrdup(l->record);
 	l->renewed = true;
 }
 
@@ -1306,22 +1297,23 @@ static void publish_gauges(void);
 static void lease_done(void *arg)
 {
 	struct lease_job *l = arg;
-	C.lease_pending = false;
-	if (l->lease != C.lease && C.lease && l->lease)
+	cluster_mod.lease_pending = false;
+	if (l->lease != cluster_mod.lease && cluster_mod.lease && l->lease)
 		log_warn("cluster", "this node's lease had expired: it registered again");
-	C.lease = l->lease;
-	bool was = C.store_ok;
-	C.store_ok = l->renewed;
+	cluster_mod.lease = l->lease;
+	bool was = cluster_mod.store_ok;
+	cluster_mod.store_ok = l->renewed;
 	if (!l->renewed) {
-		snprintf(C.store_why, sizeof(C.store_why), "%.280s", l->err.msg);
+		snprintf(cluster_mod.store_why, sizeof(cluster_mod.store_why), "%.280s",
+			 l->err.msg);
 		if (was)
 			log_warn("cluster", "etcd did not take this node's lease renewal: %s",
 				 l->err.msg);
 	} else {
-		C.store_why[0] = '\0';
+		cluster_mod.store_why[0] = '\0';
 		if (!was) {
 			log_info("cluster", "etcd takes this node's lease renewals again");
-			atomic_store(&C.watch_restart, true);
+			atomic_store(&cluster_mod.watch_restart, true);
 		}
 	}
 	publish_gauges();
@@ -1331,25 +1323,18 @@ static void lease_done(void *arg)
 
 static void lease_kick(void)
 {
-	if (C.lease_pending || atomic_load(&C.stop))
+	if (cluster_mod.lease_pending || atomic_load(&cluster_mod.stop))
 		return;
-	C.lease_pending = true;
+	cluster_mod.lease_pending = true;
 	struct lease_job *l = xcalloc(1, sizeof(*l));
 	l->record = node_record();
-	l->lease = C.lease;
-	loop_pool_submit(C.lease_pool, lease_work, lease_done, l);
+	l->lease = cluster_mod.lease;
+	loop_pool_submit(cluster_mod.lease_pool, lease_work, lease_done, l);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	lease_kick();
-}
-
-bool cluster_store_ok(const char **why)
-{
-	if (why)
-		*why = C.store_why;
-	return !C.on || C.store_ok;
 }
 
 /* --- the watch ------------------------------------------------------------------------ */
@@ -1364,8 +1349,8 @@ struct wevent {
 
 static bool is_node_key(const char *key)
 {
-	size_t pl = strlen(C.prefix);
-	return !strncmp(key, C.prefix, pl) && !strncmp(key + pl, "nodes/", 6);
+	size_t pl = strlen(cluster_mod.prefix);
+	return !strncmp(key, cluster_mod.prefix, pl) && !strncmp(key + pl, "nodes/", 6);
 }
 
 static void wevent_done(void *arg)
@@ -1389,8 +1374,8 @@ static int on_event(enum etcd_event_type type, const struct etcd_kv *kv, void *a
 	w->mod_rev = kv->mod_rev;
 	if (type == ETCD_EVENT_PUT && is_node_key(kv->key))
 		resolve_record(kv->value, kv->value_len, &w->addr);
-	loop_pool_post(C.watch_pool, wevent_done, w);
-	return atomic_load(&C.stop) ? 1 : 0;
+	loop_pool_post(cluster_mod.watch_pool, wevent_done, w);
+	return atomic_load(&cluster_mod.stop) ? 1 : 0;
 }
 
 struct resync {
@@ -1419,18 +1404,19 @@ static void sleep_ms(unsigned ms)
  * failure from where it was, read everything again when etcd compacted that revision. */
 static void watch_work(void *arg)
 {
-	int64_t next = C.synced_rev + 1;
+	int64_t next = cluster_mod.synced_rev + 1;
 	unsigned backoff = 100;
-	while (!atomic_load(&C.stop)) {
+	while (!atomic_load(&cluster_mod.stop)) {
 		struct err e;
 		int64_t at = next;
-		int r = etcd_watch(C.watch_c, C.prefix, at, on_event, NULL, &next, &e);
-		if (atomic_load(&C.stop))
+		int r = etcd_watch(cluster_mod.watch_c, cluster_mod.prefix, at, on_event, NULL,
+				   &next, &e);
+		if (atomic_load(&cluster_mod.stop))
 			break;
 		if (r == -ECANCELED) {
 			/* Asked to start again (the lease renewals came back after a failure: the
 			 * member it watched may have been cut from the quorum meanwhile). */
-			atomic_store(&C.watch_restart, false);
+			atomic_store(&cluster_mod.watch_restart, false);
 			metrics_add(metrics_daemon.cluster_watch_restarts, 1, "disconnected");
 			continue;
 		}
@@ -1441,14 +1427,15 @@ static void watch_work(void *arg)
 			 * delete of thousands of records): read it all again, watch from there. */
 			metrics_add(metrics_daemon.cluster_watch_restarts, 1, "compacted");
 			struct resync *s = xcalloc(1, sizeof(*s));
-			if (etcd_get(C.watch_c, C.prefix, true, &s->kvs, &e) == 0) {
+			if (etcd_get(cluster_mod.watch_c, cluster_mod.prefix, true, &s->kvs, &e) ==
+			    0) {
 				next = s->kvs.revision + 1;
 				s->addrs = xcalloc(s->kvs.n + 1, sizeof(*s->addrs));
 				for (size_t i = 0; i < s->kvs.n; i++)
 					if (is_node_key(s->kvs.v[i].key))
 						resolve_record(s->kvs.v[i].value,
 							       s->kvs.v[i].value_len, &s->addrs[i]);
-				loop_pool_post(C.watch_pool, resync_done, s);
+				loop_pool_post(cluster_mod.watch_pool, resync_done, s);
 				continue;
 			}
 			free(s);
@@ -1458,7 +1445,8 @@ static void watch_work(void *arg)
 		log_debug("cluster",
 			  "the watch of etcd ended (%s); it resumes from revision %" PRId64, e.msg,
 			  next);
-		for (unsigned waited = 0; waited < backoff && !atomic_load(&C.stop); waited += 50)
+		for (unsigned waited = 0; waited < backoff && !atomic_load(&cluster_mod.stop);
+		     waited += 50)
 			sleep_ms(50);
 		if (backoff < 2000)
 			backoff *= 2;
@@ -1470,7 +1458,7 @@ static void watch_work(void *arg)
 static void publish_gauges(void)
 {
 	double up = 0, down = 0, cordoned = 0;
-	for (struct cnode *n = C.node_list; n; n = n->next) {
+	for (struct cnode *n = cluster_mod.node_list; n; n = n->next) {
 		if (n->up)
 			up++;
 		else
@@ -1482,7 +1470,7 @@ static void publish_gauges(void)
 	metrics_set(metrics_daemon.cluster_nodes, up, "up");
 	metrics_set(metrics_daemon.cluster_nodes, down, "down");
 	metrics_set(metrics_daemon.cluster_nodes, cordoned, "cordoned");
-	metrics_set(metrics_daemon.cluster_store_up, C.store_ok ? 1.0 : 0.0);
+	metrics_set(metrics_daemon.cluster_store_up, cluster_mod.store_ok ? 1.0 : 0.0);
 }
 
 static json_t *iso(uint64_t ms)
@@ -1495,8 +1483,8 @@ static json_t *node_json(const struct cnode *n)
 	size_t k = n->nrecs;
 	json_t *j = json_pack("{s:s, s:s, s:b, s:b, s:b, s:o, s:I}", "name", n->name, "state",
 			      n->up ? "up" : "down", "up", n->up, "cordoned", n->cordoned, "self",
-			      !strcmp(n->name, C.name), "downSince", iso(n->down_ms), "sessions",
-			      (json_int_t)k);
+			      !strcmp(n->name, cluster_mod.name), "downSince", iso(n->down_ms),
+			      "sessions", (json_int_t)k);
 	if (n->url)
 		json_object_set_new(j, "url", json_string(n->url));
 	const char *fields[] = { "driver",   "isolation", "templates", "labels",
@@ -1514,22 +1502,24 @@ static json_t *node_json(const struct cnode *n)
 json_t *cluster_nodes_json(void)
 {
 	json_t *a = json_array();
-	for (struct cnode *n = C.node_list; n; n = n->next)
+	for (struct cnode *n = cluster_mod.node_list; n; n = n->next)
 		json_array_append_new(a, node_json(n));
-	return json_pack("{s:s, s:o, s:b}", "self", C.name, "nodes", a, "storeOk", C.store_ok);
+	return json_pack("{s:s, s:o, s:b}", "self", cluster_mod.name, "nodes", a, "storeOk",
+			 cluster_mod.store_ok);
 }
 
 json_t *cluster_health_json(void)
 {
 	size_t up = 0, all = 0;
-	for (struct cnode *n = C.node_list; n; n = n->next) {
+	for (struct cnode *n = cluster_mod.node_list; n; n = n->next) {
 		all++;
 		up += n->up;
 	}
-	json_t *j = json_pack("{s:s, s:s, s:b, s:I, s:I}", "node", C.name, "url", C.url, "store",
-			      C.store_ok, "nodesUp", (json_int_t)up, "nodes", (json_int_t)all);
-	if (!C.store_ok)
-		json_object_set_new(j, "storeError", json_string(C.store_why));
+	json_t *j = json_pack("{s:s, s:s, s:b, s:I, s:I}", "node", cluster_mod.name, "url",
+			      cluster_mod.url, "store", cluster_mod.store_ok, "nodesUp",
+			      (json_int_t)up, "nodes", (json_int_t)all);
+	if (!cluster_mod.store_ok)
+		json_object_set_new(j, "storeError", json_string(cluster_mod.store_why));
 	return j;
 }
 
@@ -1543,8 +1533,8 @@ static void sign(const char *node, const char *dest, const char *ts, const char 
 					     nonce, method, target, owner, scopes);
 	uint8_t mac[32];
 	unsigned maclen = 0;
-	HMAC(EVP_sha256(), C.secret, (int)C.secret_len, (const uint8_t *)msg, strlen(msg), mac,
-	     &maclen);
+	HMAC(EVP_sha256(), cluster_mod.secret, (int)cluster_mod.secret_len, (const uint8_t *)msg,
+	     strlen(msg), mac, &maclen);
 	for (unsigned i = 0; i < 32; i++)
 		snprintf(out + 2 * i, 3, "%02x", mac[i]);
 }
@@ -1556,9 +1546,9 @@ char *cluster_peer_sign(const char *dest, const char *method, const char *target
 	snprintf(ts, sizeof(ts), "%" PRIu64, time_wall_ms());
 	random_hex(nonce, 16);
 	const char *o = owner && *owner ? owner : "-";
-	sign(C.name, dest, ts, nonce, method, target, o, scopes, sig);
-	return xasprintf("v2 node=%s dest=%s ts=%s nonce=%s owner=%s scopes=%u sig=%s", C.name,
-			 dest, ts, nonce, o, scopes, sig);
+	sign(cluster_mod.name, dest, ts, nonce, method, target, o, scopes, sig);
+	return xasprintf("v2 node=%s dest=%s ts=%s nonce=%s owner=%s scopes=%u sig=%s",
+			 cluster_mod.name, dest, ts, nonce, o, scopes, sig);
 }
 
 /* The value of `name=` in a peer header, copied into out (at most cap - 1 bytes). */
@@ -1595,39 +1585,40 @@ static struct {
 	struct htab tab;
 	struct seen_nonce *head, *tail;
 	size_t n;
-} S;
+} seen_nonces;
 
 static void seen_drop_head(void)
 {
-	struct seen_nonce *e = S.head;
-	S.head = e->next;
-	if (!S.head)
-		S.tail = NULL;
-	htab_remove(&S.tab, &e->link);
+	struct seen_nonce *e = seen_nonces.head;
+	seen_nonces.head = e->next;
+	if (!seen_nonces.head)
+		seen_nonces.tail = NULL;
+	htab_remove(&seen_nonces.tab, &e->link);
 	free(e);
-	S.n--;
+	seen_nonces.n--;
 }
 
 /* Whether the nonce was seen before; remembers it otherwise. */
 static bool seen_before(const char *nonce)
 {
 	uint64_t now = time_mono_ms();
-	while (S.head && (S.head->expires_ms <= now || S.n >= SEEN_MAX))
+	while (seen_nonces.head &&
+	       (seen_nonces.head->expires_ms <= now || seen_nonces.n >= SEEN_MAX))
 		seen_drop_head();
 	uint64_t h = htab_hash_str(nonce);
-	for (struct hlink *l = htab_first(&S.tab, h); l; l = htab_next(l))
+	for (struct hlink *l = htab_first(&seen_nonces.tab, h); l; l = htab_next(l))
 		if (!strcmp(htab_entry(l, struct seen_nonce, link)->nonce, nonce))
 			return true;
 	struct seen_nonce *e = xcalloc(1, sizeof(*e));
 	snprintf(e->nonce, sizeof(e->nonce), "%s", nonce);
 	e->expires_ms = now + 2 * PEER_SKEW_MS + 1000;
-	htab_insert(&S.tab, &e->link, h);
-	if (S.tail)
-		S.tail->next = e;
+	htab_insert(&seen_nonces.tab, &e->link, h);
+	if (seen_nonces.tail)
+		seen_nonces.tail->next = e;
 	else
-		S.head = e;
-	S.tail = e;
-	S.n++;
+		seen_nonces.head = e;
+	seen_nonces.tail = e;
+	seen_nonces.n++;
 	return false;
 }
 
@@ -1645,7 +1636,7 @@ int cluster_peer_verify(const char *header, const char *method, const char *targ
 			size_t node_cap, char *ret_owner, size_t owner_cap, unsigned *ret_scopes,
 			bool *ret_has_identity, struct err *err)
 {
-	if (!C.on)
+	if (!cluster_mod.on)
 		return err_set(err, EACCES, "this server is not a node of a cluster");
 	char node[NODE_NAME_MAX + 1], dest[NODE_NAME_MAX + 1], ts[24], nonce[40], owner[64],
 		scopes[8], sig[65];
@@ -1667,7 +1658,7 @@ int cluster_peer_verify(const char *header, const char *method, const char *targ
 	if (CRYPTO_memcmp(want, sig, 64) != 0)
 		return err_set(err, EACCES,
 			       CLUSTER_PEER_HEADER " does not carry this cluster's signature");
-	if (strcmp(dest, C.name) != 0)
+	if (strcmp(dest, cluster_mod.name) != 0)
 		return err_set(err, EACCES,
 			       CLUSTER_PEER_HEADER " was made for node `%s`, not this one", dest);
 	errno = 0;
@@ -1711,18 +1702,18 @@ static int read_secret(const char *path, struct err *err)
 			       "SANDBOX_CLUSTER_SECRET_FILE `%s` must be a regular file that only "
 			       "its owner may read (mode 0600 or 0400)",
 			       path);
-	ssize_t n = read(fd, C.secret, sizeof(C.secret));
+	ssize_t n = read(fd, cluster_mod.secret, sizeof(cluster_mod.secret));
 	if (n < 0)
 		return err_sys(err, errno, "SANDBOX_CLUSTER_SECRET_FILE `%s`", path);
-	while (n > 0 &&
-	       (C.secret[n - 1] == '\n' || C.secret[n - 1] == '\r' || C.secret[n - 1] == ' '))
+	while (n > 0 && (cluster_mod.secret[n - 1] == '\n' || cluster_mod.secret[n - 1] == '\r' ||
+			 cluster_mod.secret[n - 1] == ' '))
 		n--;
 	if (n < SECRET_MIN)
 		return err_set(err, EINVAL,
 			       "SANDBOX_CLUSTER_SECRET_FILE `%s` holds %zd bytes: at least %d are "
 			       "needed",
 			       path, n, SECRET_MIN);
-	C.secret_len = (size_t)n;
+	cluster_mod.secret_len = (size_t)n;
 	return 0;
 }
 
@@ -1737,14 +1728,14 @@ static int read_password(const char *path, struct err *err)
 	if (!fgets(buf, sizeof(buf), f))
 		buf[0] = '\0';
 	buf[strcspn(buf, "\r\n")] = '\0';
-	C.etcd_password = xstrdup(buf);
+	cluster_mod.etcd_password = xstrdup(buf);
 	explicit_bzero(buf, sizeof(buf));
 	return 0;
 }
 
 static int parse_labels(const char *s, struct err *err)
 {
-	C.labels = json_object();
+	cluster_mod.labels = json_object();
 	_cleanup_free_ char *copy = xstrdup(s ? s : "");
 	char *save = NULL;
 	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -1753,13 +1744,14 @@ static int parse_labels(const char *s, struct err *err)
 			continue;
 		char *eq = strchr(tok, '=');
 		if (!eq || !seg_ok(tok, (size_t)(eq - tok)) || strlen(eq + 1) > 128 ||
-		    !seg_ok(eq + 1, strlen(eq + 1)) || json_object_size(C.labels) == LABELS_MAX)
+		    !seg_ok(eq + 1, strlen(eq + 1)) ||
+		    json_object_size(cluster_mod.labels) == LABELS_MAX)
 			return err_set(err, EINVAL,
 				       "SANDBOX_NODE_LABELS: `%.100s` is not name=value (letters, "
 				       "digits, '.', '_', '-'; at most %d labels)",
 				       tok, LABELS_MAX);
 		*eq = '\0';
-		json_object_set_new(C.labels, tok, json_string(eq + 1));
+		json_object_set_new(cluster_mod.labels, tok, json_string(eq + 1));
 	}
 	return 0;
 }
@@ -1772,7 +1764,7 @@ static int setup(const struct config *cfg, struct err *err)
 				       "SANDBOX_NODE_NAME `%.80s`: 1 to %d of a-z, 0-9, '.', '_', "
 				       "'-'",
 				       cfg->node_name, NODE_NAME_MAX);
-		snprintf(C.name, sizeof(C.name), "%s", cfg->node_name);
+		snprintf(cluster_mod.name, sizeof(cluster_mod.name), "%s", cfg->node_name);
 	} else {
 		char host[256] = "";
 		gethostname(host, sizeof(host) - 1);
@@ -1785,32 +1777,33 @@ static int setup(const struct config *cfg, struct err *err)
 				       "the host name `%.80s` is not a node name: set "
 				       "SANDBOX_NODE_NAME",
 				       host);
-		snprintf(C.name, sizeof(C.name), "%s", host);
+		snprintf(cluster_mod.name, sizeof(cluster_mod.name), "%s", host);
 	}
 	const char *p = cfg->cluster_prefix;
 	size_t pl = strlen(p);
 	if (pl < 2 || pl > 100 || p[0] != '/' || p[pl - 1] != '/' || strstr(p, "//"))
 		return err_set(err, EINVAL,
 			       "SANDBOX_CLUSTER_PREFIX `%.100s` must begin and end with '/'", p);
-	C.prefix = xstrdup(p);
+	cluster_mod.prefix = xstrdup(p);
 	int r = read_secret(cfg->cluster_secret_file, err);
 	if (r < 0)
 		return r;
 	if ((r = read_password(cfg->etcd_password_file, err)) < 0 ||
 	    (r = parse_labels(cfg->node_labels, err)) < 0)
 		return r;
-	C.eo = (struct etcd_opts){ .endpoints = cfg->cluster,
-				   .timeout_ms = cfg->cluster_timeout_ms,
-				   .user = cfg->etcd_user,
-				   .password = C.etcd_password,
-				   .ca = cfg->etcd_ca,
-				   .cert = cfg->etcd_cert,
-				   .key = cfg->etcd_key };
-	if ((r = etcd_new(&C.eo, &C.io_c, err)) < 0 || (r = etcd_new(&C.eo, &C.lease_c, err)) < 0 ||
-	    (r = etcd_new(&C.eo, &C.watch_c, err)) < 0)
+	cluster_mod.eo = (struct etcd_opts){ .endpoints = cfg->cluster,
+					     .timeout_ms = cfg->cluster_timeout_ms,
+					     .user = cfg->etcd_user,
+					     .password = cluster_mod.etcd_password,
+					     .ca = cfg->etcd_ca,
+					     .cert = cfg->etcd_cert,
+					     .key = cfg->etcd_key };
+	if ((r = etcd_new(&cluster_mod.eo, &cluster_mod.io_c, err)) < 0 ||
+	    (r = etcd_new(&cluster_mod.eo, &cluster_mod.lease_c, err)) < 0 ||
+	    (r = etcd_new(&cluster_mod.eo, &cluster_mod.watch_c, err)) < 0)
 		return r;
-	etcd_set_stop(C.watch_c, &C.stop);
-	etcd_set_restart(C.watch_c, &C.watch_restart);
+	etcd_set_stop(cluster_mod.watch_c, &cluster_mod.stop);
+	etcd_set_restart(cluster_mod.watch_c, &cluster_mod.watch_restart);
 	return 0;
 }
 
@@ -1829,29 +1822,30 @@ static void add_key_id(const char *id, void *arg)
 /* The first node of a fresh cluster publishes its keys; the others take the cluster's. */
 static int settle_keys(const struct etcd_kvs *all, struct err *err)
 {
-	_cleanup_free_ char *boot = xasprintf("%sbootstrap", C.prefix);
+	_cleanup_free_ char *boot = xasprintf("%sbootstrap", cluster_mod.prefix);
 	bool bootstrapped = false, keys = false;
-	size_t pl = strlen(C.prefix);
+	size_t pl = strlen(cluster_mod.prefix);
 	for (size_t i = 0; i < all->n; i++) {
 		bootstrapped |= !strcmp(all->v[i].key, boot);
 		keys |= !strncmp(all->v[i].key + pl, "keys/", 5);
 	}
 	if (bootstrapped || keys)
 		return 0;
-	json_auto_t *v = json_pack("{s:s, s:I}", "node", C.name, "at", (json_int_t)time_wall_ms());
+	json_auto_t *v =
+		json_pack("{s:s, s:I}", "node", cluster_mod.name, "at", (json_int_t)time_wall_ms());
 	_cleanup_free_ char *value = json_dumps(v, JSON_COMPACT);
-	_cleanup_free_ char *marker = xasprintf("%sbootstrap-by", C.prefix);
+	_cleanup_free_ char *marker = xasprintf("%sbootstrap-by", cluster_mod.prefix);
 	bool won = false;
-	int r = etcd_create_pair(C.io_c, boot, value, marker, value, &won, err);
+	int r = etcd_create_pair(cluster_mod.io_c, boot, value, marker, value, &won, err);
 	count_etcd("bootstrap", r);
 	if (r < 0)
 		return r;
 	if (!won)
 		return 0;
-	C.first_key_ours = true;
+	cluster_mod.first_key_ours = true;
 	/* Its own keys become the cluster's (a host that joins with keys keeps them). */
 	struct key_ids ids = { 0 };
-	r = C.hooks.key_ids(add_key_id, &ids, err);
+	r = cluster_mod.hooks.key_ids(add_key_id, &ids, err);
 	for (size_t i = 0; r == 0 && i < ids.n; i++)
 		r = cluster_publish_key_now(ids.v[i], err);
 	if (ids.n)
@@ -1866,20 +1860,20 @@ int cluster_init(struct event_base *base, const struct config *cfg, const char *
 {
 	if (!cfg->cluster || !*cfg->cluster)
 		return 0;
-	C.hooks = *hooks;
-	C.cfg = cfg;
-	C.base = base;
-	C.driver = driver;
-	C.isolation = isolation;
-	C.started_ms = time_wall_ms();
-	random_hex(C.instance, 8);
+	cluster_mod.hooks = *hooks;
+	cluster_mod.cfg = cfg;
+	cluster_mod.base = base;
+	cluster_mod.driver = driver;
+	cluster_mod.isolation = isolation;
+	cluster_mod.started_ms = time_wall_ms();
+	random_hex(cluster_mod.instance, 8);
 	int r = setup(cfg, err);
 	if (r < 0)
 		return err_wrap(err, "cluster");
-	C.on = true;
+	cluster_mod.on = true;
 	struct etcd_kvs all = { 0 };
 	for (int i = 0; i < START_TRIES; i++) {
-		r = etcd_get(C.io_c, C.prefix, true, &all, err);
+		r = etcd_get(cluster_mod.io_c, cluster_mod.prefix, true, &all, err);
 		count_etcd("range", r);
 		if (r == 0 || r == -EACCES || r == -EBADMSG)
 			break;
@@ -1892,20 +1886,20 @@ int cluster_init(struct event_base *base, const struct config *cfg, const char *
 		etcd_kvs_clear(&all);
 		return err_wrap(err, "cluster: the API keys");
 	}
-	if (C.first_key_ours) {
+	if (cluster_mod.first_key_ours) {
 		/* Read again: the keys just published are the cluster's now. */
 		etcd_kvs_clear(&all);
-		r = etcd_get(C.io_c, C.prefix, true, &all, err);
+		r = etcd_get(cluster_mod.io_c, cluster_mod.prefix, true, &all, err);
 		if (r < 0)
 			return err_wrap(err, "cluster: cannot read etcd");
 	}
 	apply_all(&all, NULL);
-	C.synced_rev = all.revision;
+	cluster_mod.synced_rev = all.revision;
 	etcd_kvs_clear(&all);
-	C.store_ok = true;
+	cluster_mod.store_ok = true;
 	log_info("cluster",
-		 "node %s joined the cluster at %s (revision %" PRId64 ", %zu nodes known)", C.name,
-		 cfg->cluster, C.synced_rev, C.nodes.count);
+		 "node %s joined the cluster at %s (revision %" PRId64 ", %zu nodes known)",
+		 cluster_mod.name, cfg->cluster, cluster_mod.synced_rev, cluster_mod.nodes.count);
 	return 0;
 }
 
@@ -1942,42 +1936,43 @@ static bool local_has(struct local_sessions *ls, const char *owner, const char *
 
 int cluster_start(int port, struct err *err)
 {
-	if (!C.on)
+	if (!cluster_mod.on)
 		return 0;
-	if (C.cfg->node_url && *C.cfg->node_url) {
+	if (cluster_mod.cfg->node_url && *cluster_mod.cfg->node_url) {
 		_cleanup_free_ char *h = NULL;
 		int pt;
-		if (parse_url(C.cfg->node_url, &h, &pt) < 0)
+		if (parse_url(cluster_mod.cfg->node_url, &h, &pt) < 0)
 			return err_set(err, EINVAL,
 				       "SANDBOX_NODE_URL `%.100s` must be http://host:port",
-				       C.cfg->node_url);
-		C.url = xstrdup(C.cfg->node_url);
+				       cluster_mod.cfg->node_url);
+		cluster_mod.url = xstrdup(cluster_mod.cfg->node_url);
 	} else {
-		const char *h = C.cfg->host;
+		const char *h = cluster_mod.cfg->host;
 		char host[256] = "";
 		if (!strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !*h) {
 			gethostname(host, sizeof(host) - 1);
 			h = host;
 		}
-		C.url = strchr(h, ':') ? xasprintf("http://[%s]:%d", h, port)
-				       : xasprintf("http://%s:%d", h, port);
+		cluster_mod.url = strchr(h, ':') ? xasprintf("http://[%s]:%d", h, port)
+						 : xasprintf("http://%s:%d", h, port);
 	}
-	C.io = loop_pool_new(C.base, 1);
-	C.lease_pool = loop_pool_new(C.base, 1);
-	C.watch_pool = loop_pool_new(C.base, 1);
-	C.peers = loop_pool_new(C.base, 2);
-	C.calls = loop_pool_new(C.base, CLUSTER_MAX_CALLS);
-	if (!C.io || !C.lease_pool || !C.watch_pool || !C.peers || !C.calls)
+	cluster_mod.io = loop_pool_new(cluster_mod.base, 1);
+	cluster_mod.lease_pool = loop_pool_new(cluster_mod.base, 1);
+	cluster_mod.watch_pool = loop_pool_new(cluster_mod.base, 1);
+	cluster_mod.peers = loop_pool_new(cluster_mod.base, 2);
+	cluster_mod.calls = loop_pool_new(cluster_mod.base, CLUSTER_MAX_CALLS);
+	if (!cluster_mod.io || !cluster_mod.lease_pool || !cluster_mod.watch_pool ||
+	    !cluster_mod.peers || !cluster_mod.calls)
 		return err_set(err, EAGAIN, "cluster: cannot start its threads");
 	/* This node's records: of sessions it holds (hibernated ones, put back), kept and
 	 * written; of others (a crash's), removed. */
 	struct local_sessions ls = { 0 };
-	C.hooks.foreach_session(collect_local, &ls);
+	cluster_mod.hooks.foreach_session(collect_local, &ls);
 	size_t forgotten = 0;
-	for (struct crec *r = C.rec_list, *next; r; r = next) {
+	for (struct crec *r = cluster_mod.rec_list, *next; r; r = next) {
 		next = r->next;
 		const char *o = strcmp(r->owner, "-") ? r->owner : "";
-		if (!strcmp(r->node, C.name) && !local_has(&ls, o, r->id)) {
+		if (!strcmp(r->node, cluster_mod.name) && !local_has(&ls, o, r->id)) {
 			submit(job_new(J_FORGET_MINE, "delete", rec_key(o, r->id), NULL));
 			rec_free(r);
 			forgotten++;
@@ -1999,62 +1994,63 @@ int cluster_start(int port, struct err *err)
 	/* Registered before serving other nodes: the first renewal, blocking. */
 	struct lease_job *l = xcalloc(1, sizeof(*l));
 	l->record = node_record();
-	C.lease_pending = true;
+	cluster_mod.lease_pending = true;
 	lease_work(l);
 	if (!l->renewed) {
-		int rr = err_set(err, EAGAIN, "cluster: cannot register node %s: %s", C.name,
-				 l->err.msg);
+		int rr = err_set(err, EAGAIN, "cluster: cannot register node %s: %s",
+				 cluster_mod.name, l->err.msg);
 		free(l->record);
 		free(l);
-		C.lease_pending = false;
+		cluster_mod.lease_pending = false;
 		return rr;
 	}
-	node_put(C.name, l->record, strlen(l->record), NULL); /* the watch brings it again */
+	node_put(cluster_mod.name, l->record, strlen(l->record),
+		 NULL); /* the watch brings it again */
 	lease_done(l);
-	unsigned every = C.cfg->cluster_lease_ttl_s * 1000u / 3u;
+	unsigned every = cluster_mod.cfg->cluster_lease_ttl_s * 1000u / 3u;
 	struct timeval tv = { every / 1000, (every % 1000) * 1000 };
-	C.tick = event_new(C.base, -1, EV_PERSIST, on_tick, NULL);
-	event_add(C.tick, &tv);
-	C.watching = true;
-	loop_pool_submit(C.watch_pool, watch_work, NULL, NULL);
-	log_info("cluster", "node %s serves the cluster at %s", C.name, C.url);
+	cluster_mod.tick = event_new(cluster_mod.base, -1, EV_PERSIST, on_tick, NULL);
+	event_add(cluster_mod.tick, &tv);
+	cluster_mod.watching = true;
+	loop_pool_submit(cluster_mod.watch_pool, watch_work, NULL, NULL);
+	log_info("cluster", "node %s serves the cluster at %s", cluster_mod.name, cluster_mod.url);
 	return 0;
 }
 
 void cluster_shutdown(void)
 {
-	atomic_store(&C.stop, true);
+	atomic_store(&cluster_mod.stop, true);
 	/* Without etcd, each queued write would wait its timeout: the records they would
 	 * remove are this node's, cleared by its next start. */
-	if (!C.store_ok)
-		atomic_store(&C.abandon, true);
-	if (C.tick)
-		event_free(C.tick);
-	C.tick = NULL;
+	if (!cluster_mod.store_ok)
+		atomic_store(&cluster_mod.abandon, true);
+	if (cluster_mod.tick)
+		event_free(cluster_mod.tick);
+	cluster_mod.tick = NULL;
 	/* Whatever the io thread still has to write (the sessions' records going) is written,
 	 * then the node leaves. */
-	C.io = loop_pool_free(C.io);
-	C.lease_pool = loop_pool_free(C.lease_pool);
-	if (C.lease) {
+	cluster_mod.io = loop_pool_free(cluster_mod.io);
+	cluster_mod.lease_pool = loop_pool_free(cluster_mod.lease_pool);
+	if (cluster_mod.lease) {
 		struct err e;
-		int r = etcd_lease_revoke(C.io_c, C.lease, &e);
+		int r = etcd_lease_revoke(cluster_mod.io_c, cluster_mod.lease, &e);
 		count_etcd("revoke", r);
 		if (r < 0)
 			log_warn("cluster", "cannot revoke this node's lease: %s", e.msg);
 		else
-			log_info("cluster", "node %s left the cluster", C.name);
+			log_info("cluster", "node %s left the cluster", cluster_mod.name);
 	}
-	C.watch_pool = loop_pool_free(C.watch_pool);
-	C.peers = loop_pool_free(C.peers);
-	C.calls = loop_pool_free(C.calls);
-	C.io_c = etcd_free(C.io_c);
-	C.lease_c = etcd_free(C.lease_c);
-	C.watch_c = etcd_free(C.watch_c);
-	for (struct crec *r = C.rec_list, *next; r; r = next) {
+	cluster_mod.watch_pool = loop_pool_free(cluster_mod.watch_pool);
+	cluster_mod.peers = loop_pool_free(cluster_mod.peers);
+	cluster_mod.calls = loop_pool_free(cluster_mod.calls);
+	cluster_mod.io_c = etcd_free(cluster_mod.io_c);
+	cluster_mod.lease_c = etcd_free(cluster_mod.lease_c);
+	cluster_mod.watch_c = etcd_free(cluster_mod.watch_c);
+	for (struct crec *r = cluster_mod.rec_list, *next; r; r = next) {
 		next = r->next;
 		rec_free(r);
 	}
-	for (struct cnode *n = C.node_list, *next; n; n = next) {
+	for (struct cnode *n = cluster_mod.node_list, *next; n; n = next) {
 		next = n->next;
 		free(n->name);
 		free(n->url);
@@ -2062,25 +2058,25 @@ void cluster_shutdown(void)
 		json_decref(n->info);
 		free(n);
 	}
-	C.node_list = NULL;
-	while (C.keyrev_list)
-		keyrev_drop(C.keyrev_list->id);
-	htab_fini(&C.keyrevs);
-	htab_fini(&C.nodes);
-	while (S.head)
+	cluster_mod.node_list = NULL;
+	while (cluster_mod.keyrev_list)
+		keyrev_drop(cluster_mod.keyrev_list->id);
+	htab_fini(&cluster_mod.keyrevs);
+	htab_fini(&cluster_mod.nodes);
+	while (seen_nonces.head)
 		seen_drop_head();
-	htab_fini(&S.tab);
-	htab_fini(&C.recs);
-	htab_fini(&C.previews);
-	htab_fini(&C.ids);
-	json_decref(C.labels);
-	free(C.prefix);
-	free(C.url);
-	free(C.lease_last);
-	if (C.etcd_password) {
-		explicit_bzero(C.etcd_password, strlen(C.etcd_password));
-		free(C.etcd_password);
+	htab_fini(&seen_nonces.tab);
+	htab_fini(&cluster_mod.recs);
+	htab_fini(&cluster_mod.previews);
+	htab_fini(&cluster_mod.ids);
+	json_decref(cluster_mod.labels);
+	free(cluster_mod.prefix);
+	free(cluster_mod.url);
+	free(cluster_mod.lease_last);
+	if (cluster_mod.etcd_password) {
+		explicit_bzero(cluster_mod.etcd_password, strlen(cluster_mod.etcd_password));
+		free(cluster_mod.etcd_password);
 	}
-	explicit_bzero(C.secret, sizeof(C.secret));
-	memset(&C, 0, sizeof(C));
+	explicit_bzero(cluster_mod.secret, sizeof(cluster_mod.secret));
+	memset(&cluster_mod, 0, sizeof(cluster_mod));
 }

@@ -65,12 +65,12 @@ static struct {
 	uint64_t total[QUOTA_NKINDS];
 	struct owner *table[TABLE_SIZE];
 	size_t nowners;
-} Q;
+} quota_mod;
 
 void quota_init(const struct config *cfg)
 {
 	quota_shutdown();
-	Q.cfg = cfg;
+	quota_mod.cfg = cfg;
 }
 
 bool quota_kind_bytes(enum quota_kind k)
@@ -81,7 +81,7 @@ bool quota_kind_bytes(enum quota_kind k)
 /* The server's cap for k (0: none, before quota_init, and for the byte kinds). */
 static uint64_t cap(enum quota_kind k)
 {
-	const struct config *c = Q.cfg;
+	const struct config *c = quota_mod.cfg;
 	if (!c)
 		return 0;
 	switch (k) {
@@ -106,7 +106,7 @@ static uint64_t cap(enum quota_kind k)
 /* The server's quota for a key without one of its own (0: none). */
 static uint64_t key_default(enum quota_kind k)
 {
-	const struct config *c = Q.cfg;
+	const struct config *c = quota_mod.cfg;
 	if (!c)
 		return 0;
 	switch (k) {
@@ -132,29 +132,24 @@ static uint64_t key_default(enum quota_kind k)
 void quota_shutdown(void)
 {
 	for (size_t i = 0; i < TABLE_SIZE; i++) {
-		struct owner *o = Q.table[i];
+		struct owner *o = quota_mod.table[i];
 		while (o) {
 			struct owner *next = o->next;
 			free(o->id);
 			free(o);
 			o = next;
 		}
-		Q.table[i] = NULL;
+		quota_mod.table[i] = NULL;
 	}
-	Q.nowners = 0;
-	Q.cfg = NULL;
-	memset(Q.total, 0, sizeof(Q.total));
+	quota_mod.nowners = 0;
+	quota_mod.cfg = NULL;
+	memset(quota_mod.total, 0, sizeof(quota_mod.total));
 }
 
 void quota_set_default(struct quota_set *q)
 {
 	for (size_t i = 0; i < QUOTA_NKINDS; i++)
 		q->v[i] = QUOTA_DEFAULT;
-}
-
-const char *quota_name(enum quota_kind k)
-{
-	return k < QUOTA_NKINDS ? names[k] : "?";
 }
 
 int quota_kind_from_name(const char *name)
@@ -261,7 +256,7 @@ static bool owner_idle(const struct owner *o)
 static void owners_sweep(void)
 {
 	for (size_t i = 0; i < TABLE_SIZE; i++) {
-		for (struct owner **pp = &Q.table[i]; *pp;) {
+		for (struct owner **pp = &quota_mod.table[i]; *pp;) {
 			struct owner *o = *pp;
 			if (!owner_idle(o)) {
 				pp = &o->next;
@@ -270,29 +265,29 @@ static void owners_sweep(void)
 			*pp = o->next;
 			free(o->id);
 			free(o);
-			Q.nowners--;
+			quota_mod.nowners--;
 		}
 	}
 }
 
 static struct owner *owner_find(const char *id, bool create)
 {
-	struct owner **head = &Q.table[slot_of(id)];
+	struct owner **head = &quota_mod.table[slot_of(id)];
 	for (struct owner *o = *head; o; o = o->next)
 		if (strcmp(o->id, id) == 0)
 			return o;
 	if (!create)
 		return NULL;
-	if (Q.nowners >= OWNERS_MAX) {
+	if (quota_mod.nowners >= OWNERS_MAX) {
 		owners_sweep();
-		head = &Q.table[slot_of(id)];
+		head = &quota_mod.table[slot_of(id)];
 	}
 	struct owner *o = xcalloc(1, sizeof(*o));
 	o->id = xstrdup(id);
 	quota_set_default(&o->own);
 	o->next = *head;
 	*head = o;
-	Q.nowners++;
+	quota_mod.nowners++;
 	return o;
 }
 
@@ -362,7 +357,7 @@ int quota_admit_n(const char *owner, enum quota_kind k, uint64_t n, struct err *
 	if (!n)
 		return 0;
 	uint64_t c = cap(k);
-	if (c && (Q.total[k] >= c || n > c - Q.total[k])) {
+	if (c && (quota_mod.total[k] >= c || n > c - quota_mod.total[k])) {
 		if (k == QUOTA_SESSIONS)
 			err_set(err, ENOBUFS,
 				"The server is at its limit of %llu sessions "
@@ -380,7 +375,7 @@ int quota_admit_n(const char *owner, enum quota_kind k, uint64_t n, struct err *
 			return refuse_quota(o, k, limit, n, err);
 		o->used[k] += n;
 	}
-	Q.total[k] += n;
+	quota_mod.total[k] += n;
 	return 0;
 }
 
@@ -391,14 +386,14 @@ int quota_admit(const char *owner, enum quota_kind k, struct err *err)
 
 void quota_take_n(const char *owner, enum quota_kind k, uint64_t n)
 {
-	Q.total[k] += n;
+	quota_mod.total[k] += n;
 	if (owner && *owner)
 		owner_find(owner, true)->used[k] += n;
 }
 
 void quota_release_n(const char *owner, enum quota_kind k, uint64_t n)
 {
-	Q.total[k] -= n < Q.total[k] ? n : Q.total[k];
+	quota_mod.total[k] -= n < quota_mod.total[k] ? n : quota_mod.total[k];
 	if (!owner || !*owner)
 		return;
 	struct owner *o = owner_find(owner, false);
@@ -421,7 +416,7 @@ uint64_t quota_used(const char *owner, enum quota_kind k)
 
 uint64_t quota_used_total(enum quota_kind k)
 {
-	return Q.total[k];
+	return quota_mod.total[k];
 }
 
 uint64_t quota_limit(const char *owner, enum quota_kind k)

@@ -56,10 +56,8 @@ void quota_shutdown(void);
 
 /* A set with every quota at QUOTA_DEFAULT. */
 void quota_set_default(struct quota_set *q);
-/* The kind's name in the API and the CLI ("sessions", "commands", "mcpSessions", "fileOps",
- * "streams", "watches", "memoryBytes", "diskBytes"), and its reverse (-1 for an unknown
- * name). */
-const char *quota_name(enum quota_kind k);
+/* The kind a name of the API and the CLI names ("sessions", "commands", "mcpSessions",
+ * "fileOps", "streams", "watches", "memoryBytes", "diskBytes"), -1 for an unknown name. */
 int quota_kind_from_name(const char *name);
 /* Whether k counts bytes rather than units. */
 bool quota_kind_bytes(enum quota_kind k);

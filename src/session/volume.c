@@ -65,7 +65,7 @@ static struct {
 	const struct config *cfg;
 	char *dir;
 	struct volume *all;
-} M;
+} volume_mod;
 
 /* --- the table -------------------------------------------------------------------------- */
 
@@ -80,11 +80,11 @@ static void volume_free(struct volume *v)
 
 static struct volume *find(const char *owner, const char *name, bool any_owner)
 {
-	for (struct volume *v = M.all; v; v = v->next)
+	for (struct volume *v = volume_mod.all; v; v = v->next)
 		if (strcmp(v->name, name) == 0 && strcmp(v->owner, owner ? owner : "") == 0)
 			return v;
 	if (any_owner)
-		for (struct volume *v = M.all; v; v = v->next)
+		for (struct volume *v = volume_mod.all; v; v = v->next)
 			if (strcmp(v->name, name) == 0)
 				return v;
 	return NULL;
@@ -92,7 +92,7 @@ static struct volume *find(const char *owner, const char *name, bool any_owner)
 
 static void unlink_volume(struct volume *v)
 {
-	for (struct volume **pp = &M.all; *pp; pp = &(*pp)->next)
+	for (struct volume **pp = &volume_mod.all; *pp; pp = &(*pp)->next)
 		if (*pp == v) {
 			*pp = v->next;
 			return;
@@ -101,7 +101,7 @@ static void unlink_volume(struct volume *v)
 
 static char *image_of(const char *id)
 {
-	return xasprintf("%s/%s.img", M.dir, id);
+	return xasprintf("%s/%s.img", volume_mod.dir, id);
 }
 
 static int row_exec(const char *sql, const char *a, const char *b, struct err *err)
@@ -139,7 +139,7 @@ static json_t *volume_json(const struct volume *v, bool with_owner)
 
 static bool known_image(const char *file)
 {
-	for (struct volume *v = M.all; v; v = v->next) {
+	for (struct volume *v = volume_mod.all; v; v = v->next) {
 		const char *base = strrchr(v->image, '/');
 		if (base && strcmp(base + 1, file) == 0)
 			return true;
@@ -150,7 +150,7 @@ static bool known_image(const char *file)
 /* Files of the directory no volume has: the leftovers of a crash during a deletion. */
 static void remove_strays(void)
 {
-	_cleanup_closedir_ DIR *d = opendir(M.dir);
+	_cleanup_closedir_ DIR *d = opendir(volume_mod.dir);
 	if (!d)
 		return;
 	struct dirent *e;
@@ -158,17 +158,18 @@ static void remove_strays(void)
 		if (e->d_name[0] == '.' || known_image(e->d_name))
 			continue;
 		if (unlinkat(dirfd(d), e->d_name, 0) == 0)
-			log_info("volume", "removed %s/%s, which no volume has", M.dir, e->d_name);
+			log_info("volume", "removed %s/%s, which no volume has", volume_mod.dir,
+				 e->d_name);
 	}
 }
 
 int volume_init(const struct config *cfg, struct err *err)
 {
-	M.cfg = cfg;
-	free(M.dir);
-	M.dir = xasprintf("%s/volumes", cfg->state_dir);
-	if (fs_mkdir_p(M.dir, 0700) < 0)
-		return err_sys(err, errno, "volume: make %s", M.dir);
+	volume_mod.cfg = cfg;
+	free(volume_mod.dir);
+	volume_mod.dir = xasprintf("%s/volumes", cfg->state_dir);
+	if (fs_mkdir_p(volume_mod.dir, 0700) < 0)
+		return err_sys(err, errno, "volume: make %s", volume_mod.dir);
 	sqlite3 *db = store_db();
 	if (!db)
 		return err_set(err, EIO, "volume: the store is not open");
@@ -187,7 +188,7 @@ int volume_init(const struct config *cfg, struct err *err)
 		v->created_ms = (uint64_t)sqlite3_column_int64(st, 4);
 		v->ready = strcmp((const char *)sqlite3_column_text(st, 5), "ready") == 0;
 		v->image = image_of(v->id);
-		struct volume **list = v->ready ? &M.all : &unfinished;
+		struct volume **list = v->ready ? &volume_mod.all : &unfinished;
 		v->next = *list;
 		*list = v;
 	}
@@ -209,9 +210,9 @@ int volume_init(const struct config *cfg, struct err *err)
 
 void volume_shutdown(void)
 {
-	while (M.all) {
-		struct volume *v = M.all;
-		M.all = v->next;
+	while (volume_mod.all) {
+		struct volume *v = volume_mod.all;
+		volume_mod.all = v->next;
 		while (v->holders) {
 			struct holder *h = v->holders;
 			v->holders = h->next;
@@ -220,8 +221,8 @@ void volume_shutdown(void)
 		}
 		volume_free(v);
 	}
-	free(M.dir);
-	M.dir = NULL;
+	free(volume_mod.dir);
+	volume_mod.dir = NULL;
 }
 
 /* --- creation --------------------------------------------------------------------------- */
@@ -269,7 +270,7 @@ static void create_work(void *arg)
 	struct create_job *j = arg;
 	j->rc = make_image(j->v->image, j->v->bytes, &j->err);
 	if (j->rc == 0) {
-		_cleanup_close_ int d = open(M.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		_cleanup_close_ int d = open(volume_mod.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (d >= 0)
 			fsync(d);
 	} else {
@@ -304,7 +305,7 @@ static void create_done(void *arg)
 static void owner_usage(const char *owner, uint64_t *count, uint64_t *bytes)
 {
 	*count = *bytes = 0;
-	for (struct volume *v = M.all; v; v = v->next)
+	for (struct volume *v = volume_mod.all; v; v = v->next)
 		if (strcmp(v->owner, owner) == 0) {
 			(*count)++;
 			*bytes += v->bytes;
@@ -323,25 +324,26 @@ int volume_create(const char *owner, const char *name, uint64_t bytes, volume_do
 	if (bytes < VOLUME_MIN_BYTES)
 		return err_set(err, EINVAL, "\"sizeBytes\" must be at least %llu (8 MiB)",
 			       (unsigned long long)VOLUME_MIN_BYTES);
-	if (bytes > M.cfg->max_volume_bytes)
+	if (bytes > volume_mod.cfg->max_volume_bytes)
 		return err_set(err, EINVAL,
 			       "\"sizeBytes\" must be at most %llu (SANDBOX_MAX_VOLUME_BYTES)",
-			       (unsigned long long)M.cfg->max_volume_bytes);
+			       (unsigned long long)volume_mod.cfg->max_volume_bytes);
 	if (find(owner, name, false))
 		return err_set(err, EEXIST, "volume `%s` already exists", name);
 	uint64_t count, used;
 	owner_usage(owner, &count, &used);
-	if (M.cfg->key_max_volumes && count >= M.cfg->key_max_volumes)
+	if (volume_mod.cfg->key_max_volumes && count >= volume_mod.cfg->key_max_volumes)
 		return err_set(err, EAGAIN,
 			       "Volume limit reached: this key has %llu volumes, the most it may "
 			       "have (SANDBOX_KEY_MAX_VOLUMES)",
 			       (unsigned long long)count);
-	if (M.cfg->key_max_volume_bytes && used + bytes > M.cfg->key_max_volume_bytes)
+	if (volume_mod.cfg->key_max_volume_bytes &&
+	    used + bytes > volume_mod.cfg->key_max_volume_bytes)
 		return err_set(err, EAGAIN,
 			       "Volume bytes limit reached: this key's volumes have %llu bytes, "
 			       "%llu more would pass %llu (SANDBOX_KEY_MAX_VOLUME_BYTES)",
 			       (unsigned long long)used, (unsigned long long)bytes,
-			       (unsigned long long)M.cfg->key_max_volume_bytes);
+			       (unsigned long long)volume_mod.cfg->key_max_volume_bytes);
 	if (session_disk_check(bytes, err) < 0)
 		return -ENOSPC;
 	char hex[17];
@@ -375,8 +377,8 @@ int volume_create(const char *owner, const char *name, uint64_t bytes, volume_do
 		volume_free(v);
 		return r;
 	}
-	v->next = M.all;
-	M.all = v;
+	v->next = volume_mod.all;
+	volume_mod.all = v;
 	struct create_job *j = xcalloc(1, sizeof(*j));
 	j->v = v;
 	j->done = done;
@@ -388,7 +390,7 @@ int volume_create(const char *owner, const char *name, uint64_t bytes, volume_do
 json_t *volume_list(const char *owner)
 {
 	json_t *a = json_array();
-	for (struct volume *v = M.all; v; v = v->next)
+	for (struct volume *v = volume_mod.all; v; v = v->next)
 		if (!owner || strcmp(v->owner, owner) == 0)
 			json_array_append_new(a, volume_json(v, owner == NULL));
 	return a;
@@ -522,7 +524,7 @@ void volume_release(struct volume_claim *c)
 void volume_totals(uint64_t *count, uint64_t *bytes)
 {
 	*count = *bytes = 0;
-	for (struct volume *v = M.all; v; v = v->next) {
+	for (struct volume *v = volume_mod.all; v; v = v->next) {
 		(*count)++;
 		*bytes += v->bytes;
 	}
