@@ -19,11 +19,6 @@ struct ticket {
 
 static struct ticket ticket_slots[TICKET_MAX];
 
-void ticket_reset(void)
-{
-	memset(ticket_slots, 0, sizeof(ticket_slots));
-}
-
 int ticket_issue(const char *owner, unsigned scopes, const char *session_id,
 		 char out[TICKET_LEN + 1], struct err *err)
 {

@@ -25,6 +25,3 @@ int ticket_issue(const char *owner, unsigned scopes, const char *session_id,
 /* Takes the ticket for session_id: true (and its owner and scopes) once; false
  * for one unknown, used, expired or for another session. */
 bool ticket_take(const char *ticket, const char *session_id, char owner[40], unsigned *scopes);
-
-/* Forgets every ticket. */
-void ticket_reset(void);

@@ -127,12 +127,6 @@ enum cluster_where cluster_preview_where(const char *name, const struct cluster_
 const struct cluster_node *cluster_node_find(const char *name);
 /* Calls fn for each known node, this one included. */
 void cluster_foreach_node(void (*fn)(const struct cluster_node *n, void *arg), void *arg);
-/* Calls fn for each session record of owner (every owner's with NULL) on a live node other
- * than this one. */
-void cluster_foreach_remote_session(const char *owner,
-				    void (*fn)(const char *owner, const char *id,
-					       const struct cluster_node *n, void *arg),
-				    void *arg);
 
 /* Chooses the node for a new session of `template`: a live, uncordoned node that has the
  * template and room, whose labels include every one of `selector` (an object of strings, or
@@ -150,8 +144,6 @@ void cluster_cordon(const char *name, bool on, void (*done)(const struct err *er
 json_t *cluster_nodes_json(void);
 /* What /health says of the cluster: this node, its store's state, the nodes up. */
 json_t *cluster_health_json(void);
-/* Whether etcd took this node's last lease renewal (creations need it). */
-bool cluster_store_ok(const char **why);
 
 /* The loop, SANDBOX_CLUSTER_TIMEOUT_MS, and threads of the module's for work that talks to
  * other nodes (a listing's parts), so that none of it waits behind etcd or the workers. */

@@ -713,20 +713,6 @@ int etcd_lease_revoke(struct etcd_client *c, int64_t id, struct err *err)
 	return call_json(c, "/v3/lease/revoke", req, &j, err);
 }
 
-int etcd_status(struct etcd_client *c, bool *ret_leader, struct err *err)
-{
-	json_auto_t *req = json_object();
-	json_auto_t *j = NULL;
-	int r = call_json(c, "/v3/maintenance/status", req, &j, err);
-	if (r < 0)
-		return r;
-	int64_t leader;
-	if (get_i64(j, "leader", &leader) < 0)
-		return err_set(err, EBADMSG, "etcd: malformed status reply");
-	*ret_leader = leader != 0;
-	return 0;
-}
-
 /* --- watch ---------------------------------------------------------------------------- */
 
 int etcd_watch_parse_line(const char *line, size_t len, etcd_watch_fn fn, void *arg,

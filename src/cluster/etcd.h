@@ -103,9 +103,6 @@ int etcd_lease_grant(struct etcd_client *c, int64_t ttl_s, int64_t *ret_id, stru
 int etcd_lease_keepalive(struct etcd_client *c, int64_t id, int64_t *ret_ttl, struct err *err);
 int etcd_lease_revoke(struct etcd_client *c, int64_t id, struct err *err);
 
-/* Whether the endpoint answering has a leader: GET-like /v3/maintenance/status. */
-int etcd_status(struct etcd_client *c, bool *ret_leader, struct err *err);
-
 enum etcd_event_type {
 	ETCD_EVENT_PUT,
 	ETCD_EVENT_DELETE,

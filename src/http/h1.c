@@ -340,11 +340,6 @@ void h1_header_at(const struct h1 *h, size_t i, const char **name, const char **
 	*value = h->store + h->value_at[i];
 }
 
-bool h1_in_request(const struct h1 *h)
-{
-	return h->started;
-}
-
 void h1_next(struct h1 *h)
 {
 	h->ended = false;

@@ -121,6 +121,3 @@ void h1_free(struct h1 *h);
 /* The connection's peer closed it. Returns 0 between requests, or -400 when it did so within
  * a request. */
 int h1_eof(struct h1 *h);
-
-/* Whether bytes have been fed toward a request not yet complete (a head under way). */
-bool h1_in_request(const struct h1 *h);

@@ -342,8 +342,6 @@ void http_ws_send(struct http_ws *ws, bool binary, const void *data, size_t len)
 size_t http_ws_pending(struct http_ws *ws);
 /* Starts the closing handshake; `closed` follows. */
 void http_ws_close(struct http_ws *ws, uint16_t code, const char *reason);
-/* The peer's address, as http_peer gave it. */
-const char *http_ws_peer(struct http_ws *ws);
 
 /* Keeps ctx alive past its reply (for producers that may still call in); release with
  * http_ctx_release. */

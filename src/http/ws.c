@@ -348,8 +348,3 @@ void http_ws_close(struct http_ws *ws, uint16_t code, const char *reason)
 		bufferevent_trigger(ws->bev, EV_WRITE,
 				    BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
 }
-
-const char *http_ws_peer(struct http_ws *ws)
-{
-	return ws->peer;
-}
