@@ -399,30 +399,10 @@ describe("data plane", () => {
 
   test("getHost(port): another port of the preview Host form is the app's, with the traffic token", { skip: !DOMAIN && "no SANDBOX_PUBLIC_DOMAIN" }, async () => {
     const py = (await createRaw(KEY_A, { templateID: "python", timeout: 120 })).body;
-    const start = await fetch(`${BASE}/process.Process/Start`, {
-      method: "POST",
-      headers: dataHeaders(py, { "Content-Type": "application/connect+json" }),
-      body: envelope({ process: { cmd: "/bin/sh", args: ["-c", "echo served > index.html; python3 -m http.server 8000"] }, stdin: false }),
-    });
-    const reader = start.body.getReader();
+    const reader = await startProcess(py, "echo served > index.html; python3 -m http.server 8000");
     await reader.read(); // the start event: the server is starting
-    const u = new URL(BASE);
-    const get = (headers) =>
-      new Promise((resolve, reject) => {
-        const req = http.request({ host: u.hostname, port: u.port, path: "/index.html", headers: { Host: `8000-${py.sandboxID}.${DOMAIN}`, ...headers } }, (res) => {
-          let b = "";
-          res.on("data", (d) => (b += d));
-          res.on("end", () => resolve([res.statusCode, b]));
-        });
-        req.on("error", reject);
-        req.end();
-      });
-    let got = [0, ""];
-    for (let i = 0; i < 100 && got[0] !== 200; i++) {
-      got = await get({ "E2B-Traffic-Access-Token": py.trafficAccessToken });
-      if (got[0] !== 200) await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.deepEqual(got, [200, "served\n"]);
+    const get = (headers) => previewGet(py, 8000, "/index.html", headers);
+    assert.deepEqual(await untilServed(get, { "E2B-Traffic-Access-Token": py.trafficAccessToken }), [200, "served\n"]);
     const denied = await get({ "E2B-Traffic-Access-Token": sbx.trafficAccessToken });
     assert.notEqual(denied[0], 200);
     reader.cancel();
@@ -434,30 +414,10 @@ describe("data plane", () => {
     const py = made.body;
     const info = async () => (await fetch(`${BASE}/sandboxes/${py.sandboxID}`, { headers: { "X-API-KEY": KEY_A } })).json();
     assert.deepEqual((await info()).lifecycle, { onTimeout: "pause", autoResume: true });
-    const start = await fetch(`${BASE}/process.Process/Start`, {
-      method: "POST",
-      headers: dataHeaders(py, { "Content-Type": "application/connect+json" }),
-      body: envelope({ process: { cmd: "/bin/sh", args: ["-c", "echo awake > index.html; python3 -m http.server 8000"] }, stdin: false }),
-    });
-    start.body.getReader().read();
-    const u = new URL(BASE);
-    const get = (headers) =>
-      new Promise((resolve, reject) => {
-        const req = http.request({ host: u.hostname, port: u.port, path: "/index.html", headers: { Host: `8000-${py.sandboxID}.${DOMAIN}`, ...headers } }, (res) => {
-          let b = "";
-          res.on("data", (d) => (b += d));
-          res.on("end", () => resolve([res.statusCode, b]));
-        });
-        req.on("error", reject);
-        req.end();
-      });
+    (await startProcess(py, "echo awake > index.html; python3 -m http.server 8000")).read();
+    const get = (headers) => previewGet(py, 8000, "/index.html", headers);
     const token = { "E2B-Traffic-Access-Token": py.trafficAccessToken };
-    let got = [0, ""];
-    for (let i = 0; i < 100 && got[0] !== 200; i++) {
-      got = await get(token);
-      if (got[0] !== 200) await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.deepEqual(got, [200, "awake\n"]);
+    assert.deepEqual(await untilServed(get, token), [200, "awake\n"]);
     let state = "";
     for (let i = 0; i < 300 && state !== "paused"; i++) {
       state = (await info()).state;
@@ -476,6 +436,40 @@ describe("data plane", () => {
     assert.ok(Date.parse(after.endAt) > Date.now(), "its deadline runs again from the resume");
   });
 });
+
+// A sh command started in the sandbox through the data plane; its stream's reader.
+async function startProcess(sbx, cmd) {
+  const start = await fetch(`${BASE}/process.Process/Start`, {
+    method: "POST",
+    headers: dataHeaders(sbx, { "Content-Type": "application/connect+json" }),
+    body: envelope({ process: { cmd: "/bin/sh", args: ["-c", cmd] }, stdin: false }),
+  });
+  return start.body.getReader();
+}
+
+// GET of path on the sandbox's port through the preview's Host form: [status, body].
+function previewGet(sbx, port, path, headers) {
+  const u = new URL(BASE);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, path, headers: { Host: `${port}-${sbx.sandboxID}.${DOMAIN}`, ...headers } }, (res) => {
+      let b = "";
+      res.on("data", (d) => (b += d));
+      res.on("end", () => resolve([res.statusCode, b]));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+// get(headers) again until it answers 200 (a server starting), bounded: its last answer.
+async function untilServed(get, headers) {
+  let got = [0, ""];
+  for (let i = 0; i < 100 && got[0] !== 200; i++) {
+    got = await get(headers);
+    if (got[0] !== 200) await new Promise((r) => setTimeout(r, 100));
+  }
+  return got;
+}
 
 // A unary call of the data plane: {status, json}.
 async function unary(sbx, service, method, msg) {
